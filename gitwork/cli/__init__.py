@@ -1,0 +1,1 @@
+"""The command-line face: parses arguments, builds command documents, prints results."""

@@ -1,0 +1,184 @@
+"""What each CLI command does once its arguments are parsed; shared by the typer app and the fast path.
+
+Every mutation builds a command document and hands it to :meth:`Workplane.submit`; nothing here
+touches git or the state directly. Each function prints its result and returns nothing; errors
+propagate as :class:`GwError` and :func:`invoke` maps them to exit codes.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from ..errors import ExitCode, GwError, UsageError
+from . import output
+
+
+def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, agent: str | None = None,
+           **kwargs: Any) -> int:
+    """Open the work plane, run one action, map any error to its exit code."""
+    from ..workplane import Workplane
+
+    wp = None
+    try:
+        wp = Workplane(path, agent=agent)
+        func(wp, as_json=as_json, **kwargs)
+        return int(ExitCode.OK)
+    except GwError as error:
+        return output.fail(error, as_json)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return int(ExitCode.OK)
+    except Exception as exc:  # a bug: still one line and a documented code
+        if "GW_TRACEBACK" in __import__("os").environ:
+            raise
+        return output.internal(exc, as_json)
+    finally:
+        if wp is not None:
+            wp.close()
+
+
+def _short(wp: Any, ids: list[str]) -> dict[str, str]:
+    from ..ids import shortest_unique
+
+    _ctx, rows = wp.rows()
+    table = shortest_unique(rows.keys())
+    return {i: table.get(i, i) for i in ids}
+
+
+def _done(applied: Any, as_json: bool, text: str | None = None, data: str | None = None) -> None:
+    if as_json:
+        output.emit_json(applied.to_json())
+        return
+    if data is not None:
+        output.line(data)
+    output.info(text or applied.summary)
+
+
+def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, **args: Any) -> Any:
+    applied = wp.do(op, **args)
+    data = str(applied.result.get(data_key)) if data_key else None
+    _done(applied, as_json, data=data)
+    return applied
+
+
+# --- items -----------------------------------------------------------------------------------------
+
+
+def init(wp: Any, as_json: bool) -> None:
+    applied = wp.do("init")
+    if as_json:
+        output.emit_json({**applied.to_json(), "ref": wp.store.ref})
+    else:
+        output.info(f"gitwork state on {wp.store.ref} at {applied.commit[:12] if applied.commit else '(none)'}")
+
+
+def new(wp: Any, as_json: bool, **args: Any) -> None:
+    submit(wp, as_json, "new", "item", **args)
+
+
+def show(wp: Any, as_json: bool, item: str) -> None:
+    view = wp.show(item)
+    if as_json:
+        output.emit_json(view)
+        return
+    from ..codec import dump_yaml
+
+    doc = {"item": view["item"]}
+    if view["lease"]:
+        doc["lease"] = view["lease"]
+    sys.stdout.write(dump_yaml(doc).decode())
+
+
+def history(wp: Any, as_json: bool, item: str) -> None:
+    records = wp.history(item)
+    if as_json:
+        output.emit_json(records)
+        return
+    rows = []
+    for record in records:
+        extra = {k: v for k, v in record.items() if k not in ("seq", "at", "by", "type", "cmd")}
+        rows.append((record["seq"], record["at"], record["by"], record["type"],
+                     " ".join(f"{k}={v}" for k, v in extra.items())))
+    output.table(("seq", "at", "by", "event", "details"), rows)
+
+
+def _rows_view(wp: Any, rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
+    from ..index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+
+    if as_json:
+        output.emit_json([
+            {"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY], "labels": list(r[LABELS]),
+             "holder": r[HOLDER] if r[LEASE_STATE] == "active" else None,
+             "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None}
+            for r in rows
+        ])
+        return
+    short = _short(wp, [r[ID] for r in rows])
+    output.table(
+        ("id", "status", "pri", "holder", "title"),
+        [(short[r[ID]], r[STATUS], r[PRIORITY], r[HOLDER] if r[LEASE_STATE] == "active" else "", r[TITLE])
+         for r in rows],
+        title=title,
+    )
+
+
+def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, show_all: bool,
+               holder: str | None) -> None:
+    from ..index import HOLDER, LABELS, LEASE_STATE, STATUS
+    from ..model import CLOSED
+    from ..queries import order_key
+
+    _ctx, rows = wp.rows()
+    picked = []
+    for row in rows.values():
+        if status and row[STATUS] not in status:
+            continue
+        if not status and not show_all and row[STATUS] in CLOSED:
+            continue
+        if label and not set(label) <= set(row[LABELS]):
+            continue
+        if holder and not (row[LEASE_STATE] == "active" and row[HOLDER] == holder):
+            continue
+        picked.append(row)
+    picked.sort(key=order_key)
+    _rows_view(wp, picked, as_json, "items")
+
+
+def ready(wp: Any, as_json: bool, limit: int | None) -> None:
+    rows = wp.ready()
+    _rows_view(wp, rows[:limit] if limit else rows, as_json, "ready")
+
+
+def log(wp: Any, as_json: bool, limit: int | None) -> None:
+    entries = list(wp.log(limit))
+    if as_json:
+        output.emit_json(entries)
+        return
+    output.table(("commit", "at", "summary"), [(e["commit"][:10], e["at"], e["summary"]) for e in entries])
+
+
+def apply(wp: Any, as_json: bool, source: str) -> None:
+    from ..workplane import load_document
+
+    try:
+        text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {source}: {exc}") from exc
+    applied = wp.submit(load_document(text))
+    _done(applied, as_json)
+
+
+# --- leases ----------------------------------------------------------------------------------------
+
+
+def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None) -> None:
+    applied = wp.do("claim", item=item, next=next or None, ttl=ttl)
+    r = applied.result
+    _done(applied, as_json, f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}",
+          data=r["item"])
+
+
+def lease_op(wp: Any, as_json: bool, op: str, **args: Any) -> None:
+    submit(wp, as_json, op, **args)

@@ -1,0 +1,63 @@
+"""Printing for the CLI: data on stdout, diagnostics on stderr, JSON on request, colour only on a tty.
+
+rich is imported only when a table goes to a terminal, so piped output and ``--json`` stay cheap.
+NO_COLOR is honoured (rich reads it too; plain output never has colour).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ExitCode, GwError
+
+
+def _tty() -> bool:
+    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=False) + "\n")
+
+
+def info(message: str) -> None:
+    """A diagnostic line for people; never part of the data."""
+    sys.stderr.write(message + "\n")
+
+
+def line(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+    if _tty() and rows:
+        from rich.console import Console
+        from rich.table import Table
+
+        view = Table(title=title, header_style="bold", box=None, pad_edge=False)
+        for header in headers:
+            view.add_column(header, overflow="fold")
+        for row in rows:
+            view.add_row(*("" if v is None else str(v) for v in row))
+        Console(no_color=bool(os.environ.get("NO_COLOR")) or None).print(view)
+        return
+    for row in rows:
+        line("\t".join("" if v is None else str(v) for v in row))
+
+
+def fail(error: GwError, as_json: bool) -> int:
+    if as_json:
+        emit_json({"ok": False, **error.to_json()})
+    info(f"gw: {error.kind}: {error.message}")
+    return int(error.code)
+
+
+def internal(exc: BaseException, as_json: bool) -> int:
+    message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    if as_json:
+        emit_json({"ok": False, "error": "internal", "code": int(ExitCode.INTERNAL), "message": message})
+    info(f"gw: internal error: {message}")
+    return int(ExitCode.INTERNAL)

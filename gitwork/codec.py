@@ -1,0 +1,332 @@
+"""Encoding of everything stored on the state ref.
+
+Two kinds of file:
+
+* YAML documents (items, leases, counters) in one canonical block style that :func:`dump_yaml`
+  writes and :func:`load_yaml` reads without importing a YAML library. Anything outside that canonical
+  form (a file edited by hand, another tool's output) falls back to ruamel.yaml's safe loader, so the
+  files stay ordinary YAML while the hot path stays free of a 40 ms import.
+* Append-only logs: one JSON object per line (JSON is YAML too), each carrying its sequence number.
+  Logs only ever grow by whole lines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from .errors import Corrupt, Invalid
+
+# Plain (unquoted) scalars are only used where no YAML reader could take them for anything else.
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./@+-]*\Z")
+_RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "nan", "inf"}
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+_INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
+# Characters YAML readers treat as breaks or refuse unescaped.
+_ESCAPE = re.compile("[\u007f-\u009f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]")
+
+
+class _NotCanonical(Exception):
+    pass
+
+
+def _quote(text: str) -> str:
+    out = json.dumps(text, ensure_ascii=False)
+    return _ESCAPE.sub(lambda m: "\\u%04x" % ord(m.group()), out)
+
+
+def _literal_ok(text: str) -> bool:
+    if "\n" not in text or text.endswith("\n\n") or text.startswith((" ", "\n")):
+        return False
+    if _ESCAPE.search(text) or any(c < " " and c != "\n" for c in text):
+        return False
+    return all(line == line.rstrip() for line in text.split("\n"))
+
+
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        if _PLAIN.match(value) and value.lower() not in _RESERVED:
+            return value
+        return _quote(value)
+    raise TypeError(f"cannot store {type(value).__name__} in a gitwork YAML file")
+
+
+def _emit(value: Any, indent: int, out: list[str], key_prefix: str) -> None:
+    pad = " " * indent
+    if isinstance(value, dict):
+        if not value:
+            out.append(f"{key_prefix}{{}}")
+            return
+        if key_prefix:
+            out.append(key_prefix.rstrip())
+            _emit_mapping(value, indent + 2, out)
+        else:
+            _emit_mapping(value, indent, out)
+    elif isinstance(value, list):
+        if not value:
+            out.append(f"{key_prefix}[]")
+            return
+        out.append(key_prefix.rstrip())
+        inner = " " * (indent + 2)
+        for item in value:
+            if isinstance(item, dict) and item:
+                sub: list[str] = []
+                _emit_mapping(item, indent + 4, sub)
+                first = sub[0][indent + 4 :]
+                out.append(f"{inner}- {first}")
+                out.extend(sub[1:])
+            elif isinstance(item, (dict, list)):
+                if item:
+                    raise TypeError("nested lists are not part of the gitwork format")
+                out.append(f"{inner}- {'{}' if isinstance(item, dict) else '[]'}")
+            else:
+                out.append(f"{inner}- {_scalar(item)}")
+    elif isinstance(value, str) and _literal_ok(value):
+        chomp = "" if value.endswith("\n") else "-"
+        out.append(f"{key_prefix}|{chomp}")
+        body = value[:-1] if value.endswith("\n") else value
+        for line in body.split("\n"):
+            out.append(f"{pad}  {line}" if line else "")
+    else:
+        out.append(f"{key_prefix}{_scalar(value)}")
+
+
+def _emit_mapping(mapping: dict[str, Any], indent: int, out: list[str]) -> None:
+    pad = " " * indent
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise TypeError(f"bad key {key!r}")
+        _emit(value, indent, out, f"{pad}{key}: ")
+
+
+def dump_yaml(doc: dict[str, Any]) -> bytes:
+    """Serialise a mapping in gitwork's canonical YAML style (UTF-8, LF, trailing newline)."""
+    out: list[str] = []
+    _emit_mapping(doc, 0, out)
+    return ("\n".join(out) + "\n").encode("utf-8")
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.lines = text.split("\n")
+        if self.lines and self.lines[-1] == "":
+            self.lines.pop()
+        self.pos = 0
+
+    def _skip_blank(self) -> None:
+        while self.pos < len(self.lines) and not self.lines[self.pos].strip():
+            self.pos += 1
+
+    def _indent(self, line: str) -> int:
+        return len(line) - len(line.lstrip(" "))
+
+    def block(self, indent: int) -> Any:
+        self._skip_blank()
+        if self.pos >= len(self.lines):
+            raise _NotCanonical
+        line = self.lines[self.pos]
+        if self._indent(line) != indent:
+            raise _NotCanonical
+        if line[indent:].startswith("- "):
+            return self.sequence(indent)
+        return self.mapping(indent)
+
+    def mapping(self, indent: int) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        while True:
+            self._skip_blank()
+            if self.pos >= len(self.lines):
+                return result
+            line = self.lines[self.pos]
+            here = self._indent(line)
+            if here < indent:
+                return result
+            if here > indent or line[indent:].startswith(("- ", "#")):
+                raise _NotCanonical
+            key, sep, rest = line[indent:].partition(":")
+            if not sep or not _KEY.match(key) or key in result or (rest and rest[0] != " "):
+                raise _NotCanonical
+            rest = rest.strip()
+            self.pos += 1
+            if rest == "":
+                result[key] = self.block(indent + 2)
+            elif rest in ("|", "|-"):
+                result[key] = self.literal(indent, keep=rest == "|")
+            else:
+                result[key] = scalar(rest)
+
+    def sequence(self, indent: int) -> list[Any]:
+        result: list[Any] = []
+        while True:
+            self._skip_blank()
+            if self.pos >= len(self.lines):
+                return result
+            line = self.lines[self.pos]
+            here = self._indent(line)
+            if here < indent:
+                return result
+            if here > indent or not line[indent:].startswith("- "):
+                raise _NotCanonical
+            rest = line[indent + 2 :]
+            if ": " in rest or rest.endswith(":"):
+                if rest.startswith('"'):
+                    raise _NotCanonical
+                # "- key: value" opens a mapping whose keys sit two columns in.
+                self.lines[self.pos] = " " * (indent + 2) + rest
+                result.append(self.mapping(indent + 2))
+            else:
+                self.pos += 1
+                result.append(scalar(rest.strip()))
+
+    def literal(self, indent: int, keep: bool) -> str:
+        body: list[str] = []
+        inner = indent + 2
+        while self.pos < len(self.lines):
+            line = self.lines[self.pos]
+            if line.strip() and self._indent(line) < inner:
+                break
+            body.append(line[inner:] if line.strip() else "")
+            self.pos += 1
+        while body and body[-1] == "":
+            body.pop()
+        if not body:
+            raise _NotCanonical
+        return "\n".join(body) + ("\n" if keep else "")
+
+
+def scalar(token: str) -> Any:
+    if token in ("null", "~"):
+        return None
+    if token == "true":
+        return True
+    if token == "false":
+        return False
+    if _INT.match(token):
+        return int(token)
+    if token == "[]":
+        return []
+    if token == "{}":
+        return {}
+    if token.startswith('"'):
+        try:
+            value = json.loads(token)
+        except ValueError as exc:
+            raise _NotCanonical from exc
+        if not isinstance(value, str):
+            raise _NotCanonical
+        return value
+    if _PLAIN.match(token) and token.lower() not in _RESERVED:
+        return token
+    raise _NotCanonical
+
+
+def _ruamel_load(text: str) -> Any:
+    from ruamel.yaml import YAML  # slow import: only for files not in canonical form
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as exc:
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else "bad YAML") from exc
+
+
+def load_yaml(data: bytes | str, *, what: str = "document") -> dict[str, Any]:
+    """Parse a YAML mapping; canonical files without ruamel, anything else with it."""
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError as exc:
+        raise Corrupt(f"{what} is not UTF-8 text") from exc
+    try:
+        parser = _Parser(text)
+        doc = parser.block(0)
+        parser._skip_blank()
+        if parser.pos != len(parser.lines):
+            raise _NotCanonical
+    except (_NotCanonical, IndexError):
+        try:
+            doc = _ruamel_load(text)
+        except ValueError as exc:
+            raise Corrupt(f"{what} is not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise Corrupt(f"{what} is not a YAML mapping")
+    return doc
+
+
+def load_input_document(text: str) -> Any:
+    """Parse a user-supplied command document: JSON first (cheap), then YAML."""
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise Invalid(f"command document is not valid JSON: {exc}") from exc
+    try:
+        return _ruamel_load(text)
+    except ValueError as exc:
+        raise Invalid(f"command document is not valid YAML: {exc}") from exc
+
+
+# --- append-only logs ------------------------------------------------------------------------------
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def iter_records(data: bytes, *, what: str = "log") -> Iterator[dict[str, Any]]:
+    if data and not data.endswith(b"\n"):
+        raise Corrupt(f"{what} ends in a partial record")
+    for number, line in enumerate(data.split(b"\n")[:-1], start=1):
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise Corrupt(f"{what} line {number} is not a JSON record") from exc
+        if not isinstance(record, dict) or not isinstance(record.get("seq"), int):
+            raise Corrupt(f"{what} line {number} has no sequence number")
+        yield record
+
+
+# --- durations ---------------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\Z")
+
+
+def parse_duration(text: str | int) -> int:
+    """``"15m"``, ``"1h30m"``, ``"90s"``, ``"2d"`` or a number of seconds → seconds (> 0)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        seconds = text
+    else:
+        raw = str(text).strip().lower()
+        if raw.isdigit():
+            seconds = int(raw)
+        else:
+            match = _DURATION.match(raw)
+            if not raw or not match:
+                raise Invalid(f"malformed duration {text!r}: use e.g. 90s, 15m, 1h30m, 2d")
+            d, h, m, s = (int(g) if g else 0 for g in match.groups())
+            seconds = ((d * 24 + h) * 60 + m) * 60 + s
+    if seconds <= 0 or seconds > 366 * 86400:
+        raise Invalid(f"duration {text!r} out of range (1s to 366d)")
+    return seconds
+
+
+def format_duration(seconds: int) -> str:
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"

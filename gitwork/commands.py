@@ -1,0 +1,217 @@
+"""Command documents: the one shape every mutation takes, and its validation.
+
+A command document is a mapping with an ``op`` and that op's arguments, e.g.::
+
+    {op: claim, item: w-3fa9c2, ttl: 15m, as: alice}
+
+Each op declares its fields where it is implemented (``gitwork/ops``); :func:`validate` checks a
+document against that declaration before the engine sees it, so the engine only meets clean input.
+Fields every op accepts: ``op``, ``id`` (client-chosen command id; minted if absent), ``as`` (the
+acting identity) and ``fence`` (the fencing token of the lease the author acts under).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import ids
+from .codec import parse_duration
+from .errors import Invalid
+
+MAX_TITLE = 200
+MAX_TEXT = 64 * 1024
+MAX_SHORT = 1024
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]")
+_NAME = re.compile(r"[^\s\x00-\x1f<>]{1,100}\Z")
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}\Z")
+
+
+def check_text(value: Any, field: str, *, limit: int = MAX_TEXT, multiline: bool = True, empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise Invalid(f"{field} must be text")
+    if _CONTROL.search(value) or (not multiline and ("\n" in value or "\r" in value)):
+        raise Invalid(f"{field} contains binary or control characters")
+    if len(value.encode("utf-8", "surrogatepass")) > limit:
+        raise Invalid(f"{field} is too long ({len(value)} characters; at most {limit} bytes)")
+    if not empty and not value.strip():
+        raise Invalid(f"{field} must not be empty")
+    return value
+
+
+def _title(value: Any, field: str) -> str:
+    return check_text(value, field, limit=MAX_TITLE, multiline=False, empty=False).strip()
+
+
+def _text(value: Any, field: str) -> str:
+    return check_text(value, field)
+
+
+def _short(value: Any, field: str) -> str:
+    return check_text(value, field, limit=MAX_SHORT, multiline=False, empty=False).strip()
+
+
+def _name(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise Invalid(f"{field} must be a name without spaces or control characters (got {value!r})")
+    return value
+
+
+def _int(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        raise Invalid(f"{field} must be a whole number")
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        value = int(value)
+    if not isinstance(value, int):
+        raise Invalid(f"{field} must be a whole number")
+    return value
+
+
+def _fence(value: Any, field: str) -> int:
+    number = _int(value, field)
+    if number < 1:
+        raise Invalid(f"{field} must be a positive fencing token")
+    return number
+
+
+def _priority(value: Any, field: str) -> int:
+    number = _int(value, field)
+    if not 0 <= number <= 4:
+        raise Invalid(f"{field} must be 0 (highest) to 4 (lowest)")
+    return number
+
+
+def _bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise Invalid(f"{field} must be true or false")
+    return value
+
+
+def _duration(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise Invalid(f"{field} must be a duration like 15m")
+    return parse_duration(value)
+
+
+def _item(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise Invalid(f"{field} must be an item id")
+    ids.normalise_prefix(value)
+    return value.strip().lower()
+
+
+def _items(value: Any, field: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise Invalid(f"{field} must be a list of item ids")
+    return [_item(v, field) for v in value]
+
+
+def _labels(value: Any, field: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise Invalid(f"{field} must be a list of labels")
+    for label in value:
+        if not isinstance(label, str) or not _LABEL.match(label):
+            raise Invalid(f"bad label {label!r}: letters, digits and _.:/+- only, at most 64")
+    return list(value)
+
+
+def _texts(value: Any, field: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise Invalid(f"{field} must be a list of texts")
+    return [_short(v, field) for v in value]
+
+
+def _ints(value: Any, field: str) -> list[int]:
+    if not isinstance(value, list):
+        value = [value]
+    return [_int(v, field) for v in value]
+
+
+def _mapping(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Invalid(f"{field} must be a mapping")
+    for key, inner in value.items():
+        _short(str(key), f"{field} key")
+        if inner is not None:
+            _short(str(inner), f"{field}.{key}")
+    return {str(k): (str(v) if v is not None else None) for k, v in value.items()}
+
+
+def _cmd_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{4,64}", value):
+        raise Invalid(f"{field} must be 4-64 characters of letters, digits and _.:-")
+    return value
+
+
+KINDS: dict[str, Callable[[Any, str], Any]] = {
+    "title": _title,
+    "text": _text,
+    "short": _short,
+    "name": _name,
+    "int": _int,
+    "fence": _fence,
+    "priority": _priority,
+    "bool": _bool,
+    "duration": _duration,
+    "item": _item,
+    "items": _items,
+    "labels": _labels,
+    "texts": _texts,
+    "ints": _ints,
+    "mapping": _mapping,
+    "cmd_id": _cmd_id,
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: str
+    required: bool = False
+    choices: tuple[str, ...] = ()
+
+
+def parse_fields(spec: dict[str, str]) -> dict[str, Field]:
+    """``{"item": "item!", "ttl": "duration", "kind": "note|question"}`` → fields (``!`` = required)."""
+    fields: dict[str, Field] = {}
+    for name, text in spec.items():
+        required = text.endswith("!")
+        text = text.rstrip("!")
+        if "|" in text:
+            fields[name] = Field("short", required, tuple(text.split("|")))
+        else:
+            if text not in KINDS:
+                raise ValueError(f"unknown field kind {text!r}")
+            fields[name] = Field(text, required)
+    return fields
+
+
+COMMON = parse_fields({"op": "short!", "id": "cmd_id", "as": "name", "fence": "fence"})
+
+
+def validate(doc: Any, fields: dict[str, Field]) -> dict[str, Any]:
+    """Return a clean copy of ``doc``; refuse unknown fields, wrong types and missing arguments."""
+    if not isinstance(doc, dict):
+        raise Invalid("a command document must be a mapping with an 'op'")
+    clean: dict[str, Any] = {}
+    allowed = {**COMMON, **fields}
+    for key, value in doc.items():
+        spec = allowed.get(key)
+        if spec is None:
+            raise Invalid(f"unknown field {key!r} for op {doc.get('op')!r}")
+        if value is None:
+            continue
+        checked = KINDS[spec.kind](value, key)
+        if spec.choices and checked not in spec.choices:
+            raise Invalid(f"{key} must be one of {', '.join(spec.choices)} (got {checked!r})")
+        clean[key] = checked
+    for key, spec in fields.items():
+        if spec.required and key not in clean:
+            raise Invalid(f"op {doc.get('op')!r} needs {key!r}")
+    return clean

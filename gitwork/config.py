@@ -1,0 +1,108 @@
+"""Settings: defaults < ``.workplane`` (repository top level) < git config ``gitwork.*`` < ``GW_*``.
+
+Flags given on the command line are applied by the faces on top of what :func:`load` returns.
+Every setting, its default and its meaning is listed in ``.workplane.example``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from .codec import parse_duration
+from .errors import Invalid
+
+
+@dataclass(frozen=True)
+class Settings:
+    ref: str = "refs/gitwork/state"
+    default_ttl: int = 900  # seconds a claim lasts unless --ttl says otherwise
+    clock_margin: int = 30  # seconds of clock skew tolerated; see docs/leases.md
+    agent: str | None = None  # holder identity; None means the documented default
+    lock_timeout: float = 5.0  # seconds a ref lock may persist before we call it a crashed writer
+    agents: tuple[str, ...] = ()  # identities that are agents (they may ask, not decide)
+    remote: str | None = None  # arbiter remote (several machines)
+    gates: tuple[str, ...] = ()  # commands that must pass before a merge is published
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def identity(self) -> str:
+        return self.agent or default_identity()
+
+
+def default_identity() -> str:
+    """``user@host/s<session id>``: keeps two agents on one machine apart, and one shell together.
+
+    The session id (``getsid``) is shared by every command a shell runs, and differs between two
+    terminals, tmux panes or agent processes that each start their own session.
+    """
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        user = "user"
+    try:
+        sid = os.getsid(0)
+    except (AttributeError, OSError):
+        sid = os.getppid()
+    return f"{user}@{socket.gethostname().split('.')[0]}/s{sid}"
+
+
+_DURATIONS = {"default_ttl", "clock_margin"}
+_LISTS = {"agents", "gates"}
+_ENV = {
+    "GW_REF": "ref",
+    "GW_TTL": "default_ttl",
+    "GW_CLOCK_MARGIN": "clock_margin",
+    "GW_AGENT": "agent",
+    "GW_LOCK_TIMEOUT": "lock_timeout",
+    "GW_REMOTE": "remote",
+}
+
+
+def _coerce(name: str, value: Any, source: str) -> Any:
+    try:
+        if name in _DURATIONS:
+            return parse_duration(value) if name != "clock_margin" or str(value) != "0" else 0
+        if name == "lock_timeout":
+            return float(value)
+        if name in _LISTS:
+            if isinstance(value, str):
+                return tuple(v.strip() for v in value.split(",") if v.strip())
+            return tuple(str(v) for v in value or ())
+        if value is None:
+            return None
+        return str(value)
+    except (ValueError, Invalid) as exc:
+        raise Invalid(f"bad setting {name!r} in {source}: {value!r}") from exc
+
+
+def load(toplevel: str | None, git_config: dict[str, str]) -> Settings:
+    known = {f.name for f in fields(Settings)} - {"extra"}
+    values: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if toplevel:
+        path = os.path.join(toplevel, ".workplane")
+        if os.path.exists(path):
+            from .codec import load_yaml
+
+            with open(path, "rb") as handle:
+                doc = load_yaml(handle.read(), what=".workplane")
+            for key, value in doc.items():
+                name = key.replace("-", "_")
+                if name in known:
+                    values[name] = _coerce(name, value, ".workplane")
+                else:
+                    extra[key] = value
+    for key, value in git_config.items():
+        name = key.removeprefix("gitwork.").replace("-", "_").lower()
+        if name.replace("_", "") in {k.replace("_", "") for k in known}:
+            name = next(k for k in known if k.replace("_", "") == name.replace("_", ""))
+            values[name] = _coerce(name, value, f"git config {key}")
+    for env, name in _ENV.items():
+        if os.environ.get(env):
+            values[name] = _coerce(name, os.environ[env], env)
+    if not str(values.get("ref", "refs/gitwork/state")).startswith("refs/"):
+        raise Invalid(f"the state ref must start with refs/: {values['ref']!r}")
+    return replace(Settings(), extra=extra, **values)

@@ -1,0 +1,272 @@
+"""The engine: (state snapshot, command document, now) → changes + events, or a refusal.
+
+It reads only through the snapshot it is given and writes nothing: the caller (``workplane``)
+turns the outcome into one commit and moves the ref by CAS. On a lost race the caller runs the
+engine again on the new tip, so every rule here is re-checked against the state that will actually
+be extended. Ops live in ``gitwork/ops`` and register themselves with :func:`op`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import codec, ids, layout
+from .commands import Field, parse_fields, validate
+from .config import Settings
+from .errors import Corrupt, Invalid, NotFound, Stale
+from .model import Item, Lease, stamp
+from .store import Snapshot
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    fields: dict[str, Field]
+    func: Callable[[Context], None]
+    summary: str
+
+
+OPS: dict[str, OpSpec] = {}
+
+
+def op(name: str, summary: str, **spec: str) -> Callable[[Callable[[Context], None]], Callable[[Context], None]]:
+    """Register an op implementation with its fields (see :func:`commands.parse_fields`)."""
+
+    def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
+        OPS[name] = OpSpec(name, parse_fields(spec), func, summary)
+        return func
+
+    return register
+
+
+def _load_ops() -> None:
+    if not OPS:
+        from . import ops  # noqa: F401  (registers every op)
+
+
+def validate_command(doc: Any) -> dict[str, Any]:
+    _load_ops()
+    if not isinstance(doc, dict):
+        raise Invalid("a command document must be a mapping with an 'op'")
+    name = doc.get("op")
+    spec = OPS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise Invalid(f"unknown op {name!r}; known: {', '.join(sorted(OPS))}")
+    clean = validate(doc, spec.fields)
+    clean.setdefault("id", ids.command_id())
+    return clean
+
+
+@dataclass
+class Outcome:
+    """What one command did: file changes, a one-line summary, trailers and a result for the caller."""
+
+    changes: dict[str, bytes | None] = field(default_factory=dict)
+    summary: str = ""
+    trailers: dict[str, str] = field(default_factory=dict)
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+
+class Context:
+    """Everything one op may read and the changes it builds; reads see the op's own pending writes."""
+
+    def __init__(self, snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> None:
+        self.snapshot = snapshot
+        self.cmd = cmd
+        self.now = now
+        self.when = stamp(now)
+        self.settings = settings
+        self.actor: str = cmd.get("as") or settings.identity()
+        self.outcome = Outcome()
+        self._items: dict[str, Item] = {}
+        self._leases: dict[str, Lease | None] = {}
+        self._index: Any = None
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def resolve(self, text: str) -> str:
+        """A full item id from a unique prefix; reads a single shard when two digits are given."""
+        hex_prefix = ids.normalise_prefix(text)
+        if len(hex_prefix) >= 2:
+            names = self.snapshot.tree(f"{layout.ITEMS}/{hex_prefix[:2]}").keys()
+        else:
+            names = [
+                name
+                for shard, entry in self.snapshot.tree(layout.ITEMS).items()
+                if shard.startswith(hex_prefix)
+                for name in self.snapshot.store.read_tree(entry.oid)
+            ]
+        pending = [p.split("/")[2] for p in self.outcome.changes if p.endswith(layout.ITEM_FILE)]
+        return ids.resolve(hex_prefix, [*names, *pending], text)
+
+    def target(self) -> str:
+        """Resolve the command's ``item`` and record the full id in the command document."""
+        full = self.resolve(self.cmd["item"])
+        self.cmd["item"] = full
+        return full
+
+    def _file(self, path: str) -> bytes | None:
+        if path in self.outcome.changes:
+            return self.outcome.changes[path]
+        return self.snapshot.blob(path)
+
+    def item(self, item_id: str) -> Item:
+        cached = self._items.get(item_id)
+        if cached is not None:
+            return cached
+        data = self._file(layout.item_path(item_id, layout.ITEM_FILE))
+        if data is None:
+            raise NotFound(f"no item {item_id}", id=item_id)
+        doc = codec.load_yaml(data, what=f"item {item_id}")
+        try:
+            item = Item.from_doc(doc)
+        except TypeError as exc:
+            raise Corrupt(f"item {item_id} has unexpected fields: {exc}") from exc
+        if item.id != item_id or not isinstance(item.title, str):
+            raise Corrupt(f"item file of {item_id} is inconsistent (id {item.id!r})")
+        self._items[item_id] = item
+        return item
+
+    def lease(self, item_id: str) -> Lease | None:
+        if item_id not in self._leases:
+            data = self._file(layout.item_path(item_id, layout.LEASE_FILE))
+            if data is None:
+                self._leases[item_id] = None
+            else:
+                try:
+                    self._leases[item_id] = Lease.from_doc(codec.load_yaml(data, what=f"lease of {item_id}"))
+                except (TypeError, ValueError) as exc:
+                    raise Corrupt(f"lease file of {item_id} does not parse: {exc}") from exc
+        return self._leases[item_id]
+
+    def counters(self) -> dict[str, Any]:
+        data = self._file(layout.COUNTERS)
+        return codec.load_yaml(data, what=layout.COUNTERS) if data else {}
+
+    def records(self, item_id: str, name: str = layout.EVENTS_FILE) -> list[dict[str, Any]]:
+        data = self._file(layout.item_path(item_id, name)) or b""
+        return list(codec.iter_records(data, what=f"{name} of {item_id}"))
+
+    def index(self) -> Any:
+        """The summary index of every item at this snapshot (see ``index.py``)."""
+        if self._index is None:
+            from .index import load_index
+
+            self._index = load_index(self.snapshot)
+        return self._index
+
+    # --- the fencing rule --------------------------------------------------------------------
+
+    def require_holder(self, item_id: str) -> Lease | None:
+        """Refuse unless the actor may act on the item now; return its live lease, if any.
+
+        With a fence (given, or implied when the actor is the holder by name): the lease must be
+        active, carry that fence, and not have expired by the holder's clock minus the margin.
+        Without one: nobody else may hold a live lease on the item.
+        """
+        lease = self.lease(item_id)
+        fence = self.cmd.get("fence")
+        margin = self.settings.clock_margin
+        if fence is None and lease is not None and lease.is_active() and lease.holder == self.actor:
+            fence = lease.fence  # the holder by name; --fence also guards against its own stale runs
+        if fence is not None:
+            if lease is None or lease.fence != fence:
+                current = f"current fence {lease.fence}, {lease.state}" if lease else "never leased"
+                raise Stale(f"fence {fence} is stale for {item_id} ({current})", item=item_id)
+            if not lease.is_active():
+                raise Stale(f"the lease on {item_id} (fence {fence}) was {lease.state}", item=item_id)
+            if not lease.live_for_holder(self.now, margin):
+                raise Stale(f"the lease on {item_id} (fence {fence}) has expired", item=item_id)
+            return lease
+        if lease is not None and not lease.takeable(self.now, margin):
+            raise Stale(
+                f"{item_id} is held by {lease.holder} (epoch {lease.epoch}); only its holder may do this, with --fence",
+                item=item_id,
+                holder=lease.holder,
+            )
+        return None
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def save_item(self, item: Item) -> None:
+        item.updated_at = self.when
+        self._items[item.id] = item
+        self.outcome.changes[layout.item_path(item.id, layout.ITEM_FILE)] = codec.dump_yaml(item.to_doc())
+
+    def save_lease(self, lease: Lease) -> None:
+        self._leases[lease.item] = lease
+        self.outcome.changes[layout.item_path(lease.item, layout.LEASE_FILE)] = codec.dump_yaml(lease.to_doc())
+
+    def save_counters(self, counters: dict[str, Any]) -> None:
+        self.outcome.changes[layout.COUNTERS] = codec.dump_yaml(counters)
+
+    def append(self, item_id: str, name: str, record: dict[str, Any]) -> dict[str, Any]:
+        """Append one record to an item's log, numbering it after the last one."""
+        path = layout.item_path(item_id, name)
+        old = self._file(path) or b""
+        last = 0
+        if old:
+            tail = old[: -1].rpartition(b"\n")[2]
+            try:
+                last = int(json.loads(tail)["seq"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise Corrupt(f"{name} of {item_id} ends in a bad record") from exc
+        full = {"seq": last + 1, **record}
+        self.outcome.changes[path] = old + codec.encode_record(full)
+        return full
+
+    def event(self, item_id: str, kind: str, **data: Any) -> dict[str, Any]:
+        record = {"at": self.when, "by": self.actor, "type": kind, "cmd": self.cmd["id"]}
+        record.update({k: v for k, v in data.items() if v is not None})
+        return self.append(item_id, layout.EVENTS_FILE, record)
+
+    def say(self, summary: str, item_id: str | None = None, **trailers: Any) -> None:
+        self.outcome.summary = summary
+        if item_id:
+            self.outcome.trailers["Work-Item"] = item_id
+        for key, value in trailers.items():
+            if value is not None:
+                self.outcome.trailers["-".join(p.capitalize() for p in key.split("_"))] = str(value)
+
+
+def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> Outcome:
+    """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse."""
+    _load_ops()
+    ctx = Context(snapshot, cmd, now, settings)
+    OPS[cmd["op"]].func(ctx)
+    outcome = ctx.outcome
+    if outcome.changes and snapshot.commit is None:
+        _initialise(outcome)
+    outcome.trailers.setdefault("Command-Id", cmd["id"])
+    return outcome
+
+
+def _initialise(outcome: Outcome) -> None:
+    from . import FORMAT_VERSION
+    from .store import FORMAT_FILE
+
+    outcome.changes.setdefault(FORMAT_FILE, codec.dump_yaml({"format": FORMAT_VERSION}))
+
+
+def commit_message(cmd: dict[str, Any], outcome: Outcome) -> str:
+    """One human line, the command document, then trailers: ``git log`` of the ref is the audit trail."""
+    document = json.dumps(cmd, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+    trailers = "\n".join(f"{k}: {v}" for k, v in outcome.trailers.items())
+    return f"{outcome.summary or cmd['op']}\n\nCommand: {document}\n\n{trailers}\n"
+
+
+def parse_command_from_message(message: str) -> dict[str, Any] | None:
+    for line in message.split("\n"):
+        if line.startswith("Command: {"):
+            try:
+                return json.loads(line[len("Command: ") :])
+            except ValueError:
+                return None
+    return None

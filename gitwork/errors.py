@@ -1,0 +1,106 @@
+"""One error base and the exit codes every face maps it to.
+
+Each refusal the engine or store can produce is a subclass of :class:`GwError` that carries its exit
+code, so the CLI needs no table of its own and the JSON error shape is the same everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+
+class ExitCode(enum.IntEnum):
+    """Process exit codes; documented in docs/exit-codes.md (a test keeps them in step)."""
+
+    OK = 0
+    INTERNAL = 1  # a bug or an unexpected failure of git itself
+    USAGE = 2  # the command line is malformed (unknown option, missing argument)
+    NOT_FOUND = 3  # no item (or message, session) with that id
+    AMBIGUOUS = 4  # an id prefix matches more than one item
+    INVALID = 5  # the input is well formed but not acceptable (empty title, cycle, bad duration...)
+    ILLEGAL = 6  # the transition is not allowed from the item's current state
+    STALE = 7  # stale fence / not the holder: the lease you act under is gone
+    CORRUPT = 8  # the state ref holds something that does not parse
+    NEWER_FORMAT = 9  # the state ref was written by a newer gitwork
+    NOT_A_REPO = 10  # not inside a git repository
+    LOCKED = 11  # a ref lock persists: a crashed writer left it behind
+    REMOTE = 12  # the arbiter remote cannot be reached
+    NON_FAST_FORWARD = 13  # publishing needs a merge that cannot be made cleanly
+    HELD = 75  # EX_TEMPFAIL: held by someone else, or lost the race; retry later
+
+
+class GwError(Exception):
+    """Base of every error gitwork reports to a user; ``code`` is the exit code."""
+
+    code: ExitCode = ExitCode.INTERNAL
+    kind: str = "internal"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"error": self.kind, "code": int(self.code), "message": self.message}
+        if self.details:
+            doc["details"] = self.details
+        return doc
+
+
+class UsageError(GwError):
+    code, kind = ExitCode.USAGE, "usage"
+
+
+class NotFound(GwError):
+    code, kind = ExitCode.NOT_FOUND, "not-found"
+
+
+class Ambiguous(GwError):
+    code, kind = ExitCode.AMBIGUOUS, "ambiguous"
+
+
+class Invalid(GwError):
+    code, kind = ExitCode.INVALID, "invalid"
+
+
+class Illegal(GwError):
+    code, kind = ExitCode.ILLEGAL, "illegal-transition"
+
+
+class Stale(GwError):
+    code, kind = ExitCode.STALE, "stale"
+
+
+class Corrupt(GwError):
+    code, kind = ExitCode.CORRUPT, "corrupt"
+
+
+class NewerFormat(GwError):
+    code, kind = ExitCode.NEWER_FORMAT, "newer-format"
+
+
+class NotARepo(GwError):
+    code, kind = ExitCode.NOT_A_REPO, "not-a-repository"
+
+
+class Locked(GwError):
+    code, kind = ExitCode.LOCKED, "locked"
+
+
+class RemoteError(GwError):
+    code, kind = ExitCode.REMOTE, "remote-unreachable"
+
+
+class NonFastForward(GwError):
+    code, kind = ExitCode.NON_FAST_FORWARD, "non-fast-forward"
+
+
+class Held(GwError):
+    code, kind = ExitCode.HELD, "held"
+
+
+class GitFailed(GwError):
+    """git itself failed in a way we did not expect; carries the command and its output."""
+
+    code, kind = ExitCode.INTERNAL, "git-failed"

@@ -1,0 +1,125 @@
+"""The one place that runs the git binary.
+
+Every call goes through :func:`run`, which reports the command, exit code and both streams when git
+fails, so no caller formats git failures by hand. :class:`CatFile` keeps one ``git cat-file --batch``
+process per repository for all reads of a command: one process start instead of one per object.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .errors import GitFailed
+
+# Git must never stop to ask a person anything, nor page, nor localise the messages we parse.
+_QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C", "LANGUAGE": "C"}
+
+
+def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(_QUIET_ENV)
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass(frozen=True)
+class Completed:
+    args: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace").strip()
+
+
+def run(
+    args: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> Completed:
+    """Run ``git *args``; raise :class:`GitFailed` (with cmd, rc, output) unless ``check`` is off."""
+    cmd = ("git", *args)
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=cwd,
+            input=input,
+            capture_output=True,
+            env=git_env(env),
+            timeout=timeout,
+        )
+    except FileNotFoundError as exc:  # no git binary at all
+        raise GitFailed("git is not installed or not on PATH") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise GitFailed(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
+    done = Completed(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
+    if check and proc.returncode != 0:
+        raise GitFailed(
+            f"git {' '.join(args)} failed (exit {proc.returncode}): {done.err or done.out.strip()}",
+            cmd=list(cmd),
+            returncode=proc.returncode,
+            stdout=done.out,
+            stderr=done.err,
+        )
+    return done
+
+
+class CatFile:
+    """A long-lived ``git cat-file --batch`` reader; objects by id or by ``rev:path``."""
+
+    def __init__(self, git_dir: str) -> None:
+        self._git_dir = git_dir
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                ("git", "--git-dir", self._git_dir, "cat-file", "--batch"),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=git_env(),
+            )
+        return self._proc
+
+    def get(self, name: str) -> tuple[str, str, bytes] | None:
+        """Return ``(oid, type, content)`` or ``None`` when the object does not exist."""
+        if "\n" in name:
+            raise ValueError("object name contains a newline")
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(name.encode() + b"\n")
+        proc.stdin.flush()
+        header = proc.stdout.readline()
+        if not header:
+            raise GitFailed(f"git cat-file --batch exited while reading {name!r}")
+        parts = header.split()
+        if len(parts) == 2 and parts[1] in (b"missing", b"ambiguous"):
+            return None
+        oid, kind, size = parts[0].decode(), parts[1].decode(), int(parts[2])
+        data = proc.stdout.read(size + 1)[:-1]  # content, then one LF
+        return oid, kind, data
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            assert proc.stdin is not None
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                proc.kill()

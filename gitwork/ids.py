@@ -1,0 +1,77 @@
+"""Item ids: minted without coordination, shown and accepted as the shortest unique prefix.
+
+An id is ``w-`` followed by 16 lowercase hex digits (64 random bits): two machines minting offline
+collide with probability ~n²/2⁶⁵. The first two hex digits name the shard folder, so resolving a
+prefix of two or more digits reads a single shard tree.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterable
+
+from .errors import Ambiguous, Invalid, NotFound
+
+PREFIX = "w-"
+HEX_LEN = 16
+MIN_SHOWN = 6  # hex digits always shown, like git's minimum abbreviation
+_FULL = re.compile(r"w-[0-9a-f]{16}\Z")
+_PARTIAL = re.compile(r"(?:w-)?([0-9a-f]{1,16})\Z")
+
+
+def mint() -> str:
+    return PREFIX + secrets.token_hex(HEX_LEN // 2)
+
+
+def is_full(item_id: str) -> bool:
+    return bool(_FULL.match(item_id))
+
+
+def shard(item_id: str) -> str:
+    return item_id[len(PREFIX) : len(PREFIX) + 2]
+
+
+def normalise_prefix(text: str) -> str:
+    """Validate user input and return the hex part; refuse anything path-like or malformed."""
+    cleaned = text.strip().lower()
+    match = _PARTIAL.match(cleaned)
+    if not match:
+        raise Invalid(f"malformed item id {text!r}: expected w- followed by hex digits")
+    return match.group(1)
+
+
+def resolve(hex_prefix: str, candidates: Iterable[str], shown: str) -> str:
+    """Pick the one id in ``candidates`` that starts with ``w-<hex_prefix>``."""
+    want = PREFIX + hex_prefix
+    found = [c for c in candidates if c.startswith(want)]
+    if not found:
+        raise NotFound(f"no item matches {shown!r}", id=shown)
+    if len(found) > 1:
+        sample = ", ".join(sorted(found)[:4])
+        raise Ambiguous(f"{shown!r} is ambiguous: {len(found)} items match ({sample})", id=shown)
+    return found[0]
+
+
+def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
+    """Map each id to its shortest unique form (at least MIN_SHOWN hex digits)."""
+    ordered = sorted(set(ids))
+    result: dict[str, str] = {}
+    for index, item_id in enumerate(ordered):
+        need = MIN_SHOWN
+        for neighbour in (ordered[index - 1] if index else None, ordered[index + 1] if index + 1 < len(ordered) else None):
+            if neighbour is None:
+                continue
+            common = 0
+            for a, b in zip(item_id[2:], neighbour[2:]):
+                if a != b:
+                    break
+                common += 1
+            need = max(need, common + 1)
+        result[item_id] = item_id[: len(PREFIX) + min(need, HEX_LEN)]
+    return result
+
+
+def command_id() -> str:
+    """A client-chosen id for one command, so a retried submission can be recognised."""
+    return "c-" + secrets.token_hex(8)

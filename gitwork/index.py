@@ -1,0 +1,117 @@
+"""A summary of every item at one state commit, for ``list``, ``ready`` and ``claim --next``.
+
+Reading 100,000 item files per command would make listing cost grow with the item count, so the
+summary is cached on disk keyed by commit, and brought up to date incrementally: shard trees and item
+folders whose tree id did not change are not read again. The cache is derived data (delete it at
+will); it lives in ``<git common dir>/gitwork/`` and is written atomically.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+import tempfile
+from typing import Any
+
+from . import codec, layout
+from .errors import Corrupt
+from .store import Snapshot
+
+CACHE_VERSION = 2
+_NAME = f"index-v{CACHE_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}.marshal"
+
+# Per item: a tuple, cheap to marshal; field positions below.
+ID, TITLE, STATUS, PRIORITY, LABELS, DEPS, CREATED, OWNER, HOLDER, LEASE_STATE, EXPIRES, EPOCH, FENCE, TREE = range(14)
+
+
+def summarise(item_doc: dict[str, Any], lease_doc: dict[str, Any] | None, tree: str) -> tuple[Any, ...]:
+    lease = lease_doc or {}
+    return (
+        item_doc.get("id"),
+        item_doc.get("title"),
+        item_doc.get("status", "open"),
+        item_doc.get("priority", 2),
+        tuple(item_doc.get("labels") or ()),
+        tuple(item_doc.get("depends_on") or ()),
+        item_doc.get("created_at", ""),
+        item_doc.get("owner"),
+        lease.get("holder"),
+        lease.get("state"),
+        lease.get("expires_at"),
+        lease.get("epoch", 0),
+        lease.get("fence"),
+        tree,
+    )
+
+
+class Index:
+    def __init__(self, commit: str | None, shards: dict[str, tuple[str, dict[str, tuple[Any, ...]]]]) -> None:
+        self.commit = commit
+        self.shards = shards
+
+    def items(self) -> dict[str, tuple[Any, ...]]:
+        merged: dict[str, tuple[Any, ...]] = {}
+        for _oid, members in self.shards.values():
+            merged.update(members)
+        return merged
+
+
+def _cache_path(snapshot: Snapshot) -> str:
+    ref = snapshot.store.ref.replace("/", "_")
+    return os.path.join(snapshot.store.repo.gitwork_dir(), f"{ref}.{_NAME}")
+
+
+def _read_cache(path: str) -> Index | None:
+    try:
+        with open(path, "rb") as handle:
+            commit, shards = marshal.load(handle)
+        return Index(commit, shards)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+
+
+def _write_cache(path: str, index: Index) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".index-", dir=os.path.dirname(path))
+        with os.fdopen(fd, "wb") as handle:
+            marshal.dump((index.commit, index.shards), handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache we cannot write is only a slower next command
+
+
+def load_index(snapshot: Snapshot, *, use_cache: bool = True) -> Index:
+    path = _cache_path(snapshot)
+    cached = _read_cache(path) if use_cache else None
+    if cached is not None and cached.commit == snapshot.commit:
+        return cached
+    old_shards = cached.shards if cached else {}
+    store = snapshot.store
+    shards: dict[str, tuple[str, dict[str, tuple[Any, ...]]]] = {}
+    for name, entry in snapshot.tree(layout.ITEMS).items():
+        previous = old_shards.get(name)
+        if previous is not None and previous[0] == entry.oid:
+            shards[name] = previous
+            continue
+        before = previous[1] if previous else {}
+        members: dict[str, tuple[Any, ...]] = {}
+        for item_id, folder in store.read_tree(entry.oid).items():
+            known = before.get(item_id)
+            if known is not None and known[TREE] == folder.oid:
+                members[item_id] = known
+                continue
+            files = store.read_tree(folder.oid)
+            item_entry, lease_entry = files.get(layout.ITEM_FILE), files.get(layout.LEASE_FILE)
+            if item_entry is None:
+                raise Corrupt(f"{layout.ITEMS}/{name}/{item_id} has no {layout.ITEM_FILE}")
+            item_doc = codec.load_yaml(store.read_blob(item_entry.oid), what=f"item {item_id}")
+            lease_doc = (
+                codec.load_yaml(store.read_blob(lease_entry.oid), what=f"lease of {item_id}") if lease_entry else None
+            )
+            members[item_id] = summarise(item_doc, lease_doc, folder.oid)
+        shards[name] = (entry.oid, members)
+    index = Index(snapshot.commit, shards)
+    if use_cache:
+        _write_cache(path, index)
+    return index

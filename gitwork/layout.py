@@ -1,0 +1,20 @@
+"""Where each piece of state lives in the state ref's tree (see docs/format.md)."""
+
+from __future__ import annotations
+
+from .ids import shard
+
+ITEMS = "items"
+COUNTERS = "counters.yaml"
+ITEM_FILE = "item.yaml"
+LEASE_FILE = "lease.yaml"
+EVENTS_FILE = "events.log"
+THREAD_FILE = "thread.log"
+
+
+def item_dir(item_id: str) -> str:
+    return f"{ITEMS}/{shard(item_id)}/{item_id}"
+
+
+def item_path(item_id: str, name: str) -> str:
+    return f"{item_dir(item_id)}/{name}"

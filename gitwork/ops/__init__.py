@@ -1,0 +1,5 @@
+"""Op implementations; importing this package registers every op with the engine."""
+
+from __future__ import annotations
+
+from . import items, leases  # noqa: F401

@@ -1,0 +1,257 @@
+"""Work item ops: init, new, edit, check, decision, done, cancel, reopen."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import ids
+from ..engine import Context, op
+from ..errors import Illegal, Invalid
+from ..model import TRANSITIONS, Item
+
+_HEX_COMMIT = re.compile(r"[0-9a-f]{7,64}\Z")
+
+
+@op("init", "prepare the state ref (no-op when it exists)")
+def init(ctx: Context) -> None:
+    if ctx.snapshot.commit is None:
+        ctx.save_counters({"fence": 0})
+        ctx.say(f"init gitwork state by {ctx.actor}")
+
+
+def _provenance(ctx: Context, source: str | None) -> dict[str, Any]:
+    prov: dict[str, Any] = {"by": ctx.actor, "at": ctx.when}
+    if not source:
+        return prov
+    if source.startswith(("http://", "https://")):
+        kind, ref = "url", source
+    elif source.startswith("commit:") or _HEX_COMMIT.match(source):
+        kind, ref = "commit", source.removeprefix("commit:")
+    elif source.startswith("file:"):
+        kind, ref = "file", source.removeprefix("file:")
+    elif source.startswith(("item:", "w-")):
+        kind, ref = "item", ctx.resolve(source.removeprefix("item:"))
+    else:
+        kind, ref = "text", source
+    prov["source"] = {"kind": kind, "ref": ref}
+    return prov
+
+
+def _resolve_deps(ctx: Context, item_id: str, deps: list[str]) -> list[str]:
+    resolved = []
+    for dep in deps:
+        full = ctx.resolve(dep)
+        if full == item_id:
+            raise Invalid(f"{item_id} cannot depend on itself")
+        ctx.item(full)  # must exist and parse
+        if full not in resolved:
+            resolved.append(full)
+    return resolved
+
+
+def _check_cycle(ctx: Context, item_id: str, deps: list[str]) -> None:
+    """Refuse if ``item_id`` is reachable from any of ``deps`` (the new edges would close a loop)."""
+    seen: set[str] = set()
+    stack = [(d, [item_id, d]) for d in deps]
+    while stack:
+        current, path = stack.pop()
+        if current == item_id:
+            raise Invalid("dependency cycle: " + " -> ".join(path))
+        if current in seen:
+            continue
+        seen.add(current)
+        for nxt in ctx.item(current).depends_on:
+            stack.append((nxt, [*path, nxt]))
+
+
+def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
+    return [{"text": t, "checked": False} for t in texts]
+
+
+@op(
+    "new",
+    "create a work item",
+    title="title!",
+    description="text",
+    priority="priority",
+    labels="labels",
+    depends_on="items",
+    criteria="texts",
+    owner="name",
+    source="short",
+    item="item",
+)
+def new(ctx: Context) -> None:
+    cmd = ctx.cmd
+    item_id = cmd.get("item") or ids.mint()
+    if not ids.is_full(item_id):
+        raise Invalid(f"a new item's id must be a full id (w- and 16 hex digits), got {item_id!r}")
+    if ctx.snapshot.blob(f"items/{ids.shard(item_id)}/{item_id}/item.yaml") is not None:
+        raise Invalid(f"item {item_id} already exists")
+    deps = _resolve_deps(ctx, item_id, cmd.get("depends_on", []))
+    item = Item(
+        id=item_id,
+        title=cmd["title"],
+        description=cmd.get("description", ""),
+        priority=cmd.get("priority", 2),
+        labels=sorted(set(cmd.get("labels", []))),
+        owner=cmd.get("owner"),
+        provenance=_provenance(ctx, cmd.get("source")),
+        depends_on=deps,
+        criteria=_criteria(ctx, cmd.get("criteria", [])),
+        created_at=ctx.when,
+    )
+    ctx.save_item(item)
+    ctx.event(item_id, "created", title=item.title)
+    ctx.say(f"new {item_id} by {ctx.actor}: {item.title}", item_id)
+    ctx.outcome.result = {"item": item_id, "title": item.title}
+
+
+@op(
+    "edit",
+    "change an item's fields",
+    item="item!",
+    title="title",
+    description="text",
+    priority="priority",
+    labels="labels",
+    add_labels="labels",
+    remove_labels="labels",
+    add_deps="items",
+    remove_deps="items",
+    add_criteria="texts",
+    owner="name",
+    status="open|blocked",
+    reason="short",
+)
+def edit(ctx: Context) -> None:
+    cmd = ctx.cmd
+    item_id = ctx.target()
+    ctx.require_holder(item_id)
+    item = ctx.item(item_id)
+    changed: dict[str, Any] = {}
+    for key in ("title", "description", "priority", "owner"):
+        if key in cmd and cmd[key] != getattr(item, key):
+            setattr(item, key, cmd[key])
+            changed[key] = cmd[key] if key != "description" else "(changed)"
+    labels = set(cmd["labels"]) if "labels" in cmd else set(item.labels)
+    labels |= set(cmd.get("add_labels", []))
+    labels -= set(cmd.get("remove_labels", []))
+    if sorted(labels) != item.labels:
+        item.labels = sorted(labels)
+        changed["labels"] = item.labels
+    if "add_deps" in cmd or "remove_deps" in cmd:
+        added = [d for d in _resolve_deps(ctx, item_id, cmd.get("add_deps", [])) if d not in item.depends_on]
+        removed = {ctx.resolve(d) for d in cmd.get("remove_deps", [])}
+        _check_cycle(ctx, item_id, added)
+        deps = [d for d in item.depends_on if d not in removed] + added
+        if deps != item.depends_on:
+            item.depends_on = deps
+            changed["depends_on"] = deps
+    if cmd.get("add_criteria"):
+        item.criteria = item.criteria + _criteria(ctx, cmd["add_criteria"])
+        changed["criteria_added"] = cmd["add_criteria"]
+    if "status" in cmd and cmd["status"] != item.status:
+        _transition(item, cmd["status"])
+        changed["status"] = cmd["status"]
+    if not changed:
+        raise Invalid(f"nothing to change on {item_id}")
+    ctx.save_item(item)
+    ctx.event(item_id, "edited", changes=changed, reason=cmd.get("reason"))
+    ctx.say(f"edit {item_id} by {ctx.actor}: {', '.join(changed)}", item_id, fence=cmd.get("fence"))
+    ctx.outcome.result = {"item": item_id, "changed": sorted(changed)}
+
+
+def _transition(item: Item, target: str) -> None:
+    if target not in TRANSITIONS[item.status]:
+        raise Illegal(f"{item.id} cannot go from {item.status} to {target}")
+    item.status = target
+
+
+@op("check", "tick (or untick) one acceptance criterion", item="item!", criterion="int!", uncheck="bool")
+def check(ctx: Context) -> None:
+    item_id = ctx.target()
+    ctx.require_holder(item_id)
+    item = ctx.item(item_id)
+    number = ctx.cmd["criterion"]
+    if not 1 <= number <= len(item.criteria):
+        raise Invalid(f"{item_id} has {len(item.criteria)} criteria; there is no #{number}")
+    want = not ctx.cmd.get("uncheck", False)
+    criterion = dict(item.criteria[number - 1])
+    if criterion.get("checked") == want:
+        raise Invalid(f"criterion #{number} of {item_id} is already {'checked' if want else 'unchecked'}")
+    criterion.update(checked=want, by=ctx.actor if want else None, at=ctx.when if want else None)
+    item.criteria = [*item.criteria[: number - 1], {k: v for k, v in criterion.items() if v is not None}, *item.criteria[number:]]
+    ctx.save_item(item)
+    ctx.event(item_id, "checked" if want else "unchecked", criterion=number, text=criterion["text"])
+    ctx.say(f"{'check' if want else 'uncheck'} {item_id} #{number} by {ctx.actor}", item_id, fence=ctx.cmd.get("fence"))
+    ctx.outcome.result = {"item": item_id, "criterion": number, "checked": want}
+
+
+@op("decision", "record a decision with its rationale", item="item!", text="short!", why="text!")
+def decision(ctx: Context) -> None:
+    item_id = ctx.target()
+    ctx.require_holder(item_id)
+    record_decision(ctx, item_id, ctx.cmd["text"], ctx.cmd["why"])
+
+
+def record_decision(ctx: Context, item_id: str, text: str, why: str, **extra: Any) -> dict[str, Any]:
+    item = ctx.item(item_id)
+    entry = {"n": len(item.decisions) + 1, "text": text, "rationale": why, "by": ctx.actor, "at": ctx.when, **extra}
+    item.decisions = [*item.decisions, entry]
+    ctx.save_item(item)
+    ctx.event(item_id, "decision", n=entry["n"], text=text, rationale=why)
+    ctx.say(f"decision on {item_id} by {ctx.actor}: {text}", item_id, fence=ctx.cmd.get("fence"))
+    ctx.outcome.result = {"item": item_id, "decision": entry["n"]}
+    return entry
+
+
+def _close(ctx: Context, target: str) -> None:
+    from .leases import end_lease
+
+    item_id = ctx.target()
+    lease = ctx.require_holder(item_id)
+    item = ctx.item(item_id)
+    reason = ctx.cmd.get("reason")
+    if target == "done":
+        open_criteria = [i + 1 for i, c in enumerate(item.criteria) if not c.get("checked")]
+        if open_criteria and not ctx.cmd.get("force"):
+            raise Illegal(
+                f"{item_id} has unchecked criteria {open_criteria}: check them, or use --force with a --reason"
+            )
+        if open_criteria and not reason:
+            raise Invalid("--force needs a --reason")
+    _transition(item, target)
+    item.closed_reason = reason
+    ctx.save_item(item)
+    ctx.event(item_id, target, reason=reason, forced=bool(ctx.cmd.get("force")) or None)
+    if lease is not None:
+        end_lease(ctx, lease, "released", reason=target)
+    ctx.say(f"{target} {item_id} by {ctx.actor}", item_id, fence=ctx.cmd.get("fence"))
+    ctx.outcome.result = {"item": item_id, "status": target}
+
+
+@op("done", "mark an item done (releases the holder's lease)", item="item!", force="bool", reason="short")
+def done(ctx: Context) -> None:
+    _close(ctx, "done")
+
+
+@op("cancel", "cancel an item", item="item!", reason="short")
+def cancel(ctx: Context) -> None:
+    _close(ctx, "cancelled")
+
+
+@op("reopen", "reopen a done or cancelled item", item="item!", reason="short")
+def reopen(ctx: Context) -> None:
+    item_id = ctx.target()
+    ctx.require_holder(item_id)
+    item = ctx.item(item_id)
+    if item.status not in ("done", "cancelled"):
+        raise Illegal(f"{item_id} is {item.status}; only done or cancelled items can be reopened")
+    _transition(item, "open")
+    item.closed_reason = None
+    ctx.save_item(item)
+    ctx.event(item_id, "reopened", reason=ctx.cmd.get("reason"))
+    ctx.say(f"reopen {item_id} by {ctx.actor}", item_id)
+    ctx.outcome.result = {"item": item_id, "status": "open"}

@@ -1,0 +1,181 @@
+"""Lease ops: claim (by id or the best ready item), renew, release, takeover, revoke, handoff.
+
+Every grant bumps the item's epoch and draws the next fencing token from the one counter in
+``counters.yaml``; since every command is a CAS on the same ref, tokens strictly increase across the
+whole state. The rules, and why clocks only decide *when to try*, are in docs/leases.md.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from ..clock import format_instant
+from ..engine import Context, op
+from ..errors import Held, Illegal, Invalid, NotFound, Stale
+from ..model import CLOSED, Lease
+
+HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
+
+
+def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:
+    item = ctx.item(item_id)
+    counters = ctx.counters()
+    fence = int(counters.get("fence", 0)) + 1
+    counters["fence"] = fence
+    ttl = ctx.cmd.get("ttl") or ctx.settings.default_ttl
+    lease = Lease(
+        item=item_id,
+        epoch=(previous.epoch if previous else 0) + 1,
+        fence=fence,
+        holder=ctx.actor,
+        state="active",
+        granted_at=ctx.when,
+        expires_at=format_instant(ctx.now + _dt.timedelta(seconds=ttl)),
+        ttl=ttl,
+    )
+    if item.status in ("open", "blocked"):
+        item.status = "in_progress"
+        ctx.save_item(item)
+    ctx.save_lease(lease)
+    ctx.save_counters(counters)
+    took = None
+    if previous is not None and previous.state in ("active", "handed-off"):
+        took = {"holder": previous.holder, "epoch": previous.epoch, "fence": previous.fence, "state": previous.state}
+    ctx.event(item_id, kind, epoch=lease.epoch, fence=fence, ttl=ttl, expires_at=lease.expires_at, previous=took)
+    ctx.say(
+        f"{kind} {item_id} by {ctx.actor} (epoch {lease.epoch}, fence {fence})",
+        item_id,
+        lease_epoch=lease.epoch,
+        fence=fence,
+    )
+    ctx.outcome.result = lease_result(lease)
+    return lease
+
+
+def lease_result(lease: Lease) -> dict[str, object]:
+    return {
+        "item": lease.item,
+        "holder": lease.holder,
+        "epoch": lease.epoch,
+        "fence": lease.fence,
+        "state": lease.state,
+        "expires_at": lease.expires_at,
+    }
+
+
+def _claimable(ctx: Context, item_id: str) -> Lease | None:
+    item = ctx.item(item_id)
+    if item.status in CLOSED:
+        raise Illegal(f"{item_id} is {item.status}; reopen it before claiming")
+    lease = ctx.lease(item_id)
+    if lease is not None and not lease.takeable(ctx.now, ctx.settings.clock_margin):
+        mine = " (by you: use renew)" if lease.holder == ctx.actor else ""
+        raise Held(
+            f"{item_id} is held by {lease.holder}{mine} until {lease.expires_at} (epoch {lease.epoch})",
+            item=item_id,
+            holder=lease.holder,
+            expires_at=lease.expires_at,
+        )
+    return lease
+
+
+@op("claim", "acquire the lease on an item, or on the best ready item", item="item", next="bool", ttl="duration")
+def claim(ctx: Context) -> None:
+    if ctx.cmd.get("next"):
+        if "item" in ctx.cmd:
+            raise Invalid("give an item or --next, not both")
+        from ..queries import ready
+
+        for row in ready(ctx.index(), ctx.now, ctx.settings.clock_margin):
+            ctx.cmd["item"] = row[0]  # the document in the commit names what was actually claimed
+            _grant(ctx, row[0], _claimable(ctx, row[0]), "claim")
+            return
+        raise NotFound("no ready item to claim")
+    if "item" not in ctx.cmd:
+        raise Invalid("claim needs an item id, or --next")
+    item_id = ctx.target()
+    _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
+
+
+@op("takeover", "take an expired or handed-off lease", item="item!", ttl="duration")
+def takeover(ctx: Context) -> None:
+    item_id = ctx.target()
+    lease = ctx.lease(item_id)
+    if lease is None or lease.state not in ("active", "handed-off"):
+        raise Invalid(f"{item_id} has no lease to take over; use claim")
+    _grant(ctx, item_id, _claimable(ctx, item_id), "takeover")
+
+
+def _held(ctx: Context, item_id: str) -> Lease:
+    lease = ctx.require_holder(item_id)
+    if lease is None:
+        raise Stale(f"you hold no lease on {item_id}", item=item_id)
+    return lease
+
+
+@op("renew", "extend the holder's lease", item="item!", ttl="duration")
+def renew(ctx: Context) -> None:
+    item_id = ctx.target()
+    lease = _held(ctx, item_id)
+    lease.ttl = ctx.cmd.get("ttl") or lease.ttl
+    lease.expires_at = format_instant(ctx.now + _dt.timedelta(seconds=lease.ttl))
+    lease.renewed_at = ctx.when
+    # Renewals are recorded by their commit only, not in events.log: a log line per renewal would
+    # make every renewal rewrite an ever-growing blob.
+    ctx.save_lease(lease)
+    ctx.say(
+        f"renew {item_id} by {ctx.actor} until {lease.expires_at} (epoch {lease.epoch}, fence {lease.fence})",
+        item_id,
+        lease_epoch=lease.epoch,
+        fence=lease.fence,
+    )
+    ctx.outcome.result = lease_result(lease)
+
+
+def end_lease(ctx: Context, lease: Lease, state: str, reason: str | None = None, **extra: object) -> None:
+    lease.state = state
+    lease.ended_at = ctx.when
+    lease.ended_by = ctx.actor
+    lease.reason = reason
+    ctx.save_lease(lease)
+    item = ctx.item(lease.item)
+    if item.status == "in_progress":
+        item.status = "open"
+        ctx.save_item(item)
+    verb = {"released": "released", "revoked": "revoked", "handed-off": "handoff"}[state]
+    ctx.event(lease.item, verb, epoch=lease.epoch, fence=lease.fence, holder=lease.holder, reason=reason, **extra)
+
+
+@op("release", "give the lease up", item="item!")
+def release(ctx: Context) -> None:
+    item_id = ctx.target()
+    lease = _held(ctx, item_id)
+    end_lease(ctx, lease, "released")
+    ctx.say(f"release {item_id} by {ctx.actor} (epoch {lease.epoch}, fence {lease.fence})", item_id,
+            lease_epoch=lease.epoch, fence=lease.fence)
+    ctx.outcome.result = lease_result(lease)
+
+
+@op("revoke", "end someone's lease administratively", item="item!", reason="short!")
+def revoke(ctx: Context) -> None:
+    item_id = ctx.target()
+    lease = ctx.lease(item_id)
+    if lease is None or not lease.is_active():
+        raise Invalid(f"{item_id} has no active lease to revoke")
+    end_lease(ctx, lease, "revoked", reason=ctx.cmd["reason"])
+    ctx.say(f"revoke {item_id} from {lease.holder} by {ctx.actor} (epoch {lease.epoch}, fence {lease.fence})",
+            item_id, lease_epoch=lease.epoch, fence=lease.fence)
+    ctx.outcome.result = lease_result(lease)
+
+
+@op("handoff", "hand the lease over: the next claimant need not wait for expiry",
+    item="item!", reason="|".join(HANDOFF_REASONS) + "!", message="text", to="name")
+def handoff(ctx: Context) -> None:
+    item_id = ctx.target()
+    lease = _held(ctx, item_id)
+    lease.handoff = {"reason": ctx.cmd["reason"], "to": ctx.cmd.get("to"), "message": ctx.cmd.get("message")}
+    lease.handoff = {k: v for k, v in lease.handoff.items() if v}
+    end_lease(ctx, lease, "handed-off", reason=ctx.cmd["reason"], to=ctx.cmd.get("to"))
+    ctx.say(f"handoff {item_id} by {ctx.actor} ({ctx.cmd['reason']}; epoch {lease.epoch}, fence {lease.fence})",
+            item_id, lease_epoch=lease.epoch, fence=lease.fence)
+    ctx.outcome.result = lease_result(lease)

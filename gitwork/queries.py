@@ -1,0 +1,34 @@
+"""Read-side questions over the summary index: which items are ready, in which order."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+from .clock import parse_instant
+from .index import CREATED, DEPS, EXPIRES, ID, LEASE_STATE, PRIORITY, STATUS, Index
+
+
+def lease_is_live(row: tuple[Any, ...], now: _dt.datetime, margin: int) -> bool:
+    """Whether someone else still holds the item, by a taker's clock (expiry plus margin)."""
+    if row[LEASE_STATE] != "active" or not row[EXPIRES]:
+        return False
+    return now < parse_instant(row[EXPIRES]) + _dt.timedelta(seconds=margin)
+
+
+def order_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Best first: priority (0 is highest), then oldest, then id for a stable order."""
+    return (row[PRIORITY], row[CREATED], row[ID])
+
+
+def ready(index: Index, now: _dt.datetime, margin: int) -> list[tuple[Any, ...]]:
+    """Open items with no live lease whose dependencies are all done, best first."""
+    rows = index.items()
+    out = []
+    for row in rows.values():
+        if row[STATUS] != "open" or lease_is_live(row, now, margin):
+            continue
+        if all(rows.get(dep, (None,) * 14)[STATUS] == "done" for dep in row[DEPS]):
+            out.append(row)
+    out.sort(key=order_key)
+    return out

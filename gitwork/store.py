@@ -1,0 +1,279 @@
+"""The state ref: read a snapshot at a commit, write changes as one commit, move the ref by CAS.
+
+Vocabulary after dulwich: :meth:`Store.set_if_equals` moves the ref from an expected old commit to a
+new one (``None`` means "must not exist yet") and returns ``False`` when another writer moved first.
+A lost race is a value, not an exception; a lock that will not go away is :class:`~.errors.Locked`.
+
+The ref moves only through ``git update-ref <ref> <new> <old>``, which takes git's own lock file and
+compares under it, so gitwork, plain git and other tools all serialise on the same lock.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import time
+from dataclasses import dataclass
+from . import gitcmd
+from .config import Settings, load
+from .errors import Corrupt, GitFailed, Locked, NewerFormat, NotARepo
+from .objects import MODE_BLOB, MODE_TREE, Commit, LooseWriter, TreeEntry, format_commit, parse_commit, parse_tree
+
+FORMAT_FILE = "format.yaml"
+APPEND_ONLY_SUFFIX = ".log"
+
+
+def crash_point(name: str) -> None:
+    """Die like ``kill -9`` at a named step when ``GW_CRASH_AT`` names it (crash tests only)."""
+    if os.environ.get("GW_CRASH_AT") == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class Repository:
+    """Where a repository's git data lives, and its settings."""
+
+    git_dir: str
+    common_dir: str
+    toplevel: str | None
+    bare: bool
+    algorithm: str
+    git_config: dict[str, str]
+    settings: Settings
+
+    @classmethod
+    def discover(cls, path: str | os.PathLike[str] | None = None) -> Repository:
+        cwd = os.fspath(path) if path is not None else os.getcwd()
+        if not os.path.isdir(cwd):
+            raise NotARepo(f"not a git repository: {cwd} does not exist")
+        probe = gitcmd.run(
+            ["rev-parse", "--absolute-git-dir", "--git-common-dir", "--is-bare-repository",
+             "--is-inside-work-tree", "--show-cdup"],
+            cwd=cwd, check=False,
+        )
+        if probe.returncode != 0:
+            raise NotARepo(f"not a git repository: {cwd}")
+        lines = probe.out.split("\n")
+        git_dir, common, bare, inside = lines[0], lines[1], lines[2] == "true", lines[3] == "true"
+        common_dir = os.path.normpath(os.path.join(cwd, common))
+        toplevel = os.path.normpath(os.path.join(cwd, lines[4])) if inside else None
+        conf = gitcmd.run(
+            ["config", "-z", "--get-regexp", r"^(gitwork\.|extensions\.objectformat$)"], cwd=cwd, check=False
+        )
+        git_config: dict[str, str] = {}
+        for entry in conf.out.split("\0"):
+            if entry:
+                key, _, value = entry.partition("\n")
+                git_config[key.lower()] = value
+        algorithm = git_config.pop("extensions.objectformat", "sha1")
+        settings = load(toplevel, git_config)
+        return cls(git_dir, common_dir, toplevel, bare, algorithm, git_config, settings)
+
+    @property
+    def objects_dir(self) -> str:
+        return os.path.join(self.common_dir, "objects")
+
+    def gitwork_dir(self) -> str:
+        """Private working files (read cache); one per repository, shared by its worktrees."""
+        path = os.path.join(self.common_dir, "gitwork")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+
+class Snapshot:
+    """A read-only view of the state at one commit (``commit is None``: the ref does not exist)."""
+
+    def __init__(self, store: Store, commit: str | None, info: Commit | None) -> None:
+        self.store = store
+        self.commit = commit
+        self.info = info
+        self.root = info.tree if info else None
+
+    def tree(self, path: str = "") -> dict[str, TreeEntry]:
+        oid = self.root
+        if oid is None:
+            return {}
+        for part in [p for p in path.split("/") if p]:
+            entry = self.store.read_tree(oid).get(part)
+            if entry is None or not entry.is_tree:
+                return {}
+            oid = entry.oid
+        return self.store.read_tree(oid)
+
+    def entry(self, path: str) -> TreeEntry | None:
+        head, _, name = path.rpartition("/")
+        return self.tree(head).get(name)
+
+    def blob(self, path: str) -> bytes | None:
+        entry = self.entry(path)
+        if entry is None or entry.is_tree:
+            return None
+        return self.store.read_blob(entry.oid)
+
+    def format_version(self) -> int:
+        from .codec import load_yaml
+
+        data = self.blob(FORMAT_FILE)
+        if data is None:
+            return 0 if self.commit is None else -1
+        doc = load_yaml(data, what=FORMAT_FILE)
+        version = doc.get("format")
+        if not isinstance(version, int):
+            raise Corrupt(f"{FORMAT_FILE} on {self.store.ref} has no integer 'format'")
+        return version
+
+    def check_format(self) -> None:
+        from . import FORMAT_VERSION
+
+        if self.commit is None:
+            return
+        version = self.format_version()
+        if version == -1:
+            raise Corrupt(f"{self.store.ref} has no {FORMAT_FILE}: it was not written by gitwork")
+        if version > FORMAT_VERSION:
+            raise NewerFormat(
+                f"{self.store.ref} uses format {version}; this gitwork reads up to {FORMAT_VERSION}: upgrade gitwork"
+            )
+
+
+class Store:
+    def __init__(self, repo: Repository, ref: str | None = None) -> None:
+        self.repo = repo
+        self.ref = ref or repo.settings.ref
+        self.cat = gitcmd.CatFile(repo.git_dir)
+        self.writer = LooseWriter(repo.objects_dir, repo.algorithm)
+        self._trees: dict[str, dict[str, TreeEntry]] = {}
+        self._blobs: dict[str, bytes] = {}
+        self._hexlen = 64 if repo.algorithm == "sha256" else 40
+
+    def close(self) -> None:
+        self.cat.close()
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def _object(self, name: str, kind: str) -> bytes:
+        got = self.cat.get(name)
+        if got is None:
+            raise Corrupt(f"object {name} is missing from the repository")
+        if got[1] != kind:
+            raise Corrupt(f"object {name} is a {got[1]}, expected a {kind}")
+        return got[2]
+
+    def read_tree(self, oid: str) -> dict[str, TreeEntry]:
+        tree = self._trees.get(oid)
+        if tree is None:
+            tree = parse_tree(self._object(oid, "tree"), self._hexlen)
+            self._trees[oid] = tree
+        return tree
+
+    def read_blob(self, oid: str) -> bytes:
+        blob = self._blobs.get(oid)
+        if blob is None:
+            blob = self._object(oid, "blob")
+            if len(blob) < 1 << 20:
+                self._blobs[oid] = blob
+        return blob
+
+    def tip(self) -> str | None:
+        got = self.cat.get(self.ref)
+        if got is None:
+            return None
+        if got[1] != "commit":
+            raise Corrupt(f"{self.ref} points at a {got[1]}, not a commit")
+        return got[0]
+
+    def snapshot(self, commit: str | None = None, *, at_tip: bool = True) -> Snapshot:
+        if commit is None and at_tip:
+            commit = self.tip()
+        if commit is None:
+            return Snapshot(self, None, None)
+        return Snapshot(self, commit, parse_commit(self._object(commit, "commit")))
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def _build(self, tree_oid: str | None, changes: dict[tuple[str, ...], bytes | None]) -> str | None:
+        entries = dict(self.read_tree(tree_oid)) if tree_oid else {}
+        groups: dict[str, dict[tuple[str, ...], bytes | None]] = {}
+        for parts, data in changes.items():
+            if len(parts) == 1:
+                if data is None:
+                    entries.pop(parts[0], None)
+                else:
+                    entries[parts[0]] = TreeEntry(MODE_BLOB, parts[0], self.writer.write("blob", data))
+            else:
+                groups.setdefault(parts[0], {})[parts[1:]] = data
+        for name, sub in groups.items():
+            old = entries.get(name)
+            new_oid = self._build(old.oid if old is not None and old.is_tree else None, sub)
+            if new_oid is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = TreeEntry(MODE_TREE, name, new_oid)
+        if not entries and tree_oid is not None:
+            return None
+        oid = self.writer.write_tree(entries)
+        self._trees.setdefault(oid, entries)
+        return oid
+
+    def check_append_only(self, base: Snapshot, changes: dict[str, bytes | None]) -> None:
+        """Refuse (as a bug) any change that would rewrite or truncate an append-only log."""
+        for path, data in changes.items():
+            if not path.endswith(APPEND_ONLY_SUFFIX):
+                continue
+            old = base.blob(path)
+            if old is not None and (data is None or not data.startswith(old)):
+                raise Corrupt(f"refusing to rewrite append-only file {path}")
+
+    def write_commit(
+        self,
+        base: Snapshot,
+        changes: dict[str, bytes | None],
+        message: str,
+        identity: str,
+        when: int,
+    ) -> str:
+        """Write the objects of a commit on top of ``base``; the ref is not touched."""
+        self.check_append_only(base, changes)
+        split = {tuple(path.split("/")): data for path, data in changes.items()}
+        tree = self._build(base.root, split) or self.writer.write_tree({})
+        signature = f"{identity} {when} +0000"
+        parents = [base.commit] if base.commit else []
+        return self.writer.write("commit", format_commit(tree, parents, signature, signature, message))
+
+    def set_if_equals(self, old: str | None, new: str) -> bool:
+        """Move the ref from ``old`` to ``new``; ``False`` if another writer moved it first."""
+        expected = old or "0" * self._hexlen
+        lock_path = os.path.join(self.repo.common_dir, *self.ref.split("/")) + ".lock"
+        deadline_attempts = max(1, int(self.repo.settings.lock_timeout / 0.05))
+        for attempt in range(deadline_attempts + 1):
+            done = gitcmd.run(
+                ["--git-dir", self.repo.git_dir, "update-ref", "-m", "gitwork", self.ref, new, expected],
+                check=False,
+            )
+            if done.returncode == 0:
+                return True
+            err = done.err
+            if "but expected" in err or "reference already exists" in err or "reference is missing" in err:
+                return False
+            if ".lock" in err and "File exists" in err:
+                # Another writer holds git's lock: transient, unless it never goes away.
+                time.sleep(random.uniform(0.01, 0.09))
+                continue
+            raise GitFailed(f"git update-ref {self.ref} failed: {err}", stderr=err)
+        raise Locked(
+            f"{self.ref} has been locked for over {self.repo.settings.lock_timeout:g}s: a crashed writer "
+            f"may have left {lock_path}; if no git process is running, remove it",
+            lock=lock_path,
+        )
+
+
+def identity_signature(name: str) -> str:
+    """A git signature for a holder identity (no user.name/user.email needed)."""
+    clean = "".join(ch for ch in name if ch not in "<>\n") or "gitwork"
+    if re.fullmatch(r"[^@\s/]+@[^@\s/]+\.[^@\s/]+", clean):
+        email = clean
+    else:
+        email = re.sub(r"[^A-Za-z0-9._-]+", "-", clean).strip("-") + "@gitwork.invalid"
+    return f"{clean} <{email}>"

@@ -1,0 +1,171 @@
+"""The library face: open a repository's work plane, submit command documents, read state.
+
+:meth:`Workplane.submit` is the one write path. It validates the document, reads the tip, asks the
+engine for the changes, writes one commit and moves the ref by CAS; when another writer moved the ref
+first it re-reads and re-applies, so every refusal (held, stale fence) reflects the state it would
+really have extended. The CLI, the Python API and later faces all end here.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import clock, codec, engine, layout
+from .errors import Corrupt, GwError, Invalid
+from .model import Item, Lease
+from .store import Repository, Store, crash_point, identity_signature
+
+MAX_ATTEMPTS = 10_000
+
+
+@dataclass
+class Applied:
+    """A command that landed: its commit, result and how many CAS attempts it took."""
+
+    command: dict[str, Any]
+    commit: str | None
+    result: dict[str, Any]
+    summary: str
+    attempts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": True, "op": self.command["op"], "command_id": self.command["id"], "commit": self.commit,
+                **self.result}
+
+
+class Workplane:
+    def __init__(self, path: str | None = None, *, now: Callable[[], Any] = clock.now, **overrides: Any) -> None:
+        self.repo = Repository.discover(path)
+        if overrides:
+            from dataclasses import replace
+
+            self.repo.settings = replace(self.repo.settings, **{k: v for k, v in overrides.items() if v is not None})
+        self.settings = self.repo.settings
+        self.store = Store(self.repo)
+        self.now = now
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Workplane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def submit(self, document: dict[str, Any]) -> Applied:
+        cmd = engine.validate_command(document)
+        cmd.setdefault("as", self.settings.identity())
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            snapshot = self.store.snapshot()
+            snapshot.check_format()
+            now = self.now()
+            # Each attempt works on a fresh copy: ops record what they resolved (full ids, the item
+            # --next picked) in the document, and a retry must start from what the caller sent.
+            attempt_cmd = dict(cmd)
+            outcome = engine.apply(snapshot, attempt_cmd, now, self.settings)
+            if outcome.empty:
+                return Applied(attempt_cmd, snapshot.commit, outcome.result, outcome.summary, attempt)
+            message = engine.commit_message(attempt_cmd, outcome)
+            new = self.store.write_commit(
+                snapshot, outcome.changes, message, identity_signature(cmd["as"]), int(now.timestamp())
+            )
+            crash_point("before-cas")
+            if self.store.set_if_equals(snapshot.commit, new):
+                crash_point("after-cas")
+                return Applied(attempt_cmd, new, outcome.result, outcome.summary, attempt)
+            # Lost the race: back off a little so a crowd of writers spreads out, then re-apply.
+            time.sleep(random.uniform(0, min(0.002 * attempt, 0.05)))
+        raise GwError(f"gave up after {MAX_ATTEMPTS} lost races")
+
+    def do(self, op: str, **args: Any) -> Applied:
+        """``wp.do("claim", item="w-3fa9", ttl="15m")``: build and submit a command document."""
+        return self.submit({"op": op, **{k: v for k, v in args.items() if v is not None}})
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def context(self) -> engine.Context:
+        snapshot = self.store.snapshot()
+        snapshot.check_format()
+        return engine.Context(snapshot, {"op": "read", "id": "read"}, self.now(), self.settings)
+
+    def resolve(self, text: str) -> str:
+        return self.context().resolve(text)
+
+    def show(self, text: str) -> dict[str, Any]:
+        ctx = self.context()
+        item_id = ctx.resolve(text)
+        item = ctx.item(item_id)
+        lease = ctx.lease(item_id)
+        return {"item": item.to_doc(), "lease": self._lease_view(lease, ctx)}
+
+    def _lease_view(self, lease: Lease | None, ctx: engine.Context) -> dict[str, Any] | None:
+        if lease is None:
+            return None
+        view = lease.to_doc()
+        if lease.is_active():
+            view["live"] = not lease.takeable(ctx.now, self.settings.clock_margin)
+        return view
+
+    def item(self, text: str) -> Item:
+        ctx = self.context()
+        return ctx.item(ctx.resolve(text))
+
+    def lease(self, text: str) -> Lease | None:
+        ctx = self.context()
+        return ctx.lease(ctx.resolve(text))
+
+    def history(self, text: str) -> list[dict[str, Any]]:
+        ctx = self.context()
+        return ctx.records(ctx.resolve(text))
+
+    def rows(self) -> tuple[engine.Context, dict[str, tuple[Any, ...]]]:
+        ctx = self.context()
+        return ctx, ctx.index().items()
+
+    def ready(self) -> list[tuple[Any, ...]]:
+        from .queries import ready
+
+        ctx = self.context()
+        return ready(ctx.index(), ctx.now, self.settings.clock_margin)
+
+    def log(self, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """The state ref's history, newest first (first parent only)."""
+        commit = self.store.tip()
+        count = 0
+        while commit and (limit is None or count < limit):
+            info = self.store.snapshot(commit).info
+            assert info is not None
+            subject, _, rest = info.message.partition("\n")
+            trailers = {}
+            for line in rest.strip().split("\n\n")[-1].split("\n"):
+                key, sep, value = line.partition(": ")
+                if sep and key and " " not in key and not line.startswith("Command: "):
+                    trailers[key] = value
+            author = info.author.rsplit(" ", 2)
+            yield {
+                "commit": commit,
+                "summary": subject,
+                "author": author[0],
+                "at": clock.format_instant(clock.parse_instant_epoch(int(author[1]))) if len(author) == 3 else None,
+                "trailers": trailers,
+                "command": engine.parse_command_from_message(info.message),
+            }
+            commit = info.parents[0] if info.parents else None
+            count += 1
+
+
+def load_document(text: str) -> dict[str, Any]:
+    doc = codec.load_input_document(text)
+    if not isinstance(doc, dict):
+        raise Invalid("a command document must be a mapping with an 'op'")
+    return doc
+
+
+__all__ = ["Workplane", "Applied", "load_document", "GwError", "Corrupt", "layout"]
