@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from .errors import Corrupt, Invalid
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
 
 # Plain (unquoted) scalars are only used where no YAML reader could take them for anything else.
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./@+-]*\Z")

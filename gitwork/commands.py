@@ -13,12 +13,14 @@ acting identity) and ``fence`` (the fencing token of the lease the author acts u
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
 
 from . import ids
 from .codec import parse_duration
 from .errors import Invalid
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 MAX_TITLE = 200
 MAX_TEXT = 64 * 1024
@@ -170,11 +172,11 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
 }
 
 
-@dataclass(frozen=True)
 class Field:
-    kind: str
-    required: bool = False
-    choices: tuple[str, ...] = ()
+    __slots__ = ("kind", "required", "choices")
+
+    def __init__(self, kind: str, required: bool = False, choices: tuple[str, ...] = ()) -> None:
+        self.kind, self.required, self.choices = kind, required, choices
 
 
 def parse_fields(spec: dict[str, str]) -> dict[str, Field]:

@@ -7,7 +7,10 @@ code, so the CLI needs no table of its own and the JSON error shape is the same 
 from __future__ import annotations
 
 import enum
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ExitCode(enum.IntEnum):

@@ -8,7 +8,7 @@ prefix of two or more digits reads a single shard tree.
 from __future__ import annotations
 
 import re
-import secrets
+import os
 from collections.abc import Iterable
 
 from .errors import Ambiguous, Invalid, NotFound
@@ -21,7 +21,7 @@ _PARTIAL = re.compile(r"(?:w-)?([0-9a-f]{1,16})\Z")
 
 
 def mint() -> str:
-    return PREFIX + secrets.token_hex(HEX_LEN // 2)
+    return PREFIX + os.urandom(HEX_LEN // 2).hex()
 
 
 def is_full(item_id: str) -> bool:
@@ -74,4 +74,4 @@ def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
 
 def command_id() -> str:
     """A client-chosen id for one command, so a retried submission can be recognised."""
-    return "c-" + secrets.token_hex(8)
+    return "c-" + os.urandom(8).hex()

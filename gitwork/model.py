@@ -1,17 +1,23 @@
-"""Plain data for what the state ref holds, with the rules that need no I/O."""
+"""Plain data for what the state ref holds, with the rules that need no I/O.
+
+Plain classes with a field table rather than dataclasses: ``import dataclasses`` alone costs ~25 ms of
+every ``gw`` start-up on a small machine.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
-from typing import Any
 
 from .clock import format_instant, parse_instant
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STATUSES = ("open", "in_progress", "blocked", "done", "cancelled")
 CLOSED = ("done", "cancelled")
 
-# Which status may follow which, and by which operation (anything else is refused as illegal).
+# Which status may follow which (anything else is refused as an illegal transition).
 TRANSITIONS: dict[str, set[str]] = {
     "open": {"in_progress", "blocked", "done", "cancelled"},
     "in_progress": {"open", "blocked", "done", "cancelled"},
@@ -20,11 +26,57 @@ TRANSITIONS: dict[str, set[str]] = {
     "cancelled": {"open"},
 }
 
-LEASE_STATES = ("active", "released", "revoked", "handed-off", "taken-over")
+LEASE_STATES = ("active", "released", "revoked", "handed-off")
 
 
-@dataclass
-class Lease:
+class Record:
+    """A mapping-shaped record: ``FIELDS`` in file order, with defaults (callables make fresh ones)."""
+
+    FIELDS: tuple[tuple[str, Any], ...] = ()
+    REQUIRED: tuple[str, ...] = ()
+
+    def __init__(self, **values: Any) -> None:
+        names = {name for name, _ in self.FIELDS}
+        unknown = set(values) - names
+        if unknown:
+            raise TypeError(f"unexpected fields {sorted(unknown)}")
+        missing = [name for name in self.REQUIRED if values.get(name) is None]
+        if missing:
+            raise TypeError(f"missing fields {missing}")
+        for name, default in self.FIELDS:
+            value = values.get(name, None)
+            if value is None:
+                value = default() if callable(default) else default
+            setattr(self, name, value)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Any:
+        names = {name for name, _ in cls.FIELDS}
+        return cls(**{k: v for k, v in doc.items() if k in names})
+
+    def to_doc(self) -> dict[str, Any]:
+        doc = {}
+        for name, _ in self.FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                doc[name] = value
+        return doc
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.to_doc() == other.to_doc()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.to_doc()!r})"
+
+
+class Lease(Record):
+    FIELDS = (
+        ("item", None), ("epoch", None), ("fence", None), ("holder", None), ("state", None),
+        ("granted_at", None), ("expires_at", None), ("ttl", None), ("renewed_at", None),
+        ("ended_at", None), ("ended_by", None), ("reason", None), ("handoff", None),
+    )
+    REQUIRED = ("item", "epoch", "fence", "holder", "state", "granted_at", "expires_at", "ttl")
+
     item: str
     epoch: int
     fence: int
@@ -33,20 +85,11 @@ class Lease:
     granted_at: str
     expires_at: str
     ttl: int
-    renewed_at: str | None = None
-    ended_at: str | None = None
-    ended_by: str | None = None
-    reason: str | None = None
-    handoff: dict[str, Any] | None = None
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Lease:
-        known = {k: doc.get(k) for k in cls.__dataclass_fields__}
-        return cls(**known)
-
-    def to_doc(self) -> dict[str, Any]:
-        doc = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        return {k: v for k, v in doc.items() if v is not None}
+    renewed_at: str | None
+    ended_at: str | None
+    ended_by: str | None
+    reason: str | None
+    handoff: dict[str, Any] | None
 
     def expires(self) -> _dt.datetime:
         return parse_instant(self.expires_at)
@@ -65,42 +108,30 @@ class Lease:
         return now >= self.expires() + _dt.timedelta(seconds=margin)
 
 
-@dataclass
-class Item:
+class Item(Record):
+    FIELDS = (
+        ("id", None), ("title", None), ("status", "open"), ("priority", 2), ("owner", None),
+        ("labels", list), ("depends_on", list), ("description", ""), ("provenance", dict),
+        ("criteria", list), ("decisions", list), ("waiting", None), ("closed_reason", None),
+        ("created_at", ""), ("updated_at", ""),
+    )
+    REQUIRED = ("id", "title")
+
     id: str
     title: str
-    status: str = "open"
-    priority: int = 2
-    description: str = ""
-    labels: list[str] = field(default_factory=list)
-    owner: str | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    depends_on: list[str] = field(default_factory=list)
-    criteria: list[dict[str, Any]] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-    created_at: str = ""
-    updated_at: str = ""
-    closed_reason: str | None = None
-    waiting: dict[str, Any] | None = None
-
-    _ORDER = (
-        "id", "title", "status", "priority", "owner", "labels", "depends_on", "description",
-        "provenance", "criteria", "decisions", "waiting", "closed_reason", "created_at", "updated_at",
-    )
-
-    @classmethod
-    def from_doc(cls, doc: dict[str, Any]) -> Item:
-        known = {k: doc[k] for k in cls._ORDER if k in doc}
-        return cls(**known)
-
-    def to_doc(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {}
-        for key in self._ORDER:
-            value = getattr(self, key)
-            if value is None or (key in ("closed_reason", "waiting") and not value):
-                continue
-            doc[key] = value
-        return doc
+    status: str
+    priority: int
+    owner: str | None
+    labels: list[str]
+    depends_on: list[str]
+    description: str
+    provenance: dict[str, Any]
+    criteria: list[dict[str, Any]]
+    decisions: list[dict[str, Any]]
+    waiting: dict[str, Any] | None
+    closed_reason: str | None
+    created_at: str
+    updated_at: str
 
 
 def stamp(now: _dt.datetime) -> str:

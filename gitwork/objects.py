@@ -10,20 +10,24 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 MODE_TREE = "40000"
 MODE_BLOB = "100644"
 
 
-@dataclass(frozen=True)
 class TreeEntry:
-    mode: str
-    name: str
-    oid: str
+    __slots__ = ("mode", "name", "oid")
+
+    def __init__(self, mode: str, name: str, oid: str) -> None:
+        self.mode, self.name, self.oid = mode, name, oid
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TreeEntry) and (self.mode, self.name, self.oid) == (other.mode, other.name, other.oid)
+
+    def __repr__(self) -> str:
+        return f"TreeEntry({self.mode}, {self.name!r}, {self.oid})"
 
     @property
     def is_tree(self) -> bool:
@@ -60,13 +64,11 @@ def format_tree(entries: Iterable[TreeEntry]) -> bytes:
     return bytes(out)
 
 
-@dataclass(frozen=True)
 class Commit:
-    tree: str
-    parents: tuple[str, ...]
-    author: str
-    committer: str
-    message: str
+    __slots__ = ("tree", "parents", "author", "committer", "message")
+
+    def __init__(self, tree: str, parents: tuple[str, ...], author: str, committer: str, message: str) -> None:
+        self.tree, self.parents, self.author, self.committer, self.message = tree, parents, author, committer, message
 
 
 def parse_commit(data: bytes) -> Commit:
@@ -118,11 +120,11 @@ class LooseWriter:
             if subdir not in self._made_dirs:
                 os.makedirs(subdir, exist_ok=True)
                 self._made_dirs.add(subdir)
-            fd, tmp = tempfile.mkstemp(prefix="tmp_obj_", dir=subdir)
+            tmp = os.path.join(subdir, "tmp_obj_" + os.urandom(6).hex())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
             try:
                 with os.fdopen(fd, "wb") as handle:
                     handle.write(zlib.compress(header + data, 1))
-                os.chmod(tmp, 0o444)
                 os.replace(tmp, path)
             except BaseException:
                 try:

@@ -15,7 +15,6 @@ import random
 import re
 import signal
 import time
-from dataclasses import dataclass
 from . import gitcmd
 from .config import Settings, load
 from .errors import Corrupt, GitFailed, Locked, NewerFormat, NotARepo
@@ -31,17 +30,13 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-@dataclass
 class Repository:
     """Where a repository's git data lives, and its settings."""
 
-    git_dir: str
-    common_dir: str
-    toplevel: str | None
-    bare: bool
-    algorithm: str
-    git_config: dict[str, str]
-    settings: Settings
+    def __init__(self, git_dir: str, common_dir: str, toplevel: str | None, bare: bool, algorithm: str,
+                 git_config: dict[str, str], settings: Settings) -> None:
+        self.git_dir, self.common_dir, self.toplevel, self.bare = git_dir, common_dir, toplevel, bare
+        self.algorithm, self.git_config, self.settings = algorithm, git_config, settings
 
     @classmethod
     def discover(cls, path: str | os.PathLike[str] | None = None) -> Repository:

@@ -11,26 +11,28 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 from . import clock, codec, engine, layout
 from .errors import Corrupt, GwError, Invalid
 from .model import Item, Lease
 from .store import Repository, Store, crash_point, identity_signature
 
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
 MAX_ATTEMPTS = 10_000
 
 
-@dataclass
 class Applied:
     """A command that landed: its commit, result and how many CAS attempts it took."""
 
-    command: dict[str, Any]
-    commit: str | None
-    result: dict[str, Any]
-    summary: str
-    attempts: int
+    def __init__(self, command: dict[str, Any], commit: str | None, result: dict[str, Any], summary: str,
+                 attempts: int) -> None:
+        self.command, self.commit, self.result, self.summary, self.attempts = command, commit, result, summary, attempts
+
+    def __repr__(self) -> str:
+        return f"Applied({self.summary!r}, commit={self.commit}, result={self.result})"
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": True, "op": self.command["op"], "command_id": self.command["id"], "commit": self.commit,
@@ -41,9 +43,7 @@ class Workplane:
     def __init__(self, path: str | None = None, *, now: Callable[[], Any] = clock.now, **overrides: Any) -> None:
         self.repo = Repository.discover(path)
         if overrides:
-            from dataclasses import replace
-
-            self.repo.settings = replace(self.repo.settings, **{k: v for k, v in overrides.items() if v is not None})
+            self.repo.settings = self.repo.settings.replace(**{k: v for k, v in overrides.items() if v is not None})
         self.settings = self.repo.settings
         self.store = Store(self.repo)
         self.now = now

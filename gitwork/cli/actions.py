@@ -8,10 +8,13 @@ propagate as :class:`GwError` and :func:`invoke` maps them to exit codes.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
 
 from ..errors import ExitCode, GwError, UsageError
 from . import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, agent: str | None = None,

@@ -10,9 +10,12 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ..errors import ExitCode, GwError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _tty() -> bool:
