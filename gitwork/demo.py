@@ -1,0 +1,84 @@
+"""``gw demo``: the main job on a throwaway repository, narrated.
+
+It creates a repository in a temporary folder, adds items with dependencies, starts two real ``gw``
+processes racing to claim the same item, shows the single winner and the loser's exit code, releases,
+and prints the state ref's ``git log``. Everything runs through the real CLI in child processes.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _gw(repo: str, *args: str, show: bool = True) -> subprocess.CompletedProcess[str]:
+    if show:
+        _say(f"$ gw {shlex.join(args)}")
+    done = subprocess.run([sys.executable, "-m", "gitwork", *args], cwd=repo, capture_output=True, text=True)
+    if show:
+        for stream in (done.stdout, done.stderr):
+            for line in stream.rstrip("\n").splitlines():
+                _say(f"  {line}")
+    return done
+
+
+def run(keep: bool = False) -> int:
+    repo = tempfile.mkdtemp(prefix="gitwork-demo-")
+    try:
+        subprocess.run(["git", "init", "-q", repo], check=True)
+        _say(f"# a throwaway repository: {repo}")
+        _gw(repo, "init")
+        schema = _gw(repo, "new", "Design the schema", "-p", "1", "-c", "reviewed by someone").stdout.strip()
+        api = _gw(repo, "new", "Build the API", "--dep", schema, "-c", "tests pass").stdout.strip()
+        _gw(repo, "new", "Write the docs", "--dep", api, "-p", "3")
+        _gw(repo, "ready")
+
+        _say("\n# two agents race to claim the same item, at the same moment")
+        env = dict(os.environ)
+        racers = [
+            subprocess.Popen([sys.executable, "-m", "gitwork", "claim", schema, "--as", name],
+                             cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name in ("agent-a", "agent-b")
+        ]
+        winner = None
+        for name, proc in zip(("agent-a", "agent-b"), racers):
+            out, err = proc.communicate()
+            _say(f"$ gw claim {schema[:8]} --as {name}   -> exit {proc.returncode}")
+            _say(f"  {err.strip()}")
+            if proc.returncode == 0:
+                winner = name
+        if winner is None:
+            _say("no winner?")
+            return 1
+        _say(f"# exactly one winner ({winner}); the loser got exit 75 (EX_TEMPFAIL: try later)")
+
+        _say("\n# the winner works, ticks the criterion, and finishes")
+        _gw(repo, "check", schema, "1", "--as", winner)
+        _gw(repo, "decision", schema, "Use one table per entity", "--why", "simplest that works", "--as", winner)
+        _gw(repo, "done", schema, "--as", winner)
+        _gw(repo, "ready")
+        _say("\n# the next agent takes the best ready item, then releases it")
+        _gw(repo, "claim", "--next", "--as", "agent-c")
+        _gw(repo, "release", api, "--as", "agent-c")
+
+        _say("\n# the audit trail: one commit per command on refs/gitwork/state")
+        _say("$ git log --format='%h %an: %s' refs/gitwork/state")
+        log = subprocess.run(["git", "log", "--format=%h %an: %s", "refs/gitwork/state"], cwd=repo,
+                             capture_output=True, text=True).stdout
+        for line in log.splitlines():
+            _say(f"  {line}")
+        return 0
+    finally:
+        if keep:
+            _say(f"\n(kept {repo})")
+        else:
+            shutil.rmtree(repo, ignore_errors=True)
