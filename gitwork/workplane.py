@@ -59,9 +59,16 @@ class Workplane:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def submit(self, document: dict[str, Any]) -> Applied:
+    def submit(self, document: dict[str, Any], *, offline: bool = False) -> Applied:
+        """Apply one command document as one commit. With an arbiter remote configured, lease
+        commands land on the remote first (see ``sync.py``) unless ``offline`` makes them tentative."""
         cmd = engine.validate_command(document)
         cmd.setdefault("as", self.settings.identity())
+        if self.settings.remote and not offline:
+            from .sync import ARBITER_OPS, Arbiter
+
+            if cmd["op"] in ARBITER_OPS:
+                return Arbiter(self).submit(cmd)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             snapshot = self.store.snapshot()
             snapshot.check_format()
@@ -84,9 +91,9 @@ class Workplane:
             time.sleep(random.uniform(0, min(0.002 * attempt, 0.05)))
         raise GwError(f"gave up after {MAX_ATTEMPTS} lost races")
 
-    def do(self, op: str, **args: Any) -> Applied:
+    def do(self, op: str, *, offline: bool = False, **args: Any) -> Applied:
         """``wp.do("claim", item="w-3fa9", ttl="15m")``: build and submit a command document."""
-        return self.submit({"op": op, **{k: v for k, v in args.items() if v is not None}})
+        return self.submit({"op": op, **{k: v for k, v in args.items() if v is not None}}, offline=offline)
 
     # --- reading ------------------------------------------------------------------------------
 

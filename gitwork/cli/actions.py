@@ -59,8 +59,9 @@ def _done(applied: Any, as_json: bool, text: str | None = None, data: str | None
     output.info(text or applied.summary)
 
 
-def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, **args: Any) -> Any:
-    applied = wp.do(op, **args)
+def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, offline: bool = False,
+           **args: Any) -> Any:
+    applied = wp.do(op, offline=offline, **args)
     data = str(applied.result.get(data_key)) if data_key else None
     _done(applied, as_json, data=data)
     return applied
@@ -69,10 +70,19 @@ def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, **args:
 # --- items -----------------------------------------------------------------------------------------
 
 
-def init(wp: Any, as_json: bool) -> None:
+def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
+    if remote:
+        # Adopt the arbiter's state when it has one, rather than starting a second history.
+        from ..sync import Arbiter, configure_remote
+
+        configure_remote(wp, remote)
+        arbiter = Arbiter(wp)
+        remote_tip = arbiter.fetch()
+        if remote_tip and wp.store.tip() is None:
+            wp.store.set_if_equals(None, remote_tip)
     applied = wp.do("init")
     if as_json:
-        output.emit_json({**applied.to_json(), "ref": wp.store.ref})
+        output.emit_json({**applied.to_json(), "ref": wp.store.ref, "remote": remote})
     else:
         output.info(f"gitwork state on {wp.store.ref} at {applied.commit[:12] if applied.commit else '(none)'}")
 
@@ -176,8 +186,8 @@ def apply(wp: Any, as_json: bool, source: str) -> None:
 # --- leases ----------------------------------------------------------------------------------------
 
 
-def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None) -> None:
-    applied = wp.do("claim", item=item, next=next or None, ttl=ttl)
+def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False) -> None:
+    applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline)
     r = applied.result
     _done(applied, as_json, f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}",
           data=r["item"])
@@ -185,3 +195,54 @@ def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None)
 
 def lease_op(wp: Any, as_json: bool, op: str, **args: Any) -> None:
     submit(wp, as_json, op, **args)
+
+
+# --- several machines ------------------------------------------------------------------------------
+
+
+def remote_set(wp: Any, as_json: bool, name: str) -> None:
+    from ..sync import configure_remote
+
+    info = configure_remote(wp, name)
+    if as_json:
+        output.emit_json({"ok": True, **info})
+    else:
+        output.info(f"arbiter remote: {name} (state ref fetched into {info['tracking']})")
+
+
+def sync(wp: Any, as_json: bool, push: bool = True) -> None:
+    from ..sync import Arbiter
+
+    report = Arbiter(wp).sync(push=push)
+    if as_json:
+        output.emit_json({"ok": True, **report})
+        return
+    for entry in report["replayed"]:
+        output.info(f"replayed {entry['command_id']} ({entry['op']} {entry.get('item') or ''})")
+    for entry in report["refused"]:
+        output.info(f"REFUSED {entry.get('command_id')} ({entry.get('op')} {entry.get('item') or ''}): "
+                    f"{entry.get('error')}: {entry.get('message')}")
+    tip = report["tip"][:12] if report["tip"] else "(none)"
+    output.info(f"{'synced with' if push else 'pulled from'} {report['remote']}: state at {tip}"
+                f" ({len(report['replayed'])} replayed, {len(report['refused'])} refused)")
+
+
+def status(wp: Any, as_json: bool) -> None:
+    if not wp.settings.remote:
+        doc = {"remote": None, "tip": wp.store.tip(), "pending": [], "refused": []}
+    else:
+        from ..sync import Arbiter
+
+        doc = Arbiter(wp).status()
+    if as_json:
+        output.emit_json(doc)
+        return
+    output.line(f"remote\t{doc['remote'] or '(none: this repository is the arbiter)'}")
+    output.line(f"tip\t{doc['tip'] or '(none)'}")
+    if doc["remote"]:
+        output.line(f"remote tip\t{doc['remote_tip'] or '(unknown: never fetched)'}")
+        output.line(f"not on the arbiter\t{len(doc['pending'])}")
+        for entry in doc["pending"]:
+            output.line(f"  {entry['commit'][:10]}\t{entry['summary']}")
+        for entry in doc["refused"]:
+            output.line(f"refused\t{entry.get('command_id')}\t{entry.get('op')}\t{entry.get('message')}")

@@ -32,6 +32,9 @@ Fence = Annotated[
     Optional[int], typer.Option("--fence", envvar="GW_FENCE", help="Fencing token of the lease you act under.")
 ]
 ItemArg = Annotated[str, typer.Argument(help="Item id or unique prefix.", show_default=False)]
+Offline = Annotated[
+    bool, typer.Option("--offline", help="Tentative: do not ask the arbiter remote now (gw sync decides later).")
+]
 Ttl = Annotated[Optional[str], typer.Option("--ttl", help="Lease duration, e.g. 90s, 15m, 1h (default 15m).")]
 
 
@@ -60,9 +63,12 @@ def main(
 
 
 @app.command()
-def init(json: Json = False, agent: As = None, path: Repo = None) -> None:
+def init(
+    remote: Annotated[Optional[str], typer.Option("--remote", help="Also make this git remote the arbiter.")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
     """Prepare this repository: create the state ref (nothing else is touched)."""
-    _run(actions.init, json, path, agent)
+    _run(actions.init, json, path, agent, remote=remote)
 
 
 @app.command()
@@ -214,38 +220,40 @@ def apply_(
 def claim(
     item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
     next_: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
-    ttl: Ttl = None, json: Json = False, agent: As = None, path: Repo = None,
+    ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Acquire the lease on an item. Exit 75 if someone else holds it (retry later)."""
-    _run(actions.claim, json, path, agent, item=item, next=next_, ttl=ttl)
+    _run(actions.claim, json, path, agent, item=item, next=next_, ttl=ttl, offline=offline)
 
 
 @app.command()
-def renew(item: ItemArg, ttl: Ttl = None, fence: Fence = None, json: Json = False, agent: As = None,
-          path: Repo = None) -> None:
+def renew(item: ItemArg, ttl: Ttl = None, fence: Fence = None, offline: Offline = False, json: Json = False,
+          agent: As = None, path: Repo = None) -> None:
     """Extend your lease."""
-    _run(actions.lease_op, json, path, agent, op="renew", item=item, ttl=ttl, fence=fence)
+    _run(actions.lease_op, json, path, agent, op="renew", item=item, ttl=ttl, fence=fence, offline=offline)
 
 
 @app.command()
-def release(item: ItemArg, fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None) -> None:
+def release(item: ItemArg, fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None,
+            path: Repo = None) -> None:
     """Give your lease up."""
-    _run(actions.lease_op, json, path, agent, op="release", item=item, fence=fence)
+    _run(actions.lease_op, json, path, agent, op="release", item=item, fence=fence, offline=offline)
 
 
 @app.command()
-def takeover(item: ItemArg, ttl: Ttl = None, json: Json = False, agent: As = None, path: Repo = None) -> None:
+def takeover(item: ItemArg, ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None,
+             path: Repo = None) -> None:
     """Take a lease that has expired (by your clock plus the margin) or was handed off."""
-    _run(actions.lease_op, json, path, agent, op="takeover", item=item, ttl=ttl)
+    _run(actions.lease_op, json, path, agent, op="takeover", item=item, ttl=ttl, offline=offline)
 
 
 @app.command()
 def revoke(
     item: ItemArg, reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")],
-    json: Json = False, agent: As = None, path: Repo = None,
+    offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """End someone's lease administratively."""
-    _run(actions.lease_op, json, path, agent, op="revoke", item=item, reason=reason)
+    _run(actions.lease_op, json, path, agent, op="revoke", item=item, reason=reason, offline=offline)
 
 
 @app.command()
@@ -254,11 +262,50 @@ def handoff(
     reason: Annotated[str, typer.Option("--reason", help="done, blocked, needs-human, timeout, reconcile-failure or reassign.")],
     message: Annotated[Optional[str], typer.Option("--message", "-m")] = None,
     to: Annotated[Optional[str], typer.Option("--to", help="Who should pick it up.")] = None,
-    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+    fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Hand your lease over: the next claimant may take over at once."""
     _run(actions.lease_op, json, path, agent, op="handoff", item=item, reason=reason, message=message, to=to,
-         fence=fence)
+         fence=fence, offline=offline)
+
+
+# --- several machines ------------------------------------------------------------------------------
+
+remote_app = typer.Typer(help="The arbiter remote that decides leases across machines.", no_args_is_help=True)
+app.add_typer(remote_app, name="remote")
+
+
+@remote_app.command("set")
+def remote_set(
+    name: Annotated[str, typer.Argument(help="An existing git remote.")],
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Make NAME the arbiter: adds a fetch refspec for the state ref; your branches' push is untouched."""
+    _run(actions.remote_set, json, path, agent, name=name)
+
+
+@app.command()
+def sync(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Fetch the arbiter's state, replay local commands it has not seen (each re-validated), push."""
+    _run(actions.sync, json, path, agent, push=True)
+
+
+@app.command()
+def push(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Same as sync: publish local commands to the arbiter (after replaying them on its tip)."""
+    _run(actions.sync, json, path, agent, push=True)
+
+
+@app.command()
+def pull(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Fetch the arbiter's state and replay local commands on it, without pushing."""
+    _run(actions.sync, json, path, agent, push=False)
+
+
+@app.command()
+def status(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """What is not yet on the arbiter, and which replayed commands it refused."""
+    _run(actions.status, json, path, agent)
 
 
 @app.command()

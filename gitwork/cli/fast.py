@@ -14,11 +14,11 @@ import os
 # verb -> (positional item: "required" | "optional", {option: (keyword, kind)}, action, fixed kwargs)
 _COMMON = {"--json": ("as_json", "flag"), "--as": ("agent", "value"), "-C": ("path", "value")}
 _FENCE = {"--fence": ("fence", "int")}
-_TTL = {"--ttl": ("ttl", "value")}
+_TTL = {"--ttl": ("ttl", "value"), "--offline": ("offline", "flag")}
 VERBS: dict[str, tuple[str, dict[str, tuple[str, str]], str, dict[str, object]]] = {
     "claim": ("optional", {**_COMMON, **_TTL, "--next": ("next", "flag")}, "claim", {}),
     "renew": ("required", {**_COMMON, **_TTL, **_FENCE}, "lease_op", {"op": "renew"}),
-    "release": ("required", {**_COMMON, **_FENCE}, "lease_op", {"op": "release"}),
+    "release": ("required", {**_COMMON, **_FENCE, "--offline": ("offline", "flag")}, "lease_op", {"op": "release"}),
 }
 
 
@@ -29,7 +29,7 @@ def parse(argv: list[str]) -> tuple[str, dict[str, object]] | None:
     positional, options, action, fixed = VERBS[argv[0]]
     kwargs: dict[str, object] = {"as_json": False, "agent": None, "path": None, **fixed}
     for keyword, kind in options.values():
-        if kind != "flag" or keyword == "next":
+        if kind != "flag" or keyword in ("next", "offline"):
             kwargs.setdefault(keyword, False if kind == "flag" else None)
     items: list[str] = []
     args = argv[1:]

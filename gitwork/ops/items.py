@@ -88,6 +88,7 @@ def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
 def new(ctx: Context) -> None:
     cmd = ctx.cmd
     item_id = cmd.get("item") or ids.mint()
+    cmd["item"] = item_id  # recorded in the commit, so a replay on another tip creates the same item
     if not ids.is_full(item_id):
         raise Invalid(f"a new item's id must be a full id (w- and 16 hex digits), got {item_id!r}")
     if ctx.snapshot.blob(f"items/{ids.shard(item_id)}/{item_id}/item.yaml") is not None:

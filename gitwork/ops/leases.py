@@ -87,7 +87,10 @@ def claim(ctx: Context) -> None:
         from ..queries import ready
 
         for row in ready(ctx.index(), ctx.now, ctx.settings.clock_margin):
-            ctx.cmd["item"] = row[0]  # the document in the commit names what was actually claimed
+            # The document in the commit names what was actually claimed: a replay on another tip
+            # (sync) claims that item again rather than whatever is best there.
+            ctx.cmd["item"] = row[0]
+            del ctx.cmd["next"]
             _grant(ctx, row[0], _claimable(ctx, row[0]), "claim")
             return
         raise NotFound("no ready item to claim")
