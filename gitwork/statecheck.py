@@ -76,3 +76,23 @@ def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
         if len(problems) >= 20:
             break
     return problems
+
+
+def main() -> int:
+    """``python -m gitwork.statecheck``: a pre-receive hook body (stdin: ``old new ref`` lines)."""
+    import os
+    import sys
+
+    git_dir = os.environ.get("GIT_DIR", ".")
+    problems: list[str] = []
+    for line in sys.stdin:
+        parts = line.split()
+        if len(parts) == 3:
+            problems += check_update(git_dir, parts[2], parts[0], parts[1])
+    for problem in problems:
+        sys.stderr.write(f"gitwork: {problem}\n")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
