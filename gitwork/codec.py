@@ -31,6 +31,9 @@ _INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
 _ESCAPE = re.compile("[\u007f-\u009f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]")
 
 
+_DECODER = json.JSONDecoder()
+
+
 class _NotCanonical(Exception):
     pass
 
@@ -104,12 +107,18 @@ def _emit(value: Any, indent: int, out: list[str], key_prefix: str) -> None:
         out.append(f"{key_prefix}{_scalar(value)}")
 
 
+def _key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"mapping keys must be text, not {type(key).__name__}")
+    if _KEY.match(key) and key.lower() not in _RESERVED:
+        return key
+    return _quote(key)  # identities such as alice@host/s12 or words such as "null" are quoted
+
+
 def _emit_mapping(mapping: dict[str, Any], indent: int, out: list[str]) -> None:
     pad = " " * indent
     for key, value in mapping.items():
-        if not isinstance(key, str) or not _KEY.match(key):
-            raise TypeError(f"bad key {key!r}")
-        _emit(value, indent, out, f"{pad}{key}: ")
+        _emit(value, indent, out, f"{pad}{_key(key)}: ")
 
 
 def dump_yaml(doc: dict[str, Any]) -> bytes:
@@ -159,8 +168,19 @@ class _Parser:
                 return result
             if here > indent or line[indent:].startswith(("- ", "#")):
                 raise _NotCanonical
-            key, sep, rest = line[indent:].partition(":")
-            if not sep or not _KEY.match(key) or key in result or (rest and rest[0] != " "):
+            if line[indent] == '"':
+                try:
+                    key, end = _DECODER.raw_decode(line, indent)
+                except ValueError as exc:
+                    raise _NotCanonical from exc
+                sep, rest = line[end : end + 1], line[end + 1 :]
+                if sep != ":" or not isinstance(key, str):
+                    raise _NotCanonical
+            else:
+                key, sep, rest = line[indent:].partition(":")
+                if not sep or not _KEY.match(key) or key.lower() in _RESERVED:
+                    raise _NotCanonical
+            if key in result or (rest and rest[0] != " "):
                 raise _NotCanonical
             rest = rest.strip()
             self.pos += 1

@@ -15,6 +15,7 @@ import random
 import re
 import signal
 import time
+import zlib
 from . import gitcmd
 from .config import Settings, load
 from .errors import Corrupt, GitFailed, Locked, NewerFormat, NotARepo
@@ -37,12 +38,26 @@ class Repository:
                  git_config: dict[str, str], settings: Settings) -> None:
         self.git_dir, self.common_dir, self.toplevel, self.bare = git_dir, common_dir, toplevel, bare
         self.algorithm, self.git_config, self.settings = algorithm, git_config, settings
+        # Refs may be read as files unless git's own view could differ (bare/GIT_DIR set-ups,
+        # reftable); then every read goes through git.
+        self.fast_refs = False
 
     @classmethod
     def discover(cls, path: str | os.PathLike[str] | None = None) -> Repository:
         cwd = os.fspath(path) if path is not None else os.getcwd()
         if not os.path.isdir(cwd):
             raise NotARepo(f"not a git repository: {cwd} does not exist")
+        from . import gitdir
+
+        found = gitdir.find(cwd)
+        fast_config = gitdir.read_config(found[0], found[1]) if found else None
+        if found and fast_config is not None:
+            git_dir, common_dir, toplevel = found
+            algorithm = fast_config.pop("extensions.objectformat", "sha1")
+            git_config = {k: v for k, v in fast_config.items() if k.startswith("gitwork.")}
+            repo = cls(git_dir, common_dir, toplevel, False, algorithm, git_config, load(toplevel, git_config))
+            repo.fast_refs = True
+            return repo
         probe = gitcmd.run(
             ["rev-parse", "--absolute-git-dir", "--git-common-dir", "--is-bare-repository",
              "--is-inside-work-tree", "--show-cdup"],
@@ -148,7 +163,26 @@ class Store:
 
     # --- reading ------------------------------------------------------------------------------
 
+    def _loose(self, oid: str) -> tuple[str, bytes] | None:
+        """Read a loose object directly (most recent state objects are loose): no process needed."""
+        try:
+            with open(os.path.join(self.repo.objects_dir, oid[:2], oid[2:]), "rb") as handle:
+                raw = zlib.decompress(handle.read())
+        except (OSError, zlib.error):
+            return None
+        header, _, body = raw.partition(b"\0")
+        kind, _, size = header.partition(b" ")
+        if not size.isdigit() or int(size) != len(body):
+            return None
+        return kind.decode(), body
+
     def _object(self, name: str, kind: str) -> bytes:
+        if len(name) == self._hexlen:
+            loose = self._loose(name)
+            if loose is not None:
+                if loose[0] != kind:
+                    raise Corrupt(f"object {name} is a {loose[0]}, expected a {kind}")
+                return loose[1]
         got = self.cat.get(name)
         if got is None:
             raise Corrupt(f"object {name} is missing from the repository")
@@ -172,6 +206,11 @@ class Store:
         return blob
 
     def tip(self) -> str | None:
+        from .gitdir import read_ref
+
+        fast = read_ref(self.repo.common_dir, self.ref) if self.repo.fast_refs else False
+        if fast is not False:
+            return fast  # type: ignore[return-value]
         got = self.cat.get(self.ref)
         if got is None:
             return None
