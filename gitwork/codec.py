@@ -123,6 +123,8 @@ def _emit_mapping(mapping: dict[str, Any], indent: int, out: list[str]) -> None:
 
 def dump_yaml(doc: dict[str, Any]) -> bytes:
     """Serialise a mapping in gitwork's canonical YAML style (UTF-8, LF, trailing newline)."""
+    if not doc:
+        return b"{}\n"
     out: list[str] = []
     _emit_mapping(doc, 0, out)
     return ("\n".join(out) + "\n").encode("utf-8")

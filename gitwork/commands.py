@@ -194,7 +194,8 @@ def parse_fields(spec: dict[str, str]) -> dict[str, Field]:
     return fields
 
 
-COMMON = parse_fields({"op": "short!", "id": "cmd_id", "as": "name", "fence": "fence"})
+# "lease" is filled in by the engine: the grant command id of the lease a fenced command acted under.
+COMMON = parse_fields({"op": "short!", "id": "cmd_id", "as": "name", "fence": "fence", "lease": "cmd_id"})
 
 
 def validate(doc: Any, fields: dict[str, Field]) -> dict[str, Any]:

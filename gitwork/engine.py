@@ -185,6 +185,14 @@ class Context:
                 raise Stale(f"the lease on {item_id} (fence {fence}) was {lease.state}", item=item_id)
             if not lease.live_for_holder(self.now, margin):
                 raise Stale(f"the lease on {item_id} (fence {fence}) has expired", item=item_id)
+            # Fence numbers drawn offline can repeat on the arbiter; the grant's command id cannot.
+            # A replayed command is pinned to the very lease it was made under.
+            pinned = self.cmd.get("lease")
+            if pinned and lease.grant and pinned != lease.grant:
+                raise Stale(f"fence {fence} on {item_id} now belongs to another grant (by {lease.holder})",
+                            item=item_id)
+            if lease.grant:
+                self.cmd["lease"] = lease.grant
             return lease
         if lease is not None and not lease.takeable(self.now, margin):
             raise Stale(

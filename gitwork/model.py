@@ -73,7 +73,7 @@ class Lease(Record):
     FIELDS = (
         ("item", None), ("epoch", None), ("fence", None), ("holder", None), ("state", None),
         ("granted_at", None), ("expires_at", None), ("ttl", None), ("renewed_at", None),
-        ("ended_at", None), ("ended_by", None), ("reason", None), ("handoff", None),
+        ("ended_at", None), ("ended_by", None), ("reason", None), ("handoff", None), ("grant", None),
     )
     REQUIRED = ("item", "epoch", "fence", "holder", "state", "granted_at", "expires_at", "ttl")
 
@@ -90,6 +90,7 @@ class Lease(Record):
     ended_by: str | None
     reason: str | None
     handoff: dict[str, Any] | None
+    grant: str | None  # id of the command that granted this lease (pins replayed commands to it)
 
     def expires(self) -> _dt.datetime:
         return parse_instant(self.expires_at)

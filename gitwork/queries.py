@@ -25,11 +25,17 @@ def order_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def ready(index: Index, now: _dt.datetime, margin: int) -> list[tuple[Any, ...]]:
-    """Open items with no live lease whose dependencies are all done, best first."""
+    """Open items with no live lease whose dependencies are all done, best first.
+
+    An item left in progress by a holder whose lease expired (plus the margin) is ready again:
+    a crashed worker must not strand its item until someone notices.
+    """
     rows = index.items()
     out = []
     for row in rows.values():
-        if row[STATUS] != "open" or lease_is_live(row, now, margin):
+        if row[STATUS] not in ("open", "in_progress") or lease_is_live(row, now, margin):
+            continue
+        if row[STATUS] == "in_progress" and row[LEASE_STATE] != "active":
             continue
         if all(rows.get(dep, (None,) * 14)[STATUS] == "done" for dep in row[DEPS]):
             out.append(row)

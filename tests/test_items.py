@@ -202,11 +202,6 @@ def test_ready_orders_by_priority_then_age_and_skips_what_cannot_start(plane: Wo
     assert held in [row[0] for row in plane.ready()]
 
 
-@pytest.mark.xfail(
-    reason="claim sets the item in_progress and nothing sets it back when the lease expires, so an item "
-    "whose holder died is never offered by ready / claim --next again (only an explicit takeover frees it)",
-    strict=True,
-)
 def test_an_expired_lease_puts_the_item_back_in_ready(plane: Workplane, clock: Clock) -> None:
     item = new(plane, "abandoned")
     plane.do("claim", item=item, ttl="1m", **{"as": "crashed-worker"})

@@ -32,6 +32,7 @@ def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lea
         granted_at=ctx.when,
         expires_at=format_instant(ctx.now + _dt.timedelta(seconds=ttl)),
         ttl=ttl,
+        grant=ctx.cmd["id"],
     )
     if item.status in ("open", "blocked"):
         item.status = "in_progress"
