@@ -15,7 +15,12 @@ import sys
 import tempfile
 
 
+_QUIET = False
+
+
 def _say(text: str) -> None:
+    if _QUIET:
+        return
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -31,7 +36,11 @@ def _gw(repo: str, *args: str, show: bool = True) -> subprocess.CompletedProcess
     return done
 
 
-def run(keep: bool = False) -> int:
+def run(keep: bool = False, as_json: bool = False) -> int:
+    """Run the demo; with ``as_json`` print one JSON summary instead of the narration."""
+    global _QUIET
+    _QUIET = as_json
+    report: dict[str, object] = {}
     repo = tempfile.mkdtemp(prefix="gitwork-demo-")
     try:
         subprocess.run(["git", "init", "-q", repo], check=True)
@@ -50,12 +59,15 @@ def run(keep: bool = False) -> int:
             for name in ("agent-a", "agent-b")
         ]
         winner = None
+        race = {}
         for name, proc in zip(("agent-a", "agent-b"), racers):
             out, err = proc.communicate()
+            race[name] = proc.returncode
             _say(f"$ gw claim {schema[:8]} --as {name}   -> exit {proc.returncode}")
             _say(f"  {err.strip()}")
             if proc.returncode == 0:
                 winner = name
+        report.update(repository=repo, items=[schema, api], race_exit_codes=race, winner=winner)
         if winner is None:
             _say("no winner?")
             return 1
@@ -76,6 +88,11 @@ def run(keep: bool = False) -> int:
                              capture_output=True, text=True).stdout
         for line in log.splitlines():
             _say(f"  {line}")
+        report["log"] = log.splitlines()
+        if as_json:
+            import json
+
+            sys.stdout.write(json.dumps({"ok": True, **report}, indent=2) + "\n")
         return 0
     finally:
         if keep:

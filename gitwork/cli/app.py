@@ -315,7 +315,11 @@ def demo(
     """Run the demo on a throwaway repository: items, a two-process claim race, release, the log."""
     from ..demo import run
 
-    raise typer.Exit(run(keep=keep))
+    raise typer.Exit(run(keep=keep, as_json=json))
+
+
+from . import cmd_messages  # noqa: E402,F401
+from . import cmd_sessions  # noqa: E402,F401
 
 
 def run_app(argv: list[str]) -> int:
