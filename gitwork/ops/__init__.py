@@ -3,3 +3,4 @@
 from __future__ import annotations
 
 from . import items, leases  # noqa: F401
+from . import sessions  # noqa: F401

@@ -1,0 +1,348 @@
+"""What the installed git hooks check: ``python -m gitwork.hookcheck <hook-name> [args]``, stdin as git gives it.
+
+Local hooks (a convenience: they stop honest mistakes early; ``git -c core.hooksPath=/dev/null``
+or libgit2 bypasses them):
+
+- ``reference-transaction`` (git >= 2.28; not skipped by ``--no-verify``, sees every ref move): a
+  session branch ``refs/heads/session/*`` is commit-once. It may be created with at most one commit
+  of its own, then move exactly once, by one commit whose parent is its base; no second commit,
+  ``--amend``, ``reset``, ``rebase``, ``branch -f`` or ``update-ref`` after that, and no deletion
+  until its commit is published (reachable from a branch, tag or remote-tracking ref that is not a
+  session branch). ``git pack-refs``/``git gc`` still work: their synthetic lines are recognised.
+- ``pre-commit``: the same rule, checked before git writes a commit (a friendlier, earlier refusal).
+
+Server hook (the real gate): ``pre-receive`` runs every function in :data:`SERVER_CHECKS` on the
+whole push; each yields refusal messages. More checks (e.g. for ``refs/gitwork/*``) are added with
+:func:`register_server_check`, from a module named in :data:`CHECK_MODULES` so the hook imports it.
+
+The hook scripts (top-level ``hooks/``) only start Python when a session ref is involved, so the
+cost on every other ref update (gitwork's own state writes included) is one ``sh`` and one ``cat``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable
+
+from . import gitcmd
+
+SESSION_PREFIX = "refs/heads/session/"
+STATE_PREFIX = "refs/gitwork/"
+_HEX = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
+_ITEM = re.compile(r"w-[0-9a-f]{16}\Z")
+
+# Patterns for rev-list: every branch, tag and remote-tracking ref that is not a session branch.
+PUBLISHED = ("--exclude=session/*", "--branches", "--exclude=*/session/*", "--remotes", "--tags")
+SERVER_PUBLISHED = ("--exclude=session/*", "--branches", "--tags")
+
+
+class RefUpdate:
+    """One line of hook input; ``old``/``new`` are ``None`` for the all-zero id."""
+
+    __slots__ = ("old", "new", "ref")
+
+    def __init__(self, old: str | None, new: str | None, ref: str) -> None:
+        self.old, self.new, self.ref = old, new, ref
+
+    def __repr__(self) -> str:
+        return f"RefUpdate({self.old}, {self.new}, {self.ref})"
+
+
+def parse_updates(text: str) -> list[RefUpdate]:
+    updates = []
+    for line in text.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) != 3:
+            continue
+        old, new, ref = parts
+        updates.append(RefUpdate(None if set(old) == {"0"} else old, None if set(new) == {"0"} else new, ref))
+    return updates
+
+
+def _git(*args: str, check: bool = False) -> gitcmd.Completed:
+    return gitcmd.run(list(args), check=check)
+
+
+def _resolve(ref: str) -> str | None:
+    done = _git("rev-parse", "-q", "--verify", f"{ref}^{{commit}}")
+    return done.out.strip() or None if done.returncode == 0 else None
+
+
+def _trailers(commit: str, key: str) -> list[str]:
+    done = _git("log", "-1", f"--format=%(trailers:key={key},valueonly,separator=%x1f)", commit)
+    return [v.strip() for v in done.out.strip().split("\x1f") if v.strip()] if done.returncode == 0 else []
+
+
+def _unreached(commit: str, published: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
+    """Commits reachable from ``commit`` but from none of the published refs (nor ``extra``)."""
+    done = _git("rev-list", commit, "--not", *published, *extra)
+    return done.out.split() if done.returncode == 0 else [commit]
+
+
+def session_name(ref: str) -> str:
+    return ref[len("refs/heads/"):]
+
+
+# --- local: commit-once session branches -----------------------------------------------------------
+
+
+def has_own_work(commit: str) -> bool:
+    """The session branch at ``commit`` already holds its commit (or more): it must not move again.
+
+    Either the tip carries a ``Session:`` trailer (``gw session commit`` wrote it; this also covers
+    a branch whose commit was since published), or the tip is reachable from no published ref.
+    """
+    return bool(_trailers(commit, "Session")) or bool(_unreached(commit, PUBLISHED)[:1])
+
+
+def _is_pruning(ref: str, old: str | None) -> bool:
+    """``git pack-refs`` (and so ``git gc``) deletes a loose ref it has just copied to packed-refs.
+
+    Measured on git 2.39: it reports that as ``<oid> 0{40} <ref>``, exactly like a real delete with
+    an expected value. What tells them apart is that packed-refs already holds the same value and
+    the loose file still does too: after the "delete", the ref still exists unchanged.
+    """
+    if old is None:
+        return False
+    common = _git("rev-parse", "--git-common-dir").out.strip()
+    if not common:
+        return False
+    try:
+        with open(os.path.join(common, *ref.split("/")), encoding="ascii") as loose:
+            if loose.read().strip() != old:
+                return False
+        with open(os.path.join(common, "packed-refs"), encoding="utf-8", errors="replace") as packed:
+            wanted = f"{old} {ref}"
+            return any(line.rstrip("\n") == wanted for line in packed)
+    except OSError:
+        return False
+
+
+def check_session_update(update: RefUpdate) -> str | None:
+    """Why this move of a session branch is refused, or ``None`` if it is allowed."""
+    name = session_name(update.ref)
+    current = _resolve(update.ref)
+    new = update.new
+    if new is not None and new == current:
+        return None  # a no-op, or pack-refs copying the ref into packed-refs
+    if new is None:
+        if current is None or _is_pruning(update.ref, update.old or current):
+            return None
+        if _unreached(current, PUBLISHED)[:1]:
+            return (f"{name} holds an unpublished commit ({current[:12]}); deleting it would lose the session's "
+                    "work. Publish it with `gw publish` first.")
+        return None
+    if current is None:
+        own = _unreached(new, PUBLISHED)
+        if len(own) > 1:
+            return (f"{name} may be created with at most one commit of its own "
+                    f"({len(own)} commits of {new[:12]} are on no published branch)")
+        return None
+    if has_own_work(current):
+        return (f"{name} already has its commit ({current[:12]}): a session branch is commit-once. "
+                "No second commit, --amend, reset, rebase, branch -f or update-ref; start a new session "
+                "(`gw session start`) for more work.")
+    parents = _git("rev-list", "--parents", "-n1", new).out.split()
+    if len(parents) < 2 or parents[1] != current or len(_unreached(new, PUBLISHED, [current])) != 1:
+        return (f"{name} may only move by one commit on top of its base {current[:12]}; "
+                f"{new[:12]} is not that (reset, rebase, branch -f and update-ref are refused)")
+    return None
+
+
+def reference_transaction(args: list[str], text: str) -> list[str]:
+    if not args or args[0] != "prepared":
+        return []  # only the prepared phase can abort; committed/aborted are reports
+    problems = []
+    for update in parse_updates(text):
+        if update.ref.startswith(SESSION_PREFIX):
+            why = check_session_update(update)
+            if why:
+                problems.append(why)
+    return problems
+
+
+def pre_commit(args: list[str], text: str) -> list[str]:
+    head = _git("symbolic-ref", "-q", "HEAD").out.strip()
+    if not head.startswith(SESSION_PREFIX):
+        return []
+    current = _resolve(head)
+    if current is not None and has_own_work(current):
+        return [f"{session_name(head)} already has its commit ({current[:12]}): a session branch is commit-once "
+                "(no second commit, no --amend). Start a new session for more work."]
+    return []
+
+
+# --- server: pre-receive -----------------------------------------------------------------------
+
+
+class Push:
+    """One push as the server's pre-receive hook sees it (objects are quarantined but readable)."""
+
+    def __init__(self, updates: list[RefUpdate]) -> None:
+        self.updates = updates
+        self._cat: gitcmd.CatFile | None = None
+        self._state_ref: str | None = None
+
+    def new_commits(self, update: RefUpdate) -> list[str]:
+        """Commits this update brings that no ref of the repository reached before the push."""
+        if update.new is None:
+            return []
+        done = _git("rev-list", update.new, "--not", "--all")
+        return done.out.split()
+
+    def published_after(self, commit: str) -> bool:
+        """``commit`` is on a non-session branch or tag, counting this push's own branch updates."""
+        extra = [u.new for u in self.updates
+                 if u.new and u.ref.startswith(("refs/heads/", "refs/tags/")) and not u.ref.startswith(SESSION_PREFIX)]
+        return not _unreached(commit, SERVER_PUBLISHED, extra)[:1]
+
+    @property
+    def state_ref(self) -> str:
+        if self._state_ref is None:
+            self._state_ref = _git("config", "--get", "gitwork.ref").out.strip() or "refs/gitwork/state"
+        return self._state_ref
+
+    def state_file(self, path: str) -> bytes | None:
+        """A file of the server's state ref as it was before this push (``None`` if absent)."""
+        if self._cat is None:
+            git_dir = _git("rev-parse", "--absolute-git-dir").out.strip()
+            self._cat = gitcmd.CatFile(git_dir)
+        got = self._cat.get(f"{self.state_ref}:{path}")
+        return got[2] if got and got[1] == "blob" else None
+
+    def close(self) -> None:
+        if self._cat is not None:
+            self._cat.close()
+
+
+ServerCheck = Callable[[Push], Iterable[str]]
+
+
+def check_server_sessions(push: Push) -> Iterable[str]:
+    """Session branches on the code remote: created once with at most one new commit, then frozen."""
+    for update in push.updates:
+        if not update.ref.startswith(SESSION_PREFIX):
+            continue
+        name = session_name(update.ref)
+        if update.old is None and update.new is not None:
+            own = _unreached(update.new, SERVER_PUBLISHED)
+            if len(own) > 1:
+                yield (f"{name}: a session branch may be created with at most one new commit "
+                       f"(this push brings {len(own)})")
+        elif update.old is not None and update.new is not None:
+            yield f"{name}: a session branch is commit-once; updating or force-pushing it is refused"
+        elif update.old is not None and not push.published_after(update.old):
+            yield f"{name}: deleting an unpublished session branch is refused (publish its commit first)"
+
+
+def _fence_of_lease(push: Push, item: str) -> int | None:
+    from . import layout
+    from .codec import load_yaml
+    from .errors import GwError
+
+    data = push.state_file(layout.item_path(item, layout.LEASE_FILE))
+    if data is None:
+        return None
+    try:
+        fence = load_yaml(data, what="lease").get("fence")
+    except GwError:
+        return None
+    return fence if isinstance(fence, int) else None
+
+
+def check_server_fences(push: Push) -> Iterable[str]:
+    """A commit whose ``Fence:`` for a ``Work-Item:`` is below that item's latest grant is refused.
+
+    The latest grant is the item's ``lease.yaml`` on the server's state ref (fences strictly increase,
+    so it carries the highest fence ever granted for the item). Commits without trailers, items the
+    server's state does not know, and fences at or above the latest grant pass. Commits already on
+    a published branch or tag are not checked again.
+    """
+    seen: set[str] = set()
+    for update in push.updates:
+        if update.new is None or update.ref.startswith(STATE_PREFIX):
+            continue
+        # Commits not yet on a published branch or tag: a stale commit parked on a session branch
+        # earlier is checked again when it is pushed into a real branch.
+        done = _git("log", "-z", "--format=%H%x1f%(trailers:key=Work-Item,valueonly,separator=%x1e)%x1f"
+                    "%(trailers:key=Fence,valueonly,separator=%x1e)", update.new, "--not", *SERVER_PUBLISHED)
+        for record in done.out.split("\0"):
+            parts = record.strip("\n").split("\x1f")
+            if len(parts) != 3 or parts[0] in seen:
+                continue
+            commit, items_text, fences_text = parts
+            seen.add(commit)
+            items = [i.strip() for i in items_text.split("\x1e") if i.strip()]
+            if not items:
+                continue
+            fences_raw = [f.strip() for f in fences_text.split("\x1e") if f.strip()]
+            if not fences_raw:
+                continue
+            if not all(f.isdigit() for f in fences_raw):
+                yield f"{commit[:12]}: malformed Fence trailer {fences_raw!r}"
+                continue
+            fences = [int(f) for f in fences_raw]
+            pairs = list(zip(items, fences)) if len(fences) == len(items) else [(i, min(fences)) for i in items]
+            for item, fence in pairs:
+                if not _ITEM.match(item):
+                    continue
+                latest = _fence_of_lease(push, item)
+                if latest is not None and fence < latest:
+                    yield (f"{commit[:12]} on {update.ref}: stale fence {fence} for {item} (fence {latest} has since "
+                           "been granted: the lease was lost before this push). Claim the item again and redo the work "
+                           "in a new session.")
+
+
+SERVER_CHECKS: list[ServerCheck] = [check_server_sessions, check_server_fences]
+# Modules imported by the pre-receive hook before it runs; they call register_server_check at import.
+CHECK_MODULES: list[str] = []
+
+
+def register_server_check(check: ServerCheck) -> ServerCheck:
+    """Add a server-side check (usable as a decorator); it gets the :class:`Push`, yields refusals."""
+    if check not in SERVER_CHECKS:
+        SERVER_CHECKS.append(check)
+    return check
+
+
+def pre_receive(args: list[str], text: str) -> list[str]:
+    for name in CHECK_MODULES:
+        importlib.import_module(name)
+    push = Push(parse_updates(text))
+    try:
+        problems: list[str] = []
+        for check in list(SERVER_CHECKS):
+            problems.extend(check(push))
+        return problems
+    finally:
+        push.close()
+
+
+HOOKS: dict[str, Callable[[list[str], str], list[str]]] = {
+    "reference-transaction": reference_transaction,
+    "pre-commit": pre_commit,
+    "pre-receive": pre_receive,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] not in HOOKS:
+        sys.stderr.write(f"usage: python -m gitwork.hookcheck {{{'|'.join(HOOKS)}}} [hook args]\n")
+        return 2
+    text = "" if args[0] == "pre-commit" else sys.stdin.read()
+    try:
+        problems = HOOKS[args[0]](args[1:], text)
+    except Exception as exc:  # a gate that cannot decide must not wave the update through
+        sys.stderr.write(f"gitwork: {args[0]} hook failed ({type(exc).__name__}: {exc}); refusing\n")
+        return 1
+    for problem in problems:
+        sys.stderr.write(f"gitwork: {problem}\n")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

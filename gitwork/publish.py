@@ -1,0 +1,276 @@
+"""``gw publish SESSION [--into BRANCH] [--remote NAME]``: fast-forward or clean merge; never rebase, never force.
+
+The target's tip ``T`` (the local branch, or the remote's branch fetched just now) decides:
+
+- ``T`` is an ancestor of the session commit ``C`` (the target has not moved since the frozen head):
+  the target fast-forwards to ``C``.
+- otherwise a merge commit ``M`` (parents ``T``, ``C``) is made with ``git merge-tree --write-tree``,
+  only if the merge has no conflict and every gate in ``settings.gates`` passes when run on ``M`` in a
+  scratch worktree (``.worktrees/sessions/<id>/merge``, removed afterwards). A conflict or a failing
+  gate is :class:`NonFastForward` (exit 13): nothing changed, and the message names the conflicting
+  files or the gate and its output. Gates are not run for a fast-forward: the result is the
+  session's own commit, already checked by whoever made it.
+
+The new tip always descends from ``T``, so the target only ever moves forward. Locally the move is
+``git update-ref <ref> <new> <T>`` (a compare-and-swap); on a remote it is ``git push --atomic
+--porcelain --force-with-lease=<ref>:<T>``: the lease only adds "the remote is still at T" to what is
+a fast-forward anyway, so it can never rewrite remote history. A target that moved meanwhile is
+re-read and the decision made again.
+
+A target branch checked out in some worktree (the person's, typically) is never left silently out of
+date and never loses uncommitted work: if that worktree is clean, it is moved with
+``git -C <worktree> merge --ff-only <new>``, which updates its index and files with the branch
+(git itself refuses if an untracked file would be overwritten); if it has uncommitted changes the
+publish is refused (exit 13) and nothing is touched. Any other worktree is not touched at all.
+
+On success the publish is recorded under the holder's fence (op ``publish``, which also releases the
+lease), the session worktree is removed (kept, with a warning, if it has uncommitted leftovers) and
+the session branch deleted (its commit is now reachable from the target).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from . import clock
+from .errors import GitFailed, GwError, Invalid, NonFastForward, RemoteError, Stale
+from .sessions import Session, find, git, holder_lease, identity_env, resolve_commit
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .workplane import Workplane
+
+MAX_ROUNDS = 5  # the target moved under us this many times in a row: give up and say so
+MERGE_DIR = "merge"
+_GATE_TAIL = 20  # lines of a failing gate's output quoted in the refusal
+
+
+def _checked_out(top: str, ref: str) -> str | None:
+    """The worktree that has ``ref`` checked out, if any."""
+    listing = git("worktree", "list", "--porcelain", cwd=top).out
+    for block in listing.split("\n\n"):
+        lines = block.split("\n")
+        if f"branch {ref}" in lines and lines[0].startswith("worktree "):
+            return lines[0][len("worktree "):]
+    return None
+
+
+def _dirty(worktree: str) -> list[str]:
+    out = git("status", "--porcelain=v1", "-z", "--untracked-files=no", cwd=worktree).out
+    return [entry[3:] for entry in out.split("\0") if len(entry) > 3]
+
+
+def _is_ancestor(older: str, newer: str, cwd: str) -> bool:
+    return git("merge-base", "--is-ancestor", older, newer, cwd=cwd, check=False).returncode == 0
+
+
+def _merge(record: Session, target: str, into: str, source: str, wp: Workplane) -> str:
+    """A merge commit of ``source`` into ``target``, or :class:`NonFastForward` naming the conflicts."""
+    top = record.top
+    done = git("merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", target, source, cwd=top,
+               check=False)
+    parts = done.out.split("\0")
+    if done.returncode == 1:
+        conflicts = sorted({p.strip() for p in parts[1:] if p.strip()})
+        raise NonFastForward(
+            f"{into} has moved since session {record.id} started ({record['base'][:12]} → {target[:12]}) and merging "
+            f"it conflicts in: {', '.join(conflicts) or '(see git merge-tree)'}. Nothing was changed. Resolve by "
+            f"starting a new session from the current {into} and redoing the change there.",
+            conflicts=conflicts, target=target)
+    if done.returncode != 0:
+        raise GitFailed(f"git merge-tree failed: {done.err}", stderr=done.err)
+    tree = parts[0].strip()
+    trailers = f"Work-Item: {record['item']}\nFence: {record['fence']}\nSession: {record.id}\n"
+    message = f"Merge session {record.id} into {into}\n\n{trailers}"
+    env = identity_env(top, wp.settings.identity())
+    return git("commit-tree", tree, "-p", target, "-p", source, "-F", "-", cwd=top, input=message.encode(),
+               env=env).out.strip()
+
+
+def _run_gates(record: Session, merged: str, gates: tuple[str, ...], into: str) -> list[dict[str, Any]]:
+    """Run each gate on ``merged`` in a scratch worktree; :class:`NonFastForward` on the first failure."""
+    if not gates:
+        return []
+    scratch = os.path.join(record.folder, MERGE_DIR)
+    git("worktree", "remove", "--force", scratch, cwd=record.top, check=False)
+    shutil.rmtree(scratch, ignore_errors=True)
+    git("worktree", "add", "-q", "--detach", scratch, merged, cwd=record.top)
+    results = []
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(GW_SESSION=record.id, GW_MERGE=merged)
+        for gate in gates:
+            proc = subprocess.run(["/bin/sh", "-c", gate], cwd=scratch, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            results.append({"gate": gate, "exit": proc.returncode})
+            if proc.returncode != 0:
+                tail = "\n".join(proc.stdout.decode("utf-8", "replace").rstrip().splitlines()[-_GATE_TAIL:])
+                raise NonFastForward(
+                    f"gate `{gate}` failed (exit {proc.returncode}) on the merge of session {record.id} into {into}; "
+                    f"nothing was changed. Fix it in a new session from the current {into}."
+                    + (f"\n{tail}" if tail else ""),
+                    gate=gate, exit=proc.returncode)
+    finally:
+        git("worktree", "remove", "--force", scratch, cwd=record.top, check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+        git("worktree", "prune", cwd=record.top, check=False)
+    return results
+
+
+def _decide(record: Session, target: str, into: str, wp: Workplane) -> tuple[str, str, list[dict[str, Any]]]:
+    """(new tip, mode, gate results) for publishing the session commit onto ``target``."""
+    source = record["commit"]
+    if _is_ancestor(target, source, record.top):
+        return source, "fast-forward", []
+    merged = _merge(record, target, into, source, wp)
+    return merged, "merge", _run_gates(record, merged, tuple(wp.settings.gates), into)
+
+
+def _refuse_dirty_checkout(top: str, ref: str, into: str) -> str | None:
+    worktree = _checked_out(top, ref)
+    if worktree is not None:
+        dirty = _dirty(worktree)
+        if dirty:
+            raise NonFastForward(
+                f"{into} is checked out at {worktree} with uncommitted changes ({', '.join(dirty[:5])}"
+                f"{'...' if len(dirty) > 5 else ''}); publishing would leave it out of date. Commit or stash them "
+                f"there, or switch that worktree to another branch, then publish again. Nothing was changed.",
+                worktree=worktree, dirty=dirty)
+    return worktree
+
+
+def _move_local(top: str, ref: str, into: str, new: str, target: str) -> tuple[bool, str | None]:
+    """Move the local branch from ``target`` to ``new``; ``(False, _)`` if it moved meanwhile."""
+    worktree = _refuse_dirty_checkout(top, ref, into)
+    if worktree is None:
+        done = git("update-ref", "-m", f"gw publish: {new[:12]}", ref, new, target, cwd=top, check=False)
+        if done.returncode == 0:
+            return True, None
+        if "but expected" in done.err or "cannot lock ref" in done.err:
+            return False, None
+        raise GitFailed(f"git update-ref {ref} failed: {done.err}", stderr=done.err)
+    head = git("rev-parse", "HEAD", cwd=worktree).out.strip()
+    if head != target:
+        return False, worktree
+    done = git("merge", "--ff-only", "-q", new, cwd=worktree, check=False)
+    if done.returncode != 0:
+        if resolve_commit(ref, top) != target:
+            return False, worktree
+        raise NonFastForward(f"{into} is checked out at {worktree} and git could not fast-forward it: "
+                             f"{done.err or done.out.strip()}. Nothing was changed.", worktree=worktree)
+    return True, worktree
+
+
+def _remote_tip(top: str, remote: str, into: str) -> str | None:
+    tracking = f"refs/remotes/{remote}/{into}"
+    done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", remote, f"+refs/heads/{into}:{tracking}",
+               cwd=top, check=False)
+    if done.returncode != 0:
+        if "couldn't find remote ref" in done.err:
+            return None
+        raise RemoteError(f"cannot fetch {into} from {remote}: {done.err}", remote=remote)
+    return resolve_commit(tracking, top)
+
+
+def _push(top: str, remote: str, into: str, new: str, target: str) -> bool:
+    """CAS push; ``False`` when the remote's branch is no longer at ``target``."""
+    ref = f"refs/heads/{into}"
+    done = git("push", "--atomic", "--porcelain", f"--force-with-lease={ref}:{target}", remote, f"{new}:{ref}",
+               cwd=top, check=False)
+    for line in done.out.splitlines():
+        fields = line.split("\t")  # flag, from:to, summary (git push --porcelain)
+        if len(fields) < 3 or not fields[1].endswith(f":{ref}"):
+            continue
+        flag, summary = fields[0], fields[2]
+        if flag in (" ", "+", "*", "=", "-"):
+            git("update-ref", f"refs/remotes/{remote}/{into}", new, cwd=top, check=False)
+            return True
+        if any(reason in summary for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
+            return False
+        remote_says = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:"))
+        if "stale fence" in remote_says:
+            raise Stale(f"{remote} refused the publish: {remote_says}", remote=remote)
+        raise NonFastForward(f"{remote} refused {into}: {summary}. Nothing was changed.\n{remote_says}".rstrip(),
+                             remote=remote)
+    if done.returncode != 0:
+        raise RemoteError(f"cannot push to {remote}: {done.err}", remote=remote)
+    return True
+
+
+def publish(wp: Workplane, session: str | None, into: str | None = None, remote: str | None = None) -> dict[str, Any]:
+    record = find(wp, session)
+    if remote and git("remote", "get-url", "--", remote, cwd=record.top, check=False).returncode != 0:
+        raise Invalid(f"no git remote named {remote!r} (git remote add {remote} URL)")
+    state = record.get("state")
+    if state == "published":
+        raise Invalid(f"session {record.id} is already published into {record.get('published', {}).get('into')}")
+    if state != "committed" or not record.get("commit"):
+        raise Invalid(f"session {record.id} has no commit yet: gw session commit --file PATH... -m MSG first")
+    into = into or record.get("into")
+    if not into:
+        raise Invalid(f"session {record.id} started from a detached head: say where to publish with --into BRANCH")
+    if into.startswith("refs/heads/"):
+        into = into[len("refs/heads/"):]
+    if into.startswith("session/"):
+        raise Invalid("a session cannot be published into a session branch")
+    top = record.top
+    ref = f"refs/heads/{into}"
+    source = record["commit"]
+    if resolve_commit(record.ref, top) != source:
+        raise Invalid(f"{record.branch} no longer points at the session commit {source[:12]}")
+    item_id, lease = holder_lease(wp, record["item"], record["fence"])
+
+    worktree = None
+    for _round in range(MAX_ROUNDS):
+        if remote:
+            target = _remote_tip(top, remote, into)
+            if target is None:
+                raise Invalid(f"{remote} has no branch {into}")
+        else:
+            target = resolve_commit(ref, top)
+            worktree = _refuse_dirty_checkout(top, ref, into)  # refuse before any work
+        new, mode, gates = _decide(record, target, into, wp)
+        if remote:
+            moved = _push(top, remote, into, new, target)
+        else:
+            moved, worktree = _move_local(top, ref, into, new, target)
+        if moved:
+            break
+    else:
+        raise NonFastForward(f"{into} kept moving while publishing session {record.id}; try again")
+
+    record.doc.update(state="published", published={
+        "into": into, "remote": remote, "mode": mode, "commit": new, "previous": target,
+        "at": clock.format_instant(wp.now())})
+    record.save()
+    try:
+        applied = wp.do("publish", item=item_id, session=record.id, source=source, commit=new, previous=target,
+                        into=into, remote=remote, mode=mode, fence=lease.fence)
+    except GwError as error:
+        raise type(error)(f"published {new[:12]} into {into}, but the publish could not be recorded: {error.message}",
+                          **error.details) from error
+    record.doc["published"]["recorded"] = applied.commit
+    record.save()
+    warnings = _clean_up(record, source)
+    return {"session": record.id, "item": item_id, "into": into, "remote": remote, "mode": mode, "commit": new,
+            "previous": target, "source": source, "gates": gates, "worktree_updated": worktree,
+            "released": True, "state_commit": applied.commit, "command_id": applied.command["id"],
+            "warnings": warnings}
+
+
+def _clean_up(record: Session, source: str) -> list[str]:
+    warnings = []
+    if os.path.isdir(record.source):
+        done = git("worktree", "remove", record.source, cwd=record.top, check=False)
+        if done.returncode != 0:
+            warnings.append(f"kept the session worktree {record.source}: {done.err} (remove it with "
+                            f"`git worktree remove --force {record.source}` once nothing there is needed)")
+            return warnings
+    done = git("update-ref", "-d", record.ref, source, cwd=record.top, check=False)
+    if done.returncode != 0:
+        warnings.append(f"kept {record.branch}: {done.err}")
+    return warnings

@@ -1,0 +1,408 @@
+"""Session branches: the holder of an item writes source only on its own, commit-once branch.
+
+``gw session start ITEM`` freezes a head (``--from``, default the current ``HEAD``), creates the branch
+``session/<sessionId>`` at it and a git worktree for it under the main worktree::
+
+    <toplevel>/.worktrees/.gitignore                 "*": the whole folder is ignored by git
+    <toplevel>/.worktrees/sessions/<sessionId>/
+        session.yaml                                 the manifest (below)
+        source/                                      the session's worktree (branch session/<id>)
+
+The person's checked-out branch, index and working tree are never touched: ``git worktree add``
+writes only the new worktree and ``.git/worktrees/<name>``. ``gw session commit --file PATH... -m MSG``
+commits exactly the declared files, once, with ``Work-Item:``, ``Fence:`` and ``Session:`` trailers,
+and records each path's blob before and after in the manifest and in the item's history.
+
+Every step that writes the state ref is a command document applied by the engine (ops in
+``gitwork/ops/sessions.py``): the session is recorded under the holder's fence, so a holder who lost
+the lease can neither start nor commit a session on the record. The manifest is a local convenience
+(what ``publish`` needs to find the session); the state ref is the audit trail.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from . import clock, codec, gitcmd
+from .errors import GitFailed, GwError, Illegal, Invalid, NotFound, Stale
+from .hookcheck import PUBLISHED
+from .store import identity_signature
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .store import Repository
+    from .workplane import Workplane
+
+WORKTREES = ".worktrees"
+SESSIONS = "sessions"
+MANIFEST = "session.yaml"
+SOURCE = "source"
+BRANCH_PREFIX = "session/"
+_SESSION_BRANCH = re.compile(r"refs/heads/session/([0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]*)\Z")
+
+
+def git(*args: str, cwd: str | None = None, check: bool = True, input: bytes | None = None,
+        env: dict[str, str] | None = None) -> gitcmd.Completed:
+    return gitcmd.run(list(args), cwd=cwd, check=check, input=input, env=env)
+
+
+# --- where things are ------------------------------------------------------------------------------
+
+
+def main_worktree(repo: Repository) -> str:
+    """The repository's main worktree (sessions live there, whichever worktree ``gw`` runs in)."""
+    listing = git("--git-dir", repo.git_dir, "worktree", "list", "--porcelain").out
+    first = listing.split("\n\n", 1)[0].split("\n")
+    if not first or not first[0].startswith("worktree ") or "bare" in first[1:]:
+        raise Invalid("sessions need a repository with a working tree (this one is bare)")
+    return first[0][len("worktree "):]
+
+
+def sessions_dir(top: str) -> str:
+    return os.path.join(top, WORKTREES, SESSIONS)
+
+
+def session_dir(top: str, session: str) -> str:
+    return os.path.join(sessions_dir(top), session)
+
+
+def ensure_ignored(top: str) -> None:
+    """``.worktrees/.gitignore`` holding ``*``: git ignores the folder without any tracked file changing."""
+    folder = os.path.join(top, WORKTREES)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, ".gitignore")
+    if not os.path.exists(path):
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write("# gitwork session worktrees: never part of the project\n*\n")
+
+
+def slug(text: str, limit: int = 32) -> str:
+    cleaned = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return cleaned[:limit].strip("-") or "x"
+
+
+def new_session_id(now: Any, project: str, agent: str, attempt: int) -> str:
+    """``<yyyymmdd-HHMMss>-<project>-<agent>``; a ``-N`` suffix when that second is already taken."""
+    base = f"{now:%Y%m%d-%H%M%S}-{slug(project)}-{slug(agent)}"
+    return base if attempt == 0 else f"{base}-{attempt + 1}"
+
+
+def identity_env(cwd: str, actor: str) -> dict[str, str]:
+    """Author/committer for commits gitwork makes: git's own identity if configured, else the holder's.
+
+    CI machines often have no user.name/user.email; the holder identity keeps commits attributable.
+    """
+    env: dict[str, str] = {}
+    name, _, email = identity_signature(actor).partition(" <")
+    for key, fallback in (("user.name", name), ("user.email", email.rstrip(">"))):
+        configured = git("config", "--get", key, cwd=cwd, check=False).out.strip()
+        if not configured:
+            field = "NAME" if key == "user.name" else "EMAIL"
+            env[f"GIT_AUTHOR_{field}"] = fallback
+            env[f"GIT_COMMITTER_{field}"] = fallback
+    return env
+
+
+# --- the manifest ----------------------------------------------------------------------------------
+
+
+class Session:
+    """One session's manifest (``session.yaml``) and the paths that go with it."""
+
+    def __init__(self, top: str, doc: dict[str, Any]) -> None:
+        self.top = top
+        self.doc = doc
+
+    @property
+    def id(self) -> str:
+        return str(self.doc["session"])
+
+    @property
+    def folder(self) -> str:
+        return session_dir(self.top, self.id)
+
+    @property
+    def source(self) -> str:
+        return os.path.join(self.folder, SOURCE)
+
+    @property
+    def branch(self) -> str:
+        return f"{BRANCH_PREFIX}{self.id}"
+
+    @property
+    def ref(self) -> str:
+        return f"refs/heads/{self.branch}"
+
+    def __getitem__(self, key: str) -> Any:
+        return self.doc[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.doc.get(key, default)
+
+    def save(self) -> None:
+        os.makedirs(self.folder, exist_ok=True)
+        path = os.path.join(self.folder, MANIFEST)
+        temp = f"{path}.{os.getpid()}.tmp"
+        with open(temp, "wb") as handle:
+            handle.write(codec.dump_yaml(self.doc))
+        os.replace(temp, path)
+
+    @classmethod
+    def load(cls, top: str, session: str) -> Session:
+        if not re.fullmatch(r"[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]*", session):
+            raise Invalid(f"malformed session id {session!r}")
+        path = os.path.join(session_dir(top, session), MANIFEST)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            raise NotFound(f"no session {session} (no {path})", session=session) from None
+        return cls(top, codec.load_yaml(data, what=f"session {session}"))
+
+    def view(self) -> dict[str, Any]:
+        return {**self.doc, "worktree": self.source if os.path.isdir(self.source) else None}
+
+
+def all_sessions(top: str) -> list[Session]:
+    root = sessions_dir(top)
+    found = []
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if os.path.exists(os.path.join(root, name, MANIFEST)):
+            try:
+                found.append(Session.load(top, name))
+            except GwError:
+                continue
+    return found
+
+
+def find(wp: Workplane, session: str | None) -> Session:
+    """The named session; else the one whose worktree ``gw`` runs in; else the actor's only open one."""
+    top = main_worktree(wp.repo)
+    if session:
+        return Session.load(top, session)
+    if wp.repo.toplevel:
+        head = git("symbolic-ref", "-q", "HEAD", cwd=wp.repo.toplevel, check=False).out.strip()
+        match = _SESSION_BRANCH.match(head)
+        if match:
+            return Session.load(top, match.group(1))
+    actor = wp.settings.identity()
+    mine = [s for s in all_sessions(top) if s.get("holder") == actor and s.get("state") != "published"]
+    if len(mine) == 1:
+        return mine[0]
+    raise Invalid("name the session (gw session list shows them), or run this inside its worktree"
+                  + (f"; {actor} has {len(mine)} open sessions" if mine else ""))
+
+
+# --- the holder check ------------------------------------------------------------------------------
+
+
+def holder_lease(wp: Workplane, item: str, fence: int | None) -> tuple[str, Any]:
+    """A read-only pre-check of the fencing rule, so nothing is created for a holder who lost the lease.
+
+    The authoritative check is the op's own, when its record is applied; this one only stops the git
+    side (worktree, commit, merge, push) from starting when the record would be refused anyway.
+    """
+    ctx = wp.context()
+    ctx.cmd = {"op": "read", "id": "read", "item": item, "as": wp.settings.identity()}
+    if fence is not None:
+        ctx.cmd["fence"] = fence
+    item_id = ctx.target()
+    lease = ctx.require_holder(item_id)
+    if lease is None:
+        raise Stale(f"you hold no lease on {item_id}: claim it first", item=item_id)
+    return item_id, lease
+
+
+def resolve_commit(rev: str, cwd: str) -> str:
+    done = git("rev-parse", "-q", "--verify", "--end-of-options", f"{rev}^{{commit}}", cwd=cwd, check=False)
+    if done.returncode != 0 or not done.out.strip():
+        raise NotFound(f"no commit {rev!r}")
+    return done.out.strip()
+
+
+def is_published(commit: str, cwd: str) -> bool:
+    """Reachable from a branch, tag or remote-tracking ref that is not a session branch."""
+    done = git("rev-list", "-n1", commit, "--not", *PUBLISHED, cwd=cwd, check=False)
+    return done.returncode == 0 and not done.out.strip()
+
+
+# --- session start -----------------------------------------------------------------------------
+
+
+def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | None = None) -> dict[str, Any]:
+    repo = wp.repo
+    here = repo.toplevel or repo.git_dir
+    top = main_worktree(repo)
+    rev = from_ref or "HEAD"
+    if rev.startswith("-"):
+        raise Invalid(f"--from must name a commit, not an option ({rev!r})")
+    base = resolve_commit(rev, here)
+    full = git("rev-parse", "--symbolic-full-name", rev, cwd=here, check=False).out.strip()
+    into = full[len("refs/heads/"):] if full.startswith("refs/heads/") and not full.startswith("refs/heads/session/") \
+        else None
+    if not is_published(base, here):
+        raise Invalid(f"--from {rev} ({base[:12]}) is on no branch, tag or remote-tracking ref: a session starts "
+                      "from published history")
+    item_id, lease = holder_lease(wp, item, fence)
+    actor = wp.settings.identity()
+    ensure_ignored(top)
+    now = wp.now()
+    project = os.path.basename(top.rstrip(os.sep)) or "repo"
+    for attempt in range(50):
+        session = new_session_id(now, project, actor, attempt)
+        folder = session_dir(top, session)
+        if os.path.exists(folder):
+            continue
+        try:
+            os.makedirs(folder)
+        except FileExistsError:
+            continue  # another start picked the same id this second
+        source = os.path.join(folder, SOURCE)
+        added = git("worktree", "add", "-q", "-b", f"{BRANCH_PREFIX}{session}", source, base, cwd=top, check=False)
+        if added.returncode == 0:
+            break
+        os.rmdir(folder)
+        if "already exists" not in added.err:
+            raise GitFailed(f"git worktree add failed: {added.err}", stderr=added.err)
+    else:
+        raise GwError("could not find a free session id")
+    doc = {
+        "session": session, "item": item_id, "holder": actor, "fence": lease.fence, "epoch": lease.epoch,
+        "base": base, "from": rev, "branch": f"{BRANCH_PREFIX}{session}", "into": into,
+        "started_at": clock.format_instant(now), "state": "started",
+    }
+    record = Session(top, {k: v for k, v in doc.items() if v is not None})
+    record.save()
+    try:
+        applied = wp.do("session-start", item=item_id, session=session, base=base, branch=record.branch, into=into,
+                        fence=lease.fence)
+    except BaseException:
+        # The record was refused (the lease was lost meanwhile): leave nothing behind. The branch is
+        # still at its (published) base, so even the commit-once hook lets it go.
+        discard(record)
+        raise
+    record.doc["recorded"] = applied.commit
+    record.save()
+    return {**record.view(), "state_commit": applied.commit, "command_id": applied.command["id"]}
+
+
+def discard(record: Session) -> None:
+    git("worktree", "remove", "--force", record.source, cwd=record.top, check=False)
+    git("update-ref", "-d", record.ref, record["base"], cwd=record.top, check=False)
+    manifest = os.path.join(record.folder, MANIFEST)
+    if os.path.exists(manifest):
+        os.remove(manifest)
+    if os.path.isdir(record.folder) and not os.listdir(record.folder):
+        os.rmdir(record.folder)
+
+
+# --- session commit ------------------------------------------------------------------------------
+
+
+def _changed_paths(source: str) -> list[str]:
+    """Every path whose index or working-tree state differs from HEAD (untracked files included)."""
+    out = git("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=none",
+              cwd=source).out
+    return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
+
+
+def _declared(paths: list[str], source: str, cwd: str) -> list[str]:
+    """Paths as the session worktree's root sees them; relative ones are taken from ``cwd`` when it is
+    inside the worktree (like git), else from the worktree's root."""
+    root = os.path.realpath(source)
+    here = os.path.realpath(cwd)
+    inside = here == root or here.startswith(root + os.sep)
+    result = []
+    for path in paths:
+        joined = os.path.normpath(os.path.join(here if inside else root, path))
+        # Resolve the folders but not the file itself: a symlink is a file of the commit.
+        absolute = os.path.join(os.path.realpath(os.path.dirname(joined)), os.path.basename(joined))
+        rel = os.path.relpath(absolute, root)
+        if rel == "." or rel.startswith(".." + os.sep) or rel == "..":
+            raise Invalid(f"{path} is not inside the session worktree {source}")
+        rel = rel.replace(os.sep, "/")
+        if rel not in result:
+            result.append(rel)
+    return result
+
+
+def _blobs(listing: str) -> dict[str, str]:
+    """``<mode> <type|stage> <oid>\t<path>`` records (ls-tree / ls-files -s, ``-z``) → path: blob."""
+    blobs = {}
+    for record in listing.split("\0"):
+        meta, sep, path = record.partition("\t")
+        if sep:
+            fields = meta.split()
+            oid = fields[2] if fields[1] == "blob" else fields[1]
+            blobs[path] = oid
+    return blobs
+
+
+def commit(wp: Workplane, files: list[str], message: str, session: str | None = None,
+           cwd: str | None = None) -> dict[str, Any]:
+    if not files:
+        raise Invalid("declare the files this commit changes with --file (one per file)")
+    if not message.strip():
+        raise Invalid("a session commit needs a message (-m)")
+    record = find(wp, session)
+    if record.get("state") != "started":
+        raise Illegal(f"session {record.id} already has its commit ({str(record.get('commit', ''))[:12]}): "
+                      "a session is commit-once; start a new session for more work")
+    if not os.path.isdir(record.source):
+        raise Invalid(f"the worktree of session {record.id} is gone ({record.source})")
+    tip = resolve_commit(record.ref, record.top)
+    if tip != record["base"]:
+        raise Illegal(f"{record.branch} moved from its base {record['base'][:12]} to {tip[:12]} outside gw: "
+                      "its one commit is used up")
+    item_id, lease = holder_lease(wp, record["item"], record["fence"])
+    source = record.source
+    declared = _declared(files, source, cwd or os.getcwd())
+    changed = _changed_paths(source)
+    if not changed:
+        raise Invalid(f"nothing changed in {source}")
+    undeclared = [p for p in changed if p not in declared]
+    if undeclared:
+        raise Invalid(f"undeclared files changed: {', '.join(undeclared)} (declare them with --file, or revert them)",
+                      undeclared=undeclared)
+    unchanged = [p for p in declared if p not in changed]
+    if unchanged:
+        raise Invalid(f"declared files did not change: {', '.join(unchanged)}", unchanged=unchanged)
+    literal = {"GIT_LITERAL_PATHSPECS": "1"}
+    git("add", "-A", "--", *declared, cwd=source, env=literal)
+    before = _blobs(git("ls-tree", "-z", "--full-tree", record["base"], "--", *declared, cwd=source, env=literal).out)
+    after = _blobs(git("ls-files", "-s", "-z", "--", *declared, cwd=source, env=literal).out)
+    changes = [{"path": p, "before": before.get(p), "after": after.get(p)} for p in declared]
+    trailers = f"Work-Item: {item_id}\nFence: {lease.fence}\nSession: {record.id}\n"
+    text = message.rstrip("\n") + "\n\n" + trailers
+    env = {**identity_env(source, wp.settings.identity()), **literal}
+    done = git("commit", "-q", "--cleanup=whitespace", "-F", "-", cwd=source, input=text.encode(), env=env,
+               check=False)
+    if done.returncode != 0:
+        raise Invalid(f"git commit refused in {source}: {done.err or done.out.strip()}")
+    new = resolve_commit(record.ref, source)
+    parents = git("rev-list", "--parents", "-n1", new, cwd=source).out.split()
+    if parents[1:] != [record["base"]]:
+        raise Illegal(f"{record.branch} is at {new[:12]}, not one commit on its base {record['base'][:12]}")
+    record.doc.update(state="committed", commit=new, committed_at=clock.format_instant(wp.now()), changes=changes)
+    record.save()
+    from .ops.sessions import format_change
+
+    try:
+        applied = wp.do("session-commit", item=item_id, session=record.id, commit=new, base=record["base"],
+                        files=[format_change(c["path"], c["before"], c["after"]) for c in changes],
+                        fence=lease.fence)
+    except Stale as error:
+        raise Stale(f"committed {new[:12]} on {record.branch}, but it could not be recorded: {error.message}. "
+                    "Its fence is stale: the code remote will refuse it.", **error.details) from error
+    record.doc["recorded"] = applied.commit
+    record.save()
+    return {"session": record.id, "item": item_id, "commit": new, "branch": record.branch, "files": changes,
+            "fence": lease.fence, "state_commit": applied.commit, "command_id": applied.command["id"]}
+
+
+def list_sessions(wp: Workplane) -> list[dict[str, Any]]:
+    top = main_worktree(wp.repo)
+    return [s.view() for s in all_sessions(top)]
