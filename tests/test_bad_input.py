@@ -1,0 +1,299 @@
+"""Bad input: each refusal is one clear line on stderr, its documented exit code, and no ref movement.
+
+Every case runs the real CLI in a child process. State that gitwork itself would never write (a newer
+format version, a corrupt item file) is crafted with git plumbing, as another tool or a bad merge
+would leave it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import git, run_gw, tip
+from gitwork import layout
+from gitwork.errors import ExitCode, Invalid
+from gitwork.workplane import Workplane
+
+A1 = "w-aaaa000000000001"
+A2 = "w-aaaa000000000002"
+B1 = "w-bbbb000000000001"
+
+
+@pytest.fixture
+def state(repo: Path) -> dict[str, str]:
+    """An initialised repository with a few items: two sharing the prefix w-aaaa."""
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        wp.do("new", title="first a", item=A1)
+        wp.do("new", title="second a", item=A2)
+        wp.do("new", title="b depends on a1", item=B1, depends_on=[A1])
+        crit = wp.do("new", title="with criteria", criteria=["tests pass"]).result["item"]
+        closed = wp.do("new", title="finished").result["item"]
+        wp.do("done", item=closed)
+    return {"crit": crit, "closed": closed}
+
+
+def refused(repo: Path | str, *args: str, code: ExitCode, says: str, input: str | None = None,
+            env: dict[str, str] | None = None, also_json: bool = False) -> None:
+    """Run ``gw *args`` (and, asked, again with --json): refused with ``code``, the ref left alone.
+
+    Each test checks the --json shape on one of its calls only: every process costs ~0.3 s of typer
+    start-up, and the suite has to stay fast on a 2-core CI machine.
+    """
+    before = tip(repo)
+    plain = run_gw(repo, *args, input=input, env=env)
+    assert plain.returncode == code, (args, plain.returncode, plain.stderr)
+    lines = plain.stderr.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {plain.stderr!r}"
+    assert lines[0].startswith("gw: "), lines[0]
+    assert says in lines[0], lines[0]
+    assert "Traceback" not in plain.stderr
+    assert plain.stdout == "", "errors go to stderr; stdout is for data"
+    assert tip(repo) == before
+    if not also_json:
+        return
+
+    as_json = run_gw(repo, *args, "--json", input=input, env=env)
+    assert as_json.returncode == code, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    assert doc["ok"] is False
+    assert doc["code"] == int(code)
+    assert isinstance(doc["error"], str) and doc["error"]
+    assert says in doc["message"]
+    assert "\n" not in doc["message"]
+    assert tip(repo) == before
+
+
+def test_unknown_id(repo: Path, state: dict[str, str]) -> None:
+    refused(repo, "show", "w-cccc", code=ExitCode.NOT_FOUND, says="no item matches 'w-cccc'", also_json=True)
+    refused(repo, "claim", "w-0123456789abcdef", "--as", "bob", code=ExitCode.NOT_FOUND, says="no item")
+    refused(repo, "edit", "w-dd", "--title", "x", code=ExitCode.NOT_FOUND, says="no item")
+    refused(repo, "new", "depends on nothing", "--dep", "w-eeee", code=ExitCode.NOT_FOUND, says="no item")
+
+
+def test_ambiguous_prefix(repo: Path, state: dict[str, str]) -> None:
+    refused(repo, "claim", "w-aaaa", "--as", "bob", code=ExitCode.AMBIGUOUS, says="ambiguous", also_json=True)
+    refused(repo, "show", "aaaa00000000000", code=ExitCode.AMBIGUOUS, says="ambiguous")
+    refused(repo, "show", "w-a", code=ExitCode.AMBIGUOUS, says="2 items match")
+    # One more digit and it is unique again.
+    assert json.loads(run_gw(repo, "show", "w-aaaa000000000002", "--json").stdout)["item"]["id"] == A2
+
+
+def test_malformed_duration(repo: Path, state: dict[str, str]) -> None:
+    for ttl in ("5x", "15 minutes", "-1m", "0s"):
+        refused(repo, "claim", A1, "--ttl", ttl, "--as", "bob", code=ExitCode.INVALID, says="duration",
+                also_json=ttl == "5x")
+
+
+def test_dependency_cycle(repo: Path, state: dict[str, str]) -> None:
+    # B1 depends on A1: A1 -> B1 would close the loop.
+    refused(repo, "edit", A1, "--add-dep", B1, code=ExitCode.INVALID, says="dependency cycle", also_json=True)
+    refused(repo, "edit", A1, "--add-dep", A1, code=ExitCode.INVALID, says="cannot depend on itself")
+    # A longer loop: C -> B1 -> A1, then A1 -> C.
+    made = run_gw(repo, "new", "c", "--dep", B1, "--as", "alice")
+    assert made.returncode == 0, made.stderr
+    refused(repo, "edit", A1, "--add-dep", made.stdout.strip(), code=ExitCode.INVALID, says="dependency cycle")
+
+
+def test_illegal_transitions(repo: Path, state: dict[str, str]) -> None:
+    closed = state["closed"]
+    refused(repo, "edit", closed, "--status", "blocked", code=ExitCode.ILLEGAL, says="cannot go from done to blocked",
+            also_json=True)
+    refused(repo, "done", closed, code=ExitCode.ILLEGAL, says="done to done")
+    refused(repo, "reopen", A1, code=ExitCode.ILLEGAL, says="only done or cancelled")
+    refused(repo, "claim", closed, "--as", "bob", code=ExitCode.ILLEGAL, says="reopen it before claiming")
+
+
+def test_done_with_unchecked_criteria_needs_force(repo: Path, state: dict[str, str]) -> None:
+    refused(repo, "done", state["crit"], code=ExitCode.ILLEGAL, says="unchecked criteria [1]", also_json=True)
+    refused(repo, "done", state["crit"], "--force", code=ExitCode.INVALID, says="--force needs a --reason")
+
+
+BAD_TITLES = [
+        ("", "title must not be empty"),
+        ("   ", "title must not be empty"),
+        ("bell\x07here", "binary or control characters"),
+        ("esc\x1b[31mred", "binary or control characters"),
+        ("del\x7f", "binary or control characters"),
+        ("two\nlines", "binary or control characters"),
+        ("x" * 201, "title is too long"),
+]
+
+
+def test_bad_titles(repo: Path, state: dict[str, str]) -> None:
+    # Empty and control characters through the CLI; every case in-process (same validation).
+    refused(repo, "new", "", code=ExitCode.INVALID, says="title must not be empty", also_json=True)
+    refused(repo, "new", "bell\x07here", code=ExitCode.INVALID, says="binary or control characters")
+    before = tip(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        for title, says in BAD_TITLES:
+            with pytest.raises(Invalid, match=says):
+                wp.do("new", title=title)
+            with pytest.raises(Invalid, match=says):
+                wp.do("edit", item=A1, title=title)
+    assert tip(repo) == before
+
+
+def test_oversized_and_binary_text(repo: Path, state: dict[str, str]) -> None:
+    refused(repo, "new", "big", "-d", "a" * (64 * 1024 + 1), code=ExitCode.INVALID, says="description is too long",
+            also_json=True)
+    refused(repo, "new", "multibyte", "-d", "é" * (32 * 1024 + 1), code=ExitCode.INVALID, says="too long")
+    # A NUL cannot travel in argv; it can in a command document.
+    doc = json.dumps({"op": "new", "title": "nul", "description": "a\u0000b"})
+    refused(repo, "apply", "-", input=doc, code=ExitCode.INVALID, says="binary or control characters")
+    doc = json.dumps({"op": "edit", "item": A1, "description": "\ud800"})
+    refused(repo, "apply", "-", input=doc, code=ExitCode.INVALID, says="")
+
+
+def test_exactly_64_kib_of_description_is_accepted(repo: Path, state: dict[str, str]) -> None:
+    done = run_gw(repo, "new", "limit", "-d", "a" * (64 * 1024), "--as", "alice")
+    assert done.returncode == 0, done.stderr
+
+
+def test_path_like_ids(repo: Path, state: dict[str, str]) -> None:
+    refused(repo, "show", "../x", code=ExitCode.INVALID, says="malformed item id", also_json=True)
+    refused(repo, "edit", "w-../../x", "--title", "t", code=ExitCode.INVALID, says="malformed item id")
+    for bad in ("../x", "w-../../x", "w-aa/../bb", "/etc/passwd", "w-", "items/aa", "w-aa bb"):
+        refused(repo, "claim", bad, "--as", "bob", code=ExitCode.INVALID, says="malformed item id")
+
+
+def test_new_with_a_path_like_or_short_explicit_id(repo: Path, state: dict[str, str]) -> None:
+    for bad, says in (("../x", "malformed item id"), ("w-../../aaaaaaaaaaaaaa", "malformed item id"),
+                      ("w-aaaa00000000000", "must be a full id"), (A1, "already exists")):
+        doc = json.dumps({"op": "new", "title": "sneaky", "item": bad})
+        refused(repo, "apply", "-", input=doc, code=ExitCode.INVALID, says=says, also_json=bad == A1)
+
+
+def test_not_a_git_repository(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    env = {"GIT_CEILING_DIRECTORIES": str(tmp_path)}  # never find a repository above the test dir
+    refused(plain, "init", code=ExitCode.NOT_A_REPO, says="not a git repository", env=env, also_json=True)
+    refused(plain, "list", code=ExitCode.NOT_A_REPO, says="not a git repository", env=env)
+    refused(plain, "claim", "w-aaaa", code=ExitCode.NOT_A_REPO, says="not a git repository", env=env)
+    refused(plain, "show", "w-aaaa", "-C", str(tmp_path / "missing"), code=ExitCode.NOT_A_REPO, says="does not exist",
+            env=env)
+    assert not (plain / ".git").exists()
+
+
+# --- state that gitwork would never write, crafted with plumbing ---------------------------------------
+
+
+def replace_blob(repo: Path, path: str, data: bytes) -> str:
+    """Commit, on top of the state ref, a tree where ``path`` holds ``data``; return the new tip."""
+    index = repo / ".git" / "crafted-index"
+    env = {**os.environ, "GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": "crafter",
+           "GIT_AUTHOR_EMAIL": "c@example.com", "GIT_COMMITTER_NAME": "crafter", "GIT_COMMITTER_EMAIL": "c@example.com"}
+
+    def plumb(*args: str, input: bytes | None = None) -> str:
+        done = subprocess.run(["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True)
+        return done.stdout.decode().strip()
+
+    plumb("read-tree", "refs/gitwork/state")
+    blob = plumb("hash-object", "-w", "--stdin", input=data)
+    plumb("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+    tree = plumb("write-tree")
+    commit = plumb("commit-tree", tree, "-p", "refs/gitwork/state", "-m", f"crafted {path}")
+    plumb("update-ref", "refs/gitwork/state", commit)
+    index.unlink()
+    return commit
+
+
+def test_state_written_by_a_newer_format(repo: Path, state: dict[str, str]) -> None:
+    crafted = replace_blob(repo, "format.yaml", b"format: 99\n")
+    for args in (("list",), ("show", A1), ("claim", A1, "--as", "bob"), ("new", "x")):
+        refused(repo, *args, code=ExitCode.NEWER_FORMAT, says="format 99", also_json=args == ("list",))
+    assert tip(repo) == crafted
+
+
+def test_state_without_a_format_file_is_not_ours(repo: Path, state: dict[str, str]) -> None:
+    replace_blob(repo, "format.yaml", b"not: a format\n")
+    refused(repo, "list", code=ExitCode.CORRUPT, says="format", also_json=True)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"title: [unclosed\n", b"- a list\n- not a mapping\n", b"\xff\xfe binary\n",
+     b"id: w-bbbb000000000099\ntitle: x\n"],
+)
+def test_corrupt_item_file(repo: Path, state: dict[str, str], garbage: bytes) -> None:
+    crafted = replace_blob(repo, layout.item_path(B1, layout.ITEM_FILE), garbage)
+    refused(repo, "show", B1, code=ExitCode.CORRUPT, says=B1, also_json=True)
+    refused(repo, "claim", B1, "--as", "bob", code=ExitCode.CORRUPT, says=B1)
+    refused(repo, "edit", B1, "--title", "y", code=ExitCode.CORRUPT, says=B1)
+    assert tip(repo) == crafted
+
+
+def test_corrupt_item_file_breaks_listing_with_a_clear_error(repo: Path, state: dict[str, str]) -> None:
+    replace_blob(repo, layout.item_path(B1, layout.ITEM_FILE), b"title: [unclosed\n")
+    refused(repo, "list", code=ExitCode.CORRUPT, says=B1, also_json=True)
+    refused(repo, "claim", "--next", "--as", "bob", code=ExitCode.CORRUPT, says=B1)
+
+
+def test_corrupt_event_log(repo: Path, state: dict[str, str]) -> None:
+    replace_blob(repo, layout.item_path(A1, layout.EVENTS_FILE), b'{"seq":1,"type":"created"}\nnot json\n')
+    refused(repo, "history", A1, code=ExitCode.CORRUPT, says="not a JSON record", also_json=True)
+
+
+BAD_DOCUMENTS: list[tuple[dict[str, Any], str]] = [
+        ({"op": "frobnicate", "item": A1}, "unknown op 'frobnicate'"),
+        ({"op": "claim", "item": A1, "colour": "red"}, "unknown field 'colour'"),
+        ({"op": "new"}, "needs 'title'"),
+        ({"op": "new", "title": 5}, "title must be text"),
+        ({"op": "claim", "item": A1, "ttl": "5x"}, "malformed duration"),
+        ({"op": "handoff", "item": A1, "reason": "bored"}, "reason must be one of"),
+        ({"item": A1}, "unknown op None"),
+        ({"op": "edit", "item": A1, "priority": 9}, "priority must be 0"),
+        ({"op": "claim", "item": A1, "fence": 0}, "positive fencing token"),
+        ({"op": "claim", "item": A1, "id": "x"}, "id must be 4-64"),
+]
+
+
+def test_apply_refuses_unknown_ops_and_fields(repo: Path, state: dict[str, str]) -> None:
+    for number, (document, says) in enumerate(BAD_DOCUMENTS[:2]):
+        refused(repo, "apply", "-", input=json.dumps(document), code=ExitCode.INVALID, says=says,
+                also_json=number == 0)
+
+
+def test_submit_refuses_bad_documents(repo: Path, state: dict[str, str]) -> None:
+    # The same validation, in-process: `gw apply` only reads the file and calls submit.
+    before = tip(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        for document, says in BAD_DOCUMENTS:
+            with pytest.raises(Invalid) as caught:
+                wp.submit(document)
+            assert says in caught.value.message
+            assert caught.value.code == ExitCode.INVALID
+    assert tip(repo) == before
+
+
+def test_apply_refuses_unparseable_documents(repo: Path, state: dict[str, str]) -> None:
+    for text, says in (("{not json", "not valid JSON"), ("op: [unclosed", "not valid YAML"),
+                       ("- op: new\n", "must be a mapping"), ("", "must be a mapping")):
+        refused(repo, "apply", "-", input=text, code=ExitCode.INVALID, says=says, also_json=not text)
+
+
+def test_apply_of_a_yaml_file_works_and_a_missing_file_is_a_usage_error(repo: Path, state: dict[str, str],
+                                                                        tmp_path: Path) -> None:
+    doc = tmp_path / "cmd.yaml"
+    doc.write_text(f"op: claim\nitem: {A1}\nttl: 10m\nas: carol\n")
+    done = run_gw(repo, "apply", str(doc), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["holder"] == "carol"
+    refused(repo, "apply", str(tmp_path / "nope.yaml"), code=ExitCode.USAGE, says="cannot read", also_json=True)
+
+
+def test_json_errors_go_to_stdout_with_the_documented_shape(repo: Path, state: dict[str, str]) -> None:
+    run_gw(repo, "claim", A1, "--as", "alice")
+    held = run_gw(repo, "claim", A1, "--as", "bob", "--json")
+    assert held.returncode == ExitCode.HELD
+    doc = json.loads(held.stdout)
+    assert {k: doc[k] for k in ("ok", "error", "code")} == {"ok": False, "error": "held", "code": 75}
+    assert doc["details"]["holder"] == "alice"
+    assert "held by alice" in doc["message"]
