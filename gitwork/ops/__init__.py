@@ -3,4 +3,5 @@
 from __future__ import annotations
 
 from . import items, leases  # noqa: F401
+from . import messages  # noqa: F401
 from . import sessions  # noqa: F401

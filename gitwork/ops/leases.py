@@ -180,6 +180,12 @@ def handoff(ctx: Context) -> None:
     lease.handoff = {"reason": ctx.cmd["reason"], "to": ctx.cmd.get("to"), "message": ctx.cmd.get("message")}
     lease.handoff = {k: v for k, v in lease.handoff.items() if v}
     end_lease(ctx, lease, "handed-off", reason=ctx.cmd["reason"], to=ctx.cmd.get("to"))
+    # The next holder reads the thread, so the handoff and its reason are posted there too (fenced:
+    # _held refused above unless the author still holds this epoch).
+    from .messages import post_message
+
+    note = post_message(ctx, item_id, "handoff", ctx.cmd.get("message") or f"handed off: {ctx.cmd['reason']}",
+                        epoch=lease.epoch, to=ctx.cmd.get("to"), reason=ctx.cmd["reason"])
     ctx.say(f"handoff {item_id} by {ctx.actor} ({ctx.cmd['reason']}; epoch {lease.epoch}, fence {lease.fence})",
-            item_id, lease_epoch=lease.epoch, fence=lease.fence)
-    ctx.outcome.result = lease_result(lease)
+            item_id, lease_epoch=lease.epoch, fence=lease.fence, message_seq=note["seq"])
+    ctx.outcome.result = {**lease_result(lease), "seq": note["seq"]}

@@ -1,0 +1,435 @@
+"""Conversations, read side: each item's thread, its read/responded cursors, replay and the inbox.
+
+Where a thread lives, under the item's folder (docs/format.md has the full description)::
+
+    thread/<group>/<segment>.log   one message per line (JSON), ``seq`` gapless from 1
+    cursors.yaml                   per participant: ``read`` and ``responded`` (monotone)
+
+A segment holds ``SEGMENT`` (100) messages and is named by the first sequence number it can hold,
+zero-padded to 10 digits; a group folder holds ``GROUP`` (100) segments and is named the same way.
+So a post rewrites one blob of at most 100 lines and two small trees, whatever the thread's size (a
+single growing file would make each post O(thread) and the history O(n²)), and a replay from a cursor
+starts at the segment holding it instead of reading the whole thread.
+
+Cursors are prefixes: ``read: 7`` means every message up to #7 was seen; ``responded: 5`` that every
+one up to #5 was answered (``reply`` names the message that did). Responded never exceeds read.
+
+A message's ``id`` is the id of the command that posted it (client-chosen, so a retried post lands
+once). Sequence numbers are assigned on the tip a command is applied to, so command documents refer to
+messages by id (the CLI turns a ``SEQ`` it is given into an id before building the document): a command
+replayed onto another tip still names the same message after renumbering.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import re
+import time
+
+from . import codec, layout
+from .errors import Corrupt, Invalid, NotFound
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+    from .store import Snapshot
+    from .workplane import Applied, Workplane
+
+SEGMENT = 100
+GROUP = 100
+SPAN = SEGMENT * GROUP
+THREAD_DIR = "thread"
+CURSORS_FILE = "cursors.yaml"
+# Kinds a person or agent posts with `gw msg`; `decision` is written only by `decide`.
+POST_KINDS = ("note", "question", "answer", "handoff", "decision-request")
+KINDS = (*POST_KINDS, "decision")
+# Kinds that wait for an answer: once read they stay in the inbox until the reader acknowledges a
+# reply (`ack --responded`). Notes, answers and decisions only need reading.
+ANSWERABLE = ("question", "decision-request", "handoff")
+_NAME = re.compile(r"\d{10}\Z")
+_SEGMENT_NAME = re.compile(r"(\d{10})\.log\Z")
+_SEQ_REF = re.compile(r"#?(\d+)\Z")
+_MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{4,64}\Z")
+
+
+# --- paths -----------------------------------------------------------------------------------------
+
+
+def first_of(seq: int, size: int) -> int:
+    """The first sequence number of the block of ``size`` that holds ``seq``."""
+    return (seq - 1) // size * size + 1
+
+
+def thread_dir(item_id: str) -> str:
+    return f"{layout.item_dir(item_id)}/{THREAD_DIR}"
+
+
+def segment_path(item_id: str, seq: int) -> str:
+    return f"{thread_dir(item_id)}/{first_of(seq, SPAN):010d}/{first_of(seq, SEGMENT):010d}.log"
+
+
+def cursors_path(item_id: str) -> str:
+    return layout.item_path(item_id, CURSORS_FILE)
+
+
+# --- reading a thread ------------------------------------------------------------------------------
+
+
+def segments(snapshot: Snapshot, item_id: str, since: int = 0) -> list[tuple[int, str]]:
+    """``(first seq, blob id)`` of each segment that may hold a message after ``since``, in order."""
+    store = snapshot.store
+    out: list[tuple[int, str]] = []
+    groups = snapshot.tree(thread_dir(item_id))
+    for group_name in sorted(groups):
+        entry = groups[group_name]
+        if not _NAME.match(group_name) or not entry.is_tree:
+            raise Corrupt(f"unexpected {group_name!r} in the thread of {item_id}")
+        group_first = int(group_name)
+        if group_first != first_of(group_first, SPAN):
+            raise Corrupt(f"thread group {group_name} of {item_id} is misnamed")
+        if group_first + SPAN - 1 <= since:
+            continue
+        members = store.read_tree(entry.oid)
+        for name in sorted(members):
+            match = _SEGMENT_NAME.match(name)
+            seg = members[name]
+            if match is None or seg.is_tree:
+                raise Corrupt(f"unexpected {name!r} in the thread of {item_id}")
+            first = int(match.group(1))
+            if first != first_of(first, SEGMENT) or first_of(first, SPAN) != group_first:
+                raise Corrupt(f"thread segment {group_name}/{name} of {item_id} is misnamed")
+            if first + SEGMENT - 1 > since:
+                out.append((first, seg.oid))
+    return out
+
+
+def parse_segment(data: bytes, first: int, what: str) -> list[dict[str, Any]]:
+    records = list(codec.iter_records(data, what=what))
+    if len(records) > SEGMENT:
+        raise Corrupt(f"{what} holds {len(records)} messages; a segment holds at most {SEGMENT}")
+    for offset, record in enumerate(records):
+        if record["seq"] != first + offset:
+            raise Corrupt(f"{what} has message #{record['seq']} where #{first + offset} belongs")
+    return records
+
+
+def replay(snapshot: Snapshot, item_id: str, since: int = 0) -> Iterator[dict[str, Any]]:
+    """Every message after ``since``, in order; a gap or a duplicate in storage is :class:`Corrupt`."""
+    expected = since + 1
+    previous: tuple[int, int] | None = None  # (first, count) of the segment before
+    for first, oid in segments(snapshot, item_id, since):
+        if previous is not None and (previous[1] != SEGMENT or first != previous[0] + SEGMENT):
+            raise Corrupt(f"the thread of {item_id} has a gap before #{first}")
+        if previous is None and first > expected:
+            raise Corrupt(f"the thread of {item_id} has no segment holding #{expected}")
+        records = parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}")
+        previous = (first, len(records))
+        for record in records:
+            if record["seq"] >= expected:
+                yield record
+                expected = record["seq"] + 1
+
+
+def last_seq(snapshot: Snapshot, item_id: str) -> int:
+    found = segments(snapshot, item_id, 0)
+    if not found:
+        return 0
+    first, oid = found[-1]
+    count = len(parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}"))
+    return first + count - 1
+
+
+def message_at(read_file: Callable[[str], bytes | None], item_id: str, seq: int) -> dict[str, Any] | None:
+    """The message numbered ``seq`` (``read_file(path)`` reads the state, pending writes included)."""
+    if seq < 1:
+        return None
+    data = read_file(segment_path(item_id, seq))
+    if not data:
+        return None
+    first = first_of(seq, SEGMENT)
+    records = parse_segment(data, first, f"thread segment {first} of {item_id}")
+    index = seq - first
+    return records[index] if index < len(records) else None
+
+
+# --- message ids ------------------------------------------------------------------------------------
+# Refusing a duplicate message id needs every id in the thread. Full segments never change, so their
+# ids are remembered by blob id (in memory, and on disk for long threads): a post to a 100,000-message
+# thread parses only its open segment.
+
+_IDS_MEMO: dict[str, dict[str, int]] = {}
+_IDS_CACHE_VERSION = 1
+_DISK_FROM = 3  # segments; shorter threads are cheaper to parse than to cache
+
+
+def _ids_cache_path(snapshot: Snapshot, item_id: str) -> str:
+    folder = os.path.join(snapshot.store.repo.gitwork_dir(), f"thread-ids-v{_IDS_CACHE_VERSION}")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{item_id}.marshal")
+
+
+def message_ids(snapshot: Snapshot, item_id: str) -> dict[str, int]:
+    """Message id → sequence number, for the whole thread at ``snapshot``."""
+    found = segments(snapshot, item_id, 0)
+    ids: dict[str, int] = {}
+    disk: dict[str, dict[str, int]] | None = None
+    missing = False
+    for first, oid in found:
+        known = _IDS_MEMO.get(oid)
+        if known is None and len(found) >= _DISK_FROM:
+            if disk is None:
+                disk = _read_ids_cache(snapshot, item_id)
+            known = disk.get(oid)
+        if known is None:
+            records = parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}")
+            known = {str(r.get("id")): r["seq"] for r in records}
+            if len(records) == SEGMENT:
+                _IDS_MEMO[oid] = known
+                missing = True
+        ids.update(known)
+    if missing and len(found) >= _DISK_FROM:
+        sealed = {oid: _IDS_MEMO[oid] for _first, oid in found if oid in _IDS_MEMO}
+        _write_ids_cache(snapshot, item_id, sealed)
+    return ids
+
+
+def _read_ids_cache(snapshot: Snapshot, item_id: str) -> dict[str, dict[str, int]]:
+    try:
+        with open(_ids_cache_path(snapshot, item_id), "rb") as handle:
+            data = marshal.load(handle)
+        return data if isinstance(data, dict) else {}
+    except (OSError, EOFError, ValueError, TypeError):
+        return {}
+
+
+def _write_ids_cache(snapshot: Snapshot, item_id: str, sealed: dict[str, dict[str, int]]) -> None:
+    try:
+        path = _ids_cache_path(snapshot, item_id)
+        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        with open(tmp, "wb") as handle:
+            marshal.dump(sealed, handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache we cannot write is only a slower next post
+
+
+# --- references to messages --------------------------------------------------------------------------
+
+
+def parse_ref(value: Any, field: str) -> int | str:
+    """A message reference in a command document: an integer (or ``#N``) is a sequence number,
+    any other text a message id. Ids survive renumbering on another tip; numbers are for people."""
+    if isinstance(value, bool):
+        raise Invalid(f"{field} must be a message number or id")
+    if isinstance(value, int):
+        if value < 1:
+            raise Invalid(f"{field} must be a message number from 1 (got {value})")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        match = _SEQ_REF.match(text)
+        if match:
+            return parse_ref(int(match.group(1)), field)
+        if _MESSAGE_ID.match(text):
+            return text
+    raise Invalid(f"{field} must be a message number (e.g. 3) or a message id, got {value!r}")
+
+
+# --- cursors ----------------------------------------------------------------------------------------
+
+
+def load_cursors(data: bytes | None, item_id: str) -> dict[str, dict[str, Any]]:
+    if not data:
+        return {}
+    doc = codec.load_yaml(data, what=f"cursors of {item_id}")
+    rows = doc.get("cursors") or []
+    out: dict[str, dict[str, Any]] = {}
+    if not isinstance(rows, list):
+        raise Corrupt(f"cursors of {item_id} is not a list")
+    for row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("who"), str):
+            raise Corrupt(f"cursors of {item_id} has an entry without 'who'")
+        read, responded = row.get("read", 0), row.get("responded", 0)
+        if not isinstance(read, int) or not isinstance(responded, int) or responded > read:
+            raise Corrupt(f"cursors of {item_id} for {row['who']} are inconsistent")
+        out[row["who"]] = {k: v for k, v in row.items() if k != "who"}
+    return out
+
+
+def dump_cursors(cursors: dict[str, dict[str, Any]]) -> bytes:
+    return codec.dump_yaml({"cursors": [{"who": who, **cursors[who]} for who in sorted(cursors)]})
+
+
+def cursors(snapshot: Snapshot, item_id: str) -> dict[str, dict[str, Any]]:
+    return load_cursors(snapshot.blob(cursors_path(item_id)), item_id)
+
+
+# --- the library face ---------------------------------------------------------------------------------
+
+
+def current_epoch(wp: Workplane, item_id: str) -> int:
+    """The item's lease epoch as this client sees it now (0 if it was never leased)."""
+    lease = wp.lease(item_id)
+    return lease.epoch if lease is not None else 0
+
+
+def resolve_ref(wp: Workplane, item_id: str, ref: str | int, what: str = "message") -> str:
+    """Turn ``3``, ``#3``, ``ITEM:3`` or a message id into the message id, on this client's view.
+
+    Done before the command document is built, so the document names the message by its id.
+    """
+    snapshot = wp.store.snapshot()
+    text = str(ref).strip()
+    if isinstance(ref, str) and ":" in text and text.split(":", 1)[0].lower().startswith("w-"):
+        other_text, _, text = text.partition(":")
+        other = wp.resolve(other_text)
+        if other != item_id:
+            raise Invalid(f"{what} {ref!r} is a message in another thread ({other}): replies stay in the thread "
+                          f"of {item_id}")
+    parsed = parse_ref(text, what)
+    if isinstance(parsed, str):
+        if parsed not in message_ids(snapshot, item_id):
+            raise NotFound(f"no message with id {parsed!r} in the thread of {item_id}")
+        return parsed
+    record = message_at(snapshot.blob, item_id, parsed)
+    if record is None:
+        last = last_seq(snapshot, item_id)
+        raise NotFound(f"no message #{parsed} in the thread of {item_id} (last is #{last})", item=item_id, last=last)
+    return str(record["id"])
+
+
+def _prepare(wp: Workplane, item: str, epoch: int | None) -> tuple[str, int]:
+    item_id = wp.resolve(item)
+    return item_id, current_epoch(wp, item_id) if epoch is None else epoch
+
+
+def post(wp: Workplane, item: str, text: str, *, kind: str | None = None, reply_to: str | int | None = None,
+         to: str | None = None, epoch: int | None = None, fence: int | None = None,
+         msg_id: str | None = None) -> Applied:
+    """Post a message. The epoch is read now, before the document is built, so a takeover that lands
+    while the post is retried makes the post stale rather than silently re-addressed."""
+    item_id, epoch = _prepare(wp, item, epoch)
+    ref = resolve_ref(wp, item_id, reply_to, "--reply-to") if reply_to is not None else None
+    return wp.do("msg", item=item_id, text=text, kind=kind, reply_to=ref, to=to, epoch=epoch, fence=fence, id=msg_id)
+
+
+def ack(wp: Workplane, item: str, seq: str | int, *, read: bool = False, responded: bool = False,
+        reply: str | int | None = None, epoch: int | None = None, fence: int | None = None) -> Applied:
+    item_id, epoch = _prepare(wp, item, epoch)
+    if responded and reply is None:
+        raise Invalid("--responded needs --by REPLY_SEQ: the message that answers it")
+    upto = resolve_ref(wp, item_id, seq, "SEQ")
+    reply_ref = resolve_ref(wp, item_id, reply, "--by") if reply is not None else None
+    return wp.do("ack", item=item_id, upto=upto, read=read or None, responded=responded or None, reply=reply_ref,
+                 epoch=epoch, fence=fence)
+
+
+def ask(wp: Workplane, item: str, question: str, *, options: list[str] | None = None, to: str | None = None,
+        epoch: int | None = None, fence: int | None = None, msg_id: str | None = None) -> Applied:
+    item_id, epoch = _prepare(wp, item, epoch)
+    return wp.do("ask", item=item_id, text=question, options=options or None, to=to, epoch=epoch, fence=fence,
+                 id=msg_id)
+
+
+def decide(wp: Workplane, item: str, seq: str | int, *, choose: str, why: str, epoch: int | None = None,
+           fence: int | None = None, msg_id: str | None = None) -> Applied:
+    item_id, epoch = _prepare(wp, item, epoch)
+    question = resolve_ref(wp, item_id, seq, "SEQ")
+    return wp.do("decide", item=item_id, question=question, choose=choose, why=why, epoch=epoch, fence=fence,
+                 id=msg_id)
+
+
+def thread(wp: Workplane, item: str, since: int = 0) -> tuple[str, list[dict[str, Any]]]:
+    """``(full item id, messages after since)``."""
+    if since < 0:
+        raise Invalid("--since must be 0 or a message number")
+    snapshot = wp.store.snapshot()
+    snapshot.check_format()
+    item_id = wp.resolve(item)
+    return item_id, list(replay(snapshot, item_id, since))
+
+
+def follow(wp: Workplane, item_id: str, since: int, emit: Callable[[dict[str, Any]], None], *,
+           timeout: float | None = None, poll: float = 0.2, refresh: Callable[[], object] | None = None,
+           refresh_every: float = 2.0) -> int:
+    """Emit every message after ``since``, then each new one as it lands; returns the last seq seen.
+
+    Polling compares the tip (one ref read through the open ``cat-file`` process), so an idle follow
+    costs next to nothing; the thread is read only when the ref moved. ``refresh`` (e.g. a pull from
+    the arbiter remote) runs every ``refresh_every`` seconds. A pull may renumber local posts the
+    arbiter had not seen; when the message at the last emitted number is no longer the one emitted,
+    the thread is read again from ``since`` and only messages not yet emitted are printed.
+    """
+    deadline = time.monotonic() + timeout if timeout is not None else None
+    next_refresh = time.monotonic()
+    seen_tip: str | None = None
+    emitted: set[str] = set()
+    last, last_id = since, None
+    while True:
+        if refresh is not None and time.monotonic() >= next_refresh:
+            refresh()
+            next_refresh = time.monotonic() + refresh_every
+        tip = wp.store.tip()
+        if tip is not None and tip != seen_tip:
+            snapshot = wp.store.snapshot(tip)
+            start = last
+            if last_id is not None:
+                at_last = message_at(snapshot.blob, item_id, last)
+                if at_last is None or at_last.get("id") != last_id:
+                    start = since
+            for record in replay(snapshot, item_id, start):
+                last, last_id = record["seq"], record.get("id")
+                if last_id in emitted:
+                    continue
+                emitted.add(str(last_id))
+                emit(record)
+            seen_tip = tip
+        if deadline is not None and time.monotonic() >= deadline:
+            return last
+        time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+
+
+def inbox(wp: Workplane, who: str | None = None) -> dict[str, Any]:
+    """Messages addressed to ``who`` or on items ``who`` holds, not written by ``who``, split into
+    ``unread`` (after the read cursor) and ``unanswered`` (read, not yet responded to, of a kind that
+    waits for an answer), oldest first."""
+    from .index import HOLDER, LEASE_STATE, TITLE, load_index
+    from .threads_index import load_threads
+
+    who = who or wp.settings.identity()
+    snapshot = wp.store.snapshot()
+    snapshot.check_format()
+    rows = load_index(snapshot).items()
+    threads = load_threads(snapshot)
+    picked: list[tuple[str, str, int, str, str]] = []
+    for item_id, (segs, marks) in threads.items().items():
+        row = rows.get(item_id)
+        held = row is not None and row[LEASE_STATE] == "active" and row[HOLDER] == who
+        read, responded = marks.get(who, (0, 0))
+        why = "you hold it" if held else "to you"
+        for _oid, briefs in segs:
+            if not briefs or briefs[-1][0] <= responded:
+                continue  # a whole segment already answered: nothing in it can show
+            for seq, at, by, kind, to in briefs:
+                if by == who or not (held or to == who):
+                    continue
+                if seq > read:
+                    picked.append((at, item_id, seq, "unread", why))
+                elif seq > responded and kind in ANSWERABLE:
+                    picked.append((at, item_id, seq, "unanswered", why))
+    picked.sort()
+    out: dict[str, Any] = {"who": who, "unread": [], "unanswered": []}
+    for _at, item_id, seq, box, why in picked:
+        record = message_at(snapshot.blob, item_id, seq) or {"seq": seq}
+        row = rows.get(item_id)
+        out[box].append({"item": item_id, "title": row[TITLE] if row else None, "why": why, **record})
+    return out
+
+
+__all__ = [
+    "SEGMENT", "GROUP", "KINDS", "POST_KINDS", "ANSWERABLE", "segments", "replay", "last_seq", "message_at",
+    "message_ids", "cursors", "post", "ack", "ask", "decide", "thread", "follow", "inbox",
+]

@@ -1,0 +1,314 @@
+"""Conversation ops: msg, ack, ask, decide (storage and the read side are in ``gitwork/messages.py``).
+
+Every op here is a pure function of (snapshot, command, now): sequence numbers are assigned on the
+tip the command is applied to, and commands name messages by id, so a CAS retry (or a replay onto
+another machine's tip) renumbers without changing what a command means.
+
+The epoch rule, shared by all four: a message (or acknowledgement) from the item's holder is fenced
+(``require_holder``: ``--fence``/``GW_FENCE`` or the holder by name); anyone else's carries the lease
+epoch they read (``epoch``), and one written under an epoch older than the item's current one is
+refused as :class:`Stale`, naming the current epoch, so nobody answers a conversation whose owner
+changed without noticing.
+"""
+
+from __future__ import annotations
+
+from .. import codec
+from ..commands import KINDS as FIELD_KINDS
+from ..engine import Context, op
+from ..errors import Corrupt, Illegal, Invalid, NotFound, Stale
+from ..messages import (
+    POST_KINDS,
+    cursors_path,
+    dump_cursors,
+    last_seq,
+    load_cursors,
+    message_at,
+    message_ids,
+    parse_ref,
+    segment_path,
+)
+from ..model import CLOSED, Lease
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+# A field kind for message references: an integer is a sequence number, other text a message id.
+FIELD_KINDS.setdefault("msgref", parse_ref)
+
+
+# --- the thread as one op sees it (its own pending post included) ----------------------------------
+
+
+def _memo(ctx: Context, name: str) -> dict[str, Any]:
+    return ctx.__dict__.setdefault(name, {})  # per-command memo: a Context lives for one attempt
+
+
+def _last(ctx: Context, item_id: str) -> int:
+    memo = _memo(ctx, "_thread_last")
+    if item_id not in memo:
+        memo[item_id] = last_seq(ctx.snapshot, item_id)
+    return memo[item_id]
+
+
+def _ids(ctx: Context, item_id: str) -> dict[str, int]:
+    memo = _memo(ctx, "_thread_ids")
+    if item_id not in memo:
+        memo[item_id] = dict(message_ids(ctx.snapshot, item_id))
+    return memo[item_id]
+
+
+def _record(ctx: Context, item_id: str, seq: int) -> dict[str, Any]:
+    record = message_at(ctx._file, item_id, seq)
+    if record is None:
+        raise Corrupt(f"message #{seq} of {item_id} is missing from its segment")
+    return record
+
+
+def _resolve(ctx: Context, item_id: str, ref: int | str, what: str) -> dict[str, Any]:
+    """The message a reference names, or NotFound (a number past the end is a future message)."""
+    if isinstance(ref, int):
+        last = _last(ctx, item_id)
+        if ref > last:
+            raise NotFound(f"{what}: no message #{ref} in the thread of {item_id} (last is #{last})",
+                           item=item_id, last=last)
+        return _record(ctx, item_id, ref)
+    seq = _ids(ctx, item_id).get(ref)
+    if seq is None:
+        raise NotFound(f"{what}: no message with id {ref!r} in the thread of {item_id}", item=item_id)
+    return _record(ctx, item_id, seq)
+
+
+def post_message(ctx: Context, item_id: str, kind: str, text: str, *, epoch: int, to: str | None = None,
+                 reply_to: int | None = None, **extra: Any) -> dict[str, Any]:
+    """Append one message, numbered after the thread's last; its id is the command's id."""
+    msg_id = ctx.cmd["id"]
+    ids = _ids(ctx, item_id)
+    if msg_id in ids:
+        raise Invalid(f"message id {msg_id!r} is already used by #{ids[msg_id]} in the thread of {item_id}")
+    seq = _last(ctx, item_id) + 1
+    record: dict[str, Any] = {"seq": seq, "id": msg_id, "at": ctx.when, "by": ctx.actor, "kind": kind, "epoch": epoch}
+    if to:
+        record["to"] = to
+    if reply_to is not None:
+        record["reply_to"] = reply_to
+    record["text"] = text
+    record.update({k: v for k, v in extra.items() if v is not None})
+    path = segment_path(item_id, seq)
+    ctx.outcome.changes[path] = (ctx._file(path) or b"") + codec.encode_record(record)
+    _memo(ctx, "_thread_last")[item_id] = seq
+    ids[msg_id] = seq
+    return record
+
+
+# --- the epoch rule --------------------------------------------------------------------------------
+
+
+def stance(ctx: Context, item_id: str) -> tuple[int, Lease | None]:
+    """The epoch the author writes under, and the lease if the author acts as its holder."""
+    lease = ctx.lease(item_id)
+    given = ctx.cmd.get("epoch")
+    as_holder = lease is not None and lease.is_active() and lease.holder == ctx.actor
+    if ctx.cmd.get("fence") is not None or as_holder:
+        held = ctx.require_holder(item_id)  # Stale when the fence is old or the lease ran out
+        assert held is not None
+        if given is not None and given < held.epoch:
+            raise Stale(f"you read epoch {given} of {item_id}; it is at epoch {held.epoch}", item=item_id,
+                        epoch=held.epoch)
+        if given is not None and given > held.epoch:
+            raise Invalid(f"epoch {given} of {item_id} does not exist (current epoch {held.epoch})")
+        return held.epoch, held
+    current = lease.epoch if lease is not None else 0
+    if given is None:
+        raise Invalid(f"a message or ack from someone not holding {item_id} must carry the lease epoch it was "
+                      f"written under ('epoch'; {item_id} is at epoch {current})")
+    if given < current:
+        assert lease is not None
+        raise Stale(
+            f"{item_id} is at epoch {current} (holder {lease.holder}, {lease.state}) but you read epoch {given}: "
+            "re-read the thread before writing to it",
+            item=item_id, epoch=current, holder=lease.holder,
+        )
+    if given > current:
+        raise Invalid(f"epoch {given} of {item_id} does not exist (current epoch {current})")
+    return current, None
+
+
+# --- shared pieces ---------------------------------------------------------------------------------
+
+
+def _text(ctx: Context, key: str = "text") -> str:
+    text = ctx.cmd[key]
+    if not text.strip():
+        raise Invalid(f"{'the message' if key == 'text' else key} must not be empty")
+    return text
+
+
+def _view(item_id: str, record: dict[str, Any]) -> dict[str, Any]:
+    keys = ("seq", "id", "kind", "epoch", "by", "at", "to", "reply_to")
+    return {"item": item_id, **{k: record[k] for k in keys if k in record}}
+
+
+def _landed(ctx: Context, item_id: str, kind: str, text: str) -> bool:
+    """A retried post (same message id) lands once: report the first landing and change nothing."""
+    seq = _ids(ctx, item_id).get(ctx.cmd["id"])
+    if seq is None:
+        return False
+    record = _record(ctx, item_id, seq)
+    if (record.get("by"), record.get("kind"), record.get("text")) != (ctx.actor, kind, text):
+        raise Invalid(f"message id {ctx.cmd['id']!r} is already used by #{seq} in the thread of {item_id} "
+                      "for a different message")
+    ctx.say(f"{ctx.cmd['op']} {item_id}: already posted as #{seq}", item_id)
+    ctx.outcome.result = {**_view(item_id, record), "duplicate": True}
+    return True
+
+
+def _said(ctx: Context, item_id: str, record: dict[str, Any], held: Lease | None, verb: str) -> None:
+    to = f" to {record['to']}" if record.get("to") else ""
+    ctx.say(
+        f"{verb} {item_id} #{record['seq']} by {ctx.actor} ({record['kind']}{to}; epoch {record['epoch']})",
+        item_id, lease_epoch=record["epoch"], fence=held.fence if held else None, message_seq=record["seq"],
+    )
+    ctx.outcome.result = _view(item_id, record)
+
+
+# --- ops -------------------------------------------------------------------------------------------
+
+
+@op("msg", "post a message to an item's thread", item="item!", text="text!", kind="|".join(POST_KINDS),
+    reply_to="msgref", to="name", epoch="int", options="texts")
+def msg(ctx: Context) -> None:
+    item_id = ctx.target()
+    ctx.item(item_id)
+    kind = ctx.cmd.get("kind", "note")
+    if _landed(ctx, item_id, kind, ctx.cmd["text"]):
+        return
+    if kind == "decision-request":
+        _ask(ctx, item_id)  # a decision request posted as a message is an ask: it marks the item waiting
+        return
+    if ctx.cmd.get("options"):
+        raise Invalid("options go with a decision request (gw ask, or --kind decision-request)")
+    text = _text(ctx)
+    epoch, held = stance(ctx, item_id)
+    reply_to = _resolve(ctx, item_id, ctx.cmd["reply_to"], "reply_to")["seq"] if "reply_to" in ctx.cmd else None
+    record = post_message(ctx, item_id, kind, text, epoch=epoch, to=ctx.cmd.get("to"), reply_to=reply_to)
+    _said(ctx, item_id, record, held, "msg")
+
+
+@op("ack", "move your read or responded cursor on an item's thread", item="item!", upto="msgref!", read="bool",
+    responded="bool", reply="msgref", epoch="int")
+def ack(ctx: Context) -> None:
+    item_id = ctx.target()
+    ctx.item(item_id)
+    responded = bool(ctx.cmd.get("responded"))
+    if responded and "reply" not in ctx.cmd:
+        raise Invalid("responded needs the reply that answers it (--by REPLY_SEQ)")
+    if not responded and "reply" in ctx.cmd:
+        raise Invalid("a reply (--by) goes with --responded")
+    epoch, held = stance(ctx, item_id)
+    upto = _resolve(ctx, item_id, ctx.cmd["upto"], "SEQ")["seq"]
+    path = cursors_path(item_id)
+    marks = load_cursors(ctx._file(path), item_id)
+    mine = dict(marks.get(ctx.actor) or {"read": 0, "responded": 0})
+    before = (mine.get("read", 0), mine.get("responded", 0))
+    if responded:
+        reply = _resolve(ctx, item_id, ctx.cmd["reply"], "--by")
+        if reply.get("by") != ctx.actor:
+            raise Invalid(f"#{reply['seq']} was written by {reply.get('by')}: a response must be your own message")
+        if reply["seq"] <= upto:
+            raise Invalid(f"#{reply['seq']} does not come after #{upto}, so it cannot answer it")
+        if reply.get("reply_to") is not None and reply["reply_to"] < upto:
+            # A reply to an earlier message does not answer this one (a reply to a later message
+            # does: cursors are prefixes).
+            raise Invalid(f"#{reply['seq']} answers #{reply['reply_to']}, which is before #{upto}: it does not "
+                          f"answer #{upto}")
+        if upto > mine.get("responded", 0):
+            mine["responded"], mine["reply"] = upto, reply["seq"]
+    mine["read"] = max(mine.get("read", 0), upto)  # responded implies read
+    after = (mine["read"], mine.get("responded", 0))
+    result = {"item": item_id, "who": ctx.actor, "read": after[0], "responded": after[1], "epoch": epoch}
+    if after == before:
+        # Cursors never move backwards: acknowledging what is already acknowledged changes nothing.
+        ctx.outcome.result = {**result, "unchanged": True}
+        return
+    mine["at"] = ctx.when
+    marks[ctx.actor] = {"read": mine["read"], "responded": mine.get("responded", 0),
+                        **{k: mine[k] for k in ("reply", "at") if k in mine}}
+    ctx.outcome.changes[path] = dump_cursors(marks)
+    what = f"responded #{after[1]} (by #{mine['reply']})" if after[1] != before[1] else f"read #{after[0]}"
+    ctx.say(f"ack {item_id} by {ctx.actor}: {what}", item_id, lease_epoch=epoch, fence=held.fence if held else None)
+    ctx.outcome.result = result
+
+
+def _ask(ctx: Context, item_id: str) -> None:
+    text = _text(ctx)
+    options = list(ctx.cmd.get("options") or [])
+    if len(set(options)) != len(options):
+        raise Invalid("the options of a decision request must differ")
+    item = ctx.item(item_id)
+    if item.status in CLOSED:
+        raise Illegal(f"{item_id} is {item.status}; reopen it before asking for a decision")
+    if item.waiting:
+        raise Illegal(f"{item_id} already waits for a decision on #{item.waiting.get('seq')}: decide that first")
+    epoch, held = stance(ctx, item_id)
+    record = post_message(ctx, item_id, "decision-request", text, epoch=epoch, to=ctx.cmd.get("to"),
+                          options=options or None)
+    item.waiting = {"seq": record["seq"], "by": ctx.actor, "at": ctx.when, "question": text, "options": options,
+                    "status": item.status}
+    item.status = "blocked"  # waiting for a person: out of `gw ready` until decided
+    ctx.save_item(item)
+    ctx.event(item_id, "waiting", seq=record["seq"], options=options or None)
+    _said(ctx, item_id, record, held, "ask")
+
+
+@op("ask", "ask for a decision: posts a decision request and marks the item waiting", item="item!",
+    text="text!", options="texts", to="name", epoch="int")
+def ask(ctx: Context) -> None:
+    item_id = ctx.target()
+    ctx.item(item_id)
+    if _landed(ctx, item_id, "decision-request", ctx.cmd["text"]):
+        return
+    _ask(ctx, item_id)
+
+
+@op("decide", "answer a decision request: records a decision on the item and unblocks it", item="item!",
+    question="msgref!", choose="short!", why="text!", epoch="int")
+def decide(ctx: Context) -> None:
+    from .items import record_decision
+
+    item_id = ctx.target()
+    item = ctx.item(item_id)
+    if _landed(ctx, item_id, "decision", ctx.cmd["why"]):
+        return
+    if ctx.actor in ctx.settings.agents:
+        raise Invalid(f"{ctx.actor} is listed as an agent (setting 'agents'): agents may ask, but only a person "
+                      "may decide")
+    why = _text(ctx, "why")
+    choose = ctx.cmd["choose"]
+    epoch, held = stance(ctx, item_id)
+    question = _resolve(ctx, item_id, ctx.cmd["question"], "SEQ")
+    qseq = question["seq"]
+    if question.get("kind") != "decision-request":
+        raise Invalid(f"#{qseq} of {item_id} is a {question.get('kind')}, not a decision request")
+    earlier = [d for d in item.decisions if d.get("question") == qseq]
+    if earlier:
+        raise Illegal(f"#{qseq} of {item_id} was already decided: {earlier[0].get('text')!r} "
+                      f"(decision {earlier[0].get('n')})")
+    options = question.get("options") or []
+    if options and choose not in options:
+        raise Invalid(f"choose one of {', '.join(map(repr, options))} (got {choose!r})")
+    record = post_message(ctx, item_id, "decision", why, epoch=epoch, to=question.get("by"), reply_to=qseq,
+                          choice=choose)
+    waiting = item.waiting
+    if waiting and waiting.get("seq") == qseq:
+        item.waiting = None
+        if item.status == "blocked" and waiting.get("status") != "blocked":
+            lease = ctx.lease(item_id)
+            item.status = "in_progress" if lease is not None and lease.is_active() else "open"
+    entry = record_decision(ctx, item_id, choose, why, question=qseq, message=record["seq"])
+    _said(ctx, item_id, record, held, "decide")
+    ctx.say(f"decide {item_id} #{qseq} by {ctx.actor}: {choose}", item_id, lease_epoch=epoch,
+            fence=held.fence if held else None, message_seq=record["seq"])
+    ctx.outcome.result = {**_view(item_id, record), "question": qseq, "choice": choose, "decision": entry["n"],
+                          "status": item.status}

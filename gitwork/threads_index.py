@@ -1,0 +1,140 @@
+"""A summary of every item's thread and cursors at one state commit, for ``gw inbox``.
+
+The inbox looks at every thread, so reading every segment per call would make it cost what the whole
+conversation history costs. Like ``index.py``, the summary is cached on disk keyed by the state commit
+and brought up to date incrementally: a shard tree, an item folder, a thread tree or a segment whose
+object id did not change is not read again (a post changes one segment of one thread). The cache is
+derived data (delete it at will); it lives in ``<git common dir>/gitwork/`` and is written atomically.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+from . import layout
+from .messages import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment
+from .store import Snapshot
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+    # (seq, at, by, kind, to) of one message
+    Brief = tuple[int, str, str, str, "str | None"]
+    # (segment blob id, its messages)
+    Segment = tuple[str, tuple[Brief, ...]]
+    # (item folder id, thread tree id, cursors blob id, segments, {who: (read, responded)})
+    Entry = tuple[str, "str | None", "str | None", tuple[Segment, ...], dict[str, tuple[int, int]]]
+
+CACHE_VERSION = 1
+_NAME = f"threads-v{CACHE_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}.marshal"
+FOLDER, THREAD, CURSORS, SEGMENTS, MARKS = range(5)
+
+
+class ThreadsIndex:
+    def __init__(self, commit: str | None, shards: dict[str, tuple[str, dict[str, Entry]]]) -> None:
+        self.commit = commit
+        self.shards = shards
+
+    def items(self) -> dict[str, tuple[tuple[Segment, ...], dict[str, tuple[int, int]]]]:
+        """Item id → (segments, marks), only for items with a thread or cursors."""
+        out: dict[str, tuple[tuple[Segment, ...], dict[str, tuple[int, int]]]] = {}
+        for _oid, members in self.shards.values():
+            for item_id, entry in members.items():
+                if entry[SEGMENTS] or entry[MARKS]:
+                    out[item_id] = (entry[SEGMENTS], entry[MARKS])
+        return out
+
+
+def _cache_path(snapshot: Snapshot) -> str:
+    ref = snapshot.store.ref.replace("/", "_")
+    return os.path.join(snapshot.store.repo.gitwork_dir(), f"{ref}.{_NAME}")
+
+
+def _read_cache(path: str) -> ThreadsIndex | None:
+    try:
+        with open(path, "rb") as handle:
+            commit, shards = marshal.load(handle)
+        return ThreadsIndex(commit, shards)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+
+
+def _write_cache(path: str, index: ThreadsIndex) -> None:
+    try:
+        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        with open(tmp, "wb") as handle:
+            marshal.dump((index.commit, index.shards), handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a cache we cannot write is only a slower next inbox
+
+
+def _brief(record: dict[str, Any]) -> Brief:
+    return (record["seq"], str(record.get("at", "")), str(record.get("by", "")), str(record.get("kind", "note")),
+            record.get("to"))
+
+
+def _segments(snapshot: Snapshot, item_id: str, before: tuple[Segment, ...]) -> tuple[Segment, ...]:
+    from .messages import segments
+
+    known = dict(before)
+    out: list[Segment] = []
+    for first, oid in segments(snapshot, item_id, 0):
+        briefs = known.get(oid)
+        if briefs is None:
+            records = parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}")
+            briefs = tuple(_brief(r) for r in records)
+        out.append((oid, briefs))
+    return tuple(out)
+
+
+def _entry(snapshot: Snapshot, item_id: str, folder_oid: str, previous: Entry | None) -> Entry:
+    files = snapshot.store.read_tree(folder_oid)
+    thread, cursor_file = files.get(THREAD_DIR), files.get(CURSORS_FILE)
+    thread_oid = thread.oid if thread is not None and thread.is_tree else None
+    cursors_oid = cursor_file.oid if cursor_file is not None else None
+    if thread_oid is None:
+        segs: tuple[Segment, ...] = ()
+    elif previous is not None and previous[THREAD] == thread_oid:
+        segs = previous[SEGMENTS]
+    else:
+        segs = _segments(snapshot, item_id, previous[SEGMENTS] if previous else ())
+    if cursors_oid is None:
+        marks: dict[str, tuple[int, int]] = {}
+    elif previous is not None and previous[CURSORS] == cursors_oid:
+        marks = previous[MARKS]
+    else:
+        loaded = load_cursors(snapshot.store.read_blob(cursors_oid), item_id)
+        marks = {who: (int(c.get("read", 0)), int(c.get("responded", 0))) for who, c in loaded.items()}
+    return (folder_oid, thread_oid, cursors_oid, segs, marks)
+
+
+def load_threads(snapshot: Snapshot, *, use_cache: bool = True) -> ThreadsIndex:
+    path = _cache_path(snapshot)
+    cached = _read_cache(path) if use_cache else None
+    if cached is not None and cached.commit == snapshot.commit:
+        return cached
+    old_shards = cached.shards if cached else {}
+    store = snapshot.store
+    shards: dict[str, tuple[str, dict[str, Entry]]] = {}
+    for name, entry in snapshot.tree(layout.ITEMS).items():
+        previous = old_shards.get(name)
+        if previous is not None and previous[0] == entry.oid:
+            shards[name] = previous
+            continue
+        before = previous[1] if previous else {}
+        members: dict[str, Entry] = {}
+        for item_id, folder in store.read_tree(entry.oid).items():
+            known = before.get(item_id)
+            if known is not None and known[FOLDER] == folder.oid:
+                members[item_id] = known
+            else:
+                members[item_id] = _entry(snapshot, item_id, folder.oid, known)
+        shards[name] = (entry.oid, members)
+    index = ThreadsIndex(snapshot.commit, shards)
+    if use_cache:
+        _write_cache(path, index)
+    return index
