@@ -1,0 +1,208 @@
+"""Per-command cost and ``gw ready`` / ``gw list`` as the item count grows.
+
+    python benchmarks/bench_scale.py [--quick] [--sizes 100,10000,100000] [--keep] [--no-packed]
+
+For each size the state is built through the library as ONE commit (Store.write_commit with every
+item.yaml and events.log, then Store.set_if_equals), and the build time is reported. Then, side by
+side with the floor (benchmarks/floor.sh: the same change with git plumbing):
+- in-process claim and release (one Workplane, Workplane.do), medians;
+- ``gw claim ID`` / ``gw release ID`` start-to-exit (the ref is reset before every run);
+- ``gw ready`` and ``gw list`` cold (the index cache ``<common dir>/gitwork/*.marshal`` deleted before
+  every run) and warm, next to the floor for reading every item.yaml with plumbing (``git ls-tree -r
+  | git cat-file --batch``) and the interpreter floor (``python -c pass``);
+- with loose objects as built, and (largest size) again after ``git repack -ad``.
+``--keep`` reuses states built by an earlier run (under $TMPDIR/gw-bench/scale-N).
+Results: stdout (markdown) and benchmarks/results/bench_scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as c  # noqa: E402
+
+
+def prepared_state(n: int, keep: bool) -> tuple[Path, dict[str, object]]:
+    root = c.BENCH_TMP / f"scale-{n}"
+    marker = root / "state.json"
+    if keep and marker.exists():
+        state = json.loads(marker.read_text())
+        repo = root / "repo"
+        try:
+            c.git(repo, "update-ref", c.REF, state["commit"])
+            c.log(f"{n} items: reusing {repo} (built in {state['total_s']:.1f}s by an earlier run)")
+            state["reused"] = True
+            return repo, state
+        except RuntimeError:
+            pass
+    if root.exists():
+        shutil.rmtree(root)
+    repo = c.make_repo(root / "repo")
+    c.log(f"{n} items: building the state in one commit ...")
+    state = c.build_state(repo, n)
+    objects = c.common_dir(repo) / "objects"
+    state["objects_du_kib"] = c.du_kib(objects)
+    c.log(f"{n} items: built in {state['total_s']:.1f}s (encode {state['encode_s']:.1f}s, write objects "
+          f"{state['write_s']:.1f}s), .git/objects {state['objects_du_kib'] / 1024:.0f} MiB loose")
+    state["reused"] = False
+    marker.write_text(json.dumps(state))
+    return repo, state
+
+
+def in_process(repo: Path, item: str, pairs: int) -> dict[str, float]:
+    from gitwork.workplane import Workplane
+
+    c.BUSY_SEEN.append(c.wait_quiet())
+    claims: list[float] = []
+    releases: list[float] = []
+    with Workplane(str(repo), agent=c.AGENT) as wp:
+        t0 = time.perf_counter()
+        wp.do("claim", item=item)
+        first_claim = time.perf_counter() - t0
+        wp.do("release", item=item)
+        for _ in range(2):
+            wp.do("claim", item=item)
+            wp.do("release", item=item)
+        for _ in range(pairs):
+            t0 = time.perf_counter()
+            wp.do("claim", item=item)
+            t1 = time.perf_counter()
+            wp.do("release", item=item)
+            claims.append(t1 - t0)
+            releases.append(time.perf_counter() - t1)
+    return {"first_claim_ms": first_claim * 1000, "claim_median_ms": statistics.median(claims) * 1000,
+            "release_median_ms": statistics.median(releases) * 1000}
+
+
+def cli_commands(repo: Path, base: str, item: str, runs: int) -> dict[str, dict[str, float]]:
+    gw = str(c.venv_gw())
+    done = subprocess.run([gw, "claim", item], cwd=repo, env=c.child_env(), capture_output=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"gw claim failed: {done.stderr.decode()}")
+    held = c.tip(repo)
+    to_base = ["git", "update-ref", c.REF, base]
+    to_held = ["git", "update-ref", c.REF, held]
+    results = c.measure([
+        c.Case("gw claim ID", [gw, "claim", item], prepare=to_base),
+        c.Case("floor claim", c.floor_argv("claim", item), prepare=to_base),
+        c.Case("gw release ID", [gw, "release", item], prepare=to_held),
+        c.Case("floor release", c.floor_argv("release", item), prepare=to_held),
+    ], repo, runs=runs, warmup=2)
+    c.git(repo, "update-ref", c.REF, base)
+    return results
+
+
+def reads(repo: Path, base: str, runs_cold: int, runs_warm: int, tag: str = "") -> dict[str, dict[str, float]]:
+    gw, py = str(c.venv_gw()), str(c.venv_python())
+    c.git(repo, "update-ref", c.REF, base)
+    cache_glob = str(c.common_dir(repo) / "gitwork" / "*.marshal")
+    drop_cache = ["bash", "-c", f"rm -f {cache_glob}"]
+    floor_read = ["bash", "-c", f"git ls-tree -r {c.REF} items | awk '/item\\.yaml$/ {{print $3}}' "
+                                "| git cat-file --batch >/dev/null"]
+    results = c.measure([
+        c.Case(f"gw ready cold{tag}", [gw, "ready"], prepare=drop_cache),
+        c.Case(f"gw list cold{tag}", [gw, "list"], prepare=drop_cache),
+        c.Case(f"floor: read every item.yaml (ls-tree -r, cat-file --batch){tag}", floor_read, prepare=drop_cache),
+    ], repo, runs=runs_cold, warmup=1)
+    results.update(c.measure([
+        c.Case(f"gw ready warm{tag}", [gw, "ready"]),
+        c.Case(f"gw list warm{tag}", [gw, "list"]),
+        c.Case(f"floor: python -c pass{tag}", [py, "-c", "pass"]),
+    ], repo, runs=runs_warm, warmup=2))
+    return results
+
+
+def count_lines(repo: Path, *args: str) -> int:
+    out = subprocess.run([str(c.venv_gw()), *args], cwd=repo, env=c.child_env(), capture_output=True, check=True)
+    return len(out.stdout.splitlines())
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="sizes 100,1000,3000 and few runs (a smoke run)")
+    parser.add_argument("--sizes", help="comma-separated item counts (default 100,10000,100000)")
+    parser.add_argument("--runs", type=int, help="runs per CLI case (default 20, quick 6)")
+    parser.add_argument("--pairs", type=int, help="in-process claim/release pairs per size (default 30, quick 8)")
+    parser.add_argument("--keep", action="store_true", help="reuse states built by an earlier run")
+    parser.add_argument("--no-packed", action="store_true", help="skip the repacked re-run at the largest size")
+    parser.add_argument("--no-wait", action="store_true", help="do not wait for an idle machine before timing")
+    parser.add_argument("--reinstall", action="store_true", help="reinstall gitwork into the bench venv")
+    args = parser.parse_args(argv)
+    c.QUIET["enabled"] = not args.no_wait
+    sizes = [int(s) for s in (args.sizes or ("100,1000,3000" if args.quick else "100,10000,100000")).split(",")]
+    runs = args.runs or (6 if args.quick else 20)
+    pairs = args.pairs or (8 if args.quick else 30)
+    info = c.machine()
+    c.log(f"machine: {info}")
+
+    per_size: dict[int, dict[str, object]] = {}
+    for n in sizes:
+        repo, state = prepared_state(n, args.keep)
+        base = str(state["commit"])
+        item = str(state["claimable"][len(state["claimable"]) // 2])
+        entry: dict[str, object] = {"build": {k: state[k] for k in state if k.endswith("_s") or k.endswith("_kib")}}
+        entry["build"]["reused"] = state["reused"]
+        c.log(f"{n} items: in-process claim/release on {item}")
+        entry["in_process"] = in_process(repo, item, pairs)
+        c.git(repo, "update-ref", c.REF, base)
+        c.log(f"{n} items: CLI claim/release")
+        entry["cli"] = cli_commands(repo, base, item, runs)
+        if n >= 1000:
+            big = n >= 50_000
+            runs_cold = 3 if big else max(3, runs // 3)
+            c.log(f"{n} items: gw ready / gw list, cold and warm")
+            entry["reads"] = reads(repo, base, runs_cold, max(5, runs // 2))
+            entry["ready_rows"] = count_lines(repo, "ready")
+            entry["list_rows"] = count_lines(repo, "list")
+            if n == max(sizes) and not args.no_packed:
+                c.log(f"{n} items: git repack -ad, then cold/warm again")
+                t0 = time.perf_counter()
+                c.git(repo, "repack", "-adq")
+                c.git(repo, "prune-packed")
+                entry["repack_s"] = time.perf_counter() - t0
+                entry["reads_packed"] = reads(repo, base, runs_cold, max(5, runs // 2), " (packed)")
+                in_pack = c.measure([
+                    c.Case("gw claim ID (packed)", [str(c.venv_gw()), "claim", item],
+                           prepare=["git", "update-ref", c.REF, base]),
+                    c.Case("floor claim (packed)", c.floor_argv("claim", item),
+                           prepare=["git", "update-ref", c.REF, base]),
+                ], repo, runs=runs, warmup=2)
+                entry["cli"].update(in_pack)  # type: ignore[union-attr]
+                c.git(repo, "update-ref", c.REF, base)
+        per_size[n] = entry  # the built state stays on disk: --keep on the next run reuses it
+    info["loadavg_at_end"] = open("/proc/loadavg").read().split()[:3]
+    info["max_busy_before_a_measurement"] = max(c.BUSY_SEEN) if c.BUSY_SEEN else None
+    c.save("bench_scale" + ("-quick" if args.quick else ""), {"machine": info, "sizes": per_size})
+
+    small = per_size[min(sizes)]
+    print(f"## Per-command cost by item count (medians; CLI: {runs} runs, {c.runner_name()})\n")
+    rows = []
+    for n, entry in per_size.items():
+        ip, cli = entry["in_process"], entry["cli"]  # type: ignore[index]
+        rows.append((n, entry["build"]["total_s"], ip["claim_median_ms"], ip["release_median_ms"],  # type: ignore[index]
+                     cli["gw claim ID"]["median_ms"], cli["floor claim"]["median_ms"],
+                     cli["gw release ID"]["median_ms"], cli["floor release"]["median_ms"],
+                     cli["gw claim ID"]["median_ms"] / small["cli"]["gw claim ID"]["median_ms"]))  # type: ignore[index]
+    print(c.markdown(("items", "build s", "in-proc claim ms", "in-proc release ms", "gw claim ms", "floor claim ms",
+                      "gw release ms", "floor release ms", "gw claim / at smallest"), rows))
+    print("\n## gw ready / gw list (medians, ms)\n")
+    rows = []
+    for n, entry in per_size.items():
+        for key in ("reads", "reads_packed"):
+            for name, r in (entry.get(key) or {}).items():  # type: ignore[union-attr]
+                rows.append((n, name, r["median_ms"], r["min_ms"], r["runs"]))
+    print(c.markdown(("items", "command", "median ms", "min ms", "runs"), rows))
+    return 0
+
+
+if __name__ == "__main__":
+    c.enter_venv(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
