@@ -185,6 +185,13 @@ class Push:
         self.updates = updates
         self._cat: gitcmd.CatFile | None = None
         self._state_ref: str | None = None
+        self._git_dir: str | None = None
+
+    @property
+    def git_dir(self) -> str:
+        if self._git_dir is None:
+            self._git_dir = _git("rev-parse", "--absolute-git-dir", check=True).out.strip()
+        return self._git_dir
 
     def new_commits(self, update: RefUpdate) -> list[str]:
         """Commits this update brings that no ref of the repository reached before the push."""
@@ -208,8 +215,7 @@ class Push:
     def state_file(self, path: str) -> bytes | None:
         """A file of the server's state ref as it was before this push (``None`` if absent)."""
         if self._cat is None:
-            git_dir = _git("rev-parse", "--absolute-git-dir").out.strip()
-            self._cat = gitcmd.CatFile(git_dir)
+            self._cat = gitcmd.CatFile(self.git_dir)
         got = self._cat.get(f"{self.state_ref}:{path}")
         return got[2] if got and got[1] == "blob" else None
 
@@ -296,7 +302,19 @@ def check_server_fences(push: Push) -> Iterable[str]:
                            "in a new session.")
 
 
-SERVER_CHECKS: list[ServerCheck] = [check_server_sessions, check_server_fences]
+def check_server_state(push: Push) -> Iterable[str]:
+    """``refs/gitwork/*`` stays append-only and parseable (the checks of ``gitwork.statecheck``)."""
+    updates = [u for u in push.updates if u.ref.startswith(STATE_PREFIX)]
+    if not updates:
+        return
+    from . import statecheck
+
+    for update in updates:
+        zero = "0" * len(update.new or update.old or "0" * 40)
+        yield from statecheck.check_update(push.git_dir, update.ref, update.old or zero, update.new or zero)
+
+
+SERVER_CHECKS: list[ServerCheck] = [check_server_state, check_server_sessions, check_server_fences]
 # Modules imported by the pre-receive hook before it runs; they call register_server_check at import.
 CHECK_MODULES: list[str] = []
 
