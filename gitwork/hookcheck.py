@@ -89,13 +89,15 @@ def session_name(ref: str) -> str:
 # --- local: commit-once session branches -----------------------------------------------------------
 
 
-def has_own_work(commit: str) -> bool:
-    """The session branch at ``commit`` already holds its commit (or more): it must not move again.
+def has_own_work(commit: str, session: str) -> bool:
+    """The branch of ``session`` at ``commit`` already holds its commit (or more): it must not move again.
 
-    Either the tip carries a ``Session:`` trailer (``gw session commit`` wrote it; this also covers
-    a branch whose commit was since published), or the tip is reachable from no published ref.
+    Either the tip carries this session's ``Session:`` trailer (``gw session commit`` wrote it; this
+    also covers a branch whose commit was since published), or the tip is reachable from no
+    published ref. Another session's trailer does not count: a base may well be an earlier session's
+    published commit.
     """
-    return bool(_trailers(commit, "Session")) or bool(_unreached(commit, PUBLISHED)[:1])
+    return session in _trailers(commit, "Session") or bool(_unreached(commit, PUBLISHED)[:1])
 
 
 def _is_pruning(ref: str, old: str | None) -> bool:
@@ -141,7 +143,7 @@ def check_session_update(update: RefUpdate) -> str | None:
             return (f"{name} may be created with at most one commit of its own "
                     f"({len(own)} commits of {new[:12]} are on no published branch)")
         return None
-    if has_own_work(current):
+    if has_own_work(current, name[len("session/"):]):
         return (f"{name} already has its commit ({current[:12]}): a session branch is commit-once. "
                 "No second commit, --amend, reset, rebase, branch -f or update-ref; start a new session "
                 "(`gw session start`) for more work.")
@@ -169,7 +171,7 @@ def pre_commit(args: list[str], text: str) -> list[str]:
     if not head.startswith(SESSION_PREFIX):
         return []
     current = _resolve(head)
-    if current is not None and has_own_work(current):
+    if current is not None and has_own_work(current, session_name(head)[len("session/"):]):
         return [f"{session_name(head)} already has its commit ({current[:12]}): a session branch is commit-once "
                 "(no second commit, no --amend). Start a new session for more work."]
     return []

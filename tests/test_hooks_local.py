@@ -261,3 +261,24 @@ def test_cli_hooks_install(repo: Path) -> None:
     assert [h["status"] for h in again["hooks"]] == ["unchanged", "unchanged"]
     for name in hooks_install.LOCAL_HOOKS:
         assert os.access(hooks_dir(repo) / name, os.X_OK)
+
+
+def test_a_new_session_may_start_on_published_session_work(repo: Path) -> None:
+    """A base that is an earlier session's published commit (trailers and all) is still a base."""
+    from gitwork.publish import publish
+
+    init_project(repo)
+    hooks_install.install_local(str(repo))
+    wp, item = claimed(repo)
+    first = sessions.start(wp, item)
+    Path(first["worktree"], "a.txt").write_text("v2\n")
+    sessions.commit(wp, ["a.txt"], "first session", cwd=first["worktree"])
+    publish(wp, first["session"])  # fast-forward: main's tip now carries first's Session trailer
+    wp.do("claim", item=item)
+    second = sessions.start(wp, item)
+    assert second["base"] == git(repo, "rev-parse", "main")
+    Path(second["worktree"], "a.txt").write_text("v3\n")
+    done = sessions.commit(wp, ["a.txt"], "second session", cwd=second["worktree"])
+    assert git(repo, "rev-parse", f"session/{second['session']}") == done["commit"]
+    Path(second["worktree"], "a.txt").write_text("v4\n")
+    assert refused(attempt(second["worktree"], "commit", "-q", "--no-verify", "-am", "and again"))
