@@ -46,6 +46,7 @@ def prepared_state(n: int, keep: bool) -> tuple[Path, dict[str, object]]:
     if root.exists():
         shutil.rmtree(root)
     repo = c.make_repo(root / "repo")
+    c.BUSY_SEEN.append(c.wait_quiet())
     c.log(f"{n} items: building the state in one commit ...")
     state = c.build_state(repo, n)
     objects = c.common_dir(repo) / "objects"
