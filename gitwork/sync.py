@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 
 from . import clock, engine, gitcmd
@@ -72,16 +73,23 @@ class Arbiter:
 
     def fetch(self) -> str | None:
         """Fetch the remote's state ref; return its tip (``None`` if the remote has none yet)."""
-        done = gitcmd.run(
-            ["--git-dir", self.git_dir, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.remote,
-             f"+{self.store.ref}:{self.tracking}"],
-            check=False, timeout=120,
-        )
-        if done.returncode != 0:
+        for attempt in range(20):
+            done = gitcmd.run(
+                ["--git-dir", self.git_dir, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.remote,
+                 f"+{self.store.ref}:{self.tracking}"],
+                check=False, timeout=120,
+            )
+            if done.returncode == 0:
+                return self.known_remote_tip()
             if "couldn't find remote ref" in done.err:
                 return None
-            raise RemoteError(f"cannot fetch from {self.remote}: {_last_line(done.err)}", remote=self.remote)
-        return self.known_remote_tip()
+            if "cannot lock ref" in done.err or ".lock" in done.err:
+                # Another gw process in this clone fetched at the same moment and holds (or just
+                # moved) the tracking ref: the remote answered, so fetch again rather than fail.
+                time.sleep(random.uniform(0.005, 0.03 * (attempt + 1)))
+                continue
+            break
+        raise RemoteError(f"cannot fetch from {self.remote}: {_last_line(done.err)}", remote=self.remote)
 
     def known_remote_tip(self) -> str | None:
         got = self.store.cat.get(self.tracking)

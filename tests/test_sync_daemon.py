@@ -194,9 +194,6 @@ def test_every_clone_converges_on_the_remote(race: Race) -> None:
         assert git(clone, "rev-parse", STATE) == remote
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: concurrent gw processes in one clone race on the tracking "
-                   "ref; git fetch fails with 'cannot lock ref refs/remotes/<r>/gitwork/state' and sync.Arbiter.fetch "
-                   "reports it as remote-unreachable (exit 12) although the remote is up")
 def test_contention_inside_a_clone_is_not_a_remote_error(race: Race) -> None:
     assert set(race.codes) <= {0, 3}, f"exit codes {dict(race.codes)}; stderr: {race.stderr_lines().most_common(3)}"
 
