@@ -233,7 +233,8 @@ def test_no_lost_update_when_processes_work_on_their_own_items(repo: Path, tmp_p
     by_command = collections.Counter(e["command"] for e in entries)
     by_commit = {e["commit"]: e for e in entries}
     for success in reported:
-        assert by_command[success["command"]] == 1, f"{success} is in the history {by_command[success['command']]} times"
+        times = by_command[success["command"]]
+        assert times == 1, f"{success} is in the history {times} times"
         entry = by_commit.get(success["commit"])
         assert entry is not None, f"{success} reported a commit that is not on the ref"
         assert entry["command"] == success["command"] and entry["item"] == success["item"]
