@@ -258,18 +258,47 @@ def scalar(token: str) -> Any:
     raise _NotCanonical
 
 
+def _plain_data(value: Any) -> Any:
+    """Bring what a YAML reader may build (timestamps, floats, ...) down to the format's types.
+
+    A hand-written ``created_at: 2025-03-01T10:00:00Z`` is a timestamp to YAML but a string to
+    gitwork; anything else that is not text, a whole number, a boolean, null, a list or a mapping
+    is kept as its text, so it can never break a later dump or the read cache.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, dict):
+        return {str(k) if not isinstance(k, str) else k: _plain_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_data(v) for v in value]
+    import datetime as _dt
+
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=_dt.timezone.utc)
+        return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return str(value)
+
+
 def _ruamel_load(text: str) -> Any:
     from ruamel.yaml import YAML  # slow import: only for files not in canonical form
     from ruamel.yaml.error import YAMLError
 
     try:
-        return YAML(typ="safe", pure=True).load(text)
+        return _plain_data(YAML(typ="safe", pure=True).load(text))
     except YAMLError as exc:
         raise ValueError(str(exc).splitlines()[0] if str(exc) else "bad YAML") from exc
 
 
-def load_yaml(data: bytes | str, *, what: str = "document") -> dict[str, Any]:
-    """Parse a YAML mapping; canonical files without ruamel, anything else with it."""
+def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = False) -> dict[str, Any]:
+    """Parse a YAML mapping; canonical files without ruamel, anything else with it.
+
+    ``allow_empty`` reads a document with nothing but comments or blank lines as ``{}``.
+    """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as exc:
@@ -285,6 +314,8 @@ def load_yaml(data: bytes | str, *, what: str = "document") -> dict[str, Any]:
             doc = _ruamel_load(text)
         except ValueError as exc:
             raise Corrupt(f"{what} is not valid YAML: {exc}") from exc
+    if doc is None and allow_empty:
+        return {}
     if not isinstance(doc, dict):
         raise Corrupt(f"{what} is not a YAML mapping")
     return doc

@@ -116,7 +116,7 @@ def load(toplevel: str | None, git_config: dict[str, str]) -> Settings:
             from .codec import load_yaml
 
             with open(path, "rb") as handle:
-                doc = load_yaml(handle.read(), what=".workplane")
+                doc = load_yaml(handle.read(), what=".workplane", allow_empty=True)
             for key, value in doc.items():
                 name = key.replace("-", "_")
                 if name in known:

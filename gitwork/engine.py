@@ -176,7 +176,10 @@ class Context:
         fence = self.cmd.get("fence")
         margin = self.settings.clock_margin
         if fence is None and lease is not None and lease.is_active() and lease.holder == self.actor:
-            fence = lease.fence  # the holder by name; --fence also guards against its own stale runs
+            # The holder by name: act under the current fence, and record it in the document (and
+            # trailer) as if given. --fence also guards against the holder's own stale processes.
+            fence = lease.fence
+            self.cmd["fence"] = fence
         if fence is not None:
             if lease is None or lease.fence != fence:
                 current = f"current fence {lease.fence}, {lease.state}" if lease else "never leased"

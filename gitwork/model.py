@@ -48,11 +48,16 @@ class Record:
             if value is None:
                 value = default() if callable(default) else default
             setattr(self, name, value)
+        self.extra: dict[str, Any] = {}
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Any:
         names = {name for name, _ in cls.FIELDS}
-        return cls(**{k: v for k, v in doc.items() if k in names})
+        record = cls(**{k: v for k, v in doc.items() if k in names})
+        # Fields this version does not know (another tool's, or a newer gitwork's within the same
+        # format) are kept and written back unchanged, never silently dropped.
+        record.extra = {k: v for k, v in doc.items() if k not in names}
+        return record
 
     def to_doc(self) -> dict[str, Any]:
         doc = {}
@@ -60,6 +65,8 @@ class Record:
             value = getattr(self, name)
             if value is not None:
                 doc[name] = value
+        for key, value in self.extra.items():
+            doc.setdefault(key, value)
         return doc
 
     def __eq__(self, other: object) -> bool:

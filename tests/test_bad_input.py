@@ -80,7 +80,7 @@ def test_unknown_id(repo: Path, state: dict[str, str]) -> None:
 def test_ambiguous_prefix(repo: Path, state: dict[str, str]) -> None:
     refused(repo, "claim", "w-aaaa", "--as", "bob", code=ExitCode.AMBIGUOUS, says="ambiguous", also_json=True)
     refused(repo, "show", "aaaa00000000000", code=ExitCode.AMBIGUOUS, says="ambiguous")
-    refused(repo, "show", "w-a", code=ExitCode.AMBIGUOUS, says="2 items match")
+    refused(repo, "show", "w-a", code=ExitCode.AMBIGUOUS, says="items match")  # other items may start with a too
     # One more digit and it is unique again.
     assert json.loads(run_gw(repo, "show", "w-aaaa000000000002", "--json").stdout)["item"]["id"] == A2
 

@@ -266,8 +266,8 @@ def test_decisions_are_append_only_with_rationale_and_author(plane: Workplane, c
     plane.do("decision", item=item, text="Shard by two hex digits", why="170 ms vs 6 ms", **{"as": "bob"})
     decisions = plane.item(item).decisions
     assert decisions == [
-        {"n": 1, "text": "Use YAML", "rationale": "people read it", "by": "alice", "at": "2030-01-01T12:00:00Z"},
-        {"n": 2, "text": "Shard by two hex digits", "rationale": "170 ms vs 6 ms", "by": "bob",
+        {"number": 1, "text": "Use YAML", "rationale": "people read it", "by": "alice", "at": "2030-01-01T12:00:00Z"},
+        {"number": 2, "text": "Shard by two hex digits", "rationale": "170 ms vs 6 ms", "by": "bob",
          "at": "2030-01-01T12:00:05Z"},
     ]
     with pytest.raises(Invalid):

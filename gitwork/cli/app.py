@@ -35,7 +35,7 @@ ItemArg = Annotated[str, typer.Argument(help="Item id or unique prefix.", show_d
 Offline = Annotated[
     bool, typer.Option("--offline", help="Tentative: do not ask the arbiter remote now (gw sync decides later).")
 ]
-Ttl = Annotated[Optional[str], typer.Option("--ttl", help="Lease duration, e.g. 90s, 15m, 1h (default 15m).")]
+Ttl = Annotated[Optional[str], typer.Option("--ttl", help="Lease duration, e.g. 90s, 15m, 1h (default: the default_ttl setting, 15m).")]
 
 
 def _run(func, as_json: bool, path: Optional[str], agent: Optional[str], **kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -311,6 +311,7 @@ def status(json: Json = False, agent: As = None, path: Repo = None) -> None:
 @app.command()
 def demo(
     keep: Annotated[bool, typer.Option("--keep", help="Keep the demo repository.")] = False,
+    json: Json = False,
 ) -> None:
     """Run the demo on a throwaway repository: items, a two-process claim race, release, the log."""
     from ..demo import run
@@ -323,12 +324,26 @@ from . import cmd_sessions  # noqa: E402,F401
 
 
 def run_app(argv: list[str]) -> int:
+    """Run the typer app; usage errors keep click's message and, with --json, also answer in JSON."""
     try:
-        app(args=argv, prog_name="gw", standalone_mode=True)
+        result = app(args=argv, prog_name="gw", standalone_mode=False)
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 1)
-    return 0
+    except Exception as exc:
+        # click's ClickException family (UsageError, BadParameter, NoSuchOption...), vendored or not.
+        if not (hasattr(exc, "exit_code") and hasattr(exc, "show")):
+            raise
+        exc.show()
+        if "--json" in argv:
+            from ..errors import UsageError
+            from .output import emit_json
+
+            emit_json({"ok": False, **UsageError(exc.format_message()).to_json()})
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

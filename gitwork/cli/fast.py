@@ -52,7 +52,7 @@ def parse(argv: list[str]) -> tuple[str, dict[str, object]] | None:
             else:
                 if eq:
                     value = inline
-                elif index + 1 < len(args):
+                elif index + 1 < len(args) and not args[index + 1].startswith("--"):
                     index += 1
                     value = args[index]
                 else:

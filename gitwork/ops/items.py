@@ -202,12 +202,12 @@ def decision(ctx: Context) -> None:
 
 def record_decision(ctx: Context, item_id: str, text: str, why: str, **extra: Any) -> dict[str, Any]:
     item = ctx.item(item_id)
-    entry = {"n": len(item.decisions) + 1, "text": text, "rationale": why, "by": ctx.actor, "at": ctx.when, **extra}
+    entry = {"number": len(item.decisions) + 1, "text": text, "rationale": why, "by": ctx.actor, "at": ctx.when, **extra}
     item.decisions = [*item.decisions, entry]
     ctx.save_item(item)
-    ctx.event(item_id, "decision", n=entry["n"], text=text, rationale=why)
+    ctx.event(item_id, "decision", number=entry["number"], text=text, rationale=why)
     ctx.say(f"decision on {item_id} by {ctx.actor}: {text}", item_id, fence=ctx.cmd.get("fence"))
-    ctx.outcome.result = {"item": item_id, "decision": entry["n"]}
+    ctx.outcome.result = {"item": item_id, "decision": entry["number"]}
     return entry
 
 

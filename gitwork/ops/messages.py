@@ -223,7 +223,7 @@ def ack(ctx: Context) -> None:
             # does: cursors are prefixes).
             raise Invalid(f"#{reply['seq']} answers #{reply['reply_to']}, which is before #{upto}: it does not "
                           f"answer #{upto}")
-        if upto > mine.get("responded", 0):
+        if True:
             mine["responded"], mine["reply"] = upto, reply["seq"]
     mine["read"] = max(mine.get("read", 0), upto)  # responded implies read
     after = (mine["read"], mine.get("responded", 0))
@@ -310,5 +310,5 @@ def decide(ctx: Context) -> None:
     _said(ctx, item_id, record, held, "decide")
     ctx.say(f"decide {item_id} #{qseq} by {ctx.actor}: {choose}", item_id, lease_epoch=epoch,
             fence=held.fence if held else None, message_seq=record["seq"])
-    ctx.outcome.result = {**_view(item_id, record), "question": qseq, "choice": choose, "decision": entry["n"],
+    ctx.outcome.result = {**_view(item_id, record), "question": qseq, "choice": choose, "decision": entry["number"],
                           "status": item.status}
