@@ -223,7 +223,7 @@ def ack(ctx: Context) -> None:
             # does: cursors are prefixes).
             raise Invalid(f"#{reply['seq']} answers #{reply['reply_to']}, which is before #{upto}: it does not "
                           f"answer #{upto}")
-        if True:
+        if upto > mine.get("responded", 0):
             mine["responded"], mine["reply"] = upto, reply["seq"]
     mine["read"] = max(mine.get("read", 0), upto)  # responded implies read
     after = (mine["read"], mine.get("responded", 0))
@@ -294,7 +294,7 @@ def decide(ctx: Context) -> None:
     earlier = [d for d in item.decisions if d.get("question") == qseq]
     if earlier:
         raise Illegal(f"#{qseq} of {item_id} was already decided: {earlier[0].get('text')!r} "
-                      f"(decision {earlier[0].get('n')})")
+                      f"(decision {earlier[0].get('number')})")
     options = question.get("options") or []
     if options and choose not in options:
         raise Invalid(f"choose one of {', '.join(map(repr, options))} (got {choose!r})")
