@@ -245,11 +245,27 @@ class Case:
         self.name, self.argv, self.prepare, self.env = name, list(argv), list(prepare) if prepare else None, env
 
 
-def summarise(times: Sequence[float]) -> dict[str, float]:
+def summarise(times: Sequence[float], cpu_ms: float | None = None) -> dict[str, float]:
+    """Wall-clock statistics in ms, plus the mean CPU time (user + system, children included).
+
+    CPU time is the figure to trust when the machine is shared: waiting for a core inflates wall
+    time but not CPU time.
+    """
     ms = [t * 1000 for t in times]
-    return {"median_ms": statistics.median(ms), "mean_ms": statistics.fmean(ms),
-            "stdev_ms": statistics.stdev(ms) if len(ms) > 1 else 0.0, "min_ms": min(ms), "max_ms": max(ms),
-            "runs": len(ms)}
+    out = {"median_ms": statistics.median(ms), "mean_ms": statistics.fmean(ms),
+           "stdev_ms": statistics.stdev(ms) if len(ms) > 1 else 0.0, "min_ms": min(ms), "max_ms": max(ms),
+           "runs": len(ms)}
+    if cpu_ms is not None:
+        out["cpu_ms"] = cpu_ms
+    return out
+
+
+def cpu_now() -> float:
+    """CPU seconds used so far by this process and its waited-for children (git update-ref, ...)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def have_hyperfine() -> bool:
@@ -310,6 +326,7 @@ def measure(cases: Sequence[Case], cwd: str | Path, *, runs: int, warmup: int = 
         BUSY_SEEN.append(wait_quiet())
         return _measure_interleaved(cases, cwd, runs=runs, warmup=warmup)
     times: dict[str, list[float]] = {case.name: [] for case in cases}
+    cpu: dict[str, float] = {case.name: 0.0 for case in cases}
     groups: dict[str, list[Case]] = {}
     for case in cases:
         groups.setdefault(json.dumps(case.env or child_env(), sort_keys=True), []).append(case)
@@ -332,25 +349,32 @@ def measure(cases: Sequence[Case], cwd: str | Path, *, runs: int, warmup: int = 
                 data = json.load(open(out.name))
             for case, res in zip(group, data["results"]):
                 times[case.name].extend(res["times"])
-    return {name: summarise(ts) for name, ts in times.items()}
+                cpu[case.name] += (res["user"] + res["system"]) * len(res["times"])
+    return {name: summarise(ts, cpu[name] * 1000 / len(ts)) for name, ts in times.items()}
 
 
 def _measure_interleaved(cases: Sequence[Case], cwd: str | Path, *, runs: int, warmup: int) -> dict[str, dict[str, float]]:
+    import resource
+
     times: dict[str, list[float]] = {c.name: [] for c in cases}
+    cpu: dict[str, float] = {c.name: 0.0 for c in cases}
     log(f"timing (interleaved): {', '.join(c.name for c in cases)} ({runs} runs)")
     for round_no in range(warmup + runs):
         for case in cases:
             env = case.env or child_env()
             if case.prepare:
                 subprocess.run(case.prepare, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             done = subprocess.run(case.argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             elapsed = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             if done.returncode != 0:
                 raise RuntimeError(f"{case.name} exited {done.returncode}: {done.stderr.decode(errors='replace')}")
             if round_no >= warmup:
                 times[case.name].append(elapsed)
-    return {name: summarise(ts) for name, ts in times.items()}
+                cpu[case.name] += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {name: summarise(ts, cpu[name] * 1000 / len(ts)) for name, ts in times.items()}
 
 
 def runner_name() -> str:

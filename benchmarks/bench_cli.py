@@ -70,7 +70,7 @@ def in_process(repo: Path, item: str, pairs: int) -> dict[str, object]:
         for _ in range(3):  # warm the object caches, as a long-lived agent process would
             wp.do("claim", item=item)
             wp.do("release", item=item)
-        t_start = time.perf_counter()
+        t_start, cpu_start = time.perf_counter(), c.cpu_now()
         for _ in range(pairs):
             t0 = time.perf_counter()
             wp.do("claim", item=item)
@@ -79,12 +79,12 @@ def in_process(repo: Path, item: str, pairs: int) -> dict[str, object]:
             t2 = time.perf_counter()
             claims.append(t1 - t0)
             releases.append(t2 - t1)
-        total = time.perf_counter() - t_start
+        total, cpu_total = time.perf_counter() - t_start, c.cpu_now() - cpu_start
     env = c.child_env()
     floor_claims: list[float] = []
     floor_releases: list[float] = []
     floor_pairs = max(5, pairs // 2)
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), c.cpu_now()
     for _ in range(floor_pairs):
         t0 = time.perf_counter()
         subprocess.run(c.floor_argv("claim", item), cwd=repo, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -93,7 +93,7 @@ def in_process(repo: Path, item: str, pairs: int) -> dict[str, object]:
         t2 = time.perf_counter()
         floor_claims.append(t1 - t0)
         floor_releases.append(t2 - t1)
-    floor_total = time.perf_counter() - t_start
+    floor_total, floor_cpu = time.perf_counter() - t_start, c.cpu_now() - cpu_start
     # The one process every command must start: git update-ref REF NEW OLD (a no-op move here).
     head = c.tip(repo)
     cas: list[float] = []
@@ -107,6 +107,8 @@ def in_process(repo: Path, item: str, pairs: int) -> dict[str, object]:
         "claim_median_ms": ms(claims),
         "release_median_ms": ms(releases),
         "commands_per_s": 2 * pairs / total,
+        "cpu_ms_per_command": cpu_total * 1000 / (2 * pairs),
+        "floor_cpu_ms_per_command": floor_cpu * 1000 / (2 * floor_pairs),
         "floor_pairs": floor_pairs,
         "floor_claim_median_ms": ms(floor_claims),
         "floor_release_median_ms": ms(floor_releases),
@@ -198,13 +200,14 @@ def main(argv: list[str]) -> int:
                                                              "growth": grow})
 
     print(f"## Process start-to-exit (median of {runs}, {c.runner_name()}, 100 items)\n")
-    rows = [(name, r["median_ms"], r["min_ms"], r["stdev_ms"]) for name, r in start.items()]
-    print(c.markdown(("command", "median ms", "min ms", "stdev ms"), rows))
+    rows = [(name, r["median_ms"], r["min_ms"], r["stdev_ms"], r.get("cpu_ms")) for name, r in start.items()]
+    print(c.markdown(("command", "median ms", "min ms", "stdev ms", "CPU ms (user+sys, mean)"), rows))
     print(f"\n## In-process (Workplane.do, {pairs} claim/release pairs)\n")
     print(c.markdown(("what", "gitwork", "floor (floor.sh loop)"), [
         ("claim median ms", inproc["claim_median_ms"], inproc["floor_claim_median_ms"]),
         ("release median ms", inproc["release_median_ms"], inproc["floor_release_median_ms"]),
         ("commands per second", inproc["commands_per_s"], inproc["floor_commands_per_s"]),
+        ("CPU ms per command (incl. git children)", inproc["cpu_ms_per_command"], inproc["floor_cpu_ms_per_command"]),
         ("one `git update-ref` process, ms", inproc["update_ref_median_ms"], inproc["update_ref_median_ms"]),
     ]))
     print(f"\n## Growth per 1,000 renewals (measured over {renewals})\n")

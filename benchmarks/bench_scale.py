@@ -72,6 +72,7 @@ def in_process(repo: Path, item: str, pairs: int) -> dict[str, float]:
         for _ in range(2):
             wp.do("claim", item=item)
             wp.do("release", item=item)
+        cpu_start = c.cpu_now()
         for _ in range(pairs):
             t0 = time.perf_counter()
             wp.do("claim", item=item)
@@ -79,8 +80,9 @@ def in_process(repo: Path, item: str, pairs: int) -> dict[str, float]:
             wp.do("release", item=item)
             claims.append(t1 - t0)
             releases.append(time.perf_counter() - t1)
+        cpu = c.cpu_now() - cpu_start
     return {"first_claim_ms": first_claim * 1000, "claim_median_ms": statistics.median(claims) * 1000,
-            "release_median_ms": statistics.median(releases) * 1000}
+            "release_median_ms": statistics.median(releases) * 1000, "cpu_ms_per_command": cpu * 1000 / (2 * pairs)}
 
 
 def cli_commands(repo: Path, base: str, item: str, runs: int) -> dict[str, dict[str, float]]:
@@ -189,18 +191,20 @@ def main(argv: list[str]) -> int:
     for n, entry in per_size.items():
         ip, cli = entry["in_process"], entry["cli"]  # type: ignore[index]
         rows.append((n, entry["build"]["total_s"], ip["claim_median_ms"], ip["release_median_ms"],  # type: ignore[index]
-                     cli["gw claim ID"]["median_ms"], cli["floor claim"]["median_ms"],
-                     cli["gw release ID"]["median_ms"], cli["floor release"]["median_ms"],
+                     ip["cpu_ms_per_command"], cli["gw claim ID"]["median_ms"], cli["gw claim ID"]["cpu_ms"],
+                     cli["floor claim"]["median_ms"], cli["gw release ID"]["median_ms"],
+                     cli["floor release"]["median_ms"],
                      cli["gw claim ID"]["median_ms"] / small["cli"]["gw claim ID"]["median_ms"]))  # type: ignore[index]
-    print(c.markdown(("items", "build s", "in-proc claim ms", "in-proc release ms", "gw claim ms", "floor claim ms",
-                      "gw release ms", "floor release ms", "gw claim / at smallest"), rows))
+    print(c.markdown(("items", "build s", "in-proc claim ms", "in-proc release ms", "in-proc CPU ms/cmd",
+                      "gw claim ms", "gw claim CPU ms", "floor claim ms", "gw release ms", "floor release ms",
+                      "gw claim / at smallest"), rows))
     print("\n## gw ready / gw list (medians, ms)\n")
     rows = []
     for n, entry in per_size.items():
         for key in ("reads", "reads_packed"):
             for name, r in (entry.get(key) or {}).items():  # type: ignore[union-attr]
-                rows.append((n, name, r["median_ms"], r["min_ms"], r["runs"]))
-    print(c.markdown(("items", "command", "median ms", "min ms", "runs"), rows))
+                rows.append((n, name, r["median_ms"], r["min_ms"], r.get("cpu_ms"), r["runs"]))
+    print(c.markdown(("items", "command", "median ms", "min ms", "CPU ms", "runs"), rows))
     return 0
 
 
