@@ -156,13 +156,45 @@ def message_at(read_file: Callable[[str], bytes | None], item_id: str, seq: int)
 
 
 # --- message ids ------------------------------------------------------------------------------------
-# Refusing a duplicate message id needs every id in the thread. Full segments never change, so their
-# ids are remembered by blob id (in memory, and on disk for long threads): a post to a 100,000-message
-# thread parses only its open segment.
+# Refusing a duplicate message id needs every id in the thread. Full segments never change, so each
+# one's ids are remembered by its blob id, in memory and on disk (long threads), as ONE string of
+# newline-separated ids: loading and searching 100,000 ids is then a memcpy and a substring search,
+# not 100,000 dict insertions per post. Only the open (last) segment is parsed on every post.
 
-_IDS_MEMO: dict[str, dict[str, int]] = {}
-_IDS_CACHE_VERSION = 1
+_IDS_MEMO: dict[str, tuple[int, str]] = {}
+_IDS_CACHE_VERSION = 2
 _DISK_FROM = 3  # segments; shorter threads are cheaper to parse than to cache
+
+
+class MessageIds:
+    """Message id → sequence number over a whole thread, plus ids added by the current command."""
+
+    def __init__(self, sealed: list[tuple[int, str]], open_ids: dict[str, int]) -> None:
+        self.sealed = sealed  # (first seq, "\nid1\nid2\n...\n") per full segment
+        self.open = open_ids
+
+    def get(self, msg_id: str) -> int | None:
+        seq = self.open.get(msg_id)
+        if seq is not None:
+            return seq
+        needle = f"\n{msg_id}\n"
+        for first, joined in self.sealed:
+            pos = joined.find(needle)
+            if pos >= 0:
+                return first + joined.count("\n", 0, pos)
+        return None
+
+    def __contains__(self, msg_id: object) -> bool:
+        return isinstance(msg_id, str) and "\n" not in msg_id and self.get(msg_id) is not None
+
+    def __getitem__(self, msg_id: str) -> int:
+        seq = self.get(msg_id)
+        if seq is None:
+            raise KeyError(msg_id)
+        return seq
+
+    def __setitem__(self, msg_id: str, seq: int) -> None:
+        self.open[msg_id] = seq
 
 
 def _ids_cache_path(snapshot: Snapshot, item_id: str) -> str:
@@ -171,32 +203,37 @@ def _ids_cache_path(snapshot: Snapshot, item_id: str) -> str:
     return os.path.join(folder, f"{item_id}.marshal")
 
 
-def message_ids(snapshot: Snapshot, item_id: str) -> dict[str, int]:
-    """Message id → sequence number, for the whole thread at ``snapshot``."""
+def message_ids(snapshot: Snapshot, item_id: str) -> MessageIds:
+    """Every message id of the thread at ``snapshot`` and its sequence number."""
     found = segments(snapshot, item_id, 0)
-    ids: dict[str, int] = {}
-    disk: dict[str, dict[str, int]] | None = None
-    missing = False
+    sealed: list[tuple[int, str]] = []
+    open_ids: dict[str, int] = {}
+    disk: dict[str, tuple[int, str]] | None = None
+    learned = False
     for first, oid in found:
         known = _IDS_MEMO.get(oid)
         if known is None and len(found) >= _DISK_FROM:
             if disk is None:
                 disk = _read_ids_cache(snapshot, item_id)
             known = disk.get(oid)
+            if known is not None:
+                _IDS_MEMO[oid] = known
         if known is None:
             records = parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}")
-            known = {str(r.get("id")): r["seq"] for r in records}
             if len(records) == SEGMENT:
+                known = (first, "\n" + "".join(f"{r.get('id')}\n" for r in records))
                 _IDS_MEMO[oid] = known
-                missing = True
-        ids.update(known)
-    if missing and len(found) >= _DISK_FROM:
-        sealed = {oid: _IDS_MEMO[oid] for _first, oid in found if oid in _IDS_MEMO}
-        _write_ids_cache(snapshot, item_id, sealed)
-    return ids
+                learned = True
+            else:
+                open_ids.update((str(r.get("id")), r["seq"]) for r in records)
+                continue
+        sealed.append(known)
+    if learned and len(found) >= _DISK_FROM:
+        _write_ids_cache(snapshot, item_id, {oid: _IDS_MEMO[oid] for _first, oid in found if oid in _IDS_MEMO})
+    return MessageIds(sealed, open_ids)
 
 
-def _read_ids_cache(snapshot: Snapshot, item_id: str) -> dict[str, dict[str, int]]:
+def _read_ids_cache(snapshot: Snapshot, item_id: str) -> dict[str, tuple[int, str]]:
     try:
         with open(_ids_cache_path(snapshot, item_id), "rb") as handle:
             data = marshal.load(handle)
@@ -205,7 +242,7 @@ def _read_ids_cache(snapshot: Snapshot, item_id: str) -> dict[str, dict[str, int
         return {}
 
 
-def _write_ids_cache(snapshot: Snapshot, item_id: str, sealed: dict[str, dict[str, int]]) -> None:
+def _write_ids_cache(snapshot: Snapshot, item_id: str, sealed: dict[str, tuple[int, str]]) -> None:
     try:
         path = _ids_cache_path(snapshot, item_id)
         tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
@@ -395,37 +432,70 @@ def follow(wp: Workplane, item_id: str, since: int, emit: Callable[[dict[str, An
 def inbox(wp: Workplane, who: str | None = None) -> dict[str, Any]:
     """Messages addressed to ``who`` or on items ``who`` holds, not written by ``who``, split into
     ``unread`` (after the read cursor) and ``unanswered`` (read, not yet responded to, of a kind that
-    waits for an answer), oldest first."""
+    waits for an answer), oldest first.
+
+    Addressed messages come from the per-commit thread summary (``threads_index``); the threads of
+    items ``who`` holds are read live from the responded cursor on, so only they cost a read.
+    """
     from .index import HOLDER, LEASE_STATE, TITLE, load_index
-    from .threads_index import load_threads
+    from .threads_index import LAST, MARKS, SEGMENTS, load_threads
 
     who = who or wp.settings.identity()
     snapshot = wp.store.snapshot()
     snapshot.check_format()
     rows = load_index(snapshot).items()
-    threads = load_threads(snapshot)
-    picked: list[tuple[str, str, int, str, str]] = []
-    for item_id, (segs, marks) in threads.items().items():
+    threads = load_threads(snapshot).items()
+    held = [i for i, row in rows.items() if row[LEASE_STATE] == "active" and row[HOLDER] == who]
+    held_set = set(held)
+    picked: list[tuple[str, int, str, str, dict[str, Any] | None]] = []  # item, seq, box, why, record
+
+    def place(item_id: str, seq: int, by: str, kind: str, marks: tuple[int, int], why: str,
+              record: dict[str, Any] | None) -> None:
+        if by == who:
+            return
+        if seq > marks[0]:
+            picked.append((item_id, seq, "unread", why, record))
+        elif seq > marks[1] and kind in ANSWERABLE:
+            picked.append((item_id, seq, "unanswered", why, record))
+
+    for item_id in held:
+        entry = threads.get(item_id)
+        if entry is None:
+            continue
+        marks = entry[MARKS].get(who, (0, 0))
+        if marks[1] >= entry[LAST]:
+            continue
+        for record in replay(snapshot, item_id, marks[1]):
+            place(item_id, record["seq"], str(record.get("by")), str(record.get("kind")), marks, "you hold it", record)
+    for item_id, entry in threads.items():
+        if item_id in held_set:
+            continue
+        marks = entry[MARKS].get(who, (0, 0))
+        if marks[1] >= entry[LAST]:
+            continue
+        for _oid, briefs in entry[SEGMENTS]:
+            for seq, to, by, kind in briefs:
+                if to == who:
+                    place(item_id, seq, by, kind, marks, "to you", None)
+
+    parsed: dict[str, list[dict[str, Any]]] = {}  # each segment is parsed once, however many rows it feeds
+    rows_out: list[tuple[str, str, int, str, dict[str, Any]]] = []
+    for item_id, seq, box, why, record in picked:
+        if record is None:
+            path = segment_path(item_id, seq)
+            first = first_of(seq, SEGMENT)
+            if path not in parsed:
+                parsed[path] = parse_segment(snapshot.blob(path) or b"", first, f"thread segment {first} of {item_id}")
+            records = parsed[path]
+            record = records[seq - first] if seq - first < len(records) else {"seq": seq}
         row = rows.get(item_id)
-        held = row is not None and row[LEASE_STATE] == "active" and row[HOLDER] == who
-        read, responded = marks.get(who, (0, 0))
-        why = "you hold it" if held else "to you"
-        for _oid, briefs in segs:
-            if not briefs or briefs[-1][0] <= responded:
-                continue  # a whole segment already answered: nothing in it can show
-            for seq, at, by, kind, to in briefs:
-                if by == who or not (held or to == who):
-                    continue
-                if seq > read:
-                    picked.append((at, item_id, seq, "unread", why))
-                elif seq > responded and kind in ANSWERABLE:
-                    picked.append((at, item_id, seq, "unanswered", why))
-    picked.sort()
+        view = {"item": item_id, "title": row[TITLE] if row else None, "why": why, "box": box, **record}
+        rows_out.append((str(record.get("at", "")), item_id, seq, box, view))
+    rows_out.sort(key=lambda r: r[:3])
     out: dict[str, Any] = {"who": who, "unread": [], "unanswered": []}
-    for _at, item_id, seq, box, why in picked:
-        record = message_at(snapshot.blob, item_id, seq) or {"seq": seq}
-        row = rows.get(item_id)
-        out[box].append({"item": item_id, "title": row[TITLE] if row else None, "why": why, **record})
+    for _at, _item, _seq, box, view in rows_out:
+        del view["box"]
+        out[box].append(view)
     return out
 
 

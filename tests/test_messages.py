@@ -19,7 +19,7 @@ from freezegun import freeze_time
 from conftest import git, gw_cmd, make_repo, run_gw, tip
 from gitwork import messages as M
 from gitwork.errors import Illegal, Invalid, NotFound, Stale
-from gitwork.threads_index import load_threads
+from gitwork.threads_index import LAST, MARKS, SEGMENTS, load_threads
 from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
@@ -255,7 +255,7 @@ def test_inbox_splits_unread_from_read_but_unanswered_oldest_first(repo, wp):
         frozen.tick(10)
         M.post(carol, held, "fyi", kind="note")  # held #1 (bob holds it), t+20
         frozen.tick(10)
-        M.post(carol, held, "when?", kind="question")  # held #2, t+30
+        M.post(carol, held, "when?", kind="question", to="bob")  # held #2, t+30: held AND addressed, listed once
         M.post(bob, held, "my own note")  # held #3: never in bob's own inbox
         M.post(alice, quiet, "to carol", to="carol")
         M.post(alice, other, "to alice herself", to="alice")
@@ -264,6 +264,7 @@ def test_inbox_splits_unread_from_read_but_unanswered_oldest_first(repo, wp):
         assert box["unanswered"] == []
         assert box["unread"][0]["why"] == "to you" and box["unread"][1]["why"] == "you hold it"
         assert box["unread"][1]["title"] == "held by bob" and box["unread"][2]["text"] == "when?"
+        assert box["unread"][2]["why"] == "you hold it"
         M.ack(bob, held, 2)  # read both, answered neither: the note drops out, the question stays
         box = M.inbox(bob)
         assert [(m["item"], m["seq"]) for m in box["unread"]] == [(other, 1)]
@@ -289,8 +290,9 @@ def test_the_inbox_cache_follows_each_commit_incrementally(repo, wp):
     snap = wp.store.snapshot()
     fresh = load_threads(snap, use_cache=False).items()
     assert load_threads(snap).items() == fresh
-    assert [b[0] for _oid, briefs in fresh[items[2]][0] for b in briefs] == [1, 2]
-    assert fresh[items[0]][1] == {"bob": (1, 0)}
+    assert [b[0] for _oid, briefs in fresh[items[2]][SEGMENTS] for b in briefs] == [1, 2]
+    assert fresh[items[2]][LAST] == 2
+    assert fresh[items[0]][MARKS] == {"bob": (1, 0)}
 
 
 # --- ask and decide --------------------------------------------------------------------------------

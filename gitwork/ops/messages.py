@@ -19,6 +19,7 @@ from ..engine import Context, op
 from ..errors import Corrupt, Illegal, Invalid, NotFound, Stale
 from ..messages import (
     POST_KINDS,
+    MessageIds,
     cursors_path,
     dump_cursors,
     last_seq,
@@ -52,10 +53,10 @@ def _last(ctx: Context, item_id: str) -> int:
     return memo[item_id]
 
 
-def _ids(ctx: Context, item_id: str) -> dict[str, int]:
+def _ids(ctx: Context, item_id: str) -> MessageIds:
     memo = _memo(ctx, "_thread_ids")
     if item_id not in memo:
-        memo[item_id] = dict(message_ids(ctx.snapshot, item_id))
+        memo[item_id] = message_ids(ctx.snapshot, item_id)
     return memo[item_id]
 
 
