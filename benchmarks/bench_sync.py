@@ -164,8 +164,9 @@ def bench_offline_sync(tmp: Path, daemon: GitDaemon, count: int) -> list[tuple[s
 
 LOOP = r"""
 while :; do
-  "$@" claim --next --as "$ME" > /dev/null 2>&1; rc=$?
+  "$@" claim --next --as "$ME" > /dev/null 2> "$OUT.err"; rc=$?
   echo "$rc" >> "$OUT"
+  case "$rc" in 0|3) ;; *) cat "$OUT.err" >> "$OUT.errors" ;; esac
   [ "$rc" -eq 3 ] && exit 0
 done
 """
@@ -192,8 +193,14 @@ def bench_contention(tmp: Path, daemon: GitDaemon, items: int, clones: int, proc
         proc.wait(timeout=900)
     elapsed = time.perf_counter() - started
     codes: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
     for out in outs:
         codes.update(out.read_text().split())
+        failures = out.with_name(out.name + ".errors")
+        if failures.exists():
+            errors.update(line[:160] for line in failures.read_text().splitlines() if line.strip())
+    for line, n in errors.most_common(5):
+        print(f"  [{clones}x{procs}] {n} x {line}", file=sys.stderr)
     won = codes.get("0", 0)
     other = {k: v for k, v in codes.items() if k not in ("0", "3")}
     grants = sum(1 for line in run(["git", "log", "--format=%s", STATE], daemon.base / f"{name}.git").stdout.splitlines()
