@@ -147,8 +147,9 @@ def _mapping(value: Any, field: str) -> dict[str, Any]:
 
 
 def _cmd_id(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_.:-]{4,64}", value):
-        raise Invalid(f"{field} must be 4-64 characters of letters, digits and _.:-")
+    # It names a file on the state ref (commands/), so it starts with a letter or digit: never ".git".
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{3,63}", value):
+        raise Invalid(f"{field} must be 4-64 characters of letters, digits and _.:- starting with a letter or digit")
     return value
 
 

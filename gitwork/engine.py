@@ -251,11 +251,25 @@ class Context:
 def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> Outcome:
     """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse."""
     _load_ops()
+    record_path = layout.command_path(cmd["id"])
+    earlier = snapshot.blob(record_path)
+    if earlier is not None:
+        # This command id was applied before (a retry whose first reply was lost, a re-sent
+        # document, a replay of what already landed): answer as the first time, change nothing.
+        outcome = Outcome()
+        try:
+            outcome.result = {**json.loads(earlier).get("result", {}), "duplicate": True}
+        except ValueError as exc:
+            raise Corrupt(f"{record_path} is not a JSON record") from exc
+        return outcome
     ctx = Context(snapshot, cmd, now, settings)
     OPS[cmd["op"]].func(ctx)
     outcome = ctx.outcome
-    if outcome.changes and snapshot.commit is None:
-        _initialise(outcome)
+    if outcome.changes:
+        if snapshot.commit is None:
+            _initialise(outcome)
+        record = {"op": cmd["op"], "at": ctx.when, "by": ctx.actor, "result": outcome.result}
+        outcome.changes[record_path] = json.dumps(record, ensure_ascii=False, sort_keys=True).encode() + b"\n"
     outcome.trailers.setdefault("Command-Id", cmd["id"])
     return outcome
 

@@ -12,6 +12,16 @@ EVENTS_FILE = "events.log"
 THREAD_FILE = "thread.log"
 
 
+COMMANDS = "commands"
+
+
+def command_path(command_id: str) -> str:
+    """Where the record of an applied command lives: sharded by a hash, since clients choose ids."""
+    import hashlib
+
+    return f"{COMMANDS}/{hashlib.sha1(command_id.encode()).hexdigest()[:2]}/{command_id}"
+
+
 def item_dir(item_id: str) -> str:
     return f"{ITEMS}/{shard(item_id)}/{item_id}"
 

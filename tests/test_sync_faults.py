@@ -133,9 +133,6 @@ def test_kill_during_a_replaying_sync(tmp_path: Path, remote: Path, url: str, po
     assert tip(b) == tip(remote)
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: Arbiter.submit does not look for the command id on the remote, "
-                   "so a lease command retried with the same client-chosen id after its push landed (reply lost) "
-                   "is applied a second time")
 def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str) -> None:
     a = machine(tmp_path, "a", url, publish=True)
     item = new_item(a, "renewed")
@@ -150,8 +147,6 @@ def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remo
     assert command_ids(remote).count("c-00000000000000aa") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: Workplane.submit does not dedupe client-chosen command ids, "
-                   "so a document re-sent after a crash is applied again and both copies reach the remote")
 def test_resent_offline_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str) -> None:
     a = machine(tmp_path, "a", url, publish=True)
     doc = a / "new.json"
