@@ -33,8 +33,9 @@ def state(repo: Path) -> dict[str, str]:
         wp.do("new", title="first a", item=A1)
         wp.do("new", title="second a", item=A2)
         wp.do("new", title="b depends on a1", item=B1, depends_on=[A1])
-        crit = wp.do("new", title="with criteria", criteria=["tests pass"]).result["item"]
-        closed = wp.do("new", title="finished").result["item"]
+        # Fixed ids everywhere: a random one could start with a prefix the tests expect to match nothing.
+        crit = wp.do("new", title="with criteria", criteria=["tests pass"], item="w-1111000000000001").result["item"]
+        closed = wp.do("new", title="finished", item="w-2222000000000002").result["item"]
         wp.do("done", item=closed)
     return {"crit": crit, "closed": closed}
 
