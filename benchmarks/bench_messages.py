@@ -11,7 +11,7 @@
   ``messages.replay`` in-process, ``gw thread ID --json`` and ``gw thread ID --since N`` (the last 10).
 - **Inbox.** 10,000 items with 10 messages each (one commit): about 1 in 50 messages is addressed to
   the reader, who also holds 1 item in 50; a tenth of the items (the held ones among them) carry the
-  reader's cursors (read 5, responded 2). ``gw inbox --json``
+  reader's cursors (read 7, responded 2). ``gw inbox --json``
   cold (the read caches deleted before every run), warm (cache at this commit), and after one post
   (cache one commit behind: the incremental path).
 Results: stdout (markdown tables of medians) and benchmarks/results/bench_messages.json.
@@ -101,7 +101,7 @@ def build_inbox_state(repo: Path, items: int, per_item: int) -> dict[str, object
                           expires_at=TTL_FAR, ttl=900)
             changes[layout.item_path(item, layout.LEASE_FILE)] = codec.dump_yaml(lease.to_doc())
         if i % 10 == 0:
-            changes[messages.cursors_path(item)] = messages.dump_cursors({READER: {"read": 5, "responded": 2}})
+            changes[messages.cursors_path(item)] = messages.dump_cursors({READER: {"read": 7, "responded": 2}})
     commit = _commit(repo, changes, f"benchmark inbox: {items} items x {per_item} messages\n")
     return {"commit": commit, "items": items, "per_item": per_item, "held": held,
             "build_s": time.perf_counter() - t0 + float(state["total_s"]), "ids": state["ids"]}

@@ -22,6 +22,7 @@ replayed onto another tip still names the same message after renumbering.
 
 from __future__ import annotations
 
+import json
 import marshal
 import os
 import re
@@ -107,7 +108,18 @@ def segments(snapshot: Snapshot, item_id: str, since: int = 0) -> list[tuple[int
 
 
 def parse_segment(data: bytes, first: int, what: str) -> list[dict[str, Any]]:
-    records = list(codec.iter_records(data, what=what))
+    # One json.loads for the whole segment (lines joined into an array) is ~2x faster than one per
+    # line; anything odd falls back to the line-by-line reader, which names the bad line.
+    records: Any = None
+    if data.endswith(b"\n") and b"\r" not in data:
+        try:
+            records = json.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
+        except ValueError:
+            records = None
+        if records is not None and not all(isinstance(r, dict) and type(r.get("seq")) is int for r in records):
+            records = None
+    if records is None:
+        records = list(codec.iter_records(data, what=what))
     if len(records) > SEGMENT:
         raise Corrupt(f"{what} holds {len(records)} messages; a segment holds at most {SEGMENT}")
     for offset, record in enumerate(records):
@@ -474,9 +486,9 @@ def inbox(wp: Workplane, who: str | None = None) -> dict[str, Any]:
         if marks[1] >= entry[LAST]:
             continue
         for _oid, briefs in entry[SEGMENTS]:
-            for seq, to, by, kind in briefs:
+            for seq, to, by, kind, line in briefs:
                 if to == who:
-                    place(item_id, seq, by, kind, marks, "to you", None)
+                    place(item_id, seq, by, kind, marks, "to you", json.loads(line) if line else None)
 
     parsed: dict[str, list[dict[str, Any]]] = {}  # each segment is parsed once, however many rows it feeds
     rows_out: list[tuple[str, str, int, str, dict[str, Any]]] = []

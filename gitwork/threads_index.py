@@ -9,6 +9,7 @@ derived data (delete it at will); it lives in ``<git common dir>/gitwork/`` and 
 
 from __future__ import annotations
 
+import json
 import marshal
 import os
 import sys
@@ -21,20 +22,20 @@ TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings 
 if TYPE_CHECKING:
     from typing import Any
 
-    # (seq, to, by, kind) of one message that names an addressee
-    Brief = tuple[int, str, str, str]
+    # (seq, to, by, kind, the record as JSON or "" when large) of one message that names an addressee
+    Brief = tuple[int, str, str, str, str]
     # (segment blob id, its addressed messages)
     Segment = tuple[str, tuple[Brief, ...]]
     # (folder id, thread tree id, cursors blob id, segments, {who: (read, responded)}, last seq)
     Entry = tuple[str, "str | None", "str | None", tuple[Segment, ...], dict[str, tuple[int, int]], int]
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 _NAME = f"threads-v{CACHE_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}.marshal"
 FOLDER, THREAD, CURSORS, SEGMENTS, MARKS, LAST = range(6)
 
 
 class ThreadsIndex:
-    """Per item: the messages that name an addressee, the cursors and the last sequence number.
+    """Per item: the messages that name an addressee (whole), the cursors and the last sequence number.
 
     Only addressed messages are kept: an inbox needs every message of a thread only for the items its
     reader holds, which are few and are read live (from the reader's responded cursor on). That keeps
@@ -80,6 +81,13 @@ def _write_cache(path: str, index: ThreadsIndex) -> None:
 
 
 _intern = sys.intern  # names and kinds repeat: marshal then stores each once
+_LINE_LIMIT = 4096  # addressed messages up to this size are kept whole: the inbox then reads no segment
+
+
+def _brief(record: dict[str, Any]) -> Brief:
+    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return (record["seq"], _intern(str(record["to"])), _intern(str(record.get("by", ""))),
+            _intern(str(record.get("kind", "note"))), line if len(line) <= _LINE_LIMIT else "")
 
 
 def _segments(snapshot: Snapshot, item_id: str, before: tuple[Segment, ...]) -> tuple[tuple[Segment, ...], int]:
@@ -95,8 +103,7 @@ def _segments(snapshot: Snapshot, item_id: str, before: tuple[Segment, ...]) -> 
             records = parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}")
             last = first + len(records) - 1
             if briefs is None:
-                briefs = tuple((r["seq"], _intern(str(r["to"])), _intern(str(r.get("by", ""))),
-                                _intern(str(r.get("kind", "note")))) for r in records if r.get("to"))
+                briefs = tuple(_brief(r) for r in records if r.get("to"))
         out.append((oid, briefs))
     return tuple(out), last
 
