@@ -477,3 +477,35 @@ def test_messages_posted_on_two_machines_both_land_once_in_arbiter_order(tmp_pat
     assert [json.loads(line)["seq"] for line in remote.splitlines()] == [1, 2, 3]
     # A sync that runs again adds nothing (the posts are recognised by id).
     assert gw_json(one, "sync")["replayed"] == []
+
+
+def test_follow_with_an_arbiter_prints_other_machines_posts_once_even_when_renumbered(tmp_path: Path):
+    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
+    one = _machine(tmp_path, "one", str(arbiter))
+    item_id = gw_json(one, "new", "watched thread")["item"]
+    gw_json(one, "msg", item_id, "hello from one", "--as", "ann")
+    gw_json(one, "sync")
+    two = _machine(tmp_path, "two", str(arbiter))
+    local = gw_json(two, "msg", item_id, "two, not yet synced", "--as", "ben")  # #2 on two only
+    proc = subprocess.Popen(gw_cmd("thread", item_id, "--follow", "--json", "--timeout", "120", "--poll", "0.1"),
+                            cwd=two, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        seen = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        assert [(m["seq"], m["text"]) for m in seen] == [(1, "hello from one"), (2, "two, not yet synced")]
+        remote = gw_json(one, "msg", item_id, "one again", "--as", "ann")  # #2 on the arbiter
+        gw_json(one, "sync")
+        # The follower pulls: one's post arrives; two's own post is renumbered #3 and not printed again.
+        arrived = json.loads(proc.stdout.readline())
+        assert (arrived["id"], arrived["text"]) == (remote["id"], "one again")
+        gw_json(one, "msg", item_id, "and a third", "--as", "ann")
+        gw_json(one, "sync")
+        last = json.loads(proc.stdout.readline())
+        assert last["text"] == "and a third" and last["id"] != local["id"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    records = gw_json(two, "thread", item_id)
+    ours = [m for m in records if m["id"] == local["id"]]
+    # Not yet on the arbiter, two's post is replayed after everything the arbiter has: now #4.
+    assert len(ours) == 1 and ours[0]["seq"] == len(records) == 4

