@@ -66,21 +66,50 @@ def venv_gw() -> Path:
     return VENV / "bin" / "gw"
 
 
-def ensure_venv(reinstall: bool = False) -> None:
-    """Create the venv and install the current sources non-editable (only when they changed)."""
+def _installed_digest() -> str:
     stamp = VENV / ".gitwork-source-digest"
+    return stamp.read_text() if stamp.exists() else ""
+
+
+def ensure_venv(reinstall: bool = False) -> None:
+    """Create the venv and install the current sources non-editable (only when they changed).
+
+    Several benchmark scripts may share the venv: each holds a shared lock on ``<venv>.lock`` for
+    its whole run, and a reinstall needs the exclusive lock. When another run is in progress the
+    installed build is used as it is (with a warning) rather than replaced under that run's feet.
+    """
+    import fcntl
+
+    if os.environ.get("GW_BENCH_VENV_LOCK_FD"):
+        return  # re-executed child: the parent took the lock and the fd was inherited across exec
+    fd = os.open(str(VENV) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        exclusive = True
+    except BlockingIOError:
+        exclusive = False
     digest = source_digest()
-    fresh = not venv_python().exists()
-    if fresh:
-        log(f"creating {VENV}")
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    if fresh or reinstall or not stamp.exists() or stamp.read_text() != digest:
-        log(f"installing {REPO_ROOT} (non-editable) into {VENV}")
-        args = [str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        if not fresh:
-            args += ["--force-reinstall", "--no-deps"]
-        subprocess.run([*args, str(REPO_ROOT)], check=True, stdout=sys.stderr)
-        stamp.write_text(digest)
+    if exclusive:
+        fresh = not venv_python().exists()
+        if fresh:
+            log(f"creating {VENV}")
+            subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        if fresh or reinstall or _installed_digest() != digest:
+            log(f"installing {REPO_ROOT} (non-editable) into {VENV}")
+            args = [str(venv_python()), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            if not fresh:
+                args += ["--force-reinstall", "--no-deps"]
+            subprocess.run([*args, str(REPO_ROOT)], check=True, stdout=sys.stderr)
+            (VENV / ".gitwork-source-digest").write_text(digest)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    else:
+        log(f"another benchmark is using {VENV}; waiting for any install in progress")
+        fcntl.flock(fd, fcntl.LOCK_SH)  # blocks only while someone holds it exclusively (installing)
+        if _installed_digest() != digest:
+            log(f"WARNING: gitwork sources changed since {VENV} was installed, but another benchmark is "
+                f"running: measuring the installed build {_installed_digest()[:12]}")
+    os.set_inheritable(fd, True)
+    os.environ["GW_BENCH_VENV_LOCK_FD"] = str(fd)
 
 
 def enter_venv(argv: Sequence[str]) -> None:
@@ -408,6 +437,7 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "loadavg_at_start": open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else None,
         "gitwork_source_digest": source_digest()[:12],
+        "gitwork_installed_digest": _installed_digest()[:12],
         "gitwork_commit": git(REPO_ROOT, "rev-parse", "--short", "HEAD"),
         "runner": runner_name(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
