@@ -43,18 +43,23 @@ def op(name: str, summary: str, **spec: str) -> Callable[[Callable[[Context], No
     return register
 
 
-def _load_ops() -> None:
-    if not OPS:
-        from . import ops  # noqa: F401  (registers every op)
+def _load_ops(name: str | None = None) -> None:
+    """Import the module of op ``name`` (or every op module), which registers its ops."""
+    if name in OPS:
+        return
+    from . import ops
+
+    ops.load(name)
 
 
 def validate_command(doc: Any) -> dict[str, Any]:
-    _load_ops()
     if not isinstance(doc, dict):
         raise Invalid("a command document must be a mapping with an 'op'")
     name = doc.get("op")
+    _load_ops(name if isinstance(name, str) else None)
     spec = OPS.get(name) if isinstance(name, str) else None
     if spec is None:
+        _load_ops()  # so the error can list every op
         raise Invalid(f"unknown op {name!r}; known: {', '.join(sorted(OPS))}")
     clean = validate(doc, spec.fields)
     clean.setdefault("id", ids.command_id())
@@ -250,7 +255,7 @@ class Context:
 
 def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> Outcome:
     """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse."""
-    _load_ops()
+    _load_ops(cmd["op"])
     record_path = layout.command_path(cmd["id"])
     earlier = snapshot.blob(record_path)
     if earlier is not None:

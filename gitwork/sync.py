@@ -100,17 +100,37 @@ class Arbiter:
         lease = f"--force-with-lease={self.store.ref}:{expected or ''}"
         crash_point("before-push")
         done = gitcmd.run(
-            ["--git-dir", self.git_dir, "push", "--porcelain", "--quiet", lease, self.remote,
+            ["--git-dir", self.git_dir, "push", "--porcelain", lease, self.remote,
              f"{new}:{self.store.ref}"],
             check=False, timeout=120,
         )
+        status = None
         for line in done.out.splitlines():
-            if line.startswith("!\t") or line.startswith("! "):
-                return False  # rejected: stale info / non-fast-forward / fetch first
-        if done.returncode != 0:
+            fields = line.split("\t")
+            if len(fields) >= 2 and fields[1].endswith(f":{self.store.ref}"):
+                status = fields[0]
+        if status == "!":
+            return False  # rejected: stale info / non-fast-forward / fetch first
+        if done.returncode != 0 or status is None:
             if "stale info" in done.err or "rejected" in done.err:
                 return False
+            if done.returncode == 0 or "remote end hung up" in done.err or "unexpected disconnect" in done.err:
+                # No word about our ref (the server went away mid-push): ask what it holds now.
+                landed = self._remote_has(new)
+                if landed is not None:
+                    return landed and self._pushed(new)
             raise RemoteError(f"cannot push to {self.remote}: {_last_line(done.err)}", remote=self.remote)
+        return self._pushed(new)
+
+    def _remote_has(self, new: str) -> bool | None:
+        """Whether the remote's state ref is at ``new`` (``None``: the remote cannot be asked)."""
+        done = gitcmd.run(["--git-dir", self.git_dir, "ls-remote", self.remote, self.store.ref], check=False,
+                          timeout=60)
+        if done.returncode != 0:
+            return None
+        return done.out.split("\t", 1)[0].strip() == new
+
+    def _pushed(self, new: str) -> bool:
         crash_point("after-push")
         # Keep the tracking ref in step (git does this itself only with a matching fetch refspec).
         gitcmd.run(["--git-dir", self.git_dir, "update-ref", self.tracking, new], check=False)
