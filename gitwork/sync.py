@@ -92,6 +92,11 @@ class Arbiter:
         raise RemoteError(f"cannot fetch from {self.remote}: {_last_line(done.err)}", remote=self.remote)
 
     def known_remote_tip(self) -> str | None:
+        from .gitdir import read_ref
+
+        fast = read_ref(self.wp.repo.common_dir, self.tracking) if self.wp.repo.fast_refs else False
+        if fast is not False:
+            return fast  # type: ignore[return-value]
         got = self.store.cat.get(self.tracking)
         return got[0] if got else None
 
@@ -132,13 +137,32 @@ class Arbiter:
 
     def _pushed(self, new: str) -> bool:
         crash_point("after-push")
-        # Keep the tracking ref in step (git does this itself only with a matching fetch refspec).
-        gitcmd.run(["--git-dir", self.git_dir, "update-ref", self.tracking, new], check=False)
+        # git moves the tracking ref itself when a fetch refspec maps the state ref (gw remote set
+        # adds one); only without it does that take a process of our own.
+        if self.known_remote_tip() != new:
+            gitcmd.run(["--git-dir", self.git_dir, "update-ref", self.tracking, new], check=False)
         return True
 
     # --- history questions ------------------------------------------------------------------------
 
+    def _reaches(self, start: str, target: str, limit: int = 256) -> bool:
+        """Whether ``target`` is within ``limit`` first parents of ``start`` (state history is linear)."""
+        commit: str | None = start
+        for _ in range(limit):
+            if commit == target:
+                return True
+            if commit is None:
+                return False
+            info = self.store.snapshot(commit).info
+            commit = info.parents[0] if info and info.parents else None
+        return False
+
     def _merge_base(self, a: str, b: str) -> str | None:
+        # The usual cases (one side a few commits ahead) are answered from the objects, no process.
+        if self._reaches(a, b):
+            return b
+        if self._reaches(b, a):
+            return a
         done = gitcmd.run(["--git-dir", self.git_dir, "merge-base", a, b], check=False)
         return done.out.strip() or None
 
