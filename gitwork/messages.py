@@ -22,6 +22,7 @@ replayed onto another tip still names the same message after renumbering.
 
 from __future__ import annotations
 
+import bisect
 import json
 import marshal
 import os
@@ -79,9 +80,33 @@ def cursors_path(item_id: str) -> str:
 # --- reading a thread ------------------------------------------------------------------------------
 
 
+_GROUP_MEMO: dict[tuple[str, int, int], list[tuple[int, str]]] = {}  # full groups never change
+
+
+def _group_segments(snapshot: Snapshot, item_id: str, group_name: str, oid: str) -> list[tuple[int, str]]:
+    key = (oid, SEGMENT, SPAN)
+    known = _GROUP_MEMO.get(key)
+    if known is not None:
+        return known
+    group_first = int(group_name)
+    members = snapshot.store.read_tree(oid)
+    out: list[tuple[int, str]] = []
+    for name in sorted(members):
+        match = _SEGMENT_NAME.match(name)
+        seg = members[name]
+        if match is None or seg.is_tree:
+            raise Corrupt(f"unexpected {name!r} in the thread of {item_id}")
+        first = int(match.group(1))
+        if first != first_of(first, SEGMENT) or first_of(first, SPAN) != group_first:
+            raise Corrupt(f"thread segment {group_name}/{name} of {item_id} is misnamed")
+        out.append((first, seg.oid))
+    if len(out) == SPAN // SEGMENT:
+        _GROUP_MEMO[key] = out
+    return out
+
+
 def segments(snapshot: Snapshot, item_id: str, since: int = 0) -> list[tuple[int, str]]:
     """``(first seq, blob id)`` of each segment that may hold a message after ``since``, in order."""
-    store = snapshot.store
     out: list[tuple[int, str]] = []
     groups = snapshot.tree(thread_dir(item_id))
     for group_name in sorted(groups):
@@ -93,17 +118,11 @@ def segments(snapshot: Snapshot, item_id: str, since: int = 0) -> list[tuple[int
             raise Corrupt(f"thread group {group_name} of {item_id} is misnamed")
         if group_first + SPAN - 1 <= since:
             continue
-        members = store.read_tree(entry.oid)
-        for name in sorted(members):
-            match = _SEGMENT_NAME.match(name)
-            seg = members[name]
-            if match is None or seg.is_tree:
-                raise Corrupt(f"unexpected {name!r} in the thread of {item_id}")
-            first = int(match.group(1))
-            if first != first_of(first, SEGMENT) or first_of(first, SPAN) != group_first:
-                raise Corrupt(f"thread segment {group_name}/{name} of {item_id} is misnamed")
-            if first + SEGMENT - 1 > since:
-                out.append((first, seg.oid))
+        if since < group_first:
+            out.extend(_group_segments(snapshot, item_id, group_name, entry.oid))
+        else:
+            out.extend(seg for seg in _group_segments(snapshot, item_id, group_name, entry.oid)
+                       if seg[0] + SEGMENT - 1 > since)
     return out
 
 
@@ -184,17 +203,25 @@ class MessageIds:
     def __init__(self, sealed: list[tuple[int, str]], open_ids: dict[str, int]) -> None:
         self.sealed = sealed  # (first seq, "\nid1\nid2\n...\n") per full segment
         self.open = open_ids
+        self._joined: str | None = None
+        self._starts: list[int] = []
 
     def get(self, msg_id: str) -> int | None:
         seq = self.open.get(msg_id)
-        if seq is not None:
+        if seq is not None or not self.sealed:
             return seq
-        needle = f"\n{msg_id}\n"
-        for first, joined in self.sealed:
-            pos = joined.find(needle)
-            if pos >= 0:
-                return first + joined.count("\n", 0, pos)
-        return None
+        if self._joined is None:
+            # One string for the whole thread: one substring search instead of one per segment.
+            position = 0
+            for _first, joined in self.sealed:
+                self._starts.append(position)
+                position += len(joined)
+            self._joined = "".join(joined for _first, joined in self.sealed)
+        pos = self._joined.find(f"\n{msg_id}\n")
+        if pos < 0:
+            return None
+        index = bisect.bisect_right(self._starts, pos) - 1
+        return self.sealed[index][0] + self._joined.count("\n", self._starts[index], pos)
 
     def __contains__(self, msg_id: object) -> bool:
         return isinstance(msg_id, str) and "\n" not in msg_id and self.get(msg_id) is not None
@@ -222,9 +249,11 @@ def message_ids(snapshot: Snapshot, item_id: str) -> MessageIds:
     open_ids: dict[str, int] = {}
     disk: dict[str, tuple[int, str]] | None = None
     learned = False
-    for first, oid in found:
+    for number, (first, oid) in enumerate(found):
         known = _IDS_MEMO.get(oid)
-        if known is None and len(found) >= _DISK_FROM:
+        # The last segment is usually the open one, never in the disk cache: it alone must not cost
+        # a cache load on every post.
+        if known is None and len(found) >= _DISK_FROM and number < len(found) - 1:
             if disk is None:
                 disk = _read_ids_cache(snapshot, item_id)
             known = disk.get(oid)
