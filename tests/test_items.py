@@ -459,3 +459,21 @@ def test_default_identity_keeps_two_sessions_apart(repo: Path) -> None:
     assert second.returncode == 75, second.stderr
     holder = json.loads(first.stdout)["holder"]
     assert "/s" in holder
+
+
+def test_stored_commands_name_full_ids_not_the_prefixes_typed(plane: Workplane) -> None:
+    import json as _json
+    import subprocess as _sp
+
+    a = new(plane, "a")
+    b = plane.do("new", title="b", depends_on=[a[:6]], source=a[:6]).result["item"]
+    c = new(plane, "c")
+    plane.do("edit", item=b[:6], add_deps=[c[:6]], remove_deps=[a[:6]])
+    bodies = _sp.run(["git", "log", "--format=%B%x00", "refs/gitwork/state"], cwd=plane.repo.toplevel,
+                     capture_output=True, text=True).stdout.split("\0")
+    docs = [_json.loads(line[len("Command: "):]) for body in bodies for line in body.splitlines()
+            if line.startswith("Command: ")]
+    edit = next(d for d in docs if d["op"] == "edit")
+    created = next(d for d in docs if d["op"] == "new" and d["item"] == b)
+    assert (edit["item"], edit["add_deps"], edit["remove_deps"]) == (b, [c], [a])
+    assert (created["depends_on"], created["source"]) == ([a], f"item:{a}")

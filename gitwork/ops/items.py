@@ -35,6 +35,7 @@ def _provenance(ctx: Context, source: str | None) -> dict[str, Any]:
         kind, ref = "file", source.removeprefix("file:")
     elif source.startswith(("item:", "w-")):
         kind, ref = "item", ctx.resolve(source.removeprefix("item:"))
+        ctx.cmd["source"] = f"item:{ref}"  # recorded resolved: a replay must not re-resolve a prefix
     else:
         kind, ref = "text", source
     prov["source"] = {"kind": kind, "ref": ref}
@@ -94,6 +95,8 @@ def new(ctx: Context) -> None:
     if ctx.snapshot.blob(f"items/{ids.shard(item_id)}/{item_id}/item.yaml") is not None:
         raise Invalid(f"item {item_id} already exists")
     deps = _resolve_deps(ctx, item_id, cmd.get("depends_on", []))
+    if deps:
+        cmd["depends_on"] = deps  # recorded resolved, like every id in a stored command
     item = Item(
         id=item_id,
         title=cmd["title"],
@@ -146,8 +149,14 @@ def edit(ctx: Context) -> None:
         item.labels = sorted(labels)
         changed["labels"] = item.labels
     if "add_deps" in cmd or "remove_deps" in cmd:
-        added = [d for d in _resolve_deps(ctx, item_id, cmd.get("add_deps", [])) if d not in item.depends_on]
+        wanted = _resolve_deps(ctx, item_id, cmd.get("add_deps", []))
         removed = {ctx.resolve(d) for d in cmd.get("remove_deps", [])}
+        # The stored document names full ids: replayed on another tip, a prefix could mean another item.
+        if "add_deps" in cmd:
+            cmd["add_deps"] = wanted
+        if "remove_deps" in cmd:
+            cmd["remove_deps"] = sorted(removed)
+        added = [d for d in wanted if d not in item.depends_on]
         _check_cycle(ctx, item_id, added)
         deps = [d for d in item.depends_on if d not in removed] + added
         if deps != item.depends_on:
