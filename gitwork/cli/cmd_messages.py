@@ -81,6 +81,14 @@ def do_ack(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
                 if r.get("unchanged") else applied.summary)
 
 
+def _array(records: list[dict[str, Any]]) -> str:
+    """A JSON array with one compact record per line: json's C encoder only runs without indent, and
+    long threads and inboxes print ~5x faster this way than through ``output.emit_json``."""
+    if not records:
+        return "[]"
+    return "[\n" + ",\n".join(_json.dumps(r, ensure_ascii=False) for r in records) + "\n]"
+
+
 def render(record: dict[str, Any]) -> str:
     """A message for people: a header line, then the text indented."""
     head = [f"#{record['seq']}", str(record.get("at", "")), str(record.get("by", "")), str(record.get("kind", ""))]
@@ -105,10 +113,7 @@ def do_thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeo
     item_id, records = thread(wp, item, since)
     if not follow:
         if as_json:
-            # A JSON array with one compact record per line: json's C encoder only runs without
-            # indent, and a 100,000-message thread is ~5x faster to print this way.
-            sys.stdout.write("[\n" + ",\n".join(_json.dumps(r, ensure_ascii=False) for r in records)
-                             + ("\n]\n" if records else "]\n"))
+            sys.stdout.write(_array(records) + "\n")
         else:
             for record in records:
                 output.line(render(record))
@@ -149,7 +154,8 @@ def do_inbox(wp: Any, as_json: bool) -> None:
 
     box = inbox(wp)
     if as_json:
-        output.emit_json(box)
+        sys.stdout.write(f'{{"who": {_json.dumps(box["who"], ensure_ascii=False)},\n"unread": {_array(box["unread"])},\n'
+                         f'"unanswered": {_array(box["unanswered"])}}}\n')
         return
     rows = [("unread", m) for m in box["unread"]] + [("unanswered", m) for m in box["unanswered"]]
     short = shortest_unique([m["item"] for _, m in rows]) if rows else {}
