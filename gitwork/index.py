@@ -8,11 +8,8 @@ will); it lives in ``<git common dir>/gitwork/`` and is written atomically.
 
 from __future__ import annotations
 
-import marshal
-import os
-import sys
 
-from . import codec, layout
+from . import codec, commitcache, layout
 from .errors import Corrupt
 from .store import Snapshot
 
@@ -21,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 CACHE_VERSION = 2
-_NAME = f"index-v{CACHE_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}.marshal"
+_NAME = f"index-v{CACHE_VERSION}"
 
 # Per item: a tuple, cheap to marshal; field positions below.
 ID, TITLE, STATUS, PRIORITY, LABELS, DEPS, CREATED, OWNER, HOLDER, LEASE_STATE, EXPIRES, EPOCH, FENCE, TREE = range(14)
@@ -59,36 +56,12 @@ class Index:
         return merged
 
 
-def _cache_path(snapshot: Snapshot) -> str:
-    ref = snapshot.store.ref.replace("/", "_")
-    return os.path.join(snapshot.store.repo.gitwork_dir(), f"{ref}.{_NAME}")
-
-
-def _read_cache(path: str) -> Index | None:
-    try:
-        with open(path, "rb") as handle:
-            commit, shards = marshal.load(handle)
-        return Index(commit, shards)
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
-
-
-def _write_cache(path: str, index: Index) -> None:
-    try:
-        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        with open(tmp, "wb") as handle:
-            marshal.dump((index.commit, index.shards), handle)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache we cannot write is only a slower next command
-
-
 def load_index(snapshot: Snapshot, *, use_cache: bool = True) -> Index:
-    path = _cache_path(snapshot)
-    cached = _read_cache(path) if use_cache else None
-    if cached is not None and cached.commit == snapshot.commit:
-        return cached
-    old_shards = cached.shards if cached else {}
+    path = commitcache.path_for(snapshot, _NAME)
+    cached = commitcache.read(path) if use_cache else None
+    if cached is not None and cached[0] == snapshot.commit:
+        return Index(*cached)
+    old_shards = cached[1] if cached else {}
     store = snapshot.store
     shards: dict[str, tuple[str, dict[str, tuple[Any, ...]]]] = {}
     for name, entry in snapshot.tree(layout.ITEMS).items():
@@ -115,5 +88,5 @@ def load_index(snapshot: Snapshot, *, use_cache: bool = True) -> Index:
         shards[name] = (entry.oid, members)
     index = Index(snapshot.commit, shards)
     if use_cache:
-        _write_cache(path, index)
+        commitcache.write(path, index.commit, index.shards)
     return index
