@@ -16,6 +16,7 @@ from .store import Snapshot
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 PY = f"py{sys.version_info[0]}{sys.version_info[1]}"  # marshal's format may change between versions
@@ -43,3 +44,43 @@ def write(path: str, commit: str | None, shards: dict[str, Any]) -> None:
         os.replace(tmp, path)  # atomic: concurrent readers see the old file or the new one
     except OSError:
         pass
+
+
+def refresh(
+    snapshot: Snapshot,
+    name: str,
+    folder_of: Callable[[Any], str],
+    summarise: Callable[[str, str, Any], Any],
+    *,
+    use_cache: bool = True,
+) -> tuple[str | None, dict[str, Any]]:
+    """``(commit, shards)`` for ``snapshot``: the cached one, brought up to date shard by shard.
+
+    ``summarise(item_id, folder_tree_id, previous_entry)`` builds an item's entry; it is called only
+    for item folders whose tree id differs from the cached entry's ``folder_of(entry)``.
+    """
+    from . import layout
+
+    path = path_for(snapshot, name)
+    cached = read(path) if use_cache else None
+    if cached is not None and cached[0] == snapshot.commit:
+        return cached
+    old_shards = cached[1] if cached else {}
+    shards: dict[str, Any] = {}
+    for shard, entry in snapshot.tree(layout.ITEMS).items():
+        previous = old_shards.get(shard)
+        if previous is not None and previous[0] == entry.oid:
+            shards[shard] = previous
+            continue
+        before = previous[1] if previous else {}
+        members: dict[str, Any] = {}
+        for item_id, folder in snapshot.store.read_tree(entry.oid).items():
+            known = before.get(item_id)
+            if known is not None and folder_of(known) == folder.oid:
+                members[item_id] = known
+            else:
+                members[item_id] = summarise(item_id, folder.oid, known)
+        shards[shard] = (entry.oid, members)
+    if use_cache:
+        write(path, snapshot.commit, shards)
+    return snapshot.commit, shards

@@ -57,36 +57,17 @@ class Index:
 
 
 def load_index(snapshot: Snapshot, *, use_cache: bool = True) -> Index:
-    path = commitcache.path_for(snapshot, _NAME)
-    cached = commitcache.read(path) if use_cache else None
-    if cached is not None and cached[0] == snapshot.commit:
-        return Index(*cached)
-    old_shards = cached[1] if cached else {}
     store = snapshot.store
-    shards: dict[str, tuple[str, dict[str, tuple[Any, ...]]]] = {}
-    for name, entry in snapshot.tree(layout.ITEMS).items():
-        previous = old_shards.get(name)
-        if previous is not None and previous[0] == entry.oid:
-            shards[name] = previous
-            continue
-        before = previous[1] if previous else {}
-        members: dict[str, tuple[Any, ...]] = {}
-        for item_id, folder in store.read_tree(entry.oid).items():
-            known = before.get(item_id)
-            if known is not None and known[TREE] == folder.oid:
-                members[item_id] = known
-                continue
-            files = store.read_tree(folder.oid)
-            item_entry, lease_entry = files.get(layout.ITEM_FILE), files.get(layout.LEASE_FILE)
-            if item_entry is None:
-                raise Corrupt(f"{layout.ITEMS}/{name}/{item_id} has no {layout.ITEM_FILE}")
-            item_doc = codec.load_yaml(store.read_blob(item_entry.oid), what=f"item {item_id}")
-            lease_doc = (
-                codec.load_yaml(store.read_blob(lease_entry.oid), what=f"lease of {item_id}") if lease_entry else None
-            )
-            members[item_id] = summarise(item_doc, lease_doc, folder.oid)
-        shards[name] = (entry.oid, members)
-    index = Index(snapshot.commit, shards)
-    if use_cache:
-        commitcache.write(path, index.commit, index.shards)
-    return index
+
+    def summary(item_id: str, folder: str, _previous: Any) -> tuple[Any, ...]:
+        files = store.read_tree(folder)
+        item_entry, lease_entry = files.get(layout.ITEM_FILE), files.get(layout.LEASE_FILE)
+        if item_entry is None:
+            raise Corrupt(f"{layout.item_dir(item_id)} has no {layout.ITEM_FILE}")
+        item_doc = codec.load_yaml(store.read_blob(item_entry.oid), what=f"item {item_id}")
+        lease_doc = (
+            codec.load_yaml(store.read_blob(lease_entry.oid), what=f"lease of {item_id}") if lease_entry else None
+        )
+        return summarise(item_doc, lease_doc, folder)
+
+    return Index(*commitcache.refresh(snapshot, _NAME, lambda row: row[TREE], summary, use_cache=use_cache))

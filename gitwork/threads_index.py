@@ -10,11 +10,9 @@ derived data (delete it at will); it lives in ``<git common dir>/gitwork/`` and 
 from __future__ import annotations
 
 import json
-import marshal
-import os
 import sys
 
-from . import layout
+from . import commitcache
 from .messages import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment
 from .store import Snapshot
 
@@ -30,7 +28,7 @@ if TYPE_CHECKING:
     Entry = tuple[str, "str | None", "str | None", tuple[Segment, ...], dict[str, tuple[int, int]], int]
 
 CACHE_VERSION = 3
-_NAME = f"threads-v{CACHE_VERSION}-py{sys.version_info[0]}{sys.version_info[1]}.marshal"
+_NAME = f"threads-v{CACHE_VERSION}"
 FOLDER, THREAD, CURSORS, SEGMENTS, MARKS, LAST = range(6)
 
 
@@ -54,30 +52,6 @@ class ThreadsIndex:
                 if entry[LAST] or entry[MARKS]:
                     out[item_id] = entry
         return out
-
-
-def _cache_path(snapshot: Snapshot) -> str:
-    ref = snapshot.store.ref.replace("/", "_")
-    return os.path.join(snapshot.store.repo.gitwork_dir(), f"{ref}.{_NAME}")
-
-
-def _read_cache(path: str) -> ThreadsIndex | None:
-    try:
-        with open(path, "rb") as handle:
-            commit, shards = marshal.load(handle)
-        return ThreadsIndex(commit, shards)
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
-
-
-def _write_cache(path: str, index: ThreadsIndex) -> None:
-    try:
-        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        with open(tmp, "wb") as handle:
-            marshal.dump((index.commit, index.shards), handle)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache we cannot write is only a slower next inbox
 
 
 _intern = sys.intern  # names and kinds repeat: marshal then stores each once
@@ -131,28 +105,8 @@ def _entry(snapshot: Snapshot, item_id: str, folder_oid: str, previous: Entry | 
 
 
 def load_threads(snapshot: Snapshot, *, use_cache: bool = True) -> ThreadsIndex:
-    path = _cache_path(snapshot)
-    cached = _read_cache(path) if use_cache else None
-    if cached is not None and cached.commit == snapshot.commit:
-        return cached
-    old_shards = cached.shards if cached else {}
-    store = snapshot.store
-    shards: dict[str, tuple[str, dict[str, Entry]]] = {}
-    for name, entry in snapshot.tree(layout.ITEMS).items():
-        previous = old_shards.get(name)
-        if previous is not None and previous[0] == entry.oid:
-            shards[name] = previous
-            continue
-        before = previous[1] if previous else {}
-        members: dict[str, Entry] = {}
-        for item_id, folder in store.read_tree(entry.oid).items():
-            known = before.get(item_id)
-            if known is not None and known[FOLDER] == folder.oid:
-                members[item_id] = known
-            else:
-                members[item_id] = _entry(snapshot, item_id, folder.oid, known)
-        shards[name] = (entry.oid, members)
-    index = ThreadsIndex(snapshot.commit, shards)
-    if use_cache:
-        _write_cache(path, index)
-    return index
+    def summary(item_id: str, folder: str, previous: Entry | None) -> Entry:
+        return _entry(snapshot, item_id, folder, previous)
+
+    return ThreadsIndex(*commitcache.refresh(snapshot, _NAME, lambda entry: entry[FOLDER], summary,
+                                              use_cache=use_cache))

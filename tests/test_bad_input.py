@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import run_gw, tip
 from gitwork import layout
 from gitwork.errors import ExitCode, Invalid
 from gitwork.workplane import Workplane
