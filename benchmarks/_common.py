@@ -205,11 +205,13 @@ def item_ids(n: int, seed: int = 1) -> list[str]:
     return out
 
 
-def build_state(repo: str | Path, n: int, *, realistic: bool = True, seed: int = 1) -> dict[str, Any]:
+def build_state(repo: str | Path, n: int, *, realistic: bool = True, seed: int = 1, history: int = 0) -> dict[str, Any]:
     """Write ``n`` items as ONE commit on a fresh state ref, through the library (Store.write_commit).
 
     ``realistic``: a fifth of the items are done and a tenth depend on an earlier item, so ``ready``
     has real filtering to do; otherwise every item is open with no dependency (contention runs).
+    ``history``: also write that many ``commands/<h>/<id>`` records, as if that many commands had run
+    (the records share one blob: what grows with history is the commands/ trees, not blob count).
     Returns the ids, the commit, and how long building and writing took.
     """
     from gitwork import FORMAT_VERSION, codec, layout
@@ -246,6 +248,15 @@ def build_state(repo: str | Path, n: int, *, realistic: bool = True, seed: int =
         changes[layout.item_path(item_id, layout.EVENTS_FILE)] = codec.encode_record(
             {"seq": 1, "at": when, "by": AGENT, "type": "created", "cmd": command_id(), "title": item.title}
         )
+    if history:
+        command_path = getattr(layout, "command_path", None)
+        if command_path is None:
+            raise RuntimeError("this gitwork has no commands/ records (layout.command_path)")
+        record = json.dumps({"at": when, "by": AGENT, "op": "renew", "result": {"item": ids[0] if ids else None}},
+                            sort_keys=True).encode() + b"\n"
+        rng = random.Random(seed + 1)
+        for _ in range(history):
+            changes[command_path(f"c-{rng.getrandbits(64):016x}")] = record
     t1 = time.perf_counter()
     repository = Repository.discover(str(repo))
     store = Store(repository)

@@ -10,7 +10,9 @@ side with the floor (benchmarks/floor.sh: the same change with git plumbing):
 - ``gw ready`` and ``gw list`` cold (the index cache ``<common dir>/gitwork/*.marshal`` deleted before
   every run) and warm, next to the floor for reading every item.yaml with plumbing (``git ls-tree -r
   | git cat-file --batch``) and the interpreter floor (``python -c pass``);
-- with loose objects as built, and (largest size) again after ``git repack -ad``.
+- with loose objects as built, and (largest size) again after ``git repack -ad``;
+- per-command cost and loose growth per renewal with 10,000 / 100,000 / 1,000,000 earlier commands
+  recorded under ``commands/`` (the de-duplication records every command adds; ``--history``).
 ``--keep`` reuses states built by an earlier run (under $TMPDIR/gw-bench/scale-N).
 Results: stdout (markdown) and benchmarks/results/bench_scale.json.
 """
@@ -123,6 +125,33 @@ def reads(repo: Path, base: str, runs_cold: int, runs_warm: int, tag: str = "") 
     return results
 
 
+def history_cost(h: int, pairs: int, runs: int, renewals: int) -> dict[str, object]:
+    """Per-command cost and loose growth with ``h`` earlier commands recorded under commands/."""
+    from gitwork.workplane import Workplane
+
+    root = c.scratch(f"history-{h}")
+    repo = c.make_repo(root / "repo")
+    c.BUSY_SEEN.append(c.wait_quiet())
+    c.log(f"history {h}: building 100 items + {h} command records in one commit ...")
+    state = c.build_state(repo, 100, history=h)
+    c.log(f"history {h}: built in {state['total_s']:.1f}s")
+    base = str(state["commit"])
+    item = str(state["claimable"][0])
+    entry: dict[str, object] = {"build_s": state["total_s"], "in_process": in_process(repo, item, pairs)}
+    c.git(repo, "update-ref", c.REF, base)
+    entry["cli"] = cli_commands(repo, base, item, runs)
+    objects = c.common_dir(repo) / "objects"
+    with Workplane(str(repo), agent=c.AGENT) as wp:
+        wp.do("claim", item=item)
+        before = c.du_kib(objects, apparent=True)
+        for _ in range(renewals):
+            wp.do("renew", item=item)
+        entry["loose_apparent_kib_per_1000_renewals"] = (c.du_kib(objects, apparent=True) - before) * 1000 / renewals
+    entry["commands_shard_tree_entries"] = h / 256
+    shutil.rmtree(root, ignore_errors=True)
+    return entry
+
+
 def count_lines(repo: Path, *args: str) -> int:
     out = subprocess.run([str(c.venv_gw()), *args], cwd=repo, env=c.child_env(), capture_output=True, check=True)
     return len(out.stdout.splitlines())
@@ -134,6 +163,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sizes", help="comma-separated item counts (default 100,10000,100000)")
     parser.add_argument("--runs", type=int, help="runs per CLI case (default 20, quick 6)")
     parser.add_argument("--pairs", type=int, help="in-process claim/release pairs per size (default 30, quick 8)")
+    parser.add_argument("--history", help="earlier-command counts for the history table "
+                                          "(default 10000,100000,1000000; quick 1000,10000; 0 to skip)")
     parser.add_argument("--keep", action="store_true", help="reuse states built by an earlier run")
     parser.add_argument("--no-packed", action="store_true", help="skip the repacked re-run at the largest size")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for an idle machine before timing")
@@ -181,9 +212,15 @@ def main(argv: list[str]) -> int:
                 entry["cli"].update(in_pack)  # type: ignore[union-attr]
                 c.git(repo, "update-ref", c.REF, base)
         per_size[n] = entry  # the built state stays on disk: --keep on the next run reuses it
+    histories = [int(h) for h in (args.history or ("1000,10000" if args.quick else "10000,100000,1000000")).split(",")
+                 if int(h) > 0]
+    per_history: dict[int, dict[str, object]] = {}
+    for h in histories:
+        per_history[h] = history_cost(h, pairs, runs, 100 if args.quick else 300)
     info["loadavg_at_end"] = open("/proc/loadavg").read().split()[:3]
     info["max_busy_before_a_measurement"] = max(c.BUSY_SEEN) if c.BUSY_SEEN else None
-    c.save("bench_scale" + ("-quick" if args.quick else ""), {"machine": info, "sizes": per_size})
+    c.save("bench_scale" + ("-quick" if args.quick else ""), {"machine": info, "sizes": per_size,
+                                                               "history": per_history})
 
     small = per_size[min(sizes)]
     print(f"## Per-command cost by item count (medians; CLI: {runs} runs, {c.runner_name()})\n")
@@ -205,6 +242,17 @@ def main(argv: list[str]) -> int:
             for name, r in (entry.get(key) or {}).items():  # type: ignore[union-attr]
                 rows.append((n, name, r["median_ms"], r["min_ms"], r.get("cpu_ms"), r["runs"]))
     print(c.markdown(("items", "command", "median ms", "min ms", "CPU ms", "runs"), rows))
+    if per_history:
+        print("\n## Per-command cost by command history (100 items; commands/<h>/<id> records already present)\n")
+        rows = []
+        for h, entry in per_history.items():
+            ip, cli = entry["in_process"], entry["cli"]  # type: ignore[index]
+            rows.append((h, entry["commands_shard_tree_entries"], entry["build_s"], ip["claim_median_ms"],  # type: ignore[index]
+                         ip["release_median_ms"], ip["cpu_ms_per_command"], cli["gw claim ID"]["median_ms"],  # type: ignore[index]
+                         cli["floor claim"]["median_ms"], entry["loose_apparent_kib_per_1000_renewals"]))  # type: ignore[index]
+        print(c.markdown(("earlier commands", "entries per commands/ shard", "build s", "in-proc claim ms",
+                          "in-proc release ms", "in-proc CPU ms/cmd", "gw claim ms", "floor claim ms",
+                          "loose KiB per 1,000 renewals"), rows))
     return 0
 
 

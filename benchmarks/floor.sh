@@ -5,10 +5,11 @@
 #
 # This is what a minimal shell implementation of one command costs: it reads the tip and the item's
 # files, writes the same blobs gw writes (item.yaml, lease.yaml, events.log, counters.yaml), rebuilds
-# the four trees on the path (item folder, shard, items/, root) with `git mktree`, writes the commit
-# with `git commit-tree` and moves the ref with `git update-ref REF NEW OLD` (compare-and-swap),
-# retrying from the new tip when another writer moved first. Text is edited with bash builtins only,
-# so the cost is git's process starts (13 per claim, 12 per release) plus bash's own start.
+# the trees on the path (item folder, shard, items/, commands/<h>/, commands/, root) with `git mktree`,
+# adds the command record commands/<h>/<command id> like gw does, writes the commit with `git
+# commit-tree` and moves the ref with `git update-ref REF NEW OLD` (compare-and-swap), retrying from
+# the new tip when another writer moved first. Text is edited with bash builtins only, so the cost is
+# the process starts (17 git + 1 sha1sum per command) plus bash's own start.
 # It checks only what a claim must check (an active, unexpired lease refuses) and does no validation.
 set -eu
 export LC_ALL=C TZ=UTC GIT_TERMINAL_PROMPT=0
@@ -62,6 +63,7 @@ for ((attempt = 1; attempt <= 1000; attempt++)); do
     printf -v now '%(%s)T' -1
     printf -v when '%(%Y-%m-%dT%H:%M:%SZ)T' "$now"
     printf -v cmd 'c-%04x%04x%04x%04x' $RANDOM $RANDOM $RANDOM $RANDOM
+    read -r cmd_shard _ < <(printf '%s' "$cmd" | sha1sum); cmd_shard=${cmd_shard:0:2}
     last=${events%$'\n'}; last=${last##*$'\n'}; [[ $last =~ \"seq\":([0-9]+) ]]; seq=$((BASH_REMATCH[1] + 1))
     [[ $lease =~ epoch:\ ([0-9]+) ]] && epoch=${BASH_REMATCH[1]} || epoch=0
     state=; [[ $lease =~ state:\ ([a-z-]+) ]] && state=${BASH_REMATCH[1]}
@@ -73,15 +75,17 @@ for ((attempt = 1; attempt <= 1000; attempt++)); do
         fi
         [[ $counters =~ fence:\ ([0-9]+) ]]; fence=$((BASH_REMATCH[1] + 1)); epoch=$((epoch + 1))
         printf -v expires '%(%Y-%m-%dT%H:%M:%SZ)T' $((now + 900))
-        printf 'item: %s\nepoch: %d\nfence: %d\nholder: %s\nstate: active\ngranted_at: "%s"\nexpires_at: "%s"\nttl: 900\n' \
-            "$id" "$epoch" "$fence" "$who" "$when" "$expires" >"$tmp.lease"
+        printf 'item: %s\nepoch: %d\nfence: %d\nholder: %s\nstate: active\ngranted_at: "%s"\nexpires_at: "%s"\nttl: 900\ngrant: %s\n' \
+            "$id" "$epoch" "$fence" "$who" "$when" "$expires" "$cmd" >"$tmp.lease"
         item=${item/$'\nstatus: open\n'/$'\nstatus: in_progress\n'}
         printf '%s' "${item%%updated_at: *}updated_at: \"$when\""$'\n' >"$tmp.item"
         printf '%s{"seq":%d,"at":"%s","by":"%s","type":"claim","cmd":"%s","epoch":%d,"fence":%d,"ttl":900,"expires_at":"%s"}\n' \
             "$events" "$seq" "$when" "$who" "$cmd" "$epoch" "$fence" "$expires" >"$tmp.events"
         printf 'fence: %d\n' "$fence" >"$tmp.counters"
-        { read -r b_lease; read -r b_item; read -r b_events; read -r b_counters; } \
-            < <(git hash-object -w "$tmp.lease" "$tmp.item" "$tmp.events" "$tmp.counters")
+        printf '{"at": "%s", "by": "%s", "op": "claim", "result": {"epoch": %d, "expires_at": "%s", "fence": %d, "holder": "%s", "item": "%s", "state": "active"}}\n' \
+            "$when" "$who" "$epoch" "$expires" "$fence" "$who" "$id" >"$tmp.record"
+        { read -r b_lease; read -r b_item; read -r b_events; read -r b_counters; read -r b_record; } \
+            < <(git hash-object -w "$tmp.lease" "$tmp.item" "$tmp.events" "$tmp.counters" "$tmp.record")
         ;;
     release)
         [[ $lease =~ fence:\ ([0-9]+) ]] && fence=${BASH_REMATCH[1]} || fence=0
@@ -93,8 +97,10 @@ for ((attempt = 1; attempt <= 1000; attempt++)); do
         printf '%s' "${item%%updated_at: *}updated_at: \"$when\""$'\n' >"$tmp.item"
         printf '%s{"seq":%d,"at":"%s","by":"%s","type":"released","cmd":"%s","epoch":%d,"fence":%d,"holder":"%s"}\n' \
             "$events" "$seq" "$when" "$who" "$cmd" "$epoch" "$fence" "$who" >"$tmp.events"
-        { read -r b_lease; read -r b_item; read -r b_events; } \
-            < <(git hash-object -w "$tmp.lease" "$tmp.item" "$tmp.events")
+        printf '{"at": "%s", "by": "%s", "op": "release", "result": {"epoch": %d, "fence": %d, "holder": "%s", "item": "%s", "state": "released"}}\n' \
+            "$when" "$who" "$epoch" "$fence" "$who" "$id" >"$tmp.record"
+        { read -r b_lease; read -r b_item; read -r b_events; read -r b_record; } \
+            < <(git hash-object -w "$tmp.lease" "$tmp.item" "$tmp.events" "$tmp.record")
         b_counters=
         ;;
     *) echo "usage: floor.sh claim|release ITEM_ID [AGENT]" >&2; exit 2 ;;
@@ -103,11 +109,13 @@ for ((attempt = 1; attempt <= 1000; attempt++)); do
         | git mktree)
     t_shard=$(tree_with "$(git ls-tree "$old:items/${id:2:2}")" "$id=tree:$t_item" | git mktree)
     t_items=$(tree_with "$(git ls-tree "$old:items")" "${id:2:2}=tree:$t_shard" | git mktree)
-    if [ -n "$b_counters" ]; then
-        t_root=$(tree_with "$(git ls-tree "$old")" "items=tree:$t_items" counters.yaml="$b_counters" | git mktree)
-    else
-        t_root=$(tree_with "$(git ls-tree "$old")" "items=tree:$t_items" | git mktree)
-    fi
+    root_changes=("items=tree:$t_items")
+    [ -z "$b_counters" ] || root_changes+=(counters.yaml="$b_counters")
+    # The command record commands/<first 2 hex of sha1(command id)>/<command id> (docs/format.md).
+    t_cmds=$(tree_with "$(git ls-tree "$old:commands/$cmd_shard" 2>/dev/null || true)" "$cmd=$b_record" | git mktree)
+    t_commands=$(tree_with "$(git ls-tree "$old:commands" 2>/dev/null || true)" "$cmd_shard=tree:$t_cmds" | git mktree)
+    root_changes+=("commands=tree:$t_commands")
+    t_root=$(tree_with "$(git ls-tree "$old")" "${root_changes[@]}" | git mktree)
     msg="$op $id by $who (epoch $epoch, fence $fence)"$'\n\n'"Command: {\"as\": \"$who\", \"id\": \"$cmd\", \"item\": \"$id\", \"op\": \"$op\"}"$'\n\n'"Work-Item: $id"$'\n'"Lease-Epoch: $epoch"$'\n'"Fence: $fence"$'\n'"Command-Id: $cmd"
     new=$(git commit-tree "$t_root" -p "$old" -m "$msg")
     if git update-ref -m gitwork "$ref" "$new" "$old" 2>/dev/null; then
