@@ -8,6 +8,7 @@ really have extended. The CLI, the Python API and later faces all end here.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -86,6 +87,7 @@ class Workplane:
             crash_point("before-cas")
             if self.store.set_if_equals(snapshot.commit, new):
                 crash_point("after-cas")
+                maybe_auto_gc(self.repo.git_dir)
                 return Applied(attempt_cmd, new, outcome.result, outcome.summary, attempt)
             # Lost the race: back off a little so a crowd of writers spreads out, then re-apply.
             time.sleep(random.uniform(0, min(0.002 * attempt, 0.05)))
@@ -166,6 +168,29 @@ class Workplane:
             }
             commit = info.parents[0] if info.parents else None
             count += 1
+
+
+AUTO_GC_ONE_IN = 64
+
+
+def maybe_auto_gc(git_dir: str) -> None:
+    """Now and then, let git pack loose objects, as ``git commit`` does after its own writes.
+
+    Every command writes about nine small loose objects and ``update-ref`` never triggers git's
+    automatic housekeeping, so without this a busy work plane grows by thousands of files a day
+    (measured: 1,000 renewals take 40 MB of disk loose, under 1 MB packed). ``git gc --auto`` does
+    nothing until git's own threshold (``gc.auto``, 6,700 loose objects; 0 turns it off) is passed;
+    it is started detached so the command never waits for it.
+    """
+    if random.randrange(AUTO_GC_ONE_IN) or os.environ.get("GW_NO_AUTO_GC"):
+        return
+    import subprocess
+
+    try:
+        subprocess.Popen(("git", "--git-dir", git_dir, "gc", "--auto", "--quiet"), stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError:
+        pass
 
 
 def load_document(text: str) -> dict[str, Any]:
