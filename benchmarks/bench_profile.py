@@ -93,6 +93,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--items", type=int, help="item count (default 10000, quick 1000)")
     parser.add_argument("--top", type=int, default=14, help="rows per table")
     parser.add_argument("--keep", action="store_true", help="reuse a state built by bench_scale.py --keep")
+    parser.add_argument("--no-wait", action="store_true", help="accepted for symmetry; profiles do not wait")
     parser.add_argument("--reinstall", action="store_true", help="reinstall gitwork into the bench venv")
     args = parser.parse_args(argv)
     n = args.items or (1000 if args.quick else 10000)
