@@ -40,9 +40,12 @@ def prepared_state(n: int, keep: bool) -> tuple[Path, dict[str, object]]:
         repo = root / "repo"
         try:
             c.git(repo, "update-ref", c.REF, state["commit"])
-            c.log(f"{n} items: reusing {repo} (built in {state['total_s']:.1f}s by an earlier run)")
-            state["reused"] = True
-            return repo, state
+            packed = int(dict(ln.split(": ") for ln in c.git(repo, "count-objects", "-v").splitlines())["size-pack"])
+            if packed == 0:  # an earlier run's `git repack` would make the "loose" figures packed ones
+                c.log(f"{n} items: reusing {repo} (built in {state['total_s']:.1f}s by an earlier run)")
+                state["reused"] = True
+                return repo, state
+            c.log(f"{n} items: the kept state was repacked by an earlier run: rebuilding it loose")
         except RuntimeError:
             pass
     if root.exists():
