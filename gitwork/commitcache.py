@@ -28,12 +28,25 @@ def path_for(snapshot: Snapshot, name: str) -> str:
 
 
 def read(path: str) -> tuple[str | None, dict[str, Any]] | None:
+    import gc
+
     try:
         with open(path, "rb") as handle:
-            commit, shards = marshal.load(handle)
-        return commit, shards
-    except (OSError, EOFError, ValueError, TypeError):
+            data = handle.read()
+    except OSError:
         return None
+    # Loading builds ~10 objects per item; the cyclic collector would walk the growing heap again and
+    # again meanwhile (measured: 2x slower at 10,000 items). Nothing here can form a cycle.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        commit, shards = marshal.loads(data)
+        return commit, shards
+    except (EOFError, ValueError, TypeError):
+        return None
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def write(path: str, commit: str | None, shards: dict[str, Any]) -> None:

@@ -26,6 +26,10 @@ CASES = [
     ["thread", "w-3fa9", "-f"],
     ["inbox"],
     ["inbox", "--json", "--as", "bob", "-C", "/tmp"],
+    ["ready"],
+    ["ready", "-n", "5", "--json"],
+    ["list", "--status", "open", "-s", "blocked", "-l", "ui", "--label", "api", "--holder", "bob"],
+    ["list", "-a", "--json"],
 ]
 
 
@@ -57,7 +61,7 @@ def test_fast_path_matches_typer(argv: list[str], monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("argv", [
     ["claim", "--help"], ["claim", "--bogus"], ["renew"], ["renew", "w-1", "--fence", "x"],
-    ["claim", "--ttl"], ["claim", "--ttl", "--json"], ["release", "a", "b"], ["list"],
+    ["claim", "--ttl"], ["claim", "--ttl", "--json"], ["release", "a", "b"], ["list", "x"], ["ready", "-n", "y"],
     ["msg", "w-1"], ["ack", "w-1", "3", "4"], ["thread", "w-1", "--since", "x"], ["inbox", "extra"],
     ["msg", "w-1", "x", "--kind"], ["inbox", "--help"],
 ])

@@ -42,11 +42,10 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
             wp.close()
 
 
-def _short(wp: Any, ids: list[str]) -> dict[str, str]:
+def _short(all_ids: Any, ids: list[str]) -> dict[str, str]:
     from ..ids import shortest_unique
 
-    _ctx, rows = wp.rows()
-    table = shortest_unique(rows.keys())
+    table = shortest_unique(all_ids)
     return {i: table.get(i, i) for i in ids}
 
 
@@ -117,7 +116,7 @@ def history(wp: Any, as_json: bool, item: str) -> None:
     output.table(("seq", "at", "by", "event", "details"), rows)
 
 
-def _rows_view(wp: Any, rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
+def _rows_view(all_rows: dict[str, Any], rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
     from ..index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
 
     if as_json:
@@ -128,7 +127,7 @@ def _rows_view(wp: Any, rows: list[tuple[Any, ...]], as_json: bool, title: str) 
             for r in rows
         ])
         return
-    short = _short(wp, [r[ID] for r in rows])
+    short = _short(all_rows.keys(), [r[ID] for r in rows])
     output.table(
         ("id", "status", "pri", "holder", "title"),
         [(short[r[ID]], r[STATUS], r[PRIORITY], r[HOLDER] if r[LEASE_STATE] == "active" else "", r[TITLE])
@@ -156,12 +155,15 @@ def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str
             continue
         picked.append(row)
     picked.sort(key=order_key)
-    _rows_view(wp, picked, as_json, "items")
+    _rows_view(rows, picked, as_json, "items")
 
 
 def ready(wp: Any, as_json: bool, limit: int | None) -> None:
-    rows = wp.ready()
-    _rows_view(wp, rows[:limit] if limit else rows, as_json, "ready")
+    from ..queries import ready as ready_rows
+
+    ctx, rows = wp.rows()
+    picked = ready_rows(ctx.index(), ctx.now, wp.settings.clock_margin)
+    _rows_view(rows, picked[:limit] if limit else picked, as_json, "ready")
 
 
 def log(wp: Any, as_json: bool, limit: int | None) -> None:

@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# option -> (keyword, kind); kinds: flag, value, int, float
+# option -> (keyword, kind); kinds: flag, value, int, float, multi (repeatable value)
 _COMMON = {"--json": ("as_json", "flag"), "--as": ("agent", "value"), "-C": ("path", "value")}
 _FENCE = {"--fence": ("fence", "int")}
 _EPOCH = {"--epoch": ("epoch", "int")}
@@ -52,6 +52,12 @@ VERBS: dict[str, Verb] = {
         "--timeout": ("timeout", "float"), "--poll": ("poll", "float"),
     }, "actions_messages", "do_thread", defaults={"since": 0, "poll": 0.2}),
     "inbox": Verb((), 0, {}, "actions_messages", "do_inbox"),
+    "ready": Verb((), 0, {"--limit": ("limit", "int"), "-n": ("limit", "int")}, "actions", "ready"),
+    "list": Verb((), 0, {
+        "--status": ("status", "multi"), "-s": ("status", "multi"), "--label": ("label", "multi"),
+        "-l": ("label", "multi"), "--all": ("show_all", "flag"), "-a": ("show_all", "flag"),
+        "--holder": ("holder", "value"),
+    }, "actions", "list_items"),
 }
 _CONVERT = {"int": int, "float": float}
 
@@ -88,6 +94,10 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
                     value = args[index]
                 else:
                     return None
+                if kind == "multi":  # repeatable: typer gives None, or the list in order
+                    kwargs[keyword] = [*(kwargs[keyword] or []), value]
+                    index += 1
+                    continue
                 try:
                     kwargs[keyword] = _CONVERT[kind](value) if kind in _CONVERT else value
                 except ValueError:
