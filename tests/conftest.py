@@ -7,6 +7,7 @@ machine): gitwork must work without them.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -85,3 +86,21 @@ def gw(repo: Path):  # type: ignore[no-untyped-def]
         return run_gw(repo, *args, **kwargs)
 
     return call
+
+
+class Clock:
+    """An injectable clock (``Workplane(path, now=clock)``): each command sees a controlled instant."""
+
+    def __init__(self, start: dt.datetime) -> None:
+        self.at = start
+
+    def __call__(self) -> dt.datetime:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        self.at += dt.timedelta(seconds=seconds)
+
+
+def bare_remote(tmp_path: Path) -> Path:
+    """A bare repository to serve as the arbiter remote."""
+    return make_repo(tmp_path / "remote.git", bare=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import git, make_repo, run_gw, tip
+from conftest import Clock, git, make_repo, run_gw, tip
 from gitwork import layout
 from gitwork.errors import Illegal, Invalid, Stale
 from gitwork.workplane import Workplane
@@ -24,22 +24,11 @@ from gitwork.workplane import Workplane
 T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 
 
-class Clock:
-    """An injected clock: each command sees a distinct, controlled instant."""
-
-    def __init__(self, start: dt.datetime = T0) -> None:
-        self.at = start
-
-    def __call__(self) -> dt.datetime:
-        return self.at
-
-    def advance(self, seconds: float) -> None:
-        self.at += dt.timedelta(seconds=seconds)
 
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(T0)
 
 
 @pytest.fixture

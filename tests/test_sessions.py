@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import Clock, git, run_gw, tip
 from gitwork import sessions
 from gitwork.errors import Illegal, Invalid, Stale
 from gitwork.workplane import Workplane
@@ -26,15 +26,6 @@ T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 SESSION_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9-]+\Z")
 
 
-class Clock:
-    def __init__(self, start: dt.datetime = T0) -> None:
-        self.at = start
-
-    def __call__(self) -> dt.datetime:
-        return self.at
-
-    def advance(self, seconds: float) -> None:
-        self.at += dt.timedelta(seconds=seconds)
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +48,7 @@ def init_project(path: Path) -> Path:
 
 def claimed(path: Path, agent: str = "alice", clock: Clock | None = None, **settings: Any) -> tuple[Workplane, str]:
     """An initialised work plane with one item claimed by ``agent``."""
-    wp = Workplane(str(path), now=clock or Clock(), agent=agent, **settings)
+    wp = Workplane(str(path), now=clock or Clock(T0), agent=agent, **settings)
     wp.do("init")
     item = wp.do("new", title="Change the files").result["item"]
     wp.do("claim", item=item)
@@ -119,7 +110,7 @@ def test_start_creates_branch_and_worktree_without_touching_the_person(repo: Pat
 
 def test_start_refused_for_someone_who_does_not_hold_the_item(repo: Path) -> None:
     init_project(repo)
-    clock = Clock()
+    clock = Clock(T0)
     _alice, item = claimed(repo, clock=clock)
     bob = Workplane(str(repo), now=clock, agent="bob")
     state = tip(repo)
@@ -134,7 +125,7 @@ def test_start_refused_for_someone_who_does_not_hold_the_item(repo: Path) -> Non
 
 def test_start_after_losing_the_lease_is_refused_and_leaves_nothing(repo: Path) -> None:
     init_project(repo)
-    clock = Clock()
+    clock = Clock(T0)
     alice, item = claimed(repo, clock=clock)
     clock.advance(3600)
     Workplane(str(repo), now=clock, agent="bob").do("takeover", item=item)
@@ -169,7 +160,7 @@ def test_start_from_a_linked_worktree_puts_the_session_under_the_main_worktree(r
     linked = tmp_path / "linked"
     git(repo, "worktree", "add", "-q", "-b", "feature", str(linked))
     _wp, item = claimed(repo)
-    from_linked = Workplane(str(linked), now=Clock(), agent="alice")
+    from_linked = Workplane(str(linked), now=Clock(T0), agent="alice")
     info = sessions.start(from_linked, item)
     assert info["into"] == "feature"
     assert Path(info["worktree"]).parent.parent.parent.parent == repo
@@ -256,7 +247,7 @@ def test_commit_is_once(repo: Path) -> None:
 
 def test_commit_after_a_takeover_is_refused_before_committing(repo: Path) -> None:
     init_project(repo)
-    clock = Clock()
+    clock = Clock(T0)
     alice, item = claimed(repo, clock=clock)
     info = sessions.start(alice, item)
     source = Path(info["worktree"])

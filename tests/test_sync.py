@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_repo, run_gw, tip
+from conftest import bare_remote, git, make_repo, run_gw, tip
 from daemon import closed_port
 
 STATE = "refs/gitwork/state"
@@ -61,7 +61,7 @@ def show(repo: Path, item: str) -> dict:
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "remote.git", bare=True)
+    return bare_remote(tmp_path)
 
 
 @pytest.fixture

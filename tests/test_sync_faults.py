@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_repo, run_gw, tip
+from conftest import bare_remote, git, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from test_sync import STATE, TRACKING, command_ids, gw_ok, machine, new_item, show
 from test_sync_daemon import gw_program, parse_log
@@ -58,7 +58,7 @@ def grants(bare: Path) -> Counter[str]:
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
-    return make_repo(tmp_path / "remote.git", bare=True)
+    return bare_remote(tmp_path)
 
 
 @pytest.fixture
