@@ -91,7 +91,7 @@ def gw(repo: Path):  # type: ignore[no-untyped-def]
 class Clock:
     """An injectable clock (``Workplane(path, now=clock)``): each command sees a controlled instant."""
 
-    def __init__(self, start: dt.datetime) -> None:
+    def __init__(self, start: dt.datetime = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)) -> None:
         self.at = start
 
     def __call__(self) -> dt.datetime:
