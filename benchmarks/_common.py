@@ -297,6 +297,19 @@ def summarise(times: Sequence[float], cpu_ms: float | None = None) -> dict[str, 
            "runs": len(ms)}
     if cpu_ms is not None:
         out["cpu_ms"] = cpu_ms
+    out["times_ms"] = [round(t, 3) for t in ms]
+    return out
+
+
+def merge(parts: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Combine :func:`measure` results of several rounds (same case names) into one summary each."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in parts[0]:
+        times = [t / 1000 for part in parts for t in part[name]["times_ms"]]
+        cpu = [part[name].get("cpu_ms") for part in parts]
+        cpu_mean = (sum(c * part[name]["runs"] for c, part in zip(cpu, parts)) / len(times)  # type: ignore[operator]
+                    if all(c is not None for c in cpu) else None)
+        out[name] = summarise(times, cpu_mean)
     return out
 
 

@@ -63,7 +63,8 @@ def prepared_state(n: int, keep: bool) -> tuple[Path, dict[str, object]]:
     return repo, state
 
 
-def in_process(repo: Path, item: str, pairs: int) -> dict[str, float]:
+def in_process(repo: Path, item: str, pairs: int) -> dict[str, object]:
+    """One Workplane, ``pairs`` claim/release pairs after a few warm-up pairs; raw times in seconds."""
     from gitwork.workplane import Workplane
 
     c.BUSY_SEEN.append(c.wait_quiet())
@@ -86,12 +87,12 @@ def in_process(repo: Path, item: str, pairs: int) -> dict[str, float]:
             claims.append(t1 - t0)
             releases.append(time.perf_counter() - t1)
         cpu = c.cpu_now() - cpu_start
-    return {"first_claim_ms": first_claim * 1000, "claim_median_ms": statistics.median(claims) * 1000,
-            "release_median_ms": statistics.median(releases) * 1000, "cpu_ms_per_command": cpu * 1000 / (2 * pairs)}
+    return {"first": first_claim, "claims": claims, "releases": releases, "cpu": cpu}
 
 
 def cli_commands(repo: Path, base: str, item: str, runs: int) -> dict[str, dict[str, float]]:
     gw = str(c.venv_gw())
+    c.git(repo, "update-ref", c.REF, base)
     done = subprocess.run([gw, "claim", item], cwd=repo, env=c.child_env(), capture_output=True)
     if done.returncode != 0:
         raise RuntimeError(f"gw claim failed: {done.stderr.decode()}")
@@ -106,6 +107,38 @@ def cli_commands(repo: Path, base: str, item: str, runs: int) -> dict[str, dict[
     ], repo, runs=runs, warmup=2)
     c.git(repo, "update-ref", c.REF, base)
     return results
+
+
+def per_command(targets: dict[int, tuple[Path, str, str]], pairs: int, runs: int, label: str,
+                rounds: int = 3) -> dict[int, dict[str, object]]:
+    """In-process and CLI claim/release for every target, in rounds that go round all targets.
+
+    Interleaving the sizes means a burst of outside load lands on every size alike, so the ratio
+    between sizes (the target) is not decided by when the load happened.
+    """
+    ip: dict[int, list[dict[str, object]]] = {k: [] for k in targets}
+    cli: dict[int, list[dict[str, dict[str, float]]]] = {k: [] for k in targets}
+    for round_no in range(rounds):
+        for key, (repo, base, item) in targets.items():
+            c.log(f"{label} {key}: round {round_no + 1}/{rounds}, in-process claim/release on {item}")
+            c.git(repo, "update-ref", c.REF, base)
+            ip[key].append(in_process(repo, item, max(3, pairs // rounds)))
+            c.log(f"{label} {key}: round {round_no + 1}/{rounds}, gw claim / gw release / floor")
+            cli[key].append(cli_commands(repo, base, item, max(3, runs // rounds)))
+    out: dict[int, dict[str, object]] = {}
+    for key in targets:
+        claims = [t for r in ip[key] for t in r["claims"]]  # type: ignore[attr-defined]
+        releases = [t for r in ip[key] for t in r["releases"]]  # type: ignore[attr-defined]
+        cpu = sum(r["cpu"] for r in ip[key])  # type: ignore[misc]
+        out[key] = {
+            "in_process": {"first_claim_ms": ip[key][0]["first"] * 1000,  # type: ignore[operator]
+                           "claim_median_ms": statistics.median(claims) * 1000,
+                           "release_median_ms": statistics.median(releases) * 1000,
+                           "cpu_ms_per_command": cpu * 1000 / (len(claims) + len(releases)),
+                           "pairs": len(claims)},
+            "cli": c.merge(cli[key]),
+        }
+    return out
 
 
 def reads(repo: Path, base: str, runs_cold: int, runs_warm: int, tag: str = "") -> dict[str, dict[str, float]]:
@@ -128,31 +161,27 @@ def reads(repo: Path, base: str, runs_cold: int, runs_warm: int, tag: str = "") 
     return results
 
 
-def history_cost(h: int, pairs: int, runs: int, renewals: int) -> dict[str, object]:
-    """Per-command cost and loose growth with ``h`` earlier commands recorded under commands/."""
-    from gitwork.workplane import Workplane
-
+def history_state(h: int) -> tuple[Path, dict[str, object]]:
     root = c.scratch(f"history-{h}")
     repo = c.make_repo(root / "repo")
     c.BUSY_SEEN.append(c.wait_quiet())
     c.log(f"history {h}: building 100 items + {h} command records in one commit ...")
     state = c.build_state(repo, 100, history=h)
     c.log(f"history {h}: built in {state['total_s']:.1f}s")
-    base = str(state["commit"])
-    item = str(state["claimable"][0])
-    entry: dict[str, object] = {"build_s": state["total_s"], "in_process": in_process(repo, item, pairs)}
-    c.git(repo, "update-ref", c.REF, base)
-    entry["cli"] = cli_commands(repo, base, item, runs)
+    return repo, state
+
+
+def renewal_growth(repo: Path, item: str, renewals: int) -> float:
+    """Loose KiB (apparent size) added per 1,000 renewals."""
+    from gitwork.workplane import Workplane
+
     objects = c.common_dir(repo) / "objects"
     with Workplane(str(repo), agent=c.AGENT) as wp:
         wp.do("claim", item=item)
         before = c.du_kib(objects, apparent=True)
         for _ in range(renewals):
             wp.do("renew", item=item)
-        entry["loose_apparent_kib_per_1000_renewals"] = (c.du_kib(objects, apparent=True) - before) * 1000 / renewals
-    entry["commands_shard_tree_entries"] = h / 256
-    shutil.rmtree(root, ignore_errors=True)
-    return entry
+        return (c.du_kib(objects, apparent=True) - before) * 1000 / renewals
 
 
 def count_lines(repo: Path, *args: str) -> int:
@@ -180,18 +209,15 @@ def main(argv: list[str]) -> int:
     info = c.machine()
     c.log(f"machine: {info}")
 
-    per_size: dict[int, dict[str, object]] = {}
-    for n in sizes:
-        repo, state = prepared_state(n, args.keep)
-        base = str(state["commit"])
-        item = str(state["claimable"][len(state["claimable"]) // 2])
-        entry: dict[str, object] = {"build": {k: state[k] for k in state if k.endswith("_s") or k.endswith("_kib")}}
-        entry["build"]["reused"] = state["reused"]
-        c.log(f"{n} items: in-process claim/release on {item}")
-        entry["in_process"] = in_process(repo, item, pairs)
-        c.git(repo, "update-ref", c.REF, base)
-        c.log(f"{n} items: CLI claim/release")
-        entry["cli"] = cli_commands(repo, base, item, runs)
+    states: dict[int, tuple[Path, dict[str, object]]] = {n: prepared_state(n, args.keep) for n in sizes}
+    targets = {n: (repo, str(st["commit"]), str(st["claimable"][len(st["claimable"]) // 2]))  # type: ignore[index]
+               for n, (repo, st) in states.items()}
+    per_size = per_command(targets, pairs, runs, "items")
+    for n, (repo, state) in states.items():
+        entry = per_size[n]
+        entry["build"] = {k: state[k] for k in state if k.endswith("_s") or k.endswith("_kib")}
+        entry["build"]["reused"] = state["reused"]  # type: ignore[index]
+        base, item = targets[n][1], targets[n][2]
         if n >= 1000:
             big = n >= 50_000
             runs_cold = 3 if big else max(3, runs // 3)
@@ -214,12 +240,21 @@ def main(argv: list[str]) -> int:
                 ], repo, runs=runs, warmup=2)
                 entry["cli"].update(in_pack)  # type: ignore[union-attr]
                 c.git(repo, "update-ref", c.REF, base)
-        per_size[n] = entry  # the built state stays on disk: --keep on the next run reuses it
     histories = [int(h) for h in (args.history or ("1000,10000" if args.quick else "10000,100000,1000000")).split(",")
                  if int(h) > 0]
     per_history: dict[int, dict[str, object]] = {}
-    for h in histories:
-        per_history[h] = history_cost(h, pairs, runs, 100 if args.quick else 300)
+    if histories:
+        hstates = {h: history_state(h) for h in histories}
+        htargets = {h: (repo, str(st["commit"]), str(st["claimable"][0]))  # type: ignore[index]
+                    for h, (repo, st) in hstates.items()}
+        per_history = per_command(htargets, pairs, runs, "history")
+        for h, (repo, st) in hstates.items():
+            c.git(repo, "update-ref", c.REF, htargets[h][1])
+            per_history[h]["build_s"] = st["total_s"]
+            per_history[h]["commands_shard_tree_entries"] = h / 256
+            per_history[h]["loose_apparent_kib_per_1000_renewals"] = renewal_growth(
+                repo, htargets[h][2], 100 if args.quick else 300)
+            shutil.rmtree(repo.parent, ignore_errors=True)
     info["loadavg_at_end"] = open("/proc/loadavg").read().split()[:3]
     info["max_busy_before_a_measurement"] = max(c.BUSY_SEEN) if c.BUSY_SEEN else None
     c.save("bench_scale" + ("-quick" if args.quick else ""), {"machine": info, "sizes": per_size,
