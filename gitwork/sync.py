@@ -41,9 +41,13 @@ if TYPE_CHECKING:
 
     from .workplane import Applied, Workplane
 
+    # What landed: (the command as applied, its commit, result, summary, attempts); the workplane
+    # wraps it into its ``Applied`` (sync does not import the workplane: it is the layer above).
+    Landed = tuple[dict[str, Any], str | None, dict[str, Any], str, int]
+
 # Ops the arbiter decides: every grant, renewal and end of a lease (done and cancel release the
 # holder's lease, publish records a release too), so no machine can close a lease the arbiter still
-# shows as live, nor take one over that another machine already ended. Other modules may add theirs.
+# shows as live, nor take one over that another machine already ended. Declared here, in one place.
 ARBITER_OPS: set[str] = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
 MAX_ROUNDS = 200
 # Fields the engine fills in while applying (the fencing rule); a replay may legitimately change
@@ -308,8 +312,8 @@ class Arbiter:
         A grant can be on the arbiter (and the tracking ref) but not yet in the local ref, when the
         command that won it was killed between its push and its adoption. A fenced command under that
         grant would then be refused locally ("never leased"); before that, bring the local ref up to
-        what the arbiter is known to hold. Costs nothing unless the two refs differ and the command
-        touches an item.
+        what the arbiter is known to hold. Costs one dry run of the command, and only when the two
+        refs differ and the command names an item.
         """
         remote = self.known_remote_tip()
         local = self.store.tip()
@@ -327,7 +331,9 @@ class Arbiter:
         if self._reaches(local, remote):
             return  # the local ref already holds everything the arbiter is known to hold
         new, _replayed, refused = self.rebuild(local, remote)
-        self._record_refused(_unique(refused + self._adopt(local, new)))
+        if refused:
+            return  # adopting would drop local commands unannounced: gw sync reports them instead
+        self._record_refused(self._adopt(local, new))  # (only if another command raced this one)
 
     def _record_refused(self, refused: list[dict[str, Any]]) -> None:
         """Keep each refused command once in ``refused.jsonl`` (by command id, or commit)."""
@@ -389,7 +395,7 @@ class Arbiter:
         return {"remote": self.remote, "tip": self.store.tip(), "remote_tip": self.known_remote_tip(),
                 "replayed": replayed, "refused": refused}
 
-    def submit(self, cmd: dict[str, Any]) -> Applied:
+    def submit(self, cmd: dict[str, Any]) -> Landed:
         """Apply a lease command so that it lands on the remote, or refuse it as the remote sees it.
 
         If the remote stops answering, the outcome is unknown (it may have landed): the document is
@@ -405,9 +411,7 @@ class Arbiter:
                 **{**error.details, "command_id": cmd["id"], "outcome": "unknown"},
             ) from error
 
-    def _submit(self, cmd: dict[str, Any]) -> Applied:
-        from .workplane import Applied
-
+    def _submit(self, cmd: dict[str, Any]) -> Landed:
         remote = self.known_remote_tip()
         fetched = False
         for attempt in range(1, MAX_ROUNDS + 1):
@@ -427,21 +431,22 @@ class Arbiter:
                 # Nothing to push (already done: the same id answered with its first result), but
                 # what the remote holds still becomes local, as after a pull.
                 refused = _unique(refused + self._adopt(local, base))
-                return self._answer(Applied(applied_cmd, base, outcome.result, outcome.summary, attempt), refused)
+                return self._answer((applied_cmd, base, outcome.result, outcome.summary, attempt), refused)
             assert after.commit is not None
             if self.push(remote, after.commit):
                 refused = _unique(refused + self._adopt(local, after.commit))
-                return self._answer(Applied(applied_cmd, after.commit, outcome.result, outcome.summary, attempt),
-                                    refused)
+                return self._answer((applied_cmd, after.commit, outcome.result, outcome.summary, attempt), refused)
             remote, fetched = self.fetch(), True
         raise Held(f"gave up after {MAX_ROUNDS} lost races on {self.remote}", remote=self.remote)
 
-    def _answer(self, applied: Applied, refused: list[dict[str, Any]]) -> Applied:
-        """Record and report what the replay under this command refused (shown by every face)."""
-        if refused:
-            self._record_refused(refused)
-            applied.result = {**applied.result, "refused": refused}
-        return applied
+    def _answer(self, landed: Landed, refused: list[dict[str, Any]]) -> Landed:
+        """Record and report what the replay under this command refused (a ``refused`` list in the
+        result: every face shows it)."""
+        if not refused:
+            return landed
+        self._record_refused(refused)
+        applied_cmd, commit, result, summary, attempts = landed
+        return applied_cmd, commit, {**result, "refused": refused}, summary, attempts
 
     def status(self) -> dict[str, Any]:
         local = self.store.tip()

@@ -70,7 +70,7 @@ class Workplane:
 
             arbiter = Arbiter(self)
             if cmd["op"] in ARBITER_OPS and not offline:
-                return arbiter.submit(cmd)
+                return Applied(*arbiter.submit(cmd))
             # A local command refused as stale only because this clone has not adopted a grant the
             # arbiter already holds (its claim was cut short after the push) first catches up.
             arbiter.catch_up(cmd)
