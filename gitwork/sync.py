@@ -427,11 +427,13 @@ class Arbiter:
                 # Our view of the remote may be old: refuse only on what the remote says now.
                 remote, fetched = self.fetch(), True
                 continue
-            if after.commit == base:
-                # Nothing to push (already done: the same id answered with its first result), but
-                # what the remote holds still becomes local, as after a pull.
+            if after.commit == base == remote:
+                # Nothing to push (done before: the same id answered with its first result, from
+                # what the remote holds), but that still becomes local, as after a pull.
                 refused = _unique(refused + self._adopt(local, base))
                 return self._answer((applied_cmd, base, outcome.result, outcome.summary, attempt), refused)
+            # (An answer found among local commands the remote has not seen is pushed like a new
+            # commit: a command the arbiter decides is done only once it is on the arbiter.)
             assert after.commit is not None
             if self.push(remote, after.commit):
                 refused = _unique(refused + self._adopt(local, after.commit))

@@ -307,8 +307,10 @@ def test_outcome_unknown_names_the_command_and_retry_answers_it(tmp_path: Path, 
     away.rename(remote)
     assert command_ids(remote).count(command_id) == 1  # the grant had landed
 
-    # A new command id would be told "held by you"; the same one is answered with its result.
-    again = gw_ok(a, "retry", command_id)
+    # A new command id would be told "held by you"; the same one is answered with its result. (A
+    # minute later: re-applied within the same second, the claim would make the very same commit.)
+    later = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    again = gw_ok(a, "retry", command_id, env={"GW_NOW": later})
     assert again["command_id"] == command_id and again["duplicate"] is True
     assert (again["item"], again["holder"], again["fence"]) == (x, "alice", 1)
     assert command_ids(remote).count(command_id) == 1
@@ -325,3 +327,20 @@ def test_retry_of_an_unknown_id_is_not_found(tmp_path: Path, remote: Path, url: 
     assert bad.returncode == 5, bad.stderr
     assert "passwd" not in bad.stdout
     assert tip(a) == tip(remote) and tip(a, STATE) is not None
+
+
+def test_resending_a_tentative_lease_command_online_puts_it_on_the_arbiter(tmp_path: Path, remote: Path,
+                                                                          url: str) -> None:
+    """The same id answered from a local, unpublished commit is not "done": it is pushed first."""
+    a = machine(tmp_path, "a", url, publish=True)
+    x = new_item(a, "X")
+    gw_ok(a, "sync")
+    tentative = gw_ok(a, "claim", x, "--offline", "--as", "alice")
+    logged = gw_ok(a, "log", "-n", "1")[0]["command"]
+    assert logged["id"] == tentative["command_id"]
+    (a / "claim.json").write_text(json.dumps(logged))
+
+    again = gw_ok(a, "apply", "claim.json")
+    assert again["duplicate"] is True and again["fence"] == tentative["fence"]
+    assert command_ids(remote).count(tentative["command_id"]) == 1
+    assert tip(a) == tip(remote)
