@@ -344,3 +344,24 @@ def test_resending_a_tentative_lease_command_online_puts_it_on_the_arbiter(tmp_p
     assert again["duplicate"] is True and again["fence"] == tentative["fence"]
     assert command_ids(remote).count(tentative["command_id"]) == 1
     assert tip(a) == tip(remote)
+
+
+def test_giving_up_after_lost_races_is_exit_75_locally_and_on_the_arbiter(
+        tmp_path: Path, remote: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One meaning for "gave up after N lost races": held/lost the race, retry later (75)."""
+    from gitwork import sync, workplane
+    from gitwork.errors import ExitCode, GwError
+
+    a = machine(tmp_path, "a", url, publish=True)
+    new_item(a, "X")
+    before = tip(a)
+    monkeypatch.setattr(workplane, "MAX_ATTEMPTS", 0)  # every race lost: the bound is reached at once
+    monkeypatch.setattr(sync, "MAX_ROUNDS", 0)
+    with workplane.Workplane(str(a), agent="alice") as plane:
+        for give_up in (lambda: plane.do("new", title="never"), lambda: plane.do("claim", next=True),
+                        lambda: sync.Arbiter(plane).sync()):
+            with pytest.raises(GwError) as caught:
+                give_up()
+            assert caught.value.code == ExitCode.HELD == 75, caught.value
+            assert "lost races" in caught.value.message
+    assert tip(a) == before
