@@ -28,8 +28,9 @@ class ExitCode(enum.IntEnum):
     NEWER_FORMAT = 9  # the state ref was written by a newer gitwork
     NOT_A_REPO = 10  # not inside a git repository
     LOCKED = 11  # a ref lock persists: a crashed writer left it behind
-    REMOTE = 12  # the arbiter remote cannot be reached
+    REMOTE = 12  # the arbiter remote could not be reached: the outcome is unknown (gw retry ID)
     NON_FAST_FORWARD = 13  # publishing needs a merge that cannot be made cleanly
+    REMOTE_REFUSED = 14  # the arbiter remote refused the push itself (a hook, permissions): do not retry
     HELD = 75  # EX_TEMPFAIL: held by someone else, or lost the race; retry later
 
 
@@ -92,7 +93,15 @@ class Locked(GwError):
 
 
 class RemoteError(GwError):
+    """The arbiter could not be reached, or stopped answering: what happened there is unknown."""
+
     code, kind = ExitCode.REMOTE, "remote-unreachable"
+
+
+class RemoteRefused(GwError):
+    """The arbiter answered and refused the push for a reason of its own (its hook said why)."""
+
+    code, kind = ExitCode.REMOTE_REFUSED, "remote-refused"
 
 
 class NonFastForward(GwError):

@@ -50,6 +50,9 @@ def _short(all_ids: Any, ids: list[str]) -> dict[str, str]:
 
 
 def _done(applied: Any, as_json: bool, text: str | None = None, data: str | None = None) -> None:
+    for entry in applied.result.get("refused") or ():  # offline commands the arbiter's replay refused
+        output.info(f"gw: refused on replay: {entry.get('command_id') or entry.get('commit')} "
+                    f"({entry.get('op')} {entry.get('item') or ''}): {entry.get('error')}: {entry.get('message')}")
     if as_json:
         output.emit_json(applied.to_json())
         return
@@ -200,6 +203,14 @@ def lease_op(wp: Any, as_json: bool, op: str, **args: Any) -> None:
 
 
 # --- several machines ------------------------------------------------------------------------------
+
+
+def retry(wp: Any, as_json: bool, command_id: str) -> None:
+    from ..sync import retry as retry_unknown
+
+    applied = retry_unknown(wp, command_id)
+    landed = "had already landed" if applied.result.get("duplicate") else "landed now"
+    _done(applied, as_json, f"{applied.command['op']} {command_id} {landed}")
 
 
 def remote_set(wp: Any, as_json: bool, name: str) -> None:

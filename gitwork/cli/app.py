@@ -303,6 +303,15 @@ def pull(json: Json = False, agent: As = None, path: Repo = None) -> None:
 
 
 @app.command()
+def retry(
+    command_id: Annotated[str, typer.Argument(metavar="ID", help="The command id an exit 12 named.", show_default=False)],
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Send again a command whose outcome was unknown (exit 12), under its own id: answers its result."""
+    _run(actions.retry, json, path, agent, command_id=command_id)
+
+
+@app.command()
 def status(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """What is not yet on the arbiter, and which replayed commands it refused."""
     _run(actions.status, json, path, agent)
