@@ -13,6 +13,7 @@ from ..clock import format_instant
 from ..engine import Context, op
 from ..errors import Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED, Lease
+from ..roles import holder_check, require_revoker
 
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
@@ -111,7 +112,7 @@ def takeover(ctx: Context) -> None:
 
 
 def _held(ctx: Context, item_id: str) -> Lease:
-    lease = ctx.require_holder(item_id)
+    lease = holder_check(ctx, item_id)
     if lease is None:
         raise Stale(f"you hold no lease on {item_id}", item=item_id)
     return lease
@@ -163,6 +164,7 @@ def release(ctx: Context) -> None:
 @op("revoke", "end someone's lease administratively", item="item!", reason="short!")
 def revoke(ctx: Context) -> None:
     item_id = ctx.target()
+    require_revoker(ctx, item_id)
     lease = ctx.lease(item_id)
     if lease is None or not lease.is_active():
         raise Invalid(f"{item_id} has no active lease to revoke")
