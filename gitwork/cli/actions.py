@@ -38,8 +38,23 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
             raise
         return output.internal(exc, as_json)
     finally:
+        _name_left_out()
         if wp is not None:
             wp.close()
+
+
+def _name_left_out() -> None:
+    """Name, on stderr, each corrupt item a whole-state read (list, ready, claim --next, inbox) left out.
+
+    One bad file must not take every listing down: the sound items are listed (exit 0), and each bad
+    one is named with its file so a person can repair it; commands that need the bad item exit 8.
+    """
+    index = sys.modules.get("gitwork.index")  # nothing to say unless a summary was read
+    if index is None or not index.NOTED:
+        return
+    for _item_id, message in sorted(index.NOTED.items()):
+        output.info(f"gw: corrupt: {message} (left out; repair or remove that file)")
+    index.NOTED.clear()
 
 
 def _short(all_ids: Any, ids: list[str]) -> dict[str, str]:

@@ -11,7 +11,8 @@ import datetime as _dt
 
 from ..clock import format_instant
 from ..engine import Context, op
-from ..errors import Held, Illegal, Invalid, NotFound, Stale
+from .. import layout
+from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_revoker
 
@@ -21,7 +22,11 @@ HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failu
 def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:
     item = ctx.item(item_id)
     counters = ctx.counters()
-    fence = int(counters.get("fence", 0)) + 1
+    last = counters.get("fence", 0)
+    if type(last) is not int or last < 0:  # never int() it: "many", 2.5 or True must not become a fence
+        raise Corrupt(f"{layout.COUNTERS}: fence must be a non-negative integer, not {last!r}"[:300],
+                      file=layout.COUNTERS)
+    fence = last + 1
     counters["fence"] = fence
     ttl = ctx.cmd.get("ttl") or ctx.settings.default_ttl
     lease = Lease(
