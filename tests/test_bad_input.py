@@ -83,7 +83,7 @@ def test_ambiguous_prefix(repo: Path, state: dict[str, str]) -> None:
     refused(repo, "show", "aaaa00000000000", code=ExitCode.AMBIGUOUS, says="ambiguous")
     refused(repo, "show", "w-a", code=ExitCode.AMBIGUOUS, says="items match")  # other items may start with a too
     # One more digit and it is unique again.
-    assert json.loads(run_gw(repo, "show", "w-aaaa000000000002", "--json").stdout)["item"]["id"] == A2
+    assert json.loads(run_gw(repo, "show", "w-aaaa000000000002", "--json").stdout)["item"] == A2
 
 
 def test_malformed_duration(repo: Path, state: dict[str, str]) -> None:
