@@ -75,6 +75,11 @@ def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
         problems += _check_commit(git_dir, parts[0], parts[1] if len(parts) > 1 else None)
         if len(problems) >= 20:
             break
+    if not problems:  # the roles, judged with this repository's settings (gitwork/rolecheck.py)
+        from .rolecheck import check_commits
+
+        pairs = [(parts[0], parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)]
+        problems += check_commits(git_dir, ref, pairs)
     return problems
 
 

@@ -8,6 +8,8 @@ the library cases drive the rules with an injected clock.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from gitwork.errors import ExitCode, Forbidden, Invalid, Stale
 from gitwork.workplane import Workplane
 
 FORBIDDEN = int(ExitCode.FORBIDDEN)
+STATE = "refs/gitwork/state"
 
 
 @pytest.fixture
@@ -219,3 +222,69 @@ def test_a_holder_refusal_names_who_you_are_and_the_holder(repo: Path, wp: Workp
             says=("held by alice", "you are bob"))
     refused(repo, "release", item, "--as", "bob", code=int(ExitCode.STALE), says=("held by alice", "you are bob"))
 
+
+
+# --- where the rules are enforced: the arbiter's hook judges each pushed command with its settings -----
+
+
+def _guarded_arbiter(tmp_path: Path) -> Path:
+    import sys
+
+    bare = tmp_path / "arbiter.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gitwork.statecheck\n')
+    hook.chmod(0o755)
+    git(bare, "config", "gitwork.admins", "boss")
+    git(bare, "config", "gitwork.agents", "bot")
+    return bare
+
+
+def _push(repo: Path, bare: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "push", "--porcelain", str(bare), f"{STATE}:{STATE}"], cwd=repo,
+                          capture_output=True, text=True)
+
+
+def test_the_arbiters_hook_refuses_what_its_roles_forbid_whatever_the_client_allowed(
+        repo: Path, wp: Workplane, item: str, tmp_path: Path) -> None:
+    bare = _guarded_arbiter(tmp_path)
+    alice = plane(repo, "alice")
+    alice.do("claim", item=item)
+    assert _push(repo, bare).returncode == 0
+    published = tip(bare, STATE)
+    # This clone has no admins configured, so its engine lets carol revoke; the arbiter does not.
+    plane(repo, "carol").do("revoke", item=item, reason="mine now")
+    refused = _push(repo, bare)
+    assert refused.returncode != 0 and "only an admin" in refused.stderr and "revoke by carol" in refused.stderr
+    assert tip(bare, STATE) == published
+    git(repo, "update-ref", STATE, published)
+    plane(repo, "boss").do("revoke", item=item, reason="reassigning")
+    assert _push(repo, bare).returncode == 0, "an admin's revoke lands"
+
+
+def test_the_arbiters_hook_refuses_a_forged_ask(repo: Path, wp: Workplane, item: str, tmp_path: Path) -> None:
+    bare = _guarded_arbiter(tmp_path)
+    alice = plane(repo, "alice")
+    alice.do("claim", item=item)
+    assert _push(repo, bare).returncode == 0
+    base = tip(repo, STATE)
+    asked = M.ask(alice, item, "ship it?").commit
+    # The same commit, but its document says mallory asked: what an outsider would push with plain git.
+    message = git(repo, "cat-file", "commit", asked).split("\n\n", 1)[1].replace('"as": "alice"', '"as": "mallory"')
+    assert '"as": "mallory"' in message
+    forged = subprocess.run(["git", "commit-tree", git(repo, "rev-parse", f"{asked}^{{tree}}"), "-p", base],
+                            cwd=repo, input=message, capture_output=True, text=True, check=True,
+                            env={**os.environ, "GIT_AUTHOR_NAME": "m", "GIT_AUTHOR_EMAIL": "m@x.invalid",
+                                 "GIT_COMMITTER_NAME": "m", "GIT_COMMITTER_EMAIL": "m@x.invalid"}).stdout.strip()
+    git(repo, "update-ref", STATE, forged)
+    refused = _push(repo, bare)
+    assert refused.returncode != 0 and "ask by mallory" in refused.stderr and "only the holder" in refused.stderr
+    assert tip(bare, STATE) == base
+    git(repo, "update-ref", STATE, asked)
+    assert _push(repo, bare).returncode == 0, refused.stderr
+
+
+def test_a_fence_does_not_make_its_bearer_the_holder(repo: Path, wp: Workplane, item: str) -> None:
+    fence = plane(repo, "alice").do("claim", item=item).result["fence"]
+    refused(repo, "ask", item, "ship?", "--fence", str(fence), "--as", "mallory", code=FORBIDDEN,
+            says=("only the holder", "alice", "you are mallory"))

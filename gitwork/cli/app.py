@@ -252,7 +252,7 @@ def revoke(
     item: ItemArg, reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")],
     offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """End someone's lease administratively."""
+    """End someone's lease administratively (admins; any person while no admins are set)."""
     _run(actions.lease_op, json, path, agent, op="revoke", item=item, reason=reason, offline=offline)
 
 

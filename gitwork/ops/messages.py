@@ -252,8 +252,8 @@ def _ask(ctx: Context, item_id: str) -> None:
     if item.status in CLOSED:
         raise Illegal(f"{item_id} is {item.status}; reopen it before asking for a decision")
     epoch, held = stance(ctx, item_id)
-    if held is None:
-        _outsider_asks(ctx, item_id)
+    if held is None or held.holder != ctx.actor:  # the holder by name, and under the live fence
+        _outsider_asks(ctx, item_id, held)
     if item.waiting:
         raise Illegal(f"{item_id} already waits for a decision on #{item.waiting.get('seq')}: decide that first")
     record = post_message(ctx, item_id, "decision-request", text, epoch=epoch, to=ctx.cmd.get("to"),
@@ -266,7 +266,7 @@ def _ask(ctx: Context, item_id: str) -> None:
     _said(ctx, item_id, record, held, "ask")
 
 
-def _outsider_asks(ctx: Context, item_id: str) -> None:
+def _outsider_asks(ctx: Context, item_id: str, held: Lease | None) -> None:
     """Only the holder, under its live fence, may make an item wait; everyone else posts a question.
 
     An item nobody holds is no exception: a waiting item leaves ``gw ready``, so an ask on it would
@@ -274,7 +274,9 @@ def _outsider_asks(ctx: Context, item_id: str) -> None:
     """
     lease = ctx.lease(item_id)
     instead = f"post a question instead, which blocks nothing: gw msg {item_id} TEXT --kind question"
-    if lease is not None and not lease.takeable(ctx.now, ctx.settings.clock_margin):
+    if lease is not None and (not lease.takeable(ctx.now, ctx.settings.clock_margin) or held is not None):
+        # Someone else's live lease; also its live fence given by anyone but its holder: a fence shows
+        # which lease a command acts under, it does not make its bearer the holder.
         raise Forbidden(f"only the holder of {item_id} ({lease.holder}) may ask for a decision, which makes the item "
                         f"wait; you are {ctx.actor}: {instead}", item=item_id, holder=lease.holder, who=ctx.actor)
     raise Forbidden(f"nobody holds {item_id}: only its holder may ask for a decision, which makes the item wait; "
