@@ -106,9 +106,9 @@ def gw_in_process(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[
 
 
 def check_ids(value: Any, where: str) -> None:
-    """Every ``item`` key holds a full item id; no object names an item under ``id``."""
+    """Every ``item`` key holds a full item id (or null: a command that names none); never ``id``."""
     if isinstance(value, dict):
-        if "item" in value:
+        if value.get("item") is not None:
             assert isinstance(value["item"], str) and FULL_ID.match(value["item"]), (where, value["item"])
         if isinstance(value.get("id"), str):
             assert not FULL_ID.match(value["id"]), f"{where}: an item id under 'id' (use 'item'): {value}"
