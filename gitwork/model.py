@@ -279,3 +279,20 @@ def load_lease(data: bytes, item_id: str) -> Lease:
     if found is not None:
         raise Corrupt(f"{path}: {found}", file=path)
     return Lease.from_doc(doc)
+
+
+def state_file_problem(path: str, doc: dict[str, Any]) -> str | None:
+    """What is wrong with the fields of a parsed YAML file of the state ref, by its path (None: sound).
+
+    For checkers that see files rather than items (the arbiter's hook): ``items/xx/ID/item.yaml``,
+    ``items/xx/ID/lease.yaml`` and ``counters.yaml`` are held to the rules the readers apply.
+    """
+    parts = path.split("/")
+    if path == "counters.yaml":
+        fence = doc.get("fence", 0)
+        return None if _count(fence) else f"fence must be a non-negative integer, not {fence!r}"[:300]
+    if len(parts) == 4 and parts[0] == "items" and parts[3] == "item.yaml":
+        return item_problem(doc, parts[2])
+    if len(parts) == 4 and parts[0] == "items" and parts[3] == "lease.yaml":
+        return lease_problem(doc, parts[2])
+    return None

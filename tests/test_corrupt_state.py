@@ -171,3 +171,27 @@ def test_the_library_lists_sound_items_and_reports_the_bad_one(state: Path) -> N
     commit_file(state, path, text.encode() + b"\n")
     done = gw_ok(state, "ready")
     assert done.stdout.splitlines()[0].split("\t")[4] == "the bad one" and done.stderr == ""
+
+
+def test_the_arbiters_hook_refuses_a_bad_value_before_it_spreads(state: Path, tmp_path: Path) -> None:
+    import sys
+
+    bare = tmp_path / "arbiter.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gitwork.statecheck\n')
+    hook.chmod(0o755)
+
+    def push() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "push", str(bare), f"{STATE}:{STATE}"], cwd=state, capture_output=True,
+                              text=True)
+
+    assert push().returncode == 0
+    published = tip(bare, STATE)
+    for path, data in ((bad_item(state), None), (layout.COUNTERS, b"fence: many\n")):
+        if data is not None:
+            git(state, "update-ref", STATE, published)
+            commit_file(state, path, data)
+        refused = push()
+        assert refused.returncode != 0 and path in refused.stderr and "must be" in refused.stderr, refused.stderr
+        assert tip(bare, STATE) == published
