@@ -32,6 +32,7 @@ class ExitCode(enum.IntEnum):
     NON_FAST_FORWARD = 13  # publishing needs a merge that cannot be made cleanly
     REMOTE_REFUSED = 14  # the arbiter remote refused the push itself (a hook, permissions): do not retry
     HELD = 75  # EX_TEMPFAIL: held by someone else, or lost the race; retry later
+    FORBIDDEN = 77  # EX_NOPERM: your role (or not holding the item) does not allow this
 
 
 class GwError(Exception):
@@ -110,6 +111,12 @@ class NonFastForward(GwError):
 
 class Held(GwError):
     code, kind = ExitCode.HELD, "held"
+
+
+class Forbidden(GwError):
+    """Not allowed for this identity: its role (settings ``admins``/``agents``) or not holding the item."""
+
+    code, kind = ExitCode.FORBIDDEN, "forbidden"
 
 
 class GitFailed(GwError):
