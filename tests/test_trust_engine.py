@@ -261,6 +261,17 @@ def test_a_committed_alias_bomb_is_corrupt_naming_the_file_and_ends(state: Path)
     assert done.returncode in (0, 8) and "Traceback" not in done.stderr
 
 
+def test_the_server_hook_refuses_a_pushed_alias_bomb_quickly(tmp_path: Path) -> None:
+    from test_state_hook import STATE, Guarded, craft, events_log
+
+    guarded = Guarded(tmp_path)
+    path = events_log(guarded.a).replace("events.log", "item.yaml")
+    forged = craft(guarded.a, guarded.tip, {path: BOMB.encode()})
+    done = subprocess.run(["git", "push", "--porcelain", guarded.url, f"{forged}:{STATE}"], cwd=guarded.a,
+                          capture_output=True, text=True, timeout=60)
+    guarded.refused(done, "aliases")
+
+
 def test_the_state_yaml_reader_is_bounded() -> None:
     with pytest.raises(Corrupt, match="aliases"):
         codec.load_yaml(BOMB.encode(), what="items/aa/w-x/item.yaml")
