@@ -121,7 +121,8 @@ def _labels(value: Any, field: str) -> list[str]:
         raise Invalid(f"{field} must be a list of labels")
     for label in value:
         if not isinstance(label, str) or not _LABEL.match(label):
-            raise Invalid(f"bad label {label!r}: letters, digits and _.:/+- only, at most 64")
+            shown = repr(label[:40]) if isinstance(label, str) else type(label).__name__
+            raise Invalid(f"bad label {shown}: letters, digits and _.:/+- only, at most 64")
     return list(value)
 
 

@@ -102,6 +102,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         # Every source of an identity passes the one rule (ids.check_identity); "" is an error, not
         # the default (null in .workplane leaves the setting unset).
         where = f"agent in {source}" if source == ".workplane" else source
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # `agent: 42` in YAML is a number; as a name it is "42"
         return None if value is None else check_identity(value, where)
     try:
         if name in _DURATIONS:

@@ -70,6 +70,11 @@ def validate_command(doc: Any, *, internal: bool = True) -> dict[str, Any]:
     """
     if not isinstance(doc, dict):
         raise Invalid("a command document must be a mapping with an 'op'")
+    try:
+        # Documents from the Python API have not been through codec.load_input_document's bounds.
+        codec.check_depth(doc)
+    except ValueError as exc:
+        raise Invalid(f"command document is {exc}") from exc
     name = doc.get("op")
     _load_ops(name if isinstance(name, str) else None)
     spec = OPS.get(name) if isinstance(name, str) else None

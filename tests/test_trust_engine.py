@@ -229,6 +229,19 @@ def test_deeply_nested_documents_are_invalid(state: Path, text: str) -> None:
     refused(state, "apply", "-", input=text, code=ExitCode.INVALID, says="nested deeper")
 
 
+def test_deeply_nested_documents_from_the_python_api_are_invalid(state: Path) -> None:
+    deep: Any = "x"
+    for _ in range(100_000):
+        deep = [deep]
+    before = tip(state)
+    with Workplane(str(state), agent="alice") as wp:
+        for doc in ({"op": "new", "title": "x", "labels": deep}, {"op": "new", "title": "x", "source": {"a": deep}},
+                    {"op": "new", "title": deep}):
+            with pytest.raises(Invalid, match="nested deeper"):
+                wp.submit(doc)
+    assert tip(state) == before
+
+
 def test_oversized_and_hugely_numbered_documents_are_invalid(state: Path) -> None:
     refused(state, "apply", "-", input='{"op": "new", "title": "' + "x" * (1100 * 1024) + '"}',
             code=ExitCode.INVALID, says="larger than")
