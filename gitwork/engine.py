@@ -261,8 +261,8 @@ class Context:
             tail = old[: -1].rpartition(b"\n")[2]
             try:
                 last = int(json.loads(tail)["seq"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise Corrupt(f"{name} of {item_id} ends in a bad record") from exc
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise Corrupt(f"{path} ends in a bad record") from exc
         # The log owns "seq": a record's own data can never renumber the log (an op's field of the
         # same name is dropped here; ops name such numbers otherwise, e.g. "message").
         full = {"seq": last + 1}
