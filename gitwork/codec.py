@@ -148,6 +148,8 @@ class _Parser:
         return len(line) - len(line.lstrip(" "))
 
     def block(self, indent: int) -> Any:
+        if indent > 2 * MAX_DEPTH:
+            raise _NotCanonical  # the general reader refuses it with a reason
         self._skip_blank()
         if self.pos >= len(self.lines):
             raise _NotCanonical
@@ -284,14 +286,67 @@ def _plain_data(value: Any) -> Any:
     return str(value)
 
 
-def _ruamel_load(text: str) -> Any:
+# Bounds on anything parsed by a general reader (command documents, non-canonical state files): no
+# YAML anchors or aliases at all (an alias "bomb" of 1 KB expands to gigabytes), at most MAX_DEPTH
+# levels of nesting (deeper input overflows the recursive readers), at most MAX_NODES scalars and
+# collections, and a size limit given by the caller. Nothing gitwork writes comes near any of them.
+MAX_DEPTH = 32
+MAX_NODES = 20_000
+MAX_INPUT_BYTES = 1024 * 1024  # a command document (gw apply); texts are at most 64 KiB each
+MAX_STATE_YAML_BYTES = 4 * 1024 * 1024  # a non-canonical .yaml file on the state ref
+
+
+def _check_events(yaml: Any, text: str) -> None:
+    """Walk the YAML event stream once, refusing aliases, anchors, deep nesting and huge counts,
+    before anything is built: the reader then never expands an alias or recurses deeply."""
+    from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, NodeEvent
+
+    depth = nodes = 0
+    for event in yaml.parse(text):
+        if isinstance(event, AliasEvent) or (isinstance(event, NodeEvent) and event.anchor is not None):
+            raise ValueError("YAML anchors and aliases (&name, *name) are not accepted")
+        if isinstance(event, CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, CollectionEndEvent):
+            depth -= 1
+        if isinstance(event, NodeEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise ValueError(f"more than {MAX_NODES} values")
+
+
+def _ruamel_load(text: str, limit: int = MAX_STATE_YAML_BYTES) -> Any:
+    if len(text) > limit or len(text.encode("utf-8", "surrogatepass")) > limit:
+        raise ValueError(f"larger than {limit // 1024} KiB")
     from ruamel.yaml import YAML  # slow import: only for files not in canonical form
     from ruamel.yaml.error import YAMLError
 
     try:
+        yaml = YAML(typ="safe", pure=True)
+        _check_events(yaml, text)
         return _plain_data(YAML(typ="safe", pure=True).load(text))
     except YAMLError as exc:
         raise ValueError(str(exc).splitlines()[0] if str(exc) else "bad YAML") from exc
+    except RecursionError as exc:  # a safety net: _check_events bounds the depth first
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from exc
+
+
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+    """Refuse data nested deeper than ``limit`` (iteratively: the check itself cannot overflow)."""
+    stack = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            children: Any = current.values()
+        elif isinstance(current, list):
+            children = current
+        else:
+            continue
+        if depth > limit:
+            raise ValueError(f"nested deeper than {limit} levels")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = False) -> dict[str, Any]:
@@ -309,7 +364,7 @@ def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = 
         parser._skip_blank()
         if parser.pos != len(parser.lines):
             raise _NotCanonical
-    except (_NotCanonical, IndexError):
+    except (_NotCanonical, IndexError, RecursionError):
         try:
             doc = _ruamel_load(text)
         except ValueError as exc:
@@ -322,17 +377,33 @@ def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = 
 
 
 def load_input_document(text: str) -> Any:
-    """Parse a user-supplied command document: JSON first (cheap), then YAML."""
+    """Parse a user-supplied command document: JSON first (cheap), then YAML; bounded in size,
+    nesting and (for YAML) without anchors or aliases, so it ends quickly in little memory."""
+    if len(text) > MAX_INPUT_BYTES:
+        raise Invalid(f"command document is larger than {MAX_INPUT_BYTES // 1024} KiB")
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:
-            return json.loads(text)
+            doc = json.loads(text)
+        except RecursionError as exc:
+            raise Invalid(f"command document is nested deeper than {MAX_DEPTH} levels") from exc
         except ValueError as exc:
-            raise Invalid(f"command document is not valid JSON: {exc}") from exc
+            raise Invalid(f"command document is not valid JSON: {_first_line(exc)}") from exc
+    else:
+        try:
+            doc = _ruamel_load(text, MAX_INPUT_BYTES)
+        except ValueError as exc:
+            raise Invalid(f"command document is not valid YAML: {_first_line(exc)}") from exc
     try:
-        return _ruamel_load(text)
+        check_depth(doc)
     except ValueError as exc:
-        raise Invalid(f"command document is not valid YAML: {exc}") from exc
+        raise Invalid(f"command document is {exc}") from exc
+    return doc
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
 
 
 # --- append-only logs ------------------------------------------------------------------------------
@@ -348,7 +419,7 @@ def iter_records(data: bytes, *, what: str = "log") -> Iterator[dict[str, Any]]:
     for number, line in enumerate(data.split(b"\n")[:-1], start=1):
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise Corrupt(f"{what} line {number} is not a JSON record") from exc
         if not isinstance(record, dict) or not isinstance(record.get("seq"), int):
             raise Corrupt(f"{what} line {number} has no sequence number")
@@ -357,7 +428,9 @@ def iter_records(data: bytes, *, what: str = "log") -> Iterator[dict[str, Any]]:
 
 # --- durations ---------------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?\Z")
+# At most 12 digits per part: far beyond the 366-day limit, and int() of it is instant.
+_DURATION = re.compile(r"(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m)?(?:([0-9]{1,12})s)?\Z")
+_SECONDS = re.compile(r"[0-9]{1,20}\Z")
 
 
 def parse_duration(text: str | int) -> int:
@@ -366,7 +439,9 @@ def parse_duration(text: str | int) -> int:
         seconds = text
     else:
         raw = str(text).strip().lower()
-        if raw.isdigit():
+        if len(raw) > 64:
+            raise Invalid(f"malformed duration {raw[:20]!r}...: use e.g. 90s, 15m, 1h30m, 2d")
+        if _SECONDS.match(raw):
             seconds = int(raw)
         else:
             match = _DURATION.match(raw)
@@ -375,7 +450,8 @@ def parse_duration(text: str | int) -> int:
             d, h, m, s = (int(g) if g else 0 for g in match.groups())
             seconds = ((d * 24 + h) * 60 + m) * 60 + s
     if seconds <= 0 or seconds > 366 * 86400:
-        raise Invalid(f"duration {text!r} out of range (1s to 366d)")
+        shown = text if not isinstance(text, int) or abs(text) < 10**12 else "a huge number"
+        raise Invalid(f"duration {shown!r} out of range (1s to 366d)")
     return seconds
 
 

@@ -26,7 +26,6 @@ MAX_TITLE = 200
 MAX_TEXT = 64 * 1024
 MAX_SHORT = 1024
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]")
-_NAME = re.compile(r"[^\s\x00-\x1f<>]{1,100}\Z")
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}\Z")
 
 
@@ -55,18 +54,22 @@ def _short(value: Any, field: str) -> str:
 
 
 def _name(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
-        raise Invalid(f"{field} must be a name without spaces or control characters (got {value!r})")
-    return value
+    # Identities and the names a document gives (as, to, owner, remote): the one identity rule.
+    return ids.check_identity(value, field)
+
+
+MAX_INT = 2**53  # whole numbers in documents stay exact in JSON readers everywhere
 
 
 def _int(value: Any, field: str) -> int:
     if isinstance(value, bool):
         raise Invalid(f"{field} must be a whole number")
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,16}", value.strip()):
         value = int(value)
     if not isinstance(value, int):
         raise Invalid(f"{field} must be a whole number")
+    if not -MAX_INT <= value <= MAX_INT:
+        raise Invalid(f"{field} is out of range")
     return value
 
 
@@ -118,7 +121,8 @@ def _labels(value: Any, field: str) -> list[str]:
         raise Invalid(f"{field} must be a list of labels")
     for label in value:
         if not isinstance(label, str) or not _LABEL.match(label):
-            raise Invalid(f"bad label {label!r}: letters, digits and _.:/+- only, at most 64")
+            shown = repr(label[:40]) if isinstance(label, str) else type(label).__name__
+            raise Invalid(f"bad label {shown}: letters, digits and _.:/+- only, at most 64")
     return list(value)
 
 

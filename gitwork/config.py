@@ -10,6 +10,7 @@ import os
 
 from .codec import parse_duration
 from .errors import Invalid
+from .ids import check_identity, plain_identity
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -56,7 +57,11 @@ class Settings:
         return Settings(self.extra, **current)
 
     def identity(self) -> str:
-        return self.agent or default_identity()
+        # ``agent`` is checked where it is read (load, Workplane); an empty one is refused there, never
+        # silently the default. The check here covers settings built directly (Settings(agent=...)).
+        if self.agent is None:
+            return default_identity()
+        return check_identity(self.agent, "the identity")
 
     def role(self, who: str) -> str:
         """``admin``, ``agent`` or ``person`` (everyone not listed); see docs/leases.md, "Roles"."""
@@ -84,7 +89,10 @@ def default_identity() -> str:
         sid = os.getsid(0)
     except (AttributeError, OSError):
         sid = os.getppid()
-    return f"{user}@{socket.gethostname().split('.')[0]}/s{sid}"
+    # A login or host name outside the identity rule is brought within it (each other character
+    # becomes "-", each part at most 24 characters), so the default always passes the same check.
+    host = socket.gethostname().split(".")[0] or "host"
+    return check_identity(f"{plain_identity(user)[:24]}@{plain_identity(host)[:24]}/s{sid}", "the default identity")
 
 
 _DURATIONS = {"default_ttl", "clock_margin"}
@@ -100,6 +108,13 @@ _ENV = {
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
+    if name == "agent":
+        # Every source of an identity passes the one rule (ids.check_identity); "" is an error, not
+        # the default (null in .workplane leaves the setting unset).
+        where = f"agent in {source}" if source == ".workplane" else source
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # `agent: 42` in YAML is a number; as a name it is "42"
+        return None if value is None else check_identity(value, where)
     try:
         if name in _DURATIONS:
             return parse_duration(value) if name != "clock_margin" or str(value) != "0" else 0

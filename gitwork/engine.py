@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 
 from . import codec, ids, layout
 from .commands import Field, parse_fields, validate
@@ -24,20 +25,28 @@ if TYPE_CHECKING:
 
 
 class OpSpec:
-    __slots__ = ("name", "fields", "func", "summary")
+    __slots__ = ("name", "fields", "func", "summary", "internal")
 
-    def __init__(self, name: str, fields: dict[str, Field], func: Callable[[Context], None], summary: str) -> None:
+    def __init__(self, name: str, fields: dict[str, Field], func: Callable[[Context], None], summary: str,
+                 internal: bool = False) -> None:
         self.name, self.fields, self.func, self.summary = name, fields, func, summary
+        self.internal = internal
 
 
 OPS: dict[str, OpSpec] = {}
 
 
-def op(name: str, summary: str, **spec: str) -> Callable[[Callable[[Context], None]], Callable[[Context], None]]:
-    """Register an op implementation with its fields (see :func:`commands.parse_fields`)."""
+def op(name: str, summary: str, *, internal: bool = False,
+       **spec: str) -> Callable[[Callable[[Context], None]], Callable[[Context], None]]:
+    """Register an op implementation with its fields (see :func:`commands.parse_fields`).
+
+    ``internal=True`` declares a record op: a record of something gitwork itself did on the git side
+    (a session branch made, a publish). Faces cannot submit it (``gw apply``, ``Workplane.submit``,
+    ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
+    """
 
     def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
-        OPS[name] = OpSpec(name, parse_fields(spec), func, summary)
+        OPS[name] = OpSpec(name, parse_fields(spec), func, summary, internal)
         return func
 
     return register
@@ -52,15 +61,31 @@ def _load_ops(name: str | None = None) -> None:
     ops.load(name)
 
 
-def validate_command(doc: Any) -> dict[str, Any]:
+def validate_command(doc: Any, *, internal: bool = True) -> dict[str, Any]:
+    """A clean copy of ``doc`` (see ``commands.validate``) with a command id.
+
+    ``internal=False`` also refuses record ops (``@op(..., internal=True)``): the public write path
+    (``Workplane.submit``) passes it. Replaying commits of the state ref (``sync``) keeps the default:
+    what it replays was written by gitwork.
+    """
     if not isinstance(doc, dict):
         raise Invalid("a command document must be a mapping with an 'op'")
+    try:
+        # Documents from the Python API have not been through codec.load_input_document's bounds.
+        codec.check_depth(doc)
+    except ValueError as exc:
+        raise Invalid(f"command document is {exc}") from exc
     name = doc.get("op")
     _load_ops(name if isinstance(name, str) else None)
     spec = OPS.get(name) if isinstance(name, str) else None
     if spec is None:
         _load_ops()  # so the error can list every op
-        raise Invalid(f"unknown op {name!r}; known: {', '.join(sorted(OPS))}")
+        public = sorted(n for n, s in OPS.items() if not s.internal or internal)
+        shown = repr(name[:40]) if isinstance(name, str) else repr(name)[:40]
+        raise Invalid(f"unknown op {shown}; known: {', '.join(public)}")
+    if spec.internal and not internal:
+        raise Invalid(f"op {name!r} is a record that only gitwork itself writes (gw session, gw publish); "
+                      "it cannot be submitted")
     clean = validate(doc, spec.fields)
     clean.setdefault("id", ids.command_id())
     return clean
@@ -127,7 +152,8 @@ class Context:
         cached = self._items.get(item_id)
         if cached is not None:
             return cached
-        data = self._file(layout.item_path(item_id, layout.ITEM_FILE))
+        path = layout.item_path(item_id, layout.ITEM_FILE)
+        data = self._file(path)
         if data is None:
             raise NotFound(f"no item {item_id}", id=item_id)
         item = load_item(data, item_id)  # Corrupt, naming the file, unless every field is sound
@@ -136,7 +162,8 @@ class Context:
 
     def lease(self, item_id: str) -> Lease | None:
         if item_id not in self._leases:
-            data = self._file(layout.item_path(item_id, layout.LEASE_FILE))
+            path = layout.item_path(item_id, layout.LEASE_FILE)
+            data = self._file(path)
             if data is None:
                 self._leases[item_id] = None
             else:
@@ -148,8 +175,9 @@ class Context:
         return codec.load_yaml(data, what=layout.COUNTERS) if data else {}
 
     def records(self, item_id: str, name: str = layout.EVENTS_FILE) -> list[dict[str, Any]]:
-        data = self._file(layout.item_path(item_id, name)) or b""
-        return list(codec.iter_records(data, what=f"{name} of {item_id}"))
+        path = layout.item_path(item_id, name)
+        data = self._file(path) or b""
+        return list(codec.iter_records(data, what=path))
 
     def index(self) -> Any:
         """The summary index of every item at this snapshot (see ``index.py``)."""
@@ -224,9 +252,12 @@ class Context:
             tail = old[: -1].rpartition(b"\n")[2]
             try:
                 last = int(json.loads(tail)["seq"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise Corrupt(f"{name} of {item_id} ends in a bad record") from exc
-        full = {"seq": last + 1, **record}
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise Corrupt(f"{path} ends in a bad record") from exc
+        # The log owns "seq": a record's own data can never renumber the log (an op's field of the
+        # same name is dropped here; ops name such numbers otherwise, e.g. "message").
+        full = {"seq": last + 1}
+        full.update((key, value) for key, value in record.items() if key != "seq")
         self.outcome.changes[path] = old + codec.encode_record(full)
         return full
 
@@ -244,6 +275,38 @@ class Context:
                 self.outcome.trailers["-".join(p.capitalize() for p in key.split("_"))] = str(value)
 
 
+def digest(cmd: dict[str, Any]) -> str:
+    """The digest of a command document: SHA-256 of its canonical JSON (keys sorted, nulls left out)."""
+    import hashlib
+
+    canonical = json.dumps({k: v for k, v in cmd.items() if v is not None}, ensure_ascii=False, sort_keys=True,
+                           separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _earlier_result(record_path: str, earlier: bytes, cmd: dict[str, Any]) -> dict[str, Any]:
+    """The first result of a command id that was applied before, if ``cmd`` is that same command.
+
+    A command id names one command. The record keeps two digests: of the document as it was asked
+    for (validated, ``as`` filled, before the op resolved anything) and as it was recorded (the
+    ``Command:`` line, which ``sync`` replays). Matching either is a retry or a replay: answer as the
+    first time. Anything else reuses the id for a different command: refused. Records written
+    before digests existed have none and answer as a duplicate, as they always did.
+    """
+    try:
+        record = json.loads(earlier)
+        result = record.get("result", {})
+        digests = record.get("digests")
+    except (ValueError, RecursionError, AttributeError) as exc:
+        raise Corrupt(f"{record_path} is not a JSON record") from exc
+    if not isinstance(result, dict) or (digests is not None and not isinstance(digests, list)):
+        raise Corrupt(f"{record_path} is not a command record")
+    if digests is not None and digest(cmd) not in digests:
+        raise Invalid(f"command id {cmd['id']} was used for a different command ({record.get('op')}); "
+                      "use a new id", command_id=cmd["id"])
+    return {**result, "duplicate": True}
+
+
 def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> Outcome:
     """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse."""
     _load_ops(cmd["op"])
@@ -253,18 +316,18 @@ def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: 
         # This command id was applied before (a retry whose first reply was lost, a re-sent
         # document, a replay of what already landed): answer as the first time, change nothing.
         outcome = Outcome()
-        try:
-            outcome.result = {**json.loads(earlier).get("result", {}), "duplicate": True}
-        except ValueError as exc:
-            raise Corrupt(f"{record_path} is not a JSON record") from exc
+        outcome.result = _earlier_result(record_path, earlier, cmd)
         return outcome
+    requested = digest(cmd)
     ctx = Context(snapshot, cmd, now, settings)
     OPS[cmd["op"]].func(ctx)
     outcome = ctx.outcome
     if outcome.changes:
         if snapshot.commit is None:
             _initialise(outcome)
-        record = {"op": cmd["op"], "at": ctx.when, "by": ctx.actor, "result": outcome.result}
+        recorded = digest(cmd)
+        record = {"op": cmd["op"], "at": ctx.when, "by": ctx.actor, "result": outcome.result,
+                  "digests": [requested] if recorded == requested else [requested, recorded]}
         outcome.changes[record_path] = json.dumps(record, ensure_ascii=False, sort_keys=True).encode() + b"\n"
     outcome.trailers.setdefault("Command-Id", cmd["id"])
     return outcome
@@ -277,18 +340,45 @@ def _initialise(outcome: Outcome) -> None:
     outcome.changes.setdefault(FORMAT_FILE, codec.dump_yaml({"format": FORMAT_VERSION}))
 
 
+# Anything that could end or fake a line in a commit message (or in `git log`'s display of it) is
+# written escaped: control characters, DEL, C1 controls, and the Unicode line and paragraph separators.
+_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of a commit message: user text (titles, names, reasons) is escaped, so
+    it can never start a line of its own, such as a planted ``Command:`` line or a trailer."""
+    return _LINE_BREAKING.sub(lambda m: json.dumps(m.group())[1:-1] if m.group() != "\t" else " ", text)
+
+
 def commit_message(cmd: dict[str, Any], outcome: Outcome) -> str:
-    """One human line, the command document, then trailers: ``git log`` of the ref is the audit trail."""
+    """One human line, the command document, then trailers: ``git log`` of the ref is the audit trail.
+
+    The layout is fixed (format.md): line 1 the summary, line 2 empty, line 3 ``Command: <json>``,
+    line 4 empty, then one trailer per line. JSON escapes every line break inside the document, and
+    :func:`one_line` those in the summary and the trailer values, so a message has exactly that shape
+    whatever text a user gave.
+    """
     document = json.dumps(cmd, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
-    trailers = "\n".join(f"{k}: {v}" for k, v in outcome.trailers.items())
-    return f"{outcome.summary or cmd['op']}\n\nCommand: {document}\n\n{trailers}\n"
+    document = _LINE_BREAKING.sub(lambda m: "\\u%04x" % ord(m.group()), document)  # U+2028 and kin
+    trailers = "\n".join(f"{one_line(k)}: {one_line(str(v))}" for k, v in outcome.trailers.items())
+    return f"{one_line(outcome.summary or cmd['op'])}\n\nCommand: {document}\n\n{trailers}\n"
+
+
+COMMAND_PREFIX = "Command: "
 
 
 def parse_command_from_message(message: str) -> dict[str, Any] | None:
-    for line in message.split("\n"):
-        if line.startswith("Command: {"):
-            try:
-                return json.loads(line[len("Command: ") :])
-            except ValueError:
-                return None
-    return None
+    """The command document of a state commit, read only from its fixed place: the third line.
+
+    A message whose second line is not empty or whose third line is not ``Command: {...}`` (one JSON
+    object) carries no document; no other line is ever taken for one.
+    """
+    lines = message.split("\n", 3)
+    if len(lines) < 3 or lines[1] != "" or not lines[2].startswith(COMMAND_PREFIX + "{"):
+        return None
+    try:
+        doc = json.loads(lines[2][len(COMMAND_PREFIX) :])
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -72,6 +72,31 @@ def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
     return result
 
 
+# One rule for every identity (``--as``, ``GW_AGENT``, ``gitwork.agent``, ``.workplane`` ``agent``, a
+# document's ``as``, the default, and the names a document gives: ``to``, ``owner``): a plain name that
+# cannot carry spaces, quotes, newlines or ``<>`` into a commit message, a signature or a file.
+IDENTITY_CHARS = "A-Za-z0-9._@/+-"
+IDENTITY_MAX = 64
+_IDENTITY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@/+-]{0,63}\Z")
+
+
+def check_identity(value: object, source: str = "identity") -> str:
+    """Return ``value`` if it is a valid identity; else refuse (exit 5) saying where it came from."""
+    if isinstance(value, str) and _IDENTITY.match(value):
+        return value
+    shown = repr(value[:40]) + ("..." if len(value) > 40 else "") if isinstance(value, str) else type(value).__name__
+    raise Invalid(f"{source} is not a valid identity ({shown}): use 1-{IDENTITY_MAX} letters, digits and ._@/+-, "
+                  "starting with a letter, digit or _")
+
+
+def plain_identity(text: str) -> str:
+    """Bring a name from the system (login, host) within the identity rule: ``-`` for anything else."""
+    cleaned = re.sub(f"[^{IDENTITY_CHARS}]", "-", text)
+    if not cleaned or not re.match(r"[A-Za-z0-9_]", cleaned):
+        cleaned = "_" + cleaned
+    return cleaned[:IDENTITY_MAX]
+
+
 def command_id() -> str:
     """A client-chosen id for one command, so a retried submission can be recognised."""
     return "c-" + os.urandom(8).hex()

@@ -248,7 +248,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
         "at": clock.format_instant(wp.now())})
     record.save()
     try:
-        applied = wp.do("publish", item=item_id, session=record.id, source=source, commit=new, previous=target,
+        applied = wp.record("publish", item=item_id, session=record.id, source=source, commit=new, previous=target,
                         into=into, remote=remote, mode=mode, fence=lease.fence)
     except GwError as error:
         raise type(error)(f"published {new[:12]} into {into}, but the publish could not be recorded: {error.message}",

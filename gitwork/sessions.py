@@ -277,7 +277,7 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     record = Session(top, {k: v for k, v in doc.items() if v is not None})
     record.save()
     try:
-        applied = wp.do("session-start", item=item_id, session=session, base=base, branch=record.branch, into=into,
+        applied = wp.record("session-start", item=item_id, session=session, base=base, branch=record.branch, into=into,
                         fence=lease.fence)
     except BaseException:
         # The record was refused (the lease was lost meanwhile): leave nothing behind. The branch is
@@ -391,7 +391,7 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     from .ops.sessions import format_change
 
     try:
-        applied = wp.do("session-commit", item=item_id, session=record.id, commit=new, base=record["base"],
+        applied = wp.record("session-commit", item=item_id, session=record.id, commit=new, base=record["base"],
                         files=[format_change(c["path"], c["before"], c["after"]) for c in changes],
                         fence=lease.fence)
     except Stale as error:

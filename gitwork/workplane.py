@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Callable, Iterator
 
-from . import clock, codec, engine, layout
+from . import clock, codec, engine, ids, layout
 from .errors import Corrupt, GwError, Held, Invalid
 from .model import Item, Lease
 from .store import Repository, Store, crash_point, identity_signature
@@ -42,6 +42,12 @@ class Applied:
 
 class Workplane:
     def __init__(self, path: str | None = None, *, now: Callable[[], Any] = clock.now, **overrides: Any) -> None:
+        agent = overrides.get("agent")
+        if agent is not None:
+            # --as (or GW_AGENT through the CLI, or agent= here) passes the same identity rule as every
+            # other source; "" is refused, not silently the default. Checked before anything is read.
+            source = "GW_AGENT" if agent == os.environ.get("GW_AGENT") else "--as"
+            ids.check_identity(agent, source)
         self.repo = Repository.discover(path)
         if overrides:
             self.repo.settings = self.repo.settings.replace(**{k: v for k, v in overrides.items() if v is not None})
@@ -62,8 +68,24 @@ class Workplane:
 
     def submit(self, document: dict[str, Any], *, offline: bool = False) -> Applied:
         """Apply one command document as one commit. With an arbiter remote configured, lease
-        commands land on the remote first (see ``sync.py``) unless ``offline`` makes them tentative."""
-        cmd = engine.validate_command(document)
+        commands land on the remote first (see ``sync.py``) unless ``offline`` makes them tentative.
+
+        Record ops (``@op(..., internal=True)``: what gitwork's own procedures did, such as a
+        publish) are refused here: only :meth:`submit_record` takes them."""
+        return self._submit(document, offline=offline, internal=False)
+
+    def submit_record(self, document: dict[str, Any], *, offline: bool = False) -> Applied:
+        """The internal entry point for gitwork's own procedures (``sessions.py``, ``publish.py``):
+        like :meth:`submit`, and it also takes record ops. Not for faces: a record submitted here
+        claims that gitwork did what it says (created a session branch, moved ``main``)."""
+        return self._submit(document, offline=offline, internal=True)
+
+    def record(self, op: str, *, offline: bool = False, **args: Any) -> Applied:
+        """:meth:`do` for record ops; see :meth:`submit_record`."""
+        return self.submit_record({"op": op, **{k: v for k, v in args.items() if v is not None}}, offline=offline)
+
+    def _submit(self, document: dict[str, Any], *, offline: bool, internal: bool) -> Applied:
+        cmd = engine.validate_command(document, internal=internal)
         cmd.setdefault("as", self.settings.identity())
         if self.settings.remote:
             from .sync import ARBITER_OPS, Arbiter

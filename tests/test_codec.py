@@ -7,6 +7,8 @@ that anything a person edits by hand still loads through the fallback.
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 import pytest
@@ -86,7 +88,9 @@ def test_fallback_reads_ruamel_block_output(doc: dict[str, Any]) -> None:
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style = False
     buffer = io.StringIO()
-    yaml.dump(doc, buffer)
+    # Unshare the objects hypothesis reuses: ruamel writes a shared object once, as an anchor and
+    # aliases, which gitwork refuses in state files (no alias expansion; see test_trust_engine.py).
+    yaml.dump(json.loads(json.dumps(doc)), buffer)
     rendered = buffer.getvalue().encode()
     # ruamel does not round-trip everything itself (it emits U+0085 raw, then reads it as a space).
     assume(ruamel_load(rendered) == doc)

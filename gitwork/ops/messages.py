@@ -262,7 +262,7 @@ def _ask(ctx: Context, item_id: str) -> None:
                     "status": item.status}
     item.status = "blocked"  # waiting for a person: out of `gw ready` until decided
     ctx.save_item(item)
-    ctx.event(item_id, "waiting", seq=record["seq"], options=options or None)
+    ctx.event(item_id, "waiting", message=record["seq"], options=options or None)
     _said(ctx, item_id, record, held, "ask")
 
 

@@ -61,7 +61,7 @@ def format_change(path: str, before: str | None, after: str | None) -> str:
     return f"{before or ABSENT} {after or ABSENT} {path}"
 
 
-@op("session-start", "record a session branch opened by the holder of an item",
+@op("session-start", "record a session branch opened by the holder of an item", internal=True,
     item="item!", session="short!", base="short!", branch="short!", into="short")
 def session_start(ctx: Context) -> None:
     item_id = ctx.target()
@@ -78,7 +78,7 @@ def session_start(ctx: Context) -> None:
                           "into": ctx.cmd.get("into"), "epoch": lease.epoch, "fence": lease.fence}
 
 
-@op("session-commit", "record a session's one commit: each file's blob before and after",
+@op("session-commit", "record a session's one commit: each file's blob before and after", internal=True,
     item="item!", session="short!", commit="short!", base="short!", files="texts!")
 def session_commit(ctx: Context) -> None:
     item_id = ctx.target()
@@ -97,7 +97,7 @@ def session_commit(ctx: Context) -> None:
                           "fence": lease.fence}
 
 
-@op("publish", "record a session published into a branch, and release the lease",
+@op("publish", "record a session published into a branch, and release the lease", internal=True,
     item="item!", session="short!", source="short!", commit="short!", previous="short", into="short!",
     remote="name", mode="fast-forward|merge!")
 def publish(ctx: Context) -> None:
