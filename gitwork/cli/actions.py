@@ -69,6 +69,22 @@ def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, offline
 # --- items -----------------------------------------------------------------------------------------
 
 
+def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
+    """``gw done``: the safe finish (``publish.finish``): publishes the holder's open session first."""
+    from ..publish import finish
+
+    result = finish(wp, item, **args)
+    if as_json:
+        output.emit_json(result)
+        return
+    published = result.get("published")
+    if published:
+        where = published["into"] + (f" on {published['remote']}" if published["remote"] else "")
+        output.info(f"published session {published['session']} into {where} ({published['mode']}, "
+                    f"{published['commit'][:12]})")
+    output.info(f"done {result['item']}")
+
+
 def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
     if remote:
         # Adopt the arbiter's state when it has one, rather than starting a second history.
