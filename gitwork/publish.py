@@ -240,6 +240,10 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     """Publish a session's commit into ``into`` (locally, or on ``remote``); record it, marking the item
     done and releasing the lease unless ``keep_open``. ``force``/``reason`` as for ``gw done``."""
     record = find(wp, session)
+    actor = wp.settings.identity()
+    if record.get("holder") != actor:
+        raise Stale(f"session {record.id} is {record.get('holder')}'s, and you are {actor}: only its holder publishes "
+                    "it", item=record.get("item"), holder=record.get("holder"))
     if remote and git("remote", "get-url", "--", remote, cwd=record.top, check=False).returncode != 0:
         raise Invalid(f"no git remote named {remote!r} (git remote add {remote} URL)")
     state = record.get("state")

@@ -173,6 +173,12 @@ def publish(ctx: Context) -> None:
     session = _session(ctx)
     for field in ("source", "commit", "previous"):
         _commit(ctx, field)
+    mine = [r for r in open_sessions(ctx, item_id, lease) if r["session"] == session]
+    if not mine:
+        raise Invalid(f"{session} is not an open session of {item_id} under its current lease (fence {lease.fence})")
+    if mine[0]["by"] != ctx.actor:
+        raise Stale(f"session {session} is {mine[0]['by']}'s, and you are {ctx.actor}: only its holder publishes it",
+                    item=item_id, holder=mine[0]["by"])
     keep_open = bool(ctx.cmd.get("keep_open"))
     if not keep_open:
         refuse_open_sessions(ctx, item_id, lease, "publishing (which marks it done)", but=session)
