@@ -269,3 +269,19 @@ def run_git(cwd: Path, *args: str) -> Any:
     import subprocess
 
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_only_the_sessions_holder_publishes_it_whatever_fence_it_quotes(repo: Path) -> None:
+    """Found by the state machine: the fence in the manifest let another identity publish."""
+    init_project(repo)
+    clock = Clock(T0)
+    wp, item = claimed(repo, clock=clock)
+    s = session_with_commit(repo, wp, item, {"a.txt": "v2\n"})
+    main, state = git(repo, "rev-parse", "main"), tip(repo)
+    with pytest.raises(Stale, match="you are bob"):
+        publish(Workplane(str(repo), now=clock, agent="bob"), s["session"])
+    with pytest.raises(Stale, match="you are bob"):
+        Workplane(str(repo), now=clock, agent="bob").do(
+            "publish", item=item, session=s["session"], source=s["commit"], commit=s["commit"], into="main",
+            mode="fast-forward", fence=1)
+    assert git(repo, "rev-parse", "main") == main and tip(repo) == state

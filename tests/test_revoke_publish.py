@@ -144,3 +144,15 @@ def test_a_live_lease_publishes_to_the_guarded_remote_and_then_its_fence_is_dead
     git(scratch, "commit", "-q", "-am", f"late\n\nWork-Item: {world.item}\nFence: 1")
     late = push(scratch, "HEAD:refs/heads/main")
     assert late.returncode != 0 and "released" in late.stderr
+
+
+def test_the_server_lets_a_session_branch_go_once_its_drop_is_on_its_state_ref(world: World) -> None:
+    branch = world.session["branch"]
+    assert push(world.repo, branch).returncode == 0  # parked on the remote while the lease is live
+    refused = push(world.repo, f":refs/heads/{branch}")
+    assert refused.returncode != 0 and "unpublished" in refused.stderr
+    sessions.drop(world.alice, world.session["session"], keep_branch=True)
+    Arbiter(world.alice).sync()  # the drop record reaches the server's state ref
+    accepted = push(world.repo, f":refs/heads/{branch}")
+    assert accepted.returncode == 0, accepted.stderr
+    assert remote_ref(world.bare, f"refs/heads/{branch}") is None
