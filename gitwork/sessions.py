@@ -443,6 +443,14 @@ def list_sessions(wp: Workplane) -> list[dict[str, Any]]:
 # --- session drop --------------------------------------------------------------------------------
 
 
+def _drop_on_record(wp: Workplane, record: Session) -> bool:
+    try:
+        events = wp.history(record["item"])
+    except GwError:
+        return False
+    return any(e.get("type") == "session-drop" and e.get("session") == record.id for e in events)
+
+
 def drop(wp: Workplane, session: str, keep_branch: bool = False, reason: str | None = None) -> dict[str, Any]:
     """End a session without publishing it: record ``session-drop``, remove its worktree, delete its branch.
 
@@ -463,6 +471,12 @@ def drop(wp: Workplane, session: str, keep_branch: bool = False, reason: str | N
     files = [c["path"] for c in record.get("changes") or []]
     recorded = record.get("dropped", {}).get("recorded")
     command_id = None
+    if state != "dropped" and _drop_on_record(wp, record):
+        state = "dropped"  # recorded, but the manifest was not updated (interrupted): just clean up
+        record.doc.update(state="dropped", dropped={"at": clock.format_instant(wp.now()), "recorded": None,
+                                                    "branch": "kept" if keep_branch else "deleted",
+                                                    "uncommitted": leftovers})
+        record.save()
     if state != "dropped":
         applied = wp.do("session-drop", item=record["item"], session=record.id, keep_branch=keep_branch or None, reason=reason)
         recorded, command_id = applied.commit, applied.command["id"]

@@ -285,3 +285,15 @@ def test_only_the_sessions_holder_publishes_it_whatever_fence_it_quotes(repo: Pa
             "publish", item=item, session=s["session"], source=s["commit"], commit=s["commit"], into="main",
             mode="fast-forward", fence=1)
     assert git(repo, "rev-parse", "main") == main and tip(repo) == state
+
+
+def test_drop_interrupted_after_its_record_finishes_the_clean_up_without_a_second_record(repo: Path) -> None:
+    init_project(repo)
+    wp, item = claimed(repo)
+    s = session_with_commit(repo, wp, item, {"a.txt": "v2\n"})
+    wp.do("session-drop", item=item, session=s["session"])  # the record landed; then the process died
+    state = tip(repo)
+    result = sessions.drop(wp, s["session"])
+    assert result["command_id"] is None and result["commit"] == s["commit"] and result["branch"] == "deleted"
+    assert tip(repo) == state and not Path(s["worktree"]).exists()
+    assert sessions.Session.load(str(repo), s["session"])["state"] == "dropped"

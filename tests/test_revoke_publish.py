@@ -156,3 +156,26 @@ def test_the_server_lets_a_session_branch_go_once_its_drop_is_on_its_state_ref(w
     accepted = push(world.repo, f":refs/heads/{branch}")
     assert accepted.returncode == 0, accepted.stderr
     assert remote_ref(world.bare, f"refs/heads/{branch}") is None
+
+
+def test_done_with_remote_after_a_revoke_exits_7_and_moves_nothing(world: World) -> None:
+    """`gw done` publishes the open session first, and asks the arbiter before anything moves."""
+    world.admin.do("revoke", item=world.item, reason="reassigned")
+    before = world.snapshot()
+    env = {"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:00:00Z"}
+    done = run_gw(world.repo, "done", world.item, "--remote", "origin", "--json", env=env)
+    assert done.returncode == 7, done.stdout + done.stderr
+    error = json.loads(done.stdout)
+    assert world.session["session"] in error["message"] and "revoked" in error["message"]
+    assert world.snapshot() == before
+
+
+def test_done_with_remote_publishes_there_and_closes_the_item_on_the_arbiter(world: World) -> None:
+    env = {"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:00:00Z"}
+    done = run_gw(world.repo, "done", world.item, "--remote", "origin", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"done {world.item} by alice" in done.stderr
+    assert remote_ref(world.bare, "refs/heads/main") == world.commit
+    on_arbiter = Workplane(str(world.bare), now=world.clock)
+    assert on_arbiter.item(world.item).status == "done"
+    assert world.item not in [row[0] for row in on_arbiter.ready()]

@@ -82,7 +82,7 @@ def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
         where = published["into"] + (f" on {published['remote']}" if published["remote"] else "")
         output.info(f"published session {published['session']} into {where} ({published['mode']}, "
                     f"{published['commit'][:12]})")
-    output.info(f"done {result['item']}")
+    output.info(f"done {result['item']} by {wp.settings.identity()}")
 
 
 def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
