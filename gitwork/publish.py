@@ -316,7 +316,7 @@ def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None 
     without its commit (commit it, or drop it), several sessions, or a publish refusal (exit 13 for a
     conflict or a failing gate, 7 for a lost lease), re-raised with the session named.
     """
-    from .ops.sessions import describe, open_sessions
+    from .ops.session_records import describe, open_sessions
 
     ctx = wp.context()
     item_id = ctx.resolve(item)

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import Clock, git, run_gw, tip
 from gitwork import hooks_install, sessions
-from gitwork.errors import Illegal, NonFastForward, Stale
+from gitwork.errors import Illegal, Stale
 from gitwork.publish import finish, publish
 from gitwork.workplane import Workplane
 from test_publish import move_main, on_other_branch, session_with_commit

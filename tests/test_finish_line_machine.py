@@ -19,7 +19,6 @@ import datetime as dt
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
