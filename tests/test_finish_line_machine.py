@@ -201,5 +201,5 @@ def _is_ancestor(repo: Path, old: str, new: str) -> bool:
 
 def test_every_order_of_the_finish_line() -> None:
     run_state_machine_as_test(FinishLine, settings=settings(
-        max_examples=40, stateful_step_count=10, database=None, deadline=None,
+        max_examples=30, stateful_step_count=10, database=None, deadline=None,
         suppress_health_check=list(HealthCheck)))
