@@ -471,15 +471,11 @@ def drop(wp: Workplane, session: str, keep_branch: bool = False, reason: str | N
     files = [c["path"] for c in record.get("changes") or []]
     recorded = record.get("dropped", {}).get("recorded")
     command_id = None
-    if state != "dropped" and _drop_on_record(wp, record):
-        state = "dropped"  # recorded, but the manifest was not updated (interrupted): just clean up
-        record.doc.update(state="dropped", dropped={"at": clock.format_instant(wp.now()), "recorded": None,
-                                                    "branch": "kept" if keep_branch else "deleted",
-                                                    "uncommitted": leftovers})
-        record.save()
     if state != "dropped":
-        applied = wp.do("session-drop", item=record["item"], session=record.id, keep_branch=keep_branch or None, reason=reason)
-        recorded, command_id = applied.commit, applied.command["id"]
+        if not _drop_on_record(wp, record):  # else: recorded, then interrupted before the manifest said so
+            applied = wp.do("session-drop", item=record["item"], session=record.id, keep_branch=keep_branch or None,
+                            reason=reason)
+            recorded, command_id = applied.commit, applied.command["id"]
         record.doc.update(state="dropped", dropped={"at": clock.format_instant(wp.now()), "recorded": recorded,
                                                     "branch": "kept" if keep_branch else "deleted",
                                                     "uncommitted": leftovers})
