@@ -178,8 +178,8 @@ def session_drop(ctx: Context) -> None:
         raise Invalid(f"session {session} was started by {opener.get('by')}, not {ctx.actor}: only they may drop it")
     committed = next((e for e in started if e.get("type") == "session-commit"), None)
     lease = ctx.lease(item_id)
-    live = bool(lease and lease.is_active() and lease.fence == opener.get("fence")
-                and lease.epoch == opener.get("epoch"))
+    live = bool(lease and lease.fence == opener.get("fence") and lease.epoch == opener.get("epoch")
+                and lease.live_for_holder(ctx.now, ctx.settings.clock_margin))
     commit = committed.get("commit") if committed else None
     ctx.event(item_id, "session-drop", session=session, commit=commit,
               files=[c.get("path") for c in committed.get("files") or []] if committed else None,
