@@ -297,3 +297,30 @@ def test_drop_interrupted_after_its_record_finishes_the_clean_up_without_a_secon
     assert result["command_id"] is None and result["commit"] == s["commit"] and result["branch"] == "deleted"
     assert tip(repo) == state and not Path(s["worktree"]).exists()
     assert sessions.Session.load(str(repo), s["session"])["state"] == "dropped"
+
+
+@pytest.mark.parametrize("end", ["release", "revoke", "expiry", "takeover", "done-by-another"])
+def test_a_session_whose_lease_ended_any_way_is_dead_and_droppable(repo: Path, end: str) -> None:
+    init_project(repo)
+    clock = Clock(T0)
+    wp, item = claimed(repo, clock=clock)
+    s = session_with_commit(repo, wp, item, {"a.txt": "v2\n"})
+    bob = Workplane(str(repo), now=clock, agent="bob")
+    if end == "release":
+        wp.do("release", item=item)
+    elif end == "revoke":
+        bob.do("revoke", item=item, reason="admin")
+    else:
+        clock.advance(3600)
+        if end == "takeover":
+            bob.do("takeover", item=item)
+        elif end == "done-by-another":
+            finish(bob, item)  # nobody holds a live lease: anyone may close it
+    assert [r["live"] for r in sessions.list_sessions(wp)] == [False]
+    with pytest.raises(Stale, match=s["session"]):
+        publish(wp, None)
+    main = git(repo, "rev-parse", "main")
+    result = sessions.drop(wp, s["session"])
+    assert result["commit"] == s["commit"] and result["files"] == ["a.txt"]
+    assert [e for e in wp.history(item) if e["type"] == "session-drop"][-1]["live"] is False
+    assert git(repo, "rev-parse", "main") == main
