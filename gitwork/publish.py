@@ -328,7 +328,7 @@ def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None 
     closing = {"force": force or None, "reason": reason, "fence": fence}
     if not rows:
         applied = wp.do("done", item=item_id, **closing)
-        return {**applied.to_json(), "published": None}
+        return {**applied.to_json(), "published": None, "dead_sessions": _dead_sessions(wp, item_id)}
     if len(rows) > 1:
         raise Illegal(f"{item_id} has {len(rows)} open sessions, {describe(rows)}: publish them one by one "
                       "(`gw publish SESSION --keep-open`, the last without it) or drop the ones to throw away "
@@ -346,7 +346,17 @@ def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None 
         raise type(error)(f"done publishes session {row['session']} of {item_id} first, and could not: "
                           f"{error.message}", **{**error.details, "session": row["session"]}) from error
     return {"ok": True, "op": "done", "item": item_id, "status": result["status"], "published": result,
-            "command_id": result["command_id"], "commit": result["state_commit"]}
+            "command_id": result["command_id"], "commit": result["state_commit"],
+            "dead_sessions": _dead_sessions(wp, item_id)}
+
+
+def _dead_sessions(wp: Workplane, item_id: str) -> list[dict[str, Any]]:
+    """Sessions of the item still open on the record after the finish: dead ones, named so none is left
+    behind silently (``gw done`` warns about each; ``gw session drop`` ends it)."""
+    from .ops.session_records import open_sessions
+
+    return [{"session": r["session"], "commit": r["commit"], "by": r["by"]}
+            for r in open_sessions(wp.context(), item_id)]
 
 
 def _clean_up(record: Session, source: str) -> list[str]:

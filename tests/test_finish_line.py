@@ -200,6 +200,14 @@ def test_dead_session_does_not_block_a_bare_publish_and_is_dropped_with_a_record
     assert published.returncode == 0, published.stderr
     assert json.loads(published.stdout)["session"] == live["session"]
 
+    listed = {r["session"]: r for r in sessions.list_sessions(wp)}
+    assert listed[dead["session"]]["state"] == "committed" and listed[live["session"]]["state"] == "published"
+    wp.do("reopen", item=item, reason="check the warning")
+    wp.do("claim", item=item)
+    finished = run_gw(repo, "done", item, env=env())
+    assert finished.returncode == 0, finished.stderr
+    assert f"warning: session {dead['session']}" in finished.stderr and dead["commit"][:12] in finished.stderr
+
     dropped = run_gw(repo, "session", "drop", dead["session"], "--reason", "redone", env=env())
     assert dropped.returncode == 0, dropped.stderr
     assert dead["commit"][:12] in dropped.stderr and "a.txt" in dropped.stderr and "scratch.txt" in dropped.stderr

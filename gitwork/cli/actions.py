@@ -83,6 +83,10 @@ def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
         output.info(f"published session {published['session']} into {where} ({published['mode']}, "
                     f"{published['commit'][:12]})")
     output.info(f"done {result['item']} by {wp.settings.identity()}")
+    for dead in result.get("dead_sessions", []):
+        held = f"holds commit {dead['commit'][:12]}" if dead["commit"] else "has no commit"
+        output.info(f"warning: session {dead['session']} ({dead['by']}; its lease ended) {held} that will not be "
+                    f"published: gw session drop {dead['session']}")
 
 
 def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
