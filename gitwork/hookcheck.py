@@ -100,6 +100,44 @@ def has_own_work(commit: str, session: str) -> bool:
     return session in _trailers(commit, "Session") or bool(_unreached(commit, PUBLISHED)[:1])
 
 
+def _state_ref() -> str:
+    return _git("config", "--get", "gitwork.ref").out.strip() or "refs/gitwork/state"
+
+
+def _item_events(item: str, state_ref: str) -> list[dict[str, object]]:
+    """The item's ``events.log`` on the state ref (empty when absent or unreadable)."""
+    import json
+
+    from . import layout
+
+    done = _git("cat-file", "blob", f"{state_ref}:{layout.item_path(item, layout.EVENTS_FILE)}")
+    if done.returncode != 0:
+        return []
+    events = []
+    for line in done.out.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            events.append(record)
+    return events
+
+
+def drop_recorded(commit: str, session: str, state_ref: str | None = None) -> bool:
+    """The state ref records ``session-drop`` for ``session`` in the item named by ``commit``'s trailer.
+
+    An unpublished session branch may be deleted once its drop is on the record (``gw session drop``
+    writes the record first): the work is then thrown away on purpose, and the history says so.
+    """
+    ref = state_ref or _state_ref()
+    for item in _trailers(commit, "Work-Item"):
+        if _ITEM.match(item) and any(e.get("type") == "session-drop" and e.get("session") == session
+                                     for e in _item_events(item, ref)):
+            return True
+    return False
+
+
 def _is_pruning(ref: str, old: str | None) -> bool:
     """``git pack-refs`` (and so ``git gc``) deletes a loose ref it has just copied to packed-refs.
 
@@ -133,9 +171,10 @@ def check_session_update(update: RefUpdate) -> str | None:
     if new is None:
         if current is None or _is_pruning(update.ref, update.old or current):
             return None
-        if _unreached(current, PUBLISHED)[:1]:
+        if _unreached(current, PUBLISHED)[:1] and not drop_recorded(current, name[len("session/"):]):
             return (f"{name} holds an unpublished commit ({current[:12]}); deleting it would lose the session's "
-                    "work. Publish it with `gw publish` first.")
+                    "work. Publish it with `gw publish`, or drop the session on the record with "
+                    "`gw session drop`.")
         return None
     if current is None:
         own = _unreached(new, PUBLISHED)
@@ -242,11 +281,14 @@ def check_server_sessions(push: Push) -> Iterable[str]:
                        f"(this push brings {len(own)})")
         elif update.old is not None and update.new is not None:
             yield f"{name}: a session branch is commit-once; updating or force-pushing it is refused"
-        elif update.old is not None and not push.published_after(update.old):
-            yield f"{name}: deleting an unpublished session branch is refused (publish its commit first)"
+        elif update.old is not None and not push.published_after(update.old) \
+                and not drop_recorded(update.old, name[len("session/"):], push.state_ref):
+            yield (f"{name}: deleting an unpublished session branch is refused (publish its commit first, or "
+                   "record its drop with `gw session drop` and push the state ref)")
 
 
-def _fence_of_lease(push: Push, item: str) -> int | None:
+def _lease_of(push: Push, item: str) -> tuple[int, str, str | None] | None:
+    """``(fence, state, reason)`` of the item's lease on the server's state ref, or ``None`` if unknown."""
     from . import layout
     from .codec import load_yaml
     from .errors import GwError
@@ -255,19 +297,45 @@ def _fence_of_lease(push: Push, item: str) -> int | None:
     if data is None:
         return None
     try:
-        fence = load_yaml(data, what="lease").get("fence")
+        doc = load_yaml(data, what="lease")
     except GwError:
         return None
-    return fence if isinstance(fence, int) else None
+    fence = doc.get("fence") if isinstance(doc, dict) else None
+    if not isinstance(fence, int) or isinstance(fence, bool):
+        return None
+    return fence, str(doc.get("state") or "active"), doc.get("reason")
+
+
+def fence_refusal(push: Push, item: str, fence: int) -> str | None:
+    """Why ``fence`` may not land for ``item``, by the server's state ref; ``None`` if it may.
+
+    Refused: a fence below the item's latest grant (someone was granted the item since: takeover,
+    claim after expiry or release), and the latest grant's own fence once that lease has ended
+    (``released`` by done, release or publish; ``revoked``; ``handed-off``). Every end of a lease makes
+    its fence unusable here. Passed: the live latest grant, items the server does not know, and fences
+    above the latest grant (a server whose state ref lags behind the clients' cannot judge them).
+    """
+    lease = _lease_of(push, item)
+    if lease is None:
+        return None
+    latest, state, reason = lease
+    if fence < latest:
+        return (f"stale fence {fence} for {item} (fence {latest} has since been granted: the lease was lost before "
+                "this push). Claim the item again and redo the work in a new session.")
+    if fence == latest and state != "active":
+        why = f", reason {reason}" if reason else ""
+        return (f"stale fence {fence} for {item} (its lease was {state}{why}: the fence ended with it). Claim the "
+                "item again and redo the work in a new session.")
+    return None
 
 
 def check_server_fences(push: Push) -> Iterable[str]:
-    """A commit whose ``Fence:`` for a ``Work-Item:`` is below that item's latest grant is refused.
+    """A commit whose ``Fence:`` for a ``Work-Item:`` no longer holds on the server is refused.
 
-    The latest grant is the item's ``lease.yaml`` on the server's state ref (fences strictly increase,
-    so it carries the highest fence ever granted for the item). Commits without trailers, items the
-    server's state does not know, and fences at or above the latest grant pass. Commits already on
-    a published branch or tag are not checked again.
+    The item's ``lease.yaml`` on the server's state ref decides (:func:`fence_refusal`): fences strictly
+    increase, so it carries the highest fence ever granted for the item, and its state says whether
+    that grant is still live. Commits without trailers and items the server's state does not know
+    pass. Commits already on a published branch or tag are not checked again.
     """
     seen: set[str] = set()
     for update in push.updates:
@@ -297,11 +365,9 @@ def check_server_fences(push: Push) -> Iterable[str]:
             for item, fence in pairs:
                 if not _ITEM.match(item):
                     continue
-                latest = _fence_of_lease(push, item)
-                if latest is not None and fence < latest:
-                    yield (f"{commit[:12]} on {update.ref}: stale fence {fence} for {item} (fence {latest} has since "
-                           "been granted: the lease was lost before this push). Claim the item again and redo the work "
-                           "in a new session.")
+                why = fence_refusal(push, item, fence)
+                if why:
+                    yield f"{commit[:12]} on {update.ref}: {why}"
 
 
 def check_server_state(push: Push) -> Iterable[str]:

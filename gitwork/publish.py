@@ -23,9 +23,18 @@ date and never loses uncommitted work: if that worktree is clean, it is moved wi
 (git itself refuses if an untracked file would be overwritten); if it has uncommitted changes the
 publish is refused (exit 13) and nothing is touched. Any other worktree is not touched at all.
 
-On success the publish is recorded under the holder's fence (op ``publish``, which also releases the
-lease), the session worktree is removed (kept, with a warning, if it has uncommitted leftovers) and
-the session branch deleted (its commit is now reachable from the target).
+On success the publish is recorded under the holder's fence (op ``publish``, which marks the item
+``done`` and releases the lease, unless ``keep_open``), the session worktree is removed (kept, with a
+warning, if it has uncommitted leftovers) and the session branch deleted (its commit is now reachable
+from the target).
+
+Before anything moves, the record is tried on the state it will extend (:func:`_precheck`): with an
+arbiter remote configured that is the arbiter's state, fetched just now, so a lease revoked, released
+or taken over on the arbiter is exit 7 with nothing moved, locally or on the code remote.
+
+:func:`finish` is ``gw done``: the one safe finish. It publishes the holder's one open session of the
+item (which marks it done), or marks the item done when it has none, or refuses naming the session
+when publishing is not possible (no commit yet, several sessions, a conflict, a failing gate).
 """
 
 from __future__ import annotations
@@ -35,8 +44,8 @@ import shutil
 import subprocess
 
 from . import clock
-from .errors import GitFailed, GwError, Invalid, NonFastForward, RemoteError, Stale
-from .sessions import Session, find, git, holder_lease, identity_env, resolve_commit
+from .errors import GitFailed, GwError, Illegal, Invalid, NonFastForward, RemoteError, Stale
+from .sessions import Session, find, git, identity_env, resolve_commit
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -201,8 +210,40 @@ def _push(top: str, remote: str, into: str, new: str, target: str) -> bool:
     return True
 
 
-def publish(wp: Workplane, session: str | None, into: str | None = None, remote: str | None = None) -> dict[str, Any]:
+def _precheck(wp: Workplane, document: dict[str, Any]) -> None:
+    """Try the publish record on the state it would extend, and change nothing: refusals surface here.
+
+    Without an arbiter that is the local state. With one (setting ``remote``), the arbiter's state
+    ref is fetched first and the local commands it has not seen are replayed on it (as its submit
+    will do), so a lease that ended there (revoked, released, taken over) is seen before any branch
+    moves. The real record is decided again when it is submitted.
+    """
+    from . import engine
+    from .store import Snapshot
+
+    cmd = engine.validate_command(document)
+    cmd.setdefault("as", wp.settings.identity())
+    if wp.settings.remote:
+        from .sync import Arbiter
+
+        arbiter = Arbiter(wp)
+        base, _replayed, _refused = arbiter.rebuild(wp.store.tip(), arbiter.fetch())
+        snapshot = wp.store.snapshot(base) if base else Snapshot(wp.store, None, None)
+    else:
+        snapshot = wp.store.snapshot()
+    snapshot.check_format()
+    engine.apply(snapshot, cmd, wp.now(), wp.settings)
+
+
+def publish(wp: Workplane, session: str | None, into: str | None = None, remote: str | None = None, *,
+            keep_open: bool = False, force: bool = False, reason: str | None = None) -> dict[str, Any]:
+    """Publish a session's commit into ``into`` (locally, or on ``remote``); record it, marking the item
+    done and releasing the lease unless ``keep_open``. ``force``/``reason`` as for ``gw done``."""
     record = find(wp, session)
+    actor = wp.settings.identity()
+    if record.get("holder") != actor:
+        raise Stale(f"session {record.id} is {record.get('holder')}'s, and you are {actor}: only its holder publishes "
+                    "it", item=record.get("item"), holder=record.get("holder"))
     if remote and git("remote", "get-url", "--", remote, cwd=record.top, check=False).returncode != 0:
         raise Invalid(f"no git remote named {remote!r} (git remote add {remote} URL)")
     state = record.get("state")
@@ -222,7 +263,10 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     source = record["commit"]
     if resolve_commit(record.ref, top) != source:
         raise Invalid(f"{record.branch} no longer points at the session commit {source[:12]}")
-    item_id, lease = holder_lease(wp, record["item"], record["fence"])
+    closing = {"keep_open": keep_open or None, "force": force or None, "reason": reason}
+    item_id = record["item"]
+    _precheck(wp, {"op": "publish", "item": item_id, "session": record.id, "source": source, "commit": source,
+                   "into": into, "remote": remote, "mode": "fast-forward", "fence": record["fence"], **closing})
 
     worktree = None
     for _round in range(MAX_ROUNDS):
@@ -249,7 +293,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     record.save()
     try:
         applied = wp.record("publish", item=item_id, session=record.id, source=source, commit=new, previous=target,
-                        into=into, remote=remote, mode=mode, fence=lease.fence)
+                            into=into, remote=remote, mode=mode, fence=record["fence"], **closing)
     except GwError as error:
         raise type(error)(f"published {new[:12]} into {into}, but the publish could not be recorded: {error.message}",
                           **error.details) from error
@@ -258,8 +302,61 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     warnings = _clean_up(record, source)
     return {"session": record.id, "item": item_id, "into": into, "remote": remote, "mode": mode, "commit": new,
             "previous": target, "source": source, "gates": gates, "worktree_updated": worktree,
-            "released": True, "state_commit": applied.commit, "command_id": applied.command["id"],
-            "warnings": warnings}
+            "released": not keep_open, "status": applied.result.get("status"), "state_commit": applied.commit,
+            "command_id": applied.command["id"], "warnings": warnings}
+
+
+def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None = None, fence: int | None = None,
+           into: str | None = None, remote: str | None = None) -> dict[str, Any]:
+    """``gw done``: publish the holder's open session of ``item`` (marking it done), or just mark it done.
+
+    The open sessions are read from the state ref (those started under the current lease and neither
+    published nor dropped). One committed session: it is published, and the publish marks the item
+    done. None: the ``done`` op. Otherwise refused, naming the session(s), nothing changed: a session
+    without its commit (commit it, or drop it), several sessions, or a publish refusal (exit 13 for a
+    conflict or a failing gate, 7 for a lost lease), re-raised with the session named.
+    """
+    from .ops.session_records import describe, open_sessions
+
+    ctx = wp.context()
+    item_id = ctx.resolve(item)
+    lease = ctx.lease(item_id)
+    actor = wp.settings.identity()
+    rows = []
+    if lease is not None and lease.is_active() and lease.holder == actor and fence in (None, lease.fence):
+        rows = open_sessions(ctx, item_id, lease)
+    closing = {"force": force or None, "reason": reason, "fence": fence}
+    if not rows:
+        applied = wp.do("done", item=item_id, **closing)
+        return {**applied.to_json(), "published": None, "dead_sessions": _dead_sessions(wp, item_id)}
+    if len(rows) > 1:
+        raise Illegal(f"{item_id} has {len(rows)} open sessions, {describe(rows)}: publish them one by one "
+                      "(`gw publish SESSION --keep-open`, the last without it) or drop the ones to throw away "
+                      "(`gw session drop SESSION`); nothing was changed", item=item_id,
+                      sessions=[r["session"] for r in rows])
+    row = rows[0]
+    if not row["commit"]:
+        raise Illegal(f"{item_id} has the open session {row['session']} with no commit yet: commit it "
+                      f"(`gw session commit --file PATH... -m MSG`) and run done again, or drop it "
+                      f"(`gw session drop {row['session']}`); nothing was changed", item=item_id,
+                      sessions=[row["session"]])
+    try:
+        result = publish(wp, row["session"], into=into, remote=remote, force=force, reason=reason)
+    except GwError as error:
+        raise type(error)(f"done publishes session {row['session']} of {item_id} first, and could not: "
+                          f"{error.message}", **{**error.details, "session": row["session"]}) from error
+    return {"ok": True, "op": "done", "item": item_id, "status": result["status"], "published": result,
+            "command_id": result["command_id"], "commit": result["state_commit"],
+            "dead_sessions": _dead_sessions(wp, item_id)}
+
+
+def _dead_sessions(wp: Workplane, item_id: str) -> list[dict[str, Any]]:
+    """Sessions of the item still open on the record after the finish: dead ones, named so none is left
+    behind silently (``gw done`` warns about each; ``gw session drop`` ends it)."""
+    from .ops.session_records import open_sessions
+
+    return [{"session": r["session"], "commit": r["commit"], "by": r["by"]}
+            for r in open_sessions(wp.context(), item_id)]
 
 
 def _clean_up(record: Session, source: str) -> list[str]:

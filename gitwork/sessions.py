@@ -178,8 +178,30 @@ def all_sessions(top: str) -> list[Session]:
     return found
 
 
+OPEN_STATES = ("started", "committed")  # published and dropped sessions are over
+
+
+def lease_live(wp: Workplane, record: Session, ctx: Any = None) -> bool:
+    """Whether the lease the session was started under is still the holder's, live, by the holder's view.
+
+    A session whose lease ended (done, released, revoked, handed off, expired, taken over) is *dead*:
+    its fence can land nowhere any more, so it can only be dropped (``gw session drop``).
+    """
+    ctx = ctx or wp.context()
+    try:
+        lease = ctx.lease(record["item"])
+    except GwError:
+        return False
+    return bool(lease is not None and lease.fence == record.get("fence") and lease.holder == record.get("holder")
+                and lease.live_for_holder(ctx.now, wp.settings.clock_margin))
+
+
 def find(wp: Workplane, session: str | None) -> Session:
-    """The named session; else the one whose worktree ``gw`` runs in; else the actor's only open one."""
+    """The named session; else the one whose worktree ``gw`` runs in; else the actor's only live open one.
+
+    Dead sessions (their lease ended) never stand in the way of the default: they are named in the
+    error only when no live one is left, with the way out (``gw session drop``).
+    """
     top = main_worktree(wp.repo)
     if session:
         return Session.load(top, session)
@@ -189,11 +211,19 @@ def find(wp: Workplane, session: str | None) -> Session:
         if match:
             return Session.load(top, match.group(1))
     actor = wp.settings.identity()
-    mine = [s for s in all_sessions(top) if s.get("holder") == actor and s.get("state") != "published"]
-    if len(mine) == 1:
-        return mine[0]
-    raise Invalid("name the session (gw session list shows them), or run this inside its worktree"
-                  + (f"; {actor} has {len(mine)} open sessions" if mine else ""))
+    mine = [s for s in all_sessions(top) if s.get("holder") == actor and s.get("state") in OPEN_STATES]
+    ctx = wp.context()
+    live = [s for s in mine if lease_live(wp, s, ctx)]
+    if len(live) == 1:
+        return live[0]
+    dead = [s.id for s in mine if s not in live]
+    if live:
+        raise Invalid(f"name the session: {actor} has {len(live)} open sessions ({', '.join(s.id for s in live)})")
+    if dead:
+        raise Stale(f"{actor} has no live session: the lease of {', '.join(dead)} ended, so they can no longer be "
+                    "committed or published. Drop them (`gw session drop SESSION`), claim again and start a new "
+                    "session", sessions=dead)
+    raise Invalid("name the session (gw session list shows them), or run this inside its worktree")
 
 
 # --- the holder check ------------------------------------------------------------------------------
@@ -404,5 +434,67 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
 
 
 def list_sessions(wp: Workplane) -> list[dict[str, Any]]:
+    """Every session with ``live``: whether an open session's lease is still the holder's (else it is dead)."""
     top = main_worktree(wp.repo)
-    return [s.view() for s in all_sessions(top)]
+    ctx = wp.context()
+    return [{**s.view(), "live": s.get("state") in OPEN_STATES and lease_live(wp, s, ctx)} for s in all_sessions(top)]
+
+
+# --- session drop --------------------------------------------------------------------------------
+
+
+def _drop_on_record(wp: Workplane, record: Session) -> bool:
+    try:
+        events = wp.history(record["item"])
+    except GwError:
+        return False
+    return any(e.get("type") == "session-drop" and e.get("session") == record.id for e in events)
+
+
+def drop(wp: Workplane, session: str, keep_branch: bool = False, reason: str | None = None) -> dict[str, Any]:
+    """End a session without publishing it: record ``session-drop``, remove its worktree, delete its branch.
+
+    The record comes first: the local reference-transaction hook lets an unpublished session branch
+    be deleted only once its drop is on the state ref. Running it again after a crash finishes the
+    clean-up. Returns what was thrown away: the commit and its files, and uncommitted files found in
+    the worktree. With ``keep_branch`` the branch (and so the commit) stays, e.g. to redo the change.
+    """
+    if not session:
+        raise Invalid("name the session to drop (gw session list shows them)")
+    record = Session.load(main_worktree(wp.repo), session)
+    state = record.get("state")
+    if state == "published":
+        raise Illegal(f"session {record.id} is already published into {record.get('published', {}).get('into')}: "
+                      "nothing to drop")
+    leftovers = _changed_paths(record.source) if os.path.isdir(record.source) else []
+    commit = record.get("commit")
+    files = [c["path"] for c in record.get("changes") or []]
+    recorded = record.get("dropped", {}).get("recorded")
+    command_id = None
+    if state != "dropped":
+        if not _drop_on_record(wp, record):  # else: recorded, then interrupted before the manifest said so
+            applied = wp.record("session-drop", item=record["item"], session=record.id,
+                                keep_branch=keep_branch or None, reason=reason)
+            recorded, command_id = applied.commit, applied.command["id"]
+        record.doc.update(state="dropped", dropped={"at": clock.format_instant(wp.now()), "recorded": recorded,
+                                                    "branch": "kept" if keep_branch else "deleted",
+                                                    "uncommitted": leftovers})
+        record.save()
+    warnings = []
+    if os.path.isdir(record.source):
+        done = git("worktree", "remove", "--force", record.source, cwd=record.top, check=False)
+        if done.returncode != 0:
+            warnings.append(f"could not remove the worktree {record.source}: {done.err}")
+    git("worktree", "prune", cwd=record.top, check=False)
+    branch = "kept"
+    if not record.get("dropped", {}).get("branch") == "kept":
+        tip = git("rev-parse", "-q", "--verify", record.ref, cwd=record.top, check=False).out.strip()
+        if tip:
+            done = git("update-ref", "-d", record.ref, tip, cwd=record.top, check=False)
+            if done.returncode != 0:
+                warnings.append(f"kept {record.branch}: {done.err}")
+        branch = "deleted" if not git("rev-parse", "-q", "--verify", record.ref, cwd=record.top,
+                                      check=False).out.strip() else "kept"
+    return {"session": record.id, "item": record["item"], "commit": commit, "files": files,
+            "uncommitted": leftovers, "branch": branch, "branch_name": record.branch, "state_commit": recorded,
+            "command_id": command_id, "warnings": warnings}

@@ -273,8 +273,8 @@ def test_a_new_session_may_start_on_published_session_work(repo: Path) -> None:
     first = sessions.start(wp, item)
     Path(first["worktree"], "a.txt").write_text("v2\n")
     sessions.commit(wp, ["a.txt"], "first session", cwd=first["worktree"])
-    publish(wp, first["session"])  # fast-forward: main's tip now carries first's Session trailer
-    wp.do("claim", item=item)
+    # fast-forward: main's tip now carries first's Session trailer; the item stays alice's for more work
+    publish(wp, first["session"], keep_open=True)
     second = sessions.start(wp, item)
     assert second["base"] == git(repo, "rev-parse", "main")
     Path(second["worktree"], "a.txt").write_text("v3\n")

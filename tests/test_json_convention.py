@@ -54,9 +54,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "session start": ([A], "object"),
     "session commit": (["--file", "new.txt", "-m", "add a file", "-C", "{worktree}"], "object"),
     "session list": ([], "array"),
-    "publish": (["{session}"], "object"),
+    "publish": (["{session}", "--keep-open"], "object"),
     "done": ([A], "object"),
     "reopen": ([A], "object"),
+    "session drop": (["{session}"], "object"),
     "cancel": ([C], "object"),
     "handoff": ([B, "--reason", "blocked", "-m", "stuck"], "object"),
     "takeover": ([B], "object"),
@@ -72,7 +73,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "demo": ([], "object"),
 }
 # Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
-SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]]}
+SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]],
+               "reopen": [["claim", A], ["session", "start", A]]}
 
 
 def command_paths() -> set[str]:
@@ -175,7 +177,9 @@ def test_every_command_prints_one_json_value_by_the_convention(project: Path, tm
             with Workplane(str(project)) as plane:
                 remember_unknown(plane, {"op": "new", "title": "retried", "id": "c-retried-renew", "as": "alice"})
         for extra in SETUP_AFTER.get(path, []):
-            assert gw_in_process(capsys, [*extra, "-C", str(project)])[0] == 0, extra
+            code, out, _err = gw_in_process(capsys, [*extra, "-C", str(project), "--json"])
+            assert code == 0, extra
+            found.update(session=json.loads(out).get("session", found["session"]) if "session" in found else None)
     # The one streaming form: JSON lines, one message per line.
     code, out, _err = gw_in_process(capsys, ["thread", A, "--follow", "--timeout", "0.2", "--json", "-C",
                                              str(project)])

@@ -76,8 +76,9 @@ def test_fast_forward_into_the_persons_clean_checked_out_branch(repo: Path) -> N
     assert (repo / "untracked.txt").read_text() == "the person's untracked file\n"
     assert lease_state(wp, item) == "released"
     types = [e["type"] for e in wp.history(item)]
-    assert types[-3:] == ["session-commit", "publish", "released"]
-    assert wp.history(item)[-2]["mode"] == "fast-forward"
+    assert types[-4:] == ["session-commit", "publish", "done", "released"]
+    assert wp.history(item)[-3]["mode"] == "fast-forward"
+    assert wp.item(item).status == "done" and result["status"] == "done"  # delivered: never offered again
     assert not Path(s["worktree"]).exists()
     assert git(repo, "for-each-ref", "refs/heads/session/") == ""  # deleted: its commit is on main
     assert sessions.Session.load(str(repo), s["session"])["state"] == "published"
@@ -225,8 +226,8 @@ def test_remote_publish_fast_forward_then_merge(repo: Path, remote: Path, tmp_pa
     wp, item = claimed(repo, gates=("test -f a.txt",))
     local_main = git(repo, "rev-parse", "main")
     first = session_with_commit(repo, wp, item, {"a.txt": "alpha v2\n"})
-    result = publish(wp, first["session"], remote="origin")
-    assert result["mode"] == "fast-forward"
+    result = publish(wp, first["session"], remote="origin", keep_open=True)  # more to come: keep the lease
+    assert result["mode"] == "fast-forward" and not result["released"] and result["status"] == "in_progress"
     assert git(remote, "rev-parse", "main") == first["commit"]
     assert git(repo, "rev-parse", "main") == local_main  # the local branch is not touched
     assert git(repo, "rev-parse", "refs/remotes/origin/main") == first["commit"]
@@ -239,10 +240,10 @@ def test_remote_publish_fast_forward_then_merge(repo: Path, remote: Path, tmp_pa
     git(other, "push", "-q", "origin", "main")
     elsewhere = git(other, "rev-parse", "HEAD")
 
-    wp.do("claim", item=item)
     second = session_with_commit(repo, wp, item, {"c.txt": "new file\n"}, from_ref="main")
     result = publish(wp, second["session"], remote="origin")
     assert result["mode"] == "merge" and result["previous"] == elsewhere
+    assert result["released"] and wp.item(item).status == "done"
     merged = git(remote, "rev-parse", "main")
     assert git(remote, "rev-list", "--parents", "-n1", merged).split()[1:] == [elsewhere, second["commit"]]
     assert git(remote, "merge-base", "--is-ancestor", elsewhere, merged) == ""  # only ever forward

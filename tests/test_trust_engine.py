@@ -363,7 +363,7 @@ def test_a_forged_publish_record_is_refused_from_every_face(state: Path) -> None
             wp.do("publish", **args)
         with pytest.raises(Invalid, match="only gitwork"):
             wp.submit(dict(FORGED_PUBLISH))
-        for op in ("session-start", "session-commit"):
+        for op in ("session-start", "session-commit", "session-drop"):
             with pytest.raises(Invalid, match="only gitwork"):
                 wp.submit({"op": op, "item": A})
         with pytest.raises(Invalid) as unknown:

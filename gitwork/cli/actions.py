@@ -87,6 +87,26 @@ def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, offline
 # --- items -----------------------------------------------------------------------------------------
 
 
+def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
+    """``gw done``: the safe finish (``publish.finish``): publishes the holder's open session first."""
+    from ..publish import finish
+
+    result = finish(wp, item, **args)
+    if as_json:
+        output.emit_json(result)
+        return
+    published = result.get("published")
+    if published:
+        where = published["into"] + (f" on {published['remote']}" if published["remote"] else "")
+        output.info(f"published session {published['session']} into {where} ({published['mode']}, "
+                    f"{published['commit'][:12]})")
+    output.info(f"done {result['item']} by {wp.settings.identity()}")
+    for dead in result.get("dead_sessions", []):
+        held = f"holds commit {dead['commit'][:12]}" if dead["commit"] else "has no commit"
+        output.info(f"warning: session {dead['session']} ({dead['by']}; its lease ended) {held} that will not be "
+                    f"published: gw session drop {dead['session']}")
+
+
 def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
     if remote:
         # Adopt the arbiter's state when it has one, rather than starting a second history.

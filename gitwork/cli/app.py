@@ -165,10 +165,12 @@ def done(
     item: ItemArg,
     force: Annotated[bool, typer.Option("--force", help="Even with unchecked criteria (needs --reason).")] = False,
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
+    remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Mark an item done; releases the holder's lease."""
-    _run(actions.submit, json, path, agent, op="done", item=item, force=force or None, reason=reason, fence=fence)
+    """Mark an item done; publishes your open session of it first, and releases your lease."""
+    _run(actions.done, json, path, agent, item=item, force=force, reason=reason, fence=fence, into=into, remote=remote)
 
 
 @app.command()

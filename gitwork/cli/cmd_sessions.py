@@ -1,4 +1,4 @@
-"""CLI for session branches: ``gw session start|commit|list``, ``gw publish``, ``gw hooks install``.
+"""CLI for session branches: ``gw session start|commit|list|drop``, ``gw publish``, ``gw hooks install``.
 
 Thin like the rest of the CLI: each command parses its options and calls one function of
 ``gitwork.sessions``, ``gitwork.publish`` or ``gitwork.hooks_install``; the state ref is only ever
@@ -64,15 +64,44 @@ def _list(wp: Any, as_json: bool) -> None:
     if as_json:
         output.emit_json(rows)
         return
-    output.table(("session", "item", "holder", "state", "commit", "into"),
-                 [(r["session"], r["item"], r.get("holder"), r.get("state"), str(r.get("commit") or "")[:12],
-                   r.get("into") or "") for r in rows], title="sessions")
+    output.table(("session", "item", "holder", "state", "lease", "commit", "into"),
+                 [(r["session"], r["item"], r.get("holder"), r.get("state"), _lease_column(r),
+                   str(r.get("commit") or "")[:12], r.get("into") or "") for r in rows], title="sessions")
 
 
-def _publish(wp: Any, as_json: bool, session: str | None, into: str | None, remote: str | None) -> None:
+def _lease_column(row: dict[str, Any]) -> str:
+    if row.get("state") in ("published", "dropped"):
+        return ""
+    return "live" if row.get("live") else "ended (drop it)"
+
+
+def _drop(wp: Any, as_json: bool, session: str, keep_branch: bool, reason: str | None) -> None:
+    from ..sessions import drop
+
+    info = drop(wp, session, keep_branch=keep_branch, reason=reason)
+    if as_json:
+        output.emit_json({"ok": True, **info})
+        return
+    output.line(info["session"])
+    if info["commit"]:
+        kept = (f"kept on {info['branch_name']}" if info["branch"] == "kept"
+                else f"branch {info['branch_name']} deleted; `git branch NAME {info['commit'][:12]}` recovers it "
+                     "until git prunes it")
+        output.info(f"dropped session {info['session']} of {info['item']}: threw away commit {info['commit'][:12]} "
+                    f"({', '.join(info['files']) or 'no files'}); {kept}")
+    else:
+        output.info(f"dropped session {info['session']} of {info['item']} (it had no commit)")
+    if info["uncommitted"]:
+        output.info(f"threw away uncommitted files in its worktree: {', '.join(info['uncommitted'])}")
+    for warning in info.get("warnings", []):
+        output.info(f"warning: {warning}")
+
+
+def _publish(wp: Any, as_json: bool, session: str | None, into: str | None, remote: str | None,
+             keep_open: bool = False, force: bool = False, reason: str | None = None) -> None:
     from ..publish import publish
 
-    info = publish(wp, session, into=into, remote=remote)
+    info = publish(wp, session, into=into, remote=remote, keep_open=keep_open, force=force, reason=reason)
     if as_json:
         output.emit_json({"ok": True, **info})
         return
@@ -80,7 +109,8 @@ def _publish(wp: Any, as_json: bool, session: str | None, into: str | None, remo
     where = info["into"] + (f" on {info['remote']}" if info["remote"] else "")
     moved = f"; updated the checkout at {info['worktree_updated']}" if info.get("worktree_updated") else ""
     output.info(f"published session {info['session']} into {where} by {info['mode']} "
-                f"({info['previous'][:12]} → {info['commit'][:12]}){moved}; lease released")
+                f"({info['previous'][:12]} → {info['commit'][:12]}){moved}; "
+                + ("lease kept, item still in progress" if keep_open else f"{info['item']} done, lease released"))
     for warning in info.get("warnings", []):
         output.info(f"warning: {warning}")
 
@@ -116,16 +146,38 @@ def session_list(json: Json = False, agent: As = None, path: Repo = None) -> Non
     _run(_list, json, path, agent)
 
 
+DropArg = Annotated[str, typer.Argument(help="Session id (gw session list shows them).", show_default=False)]
+KeepBranch = Annotated[bool, typer.Option("--keep-branch", help="Keep the session branch (and its commit).")]
+DropReason = Annotated[Optional[str], typer.Option("--reason", help="Why it is dropped (recorded).")]
+
+
+@session_app.command("drop")
+def session_drop(session: DropArg, keep_branch: KeepBranch = False, reason: DropReason = None, json: Json = False,
+                 agent: As = None, path: Repo = None) -> None:
+    """End a session without publishing it: records the drop, removes its worktree, deletes its branch (alias: abandon)."""
+    _run(_drop, json, path, agent, session=session, keep_branch=keep_branch, reason=reason)
+
+
+# `gw session abandon` is the same command under the word some users reach for first.
+session_app.command("abandon", hidden=True, help="Same as `gw session drop`.")(session_drop)
+
+
 @app.command()
 def publish(
     session: SessionArg = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Target branch (default: the branch the session "
                                                                "started from).")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish to this git remote's branch (CAS push).")] = None,
+    keep_open: Annotated[bool, typer.Option("--keep-open", help="Keep the lease and the item in progress "
+                                                                "(more sessions to come).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Mark done even with unchecked criteria (needs --reason).")] = False,
+    reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Publish a session's commit: fast-forward, or a clean merge whose gates pass. Exit 13 otherwise."""
-    _run(_publish, json, path, agent, session=session, into=into, remote=remote)
+    """Publish a session's commit (fast-forward, or a clean merge whose gates pass; exit 13 otherwise) and mark the
+    item done."""
+    _run(_publish, json, path, agent, session=session, into=into, remote=remote, keep_open=keep_open, force=force,
+         reason=reason)
 
 
 @hooks_app.command("install")

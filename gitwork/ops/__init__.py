@@ -14,7 +14,7 @@ OP_MODULES = {
     **dict.fromkeys(("init", "new", "edit", "check", "decision", "done", "cancel", "reopen"), "items"),
     **dict.fromkeys(("claim", "takeover", "renew", "release", "revoke", "handoff"), "leases"),
     **dict.fromkeys(("msg", "ack", "ask", "decide"), "messages"),
-    **dict.fromkeys(("session-start", "session-commit", "publish"), "sessions"),
+    **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop"), "sessions"),
 }
 
 

@@ -248,6 +248,12 @@ def _close(ctx: Context, target: str) -> None:
 
 @op("done", "mark an item done (releases the holder's lease)", item="item!", force="bool", reason="short")
 def done(ctx: Context) -> None:
+    # The holder's open sessions under this lease would be stranded (their fence dies with the
+    # lease): refuse, naming them. `gw done` publishes the one committed session first.
+    from .session_records import refuse_open_sessions
+
+    item_id = ctx.target()
+    refuse_open_sessions(ctx, item_id, ctx.require_holder(item_id), "done")
     _close(ctx, "done")
 
 

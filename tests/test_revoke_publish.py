@@ -1,0 +1,181 @@
+"""A lease that ended cannot land code: the arbiter is also the code remote, with the server hook installed.
+
+Every end of a lease (revoke, release, handoff, expiry and takeover, done) makes its fence unusable at
+the code remote: the pre-receive check reads the lease's state on the server's state ref, not only its
+fence number. And `gw publish` asks the arbiter first: after a revoke there, it exits 7 with nothing
+moved, neither the remote's branch nor the local one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Clock, git, make_repo, run_gw
+from gitwork import sessions
+from gitwork.errors import Stale
+from gitwork.publish import publish
+from gitwork.sync import Arbiter, configure_remote
+from gitwork.workplane import Workplane
+from test_sessions import T0, init_project, person_identity  # noqa: F401  (autouse fixture)
+
+STATE = "refs/gitwork/state"
+
+
+def remote_ref(bare: Path, ref: str) -> str | None:
+    return git(bare, "rev-parse", "-q", "--verify", ref, check=False) or None
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> Path:
+    """The arbiter and code remote, with the server hook installed as a user would (`gw hooks install --server`)."""
+    path = make_repo(tmp_path / "origin.git", bare=True)
+    done = run_gw(tmp_path, "hooks", "install", "--server", str(path))
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+class World:
+    def __init__(self, tmp_path: Path, repo: Path, bare: Path) -> None:
+        self.clock = Clock(T0)
+        self.bare = bare
+        init_project(repo)
+        git(repo, "remote", "add", "origin", str(bare))
+        git(repo, "push", "-q", "origin", "main")
+        self.repo = repo
+        self.alice = Workplane(str(repo), now=self.clock, agent="alice")
+        configure_remote(self.alice, "origin")
+        self.alice.do("init")
+        self.item = self.alice.do("new", title="Remote work").result["item"]
+        Arbiter(self.alice).sync()
+        self.alice.do("claim", item=self.item)  # through the arbiter
+        admin_repo = tmp_path / "admin"
+        git(tmp_path, "clone", "-q", str(bare), str(admin_repo))
+        self.admin = Workplane(str(admin_repo), now=self.clock, agent="admin")
+        configure_remote(self.admin, "origin")
+        Arbiter(self.admin).sync()
+        self.session = sessions.start(self.alice, self.item)
+        Path(self.session["worktree"], "a.txt").write_text("alice's change\n")
+        self.commit = sessions.commit(self.alice, ["a.txt"], "alice's change", cwd=self.session["worktree"])["commit"]
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"remote_main": remote_ref(self.bare, "refs/heads/main"),
+                "remote_branches": git(self.bare, "for-each-ref", "--format=%(refname)", "refs/heads/"),
+                "local_main": git(self.repo, "rev-parse", "main"),
+                "local_state": git(self.repo, "rev-parse", STATE)}
+
+
+@pytest.fixture
+def world(tmp_path: Path, repo: Path, bare: Path) -> World:
+    return World(tmp_path, repo, bare)
+
+
+def push(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "push", "-q", "origin", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_publish_after_a_revoke_on_the_arbiter_exits_7_and_moves_nothing(world: World) -> None:
+    world.admin.do("revoke", item=world.item, reason="reassigned")
+    before = world.snapshot()
+    env = {"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:00:00Z"}
+
+    done = run_gw(world.repo, "publish", world.session["session"], "--remote", "origin", "--json", env=env)
+
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert "revoked" in json.loads(done.stdout)["message"]
+    assert world.snapshot() == before  # the remote's main, its branches, local main, the local state
+    # Locally, with the arbiter configured: the stale local state is not trusted either.
+    with pytest.raises(Stale, match="revoked"):
+        publish(world.alice, world.session["session"])
+    assert world.snapshot() == before
+    assert sessions.Session.load(str(world.repo), world.session["session"])["state"] == "committed"
+
+
+def end_by_revoke(world: World) -> None:
+    world.admin.do("revoke", item=world.item, reason="reassigned")
+
+
+def end_by_release(world: World) -> None:
+    world.alice.do("release", item=world.item)
+
+
+def end_by_handoff(world: World) -> None:
+    world.alice.do("handoff", item=world.item, reason="reassign")
+
+
+def end_by_takeover(world: World) -> None:
+    world.clock.advance(3600)
+    world.admin.do("takeover", item=world.item)
+
+
+def end_by_done(world: World) -> None:
+    # The plain done op (a face that bypasses `gw done`) refuses to strand the session; after the
+    # session is dropped on the record, done ends the lease, and its fence dies with it.
+    sessions.drop(world.alice, world.session["session"], keep_branch=True)
+    world.alice.do("done", item=world.item)
+    Arbiter(world.alice).sync()
+
+
+@pytest.mark.parametrize("end", [end_by_revoke, end_by_release, end_by_handoff, end_by_takeover, end_by_done])
+def test_a_plain_git_push_under_an_ended_lease_is_refused_by_the_server(world: World, end: Any) -> None:
+    remote_main = remote_ref(world.bare, "refs/heads/main")
+    end(world)
+    refused = push(world.repo, f"{world.commit}:refs/heads/main")
+    assert refused.returncode != 0, refused.stderr
+    assert "stale fence 1" in refused.stderr and world.item in refused.stderr
+    parked = push(world.repo, f"{world.commit}:refs/heads/{world.session['branch']}")
+    assert parked.returncode != 0 and "stale fence" in parked.stderr
+    assert remote_ref(world.bare, "refs/heads/main") == remote_main
+
+
+def test_a_live_lease_publishes_to_the_guarded_remote_and_then_its_fence_is_dead(world: World) -> None:
+    result = publish(world.alice, world.session["session"], remote="origin")
+    assert result["status"] == "done" and remote_ref(world.bare, "refs/heads/main") == world.commit
+    arbiter_lease = Workplane(str(world.bare), now=world.clock).lease(world.item)
+    assert arbiter_lease is not None and arbiter_lease.state == "released" and arbiter_lease.reason == "published"
+    # The same fence cannot land anything more once the publish ended its lease.
+    scratch = world.repo.parent / "late"
+    git(world.repo, "worktree", "add", "-q", "--detach", str(scratch), world.commit)
+    (scratch / "b.txt").write_text("one more thing\n")
+    git(scratch, "commit", "-q", "-am", f"late\n\nWork-Item: {world.item}\nFence: 1")
+    late = push(scratch, "HEAD:refs/heads/main")
+    assert late.returncode != 0 and "released" in late.stderr
+
+
+def test_the_server_lets_a_session_branch_go_once_its_drop_is_on_its_state_ref(world: World) -> None:
+    branch = world.session["branch"]
+    assert push(world.repo, branch).returncode == 0  # parked on the remote while the lease is live
+    refused = push(world.repo, f":refs/heads/{branch}")
+    assert refused.returncode != 0 and "unpublished" in refused.stderr
+    sessions.drop(world.alice, world.session["session"], keep_branch=True)
+    Arbiter(world.alice).sync()  # the drop record reaches the server's state ref
+    accepted = push(world.repo, f":refs/heads/{branch}")
+    assert accepted.returncode == 0, accepted.stderr
+    assert remote_ref(world.bare, f"refs/heads/{branch}") is None
+
+
+def test_done_with_remote_after_a_revoke_exits_7_and_moves_nothing(world: World) -> None:
+    """`gw done` publishes the open session first, and asks the arbiter before anything moves."""
+    world.admin.do("revoke", item=world.item, reason="reassigned")
+    before = world.snapshot()
+    env = {"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:00:00Z"}
+    done = run_gw(world.repo, "done", world.item, "--remote", "origin", "--json", env=env)
+    assert done.returncode == 7, done.stdout + done.stderr
+    error = json.loads(done.stdout)
+    assert world.session["session"] in error["message"] and "revoked" in error["message"]
+    assert world.snapshot() == before
+
+
+def test_done_with_remote_publishes_there_and_closes_the_item_on_the_arbiter(world: World) -> None:
+    env = {"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:00:00Z"}
+    done = run_gw(world.repo, "done", world.item, "--remote", "origin", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"done {world.item} by alice" in done.stderr
+    assert remote_ref(world.bare, "refs/heads/main") == world.commit
+    on_arbiter = Workplane(str(world.bare), now=world.clock)
+    assert on_arbiter.item(world.item).status == "done"
+    assert world.item not in [row[0] for row in on_arbiter.ready()]
