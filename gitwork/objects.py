@@ -245,7 +245,6 @@ class LooseObjects:
         self.algorithm = algorithm
         self.shared = shared
         self.fsync = fsync
-        self._known: set[str] = set()
 
     def hash(self, kind: str, data: bytes) -> str:
         header = f"{kind} {len(data)}\0".encode()
@@ -271,13 +270,12 @@ class LooseObjects:
     def write(self, kind: str, data: bytes) -> str:
         header = f"{kind} {len(data)}\0".encode()
         oid = hashlib.new(self.algorithm, header + data).hexdigest()
-        if oid in self._known:
-            return oid
+        # No memory of what was written before: housekeeping may have packed, pruned or moved any of it
+        # since (a long-lived Workplane spans many gc runs). Like git, look at the file every time.
         subdir = os.path.join(self.objects_dir, oid[:2])
         path = os.path.join(subdir, oid[2:])
         if not self._freshen(path):
             self._write_file(subdir, path, zlib.compress(header + data, 1))
-        self._known.add(oid)
         return oid
 
     def write_tree(self, entries: Mapping[str, TreeEntry]) -> str:
