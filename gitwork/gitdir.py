@@ -45,7 +45,7 @@ class Location:
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8", newline="") as handle:  # a lone CR is whitespace to git, not a line end
         return handle.read()
 
 
