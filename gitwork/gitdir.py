@@ -160,6 +160,12 @@ def parse_config(text: str, into: dict[str, str], *, repository: bool) -> None:
         into[key] = _value(raw_value)
 
 
+# Extensions git accepts in a version-0 repository; none changes where gw finds refs, config or objects
+# (a partial clone's missing objects come through cat-file, which fetches them).
+_V0_EXTENSIONS = {"extensions.worktreeconfig", "extensions.partialclone", "extensions.preciousobjects",
+                  "extensions.noop"}
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("true", "yes", "on", "1")
 
@@ -201,10 +207,10 @@ def read_config(git_dir: str, common_dir: str) -> dict[str, str] | None:
         return None
     version = values.pop("core.repositoryformatversion", "0")
     extensions = {k for k in values if k.startswith("extensions.")}
-    if version not in ("0", "1") or (version == "0" and extensions - {"extensions.worktreeconfig"}):
+    if version not in ("0", "1") or (version == "0" and extensions - _V0_EXTENSIONS):
         return None  # git's own rules for repository format versions: let git decide
-    if extensions - {"extensions.worktreeconfig", "extensions.objectformat"}:
-        return None  # reftable, partial clones' promisor settings and the like: git decides
+    if extensions - _V0_EXTENSIONS - {"extensions.objectformat"}:
+        return None  # reftable, and whatever git adds later: git decides
     if "core.worktree" in values or _truthy(values.get("core.bare")):
         return None
     return values
