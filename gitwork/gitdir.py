@@ -59,6 +59,10 @@ def find(cwd: str) -> tuple[str, str, str] | None:
         return None
     here = os.path.abspath(cwd)
     uid = os.geteuid() if hasattr(os, "geteuid") else None
+    try:
+        device = os.stat(here).st_dev
+    except OSError:
+        return None
     while True:
         dot = os.path.join(here, ".git")
         try:
@@ -73,8 +77,8 @@ def find(cwd: str) -> tuple[str, str, str] | None:
                 if os.path.isfile(os.path.join(here, "HEAD")) and os.path.isdir(os.path.join(here, "objects")):
                     return None  # a bare repository or inside a .git folder: let git decide
                 parent = os.path.dirname(here)
-                if parent == here:
-                    return None
+                if parent == here or os.stat(parent).st_dev != device:
+                    return None  # git stops at a file system boundary: let it say so
                 here = parent
                 continue
             # git's safe.directory rules (the work tree and the git directory must be ours): let git
@@ -100,17 +104,53 @@ _SPACE = str.maketrans("\t\n\r", "   ")  # git's isspace in a value: each become
 
 
 def _value(raw: str) -> str:
-    """An unquoted, unescaped value as git's ``parse_value`` returns it.
+    """A value as git's ``parse_value`` (config.c) returns it, from the text after ``=``.
 
-    A ``#`` or ``;`` anywhere starts a comment (``agent = alice#laptop`` is ``alice``); leading and
-    trailing whitespace goes, and each whitespace character inside becomes one space.
+    Outside quotes, ``#`` or ``;`` starts a comment (``agent = alice#laptop`` is ``alice``), leading
+    and trailing whitespace goes, and each whitespace character inside becomes one space; quotes
+    keep everything literally; ``\\ \" \n \t \b`` are the only escapes. A backslash at the end
+    of the line continues the value on the next one: that, an unknown escape or an unclosed quote
+    (an error for git) raises :class:`Unusual`, and git is asked.
     """
-    cut = len(raw)
-    for mark in "#;":
-        at = raw.find(mark)
-        if 0 <= at < cut:
-            cut = at
-    return raw[:cut].translate(_SPACE).strip(" ")
+    if '"' not in raw and "\\" not in raw:  # the usual case: no quoting at all
+        cut = len(raw)
+        for mark in "#;":
+            at = raw.find(mark)
+            if 0 <= at < cut:
+                cut = at
+        return raw[:cut].translate(_SPACE).strip(" ")
+    out: list[str] = []
+    quote, space, pos, end = False, 0, 0, len(raw)
+    while pos < end:
+        ch = raw[pos]
+        pos += 1
+        if ch in " \t\r" and not quote:
+            if out:  # only once the value has a character: leading whitespace goes
+                space += 1
+            continue
+        if not quote and ch in "#;":
+            break
+        if space:
+            out.append(" " * space)
+            space = 0
+        if ch == "\\":
+            if pos >= end:
+                raise Unusual("continuation line")
+            ch = raw[pos]
+            pos += 1
+            if ch not in _ESCAPES:
+                raise Unusual("unknown escape")
+            out.append(_ESCAPES[ch])
+        elif ch == '"':
+            quote = not quote
+        else:
+            out.append(ch)
+    if quote:
+        raise Unusual("unclosed quote")
+    return "".join(out)
+
+
+_ESCAPES = {"t": "\t", "b": "\b", "n": "\n", "\\": "\\", '"': '"'}
 
 
 def parse_config(text: str, into: dict[str, str], *, repository: bool) -> None:
@@ -142,22 +182,19 @@ def parse_config(text: str, into: dict[str, str], *, repository: bool) -> None:
             raise Unusual("not a key = value line")
         if section == "":
             raise Unusual("key before any section")
-        if section is None:
-            continue
         key = f"{section}.{match.group(1).lower()}"
-        wanted = section == "gitwork" or key in CORE_KEYS
+        wanted = section is not None and section == "gitwork" or key in CORE_KEYS
         if repository:
             wanted = wanted or section == "extensions" or key in ("core.repositoryformatversion", "core.worktree",
                                                                  "core.bare")
-        if not wanted:
-            continue
         raw_value = match.group(2)
         if raw_value is None:
-            into[key] = "true"  # a key with no "=" is a boolean true for git
+            if wanted:
+                into[key] = "true"  # a key with no "=" is a boolean true for git
             continue
-        if '"' in raw_value or "\\" in raw_value:
-            raise Unusual("quoted or escaped value")
-        into[key] = _value(raw_value)
+        value = _value(raw_value)  # also for keys gw ignores: a continuation line must not be misread
+        if wanted:
+            into[key] = value
 
 
 # Extensions git accepts in a version-0 repository; none changes where gw finds refs, config or objects
