@@ -19,8 +19,8 @@ import time
 from . import gitcmd
 from .config import Settings, load
 from .errors import Corrupt, GitFailed, Invalid, Locked, NewerFormat
-from .objects import (MODE_BLOB, MODE_TREE, Commit, LooseObjects, TreeEntry, format_commit, fsync_loose_objects,
-                      parse_commit, parse_tree, shared_perm)
+from .objects import (MODE_BLOB, MODE_TREE, Commit, LooseObjects, TreeEntry, adjust_shared_perm, format_commit,
+                      fsync_loose_objects, parse_commit, parse_tree, shared_perm)
 
 FORMAT_FILE = "format.yaml"
 APPEND_ONLY_SUFFIX = ".log"
@@ -76,7 +76,15 @@ class Repository:
     def gitwork_dir(self) -> str:
         """Private working files (read cache); one per repository, shared by its worktrees."""
         path = os.path.join(self.common_dir, "gitwork")
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            return path
+        # Like every folder git makes in a shared repository: the group may write here too.
+        try:
+            adjust_shared_perm(path, shared_perm(self.core.get("core.sharedrepository")))
+        except ValueError:
+            pass
         return path
 
 

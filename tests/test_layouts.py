@@ -285,6 +285,10 @@ def test_core_commands_on_every_layout(name: str, tmp_path: Path) -> None:
         layout.fsck()
     if name == "shared_group":
         check_shared_modes(layout.cwd / ".git" / "objects", layout.git("rev-list", "--objects", STATE))
+        # gw's own folder in the git directory (its read cache) gets the mode git gives its folders.
+        made_by_git = layout.cwd / ".git" / "refs" / "gitwork"
+        made_by_gw = layout.cwd / ".git" / "gitwork"
+        assert stat.S_IMODE(made_by_gw.stat().st_mode) == stat.S_IMODE(made_by_git.stat().st_mode) == 0o2775
     if name == "fsync":
         lines = log.read_text().split()
         # Exactly one fsync per loose object gw wrote (git fsyncs each one with loose-object set).
