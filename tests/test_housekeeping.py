@@ -118,7 +118,7 @@ def test_writers_beside_git_housekeeping(repo: Path) -> None:
 
     from conftest import gw_cmd
 
-    seconds = 4
+    seconds = 3
     with Workplane(str(repo)) as wp:
         wp.do("init")
     env = {**os.environ, "GW_NO_AUTO_GC": "1"}

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gw_cmd
+from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
 IDENTITY = {"GIT_AUTHOR_NAME": "Person", "GIT_AUTHOR_EMAIL": "person@example.com",
@@ -79,9 +80,10 @@ def origin_with_state(tmp: Path, commands: int = 4) -> Path:
     """A repository whose state ref already has a few commits (to clone, share or fetch shallowly)."""
     origin = project(tmp / "origin")
     sh(origin, "config", "uploadpack.allowFilter", "true")
-    Layout(origin).ok("init")
-    for n in range(commands):
-        Layout(origin).ok("new", f"origin item {n}", "-d", f"a description to make blob {n}")
+    with Workplane(str(origin)) as wp:  # in-process: the origin is not what is under test
+        wp.do("init")
+        for n in range(commands):
+            wp.do("new", title=f"origin item {n}", description=f"a description to make blob {n}")
     return origin
 
 
