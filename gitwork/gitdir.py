@@ -346,3 +346,24 @@ def read_shallow(common_dir: str) -> frozenset[str]:
             return frozenset(line.strip() for line in handle if line.strip())
     except FileNotFoundError:
         return frozenset()
+
+
+def has_replace_refs(common_dir: str) -> bool:
+    """Whether git may read some object through a replacement (``git replace``): then every object
+    read must go through git, which applies them (and ``core.useReplaceRefs``) itself."""
+    if "GIT_NO_REPLACE_OBJECTS" in os.environ:
+        return False
+    if "GIT_REPLACE_REF_BASE" in os.environ:
+        return True
+    try:
+        if os.listdir(os.path.join(common_dir, "refs", "replace")):
+            return True
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(common_dir, "packed-refs"), "rb") as handle:
+            return b" refs/replace/" in handle.read()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True

@@ -151,6 +151,7 @@ class Store:
         self.cat = gitcmd.CatFile(repo.git_dir)
         self.objects = self.writer = repo.objects()
         self._shallow: tuple[object, frozenset[str]] | None = None
+        self._loose_ok: bool | None = None
         self._trees: dict[str, dict[str, TreeEntry]] = {}
         self._blobs: dict[str, bytes] = {}
         self._hexlen = 64 if repo.algorithm == "sha256" else 40
@@ -160,8 +161,16 @@ class Store:
 
     # --- reading ------------------------------------------------------------------------------
 
+    def _reads_loose(self) -> bool:
+        """Loose objects are read directly unless ``git replace`` refs could make git see others."""
+        if self._loose_ok is None:
+            from .gitdir import has_replace_refs
+
+            self._loose_ok = not has_replace_refs(self.repo.common_dir)
+        return self._loose_ok
+
     def _object(self, name: str, kind: str) -> bytes:
-        if len(name) == self._hexlen:
+        if len(name) == self._hexlen and self._reads_loose():
             # Most recent state objects are loose: read them directly, no process needed.
             loose = self.objects.read(name)
             if loose is not None:

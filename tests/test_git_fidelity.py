@@ -3,6 +3,7 @@ ownership and hook refusals, each compared with git's own answer on a real repos
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -201,3 +202,25 @@ def test_git_failures_are_reported_on_one_line(tmp_path: Path) -> None:
     with pytest.raises(GitFailed) as caught:
         gitcmd.run(["--git-dir", str(tmp_path / "r" / ".git"), "update-ref", "refs/x", "1" * 40], cwd=tmp_path)
     assert "\n" not in caught.value.message
+
+
+# --- git replace: what git shows, gw shows -------------------------------------------------------------
+
+
+def test_replaced_state_commits_read_as_git_reads_them(repo: Path) -> None:
+    assert run_gw(repo, "init").returncode == 0
+    assert run_gw(repo, "new", "first").returncode == 0
+    tip_commit = tip(repo)
+    assert tip_commit
+    raw = git(repo, "cat-file", "commit", tip_commit)
+    env = {**os.environ, "GIT_AUTHOR_NAME": "x", "GIT_AUTHOR_EMAIL": "x@y", "GIT_COMMITTER_NAME": "x",
+           "GIT_COMMITTER_EMAIL": "x@y"}
+    edited = raw.replace("new w-", "replaced: new w-", 1)
+    replacement = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin"], cwd=repo, env=env,
+                                 input=edited.encode(), capture_output=True, check=True).stdout.decode().strip()
+    git(repo, "replace", tip_commit, replacement)
+    shown = run_gw(repo, "log", "--json")
+    assert shown.returncode == 0, shown.stderr
+    summaries = [entry["summary"] for entry in json.loads(shown.stdout)]
+    assert summaries == git(repo, "log", "--format=%s", "refs/gitwork/state").splitlines()
+    assert summaries[0].startswith("replaced: ")
