@@ -3,6 +3,7 @@ ownership and hook refusals, each compared with git's own answer on a real repos
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -224,3 +225,51 @@ def test_replaced_state_commits_read_as_git_reads_them(repo: Path) -> None:
     summaries = [entry["summary"] for entry in json.loads(shown.stdout)]
     assert summaries == git(repo, "log", "--format=%s", "refs/gitwork/state").splitlines()
     assert summaries[0].startswith("replaced: ")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to act as a second uid")
+def test_a_second_group_member_can_add_objects_where_gw_wrote() -> None:
+    """``git init --shared=group``: after gw wrote, another member of the group runs ``git hash-object -w``
+    into a fan-out folder gw created (git's "insufficient permission" if gw made it 0755)."""
+    import shutil
+    import tempfile
+
+    from gitwork.workplane import Workplane
+
+    group, member = 54321, 54322
+    top = Path(tempfile.mkdtemp(prefix="gw-shared-"))  # outside pytest's 0700 tree: the member must enter
+    try:
+        top.chmod(0o755)
+        repo = top / "repo"
+        subprocess.run(["git", "init", "-q", "--shared=group", str(repo)], check=True)
+        for root, dirs, files in os.walk(repo):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), -1, group)
+        os.lchown(repo, -1, group)
+        with Workplane(str(repo)) as wp:
+            wp.do("init")
+            wp.do("new", title="written by gw as root")
+        objects = repo / ".git" / "objects"
+        made_by_gw = sorted(d.name for d in objects.iterdir() if len(d.name) == 2)
+        assert made_by_gw
+        home = top / "member-home"
+        home.mkdir()
+        os.chown(home, member, group)
+        env = {"HOME": str(home), "PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+        n = 0
+        while True:  # content whose object lands in a folder gw made
+            content = f"added by the second member {n}\n".encode()
+            oid = hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+            if oid[:2] in made_by_gw:
+                break
+            n += 1
+        added = subprocess.run(["git", "-c", "safe.directory=*", "hash-object", "-w", "--stdin"], cwd=repo,
+                               input=content, capture_output=True, env=env, user=member, group=group,
+                               extra_groups=[])
+        assert added.returncode == 0, added.stderr.decode()
+        assert (objects / oid[:2] / oid[2:]).stat().st_uid == member
+        checked = subprocess.run(["git", "-c", "safe.directory=*", "fsck", "--full", "--strict"], cwd=repo,
+                                 capture_output=True, env=env, user=member, group=group, extra_groups=[])
+        assert checked.returncode == 0, checked.stderr.decode()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
