@@ -1,9 +1,14 @@
 """On-disk caches of data derived from one state commit (the summary index, the threads index).
 
 Each cache is a marshal file ``<git common dir>/gitwork/<ref>.<name>`` holding ``(commit, shards)``,
-where ``shards`` maps a shard folder name to ``(shard tree id, {item id: summary})`` so a later commit
-is brought up to date by re-reading only the shards whose tree id changed. A cache is derived data:
-unreadable or missing means rebuild, unwritable means a slower next command, never an error.
+where ``shards`` maps a shard folder name to ``(shard tree id, {item id: summary}, {item id: (folder
+tree id, problem)})`` so a later commit is brought up to date by re-reading only the shards whose tree
+id changed. A cache is derived data: unreadable or missing means rebuild, unwritable means a slower next
+command, never an error.
+
+An item whose files do not parse (``Corrupt``) is kept aside with its problem rather than failing the
+whole summary: one bad item must not take every listing down. Readers list the sound items and name
+the bad ones (:func:`problems`); commands that need the bad item itself read it and fail on it.
 """
 
 from __future__ import annotations
@@ -74,6 +79,8 @@ def refresh(
     """
     from . import layout
 
+    from .errors import Corrupt
+
     path = path_for(snapshot, name)
     cached = read(path) if use_cache else None
     if cached is not None and cached[0] == snapshot.commit:
@@ -86,14 +93,30 @@ def refresh(
             shards[shard] = previous
             continue
         before = previous[1] if previous else {}
+        bad_before = previous[2] if previous else {}
         members: dict[str, Any] = {}
+        bad: dict[str, tuple[str, str]] = {}
         for item_id, folder in snapshot.store.read_tree(entry.oid).items():
             known = before.get(item_id)
             if known is not None and folder_of(known) == folder.oid:
                 members[item_id] = known
+            elif bad_before.get(item_id, ("",))[0] == folder.oid:
+                bad[item_id] = bad_before[item_id]  # still the same broken files: not read again
             else:
-                members[item_id] = summarise(item_id, folder.oid, known)
-        shards[shard] = (entry.oid, members)
+                try:
+                    members[item_id] = summarise(item_id, folder.oid, known)
+                except Corrupt as error:
+                    bad[item_id] = (folder.oid, error.message)
+        shards[shard] = (entry.oid, members, bad)
     if use_cache:
         write(path, snapshot.commit, shards)
     return snapshot.commit, shards
+
+
+def problems(shards: dict[str, Any]) -> dict[str, str]:
+    """Item id → why it was left out of the summary (its files do not parse), for every bad item."""
+    found: dict[str, str] = {}
+    for shard in shards.values():
+        for item_id, (_folder, message) in shard[2].items():
+            found[item_id] = message
+    return found

@@ -22,7 +22,8 @@ DEFAULTS: dict[str, Any] = {
     "clock_margin": 30,  # seconds of clock skew tolerated; see docs/leases.md
     "agent": None,  # holder identity; None means the documented default
     "lock_timeout": 5.0,  # seconds a ref lock may persist before we call it a crashed writer
-    "agents": (),  # identities that are agents (they may ask, not decide)
+    "admins": (),  # identities that may revoke and decide; empty: every person may (see docs/leases.md)
+    "agents": (),  # identities that are agents: they act only on what they hold, may ask, never decide
     "remote": None,  # arbiter remote (several machines)
     "gates": (),  # commands that must pass before a merge is published
 }
@@ -36,6 +37,7 @@ class Settings:
     clock_margin: int
     agent: str | None
     lock_timeout: float
+    admins: tuple[str, ...]
     agents: tuple[str, ...]
     remote: str | None
     gates: tuple[str, ...]
@@ -55,6 +57,14 @@ class Settings:
 
     def identity(self) -> str:
         return self.agent or default_identity()
+
+    def role(self, who: str) -> str:
+        """``admin``, ``agent`` or ``person`` (everyone not listed); see docs/leases.md, "Roles"."""
+        if who in self.admins:
+            return "admin"
+        if who in self.agents:
+            return "agent"
+        return "person"
 
 
 def default_identity() -> str:
@@ -78,7 +88,7 @@ def default_identity() -> str:
 
 
 _DURATIONS = {"default_ttl", "clock_margin"}
-_LISTS = {"agents", "gates"}
+_LISTS = {"admins", "agents", "gates"}
 _ENV = {
     "GW_REF": "ref",
     "GW_TTL": "default_ttl",
@@ -98,12 +108,21 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if name in _LISTS:
             if isinstance(value, str):
                 return tuple(v.strip() for v in value.split(",") if v.strip())
+            if value is not None and not isinstance(value, (list, tuple)):
+                raise ValueError("not a list")
             return tuple(str(v) for v in value or ())
         if value is None:
             return None
         return str(value)
     except (ValueError, Invalid) as exc:
         raise Invalid(f"bad setting {name!r} in {source}: {value!r}") from exc
+
+
+def _check_roles(values: dict[str, Any]) -> None:
+    """One role per identity: a name listed as both admin and agent is a settings mistake, not a rule to guess."""
+    both = sorted(set(values.get("admins", ())) & set(values.get("agents", ())))
+    if both:
+        raise Invalid(f"bad setting: {', '.join(both)} listed in both 'admins' and 'agents' (one role each)")
 
 
 def load(toplevel: str | None, git_config: dict[str, str]) -> Settings:
@@ -133,4 +152,5 @@ def load(toplevel: str | None, git_config: dict[str, str]) -> Settings:
             values[name] = _coerce(name, os.environ[env], env)
     if not str(values.get("ref", "refs/gitwork/state")).startswith("refs/"):
         raise Invalid(f"the state ref must start with refs/: {values['ref']!r}")
+    _check_roles(values)
     return Settings(extra, **values)

@@ -15,7 +15,7 @@ from . import codec, ids, layout
 from .commands import Field, parse_fields, validate
 from .config import Settings
 from .errors import Corrupt, Invalid, NotFound, Stale
-from .model import Item, Lease, stamp
+from .model import Item, Lease, load_item, load_lease, stamp
 from .store import Snapshot
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -130,13 +130,7 @@ class Context:
         data = self._file(layout.item_path(item_id, layout.ITEM_FILE))
         if data is None:
             raise NotFound(f"no item {item_id}", id=item_id)
-        doc = codec.load_yaml(data, what=f"item {item_id}")
-        try:
-            item = Item.from_doc(doc)
-        except TypeError as exc:
-            raise Corrupt(f"item {item_id} has unexpected fields: {exc}") from exc
-        if item.id != item_id or not isinstance(item.title, str):
-            raise Corrupt(f"item file of {item_id} is inconsistent (id {item.id!r})")
+        item = load_item(data, item_id)  # Corrupt, naming the file, unless every field is sound
         self._items[item_id] = item
         return item
 
@@ -146,10 +140,7 @@ class Context:
             if data is None:
                 self._leases[item_id] = None
             else:
-                try:
-                    self._leases[item_id] = Lease.from_doc(codec.load_yaml(data, what=f"lease of {item_id}"))
-                except (TypeError, ValueError) as exc:
-                    raise Corrupt(f"lease file of {item_id} does not parse: {exc}") from exc
+                self._leases[item_id] = load_lease(data, item_id)  # Corrupt, naming the file
         return self._leases[item_id]
 
     def counters(self) -> dict[str, Any]:

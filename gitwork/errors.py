@@ -28,9 +28,11 @@ class ExitCode(enum.IntEnum):
     NEWER_FORMAT = 9  # the state ref was written by a newer gitwork
     NOT_A_REPO = 10  # not inside a git repository
     LOCKED = 11  # a ref lock persists: a crashed writer left it behind
-    REMOTE = 12  # the arbiter remote cannot be reached
+    REMOTE = 12  # the arbiter remote could not be reached: the outcome is unknown (gw retry ID)
     NON_FAST_FORWARD = 13  # publishing needs a merge that cannot be made cleanly
+    REMOTE_REFUSED = 14  # the arbiter remote refused the push itself (a hook, permissions): do not retry
     HELD = 75  # EX_TEMPFAIL: held by someone else, or lost the race; retry later
+    FORBIDDEN = 77  # EX_NOPERM: your role (or not holding the item) does not allow this
 
 
 class GwError(Exception):
@@ -92,7 +94,15 @@ class Locked(GwError):
 
 
 class RemoteError(GwError):
+    """The arbiter could not be reached, or stopped answering: what happened there is unknown."""
+
     code, kind = ExitCode.REMOTE, "remote-unreachable"
+
+
+class RemoteRefused(GwError):
+    """The arbiter answered and refused the push for a reason of its own (its hook said why)."""
+
+    code, kind = ExitCode.REMOTE_REFUSED, "remote-refused"
 
 
 class NonFastForward(GwError):
@@ -101,6 +111,12 @@ class NonFastForward(GwError):
 
 class Held(GwError):
     code, kind = ExitCode.HELD, "held"
+
+
+class Forbidden(GwError):
+    """Not allowed for this identity: its role (settings ``admins``/``agents``) or not holding the item."""
+
+    code, kind = ExitCode.FORBIDDEN, "forbidden"
 
 
 class GitFailed(GwError):

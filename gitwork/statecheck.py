@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import FORMAT_VERSION, codec, gitcmd
 from .errors import GwError
+from .model import state_file_problem
 from .store import APPEND_ONLY_SUFFIX, FORMAT_FILE, Repository, Store
 
 ZERO = ("0" * 40, "0" * 64)
@@ -45,7 +46,9 @@ def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -
                 if not isinstance(version, int) or version > FORMAT_VERSION:
                     problems.append(f"{commit[:12]} has format {version!r}; this server reads up to {FORMAT_VERSION}")
             elif path.endswith(".yaml"):
-                codec.load_yaml(store.read_blob(new), what=path)
+                found = state_file_problem(path, codec.load_yaml(store.read_blob(new), what=path))
+                if found:  # a value no reader could use (priority "high"): refused before it spreads
+                    problems.append(f"{commit[:12]}: {path}: {found}")
             elif path.endswith(APPEND_ONLY_SUFFIX):
                 list(codec.iter_records(store.read_blob(new), what=path))
         except GwError as error:
@@ -81,6 +84,11 @@ def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> li
         problems += _check_commit(git_dir, store, parts[0], parts[1] if len(parts) > 1 else None)
         if len(problems) >= 20:
             break
+    if not problems:  # the roles, judged with this repository's settings (gitwork/rolecheck.py)
+        from .rolecheck import check_commits
+
+        pairs = [(parts[0], parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)]
+        problems += check_commits(git_dir, ref, pairs)
     return problems
 
 

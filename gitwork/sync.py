@@ -1,7 +1,8 @@
 """Several machines: a git remote as the single arbiter of leases, offline work replayed on sync.
 
 The remote's state ref is the truth. A lease command (claim, renew, release, takeover, revoke,
-handoff) succeeds only once its commit is on the remote's state ref: it is applied on top of the
+handoff, and every command that ends a lease: done, cancel, publish) succeeds only once its commit
+is on the remote's state ref: it is applied on top of the
 last known remote tip and pushed with ``--force-with-lease=<ref>:<that tip>``, a compare-and-swap on
 the remote. A rejected push means another machine moved first: fetch, apply the same document
 again on the new tip (re-validating it: the item may now be held, the fence stale) and push again.
@@ -11,7 +12,12 @@ top of the remote tip, in order, each re-validated by the engine at its original
 that no longer applies is refused and reported by command id (and kept in ``refused.jsonl``), the
 others still land. The remote's history is never rewritten; local history becomes the remote's plus
 the replayed commands. Commands already on the remote (a push whose reply was lost) are recognised
-by their ``Command-Id`` and not applied twice.
+by their ``Command-Id`` and not applied twice; a local command whose id the remote holds for a
+*different* document is refused as a conflict, never dropped silently.
+
+A replayed command made under a lease is pinned to that lease's grant (the command id recorded as
+``lease``), not to its fence number: when the grant itself was replayed and drew a new fence, the
+work done under it follows it to the new fence.
 
 Pushes and fetches use the git binary: pygit2's push to a local path is not a compare-and-swap and
 runs no server hooks.
@@ -22,10 +28,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 
 from . import clock, engine, gitcmd
-from .errors import GwError, Held, RemoteError, UsageError
+from .errors import GwError, Held, NotFound, RemoteError, RemoteRefused, Stale, UsageError
 from .store import Snapshot, crash_point, identity_signature
 
 TYPE_CHECKING = False
@@ -34,9 +41,23 @@ if TYPE_CHECKING:
 
     from .workplane import Applied, Workplane
 
-# Ops that must be decided by the arbiter; other modules may add theirs.
-ARBITER_OPS: set[str] = {"claim", "renew", "release", "takeover", "revoke", "handoff"}
+    # What landed: (the command as applied, its commit, result, summary, attempts); the workplane
+    # wraps it into its ``Applied`` (sync does not import the workplane: it is the layer above).
+    Landed = tuple[dict[str, Any], str | None, dict[str, Any], str, int]
+
+# Ops the arbiter decides: every grant, renewal and end of a lease (done and cancel release the
+# holder's lease, publish records a release too), so no machine can close a lease the arbiter still
+# shows as live, nor take one over that another machine already ended. Declared here, in one place.
+ARBITER_OPS: set[str] = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
 MAX_ROUNDS = 200
+# Fields the engine fills in while applying (the fencing rule); a replay may legitimately change
+# them, so two documents under one id are the same command when everything else is equal.
+FILLED_IN = ("fence", "lease")
+# A push the remote turned down because another push moved the ref first: fetch and try again.
+# Anything else it turns down ("[remote rejected] (pre-receive hook declined)"...) is its answer.
+_RACE = re.compile(r"stale info|fetch first|non-fast-forward|already exists|cannot lock ref|failed to lock|"
+                   r"failed to update ref|but expected|incorrect old value")
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def tracking_ref(remote: str, ref: str) -> str:
@@ -89,7 +110,7 @@ class Arbiter:
                 time.sleep(random.uniform(0.005, 0.03 * (attempt + 1)))
                 continue
             break
-        raise RemoteError(f"cannot fetch from {self.remote}: {_last_line(done.err)}", remote=self.remote)
+        raise RemoteError(f"cannot fetch from {self.remote}: {git_reason(done.err)}", remote=self.remote)
 
     def known_remote_tip(self) -> str | None:
         from .gitdir import read_ref
@@ -101,7 +122,11 @@ class Arbiter:
         return got[0] if got else None
 
     def push(self, expected: str | None, new: str) -> bool:
-        """CAS on the remote: move its state ref from ``expected`` to ``new``; False if it moved first."""
+        """CAS on the remote: move its state ref from ``expected`` to ``new``; False if it moved first.
+
+        Raises :class:`RemoteRefused` when the remote answered and turned the push down for a reason
+        of its own (a hook, permissions): retrying would only ask the same question again.
+        """
         lease = f"--force-with-lease={self.store.ref}:{expected or ''}"
         crash_point("before-push")
         done = gitcmd.run(
@@ -109,23 +134,34 @@ class Arbiter:
              f"{new}:{self.store.ref}"],
             check=False, timeout=120,
         )
-        status = None
+        status, summary = None, ""
         for line in done.out.splitlines():
             fields = line.split("\t")
             if len(fields) >= 2 and fields[1].endswith(f":{self.store.ref}"):
-                status = fields[0]
+                status, summary = fields[0], (fields[2] if len(fields) > 2 else "")
         if status == "!":
-            return False  # rejected: stale info / non-fast-forward / fetch first
+            if _RACE.search(summary):
+                return False  # rejected: another push moved the ref first
+            raise self._refused(summary, done.err)
         if done.returncode != 0 or status is None:
-            if "stale info" in done.err or "rejected" in done.err:
+            if "stale info" in done.err or "[rejected]" in done.err:
                 return False
             if done.returncode == 0 or "remote end hung up" in done.err or "unexpected disconnect" in done.err:
                 # No word about our ref (the server went away mid-push): ask what it holds now.
                 landed = self._remote_has(new)
                 if landed is not None:
                     return landed and self._pushed(new)
-            raise RemoteError(f"cannot push to {self.remote}: {_last_line(done.err)}", remote=self.remote)
+            raise RemoteError(f"cannot push to {self.remote}: {git_reason(done.err)}", remote=self.remote)
         return self._pushed(new)
+
+    def _refused(self, summary: str, err: str) -> RemoteRefused:
+        said = remote_said(err)
+        reason = summary.strip() or "rejected"
+        text = "; ".join(said) if said else reason
+        return RemoteRefused(
+            f"{self.remote} refused the push of {self.store.ref}: {text}" + (f" ({reason})" if said else ""),
+            remote=self.remote, reason=reason, said=said,
+        )
 
     def _remote_has(self, new: str) -> bool | None:
         """Whether the remote's state ref is at ``new`` (``None``: the remote cannot be asked)."""
@@ -190,6 +226,24 @@ class Arbiter:
                                          int(when.timestamp()))
         return self.store.snapshot(commit), snapshot_cmd, outcome
 
+    def _follow_grant(self, chain: Snapshot, cmd: dict[str, Any], when: Any) -> dict[str, Any]:
+        """``cmd`` with its fence moved to the one its grant holds on ``chain`` now.
+
+        A command made under a lease records the grant's command id as ``lease`` (see
+        ``Context.require_holder``). Fence numbers drawn offline can repeat on the arbiter, so a grant
+        replayed there may draw a new one; the grant id is what pins the command (docs/leases.md).
+        When the lease on ``chain`` carries that very grant, the command acts under the fence the
+        grant holds now; otherwise it is left alone and the engine refuses it as stale.
+        """
+        pinned, fence, item = cmd.get("lease"), cmd.get("fence"), cmd.get("item")
+        if not pinned or fence is None or not isinstance(item, str):
+            return cmd
+        reader = engine.Context(chain, {"op": "read", "id": "read", "as": cmd.get("as")}, when, self.wp.settings)
+        lease = reader.lease(item)
+        if lease is None or lease.grant != pinned or lease.fence == fence:
+            return cmd
+        return {**cmd, "fence": lease.fence}
+
     def rebuild(self, local: str | None, remote: str | None) -> tuple[str | None, list[dict[str, Any]], list[dict[str, Any]]]:
         """The chain to publish: ``remote`` plus local commands it has not seen, re-validated.
 
@@ -205,11 +259,11 @@ class Arbiter:
             return remote, [], []
         if base == remote:
             return local, [], []
-        seen = set()
+        seen: dict[str, dict[str, Any] | None] = {}
         for commit in self._first_parent_range(local, remote):
             cmd, _ = self._command_of(commit)
             if cmd and "id" in cmd:
-                seen.add(cmd["id"])
+                seen[cmd["id"]] = cmd
         chain = self.store.snapshot(remote)
         replayed: list[dict[str, Any]] = []
         refused: list[dict[str, Any]] = []
@@ -219,12 +273,15 @@ class Arbiter:
                 refused.append({"commit": commit, "error": "corrupt", "message": "commit carries no command document"})
                 continue
             if cmd.get("id") in seen:
+                if not same_command(cmd, seen[cmd["id"]]):
+                    refused.append(_conflict(cmd, seen[cmd["id"]], self.remote))
                 continue  # already on the remote (a push whose reply was lost, or a replayed copy)
             try:
                 chain.check_format()
                 before = chain.commit
-                chain, applied_cmd, _ = self._apply(chain, engine.validate_command(cmd),
-                                                    clock.parse_instant_epoch(when))
+                at = clock.parse_instant_epoch(when)
+                cmd = self._follow_grant(chain, engine.validate_command(cmd), at)
+                chain, applied_cmd, _ = self._apply(chain, cmd, at)
                 if chain.commit != before:  # a no-op (e.g. init on existing state) is not news
                     replayed.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": applied_cmd.get("item")})
             except GwError as error:
@@ -232,61 +289,134 @@ class Arbiter:
                                 **error.to_json()})
         return chain.commit, replayed, refused
 
-    def _adopt(self, local: str | None, new: str) -> None:
-        """Point the local ref at ``new`` if nobody moved it meanwhile (else the next sync sorts it out)."""
-        if local == new:
+    def _adopt(self, local: str | None, new: str | None) -> list[dict[str, Any]]:
+        """Make the local ref hold ``new`` (a chain the arbiter accepted, or will be offered).
+
+        If another command in this clone moved the local ref meanwhile, its commands are replayed on
+        top of ``new`` and the CAS is tried again: a grant the arbiter accepted is always adopted
+        (otherwise the holder's next fenced command would be told its live lease was never granted).
+        Returns the local commands that replay refused.
+        """
+        refused: list[dict[str, Any]] = []
+        target = new
+        for _ in range(MAX_ROUNDS):
+            if target is None or local == target or self.store.set_if_equals(local, target):
+                return refused
+            local = self.store.tip()
+            target, _replayed, refused = self.rebuild(local, new)  # only the adopted round's verdicts count
+        return refused  # the ref never stood still: the tracking ref still has the grant (catch_up)
+
+    def catch_up(self, cmd: dict[str, Any]) -> None:
+        """Adopt what the tracking ref knows before a local command is refused as stale.
+
+        A grant can be on the arbiter (and the tracking ref) but not yet in the local ref, when the
+        command that won it was killed between its push and its adoption. A fenced command under that
+        grant would then be refused locally ("never leased"); before that, bring the local ref up to
+        what the arbiter is known to hold. Costs one dry run of the command, and only when the two
+        refs differ and the command names an item.
+        """
+        remote = self.known_remote_tip()
+        local = self.store.tip()
+        if remote is None or local is None or remote == local or "item" not in cmd:
             return
-        self.store.set_if_equals(local, new)
+        snapshot = self.store.snapshot(local)
+        try:
+            snapshot.check_format()
+            engine.apply(snapshot, dict(cmd), self.wp.now(), self.wp.settings)
+            return  # not refused as stale here: nothing to catch up for
+        except Stale:
+            pass
+        except GwError:
+            return  # some other refusal: the command's own path reports it
+        if self._reaches(local, remote):
+            return  # the local ref already holds everything the arbiter is known to hold
+        new, _replayed, refused = self.rebuild(local, remote)
+        if refused:
+            return  # adopting would drop local commands unannounced: gw sync reports them instead
+        self._record_refused(self._adopt(local, new))  # (only if another command raced this one)
 
     def _record_refused(self, refused: list[dict[str, Any]]) -> None:
+        """Keep each refused command once in ``refused.jsonl`` (by command id, or commit)."""
         if not refused:
             return
+        import fcntl
+
         path = os.path.join(self.wp.repo.gitwork_dir(), "refused.jsonl")
-        with open(path, "a", encoding="utf-8") as handle:
+        with open(path, "a+", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # two gw processes must not both add the same one
+            handle.seek(0)
+            known = set()
+            for line in handle:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    known.add(_refusal_key(entry))
+            handle.seek(0, os.SEEK_END)
             for entry in refused:
+                key = _refusal_key(entry)
+                if key in known:
+                    continue
+                known.add(key)
                 handle.write(json.dumps({"at": clock.format_instant(clock.now()), **entry}) + "\n")
 
-    # --- the three entry points ---------------------------------------------------------------
+    # --- the entry points -----------------------------------------------------------------------
 
     def sync(self, *, push: bool = True) -> dict[str, Any]:
         """Fetch, replay what the remote has not seen, and (with ``push``) publish it."""
-        all_replayed: dict[str, dict[str, Any]] = {}
-        all_refused: dict[str, dict[str, Any]] = {}
+        try:
+            return self._sync(push)
+        except RemoteError as error:
+            if not push:
+                raise
+            raise RemoteError(f"{error.message}; if a push was cut short its outcome is unknown: run gw sync again "
+                              "(nothing lands twice)", **error.details) from error
+
+    def _sync(self, push: bool) -> dict[str, Any]:
+        replayed: list[dict[str, Any]] = []
+        refused: list[dict[str, Any]] = []
         for _round in range(MAX_ROUNDS):
             remote = self.fetch()
             local = self.store.tip()
             new, replayed, refused = self.rebuild(local, remote)
-            for entry in replayed:
-                all_replayed[entry["command_id"]] = entry
-            for entry in refused:
-                all_refused[str(entry.get("command_id") or entry.get("commit"))] = entry
             if new is None:
                 break
             if push and new != remote:
                 if not self.push(remote, new):
-                    time.sleep(0.01)
+                    time.sleep(random.uniform(0.005, 0.02))
                     continue
-            self._adopt(local, new)
-            if self.store.tip() != new and not push:
-                continue
+            # Only the round that landed counts: an earlier round's verdicts were made on an old tip.
+            refused = _unique(refused + self._adopt(local, new))
             break
         else:
-            raise Held(f"gave up after {MAX_ROUNDS} rounds of racing other machines")
-        refused_list = [v for k, v in all_refused.items() if k not in all_replayed]
-        self._record_refused(refused_list)
+            raise Held(f"gave up after {MAX_ROUNDS} lost races on {self.remote}", remote=self.remote)
+        self._record_refused(refused)
         return {"remote": self.remote, "tip": self.store.tip(), "remote_tip": self.known_remote_tip(),
-                "replayed": list(all_replayed.values()), "refused": refused_list}
+                "replayed": replayed, "refused": refused}
 
-    def submit(self, cmd: dict[str, Any]) -> Applied:
-        """Apply a lease command so that it lands on the remote, or refuse it as the remote sees it."""
-        from .workplane import Applied
+    def submit(self, cmd: dict[str, Any]) -> Landed:
+        """Apply a lease command so that it lands on the remote, or refuse it as the remote sees it.
 
+        If the remote stops answering, the outcome is unknown (it may have landed): the document is
+        kept so that ``gw retry ID`` can send it again under the same id, and the error names the id.
+        """
+        try:
+            return self._submit(cmd)
+        except RemoteError as error:
+            remember_unknown(self.wp, cmd)
+            raise RemoteError(
+                f"{error.message}; outcome unknown: command {cmd['id']} ({cmd['op']}) may have landed on "
+                f"{self.remote} or not; send it again with: gw retry {cmd['id']}",
+                **{**error.details, "command_id": cmd["id"], "outcome": "unknown"},
+            ) from error
+
+    def _submit(self, cmd: dict[str, Any]) -> Landed:
         remote = self.known_remote_tip()
         fetched = False
         for attempt in range(1, MAX_ROUNDS + 1):
             local = self.store.tip()
             base, _replayed, refused = self.rebuild(local, remote)
-            self._record_refused(refused)
             snapshot = self.store.snapshot(base) if base else Snapshot(self.store, None, None)
             snapshot.check_format()
             try:
@@ -297,14 +427,28 @@ class Arbiter:
                 # Our view of the remote may be old: refuse only on what the remote says now.
                 remote, fetched = self.fetch(), True
                 continue
-            if after.commit == base:
-                return Applied(applied_cmd, base, outcome.result, outcome.summary, attempt)
+            if after.commit == base == remote:
+                # Nothing to push (done before: the same id answered with its first result, from
+                # what the remote holds), but that still becomes local, as after a pull.
+                refused = _unique(refused + self._adopt(local, base))
+                return self._answer((applied_cmd, base, outcome.result, outcome.summary, attempt), refused)
+            # (An answer found among local commands the remote has not seen is pushed like a new
+            # commit: a command the arbiter decides is done only once it is on the arbiter.)
             assert after.commit is not None
             if self.push(remote, after.commit):
-                self._adopt(local, after.commit)
-                return Applied(applied_cmd, after.commit, outcome.result, outcome.summary, attempt)
+                refused = _unique(refused + self._adopt(local, after.commit))
+                return self._answer((applied_cmd, after.commit, outcome.result, outcome.summary, attempt), refused)
             remote, fetched = self.fetch(), True
-        raise Held(f"gave up after {MAX_ROUNDS} lost races on {self.remote}")
+        raise Held(f"gave up after {MAX_ROUNDS} lost races on {self.remote}", remote=self.remote)
+
+    def _answer(self, landed: Landed, refused: list[dict[str, Any]]) -> Landed:
+        """Record and report what the replay under this command refused (a ``refused`` list in the
+        result: every face shows it)."""
+        if not refused:
+            return landed
+        self._record_refused(refused)
+        applied_cmd, commit, result, summary, attempts = landed
+        return applied_cmd, commit, {**result, "refused": refused}, summary, attempts
 
     def status(self) -> dict[str, Any]:
         local = self.store.tip()
@@ -325,6 +469,109 @@ class Arbiter:
         return {"remote": self.remote, "tip": local, "remote_tip": remote, "pending": pending, "refused": refused}
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+# --- commands whose outcome is unknown ------------------------------------------------------------
+
+
+def _unknown_path(wp: Workplane, command_id: str) -> str:
+    from .commands import _cmd_id
+
+    _cmd_id(command_id, "command id")  # names a file: only the characters a command id may have
+    return os.path.join(wp.repo.gitwork_dir(), "unknown", f"{command_id}.json")
+
+
+def remember_unknown(wp: Workplane, cmd: dict[str, Any]) -> None:
+    """Keep the document of a command whose outcome is unknown, for ``gw retry``."""
+    path = _unknown_path(wp, cmd["id"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(cmd, handle, ensure_ascii=False, sort_keys=True)
+    os.replace(temporary, path)
+
+
+def retry(wp: Workplane, command_id: str) -> Applied:
+    """Send the kept document of an outcome-unknown command again, under its own id.
+
+    If it had landed, the engine answers with the first result (``duplicate: true``); if not, it is
+    applied now. Either way the outcome is known afterwards and the kept document is dropped; only
+    another "remote unreachable" keeps it for the next try.
+    """
+    path = _unknown_path(wp, command_id)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except FileNotFoundError:
+        raise NotFound(f"no command {command_id} awaits a retry (gw retry takes the id an exit 12 named)",
+                       id=command_id) from None
+    except ValueError as exc:
+        raise UsageError(f"cannot read the kept document of {command_id}: {exc}") from exc
+    try:
+        applied = wp.submit(doc)
+    except RemoteError:
+        raise
+    except GwError:
+        os.remove(path)  # refused: the outcome is known now
+        raise
+    os.remove(path)
+    return applied
+
+
+# --- reading what git and the remote said ------------------------------------------------------------
+
+
+def same_command(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
+    """Whether two command documents under one id are the same command (canonical JSON, less the
+    fields the fencing rule fills in, which a replay may change)."""
+    if b is None:
+        return False
+
+    def canonical(doc: dict[str, Any]) -> str:
+        return json.dumps({k: v for k, v in doc.items() if k not in FILLED_IN}, sort_keys=True, ensure_ascii=False,
+                          separators=(",", ":"))
+
+    return canonical(a) == canonical(b)
+
+
+def _conflict(local: dict[str, Any], theirs: dict[str, Any] | None, remote: str) -> dict[str, Any]:
+    differ = sorted(k for k in {*local, *(theirs or {})} - set(FILLED_IN)
+                    if local.get(k) != (theirs or {}).get(k))
+    return {"command_id": local.get("id"), "op": local.get("op"), "item": local.get("item"), "error": "conflict",
+            "code": 5, "message": f"command id {local.get('id')} is already used on {remote} by a different "
+                                  f"document (differs in: {', '.join(differ) or 'its content'}); not replayed",
+            "details": {"remote_op": (theirs or {}).get("op"), "differs": differ}}
+
+
+def _refusal_key(entry: dict[str, Any]) -> str:
+    return str(entry.get("command_id") or entry.get("commit"))
+
+
+def _unique(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each refused command once (the first verdict on it), in order."""
+    seen: set[str] = set()
+    return [entry for entry in refused if not (_refusal_key(entry) in seen or seen.add(_refusal_key(entry)))]
+
+
+def _clean(line: str, limit: int = 300) -> str:
+    text = _UNPRINTABLE.sub(" ", line).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def remote_said(err: str, most: int = 5) -> list[str]:
+    """The ``remote:`` lines of git's stderr (what the server's hooks printed), cleaned, at most ``most``."""
+    said = [_clean(line[len("remote:"):]) for line in err.splitlines() if line.startswith("remote:")]
+    return [line for line in said if line][:most]
+
+
+def git_reason(err: str) -> str:
+    """The line of git's stderr that says why: a ``fatal:``/``error:`` line that is not the generic
+    "failed to push some refs", else what the remote said, else the last line."""
+    lines = [_clean(line) for line in err.splitlines() if line.strip()]
+    generic = ("failed to push some refs", "could not read from remote repository")
+    for prefix in ("fatal:", "error:"):
+        for line in lines:
+            if line.lower().startswith(prefix) and not any(g in line.lower() for g in generic):
+                return line
+    said = remote_said(err)
+    if said:
+        return "remote said: " + "; ".join(said)
     return lines[-1] if lines else "no output"

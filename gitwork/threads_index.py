@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     # (folder id, thread tree id, cursors blob id, segments, {who: (read, responded)}, last seq)
     Entry = tuple[str, "str | None", "str | None", tuple[Segment, ...], dict[str, tuple[int, int]], int]
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: shards carry the items left out as corrupt
 _NAME = f"threads-v{CACHE_VERSION}"
 FOLDER, THREAD, CURSORS, SEGMENTS, MARKS, LAST = range(6)
 
@@ -40,15 +40,15 @@ class ThreadsIndex:
     the cache small enough to load on every ``gw inbox`` at 10,000 items.
     """
 
-    def __init__(self, commit: str | None, shards: dict[str, tuple[str, dict[str, Entry]]]) -> None:
+    def __init__(self, commit: str | None, shards: dict[str, Any]) -> None:
         self.commit = commit
         self.shards = shards
 
     def items(self) -> dict[str, Entry]:
-        """Item id → entry, only for items with a thread or cursors."""
+        """Item id → entry, only for items with a thread or cursors (a corrupt thread is left out)."""
         out: dict[str, Entry] = {}
-        for _oid, members in self.shards.values():
-            for item_id, entry in members.items():
+        for shard in self.shards.values():
+            for item_id, entry in shard[1].items():
                 if entry[LAST] or entry[MARKS]:
                     out[item_id] = entry
         return out
@@ -108,5 +108,11 @@ def load_threads(snapshot: Snapshot, *, use_cache: bool = True) -> ThreadsIndex:
     def summary(item_id: str, folder: str, previous: Entry | None) -> Entry:
         return _entry(snapshot, item_id, folder, previous)
 
-    return ThreadsIndex(*commitcache.refresh(snapshot, _NAME, lambda entry: entry[FOLDER], summary,
-                                              use_cache=use_cache))
+    threads = ThreadsIndex(*commitcache.refresh(snapshot, _NAME, lambda entry: entry[FOLDER], summary,
+                                                 use_cache=use_cache))
+    found = commitcache.problems(threads.shards)
+    if found:
+        from .index import note_problems
+
+        note_problems(found)
+    return threads

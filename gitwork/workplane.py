@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from . import clock, codec, engine, layout
-from .errors import Corrupt, GwError, Invalid
+from .errors import Corrupt, GwError, Held, Invalid
 from .model import Item, Lease
 from .store import Repository, Store, crash_point, identity_signature
 
@@ -65,11 +65,15 @@ class Workplane:
         commands land on the remote first (see ``sync.py``) unless ``offline`` makes them tentative."""
         cmd = engine.validate_command(document)
         cmd.setdefault("as", self.settings.identity())
-        if self.settings.remote and not offline:
+        if self.settings.remote:
             from .sync import ARBITER_OPS, Arbiter
 
-            if cmd["op"] in ARBITER_OPS:
-                return Arbiter(self).submit(cmd)
+            arbiter = Arbiter(self)
+            if cmd["op"] in ARBITER_OPS and not offline:
+                return Applied(*arbiter.submit(cmd))
+            # A local command refused as stale only because this clone has not adopted a grant the
+            # arbiter already holds (its claim was cut short after the push) first catches up.
+            arbiter.catch_up(cmd)
         for attempt in range(1, MAX_ATTEMPTS + 1):
             snapshot = self.store.snapshot()
             snapshot.check_format()
@@ -91,7 +95,7 @@ class Workplane:
                 return Applied(attempt_cmd, new, outcome.result, outcome.summary, attempt)
             # Lost the race: back off a little so a crowd of writers spreads out, then re-apply.
             time.sleep(random.uniform(0, min(0.002 * attempt, 0.05)))
-        raise GwError(f"gave up after {MAX_ATTEMPTS} lost races")
+        raise Held(f"gave up after {MAX_ATTEMPTS} lost races")  # 75, as on the arbiter: retry later
 
     def do(self, op: str, *, offline: bool = False, **args: Any) -> Applied:
         """``wp.do("claim", item="w-3fa9", ttl="15m")``: build and submit a command document."""

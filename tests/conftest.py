@@ -13,11 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import freezegun
 import pytest
 
 from gitwork.workplane import Workplane
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# freezegun patches the clocks of every loaded module, pytest's own timing module included, so
+# `pytest --durations` reported frozen (nonsense) durations for the tests that freeze time.
+freezegun.configure(extend_ignore_list=["_pytest.timing"])
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,7 @@ def seconds(n: float) -> dt.timedelta:
 
 @pytest.fixture
 def frozen() -> Iterator[Any]:
-    with freeze_time(T0) as clock:  # note: pytest --durations then reports nonsense for these tests
+    with freeze_time(T0) as clock:
         yield clock
 
 

@@ -119,9 +119,9 @@ def test_new_through_the_cli_prints_the_id_and_show_reads_it_back(repo: Path) ->
     item = made.stdout.strip()
     assert item.startswith("w-") and len(item) == 18
     shown = gw_json(repo, "show", item[:8])
-    assert shown["item"]["title"] == "Ship it"
-    assert shown["item"]["provenance"]["by"] == "carol"
-    assert shown["item"]["provenance"]["source"] == {"kind": "file", "ref": "x.py"}
+    assert shown["title"] == "Ship it"
+    assert shown["provenance"]["by"] == "carol"
+    assert shown["provenance"]["source"] == {"kind": "file", "ref": "x.py"}
     plain = run_gw(repo, "show", item)
     assert plain.returncode == 0 and 'title: "Ship it"' in plain.stdout
 
@@ -336,7 +336,7 @@ def test_shortest_unique_prefix_is_shown_and_accepted(plane: Workplane) -> None:
     for short, full in (("w-abcdef01234", near[0]), ("w-abcdef01239", near[1]), ("w-123456", near[2]),
                         ("123", near[2]), ("W-ABCDEF01239", near[1])):
         assert plane.resolve(short) == full
-        assert gw_json(repo, "show", short)["item"]["id"] == full
+        assert gw_json(repo, "show", short)["item"] == full
 
 
 # --- what gw must not touch, and where it must work --------------------------------------------------
@@ -390,7 +390,7 @@ def test_a_linked_worktree_shares_the_one_state(repo: Path, tmp_path: Path) -> N
     item = run_gw(linked, "new", "made in the worktree", "--as", "bob").stdout.strip()
     assert item.startswith("w-")
     assert tip(repo) == tip(linked)
-    assert gw_json(repo, "show", item)["item"]["title"] == "made in the worktree"
+    assert gw_json(repo, "show", item)["title"] == "made in the worktree"
     claimed = run_gw(repo, "claim", item, "--as", "alice")
     assert claimed.returncode == 0, claimed.stderr
     lost = run_gw(linked, "claim", item, "--as", "bob")
@@ -409,7 +409,7 @@ def test_works_in_a_bare_repository(tmp_path: Path) -> None:
     assert gw_json(bare, "release", item, "--as", "alice")["state"] == "released"
     assert int(git(bare, "rev-list", "--count", "refs/gitwork/state")) == 4
     # -C from elsewhere reaches the same repository.
-    assert gw_json(tmp_path, "show", item, "-C", str(bare))["item"]["title"] == "bare item"
+    assert gw_json(tmp_path, "show", item, "-C", str(bare))["title"] == "bare item"
     with Workplane(str(bare)) as wp:
         assert wp.item(item).title == "bare item"
 

@@ -18,12 +18,12 @@ from freezegun import freeze_time
 
 from conftest import git, gw_cmd, make_repo, run_gw, tip
 from gitwork import messages as M
-from gitwork.errors import Illegal, Invalid, NotFound, Stale
+from gitwork.errors import Forbidden, Illegal, Invalid, NotFound, Stale
 from gitwork.threads_index import LAST, MARKS, SEGMENTS, load_threads
 from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
-INVALID, NOT_FOUND, ILLEGAL, STALE = 5, 3, 6, 7
+INVALID, NOT_FOUND, ILLEGAL, STALE, FORBIDDEN = 5, 3, 6, 7, 77
 
 
 @pytest.fixture
@@ -311,7 +311,7 @@ def test_ask_marks_the_item_waiting_and_a_person_decides(repo, wp, item):
     assert shown["waiting"]["options"] == ["postgres", "sqlite"]
     assert [m["seq"] for m in M.inbox(human)["unread"]] == [1]
     before = tip(repo)
-    with pytest.raises(Invalid, match="agent"):
+    with pytest.raises(Forbidden, match="agent"):
         M.decide(plane(repo, "bot-2"), item, 1, choose="sqlite", why="smaller")
     with pytest.raises(Invalid, match="choose one of"):
         M.decide(human, item, 1, choose="mysql", why="habit")
@@ -332,8 +332,11 @@ def test_ask_marks_the_item_waiting_and_a_person_decides(repo, wp, item):
         M.decide(human, item, 2, choose="x", why="y")
 
 
-def test_an_unleased_waiting_item_leaves_ready_and_returns_once_decided(repo, wp, item):
-    M.ask(plane(repo, "alice"), item, "go ahead?")
+def test_a_waiting_item_whose_holder_let_go_leaves_ready_and_returns_once_decided(repo, wp, item):
+    alice = plane(repo, "alice")
+    alice.do("claim", item=item)
+    M.ask(alice, item, "go ahead?")
+    alice.do("release", item=item)  # the question still stands: the item waits for it, leased or not
     assert item not in [r[0] for r in wp.ready()]
     M.decide(plane(repo, "bob"), item, 1, choose="yes", why="fine")
     assert wp.show(item)["item"]["status"] == "open" and item in [r[0] for r in wp.ready()]
@@ -366,8 +369,8 @@ def test_bad_input_is_refused_with_a_clear_error_and_nothing_written(repo, wp, i
     M.post(plane(repo, "alice"), other, "over there")
     M.post(plane(repo, "alice"), item, "here", kind="question")
     git(repo, "config", "gitwork.agents", "bot")
-    M.ask(plane(repo, "alice"), item, "pick", options=["a", "b"])  # #2
     plane(repo, "alice").do("claim", item=item)
+    M.ask(plane(repo, "alice"), item, "pick", options=["a", "b"])  # #2
     cases = [
         (("msg", item, "", "--as", "bob"), INVALID, "must not be empty"),
         (("msg", item, "   \n ", "--as", "bob"), INVALID, "must not be empty"),
@@ -379,7 +382,7 @@ def test_bad_input_is_refused_with_a_clear_error_and_nothing_written(repo, wp, i
         (("ack", item, "7", "--as", "bob"), NOT_FOUND, "no message #7"),
         (("ack", item, "1", "--responded", "--as", "bob"), INVALID, "needs --by"),
         (("ack", item, "1", "--read", "--epoch", "0", "--as", "bob"), STALE, "epoch 1"),
-        (("decide", item, "2", "--choose", "a", "--why", "because", "--as", "bot"), INVALID, "agent"),
+        (("decide", item, "2", "--choose", "a", "--why", "because", "--as", "bot"), FORBIDDEN, "agent"),
         (("decide", item, "1", "--choose", "a", "--why", "because", "--as", "dana"), INVALID, "not a decision"),
         (("handoff", item, "--reason", "done", "--as", "bob"), STALE, "held by alice"),
         (("msg", "w-zz", "x", "--as", "bob"), INVALID, "malformed item id"),
@@ -402,6 +405,7 @@ def test_bad_input_is_refused_with_a_clear_error_and_nothing_written(repo, wp, i
 
 def test_cli_round_trip_msg_thread_ack_ask_decide(repo, wp, item):
     assert run_gw(repo, "msg", item[:8], "hello", "--to", "bob", "--as", "alice").stdout.strip() == "1"
+    assert run_gw(repo, "claim", item[:8], "--as", "alice").returncode == 0  # only the holder may ask
     question = gw_json(repo, "ask", item[:8], "Ship it?", "-o", "yes", "-o", "no", "--as", "alice")
     assert question["seq"] == 2 and question["kind"] == "decision-request"
     plain = run_gw(repo, "thread", item[:8]).stdout
@@ -410,7 +414,7 @@ def test_cli_round_trip_msg_thread_ack_ask_decide(repo, wp, item):
     assert gw_json(repo, "ack", item, "2", "--as", "bob")["read"] == 2
     assert gw_json(repo, "ack", item, "1", "--as", "bob")["unchanged"] is True
     decided = gw_json(repo, "decide", item, "2", "--choose", "yes", "--why", "tests pass", "--as", "bob")
-    assert decided["decision"] == 1 and decided["status"] == "open"
+    assert decided["decision"] == 1 and decided["status"] == "in_progress"  # alice still holds it
     multi = run_gw(repo, "msg", item, "-", "--as", "carol", input="line one\nline two\n")
     assert multi.returncode == 0 and texts(wp, item, 3) == ["line one\nline two\n"]
 

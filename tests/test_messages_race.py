@@ -24,6 +24,7 @@ import json, os, sys, time
 from gitwork import messages as M
 from gitwork.workplane import Workplane
 repo, item, who, count, gate = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+open(gate + "." + who, "w").close()  # started: waiting at the gate
 while not os.path.exists(gate):
     time.sleep(0.005)
 wp = Workplane(repo, agent=who)
@@ -46,7 +47,10 @@ def test_concurrent_posters_each_land_exactly_once(repo: Path, wp: Workplane, tm
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for k in range(5)
     ]
-    time.sleep(0.5)  # let the writers start and wait at the gate
+    deadline = time.monotonic() + 60  # every writer started and waits at the gate (a bounded poll)
+    while not all((tmp_path / f"go.lib{k}").exists() for k in range(5)):
+        assert time.monotonic() < deadline, "writers did not start"
+        time.sleep(0.01)
     gate.touch()
     cli = []
     for k in range(3):

@@ -82,7 +82,7 @@ def test_init_remote_adopts_the_remote_state(tmp_path: Path, remote: Path, url: 
     # B adopted the remote's history instead of starting a second one of its own.
     assert tip(b) == tip(remote)
     assert git(b, "rev-list", "--max-parents=0", STATE) == git(remote, "rev-list", "--max-parents=0", STATE)
-    assert show(b, item)["item"]["title"] == "Shared item"
+    assert show(b, item)["title"] == "Shared item"
     assert tip(b, TRACKING) == tip(remote)
 
 
@@ -199,9 +199,9 @@ def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: 
     assert not replayed & set(refused)
     assert tip(a) == tip(remote)
     assert show(a, contested)["lease"]["holder"] == "bob"
-    assert show(a, contested)["item"]["priority"] != 0
-    assert show(a, created["item"])["item"]["title"] == "Created offline"
-    assert show(a, edited)["item"]["title"] == "Edited while partitioned"
+    assert show(a, contested)["priority"] != 0
+    assert show(a, created["item"])["title"] == "Created offline"
+    assert show(a, edited)["title"] == "Edited while partitioned"
 
     # Refusals stay visible afterwards, by command id.
     status = gw_ok(a, "status")
@@ -219,7 +219,7 @@ def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: 
     # B converges by pulling.
     gw_ok(b, "pull")
     assert tip(b) == tip(a) == tip(remote)
-    assert show(b, created["item"])["item"]["title"] == "Created offline"
+    assert show(b, created["item"])["title"] == "Created offline"
 
     # The remote's history only ever grew.
     assert len(remote_tips) >= 3
@@ -241,7 +241,7 @@ def test_work_under_a_refused_tentative_lease_is_refused(tmp_path: Path, remote:
     refused = {entry["command_id"]: entry for entry in report["refused"]}
     assert set(refused) == {tentative["command_id"], under_fence["command_id"]}
     assert refused[under_fence["command_id"]]["error"] == "stale"
-    assert show(a, contested)["item"]["priority"] != 0  # bob's item was not edited by alice
+    assert show(a, contested)["priority"] != 0  # bob's item was not edited by alice
     assert under_fence["command_id"] not in command_ids(remote)
 
 

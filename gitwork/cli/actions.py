@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import ExitCode, GwError, UsageError
+from ..errors import ExitCode, GwError, Invalid, UsageError
 from . import output
 
 TYPE_CHECKING = False
@@ -38,8 +38,23 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
             raise
         return output.internal(exc, as_json)
     finally:
+        _name_left_out()
         if wp is not None:
             wp.close()
+
+
+def _name_left_out() -> None:
+    """Name, on stderr, each corrupt item a whole-state read (list, ready, claim --next, inbox) left out.
+
+    One bad file must not take every listing down: the sound items are listed (exit 0), and each bad
+    one is named with its file so a person can repair it; commands that need the bad item exit 8.
+    """
+    index = sys.modules.get("gitwork.index")  # nothing to say unless a summary was read
+    if index is None or not index.NOTED:
+        return
+    for _item_id, message in sorted(index.NOTED.items()):
+        output.info(f"gw: corrupt: {message} (left out; repair or remove that file)")
+    index.NOTED.clear()
 
 
 def _short(all_ids: Any, ids: list[str]) -> dict[str, str]:
@@ -50,6 +65,9 @@ def _short(all_ids: Any, ids: list[str]) -> dict[str, str]:
 
 
 def _done(applied: Any, as_json: bool, text: str | None = None, data: str | None = None) -> None:
+    for entry in applied.result.get("refused") or ():  # offline commands the arbiter's replay refused
+        output.info(f"gw: refused on replay: {entry.get('command_id') or entry.get('commit')} "
+                    f"({entry.get('op')} {entry.get('item') or ''}): {entry.get('error')}: {entry.get('message')}")
     if as_json:
         output.emit_json(applied.to_json())
         return
@@ -93,7 +111,7 @@ def new(wp: Any, as_json: bool, **args: Any) -> None:
 def show(wp: Any, as_json: bool, item: str) -> None:
     view = wp.show(item)
     if as_json:
-        output.emit_json(view)
+        output.emit_json(show_json(view))
         return
     from ..codec import dump_yaml
 
@@ -101,6 +119,13 @@ def show(wp: Any, as_json: bool, item: str) -> None:
     if view["lease"]:
         doc["lease"] = view["lease"]
     sys.stdout.write(dump_yaml(doc).decode())
+
+
+def show_json(view: dict[str, Any]) -> dict[str, Any]:
+    """``show --json``: the item's fields at the top level, its id under ``item`` as in every other
+    command's output (never ``id``), and its lease (an object, or null)."""
+    fields = dict(view["item"])
+    return {"ok": True, "item": fields.pop("id"), **fields, "lease": view["lease"]}
 
 
 def history(wp: Any, as_json: bool, item: str) -> None:
@@ -139,8 +164,12 @@ def _rows_view(all_rows: dict[str, Any], rows: list[tuple[Any, ...]], as_json: b
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, show_all: bool,
                holder: str | None) -> None:
     from ..index import HOLDER, LABELS, LEASE_STATE, STATUS
-    from ..model import CLOSED
+    from ..model import CLOSED, STATUSES
     from ..queries import order_key
+
+    unknown = [s for s in status or () if s not in STATUSES]
+    if unknown:  # a typo must not look like an empty list
+        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
 
     _ctx, rows = wp.rows()
     picked = []
@@ -161,13 +190,20 @@ def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str
 def ready(wp: Any, as_json: bool, limit: int | None) -> None:
     from ..queries import ready as ready_rows
 
+    _limit(limit)
     ctx, rows = wp.rows()
     picked = ready_rows(ctx.index(), ctx.now, wp.settings.clock_margin)
     _rows_view(rows, picked[:limit] if limit else picked, as_json, "ready")
 
 
+def _limit(limit: int | None) -> None:
+    if limit is not None and limit < 0:
+        raise Invalid(f"--limit must be 0 (no limit) or more, not {limit}")
+
+
 def log(wp: Any, as_json: bool, limit: int | None) -> None:
-    entries = list(wp.log(limit))
+    _limit(limit)
+    entries = list(wp.log(limit or None))
     if as_json:
         output.emit_json(entries)
         return
@@ -200,6 +236,14 @@ def lease_op(wp: Any, as_json: bool, op: str, **args: Any) -> None:
 
 
 # --- several machines ------------------------------------------------------------------------------
+
+
+def retry(wp: Any, as_json: bool, command_id: str) -> None:
+    from ..sync import retry as retry_unknown
+
+    applied = retry_unknown(wp, command_id)
+    landed = "had already landed" if applied.result.get("duplicate") else "landed now"
+    _done(applied, as_json, f"{applied.command['op']} {command_id} {landed}")
 
 
 def remote_set(wp: Any, as_json: bool, name: str) -> None:
@@ -237,7 +281,7 @@ def status(wp: Any, as_json: bool) -> None:
 
         doc = Arbiter(wp).status()
     if as_json:
-        output.emit_json(doc)
+        output.emit_json({"ok": True, **doc})
         return
     output.line(f"remote\t{doc['remote'] or '(none: this repository is the arbiter)'}")
     output.line(f"tip\t{doc['tip'] or '(none)'}")

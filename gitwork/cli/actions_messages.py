@@ -68,12 +68,7 @@ def do_ack(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
                 if r.get("unchanged") else applied.summary)
 
 
-def _array(records: list[dict[str, Any]]) -> str:
-    """A JSON array with one compact record per line: json's C encoder only runs without indent, and
-    long threads and inboxes print ~5x faster this way than through ``output.emit_json``."""
-    if not records:
-        return "[]"
-    return "[\n" + ",\n".join(_json.dumps(r, ensure_ascii=False) for r in records) + "\n]"
+_array = output.json_array  # one compact record per line: long threads and inboxes print fast
 
 
 def render(record: dict[str, Any]) -> str:
@@ -141,8 +136,9 @@ def do_inbox(wp: Any, as_json: bool) -> None:
 
     box = inbox(wp)
     if as_json:
-        sys.stdout.write(f'{{"who": {_json.dumps(box["who"], ensure_ascii=False)},\n"unread": {_array(box["unread"])},\n'
-                         f'"unanswered": {_array(box["unanswered"])}}}\n')
+        # One object, as every single result (see output.emit_json), its two lists one message a line.
+        sys.stdout.write(f'{{"ok": true,\n"who": {_json.dumps(box["who"], ensure_ascii=False)},\n'
+                         f'"unread": {_array(box["unread"])},\n"unanswered": {_array(box["unanswered"])}}}\n')
         return
     rows = [("unread", m) for m in box["unread"]] + [("unanswered", m) for m in box["unanswered"]]
     short = shortest_unique([m["item"] for _, m in rows]) if rows else {}

@@ -252,7 +252,7 @@ def revoke(
     item: ItemArg, reason: Annotated[str, typer.Option("--reason", help="Why (recorded).")],
     offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """End someone's lease administratively."""
+    """End someone's lease administratively (admins; any person while no admins are set)."""
     _run(actions.lease_op, json, path, agent, op="revoke", item=item, reason=reason, offline=offline)
 
 
@@ -303,6 +303,15 @@ def pull(json: Json = False, agent: As = None, path: Repo = None) -> None:
 
 
 @app.command()
+def retry(
+    command_id: Annotated[str, typer.Argument(metavar="ID", help="The command id an exit 12 named.", show_default=False)],
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Send again a command whose outcome was unknown (exit 12), under its own id: answers its result."""
+    _run(actions.retry, json, path, agent, command_id=command_id)
+
+
+@app.command()
 def status(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """What is not yet on the arbiter, and which replayed commands it refused."""
     _run(actions.status, json, path, agent)
@@ -324,7 +333,8 @@ from . import cmd_sessions  # noqa: E402,F401
 
 
 def run_app(argv: list[str]) -> int:
-    """Run the typer app; usage errors keep click's message and, with --json, also answer in JSON."""
+    """Run the typer app. A usage error is reported like every other error (docs/exit-codes.md): one
+    line on stderr and, with --json, one JSON error object on stdout; exit 2."""
     try:
         result = app(args=argv, prog_name="gw", standalone_mode=False)
     except SystemExit as exit_:
@@ -334,13 +344,15 @@ def run_app(argv: list[str]) -> int:
         # click's ClickException family (UsageError, BadParameter, NoSuchOption...), vendored or not.
         if not (hasattr(exc, "exit_code") and hasattr(exc, "show")):
             raise
-        exc.show()
-        if "--json" in argv:
-            from ..errors import UsageError
-            from .output import emit_json
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `gw` or `gw session` alone: the help is the answer
+            exc.show()
+            return int(exc.exit_code)
+        from ..errors import UsageError
+        from .output import fail
 
-            emit_json({"ok": False, **UsageError(exc.format_message()).to_json()})
-        return int(exc.exit_code)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
+        return fail(UsageError(" ".join(str(exc.format_message()).split()) + hint), "--json" in argv)
     except KeyboardInterrupt:
         return 130
     return result if isinstance(result, int) else 0

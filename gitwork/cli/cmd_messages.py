@@ -88,7 +88,7 @@ def ask(
     to: To = None, epoch: Epoch = None, msg_id: MsgId = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Ask for a human decision: posts a decision request and marks the item waiting (blocked)."""
+    """Ask for a human decision (the holder only): posts a decision request, marks the item waiting."""
     _run(do_ask, json, path, agent, item=item, question=question, options=option, to=to, epoch=epoch, fence=fence,
          msg_id=msg_id)
 
@@ -102,6 +102,6 @@ def decide(
     epoch: Epoch = None, msg_id: MsgId = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Answer a decision request: records a decision on the item and unblocks it (people only)."""
+    """Answer a decision request: records a decision, unblocks the item (admins or the addressee)."""
     _run(do_decide, json, path, agent, item=item, seq=seq, choose=choose, why=why, epoch=epoch, fence=fence,
          msg_id=msg_id)

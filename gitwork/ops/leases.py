@@ -11,8 +11,10 @@ import datetime as _dt
 
 from ..clock import format_instant
 from ..engine import Context, op
-from ..errors import Held, Illegal, Invalid, NotFound, Stale
+from .. import layout
+from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED, Lease
+from ..roles import holder_check, require_revoker
 
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
@@ -20,7 +22,11 @@ HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failu
 def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:
     item = ctx.item(item_id)
     counters = ctx.counters()
-    fence = int(counters.get("fence", 0)) + 1
+    last = counters.get("fence", 0)
+    if type(last) is not int or last < 0:  # never int() it: "many", 2.5 or True must not become a fence
+        raise Corrupt(f"{layout.COUNTERS}: fence must be a non-negative integer, not {last!r}"[:300],
+                      file=layout.COUNTERS)
+    fence = last + 1
     counters["fence"] = fence
     ttl = ctx.cmd.get("ttl") or ctx.settings.default_ttl
     lease = Lease(
@@ -111,7 +117,7 @@ def takeover(ctx: Context) -> None:
 
 
 def _held(ctx: Context, item_id: str) -> Lease:
-    lease = ctx.require_holder(item_id)
+    lease = holder_check(ctx, item_id)
     if lease is None:
         raise Stale(f"you hold no lease on {item_id}", item=item_id)
     return lease
@@ -163,6 +169,7 @@ def release(ctx: Context) -> None:
 @op("revoke", "end someone's lease administratively", item="item!", reason="short!")
 def revoke(ctx: Context) -> None:
     item_id = ctx.target()
+    require_revoker(ctx, item_id)
     lease = ctx.lease(item_id)
     if lease is None or not lease.is_active():
         raise Invalid(f"{item_id} has no active lease to revoke")

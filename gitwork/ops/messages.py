@@ -16,7 +16,7 @@ from __future__ import annotations
 from .. import codec
 from ..commands import KINDS as FIELD_KINDS
 from ..engine import Context, op
-from ..errors import Corrupt, Illegal, Invalid, NotFound, Stale
+from ..errors import Corrupt, Forbidden, Illegal, Invalid, NotFound, Stale
 from ..messages import (
     POST_KINDS,
     MessageIds,
@@ -30,6 +30,7 @@ from ..messages import (
     segment_path,
 )
 from ..model import CLOSED, Lease
+from ..roles import holder_check, require_decider
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def stance(ctx: Context, item_id: str) -> tuple[int, Lease | None]:
     given = ctx.cmd.get("epoch")
     as_holder = lease is not None and lease.is_active() and lease.holder == ctx.actor
     if ctx.cmd.get("fence") is not None or as_holder:
-        held = ctx.require_holder(item_id)  # Stale when the fence is old or the lease ran out
+        held = holder_check(ctx, item_id)  # Stale when the fence is old or the lease ran out
         assert held is not None
         if given is not None and given < held.epoch:
             raise Stale(f"you read epoch {given} of {item_id}; it is at epoch {held.epoch}", item=item_id,
@@ -250,9 +251,11 @@ def _ask(ctx: Context, item_id: str) -> None:
     item = ctx.item(item_id)
     if item.status in CLOSED:
         raise Illegal(f"{item_id} is {item.status}; reopen it before asking for a decision")
+    epoch, held = stance(ctx, item_id)
+    if held is None or held.holder != ctx.actor:  # the holder by name, and under the live fence
+        _outsider_asks(ctx, item_id, held)
     if item.waiting:
         raise Illegal(f"{item_id} already waits for a decision on #{item.waiting.get('seq')}: decide that first")
-    epoch, held = stance(ctx, item_id)
     record = post_message(ctx, item_id, "decision-request", text, epoch=epoch, to=ctx.cmd.get("to"),
                           options=options or None)
     item.waiting = {"seq": record["seq"], "by": ctx.actor, "at": ctx.when, "question": text, "options": options,
@@ -261,6 +264,23 @@ def _ask(ctx: Context, item_id: str) -> None:
     ctx.save_item(item)
     ctx.event(item_id, "waiting", seq=record["seq"], options=options or None)
     _said(ctx, item_id, record, held, "ask")
+
+
+def _outsider_asks(ctx: Context, item_id: str, held: Lease | None) -> None:
+    """Only the holder, under its live fence, may make an item wait; everyone else posts a question.
+
+    An item nobody holds is no exception: a waiting item leaves ``gw ready``, so an ask on it would
+    let anyone park any free item. The holder asks; others ask the holder (or whoever) a question.
+    """
+    lease = ctx.lease(item_id)
+    instead = f"post a question instead, which blocks nothing: gw msg {item_id} TEXT --kind question"
+    if lease is not None and (not lease.takeable(ctx.now, ctx.settings.clock_margin) or held is not None):
+        # Someone else's live lease; also its live fence given by anyone but its holder: a fence shows
+        # which lease a command acts under, it does not make its bearer the holder.
+        raise Forbidden(f"only the holder of {item_id} ({lease.holder}) may ask for a decision, which makes the item "
+                        f"wait; you are {ctx.actor}: {instead}", item=item_id, holder=lease.holder, who=ctx.actor)
+    raise Forbidden(f"nobody holds {item_id}: only its holder may ask for a decision, which makes the item wait; "
+                    f"claim it first, or {instead}", item=item_id, who=ctx.actor)
 
 
 @op("ask", "ask for a decision: posts a decision request and marks the item waiting", item="item!",
@@ -282,9 +302,8 @@ def decide(ctx: Context) -> None:
     item = ctx.item(item_id)
     if _landed(ctx, item_id, "decision", ctx.cmd["why"]):
         return
-    if ctx.actor in ctx.settings.agents:
-        raise Invalid(f"{ctx.actor} is listed as an agent (setting 'agents'): agents may ask, but only a person "
-                      "may decide")
+    if ctx.settings.role(ctx.actor) == "agent":  # before anything else: no answer about the thread helps an agent
+        require_decider(ctx, item_id, {"seq": ctx.cmd["question"]})
     why = _text(ctx, "why")
     choose = ctx.cmd["choose"]
     epoch, held = stance(ctx, item_id)
@@ -292,6 +311,7 @@ def decide(ctx: Context) -> None:
     qseq = question["seq"]
     if question.get("kind") != "decision-request":
         raise Invalid(f"#{qseq} of {item_id} is a {question.get('kind')}, not a decision request")
+    require_decider(ctx, item_id, question)
     earlier = [d for d in item.decisions if d.get("question") == qseq]
     if earlier:
         raise Illegal(f"#{qseq} of {item_id} was already decided: {earlier[0].get('text')!r} "

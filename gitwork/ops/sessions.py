@@ -13,7 +13,6 @@ import re
 from ..engine import Context, op
 from ..errors import Invalid, Stale
 from ..model import Lease
-from ..sync import ARBITER_OPS
 from .leases import end_lease
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -23,9 +22,6 @@ if TYPE_CHECKING:
 SESSION_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]{0,120}\Z")
 _COMMIT = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
 ABSENT = "-"  # a path that does not exist on that side of a change
-
-# Publishing releases the lease, so with an arbiter remote it must land there like a release does.
-ARBITER_OPS.add("publish")
 
 
 def _holder(ctx: Context, item_id: str) -> Lease:

@@ -1,0 +1,67 @@
+"""The arbiter's side of the roles: each pushed command is judged again with the server's own settings.
+
+A client's engine checks the roles (``gitwork/roles.py``) with the client's settings, which is only
+advice: anyone can run another gitwork, change their ``.workplane`` or write a commit with plain git.
+The arbiter's pre-receive hook (``gitwork.statecheck``, also run by ``gitwork.hookcheck``) calls
+:func:`check_commits` for every new commit on the state ref: it re-applies the commit's command
+document to the commit's parent, at the commit's author time, with the settings of the arbiter's
+repository (``git config gitwork.admins`` / ``gitwork.agents`` there), and refuses the push when the
+engine answers :class:`Forbidden`: a revoke or decide by the wrong role, an ask by someone who does
+not hold the item, an agent acting on an item it does not hold. Other refusals are left to the other
+checks (a replayed command may be refused for reasons that are ``gw sync``'s to report).
+
+What it cannot do is know who really pushed: the command's ``as`` is what the client wrote. An
+authenticating face (the REST server, later) closes that gap; see docs/leases.md, "Roles".
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# The ops whose rules depend on who acts (roles, or holding the item): only these are re-applied.
+CHECKED_OPS = frozenset({"revoke", "decide", "ask", "msg", "edit", "check", "decision", "done", "cancel", "reopen"})
+
+
+def _author_time(author: str) -> Any:
+    from .clock import parse_instant_epoch
+
+    parts = author.rsplit(" ", 2)
+    return parse_instant_epoch(int(parts[1])) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def check_commits(git_dir: str, ref: str, commits: list[tuple[str, str | None]]) -> list[str]:
+    """Refusals for ``[(commit, parent)]`` about to land on ``ref`` of the repository at ``git_dir``."""
+    from . import engine
+    from .errors import Forbidden, GwError
+    from .store import Repository, Store
+
+    try:
+        repo = Repository.discover(git_dir)
+    except GwError as error:  # e.g. a bad gitwork.admins on the server: say so rather than wave it through
+        return [f"cannot read the arbiter's settings: {error.message}"]
+    store = Store(repo, ref)
+    problems: list[str] = []
+    try:
+        for commit, parent in commits:
+            if parent is None:
+                continue
+            info = store.snapshot(commit, at_tip=False).info
+            cmd = engine.parse_command_from_message(info.message) if info else None
+            if not isinstance(cmd, dict) or cmd.get("op") not in CHECKED_OPS or not cmd.get("id"):
+                continue
+            now = _author_time(info.author) if info else None
+            if now is None:
+                continue
+            try:
+                clean = engine.validate_command(dict(cmd))
+                engine.apply(store.snapshot(parent, at_tip=False), clean, now, repo.settings)
+            except Forbidden as error:
+                problems.append(f"{commit[:12]}: {cmd['op']} by {cmd.get('as')} refused by the arbiter's roles: "
+                                f"{error.message}")
+            except Exception:  # noqa: BLE001 - any other refusal or oddity is the other checks' business:
+                pass  # this check must never turn a push away for anything but a role
+    finally:
+        store.close()
+    return problems

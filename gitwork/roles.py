@@ -1,0 +1,87 @@
+"""Who may do what: the roles of the settings ``admins`` and ``agents`` (everyone else is a person).
+
+The rules (docs/leases.md, "Roles"), checked by the ops on the exact state a command extends:
+
+- ``revoke``: admins. With no ``admins`` configured (a fresh repository), any person, as before
+  roles existed; agents never.
+- ``decide``: admins, and the person the decision request was addressed to (``--to``). With no
+  ``admins`` configured, any person. Agents never.
+- Agents act on an item (``edit``, ``check``, ``decision``, ``done``, ``cancel``, ``reopen``) only
+  while they hold its lease; a person may also act on an item nobody holds.
+- ``ask`` (and ``msg --kind decision-request``): only the holder, under its live fence, whatever its
+  role (``ops/messages.py``): asking makes the item wait, so nobody else may make it wait. Everyone
+  may post a ``question``, which blocks nothing.
+
+A refusal is :class:`Forbidden` (exit 77). These checks run in every gitwork process, which makes
+them advice to honest clients: an identity is whatever ``--as`` says. docs/leases.md says where they
+are enforced.
+"""
+
+from __future__ import annotations
+
+from .errors import Forbidden, Stale
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .engine import Context
+    from .model import Lease
+
+
+def _you(ctx: Context) -> str:
+    return f"you are {ctx.actor} ({ctx.settings.role(ctx.actor)})"
+
+
+def _admins(ctx: Context) -> str:
+    return ", ".join(ctx.settings.admins)
+
+
+def require_revoker(ctx: Context, item_id: str) -> None:
+    """Refuse ``revoke`` unless the actor is an admin (or, with no admins configured, a person)."""
+    role = ctx.settings.role(ctx.actor)
+    if ctx.settings.admins and role != "admin":
+        raise Forbidden(f"only an admin may revoke the lease on {item_id} (setting 'admins': {_admins(ctx)}); "
+                        f"{_you(ctx)}", item=item_id, who=ctx.actor, role=role)
+    if role == "agent":
+        raise Forbidden(f"agents may not revoke (setting 'agents'); {_you(ctx)}: ask a person or an admin to revoke "
+                        f"{item_id}", item=item_id, who=ctx.actor, role=role)
+
+
+def require_decider(ctx: Context, item_id: str, question: dict[str, Any]) -> None:
+    """Refuse ``decide`` unless the actor is an admin or the person the request was addressed to.
+
+    With no admins configured, any person may decide; an agent never may.
+    """
+    role = ctx.settings.role(ctx.actor)
+    seq = question.get("seq")
+    if role == "agent":
+        raise Forbidden(f"{ctx.actor} is listed as an agent (setting 'agents'): agents may ask, but only a person "
+                        f"may decide on {item_id}", item=item_id, who=ctx.actor, role=role)
+    if ctx.settings.admins and role != "admin" and question.get("to") != ctx.actor:
+        to = f"addressed to {question['to']}" if question.get("to") else "addressed to nobody"
+        raise Forbidden(f"#{seq} of {item_id} is {to}: only that person or an admin (setting 'admins': "
+                        f"{_admins(ctx)}) may decide it; {_you(ctx)}", item=item_id, who=ctx.actor, role=role)
+
+
+def holder_check(ctx: Context, item_id: str) -> Lease | None:
+    """``ctx.require_holder``, with the refusal naming who you are as well as who holds the item."""
+    try:
+        return ctx.require_holder(item_id)
+    except Stale as error:
+        holder = error.details.get("holder")
+        if holder and holder != ctx.actor and "you are" not in error.message:
+            error.message = f"{error.message} (you are {ctx.actor})"
+            error.args = (error.message,)
+            error.details.setdefault("who", ctx.actor)
+        raise
+
+
+def act_on(ctx: Context, item_id: str) -> Lease | None:
+    """The fencing rule for commands that change an item, plus the agents' rule: hold it to act on it."""
+    lease = holder_check(ctx, item_id)
+    if lease is None and ctx.settings.role(ctx.actor) == "agent":
+        raise Forbidden(f"{ctx.actor} is listed as an agent (setting 'agents'): agents act only on items they hold, "
+                        f"and {ctx.actor} holds no lease on {item_id}: claim it first", item=item_id,
+                        who=ctx.actor, role="agent")
+    return lease

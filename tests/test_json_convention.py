@@ -1,0 +1,237 @@
+"""One convention for every command's ``--json`` (issue 8, point 13; docs/exit-codes.md, "Output with --json").
+
+- stdout holds exactly one JSON value: an object for a single result (``"ok": true``), an array for a
+  listing; ``thread --follow --json`` streams JSON lines, one message object per line;
+- an error, usage errors included, is one object with ``"ok": false``, ``error``, ``code``,
+  ``message``, and one line on stderr;
+- an item id is always a full id under the key ``item`` (never ``id``).
+
+The commands are enumerated from the typer app, so a command added without a case here fails
+``test_every_command_has_a_case``. They run in-process (``gitwork.cli.main.main``, the real entry
+point: fast path, then typer) against a real repository, with a real bare remote for the arbiter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import git, make_repo, run_gw, tip
+from gitwork.cli import main as cli_main
+
+FULL_ID = re.compile(r"w-[0-9a-f]{16}\Z")
+A = "w-a000000000000001"
+B = "w-b000000000000002"
+C = "w-c000000000000003"
+
+# command path -> (arguments, shape): the cases run in this order, each may rely on the ones before.
+# "{session}" is replaced by the id the session start case printed; "{worktree}" by its worktree.
+CASES: dict[str, tuple[list[str], str]] = {
+    "init": ([], "object"),
+    "new": (["first", "-c", "works", "--from", "file:x.py"], "object"),
+    "show": ([A], "object"),
+    "list": (["--all"], "array"),
+    "ready": ([], "array"),
+    "edit": ([A, "--add-label", "json"], "object"),
+    "claim": ([A], "object"),
+    "renew": ([A, "--ttl", "20m"], "object"),
+    "check": ([A, "1"], "object"),
+    "decision": ([A, "one table", "--why", "simple"], "object"),
+    "msg": ([A, "hello", "--to", "bob"], "object"),
+    "thread": ([A], "array"),
+    "ack": ([A, "1", "--as", "bob"], "object"),
+    "inbox": (["--as", "bob"], "object"),
+    "ask": ([A, "ship it?", "-o", "yes", "-o", "no", "--to", "bob"], "object"),
+    "decide": ([A, "2", "--choose", "yes", "--why", "tests pass", "--as", "bob"], "object"),
+    "history": ([A], "array"),
+    "log": (["-n", "3"], "array"),
+    "apply": (["{document}"], "object"),
+    "session start": ([A], "object"),
+    "session commit": (["--file", "new.txt", "-m", "add a file", "-C", "{worktree}"], "object"),
+    "session list": ([], "array"),
+    "publish": (["{session}"], "object"),
+    "done": ([A], "object"),
+    "reopen": ([A], "object"),
+    "cancel": ([C], "object"),
+    "handoff": ([B, "--reason", "blocked", "-m", "stuck"], "object"),
+    "takeover": ([B], "object"),
+    "release": ([B], "object"),
+    "revoke": ([B, "--reason", "reassigning"], "object"),
+    "remote set": (["origin"], "object"),
+    "sync": ([], "object"),
+    "retry": (["c-retried-renew"], "object"),
+    "push": ([], "object"),
+    "pull": ([], "object"),
+    "status": ([], "object"),
+    "hooks install": ([], "object"),
+    "demo": ([], "object"),
+}
+# Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
+SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]]}
+
+
+def command_paths() -> set[str]:
+    import typer.main
+
+    from gitwork.cli.app import app
+
+    def walk(command: Any, prefix: str) -> set[str]:
+        subs = getattr(command, "commands", None)
+        if subs is None:
+            return {prefix}
+        found: set[str] = set()
+        for name, sub in subs.items():
+            if not getattr(sub, "hidden", False):
+                found |= walk(sub, f"{prefix} {name}".strip())
+        return found
+
+    return walk(typer.main.get_command(app), "")
+
+
+def test_every_command_has_a_case() -> None:
+    missing = command_paths() - set(CASES)
+    assert not missing, f"add a --json case for {sorted(missing)} to tests/test_json_convention.py"
+    assert not set(CASES) - command_paths()
+
+
+def gw_in_process(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = cli_main.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def check_ids(value: Any, where: str) -> None:
+    """Every ``item`` key holds a full item id (or null: a command that names none); never ``id``."""
+    if isinstance(value, dict):
+        if value.get("item") is not None:
+            assert isinstance(value["item"], str) and FULL_ID.match(value["item"]), (where, value["item"])
+        if isinstance(value.get("id"), str):
+            assert not FULL_ID.match(value["id"]), f"{where}: an item id under 'id' (use 'item'): {value}"
+        for key, inner in value.items():
+            check_ids(inner, f"{where}.{key}")
+    elif isinstance(value, list):
+        for number, inner in enumerate(value):
+            check_ids(inner, f"{where}[{number}]")
+
+
+def check_shape(path: str, shape: str, out: str) -> Any:
+    if shape == "lines":
+        docs = [json.loads(line) for line in out.splitlines()]
+        assert docs and all(isinstance(d, dict) for d in docs), (path, out)
+        return docs
+    doc = json.loads(out)  # exactly one JSON value: trailing garbage would not parse
+    assert out.endswith("\n")
+    if shape == "object":
+        assert isinstance(doc, dict) and doc.get("ok") is True, (path, out[:400])
+    else:
+        assert isinstance(doc, list) and all(isinstance(row, dict) for row in doc), (path, out[:400])
+    check_ids(doc, path)
+    return doc
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for role in ("AUTHOR", "COMMITTER"):  # the person's own commit; gitwork needs no git identity
+        monkeypatch.setenv(f"GIT_{role}_NAME", "Person")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "person@example.com")
+    repo = make_repo(tmp_path / "project")
+    git(repo, "checkout", "-q", "-b", "main")
+    (repo / "README").write_text("a project\n")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "initial")
+    remote = make_repo(tmp_path / "arbiter.git", bare=True)
+    git(repo, "remote", "add", "origin", str(remote))
+    monkeypatch.setenv("GW_AGENT", "alice")
+    monkeypatch.setenv("GW_NO_AUTO_GC", "1")
+    monkeypatch.setattr("gitwork.ids.mint", iter([A, B, C, "w-d000000000000004", "w-e000000000000005"]).__next__)
+    return repo
+
+
+def test_every_command_prints_one_json_value_by_the_convention(project: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    document = tmp_path / "doc.json"
+    document.write_text(json.dumps({"op": "new", "title": "applied"}))
+    found: dict[str, str] = {"document": str(document)}
+    for path, (args, shape) in CASES.items():
+        argv = [*path.split(), *(a.format(**found) for a in args), "--json"]
+        if "-C" not in argv and path != "demo":  # the demo makes its own throwaway repository
+            argv += ["-C", str(project)]
+        code, out, err = gw_in_process(capsys, argv)
+        assert code == 0, (argv, code, out, err)
+        doc = check_shape(path, shape, out)
+        if path == "session start":
+            found.update(session=doc["session"], worktree=doc["worktree"])
+            (Path(doc["worktree"]) / "new.txt").write_text("new\n")
+        if path == "sync":  # a command whose outcome was unknown (exit 12) waits for `gw retry`
+            from gitwork.sync import remember_unknown
+            from gitwork.workplane import Workplane
+
+            with Workplane(str(project)) as plane:
+                remember_unknown(plane, {"op": "new", "title": "retried", "id": "c-retried-renew", "as": "alice"})
+        for extra in SETUP_AFTER.get(path, []):
+            assert gw_in_process(capsys, [*extra, "-C", str(project)])[0] == 0, extra
+    # The one streaming form: JSON lines, one message per line.
+    code, out, _err = gw_in_process(capsys, ["thread", A, "--follow", "--timeout", "0.2", "--json", "-C",
+                                             str(project)])
+    assert code == 0
+    messages = check_shape("thread --follow", "lines", out)
+    assert [m["seq"] for m in messages] == list(range(1, len(messages) + 1))
+
+
+def test_show_names_the_item_like_every_other_command(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["init"], ["new", "one"], ["claim", A]):
+        assert gw_in_process(capsys, [*argv, "-C", str(project)])[0] == 0
+    shown = json.loads(gw_in_process(capsys, ["show", A, "--json", "-C", str(project)])[1])
+    listed = json.loads(gw_in_process(capsys, ["list", "--json", "-C", str(project)])[1])
+    assert shown["item"] == listed[0]["item"] == A and "id" not in shown
+    assert shown["title"] == listed[0]["title"] == "one" and shown["lease"]["holder"] == "alice"
+    assert shown["lease"]["item"] == A
+
+
+@pytest.mark.parametrize("path", sorted(CASES))
+def test_a_usage_error_is_one_line_and_one_json_error_object(path: str, capsys: pytest.CaptureFixture[str],
+                                                             tmp_path: Path) -> None:
+    code, out, err = gw_in_process(capsys, [*path.split(), "--no-such-option", "--json", "-C", str(tmp_path)])
+    assert code == 2
+    doc = json.loads(out)
+    assert {k: doc[k] for k in ("ok", "error", "code")} == {"ok": False, "error": "usage", "code": 2}
+    assert "--no-such-option" in doc["message"] and "\n" not in doc["message"]
+    assert err.count("\n") == 1 and err.startswith("gw: usage: ")
+
+
+def test_an_unknown_status_is_refused_not_an_empty_list(repo: Path, wp: Any) -> None:
+    before = tip(repo)
+    for argv in (["list", "--status", "bogus"], ["list", "-s", "open", "-s", "bogus"]):
+        done = run_gw(repo, *argv)
+        assert done.returncode == 5 and done.stdout == ""
+        assert done.stderr.count("\n") == 1 and "unknown status 'bogus'" in done.stderr
+    as_json = run_gw(repo, "list", "--status=bogus", "--json")
+    assert as_json.returncode == 5
+    assert json.loads(as_json.stdout)["error"] == "invalid"
+    negative = run_gw(repo, "ready", "-n", "-1")
+    assert negative.returncode == 5 and "--limit" in negative.stderr
+    assert tip(repo) == before
+
+
+def test_the_typer_path_refuses_an_unknown_status_too(repo: Path, wp: Any, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitwork.cli.app import run_app
+
+    monkeypatch.chdir(repo)
+    capsys.readouterr()
+    assert run_app(["list", "--status", "bogus"]) == 5
+    out, err = capsys.readouterr()
+    assert out == "" and "unknown status" in err
+
+
+def test_a_usage_error_from_the_real_process(repo: Path) -> None:
+    done = subprocess.run([*__import__("conftest").gw_cmd("claim", "--ttl")], cwd=repo, capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("gw: usage: ")
