@@ -5,7 +5,7 @@ object folder are, which object format the repository uses and the few config ke
 For the ordinary layouts (a work tree with a ``.git`` folder, a linked worktree's ``.git`` file,
 owned by the user running gw, config files this module can parse exactly as git does) the answer
 is a few ``stat`` calls and file reads away: no process. Anything else (GIT_* variables, a bare
-repository, ``include`` directives, quoted values, reftable, a repository owned by another user)
+repository, ``includeIf`` directives, continuation lines, reftable, a repository owned by another user)
 is asked of git itself (``git rev-parse`` and ``git config``), so the answer is always git's.
 """
 
@@ -153,12 +153,39 @@ def _value(raw: str) -> str:
 _ESCAPES = {"t": "\t", "b": "\b", "n": "\n", "\\": "\\", '"': '"'}
 
 
-def parse_config(text: str, into: dict[str, str], *, repository: bool) -> None:
+_MAX_INCLUDE_DEPTH = 10  # git's own limit; deeper is an error for git
+
+
+def _include(value: str, origin: str | None, into: dict[str, str], depth: int) -> None:
+    """``[include] path = ...`` as git's ``handle_path_include``: the file is read in place, a
+    ``~/`` path is under $HOME, a relative one beside the including file, a missing one ignored."""
+    if origin is None or depth >= _MAX_INCLUDE_DEPTH:
+        raise Unusual("include outside a file, or too deep")
+    if value.startswith("%(prefix)"):
+        raise Unusual("%(prefix) in an include path")
+    if value.startswith("~"):
+        home = os.environ.get("HOME")
+        if not value.startswith("~/") or not home:
+            raise Unusual("~user in an include path")
+        value = os.path.join(home, value[2:])
+    path = value if os.path.isabs(value) else os.path.join(os.path.dirname(origin), value)
+    try:
+        text = _read(path)
+    except FileNotFoundError:
+        return
+    # Included files count for the config git reads, not for the repository format check (which
+    # reads the repository's config file alone): extensions in them are ignored, as git ignores them.
+    parse_config(text, into, repository=False, origin=path, depth=depth + 1)
+
+
+def parse_config(text: str, into: dict[str, str], *, repository: bool, origin: str | None = None,
+                 depth: int = 0) -> None:
     """Add the keys gitwork reads from one config file to ``into`` (later wins, as in git).
 
     ``repository``: this is the repository's own config (or its ``config.worktree``); git reads
     ``extensions.*`` and ``core.repositoryformatversion`` from there only, so elsewhere they are
-    ignored, as git ignores them. Raises :class:`Unusual` for anything not handled exactly here.
+    ignored, as git ignores them. ``origin``: the file's path (``include.path`` is relative to it).
+    Raises :class:`Unusual` for anything not handled exactly here (``includeIf`` conditions among them).
     """
     if text.startswith("\ufeff"):
         text = text[1:]  # git skips a UTF-8 byte order mark
@@ -172,8 +199,8 @@ def parse_config(text: str, into: dict[str, str], *, repository: bool) -> None:
             if match is None:
                 raise Unusual("section header")
             name = match.group(1).lower()
-            if name.split(".")[0] in ("include", "includeif"):
-                raise Unusual("include")
+            if name.split(".")[0] == "includeif":
+                raise Unusual("includeIf")  # conditions (gitdir:, onbranch:, hasconfig:) are git's to judge
             # A subsection (`[x "y"]`, or the old `[x.y]`): nothing gitwork reads lives there.
             section = None if match.group(2) is not None or "." in name else name
             continue
@@ -189,12 +216,16 @@ def parse_config(text: str, into: dict[str, str], *, repository: bool) -> None:
                                                                  "core.bare")
         raw_value = match.group(2)
         if raw_value is None:
+            if key == "include.path":
+                raise Unusual("include.path without a value")  # an error for git
             if wanted:
                 into[key] = "true"  # a key with no "=" is a boolean true for git
             continue
         value = _value(raw_value)  # also for keys gw ignores: a continuation line must not be misread
         if wanted:
             into[key] = value
+        elif key == "include.path":
+            _include(value, origin, into, depth)
 
 
 # Extensions git accepts in a version-0 repository; none changes where gw finds refs, config or objects
@@ -235,11 +266,11 @@ def read_config(git_dir: str, common_dir: str) -> dict[str, str] | None:
                 text = _read(path)
             except FileNotFoundError:
                 continue
-            parse_config(text, values, repository=repository)
+            parse_config(text, values, repository=repository, origin=path)
         if _truthy(values.get("extensions.worktreeconfig")):
             worktree = os.path.join(git_dir, "config.worktree")
             if os.path.exists(worktree):
-                parse_config(_read(worktree), values, repository=True)
+                parse_config(_read(worktree), values, repository=True, origin=worktree)
     except (Unusual, OSError, UnicodeDecodeError, ValueError):
         return None
     version = values.pop("core.repositoryformatversion", "0")

@@ -68,8 +68,8 @@ def test_fast_config_reader_agrees_with_git_on_any_value(repo: Path, value: str,
 @pytest.mark.parametrize("text", [
     "[gitwork]\n\tagent = alice \\\n   bob\n",  # a continuation line
     '[alias]\n\tx = log \\\n[gitwork]\n\tagent = mallory\n',  # one in a section gw ignores: no [gitwork]
-    "[include]\n\tpath = other.config\n",
     '[includeIf "gitdir:/"]\n\tpath = other.config\n',
+    "[include]\n\tpath = ~nobody/other.config\n",
     "[gitwork] agent = alice\n",  # a key on the header line
 ])
 def test_what_the_fast_reader_does_not_handle_is_asked_of_git(repo: Path, text: str) -> None:
@@ -78,6 +78,24 @@ def test_what_the_fast_reader_does_not_handle_is_asked_of_git(repo: Path, text: 
         handle.write(text)
     assert gitdir.read_config(str(repo / ".git"), str(repo / ".git")) is None
     assert Repository.discover(repo).settings.agent == git_value(repo, "gitwork.agent")
+
+
+@pytest.mark.parametrize("path", ["other.config", "{home}/other.config", "~/other.config", "missing.config"])
+def test_include_path_is_read_as_git_reads_it(repo: Path, path: str) -> None:
+    home = Path(os.environ["HOME"])
+    (home / "other.config").write_text("[gitwork]\n\tagent = carol ; from the included file\n"
+                                      "[extensions]\n\tobjectFormat = sha256\n")
+    (home / ".gitconfig").write_text("[gitwork]\n\tagent = before\n[include]\n\tpath = "
+                                     + path.format(home=home) + "\n[core]\n\tfsync = loose\n")
+    fast = gitdir.read_config(str(repo / ".git"), str(repo / ".git"))
+    assert fast is not None, "a plain include.path is read, not handed to git"
+    assert fast.get("gitwork.agent") == git_value(repo, "gitwork.agent")
+    assert fast.get("core.fsync") == "loose"
+    assert "extensions.objectformat" not in fast  # never from outside the repository's config
+    # In the repository's own config, an included file's extensions do not count for git either.
+    with open(repo / ".git" / "config", "a", encoding="utf-8") as handle:
+        handle.write(f"[include]\n\tpath = {home / 'other.config'}\n")
+    assert Repository.discover(repo).algorithm == "sha1" == git(repo, "rev-parse", "--show-object-format")
 
 
 def test_extensions_count_only_in_the_repositorys_own_config(repo: Path) -> None:

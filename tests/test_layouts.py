@@ -345,6 +345,7 @@ def test_session_commit_and_publish(name: str, tmp_path: Path) -> None:
 # --- several machines: sync where the layout has a remote ------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["default", "shallow", "clone_shared", "partial"])
 def test_sync_and_claim_after_the_remote_moved(name: str, tmp_path: Path) -> None:
     layout = LAYOUTS[name](tmp_path)
