@@ -72,7 +72,7 @@ def test_offline_work_follows_its_grant_to_the_new_fence(tmp_path: Path, remote:
         e["command_id"] for e in report["replayed"]}
     lease = show(a, x)["lease"]
     assert (lease["holder"], lease["fence"], lease["grant"]) == ("alice", 2, claimed["command_id"])
-    assert show(a, x)["item"]["criteria"][0]["checked"]
+    assert show(a, x)["criteria"][0]["checked"]
     on_remote = command_ids(remote)
     assert checked["command_id"] in on_remote and posted["command_id"] in on_remote
     assert tip(a) == tip(remote)
@@ -91,7 +91,7 @@ def test_offline_work_under_a_lost_grant_is_still_refused(tmp_path: Path, remote
     refused = refused_ids(gw_ok(a, "sync"))
     assert set(refused) == {claimed["command_id"], checked["command_id"]}
     assert refused[checked["command_id"]]["error"] == "stale"
-    assert not show(a, x)["item"]["criteria"][0].get("checked")
+    assert not show(a, x)["criteria"][0].get("checked")
 
 
 # --- 5 (sync side): a used command id with a different document ------------------------------------
@@ -222,7 +222,7 @@ def test_grant_is_adopted_although_the_local_ref_moved(tmp_path: Path, remote: P
     # Without any further command, the local state knows the grant and kept the other command.
     lease = show(a, x)["lease"]
     assert (lease["holder"], lease["fence"], lease["grant"]) == ("alice", claimed["fence"], claimed["command_id"])
-    assert show(a, meanwhile["item"])["item"]["title"] == "created while the claim was pushing"
+    assert show(a, meanwhile["item"])["title"] == "created while the claim was pushing"
     gw_ok(a, "check", x, "1", "--fence", str(claimed["fence"]), "--as", "alice")
     report = gw_ok(a, "sync")
     assert report["refused"] == []
@@ -240,7 +240,7 @@ def test_fenced_command_catches_up_with_the_tracking_ref(tmp_path: Path, remote:
 
     checked = run_gw(a, "check", x, "1", "--fence", "1", "--as", "alice", "--json")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert show(a, x)["item"]["criteria"][0]["checked"]
+    assert show(a, x)["criteria"][0]["checked"]
     assert gw_ok(a, "sync")["refused"] == []
 
 
@@ -260,7 +260,7 @@ def test_done_lands_on_the_arbiter_so_nobody_redoes_the_item(tmp_path: Path, rem
     taken = run_gw(dave, "claim", x, "--as", "dave", "--json", env={"GW_NOW": later})
     assert taken.returncode == ILLEGAL, taken.stdout + taken.stderr  # done, not merely expired
     assert gw_ok(carol, "sync")["refused"] == []
-    assert show(carol, x)["item"]["status"] == "done"
+    assert show(carol, x)["status"] == "done"
     assert claimed["command_id"] in command_ids(remote)
 
 
