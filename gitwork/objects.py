@@ -275,7 +275,14 @@ class LooseObjects:
         subdir = os.path.join(self.objects_dir, oid[:2])
         path = os.path.join(subdir, oid[2:])
         if not self._freshen(path):
-            self._write_file(subdir, path, zlib.compress(header + data, 1))
+            try:
+                self._write_file(subdir, path, zlib.compress(header + data, 1))
+            except PermissionError as exc:
+                from .errors import GwError
+
+                # git's own words for it (a shared repository whose group this user is not in, say).
+                raise GwError(f"insufficient permission for adding an object to repository database "
+                              f"{self.objects_dir} ({exc.strerror}: {exc.filename})") from None
         return oid
 
     def write_tree(self, entries: Mapping[str, TreeEntry]) -> str:

@@ -291,3 +291,21 @@ def test_a_second_group_member_can_add_objects_where_gw_wrote() -> None:
         assert checked.returncode == 0, checked.stderr.decode()
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write anywhere")
+def test_no_permission_on_the_object_folder_is_gits_one_line_message(repo: Path) -> None:
+    assert run_gw(repo, "init").returncode == 0
+    objects = repo / ".git" / "objects"
+    modes = {d: d.stat().st_mode for d in objects.iterdir()}
+    try:
+        for folder in modes:
+            folder.chmod(0o555)
+        objects.chmod(0o555)
+        done = run_gw(repo, "new", "cannot be written")
+    finally:
+        objects.chmod(0o755)
+        for folder, mode in modes.items():
+            folder.chmod(mode)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "insufficient permission for adding an object" in done.stderr
