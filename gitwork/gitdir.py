@@ -23,8 +23,9 @@ _ENV_THAT_CHANGES_DISCOVERY = (
 )
 
 # The core.* keys gitwork honours when it writes objects itself (see objects.py).
-CORE_KEYS = ("core.sharedrepository", "core.fsync", "core.fsyncobjectfiles", "core.fsyncmethod")
-_CONFIG_PATTERN = r"^(gitwork\.|core\.(sharedrepository|fsync|fsyncobjectfiles|fsyncmethod)$)"
+CORE_KEYS = ("core.sharedrepository", "core.fsync", "core.fsyncobjectfiles", "core.fsyncmethod",
+             "core.loosecompression", "core.compression")
+_CONFIG_PATTERN = r"^(gitwork\.|core\.(sharedrepository|fsync|fsyncobjectfiles|fsyncmethod|loosecompression|compression)$)"
 
 
 class Unusual(Exception):

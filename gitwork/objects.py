@@ -225,6 +225,18 @@ def fsync_loose_objects(config: Mapping[str, str]) -> bool:
     return bool(parse_fsync_components(components) & _LOOSE) if components is not None else False
 
 
+def loose_compression(config: Mapping[str, str]) -> int:
+    """The zlib level git uses for loose objects: ``core.looseCompression``, else ``core.compression``,
+    else 1 (``Z_BEST_SPEED``); -1 is zlib's default. Raises ValueError where git would die."""
+    for key in ("core.loosecompression", "core.compression"):
+        if key in config:
+            level = int(config[key].strip(), 0)
+            if level != -1 and not 0 <= level <= 9:
+                raise ValueError(f"bad zlib compression level {level} ({key})")
+            return level
+    return 1
+
+
 # --- the object folder ----------------------------------------------------------------------------
 
 # How often to retry creating a temporary object file whose fan-out folder vanished under us
@@ -240,11 +252,13 @@ class LooseObjects:
     file is fsynced before it is renamed into place (:func:`fsync_loose_objects`).
     """
 
-    def __init__(self, objects_dir: str, algorithm: str = "sha1", *, shared: int = 0, fsync: bool = False) -> None:
+    def __init__(self, objects_dir: str, algorithm: str = "sha1", *, shared: int = 0, fsync: bool = False,
+                 level: int = 1) -> None:
         self.objects_dir = objects_dir
         self.algorithm = algorithm
         self.shared = shared
         self.fsync = fsync
+        self.level = level  # zlib level, as git's core.looseCompression
 
     def hash(self, kind: str, data: bytes) -> str:
         header = f"{kind} {len(data)}\0".encode()
@@ -276,7 +290,7 @@ class LooseObjects:
         path = os.path.join(subdir, oid[2:])
         if not self._freshen(path):
             try:
-                self._write_file(subdir, path, zlib.compress(header + data, 1))
+                self._write_file(subdir, path, zlib.compress(header + data, self.level))
             except PermissionError as exc:
                 from .errors import GwError
 

@@ -20,7 +20,7 @@ from . import gitcmd
 from .config import Settings, load
 from .errors import Corrupt, GitFailed, Invalid, Locked, NewerFormat
 from .objects import (MODE_BLOB, MODE_TREE, Commit, LooseObjects, TreeEntry, adjust_shared_perm, format_commit,
-                      fsync_loose_objects, parse_commit, parse_tree, shared_perm)
+                      fsync_loose_objects, loose_compression, parse_commit, parse_tree, shared_perm)
 
 FORMAT_FILE = "format.yaml"
 APPEND_ONLY_SUFFIX = ".log"
@@ -63,9 +63,11 @@ class Repository:
         """The object folder, written with git's permissions (core.sharedRepository) and fsync settings."""
         try:
             shared = shared_perm(self.core.get("core.sharedrepository"))
+            level = loose_compression(self.core)
         except ValueError as exc:
-            raise Invalid(f"bad git config core.sharedRepository: {exc}") from None
-        return LooseObjects(self.objects_dir, self.algorithm, shared=shared, fsync=fsync_loose_objects(self.core))
+            raise Invalid(f"bad git config: {exc}") from None
+        return LooseObjects(self.objects_dir, self.algorithm, shared=shared, fsync=fsync_loose_objects(self.core),
+                            level=level)
 
     def shallow(self) -> frozenset[str]:
         """Commits git treats as parentless (the boundary of a shallow clone)."""

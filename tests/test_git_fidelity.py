@@ -108,10 +108,26 @@ def test_extensions_count_only_in_the_repositorys_own_config(repo: Path) -> None
 
 def test_global_core_settings_count(repo: Path) -> None:
     home = Path(os.environ["HOME"])
-    (home / ".gitconfig").write_text("[core]\n\tsharedRepository = group\n\tfsync = loose-object # comment\n")
+    (home / ".gitconfig").write_text("[core]\n\tsharedRepository = group\n\tfsync = loose-object # comment\n"
+                                     "\tcompression = 9\n")
     found = Repository.discover(repo)
-    assert found.core == {"core.sharedrepository": "group", "core.fsync": "loose-object"}
+    assert found.core == {"core.sharedrepository": "group", "core.fsync": "loose-object", "core.compression": "9"}
     assert found.objects().fsync and found.objects().shared == 0o660
+
+
+@pytest.mark.parametrize("setting", [None, "core.compression=9", "core.looseCompression=0", "core.compression=-1"])
+def test_loose_objects_are_deflated_at_gits_level(repo: Path, setting: str | None) -> None:
+    """Byte for byte the file git writes for the same object, at the level git would use."""
+    if setting:
+        git(repo, "config", *setting.split("="))
+    content = b"the same blob, written by both\n" * 20
+    by_gw = Repository.discover(repo).objects().write("blob", content)
+    path = repo / ".git" / "objects" / by_gw[:2] / by_gw[2:]
+    ours = path.read_bytes()
+    path.chmod(0o644)
+    path.unlink()
+    assert git(repo, "hash-object", "-w", "--stdin", input=content) == by_gw
+    assert path.read_bytes() == ours
 
 
 # --- core.fsync, as git parses it ---------------------------------------------------------------------
