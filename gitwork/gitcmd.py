@@ -42,6 +42,11 @@ class Completed:
         return self.stderr.decode("utf-8", "replace").strip()
 
 
+def one_line(text: str) -> str:
+    """git's (possibly several) lines of stderr as one line: every error gw prints is one line."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def run(
     args: Sequence[str],
     *,
@@ -69,7 +74,7 @@ def run(
     done = Completed(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
     if check and proc.returncode != 0:
         raise GitFailed(
-            f"git {' '.join(args)} failed (exit {proc.returncode}): {done.err or done.out.strip()}",
+            f"git {' '.join(args)} failed (exit {proc.returncode}): {one_line(done.err or done.out)}",
             cmd=list(cmd),
             returncode=proc.returncode,
             stdout=done.out,

@@ -26,7 +26,7 @@ import shlex
 import sys
 
 from . import gitcmd
-from .errors import Invalid, NotARepo
+from .errors import Invalid
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -76,13 +76,10 @@ def hooks_dir(cwd: str, *, bare: bool, use_hooks_path: bool) -> str:
             raise Invalid(f"{cwd} is not a bare git repository (give the code remote's bare repository to --server)")
         common, top, prefix = cwd, None, ["--git-dir", cwd]
     else:
-        probe = _git(cwd, "rev-parse", "--git-common-dir", "--is-inside-work-tree", check=False)
-        if probe.returncode != 0:
-            raise NotARepo(f"not a git repository: {cwd}")
-        lines = probe.out.splitlines()
-        common = os.path.normpath(os.path.join(cwd, lines[0]))
-        top = _git(cwd, "rev-parse", "--show-toplevel").out.strip() if lines[1:] == ["true"] else None
-        prefix = []
+        from .gitdir import discover
+
+        where = discover(cwd)  # the one way gitwork finds a repository (NotARepo with git's reason)
+        common, top, prefix = where.common_dir, where.toplevel, []
     configured = _git(cwd, *prefix, "config", "--get", "core.hooksPath", check=False).out.strip()
     if not configured:
         return os.path.join(common, "hooks")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import FORMAT_VERSION, codec, gitcmd
 from .errors import GwError
 from .model import state_file_problem
-from .store import APPEND_ONLY_SUFFIX, FORMAT_FILE
+from .store import APPEND_ONLY_SUFFIX, FORMAT_FILE, Repository, Store
 
 ZERO = ("0" * 40, "0" * 64)
 STATE_PREFIX = "refs/gitwork/"
@@ -21,11 +21,7 @@ def _git(git_dir: str, *args: str, check: bool = True) -> gitcmd.Completed:
     return gitcmd.run(["--git-dir", git_dir, *args], check=check)
 
 
-def _blob(git_dir: str, oid: str) -> bytes:
-    return _git(git_dir, "cat-file", "blob", oid).stdout
-
-
-def _check_commit(git_dir: str, commit: str, parent: str | None) -> list[str]:
+def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -> list[str]:
     problems: list[str] = []
     if parent is None:
         listing = _git(git_dir, "ls-tree", "-r", commit).out.splitlines()
@@ -39,22 +35,22 @@ def _check_commit(git_dir: str, commit: str, parent: str | None) -> list[str]:
             changes.append((fields[4], path, fields[2], fields[3]))
     for status, path, old, new in changes:
         if path.endswith(APPEND_ONLY_SUFFIX) and status in ("M", "D", "T"):
-            if status != "M" or not _blob(git_dir, new).startswith(_blob(git_dir, old)):
+            if status != "M" or not store.read_blob(new).startswith(store.read_blob(old)):
                 problems.append(f"{commit[:12]} rewrites or truncates append-only {path}")
                 continue
         if status == "D" or new is None or new in ZERO:
             continue
         try:
             if path == FORMAT_FILE:
-                version = codec.load_yaml(_blob(git_dir, new), what=path).get("format")
+                version = codec.load_yaml(store.read_blob(new), what=path).get("format")
                 if not isinstance(version, int) or version > FORMAT_VERSION:
                     problems.append(f"{commit[:12]} has format {version!r}; this server reads up to {FORMAT_VERSION}")
             elif path.endswith(".yaml"):
-                found = state_file_problem(path, codec.load_yaml(_blob(git_dir, new), what=path))
+                found = state_file_problem(path, codec.load_yaml(store.read_blob(new), what=path))
                 if found:  # a value no reader could use (priority "high"): refused before it spreads
                     problems.append(f"{commit[:12]}: {path}: {found}")
             elif path.endswith(APPEND_ONLY_SUFFIX):
-                list(codec.iter_records(_blob(git_dir, new), what=path))
+                list(codec.iter_records(store.read_blob(new), what=path))
         except GwError as error:
             problems.append(f"{commit[:12]}: {error.message}")
     return problems
@@ -66,6 +62,16 @@ def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
         return []
     if new in ZERO:
         return [f"{ref}: deleting the work-plane state is not allowed"]
+    # The same store gw reads through: loose objects read directly (the push's quarantine folder
+    # included: git hands it to the hook as GIT_OBJECT_DIRECTORY), the rest from one cat-file.
+    store = Store(Repository.discover(git_dir), ref)
+    try:
+        return _check_range(git_dir, store, ref, old, new)
+    finally:
+        store.close()
+
+
+def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> list[str]:
     if old not in ZERO:
         if _git(git_dir, "merge-base", "--is-ancestor", old, new, check=False).returncode != 0:
             return [f"{ref}: non-fast-forward update refused (the state history is append-only)"]
@@ -75,7 +81,7 @@ def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
     problems: list[str] = []
     for line in commits:
         parts = line.split()
-        problems += _check_commit(git_dir, parts[0], parts[1] if len(parts) > 1 else None)
+        problems += _check_commit(git_dir, store, parts[0], parts[1] if len(parts) > 1 else None)
         if len(problems) >= 20:
             break
     if not problems:  # the roles, judged with this repository's settings (gitwork/rolecheck.py)

@@ -15,11 +15,12 @@ import random
 import re
 import signal
 import time
-import zlib
+
 from . import gitcmd
 from .config import Settings, load
-from .errors import Corrupt, GitFailed, Locked, NewerFormat, NotARepo
-from .objects import MODE_BLOB, MODE_TREE, Commit, LooseWriter, TreeEntry, format_commit, parse_commit, parse_tree
+from .errors import Corrupt, GitFailed, Invalid, Locked, NewerFormat
+from .objects import (MODE_BLOB, MODE_TREE, Commit, LooseObjects, TreeEntry, adjust_shared_perm, format_commit,
+                      fsync_loose_objects, loose_compression, parse_commit, parse_tree, shared_perm)
 
 FORMAT_FILE = "format.yaml"
 APPEND_ONLY_SUFFIX = ".log"
@@ -32,63 +33,60 @@ def crash_point(name: str) -> None:
 
 
 class Repository:
-    """Where a repository's git data lives, and its settings."""
+    """Where a repository's git data lives, and its settings (found by :func:`gitdir.discover`)."""
 
     def __init__(self, git_dir: str, common_dir: str, toplevel: str | None, bare: bool, algorithm: str,
-                 git_config: dict[str, str], settings: Settings) -> None:
+                 git_config: dict[str, str], settings: Settings, *, objects_dir: str | None = None,
+                 core: dict[str, str] | None = None) -> None:
         self.git_dir, self.common_dir, self.toplevel, self.bare = git_dir, common_dir, toplevel, bare
         self.algorithm, self.git_config, self.settings = algorithm, git_config, settings
+        self.objects_dir = objects_dir or os.path.join(common_dir, "objects")
+        # git's core.* settings for the files gitwork writes itself (sharedRepository, fsync).
+        self.core = core or {}
         # Refs may be read as files unless git's own view could differ (bare/GIT_DIR set-ups,
         # reftable); then every read goes through git.
         self.fast_refs = False
 
     @classmethod
     def discover(cls, path: str | os.PathLike[str] | None = None) -> Repository:
-        cwd = os.fspath(path) if path is not None else os.getcwd()
-        if not os.path.isdir(cwd):
-            raise NotARepo(f"not a git repository: {cwd} does not exist")
         from . import gitdir
 
-        found = gitdir.find(cwd)
-        fast_config = gitdir.read_config(found[0], found[1]) if found else None
-        if found and fast_config is not None:
-            git_dir, common_dir, toplevel = found
-            algorithm = fast_config.pop("extensions.objectformat", "sha1")
-            git_config = {k: v for k, v in fast_config.items() if k.startswith("gitwork.")}
-            repo = cls(git_dir, common_dir, toplevel, False, algorithm, git_config, load(toplevel, git_config))
-            repo.fast_refs = True
-            return repo
-        probe = gitcmd.run(
-            ["rev-parse", "--absolute-git-dir", "--git-common-dir", "--is-bare-repository",
-             "--is-inside-work-tree", "--show-cdup"],
-            cwd=cwd, check=False,
-        )
-        if probe.returncode != 0:
-            raise NotARepo(f"not a git repository: {cwd}")
-        lines = probe.out.split("\n")
-        git_dir, common, bare, inside = lines[0], lines[1], lines[2] == "true", lines[3] == "true"
-        common_dir = os.path.normpath(os.path.join(cwd, common))
-        toplevel = os.path.normpath(os.path.join(cwd, lines[4])) if inside else None
-        conf = gitcmd.run(
-            ["config", "-z", "--get-regexp", r"^(gitwork\.|extensions\.objectformat$)"], cwd=cwd, check=False
-        )
-        git_config: dict[str, str] = {}
-        for entry in conf.out.split("\0"):
-            if entry:
-                key, _, value = entry.partition("\n")
-                git_config[key.lower()] = value
-        algorithm = git_config.pop("extensions.objectformat", "sha1")
-        settings = load(toplevel, git_config)
-        return cls(git_dir, common_dir, toplevel, bare, algorithm, git_config, settings)
+        where = gitdir.discover(os.fspath(path) if path is not None else os.getcwd())
+        git_config = {k: v for k, v in where.config.items() if k.startswith("gitwork.")}
+        core = {k: v for k, v in where.config.items() if k.startswith("core.")}
+        repo = cls(where.git_dir, where.common_dir, where.toplevel, where.bare, where.algorithm, git_config,
+                   load(where.toplevel, git_config), objects_dir=where.objects_dir, core=core)
+        repo.fast_refs = where.fast
+        return repo
 
-    @property
-    def objects_dir(self) -> str:
-        return os.path.join(self.common_dir, "objects")
+    def objects(self) -> LooseObjects:
+        """The object folder, written with git's permissions (core.sharedRepository) and fsync settings."""
+        try:
+            shared = shared_perm(self.core.get("core.sharedrepository"))
+            level = loose_compression(self.core)
+        except ValueError as exc:
+            raise Invalid(f"bad git config: {exc}") from None
+        return LooseObjects(self.objects_dir, self.algorithm, shared=shared, fsync=fsync_loose_objects(self.core),
+                            level=level)
+
+    def shallow(self) -> frozenset[str]:
+        """Commits git treats as parentless (the boundary of a shallow clone)."""
+        from .gitdir import read_shallow
+
+        return read_shallow(self.common_dir)
 
     def gitwork_dir(self) -> str:
         """Private working files (read cache); one per repository, shared by its worktrees."""
         path = os.path.join(self.common_dir, "gitwork")
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            return path
+        # Like every folder git makes in a shared repository: the group may write here too.
+        try:
+            adjust_shared_perm(path, shared_perm(self.core.get("core.sharedrepository")))
+        except ValueError:
+            pass
         return path
 
 
@@ -153,7 +151,9 @@ class Store:
         self.repo = repo
         self.ref = ref or repo.settings.ref
         self.cat = gitcmd.CatFile(repo.git_dir)
-        self.writer = LooseWriter(repo.objects_dir, repo.algorithm)
+        self.objects = self.writer = repo.objects()
+        self._shallow: tuple[object, frozenset[str]] | None = None
+        self._loose_ok: bool | None = None
         self._trees: dict[str, dict[str, TreeEntry]] = {}
         self._blobs: dict[str, bytes] = {}
         self._hexlen = 64 if repo.algorithm == "sha256" else 40
@@ -163,22 +163,18 @@ class Store:
 
     # --- reading ------------------------------------------------------------------------------
 
-    def _loose(self, oid: str) -> tuple[str, bytes] | None:
-        """Read a loose object directly (most recent state objects are loose): no process needed."""
-        try:
-            with open(os.path.join(self.repo.objects_dir, oid[:2], oid[2:]), "rb") as handle:
-                raw = zlib.decompress(handle.read())
-        except (OSError, zlib.error):
-            return None
-        header, _, body = raw.partition(b"\0")
-        kind, _, size = header.partition(b" ")
-        if not size.isdigit() or int(size) != len(body):
-            return None
-        return kind.decode(), body
+    def _reads_loose(self) -> bool:
+        """Loose objects are read directly unless ``git replace`` refs could make git see others."""
+        if self._loose_ok is None:
+            from .gitdir import has_replace_refs
+
+            self._loose_ok = not has_replace_refs(self.repo.common_dir)
+        return self._loose_ok
 
     def _object(self, name: str, kind: str) -> bytes:
-        if len(name) == self._hexlen:
-            loose = self._loose(name)
+        if len(name) == self._hexlen and self._reads_loose():
+            # Most recent state objects are loose: read them directly, no process needed.
+            loose = self.objects.read(name)
             if loose is not None:
                 if loose[0] != kind:
                     raise Corrupt(f"object {name} is a {loose[0]}, expected a {kind}")
@@ -223,7 +219,21 @@ class Store:
             commit = self.tip()
         if commit is None:
             return Snapshot(self, None, None)
-        return Snapshot(self, commit, parse_commit(self._object(commit, "commit")))
+        info = parse_commit(self._object(commit, "commit"))
+        if info.parents and commit in self.shallow():
+            info.parents = ()  # git's shallow boundary: history stops here, as git log stops
+        return Snapshot(self, commit, info)
+
+    def shallow(self) -> frozenset[str]:
+        """The shallow boundary; read again whenever the file changes (a fetch may move it)."""
+        try:
+            st = os.stat(os.path.join(self.repo.common_dir, "shallow"))
+            stamp: object = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            stamp = None
+        if self._shallow is None or self._shallow[0] != stamp:
+            self._shallow = (stamp, self.repo.shallow() if stamp is not None else frozenset())
+        return self._shallow[1]
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -291,6 +301,12 @@ class Store:
             err = done.err
             if "but expected" in err or "reference already exists" in err or "reference is missing" in err:
                 return False
+            if "aborted by hook" in err:
+                # A reference-transaction hook said no: its own words, on one line.
+                why = "; ".join(line.strip() for line in err.splitlines()
+                                if line.strip() and "aborted by hook" not in line) or "no reason given"
+                raise GitFailed(f"a reference-transaction hook refused to move {self.ref}: {why}",
+                                stderr=err, returncode=done.returncode)
             if ".lock" in err and "File exists" in err:
                 # Another writer holds git's lock: transient, unless it never goes away.
                 time.sleep(random.uniform(0.01, 0.09))

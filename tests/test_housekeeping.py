@@ -42,3 +42,103 @@ def test_gc_auto_zero_is_respected(repo: Path, monkeypatch: pytest.MonkeyPatch) 
             wp.do("new", title=f"item {n}")
     time.sleep(1)
     assert not list((repo / ".git" / "objects" / "pack").glob("*.pack"))
+
+
+# --- writing while git keeps house ---------------------------------------------------------------------
+
+
+def test_a_long_lived_workplane_writes_after_gc_removed_its_object_folders(repo: Path) -> None:
+    """``git gc`` packs the objects and ``prune-packed`` removes the emptied fan-out folders; a
+    Workplane that wrote into those folders before must make them again, as git does."""
+    with Workplane(str(repo)) as wp:
+        wp.do("init")
+        for n in range(40):
+            wp.do("new", title=f"before gc {n}")
+        git(repo, "gc", "-q")
+        objects = repo / ".git" / "objects"
+        assert not [d for d in objects.iterdir() if len(d.name) == 2], "gc left loose objects: nothing tested"
+        for n in range(40):
+            wp.do("new", title=f"after gc {n}")
+    assert len(git(repo, "rev-list", "refs/gitwork/state").split()) == 81
+    git(repo, "fsck", "--full", "--strict")
+
+
+def test_the_writer_remakes_a_folder_prune_packed_removed(repo: Path) -> None:
+    """The exact race: the folder exists when checked, is gone when the temporary file is made."""
+    from gitwork.objects import LooseObjects
+
+    objects = repo / ".git" / "objects"
+    writer = LooseObjects(str(objects))
+    first = writer.write("blob", b"first")
+    # Another blob in the same fan-out folder.
+    n = 0
+    while writer.hash("blob", f"other {n}".encode())[:2] != first[:2]:
+        n += 1
+    git(repo, "pack-objects", "-q", str(objects / "pack" / "pack"), input=f"{first}\n".encode())
+    git(repo, "prune-packed")
+    assert not (objects / first[:2]).exists()
+    second = writer.write("blob", f"other {n}".encode())
+    assert (objects / second[:2] / second[2:]).is_file()
+    assert git(repo, "cat-file", "-p", second) == f"other {n}"
+    assert git(repo, "cat-file", "-p", first) == "first"  # from the pack
+
+
+WRITER = r"""
+import sys, time
+from gitwork.workplane import Workplane
+deadline = time.monotonic() + float(sys.argv[2])
+count = 0
+with Workplane(sys.argv[1]) as wp:
+    while time.monotonic() < deadline:
+        item = wp.do("new", title=f"stress {count}").result["item"]
+        wp.do("claim", item=item, **{"as": "w"})
+        wp.do("release", item=item, **{"as": "w"})
+        count += 3
+print(count)
+"""
+
+HOUSEKEEPER = r"""
+deadline=$(( $(date +%s) + $1 ))
+while [ "$(date +%s)" -lt "$deadline" ]; do
+    git gc --quiet || exit 1
+    git repack -a -d -q || exit 1
+    git prune-packed || exit 1
+    git pack-refs --all || exit 1
+done
+"""
+
+
+@pytest.mark.slow
+def test_writers_beside_git_housekeeping(repo: Path) -> None:
+    """Writers in a loop (a long-lived Workplane and the gw CLI) while gc, repack -a -d, prune-packed and
+    pack-refs --all run beside them: no command fails, and git finds nothing wrong afterwards."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import gw_cmd
+
+    seconds = 3
+    with Workplane(str(repo)) as wp:
+        wp.do("init")
+    env = {**os.environ, "GW_NO_AUTO_GC": "1"}
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(repo), str(seconds)], cwd=repo, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    keeper = subprocess.Popen(["sh", "-c", HOUSEKEEPER, "sh", str(seconds)], cwd=repo, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    failures, cli_commands = [], 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done = subprocess.run(gw_cmd("new", "from the cli"), cwd=repo, env=env, capture_output=True, text=True)
+        cli_commands += 1
+        if done.returncode != 0:
+            failures.append(done.stderr.strip())
+    out, err = writer.communicate(timeout=120)
+    keeper_out, keeper_err = keeper.communicate(timeout=120)
+    assert writer.returncode == 0, err
+    assert keeper.returncode == 0, keeper_err
+    assert failures == []
+    written = int(out.strip())
+    assert written >= 3 and cli_commands >= 1
+    assert len(git(repo, "rev-list", "refs/gitwork/state").split()) == 1 + written + cli_commands
+    git(repo, "fsck", "--full", "--strict")
