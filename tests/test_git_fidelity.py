@@ -66,7 +66,7 @@ def test_fast_config_reader_agrees_with_git_on_any_value(repo: Path, value: str,
 
 
 @pytest.mark.parametrize("text", [
-    "[gitwork]\n\tagent = alice \\\n   bob\n",  # a continuation line
+    "[gitwork]\n\tagent = ali\\\nce-bob\n",  # a continuation line (git reads alice-bob)
     '[alias]\n\tx = log \\\n[gitwork]\n\tagent = mallory\n',  # one in a section gw ignores: no [gitwork]
     '[includeIf "gitdir:/"]\n\tpath = other.config\n',
     "[include]\n\tpath = ~nobody/other.config\n",
