@@ -18,16 +18,27 @@ from typing import Any
 import pytest
 
 from gitwork.cli import actions, fast, fastgen
-from gitwork.cli.app import app, run_app
+from gitwork.cli.app import app
 from gitwork.cli.fast_table import VERBS
 
 SAMPLE = {"int": "7", "float": "1.5", "value": "v-1", "multi": "m-1"}
 
 
-def _click_command(verb: str) -> Any:
-    import typer.main
+_ROOT: list[Any] = []
 
-    return typer.main.get_command(app).commands[verb]  # type: ignore[attr-defined]
+
+def _root() -> Any:
+    """The click group typer builds from the app, built once: ``run_app`` rebuilds it on every call
+    (about 30 ms each), and these tests parse a few hundred command lines."""
+    if not _ROOT:
+        import typer.main
+
+        _ROOT.append(typer.main.get_command(app))
+    return _ROOT[0]
+
+
+def _click_command(verb: str) -> Any:
+    return _root().commands[verb]
 
 
 def _typer_call(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, object]]:
@@ -38,7 +49,8 @@ def _typer_call(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, 
         return 0
 
     monkeypatch.setattr(actions, "invoke", record)
-    assert run_app(argv) == 0, argv
+    # What run_app does (``app(...)`` is ``get_command(app)(...)``), with the command built once.
+    assert _root()(args=argv, prog_name="gw", standalone_mode=False) in (0, None), argv
     (call,) = seen
     return call
 
