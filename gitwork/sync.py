@@ -31,7 +31,7 @@ import random
 import re
 import time
 
-from . import clock, engine, gitcmd
+from . import clock, engine, gitcmd, layout
 from .errors import GwError, Held, NotFound, RemoteError, RemoteRefused, Stale, UsageError
 from .store import Snapshot, crash_point, identity_signature
 
@@ -320,20 +320,50 @@ class Arbiter:
         if remote is None or local is None or remote == local or "item" not in cmd:
             return
         snapshot = self.store.snapshot(local)
+        dry = dict(cmd)
         try:
             snapshot.check_format()
-            engine.apply(snapshot, dict(cmd), self.wp.now(), self.wp.settings)
-            return  # not refused as stale here: nothing to catch up for
+            engine.apply(snapshot, dry, self.wp.now(), self.wp.settings)
         except Stale:
             pass
         except GwError:
             return  # some other refusal: the command's own path reports it
+        else:
+            # Not stale here; but the arbiter may already be known to have ended the lease it acts under.
+            self._refuse_superseded(dry, remote)
+            return
         if self._reaches(local, remote):
             return  # the local ref already holds everything the arbiter is known to hold
         new, _replayed, refused = self.rebuild(local, remote)
         if refused:
             return  # adopting would drop local commands unannounced: gw sync reports them instead
         self._record_refused(self._adopt(local, new))  # (only if another command raced this one)
+
+    def _refuse_superseded(self, dry: dict[str, Any], remote: str) -> None:
+        """Refuse (exit 7) a command acting under a grant the arbiter decided and has since ended.
+
+        A holder paused past its lease (SIGSTOP, a suspended laptop) resumes with a local ref that
+        still shows its lease. Once a fetch told this clone that the arbiter moved on (another clone
+        took over, an admin revoked), work under that grant can never land (``gw sync`` would refuse
+        it at replay): saying so now keeps the holder from working on. Only a grant the arbiter
+        itself recorded counts: a tentative (``--offline``) grant is decided at sync, not here.
+        """
+        grant, item = dry.get("lease"), dry.get("item")
+        if not isinstance(grant, str) or not isinstance(item, str):
+            return  # not acting under a lease
+        there = self.store.snapshot(remote)
+        if there.blob(layout.command_path(grant)) is None:
+            return  # the arbiter has not seen this grant: it is tentative, sync decides it
+        try:
+            lease = engine.Context(there, {"op": "read", "id": "read", "as": dry.get("as")}, self.wp.now(),
+                                   self.wp.settings).lease(item)
+        except GwError:
+            return  # the arbiter's copy does not read: the command's own path will say so
+        if lease is not None and lease.grant == grant and lease.is_active():
+            return  # still the live lease there (renewed, maybe): nothing known against it
+        current = f"fence {lease.fence} held by {lease.holder}, {lease.state}" if lease else "no lease"
+        raise Stale(f"the lease on {item} (fence {dry.get('fence')}) has ended on {self.remote} ({current}); "
+                    "stop working on it", item=item, remote=self.remote)
 
     def _record_refused(self, refused: list[dict[str, Any]]) -> None:
         """Keep each refused command once in ``refused.jsonl`` (by command id, or commit)."""

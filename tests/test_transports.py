@@ -209,3 +209,74 @@ def test_racing_claims_over_each_transport(tmp_path: Path, kind: str) -> None:
         assert_sound(served.bare)
     finally:
         served.stop()
+
+
+# --- 3: a holder paused mid-lease while its lease ends and another clone takes over -----------------
+
+# The holder's heartbeat: renew, then post under the same fence, forever; "verb rc" per command.
+HOLDER = r"""
+n=0
+while :; do
+  "$GW" renew "$X" --fence "$F" --ttl 10m --as alice --json > "$OUT.last" 2>> "$OUT.err"
+  echo "renew $? $(tr -d '\n' < "$OUT.last")" >> "$OUT"
+  "$GW" msg "$X" "beat $n" --fence "$F" --as alice --json > "$OUT.last" 2>> "$OUT.err"
+  echo "msg $? $(tr -d '\n' < "$OUT.last")" >> "$OUT"
+  n=$((n + 1))
+done
+"""
+
+
+def log_lines(out: Path) -> list[tuple[str, int, dict]]:
+    rows = []
+    for line in out.read_text().splitlines() if out.exists() else ():
+        verb, rc, doc = (line.split(" ", 2) + [""])[:3]
+        rows.append((verb, int(rc), json.loads(doc) if doc.strip() else {}))
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["file", "http"])
+def test_a_paused_holder_is_refused_after_a_takeover(tmp_path: Path, kind: str) -> None:
+    served = Served(kind, tmp_path)
+    try:
+        a = machine(tmp_path, "a", served.url, publish=True)
+        x = new_item(a, "X", "-c", "a criterion")
+        gw_ok(a, "sync")
+        b = machine(tmp_path, "b", served.url)
+        fence = gw_ok(a, "claim", x, "--ttl", "10m", "--as", "alice")["fence"]
+        out = tmp_path / "holder.log"
+        env = {**os.environ, "GW": gw_program(tmp_path), "X": x, "F": str(fence), "OUT": str(out)}
+        holder = subprocess.Popen(["bash", "-c", HOLDER], cwd=a, env=env, start_new_session=True)
+        try:
+            poll(lambda: len(log_lines(out)) >= 3, "the holder's first heartbeats")
+            os.killpg(holder.pid, signal.SIGSTOP)  # mid-lease, possibly mid-command, mid-push
+            paused_at = len(log_lines(out))
+            assert all(rc == OK for _verb, rc, _doc in log_lines(out)), log_lines(out)
+
+            # The lease runs out (bob's clock is a day ahead) and bob takes over from another clone.
+            taken = gw_ok(b, "takeover", x, "--as", "bob", env={"GW_NOW": later(days=1)})
+            assert taken["fence"] > fence
+
+            os.killpg(holder.pid, signal.SIGCONT)
+            poll(lambda: len(log_lines(out)) >= paused_at + 6, "the holder's heartbeats after it resumed")
+        finally:
+            os.killpg(holder.pid, signal.SIGKILL)  # our own holder loop's group
+            holder.wait()
+        rows = log_lines(out)
+        # The command in flight when it was paused may have finished before the takeover; every
+        # command it started after it resumed is refused as stale, nothing written.
+        after = rows[paused_at + 1:paused_at + 6]
+        assert [(verb, rc) for verb, rc, _doc in after] == [(verb, STALE) for verb, _rc, _doc in after], after
+        assert all(doc.get("error") == "stale" for _verb, _rc, doc in after)
+
+        # Nothing it wrote lands on the arbiter under the superseded fence after the takeover.
+        gw_ok(a, "sync")
+        history = trailers(served.bare)
+        at = next(n for n, c in enumerate(history) if c.get("Command-Id") == taken["command_id"])
+        late = [c["command"] for c in history[at + 1:] if c["command"].get("as") == "alice"]
+        assert late == []
+        assert gw_ok(b, "show", x)["lease"]["holder"] == "bob"
+        assert_grants_linear(served.bare)
+        assert_sound(served.bare)
+    finally:
+        served.stop()
