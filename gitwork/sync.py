@@ -57,7 +57,13 @@ FILLED_IN = ("fence", "lease")
 # Anything else it turns down ("[remote rejected] (pre-receive hook declined)"...) is its answer.
 _RACE = re.compile(r"stale info|fetch first|non-fast-forward|already exists|cannot lock ref|failed to lock|"
                    r"failed to update ref|but expected|incorrect old value")
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
+# What a remote (a hook's stderr) may print that must not reach a terminal as is: terminal escape
+# sequences (dropped whole: CSI, OSC such as a window title or a hyperlink), then every remaining C0/C1
+# control, the Unicode line and paragraph separators, and the bidi and zero-width marks that make a
+# line read differently than it is ("Trojan Source").
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)")
+_LINES = re.compile(r"\r\n|\r|\n")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def tracking_ref(remote: str, ref: str) -> str:
@@ -582,20 +588,22 @@ def _unique(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _clean(line: str, limit: int = 300) -> str:
-    text = _UNPRINTABLE.sub(" ", line).strip()
+    text = _UNPRINTABLE.sub(" ", _ESCAPE.sub("", line[: limit * 4])).strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def remote_said(err: str, most: int = 5) -> list[str]:
     """The ``remote:`` lines of git's stderr (what the server's hooks printed), cleaned, at most ``most``."""
-    said = [_clean(line[len("remote:"):]) for line in err.splitlines() if line.startswith("remote:")]
+    # Split where git does (it starts a new "remote:" line after a carriage return too), not with
+    # str.splitlines(), which also splits on \x85 and U+2028 and would drop what follows them.
+    said = [_clean(line[len("remote:"):]) for line in _LINES.split(err) if line.startswith("remote:")]
     return [line for line in said if line][:most]
 
 
 def git_reason(err: str) -> str:
     """The line of git's stderr that says why: a ``fatal:``/``error:`` line that is not the generic
     "failed to push some refs", else what the remote said, else the last line."""
-    lines = [_clean(line) for line in err.splitlines() if line.strip()]
+    lines = [_clean(line) for line in _LINES.split(err) if line.strip()]
     generic = ("failed to push some refs", "could not read from remote repository")
     for prefix in ("fatal:", "error:"):
         for line in lines:

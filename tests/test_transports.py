@@ -280,3 +280,196 @@ def test_a_paused_holder_is_refused_after_a_takeover(tmp_path: Path, kind: str) 
         assert_sound(served.bare)
     finally:
         served.stop()
+
+
+# --- 4: kill -9 at random points of claim and sync over smart HTTP ----------------------------------
+
+WORKER = r"""
+n=0
+while :; do
+  for verb in new claim sync; do
+    case $verb in
+      new) "$GW" new "made by $$ #$n" --json > "$OUT.last" 2>> "$OUT.err" ;;
+      claim) "$GW" claim --next --as looper --json > "$OUT.last" 2>> "$OUT.err" ;;
+      sync) "$GW" sync --json > "$OUT.last" 2>> "$OUT.err" ;;
+    esac
+    echo "$verb $? $(tr -d '\n' < "$OUT.last")" >> "$OUT"
+  done
+  n=$((n + 1))
+done
+"""
+
+
+KILLS = 8
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_of_claim_and_sync_over_http(tmp_path: Path, http: Served) -> None:
+    # A slow server widens the window in which a kill lands while a push is in flight.
+    http.hook("pre-receive", "#!/bin/sh\ncat >/dev/null\nsleep 0.1\n")
+    a = machine(tmp_path, "a", http.url, publish=True)
+    b = machine(tmp_path, "b", http.url)
+    out = tmp_path / "worker.log"
+    env = {**os.environ, "GW": gw_program(tmp_path), "OUT": str(out)}
+    rng = random.Random(int(os.environ.get("GW_TEST_SEED", "0")) or None)
+    for kills in range(1, KILLS + 1):
+        done_before = len(log_lines(out))
+        worker = subprocess.Popen(["bash", "-c", WORKER], cwd=a, env=env, start_new_session=True)
+        try:
+            # Let it finish at least one command, then kill it at a random moment of the next ones.
+            poll(lambda: len(log_lines(out)) > done_before or worker.poll() is not None, "the worker's progress")
+            assert worker.wait(timeout=rng.uniform(0.0, 1.0)) is None, "the worker loop ended by itself"
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            os.killpg(worker.pid, signal.SIGKILL)  # the loop and the gw/git it runs right now
+            worker.wait()
+        # The arbiter's ref is never torn: it names a commit whose tree is all there.
+        head = tip(http.bare)
+        assert head and git(http.bare, "cat-file", "-t", f"{head}^{{tree}}") == "tree"
+        if kills % 3 == 0:  # another machine moves the arbiter, so a's work must be replayed
+            gw_ok(b, "new", f"from b after kill {kills}")
+            gw_ok(b, "sync")
+
+    rows = log_lines(out)
+    assert rows, "nothing ran"
+    odd = [(verb, rc, doc.get("message")) for verb, rc, doc in rows if rc not in (OK, 3, REMOTE)]
+    assert odd == [], odd
+    # What was cut short with "outcome unknown" is answered by gw retry; then a sync converges.
+    unknown = sorted((a / ".git" / "gitwork" / "unknown").glob("*.json"))
+    for kept in unknown:
+        done = run_gw(a, "retry", kept.stem, "--json")
+        assert done.returncode in (OK, HELD, STALE), done.stdout + done.stderr
+    report = gw_ok(a, "sync")
+    gw_ok(b, "sync")
+    assert tip(a) == tip(b) == tip(http.bare)
+    # Nothing acknowledged is lost: every command that exited 0 is on the arbiter, once.
+    on_arbiter = command_ids(http.bare)
+    acknowledged = [doc["command_id"] for verb, rc, doc in rows if rc == OK and verb in ("new", "claim")]
+    assert [c for c in acknowledged if c not in on_arbiter] == []
+    refused = {entry.get("command_id") for entry in report["refused"]}
+    assert refused.isdisjoint(acknowledged)
+    assert_grants_linear(http.bare)
+    assert_sound(http.bare)
+    print(f"\n{kills} SIGKILLs, {len(rows)} commands, {len(unknown)} retried")
+
+
+# --- 5: hostile answers: a server that goes away mid-push, hooks that print garbage -----------------
+
+STALL = """#!/bin/sh
+{guard}
+touch "{marker}"
+sleep 60
+"""
+BEFORE_THE_REF_MOVES = ("pre-receive", "cat >/dev/null")
+AFTER_THE_REF_MOVED = ("reference-transaction", '[ "$1" = committed ] || exit 0\ngrep -q refs/gitwork/state || exit 0')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["before-the-ref-moves", "after-the-ref-moved"])
+def test_http_server_gone_in_the_middle_of_a_claim(tmp_path: Path, http: Served, when: str) -> None:
+    a = machine(tmp_path, "a", http.url, publish=True)
+    x = new_item(a, "X")
+    gw_ok(a, "sync")
+    before, local = tip(http.bare), tip(a)
+    marker = tmp_path / "in-the-server"
+    name, guard = BEFORE_THE_REF_MOVES if when == "before-the-ref-moves" else AFTER_THE_REF_MOVED
+    stall = http.hook(name, STALL.format(guard=guard, marker=marker))
+
+    claiming = subprocess.Popen([gw_program(tmp_path), "claim", x, "--as", "alice", "--json"], cwd=a,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    poll(lambda: marker.exists() or claiming.poll() is not None, "the push reaching the server")
+    assert claiming.poll() is None, claiming.communicate()
+    http.stop()  # the listener, http-backend, receive-pack and the hook: the connection drops
+    out, err = claiming.communicate(timeout=60)
+    landed = tip(http.bare) != before
+    assert landed == (when == "after-the-ref-moved")
+    if claiming.returncode == OK:  # (git can read a good report before the server died)
+        assert landed and json.loads(out)["commit"] == tip(http.bare)
+        return
+    assert claiming.returncode == REMOTE, out + err
+    line = one_line(err)
+    error = json.loads(out)
+    command_id = error["details"]["command_id"]
+    assert command_id in line and "outcome unknown" in line and "origin" in line
+    assert len(line) < 1000
+    assert tip(a) == local
+
+    stall.unlink()
+    http.start()
+    again = gw_ok(a, "retry", command_id, env={"GW_NOW": later(minutes=1)})
+    assert again["command_id"] == command_id and again.get("duplicate", False) == landed
+    assert (again["holder"], again["fence"]) == ("alice", 1)
+    assert command_ids(http.bare).count(command_id) == 1
+    assert tip(a) == tip(http.bare)
+    assert_grants_linear(http.bare)
+    assert_sound(http.bare)
+
+
+# Printed by a refusing hook: terminal escapes (clear screen, set the title, a hyperlink), a bell,
+# a carriage return that hides text, NUL, C1 controls, Unicode line separators, bidi overrides, and
+# bytes that are not UTF-8.
+GARBAGE = (b"\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;http://evil.invalid\x1b\\link\x1b]8;;\x1b\\ quota\rHIDDEN"
+           b"\x08\x08\x7f \xc2\x85nel \xe2\x80\xa8ls \xe2\x80\xa9ps \xe2\x80\xaertl \xc2\x9b31m \x9b31m \xff\xfe bad"
+           b" \x0bvt \x0cff \x1c\x1d\x1e fs\x00after nul")
+
+# Text that reads differently than it is (bidi overrides and isolates, zero-width marks) and C1 controls.
+BIDI = b"quota \xe2\x80\xaedesrever\xe2\x80\xac \xe2\x81\xa6isolate\xe2\x81\xa9 \xe2\x80\x8fmark \xc2\x9b31mcsi \xc2\x90dcs end"
+
+
+def refusing_hook(body: str) -> str:
+    return f"#!/bin/sh\ncat >/dev/null\n{body}\nexit 1\n"
+
+
+HOSTILE = {
+    "control-characters": "cat '{garbage}' >&2",
+    "one-megabyte-line": "head -c 1048576 /dev/zero | tr '\\0' 'x' >&2; echo >&2",
+    "a-megabyte-of-lines": "yes 'quota exceeded, and again' | head -c 1048576 >&2",
+    "nothing-at-all": ":",
+}
+
+
+def printable(line: str) -> bool:
+    """No control character, no Unicode line or paragraph separator, no bidi control."""
+    return not re.search("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]", line)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answer", sorted(HOSTILE))
+def test_a_hook_printing_garbage_gets_one_bounded_line(tmp_path: Path, http: Served, answer: str) -> None:
+    a = machine(tmp_path, "a", http.url, publish=True)
+    x = new_item(a, "X")
+    gw_ok(a, "sync")
+    before, local = tip(http.bare), tip(a)
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(BIDI + b"\n" + GARBAGE + b"\n" + GARBAGE + b"\n")
+    http.hook("pre-receive", refusing_hook(HOSTILE[answer].replace("{garbage}", str(garbage))))
+    for args in (("claim", x, "--as", "alice"), ("sync",)):
+        if args[0] == "sync":
+            new_item(a, "pending")
+            local = tip(a)
+        done = run_gw(a, *args, "--json")
+        assert done.returncode == REMOTE_REFUSED, done.stdout[:2000] + done.stderr[:2000]
+        line = one_line(done.stderr)
+        assert line.startswith("gw: remote-refused: ") and printable(line) and len(line) <= 2000, repr(line[:3000])
+        error = json.loads(done.stdout)
+        assert error["error"] == "remote-refused" and printable(error["message"]) and len(error["message"]) <= 2000
+        assert all(printable(said) and len(said) <= 300 for said in error["details"].get("said", []))
+        assert len(done.stdout) < 10_000
+        if answer == "a-megabyte-of-lines":
+            assert "quota exceeded" in line
+        assert tip(http.bare) == before and tip(a) == local
+
+
+def test_what_a_remote_said_is_cleaned_and_bounded() -> None:
+    """The reading of git's stderr itself: escapes dropped, controls blanked, nothing after a NEL lost."""
+    from gitwork.sync import git_reason, remote_said
+
+    err = ("remote: \x1b]0;title\x07before\x85after \u202eevil\u202c\r"
+           "remote: next\x1b[31m red\n" + "remote: " + "y" * 1_000_000 + "\nerror: failed to push some refs\n")
+    said = remote_said(err)
+    assert said[:2] == ["before after  evil", "next red"]
+    assert all(printable(line) and len(line) <= 300 for line in said)
+    assert len(said[2]) == 300 and said[2].endswith("...")
+    assert git_reason(err).startswith("remote said: before after")
+    assert remote_said("remote: a\n" * 1000) == ["a"] * 5
