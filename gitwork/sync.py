@@ -32,7 +32,7 @@ import re
 import time
 
 from . import clock, engine, gitcmd, layout
-from .errors import GwError, Held, NotFound, RemoteError, RemoteRefused, Stale, UsageError
+from .errors import GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
 from .store import Snapshot, crash_point, identity_signature
 
 TYPE_CHECKING = False
@@ -62,6 +62,7 @@ _RACE = re.compile(r"stale info|fetch first|non-fast-forward|already exists|cann
 # control, the Unicode line and paragraph separators, and the bidi and zero-width marks that make a
 # line read differently than it is ("Trojan Source").
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)")
+_LOCK_FILE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 _LINES = re.compile(r"\r\n|\r|\n")
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
@@ -100,7 +101,8 @@ class Arbiter:
 
     def fetch(self) -> str | None:
         """Fetch the remote's state ref; return its tip (``None`` if the remote has none yet)."""
-        for attempt in range(20):
+        locked_since: float | None = None
+        while True:
             done = gitcmd.run(
                 ["--git-dir", self.git_dir, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.remote,
                  f"+{self.store.ref}:{self.tracking}"],
@@ -110,12 +112,20 @@ class Arbiter:
                 return self.known_remote_tip()
             if "couldn't find remote ref" in done.err:
                 return None
-            if "cannot lock ref" in done.err or ".lock" in done.err:
-                # Another gw process in this clone fetched at the same moment and holds (or just
-                # moved) the tracking ref: the remote answered, so fetch again rather than fail.
-                time.sleep(random.uniform(0.005, 0.03 * (attempt + 1)))
-                continue
-            break
+            lock = _LOCK_FILE.search(done.err)
+            if lock is None and "cannot lock ref" not in done.err:
+                break
+            # Another gw process in this clone fetched at the same moment and holds (or just moved)
+            # the tracking ref: the remote answered, so fetch again rather than fail. A lock that
+            # stays is a crashed fetch's (kill -9): a local problem, not the remote's (exit 11).
+            now = time.monotonic()
+            locked_since = now if locked_since is None else locked_since
+            if now - locked_since > self.wp.settings.lock_timeout:
+                path = lock.group(1) if lock else f"{self.tracking}.lock"
+                raise Locked(f"{self.tracking} has been locked for over {self.wp.settings.lock_timeout:g}s: a "
+                             f"crashed fetch may have left {path}; if no git process is running, remove it",
+                             lock=path, remote=self.remote)
+            time.sleep(random.uniform(0.01, 0.1))
         raise RemoteError(f"cannot fetch from {self.remote}: {git_reason(done.err)}", remote=self.remote)
 
     def known_remote_tip(self) -> str | None:

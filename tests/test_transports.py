@@ -473,3 +473,25 @@ def test_what_a_remote_said_is_cleaned_and_bounded() -> None:
     assert len(said[2]) == 300 and said[2].endswith("...")
     assert git_reason(err).startswith("remote said: before after")
     assert remote_said("remote: a\n" * 1000) == ["a"] * 5
+
+
+def test_a_fetch_killed_mid_update_is_a_lock_not_an_unreachable_remote(tmp_path: Path, http: Served) -> None:
+    """kill -9 of a fetch can leave the tracking ref's lock behind: that is exit 11 naming the file,
+    not exit 12 "outcome unknown, run gw sync again", which would fail the same way forever."""
+    a = machine(tmp_path, "a", http.url, publish=True)
+    b = machine(tmp_path, "b", http.url)
+    new_item(a, "pending")
+    new_item(b, "moves the arbiter")
+    gw_ok(b, "sync")  # so a's fetch has to move its tracking ref
+    local, published = tip(a), tip(http.bare)
+    lock = a / ".git" / "refs" / "remotes" / "origin" / "gitwork" / "state.lock"
+    lock.write_text("")  # what git leaves when killed between creating the lock and renaming it
+    done = run_gw(a, "sync", "--json", env={"GW_LOCK_TIMEOUT": "0.5"})
+    assert done.returncode == 11, done.stdout + done.stderr
+    line = one_line(done.stderr)
+    assert str(lock) in line and "outcome unknown" not in line
+    assert json.loads(done.stdout)["details"]["lock"] == str(lock)
+    assert (tip(a), tip(http.bare)) == (local, published) and lock.exists()  # gitwork never deletes it
+    lock.unlink()
+    gw_ok(a, "sync")
+    assert tip(a) == tip(http.bare)
