@@ -32,7 +32,7 @@ import re
 import time
 
 from . import clock, engine, gitcmd, layout
-from .errors import GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
+from .errors import GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
 from .store import Snapshot, crash_point, identity_signature
 
 TYPE_CHECKING = False
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 # shows as live, nor take one over that another machine already ended. Declared here, in one place.
 ARBITER_OPS: set[str] = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
 MAX_ROUNDS = 200
+# Seconds one git fetch/push/ls-remote may wait for the remote before it counts as unreachable.
+REMOTE_TIMEOUT = 120.0
 # Fields the engine fills in while applying (the fencing rule); a replay may legitimately change
 # them, so two documents under one id are the same command when everything else is equal.
 FILLED_IN = ("fence", "lease")
@@ -103,11 +105,8 @@ class Arbiter:
         """Fetch the remote's state ref; return its tip (``None`` if the remote has none yet)."""
         locked_since: float | None = None
         while True:
-            done = gitcmd.run(
-                ["--git-dir", self.git_dir, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.remote,
-                 f"+{self.store.ref}:{self.tracking}"],
-                check=False, timeout=120,
-            )
+            done = self._git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.remote,
+                             f"+{self.store.ref}:{self.tracking}")
             if done.returncode == 0:
                 return self.known_remote_tip()
             if "couldn't find remote ref" in done.err:
@@ -128,6 +127,20 @@ class Arbiter:
             time.sleep(random.uniform(0.01, 0.1))
         raise RemoteError(f"cannot fetch from {self.remote}: {git_reason(done.err)}", remote=self.remote)
 
+    def _git(self, verb: str, *args: str) -> gitcmd.Completed:
+        """Run a git command that talks to the remote, bounded by ``REMOTE_TIMEOUT``.
+
+        A server that stops answering (paused, a half-open connection) leaves git waiting: that is an
+        unreachable remote, whose outcome is unknown (exit 12), not an internal error.
+        """
+        try:
+            return gitcmd.run(["--git-dir", self.git_dir, verb, *args], check=False, timeout=REMOTE_TIMEOUT)
+        except GitFailed as error:
+            if "timed out" not in error.message:
+                raise
+            raise RemoteError(f"{self.remote} did not answer within {REMOTE_TIMEOUT:g}s (git {verb})",
+                              remote=self.remote) from error
+
     def known_remote_tip(self) -> str | None:
         from .gitdir import read_ref
 
@@ -145,11 +158,7 @@ class Arbiter:
         """
         lease = f"--force-with-lease={self.store.ref}:{expected or ''}"
         crash_point("before-push")
-        done = gitcmd.run(
-            ["--git-dir", self.git_dir, "push", "--porcelain", lease, self.remote,
-             f"{new}:{self.store.ref}"],
-            check=False, timeout=120,
-        )
+        done = self._git("push", "--porcelain", lease, self.remote, f"{new}:{self.store.ref}")
         status, summary = None, ""
         for line in done.out.splitlines():
             fields = line.split("\t")
@@ -181,8 +190,10 @@ class Arbiter:
 
     def _remote_has(self, new: str) -> bool | None:
         """Whether the remote's state ref is at ``new`` (``None``: the remote cannot be asked)."""
-        done = gitcmd.run(["--git-dir", self.git_dir, "ls-remote", self.remote, self.store.ref], check=False,
-                          timeout=60)
+        try:
+            done = self._git("ls-remote", self.remote, self.store.ref)
+        except RemoteError:
+            return None
         if done.returncode != 0:
             return None
         return done.out.split("\t", 1)[0].strip() == new

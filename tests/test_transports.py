@@ -495,3 +495,35 @@ def test_a_fetch_killed_mid_update_is_a_lock_not_an_unreachable_remote(tmp_path:
     lock.unlink()
     gw_ok(a, "sync")
     assert tip(a) == tip(http.bare)
+
+
+@pytest.mark.slow
+def test_a_paused_server_is_outcome_unknown_not_an_internal_error(
+        tmp_path: Path, http: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that stops answering (SIGSTOPped: the connection stays open, nothing comes back) is
+    exit 12 "outcome unknown" naming the command once git gives up, never exit 1 "git timed out"."""
+    from gitwork import sync
+    from gitwork.errors import ExitCode, GwError
+    from gitwork.workplane import Workplane
+
+    a = machine(tmp_path, "a", http.url, publish=True)
+    x = new_item(a, "X")
+    gw_ok(a, "sync")
+    before, local = tip(http.bare), tip(a)
+    monkeypatch.setattr(sync, "REMOTE_TIMEOUT", 2.0)
+    assert http.server is not None and http.server.proc is not None
+    server_group = http.server.proc.pid
+    os.killpg(server_group, signal.SIGSTOP)  # our own server's group
+    try:
+        with Workplane(str(a), agent="alice") as plane:
+            with pytest.raises(GwError) as caught:
+                plane.do("claim", item=x)
+    finally:
+        os.killpg(server_group, signal.SIGCONT)
+    error = caught.value
+    assert error.code == ExitCode.REMOTE, error
+    assert error.details["outcome"] == "unknown" and error.details["command_id"] in error.message
+    assert "did not answer" in error.message and "\n" not in error.message
+    assert tip(a) == local and tip(http.bare) == before
+    again = gw_ok(a, "retry", error.details["command_id"])
+    assert again["holder"] == "alice" and tip(a) == tip(http.bare)
