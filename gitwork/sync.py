@@ -64,6 +64,9 @@ _RACE = re.compile(r"stale info|fetch first|non-fast-forward|already exists|cann
 # control, the Unicode line and paragraph separators, and the bidi and zero-width marks that make a
 # line read differently than it is ("Trojan Source").
 _ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)")
+# The server answered, and the answer is "not you": authentication or authorisation, per transport.
+_DENIED = re.compile(r"returned error: 40[13]\b|Authentication failed|could not read (?:Username|Password)|"
+                     r"Permission denied \(|access denied|service not enabled|HTTP Basic: Access denied")
 _LOCK_FILE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 _LINES = re.compile(r"\r\n|\r|\n")
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
@@ -113,6 +116,7 @@ class Arbiter:
                 return None
             lock = _LOCK_FILE.search(done.err)
             if lock is None and "cannot lock ref" not in done.err:
+                self._unless_denied("fetch from", done.err)
                 break
             # Another gw process in this clone fetched at the same moment and holds (or just moved)
             # the tracking ref: the remote answered, so fetch again rather than fail. A lock that
@@ -176,6 +180,7 @@ class Arbiter:
                 landed = self._remote_has(new)
                 if landed is not None:
                     return landed and self._pushed(new)
+            self._unless_denied("push to", done.err)
             raise RemoteError(f"cannot push to {self.remote}: {git_reason(done.err)}", remote=self.remote)
         return self._pushed(new)
 
@@ -187,6 +192,15 @@ class Arbiter:
             f"{self.remote} refused the push of {self.store.ref}: {text}" + (f" ({reason})" if said else ""),
             remote=self.remote, reason=reason, said=said,
         )
+
+    def _unless_denied(self, what: str, err: str) -> None:
+        """Raise :class:`RemoteRefused` when the server answered "you may not" (HTTP 401/403, failed
+        authentication, access denied): nothing landed, and retrying unchanged gets the same answer,
+        so it is not "unreachable, outcome unknown" (exit 12) but a refusal (exit 14)."""
+        if _DENIED.search(err):
+            reason = git_reason(err)
+            raise RemoteRefused(f"{self.remote} refused to let us {what.split()[0]}: {reason}", remote=self.remote,
+                                reason=reason, said=remote_said(err))
 
     def _remote_has(self, new: str) -> bool | None:
         """Whether the remote's state ref is at ``new`` (``None``: the remote cannot be asked)."""

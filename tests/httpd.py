@@ -10,6 +10,7 @@ clones stays valid across an outage.
 The CGI glue is the documented one (git-http-backend(1)): GIT_PROJECT_ROOT, GIT_HTTP_EXPORT_ALL,
 PATH_INFO, REQUEST_METHOD, CONTENT_TYPE, QUERY_STRING, CONTENT_LENGTH, REMOTE_ADDR, plus the request
 headers git's client sends (``Content-Encoding: gzip``, ``Git-Protocol``) and chunked request bodies.
+A hostile server is one file away: while ``ROOT/answer`` exists, every request gets its canned answer.
 Pushes need ``http.receivepack=true`` in the served bare repository (:func:`served_repo`).
 """
 
@@ -144,7 +145,25 @@ def _serve(root: str, port_file: str, port: int) -> None:
                     self.rfile.readline()
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
+        def _canned(self) -> bool:
+            """Answer from ``ROOT/answer`` if it exists: a first line "STATUS CONTENT-TYPE", then the body."""
+            try:
+                with open(os.path.join(root, "answer"), "rb") as handle:
+                    head, _, body = handle.read().partition(b"\n")
+            except FileNotFoundError:
+                return False
+            status, _, content_type = head.decode().partition(" ")
+            self.send_response(int(status))
+            self.send_header("Content-Type", content_type or "text/plain")
+            if int(status) == 401:
+                self.send_header("WWW-Authenticate", 'Basic realm="gitwork tests"')
+            self.end_headers()
+            self.wfile.write(body)
+            return True
+
         def _cgi(self) -> None:
+            if self._canned():
+                return
             path, _, query = self.path.partition("?")
             body = self._body() if self.command == "POST" else b""
             env = {

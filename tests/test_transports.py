@@ -527,3 +527,39 @@ def test_a_paused_server_is_outcome_unknown_not_an_internal_error(
     assert tip(a) == local and tip(http.bare) == before
     again = gw_ok(a, "retry", error.details["command_id"])
     assert again["holder"] == "alice" and tip(a) == tip(http.bare)
+
+
+# What a hostile or misconfigured HTTP server answers, and the exit code it must give.
+CANNED = {
+    "401-authentication": (b"401 text/plain", b"who are you?", REMOTE_REFUSED),
+    "403-forbidden": (b"403 text/plain", b"forbidden \x1b[31mred\x1b[0m", REMOTE_REFUSED),
+    "500-with-garbage": (b"500 text/plain", BIDI + b"\n" + GARBAGE, REMOTE),
+    "502-a-megabyte": (b"502 text/plain", b"y" * 1_048_576, REMOTE),
+    "200-not-git": (b"200 application/x-git-receive-pack-advertisement", b"\x1b[2Jnot pkt-lines at all", REMOTE),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("answer", sorted(CANNED))
+def test_an_http_server_answering_nonsense_or_no(tmp_path: Path, http: Served, answer: str) -> None:
+    """Denied (401/403) is a refusal, exit 14, nothing kept for a retry: nothing landed and asking
+    again gets the same answer. Anything else broken is exit 12. Either way: one clean, bounded line."""
+    a = machine(tmp_path, "a", http.url, publish=True)
+    x = new_item(a, "X")
+    gw_ok(a, "sync")
+    new_item(a, "pending")
+    before, local = tip(http.bare), tip(a)
+    status, body, code = CANNED[answer]
+    (http.bare.parent / "answer").write_bytes(status + b"\n" + body)
+    for args in (("claim", x, "--as", "alice"), ("sync",)):
+        done = run_gw(a, *args, "--json")
+        assert done.returncode == code, done.stdout[:2000] + done.stderr[:2000]
+        line = one_line(done.stderr)
+        assert printable(line) and len(line) <= 1000, repr(line)
+        assert json.loads(done.stdout)["code"] == code
+        assert tip(http.bare) == before and tip(a) == local
+    kept = list((a / ".git" / "gitwork" / "unknown").glob("*.json"))
+    assert len(kept) == (1 if code == REMOTE else 0)
+    (http.bare.parent / "answer").unlink()
+    assert gw_ok(a, "claim", x, "--as", "alice")["fence"] == 1
+    assert tip(a) == tip(http.bare)
