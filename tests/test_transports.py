@@ -144,7 +144,7 @@ def poll(condition, what: str, timeout: float = 30) -> None:  # type: ignore[no-
 
 # --- 2: 3 clones x 4 processes racing for the same items, over each transport ------------------------
 
-CLONES, PROCS, ITEMS = 3, 4, 2
+CLONES, PROCS, ITEMS = 3, 4, 1
 
 # One racer: wait for the start signal, then claim every item once; log "rc json" per attempt.
 RACER = r"""
@@ -235,7 +235,7 @@ def log_lines(out: Path) -> list[tuple[str, int, dict]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["file", "http"])
+@pytest.mark.parametrize("kind", ["http"])
 def test_a_paused_holder_is_refused_after_a_takeover(tmp_path: Path, kind: str) -> None:
     served = Served(kind, tmp_path)
     try:
@@ -300,7 +300,7 @@ done
 """
 
 
-KILLS = 8
+KILLS = 6
 
 
 @pytest.mark.slow
@@ -327,7 +327,7 @@ def test_kill_9_at_random_points_of_claim_and_sync_over_http(tmp_path: Path, htt
         # The arbiter's ref is never torn: it names a commit whose tree is all there.
         head = tip(http.bare)
         assert head and git(http.bare, "cat-file", "-t", f"{head}^{{tree}}") == "tree"
-        if kills % 3 == 0:  # another machine moves the arbiter, so a's work must be replayed
+        if kills % 3 == 1:  # another machine moves the arbiter, so a's work must be replayed
             gw_ok(b, "new", f"from b after kill {kills}")
             gw_ok(b, "sync")
 
@@ -435,30 +435,29 @@ def printable(line: str) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("answer", sorted(HOSTILE))
-def test_a_hook_printing_garbage_gets_one_bounded_line(tmp_path: Path, http: Served, answer: str) -> None:
+def test_a_hook_printing_garbage_gets_one_bounded_line(tmp_path: Path, http: Served) -> None:
     a = machine(tmp_path, "a", http.url, publish=True)
     x = new_item(a, "X")
     gw_ok(a, "sync")
+    new_item(a, "pending")
     before, local = tip(http.bare), tip(a)
     garbage = tmp_path / "garbage"
     garbage.write_bytes(BIDI + b"\n" + GARBAGE + b"\n" + GARBAGE + b"\n")
-    http.hook("pre-receive", refusing_hook(HOSTILE[answer].replace("{garbage}", str(garbage))))
-    for args in (("claim", x, "--as", "alice"), ("sync",)):
-        if args[0] == "sync":
-            new_item(a, "pending")
-            local = tip(a)
-        done = run_gw(a, *args, "--json")
-        assert done.returncode == REMOTE_REFUSED, done.stdout[:2000] + done.stderr[:2000]
-        line = one_line(done.stderr)
-        assert line.startswith("gw: remote-refused: ") and printable(line) and len(line) <= 2000, repr(line[:3000])
-        error = json.loads(done.stdout)
-        assert error["error"] == "remote-refused" and printable(error["message"]) and len(error["message"]) <= 2000
-        assert all(printable(said) and len(said) <= 300 for said in error["details"].get("said", []))
-        assert len(done.stdout) < 10_000
-        if answer == "a-megabyte-of-lines":
-            assert "quota exceeded" in line
-        assert tip(http.bare) == before and tip(a) == local
+    for answer, body in sorted(HOSTILE.items()):
+        http.hook("pre-receive", refusing_hook(body.replace("{garbage}", str(garbage))))
+        for args in (("claim", x, "--as", "alice"), ("sync",)):
+            done = run_gw(a, *args, "--json")
+            assert done.returncode == REMOTE_REFUSED, (answer, done.stdout[:2000] + done.stderr[:2000])
+            line = one_line(done.stderr)
+            assert line.startswith("gw: remote-refused: ") and printable(line) and len(line) <= 2000, (answer, line)
+            error = json.loads(done.stdout)
+            assert error["error"] == "remote-refused" and printable(error["message"]), answer
+            assert len(error["message"]) <= 2000, answer
+            assert all(printable(said) and len(said) <= 300 for said in error["details"].get("said", [])), answer
+            assert len(done.stdout) < 10_000, answer
+            if answer == "a-megabyte-of-lines":
+                assert "quota exceeded" in line
+            assert tip(http.bare) == before and tip(a) == local, answer
 
 
 def test_what_a_remote_said_is_cleaned_and_bounded() -> None:
@@ -540,8 +539,7 @@ CANNED = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("answer", sorted(CANNED))
-def test_an_http_server_answering_nonsense_or_no(tmp_path: Path, http: Served, answer: str) -> None:
+def test_an_http_server_answering_nonsense_or_no(tmp_path: Path, http: Served) -> None:
     """Denied (401/403) is a refusal, exit 14, nothing kept for a retry: nothing landed and asking
     again gets the same answer. Anything else broken is exit 12. Either way: one clean, bounded line."""
     a = machine(tmp_path, "a", http.url, publish=True)
@@ -549,17 +547,20 @@ def test_an_http_server_answering_nonsense_or_no(tmp_path: Path, http: Served, a
     gw_ok(a, "sync")
     new_item(a, "pending")
     before, local = tip(http.bare), tip(a)
-    status, body, code = CANNED[answer]
-    (http.bare.parent / "answer").write_bytes(status + b"\n" + body)
-    for args in (("claim", x, "--as", "alice"), ("sync",)):
-        done = run_gw(a, *args, "--json")
-        assert done.returncode == code, done.stdout[:2000] + done.stderr[:2000]
-        line = one_line(done.stderr)
-        assert printable(line) and len(line) <= 1000, repr(line)
-        assert json.loads(done.stdout)["code"] == code
-        assert tip(http.bare) == before and tip(a) == local
-    kept = list((a / ".git" / "gitwork" / "unknown").glob("*.json"))
-    assert len(kept) == (1 if code == REMOTE else 0)
+    unknown = a / ".git" / "gitwork" / "unknown"
+    for answer, (status, body, code) in sorted(CANNED.items()):
+        (http.bare.parent / "answer").write_bytes(status + b"\n" + body)
+        for args in (("claim", x, "--as", "alice"), ("sync",)):
+            done = run_gw(a, *args, "--json")
+            assert done.returncode == code, (answer, done.stdout[:2000] + done.stderr[:2000])
+            line = one_line(done.stderr)
+            assert printable(line) and len(line) <= 1000, (answer, line)
+            assert json.loads(done.stdout)["code"] == code
+            assert tip(http.bare) == before and tip(a) == local, answer
+        kept = list(unknown.glob("*.json"))
+        assert len(kept) == (1 if code == REMOTE else 0), answer
+        for path in kept:
+            path.unlink()
     (http.bare.parent / "answer").unlink()
     assert gw_ok(a, "claim", x, "--as", "alice")["fence"] == 1
     assert tip(a) == tip(http.bare)
