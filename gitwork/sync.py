@@ -186,7 +186,7 @@ class Arbiter:
 
     def _refused(self, summary: str, err: str) -> RemoteRefused:
         said = remote_said(err)
-        reason = summary.strip() or "rejected"
+        reason = _clean(summary) or "rejected"  # the server's own words (a proc-receive hook writes them)
         text = "; ".join(said) if said else reason
         return RemoteRefused(
             f"{self.remote} refused the push of {self.store.ref}: {text}" + (f" ({reason})" if said else ""),

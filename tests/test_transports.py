@@ -564,3 +564,15 @@ def test_an_http_server_answering_nonsense_or_no(tmp_path: Path, http: Served) -
     (http.bare.parent / "answer").unlink()
     assert gw_ok(a, "claim", x, "--as", "alice")["fence"] == 1
     assert tip(a) == tip(http.bare)
+
+
+def test_the_servers_own_verdict_is_cleaned_too(tmp_path: Path) -> None:
+    """git's porcelain verdict carries the server's words (a proc-receive hook chooses them)."""
+    from gitwork.sync import Arbiter
+    from gitwork.workplane import Workplane
+
+    a = machine(tmp_path, "a", f"file://{make_repo(tmp_path / 'r.git', bare=True)}")
+    with Workplane(str(a)) as plane:
+        refused = Arbiter(plane)._refused("[remote rejected] (\x1b]0;owned\x07no \u202eway\x9b) " + "z" * 5000, "")
+    assert printable(refused.message) and len(refused.message) < 500
+    assert refused.details["reason"].startswith("[remote rejected] (no  way")
