@@ -101,6 +101,7 @@ class Arbiter:
             raise UsageError("no arbiter remote configured (gw remote set NAME)")
         self.tracking = tracking_ref(self.remote, self.store.ref)
         self.git_dir = wp.repo.git_dir
+        self._locked_since: float | None = None  # since when every push found the remote's ref locked
 
     # --- talking to the remote ------------------------------------------------------------------
 
@@ -170,6 +171,7 @@ class Arbiter:
                 status, summary = fields[0], (fields[2] if len(fields) > 2 else "")
         if status == "!":
             if _RACE.search(summary):
+                self._unless_locked_for_good(done.err)
                 return False  # rejected: another push moved the ref first
             raise self._refused(summary, done.err)
         if done.returncode != 0 or status is None:
@@ -192,6 +194,27 @@ class Arbiter:
             f"{self.remote} refused the push of {self.store.ref}: {text}" + (f" ({reason})" if said else ""),
             remote=self.remote, reason=reason, said=said,
         )
+
+    def _unless_locked_for_good(self, err: str) -> None:
+        """Raise :class:`Locked` when the remote has failed to lock its ref for over ``lock_timeout``.
+
+        A push that finds the ref locked on the remote lost a race to another push, for a moment. A
+        lock that stays was left by a push that died inside the server (a receive-pack killed with its
+        client over file://, a crashed server): retrying would lose every round (exit 75, and a shell
+        loop retrying forever); it is the same crashed-writer case as a local lock (exit 11).
+        """
+        lock = _LOCK_FILE.search(err)
+        if lock is None:
+            self._locked_since = None
+            return
+        now = time.monotonic()
+        if self._locked_since is None:
+            self._locked_since = now
+        elif now - self._locked_since > self.wp.settings.lock_timeout:
+            raise Locked(f"{self.store.ref} on {self.remote} has been locked for over "
+                         f"{self.wp.settings.lock_timeout:g}s: a crashed push may have left {lock.group(1)} there; "
+                         "if no git process is running on the remote, remove it", lock=lock.group(1),
+                         remote=self.remote)
 
     def _unless_denied(self, what: str, err: str) -> None:
         """Raise :class:`RemoteRefused` when the server answered "you may not" (HTTP 401/403, failed

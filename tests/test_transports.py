@@ -576,3 +576,34 @@ def test_the_servers_own_verdict_is_cleaned_too(tmp_path: Path) -> None:
         refused = Arbiter(plane)._refused("[remote rejected] (\x1b]0;owned\x07no \u202eway\x9b) " + "z" * 5000, "")
     assert printable(refused.message) and len(refused.message) < 500
     assert refused.details["reason"].startswith("[remote rejected] (no  way")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["path", "http"])
+def test_a_lock_left_on_the_arbiter_is_exit_11_not_200_lost_races(tmp_path: Path, kind: str) -> None:
+    """A push killed inside the server (over a path, receive-pack dies with its client's process
+    group) can leave the arbiter's ref lock behind. Every later push then finds the ref locked: that
+    was 200 "lost races" (~40 s) and exit 75, which a shell loop retries forever."""
+    served = Served(kind, tmp_path)
+    try:
+        a = machine(tmp_path, "a", served.url, publish=True)
+        x = new_item(a, "X")
+        gw_ok(a, "sync")
+        new_item(a, "pending")
+        before, local = tip(served.bare), tip(a)
+        lock = served.bare / "refs" / "gitwork" / "state.lock"
+        lock.write_text("")
+        for args in (("claim", x, "--as", "alice"), ("sync",)):
+            done = run_gw(a, *args, "--json", env={"GW_LOCK_TIMEOUT": "0.5"}, timeout=30)
+            assert done.returncode == 11, done.stdout + done.stderr
+            line = one_line(done.stderr)
+            assert "state.lock" in line and "origin" in line and "lost races" not in line
+            assert json.loads(done.stdout)["details"]["remote"] == "origin"
+            assert tip(served.bare) == before and tip(a) == local and lock.exists()
+        assert not (a / ".git" / "gitwork" / "unknown").exists()  # nothing landed: nothing to retry
+        lock.unlink()
+        assert gw_ok(a, "claim", x, "--as", "alice")["fence"] == 1
+        assert tip(a) == tip(served.bare)
+        assert_sound(served.bare)
+    finally:
+        served.stop()
