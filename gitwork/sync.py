@@ -32,7 +32,7 @@ import re
 import time
 
 from . import clock, engine, gitcmd, layout
-from .errors import GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
+from .errors import Corrupt, GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
 from .store import Snapshot, crash_point, identity_signature
 
 TYPE_CHECKING = False
@@ -329,6 +329,13 @@ class Arbiter:
             if cmd and "id" in cmd:
                 seen[cmd["id"]] = cmd
         chain = self.store.snapshot(remote)
+        try:
+            chain.check_format()
+        except Corrupt as error:
+            # A state the arbiter holds that gitwork did not write (a force-push of something else):
+            # replaying onto it would refuse every local command and adopt it, dropping them all.
+            raise Corrupt(f"{self.remote}'s {self.store.ref} is not a sound gitwork state ({error.message}); "
+                          "nothing was replayed onto it or adopted", remote=self.remote, tip=remote) from error
         replayed: list[dict[str, Any]] = []
         refused: list[dict[str, Any]] = []
         for commit in self._first_parent_range(remote, local):

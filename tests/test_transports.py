@@ -607,3 +607,24 @@ def test_a_lock_left_on_the_arbiter_is_exit_11_not_200_lost_races(tmp_path: Path
         assert_sound(served.bare)
     finally:
         served.stop()
+
+
+def test_a_foreign_state_on_the_arbiter_is_not_adopted(tmp_path: Path) -> None:
+    """Someone force-pushed a commit gitwork did not write onto the arbiter's state ref. Replaying
+    onto it refused every local command and adopted it (exit 0): acknowledged local work dropped."""
+    served = Served("path", tmp_path)
+    a = machine(tmp_path, "a", served.url, publish=True)
+    x = new_item(a, "X")
+    made = gw_ok(a, "new", "acknowledged, not yet synced")
+    local = tip(a)
+    bare = served.bare
+    foreign = git(bare, "-c", "user.name=x", "-c", "user.email=x@x.invalid", "commit-tree",
+                  git(bare, "mktree", input=b""), "-m", "not a gitwork state")
+    git(bare, "update-ref", STATE, foreign)
+    for args in (("sync",), ("claim", x, "--as", "alice")):
+        done = run_gw(a, *args, "--json")
+        assert done.returncode == 8, done.stdout + done.stderr
+        line = one_line(done.stderr)
+        assert "origin" in line and "format.yaml" in line
+        assert tip(a) == local and tip(bare) == foreign
+    assert gw_ok(a, "show", made["item"])["item"]["title"] == "acknowledged, not yet synced"
