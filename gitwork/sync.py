@@ -29,6 +29,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import time
 
 from . import clock, engine, gitcmd, layout
@@ -52,6 +53,8 @@ ARBITER_OPS: set[str] = {"claim", "renew", "release", "takeover", "revoke", "han
 MAX_ROUNDS = 200
 # Seconds one git fetch/push/ls-remote may wait for the remote before it counts as unreachable.
 REMOTE_TIMEOUT = 120.0
+# Bytes of git's output kept from each end when it talks to the remote (what a server prints is not ours to bound).
+OUTPUT_KEPT = 64 * 1024
 # Fields the engine fills in while applying (the fencing rule); a replay may legitimately change
 # them, so two documents under one id are the same command when everything else is equal.
 FILLED_IN = ("fence", "lease")
@@ -133,16 +136,16 @@ class Arbiter:
         raise RemoteError(f"cannot fetch from {self.remote}: {git_reason(done.err)}", remote=self.remote)
 
     def _git(self, verb: str, *args: str) -> gitcmd.Completed:
-        """Run a git command that talks to the remote, bounded by ``REMOTE_TIMEOUT``.
+        """Run a git command that talks to the remote, bounded in time and memory.
 
-        A server that stops answering (paused, a half-open connection) leaves git waiting: that is an
-        unreachable remote, whose outcome is unknown (exit 12), not an internal error.
+        A server that stops answering (paused, a half-open connection) leaves git waiting: after
+        ``REMOTE_TIMEOUT`` that is an unreachable remote, whose outcome is unknown (exit 12), not an
+        internal error. What the server prints (a hook's stderr, relayed by git) is kept only up to
+        ``OUTPUT_KEPT`` bytes from each end: a hook printing without end must not fill our memory.
         """
         try:
-            return gitcmd.run(["--git-dir", self.git_dir, verb, *args], check=False, timeout=REMOTE_TIMEOUT)
-        except GitFailed as error:
-            if "timed out" not in error.message:
-                raise
+            return _bounded_run(["git", "--git-dir", self.git_dir, verb, *args], REMOTE_TIMEOUT)
+        except subprocess.TimeoutExpired as error:
             raise RemoteError(f"{self.remote} did not answer within {REMOTE_TIMEOUT:g}s (git {verb})",
                               remote=self.remote) from error
 
@@ -568,6 +571,72 @@ class Arbiter:
             with open(path, encoding="utf-8") as handle:
                 refused = [json.loads(line) for line in handle if line.strip()]
         return {"remote": self.remote, "tip": local, "remote_tip": remote, "pending": pending, "refused": refused}
+
+
+# --- running git against the remote ----------------------------------------------------------------
+
+
+class _Kept:
+    """The first and the last ``OUTPUT_KEPT`` bytes of a stream, with a mark where the middle went."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = OUTPUT_KEPT - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > OUTPUT_KEPT:
+            self.dropped += len(self.tail) - OUTPUT_KEPT
+            del self.tail[: len(self.tail) - OUTPUT_KEPT]
+
+    def value(self) -> bytes:
+        middle = b"\n[... %d bytes left out ...]\n" % self.dropped if self.dropped else b""
+        return bytes(self.head) + middle + bytes(self.tail)
+
+
+def _bounded_run(cmd: list[str], timeout: float) -> gitcmd.Completed:
+    """``gitcmd.run(cmd[1:], check=False, timeout=timeout)`` keeping only the ends of each stream.
+
+    Raises :class:`subprocess.TimeoutExpired` (after killing git) when it runs past ``timeout``.
+    """
+    import selectors
+
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=gitcmd.git_env())
+    except FileNotFoundError as exc:
+        raise GitFailed("git is not installed or not on PATH") from exc
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = _Kept(), _Kept()
+    kept = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    deadline = time.monotonic() + timeout
+    with proc, selectors.DefaultSelector() as selector:
+        for stream in (proc.stdout, proc.stderr):
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            for key, _events in selector.select(left):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    kept[key.fd].add(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    return gitcmd.Completed(tuple(cmd), proc.returncode, out.value(), err.value())
 
 
 # --- commands whose outcome is unknown ------------------------------------------------------------

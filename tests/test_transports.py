@@ -628,3 +628,30 @@ def test_a_foreign_state_on_the_arbiter_is_not_adopted(tmp_path: Path) -> None:
         assert "origin" in line and "format.yaml" in line
         assert tip(a) == local and tip(bare) == foreign
     assert gw_ok(a, "show", made["item"])["item"]["title"] == "acknowledged, not yet synced"
+
+
+MAX_RSS = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+sys.stdout.write(f"{done.returncode} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n")
+sys.stdout.write(done.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_a_hook_printing_tens_of_megabytes_is_read_in_bounded_memory(tmp_path: Path, http: Served) -> None:
+    """git relays everything a hook prints; gw kept all of it, several times over (300 MB of output
+    took 4.8 GB). Over HTTP the server's processes are not ours, so the peak measured is gw's (and
+    its git client's)."""
+    a = machine(tmp_path, "a", http.url, publish=True)
+    new_item(a, "pending")
+    before = tip(http.bare)
+    http.hook("pre-receive", refusing_hook("yes 'quota exceeded' | head -c 40000000 >&2"))
+    done = subprocess.run([sys.executable, "-c", MAX_RSS, gw_program(tmp_path), "sync"], cwd=a,
+                          capture_output=True, text=True, timeout=120)
+    status, _, stderr = done.stdout.partition("\n")
+    code, peak_kb = map(int, status.split())
+    assert code == REMOTE_REFUSED, stderr
+    assert "quota exceeded" in one_line(stderr)
+    assert peak_kb < 150_000, f"peak RSS {peak_kb} kB"
+    assert tip(http.bare) == before
