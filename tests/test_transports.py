@@ -579,7 +579,7 @@ def test_the_servers_own_verdict_is_cleaned_too(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["path", "http"])
+@pytest.mark.parametrize("kind", ["path"])
 def test_a_lock_left_on_the_arbiter_is_exit_11_not_200_lost_races(tmp_path: Path, kind: str) -> None:
     """A push killed inside the server (over a path, receive-pack dies with its client's process
     group) can leave the arbiter's ref lock behind. Every later push then finds the ref locked: that
