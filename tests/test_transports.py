@@ -655,3 +655,28 @@ def test_a_hook_printing_tens_of_megabytes_is_read_in_bounded_memory(tmp_path: P
     assert "quota exceeded" in one_line(stderr)
     assert peak_kb < 150_000, f"peak RSS {peak_kb} kB"
     assert tip(http.bare) == before
+
+
+def test_only_work_under_an_ended_arbiter_grant_is_refused_locally(tmp_path: Path) -> None:
+    """The early refusal is exact: a live lease with local commands pending, and a tentative
+    (--offline) lease the arbiter never saw, keep working; only the grant the arbiter ended stops."""
+    served = Served("path", tmp_path)
+    a = machine(tmp_path, "a", served.url, publish=True)
+    x = new_item(a, "X", "-c", "first")
+    z = new_item(a, "Z", "-c", "first")
+    gw_ok(a, "sync")
+    b = machine(tmp_path, "b", served.url)
+    fence = gw_ok(a, "claim", x, "--as", "alice")["fence"]
+    new_item(a, "pending locally")  # the local ref is ahead of what the arbiter knows
+    gw_ok(a, "msg", x, "still mine", "--fence", str(fence), "--as", "alice")
+    tentative = gw_ok(a, "claim", z, "--offline", "--as", "alice")["fence"]
+    gw_ok(a, "msg", z, "tentative", "--fence", str(tentative), "--as", "alice")
+
+    gw_ok(b, "takeover", x, "--as", "bob", env={"GW_NOW": later(days=1)})
+    renewed = run_gw(a, "renew", x, "--fence", str(fence), "--as", "alice", "--json")
+    assert renewed.returncode == STALE, renewed.stdout + renewed.stderr  # the arbiter said so; a fetched
+    for args in (("check", x, "1"), ("msg", x, "after the takeover")):
+        done = run_gw(a, *args, "--fence", str(fence), "--as", "alice", "--json")
+        assert done.returncode == STALE, done.stdout + done.stderr
+        assert "bob" in one_line(done.stderr)
+    gw_ok(a, "check", z, "1", "--fence", str(tentative), "--as", "alice")  # not the arbiter's to end
