@@ -25,7 +25,7 @@ import pytest
 
 from conftest import git, make_repo, run_gw, tip
 from daemon import GitDaemon, bare_repo
-from httpd import GitHTTPServer, served_repo
+from httpd import GitHTTPServer, http_server, served_repo  # noqa: F401 (a fixture)
 from test_sync import STATE, command_ids, gw_ok, machine, new_item
 from test_sync_daemon import gw_program
 
@@ -680,3 +680,19 @@ def test_only_work_under_an_ended_arbiter_grant_is_refused_locally(tmp_path: Pat
         assert done.returncode == STALE, done.stdout + done.stderr
         assert "bob" in one_line(done.stderr)
     gw_ok(a, "check", z, "1", "--fence", str(tentative), "--as", "alice")  # not the arbiter's to end
+
+
+def test_http_server_round_trip(tmp_path: Path, http_server: GitHTTPServer) -> None:
+    """The helper itself: push and fetch through it; stopped, it refuses (exit 12); restarted, it is
+    back on the same port, so the URL the clones recorded still works."""
+    bare = served_repo(http_server.root, "r")
+    a = machine(tmp_path, "a", http_server.url("r"), publish=True)
+    assert git(bare, "rev-parse", STATE) == tip(a)
+    port = http_server.port
+    http_server.stop()
+    assert run_gw(a, "sync").returncode == REMOTE
+    http_server.start()
+    assert http_server.port == port
+    new_item(a, "after the restart")
+    gw_ok(a, "sync")
+    assert tip(bare) == tip(a)
