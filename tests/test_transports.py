@@ -371,7 +371,8 @@ touch "{marker}"
 sleep 60
 """
 BEFORE_THE_REF_MOVES = ("pre-receive", "cat >/dev/null")
-AFTER_THE_REF_MOVED = ("reference-transaction", '[ "$1" = committed ] || exit 0\ngrep -q refs/gitwork/state || exit 0')
+AFTER_THE_REF_MOVED = ("reference-transaction",
+                       '[ "$1" = committed ] || exit 0\ngrep -q refs/gitwork/state || exit 0')
 
 
 @pytest.mark.slow
@@ -423,7 +424,8 @@ GARBAGE = (b"\x1b[2J\x1b[H\x1b]0;owned\x07\x1b]8;;http://evil.invalid\x1b\\link\
            b" \x0bvt \x0cff \x1c\x1d\x1e fs\x00after nul")
 
 # Text that reads differently than it is (bidi overrides and isolates, zero-width marks) and C1 controls.
-BIDI = b"quota \xe2\x80\xaedesrever\xe2\x80\xac \xe2\x81\xa6isolate\xe2\x81\xa9 \xe2\x80\x8fmark \xc2\x9b31mcsi \xc2\x90dcs end"
+BIDI = (b"quota \xe2\x80\xaedesrever\xe2\x80\xac \xe2\x81\xa6isolate\xe2\x81\xa9 \xe2\x80\x8fmark"
+        b" \xc2\x9b31mcsi \xc2\x90dcs end")
 
 
 def refusing_hook(body: str) -> str:
