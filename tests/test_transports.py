@@ -638,7 +638,7 @@ def test_a_foreign_state_on_the_arbiter_is_not_adopted(tmp_path: Path) -> None:
         line = one_line(done.stderr)
         assert "origin" in line and "format.yaml" in line
         assert tip(a) == local and tip(bare) == foreign
-    assert gw_ok(a, "show", made["item"])["item"]["title"] == "acknowledged, not yet synced"
+    assert gw_ok(a, "show", made["item"])["title"] == "acknowledged, not yet synced"
 
 
 MAX_RSS = """
