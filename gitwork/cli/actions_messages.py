@@ -1,8 +1,8 @@
 """What the conversation commands do once their arguments are parsed (no typer here).
 
 Shared by the typer commands in ``cmd_messages.py`` and the fast path in ``fast.py``: each action
-calls the library face in ``gitwork/messages.py`` (which builds the command document and submits it)
-and prints the result.
+calls the library face (``Workplane.post`` and kin, ``gitwork/workplane_messages.py``, which build the
+command document and submit it) and prints the result.
 """
 
 from __future__ import annotations
@@ -39,27 +39,19 @@ def _posted(applied: Any, as_json: bool) -> None:
 
 
 def do_msg(wp: Any, as_json: bool, item: str, text: str, **args: Any) -> None:
-    from ..messages import post
-
-    _posted(post(wp, item, _text_arg(text), **args), as_json)
+    _posted(wp.post(item, _text_arg(text), **args), as_json)
 
 
 def do_ask(wp: Any, as_json: bool, item: str, question: str, **args: Any) -> None:
-    from ..messages import ask
-
-    _posted(ask(wp, item, _text_arg(question), **args), as_json)
+    _posted(wp.ask(item, _text_arg(question), **args), as_json)
 
 
 def do_decide(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
-    from ..messages import decide
-
-    _posted(decide(wp, item, seq, **args), as_json)
+    _posted(wp.decide(item, seq, **args), as_json)
 
 
 def do_ack(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
-    from ..messages import ack
-
-    applied = ack(wp, item, seq, **args)
+    applied = wp.ack(item, seq, **args)
     if as_json:
         output.emit_json(applied.to_json())
         return
@@ -89,10 +81,7 @@ def render(record: dict[str, Any]) -> str:
 
 def do_thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout: float | None,
               poll: float) -> None:
-    from ..messages import follow as follow_thread
-    from ..messages import thread
-
-    item_id, records = thread(wp, item, since)
+    item_id, records = wp.thread(item, since)
     if not follow:
         if as_json:
             sys.stdout.write(_array(records) + "\n")
@@ -106,7 +95,7 @@ def do_thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeo
         sys.stdout.write((_json.dumps(record, ensure_ascii=False) if as_json else render(record)) + "\n")
         sys.stdout.flush()
 
-    follow_thread(wp, item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
+    wp.follow(item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
 
 
 def _puller(wp: Any) -> Any:
@@ -132,9 +121,7 @@ def _puller(wp: Any) -> Any:
 
 def do_inbox(wp: Any, as_json: bool) -> None:
     from ..ids import shortest_unique
-    from ..messages import inbox
-
-    box = inbox(wp)
+    box = wp.inbox()
     if as_json:
         # One object, as every single result (see output.emit_json), its two lists one message a line.
         sys.stdout.write(f'{{"ok": true,\n"who": {_json.dumps(box["who"], ensure_ascii=False)},\n'

@@ -1,8 +1,8 @@
 """Conversation commands: ``msg``, ``thread``, ``ack``, ``inbox``, ``ask``, ``decide``.
 
 Thin like the rest of the CLI: each typer command hands its arguments to an action in
-``actions_messages.py`` (shared with the fast path), which calls the library face in ``gitwork/messages.py`` (which builds the command document and submits it) and
-prints the result. Imported at the bottom of ``app.py`` so the commands join the one ``app``.
+``actions_messages.py`` (shared with the fast path), which calls the library face (``Workplane.post``
+and kin, in ``gitwork/workplane_messages.py``) and prints the result. Imported at the bottom of ``app.py`` so the commands join the one ``app``.
 """
 
 from __future__ import annotations
