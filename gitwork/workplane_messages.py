@@ -1,13 +1,12 @@
 """The conversation verbs of the library face: ``wp.post``, ``ack``, ``ask``, ``decide``, ``thread``,
 ``follow``, ``inbox`` (mixed into :class:`gitwork.workplane.Workplane`).
 
-The write verbs build one command document and submit it, nothing else: the op resolves the item
-prefix and any message number (``3``, ``#3``, ``ITEM:3``) on the tip it is applied to and records
-what it resolved in the document. The one thing read here is the lease epoch, and only when none is
-given: a non-holder's message carries the epoch its author read (``--epoch``, default: read now,
-before the document is built), so a takeover that lands while the post is retried makes the post
-stale rather than silently re-addressed. The read verbs resolve the item and the reader, then call
-the read side (``conversations.py``).
+The write verbs build one command document and submit it, nothing else: they read no state. The op
+resolves, on the tip it is applied to, the item prefix, any message number (``3``, ``#3``,
+``ITEM:3``) and, when no epoch is given, the lease epoch (``epoch: current``), and records what it
+resolved in the document, so the commit (and a replay of it on another tip) names the same item,
+messages and epoch. The read verbs resolve the item and the reader, then call the read side
+(``conversations.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +19,11 @@ if TYPE_CHECKING:
     from .engine import Context
     from .store import Store
     from .workplane import Applied
+
+
+def _epoch(epoch: int | None) -> int | str:
+    """No epoch given: the op reads it on the tip the command is applied to (and records it)."""
+    return "current" if epoch is None else epoch
 
 
 class Conversations:
@@ -35,46 +39,35 @@ class Conversations:
     # --- writing --------------------------------------------------------------------------------
 
     def current_epoch(self, item: str) -> int:
-        """The item's lease epoch as this client sees it now (0 if it was never leased)."""
-        return self._epoch(item, None)[1]
-
-    def _epoch(self, item: str, epoch: int | None) -> tuple[str, int]:
-        """``(item, epoch)`` for a document: the epoch given, else read now (one read of the state,
-        which also resolves the item's prefix)."""
-        if epoch is not None:
-            return item, epoch
+        """The item's lease epoch as this client sees it now (0 if it was never leased): what to pass
+        as ``epoch`` to write under the epoch read now, so a later takeover makes the write stale."""
         ctx = self.context()
-        item_id = ctx.resolve(item)
-        lease = ctx.lease(item_id)
-        return item_id, lease.epoch if lease is not None else 0
+        lease = ctx.lease(ctx.resolve(item))
+        return lease.epoch if lease is not None else 0
 
     def post(self, item: str, text: str, *, kind: str | None = None, reply_to: str | int | None = None,
              to: str | None = None, epoch: int | None = None, fence: int | None = None,
              msg_id: str | None = None) -> Applied:
         """Post a message (``reply_to``: a message number, ``#N``, ``ITEM:N`` or a message id)."""
-        item, epoch = self._epoch(item, epoch)
-        return self.do("msg", item=item, text=text, kind=kind, reply_to=reply_to, to=to, epoch=epoch, fence=fence,
-                       id=msg_id)
+        return self.do("msg", item=item, text=text, kind=kind, reply_to=reply_to, to=to, epoch=_epoch(epoch),
+                       fence=fence, id=msg_id)
 
     def ack(self, item: str, seq: str | int, *, read: bool = False, responded: bool = False,
             reply: str | int | None = None, epoch: int | None = None, fence: int | None = None) -> Applied:
         """Move this reader's cursor to ``seq``: read, or (with ``reply``, its own answer) responded."""
-        item, epoch = self._epoch(item, epoch)
         return self.do("ack", item=item, upto=seq, read=read or None, responded=responded or None, reply=reply,
-                       epoch=epoch, fence=fence)
+                       epoch=_epoch(epoch), fence=fence)
 
     def ask(self, item: str, question: str, *, options: list[str] | None = None, to: str | None = None,
             epoch: int | None = None, fence: int | None = None, msg_id: str | None = None) -> Applied:
         """Ask for a decision (the holder only): posts a decision request and marks the item waiting."""
-        item, epoch = self._epoch(item, epoch)
-        return self.do("ask", item=item, text=question, options=options or None, to=to, epoch=epoch, fence=fence,
-                       id=msg_id)
+        return self.do("ask", item=item, text=question, options=options or None, to=to, epoch=_epoch(epoch),
+                       fence=fence, id=msg_id)
 
     def decide(self, item: str, seq: str | int, *, choose: str, why: str, epoch: int | None = None,
                fence: int | None = None, msg_id: str | None = None) -> Applied:
         """Answer the decision request ``seq``: records a decision on the item and unblocks it."""
-        item, epoch = self._epoch(item, epoch)
-        return self.do("decide", item=item, question=seq, choose=choose, why=why, epoch=epoch, fence=fence,
+        return self.do("decide", item=item, question=seq, choose=choose, why=why, epoch=_epoch(epoch), fence=fence,
                        id=msg_id)
 
     # --- reading --------------------------------------------------------------------------------

@@ -128,6 +128,97 @@ def test_command_documents_name_messages_by_id_so_a_replay_elsewhere_means_the_s
     assert wp.thread(item, 2)[1][0]["reply_to"] == 2
 
 
+def test_a_number_in_a_document_is_resolved_by_the_op_and_recorded_as_the_message_id(repo, wp, item):
+    """Like an item prefix (``Context.target``), a message number is resolved on the tip the command
+    lands on and the commit records the message's id: a replay on another tip names the same message."""
+    other = wp.do("new", title="elsewhere").result["item"]
+    alice, bob = plane(repo, "alice"), plane(repo, "bob")
+    first = alice.post(item, "q1", kind="question").result
+    second = alice.post(item, "q2", kind="question").result
+    doc = json.dumps({"op": "msg", "item": item[:10], "text": "by number", "reply_to": "#2", "epoch": 0})
+    done = run_gw(repo, "apply", "-", "--as", "carol", "--json", input=doc)
+    assert done.returncode == 0, done.stderr
+    recorded = next(wp.log())["command"]
+    assert (recorded["item"], recorded["reply_to"]) == (item, second["id"])
+    # ITEM:N names a message of the command's own item; the op records the id.
+    bob.ack(item, f"{item[:8]}:1", read=True)
+    assert next(wp.log())["command"]["upto"] == first["id"]
+    before = tip(repo)
+    with pytest.raises(Invalid, match="another thread"):
+        bob.post(item, "wrong thread", reply_to=f"{other}:1")
+    with pytest.raises(NotFound, match="no message #9"):
+        bob.ack(item, 9)
+    assert tip(repo) == before
+
+
+def test_the_library_face_reads_the_state_once_per_command(repo, wp, item, monkeypatch):
+    """``post``/``ack``/``ask``/``decide`` build a document and submit it: the engine's snapshot is the
+    only read (the op resolves the item prefix, message numbers and the epoch it was not given)."""
+    from gitwork.store import Store
+
+    alice, bob = plane(repo, "alice"), plane(repo, "bob")
+    alice.do("claim", item=item)
+    alice.post(item, "first")
+    reads: list[str | None] = []
+    real = Store.snapshot
+
+    def counted(self, commit=None, **kw):  # type: ignore[no-untyped-def]
+        reads.append(commit)
+        return real(self, commit, **kw)
+
+    monkeypatch.setattr(Store, "snapshot", counted)
+    posted = bob.post(item[:8], "second", reply_to=1)
+    assert len(reads) == posted.attempts == 1
+    assert (posted.command["item"], posted.command["epoch"]) == (item, 1)  # resolved, recorded as numbers
+    reads.clear()
+    bob.ack(item[:8], 1, responded=True, reply=2)
+    assert len(reads) == 1
+    assert next(wp.log())["command"]["epoch"] == 1
+    # A document may say so itself: "current" is the epoch on the tip the command is applied to.
+    doc = json.dumps({"op": "msg", "item": item, "text": "now", "epoch": "current"})
+    done = run_gw(repo, "apply", "-", "--as", "carol", "--json", input=doc)
+    assert done.returncode == 0, done.stderr
+    assert next(wp.log())["command"]["epoch"] == 1 and wp.thread(item, 2)[1][-1]["epoch"] == 1
+
+
+def test_conversations_and_the_ops_import_in_one_direction():
+    """The thread format sits beside the engine and imports nothing above the store; the read side
+    does not import back into the ops or the faces; the op modules do not import each other."""
+    import ast
+
+    import gitwork
+
+    root = Path(gitwork.__file__).parent
+
+    def imports(name: str) -> set[str]:
+        path = root / (name.replace(".", "/") + ".py")
+        package = name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".") if package else []
+                if node.level:
+                    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                    module = ".".join([*base, node.module] if node.module else base)
+                else:
+                    module = (node.module or "").removeprefix("gitwork.")
+                found.add(module)
+                found.update(f"{module}.{a.name}".lstrip(".") for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name.removeprefix("gitwork.") for a in node.names)
+        return found
+
+    assert imports("thread") & {"engine", "ops", "workplane", "conversations", "threads_index", "index"} == set()
+    assert imports("thread") >= {"codec", "layout", "errors"}
+    for reader in ("threads_index", "conversations"):
+        assert not {m for m in imports(reader) if m.split(".")[0] in ("ops", "workplane", "cli", "engine")}
+    assert "conversations" not in imports("threads_index")
+    ops = {"ops.items", "ops.leases", "ops.messages"}
+    for module in ops:
+        assert imports(module) & (ops - {module}) == set(), module
+    assert imports("ops.common") & ops == set()
+
+
 # --- the epoch rule -------------------------------------------------------------------------------
 
 

@@ -8,9 +8,10 @@ tip) renumbers without changing what a command means.
 
 The epoch rule, shared by all four: a message (or acknowledgement) from the item's holder is fenced
 (``require_holder``: ``--fence``/``GW_FENCE`` or the holder by name); anyone else's carries the lease
-epoch they read (``epoch``), and one written under an epoch older than the item's current one is
-refused as :class:`Stale`, naming the current epoch, so nobody answers a conversation whose owner
-changed without noticing.
+epoch they read (``epoch``; ``"current"``, what the faces send when none is given, reads it on the
+tip the command is applied to and records the number), and one written under an epoch older than
+the item's current one is refused as :class:`Stale`, naming the current epoch, so nobody answers a
+conversation whose owner changed without noticing.
 """
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def stance(ctx: Context, item_id: str) -> tuple[int, Lease | None]:
     """The epoch the author writes under, and the lease if the author acts as its holder."""
     lease = ctx.lease(item_id)
     given = ctx.cmd.get("epoch")
+    if given == "current":
+        # The author asks for the epoch as it is now: read on the tip the command lands on, and
+        # recorded, so the stored document (and a replay of it elsewhere) carries the number.
+        given = lease.epoch if lease is not None else 0
+        ctx.cmd["epoch"] = given
     as_holder = lease is not None and lease.is_active() and lease.holder == ctx.actor
     if ctx.cmd.get("fence") is not None or as_holder:
         held = holder_check(ctx, item_id)  # Stale when the fence is old or the lease ran out
@@ -106,7 +112,7 @@ def _said(ctx: Context, item_id: str, record: dict[str, Any], held: Lease | None
 
 
 @op("msg", "post a message to an item's thread", item="item!", text="text!", kind="|".join(POST_KINDS),
-    reply_to="msgref", to="name", epoch="int", options="texts")
+    reply_to="msgref", to="name", epoch="epoch", options="texts")
 def msg(ctx: Context) -> None:
     item_id = ctx.target()
     ctx.item(item_id)
@@ -126,7 +132,7 @@ def msg(ctx: Context) -> None:
 
 
 @op("ack", "move your read or responded cursor on an item's thread", item="item!", upto="msgref!", read="bool",
-    responded="bool", reply="msgref", epoch="int")
+    responded="bool", reply="msgref", epoch="epoch")
 def ack(ctx: Context) -> None:
     item_id = ctx.target()
     ctx.item(item_id)
@@ -211,7 +217,7 @@ def _outsider_asks(ctx: Context, item_id: str, held: Lease | None) -> None:
 
 
 @op("ask", "ask for a decision: posts a decision request and marks the item waiting", item="item!",
-    text="text!", options="texts", to="name", epoch="int")
+    text="text!", options="texts", to="name", epoch="epoch")
 def ask(ctx: Context) -> None:
     item_id = ctx.target()
     ctx.item(item_id)
@@ -221,7 +227,7 @@ def ask(ctx: Context) -> None:
 
 
 @op("decide", "answer a decision request: records a decision on the item and unblocks it", item="item!",
-    question="msgref!", choose="short!", why="text!", epoch="int")
+    question="msgref!", choose="short!", why="text!", epoch="epoch")
 def decide(ctx: Context) -> None:
     item_id = ctx.target()
     item = ctx.item(item_id)
