@@ -15,7 +15,7 @@ from .. import layout
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_revoker
-from .common import end_lease, post_message
+from .common import end_lease
 
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
@@ -176,6 +176,8 @@ def handoff(ctx: Context) -> None:
     end_lease(ctx, lease, "handed-off", reason=ctx.cmd["reason"], to=ctx.cmd.get("to"))
     # The next holder reads the thread, so the handoff and its reason are posted there too (fenced:
     # _held refused above unless the author still holds this epoch).
+    from .conversation import post_message
+
     note = post_message(ctx, item_id, "handoff", ctx.cmd.get("message") or f"handed off: {ctx.cmd['reason']}",
                         epoch=lease.epoch, to=ctx.cmd.get("to"), reason=ctx.cmd["reason"])
     ctx.say(f"handoff {item_id} by {ctx.actor} ({ctx.cmd['reason']}; epoch {lease.epoch}, fence {lease.fence})",

@@ -1,5 +1,5 @@
 """Conversation ops: msg, ack, ask, decide (the thread format is ``gitwork/thread.py``; posting and
-resolving a message reference are in ``ops/common.py``, which ``handoff`` shares).
+resolving a message reference are in ``ops/conversation.py``, which ``handoff`` shares).
 
 Every op here is a pure function of (snapshot, command, now): sequence numbers are assigned on the
 tip the command is applied to, and a message reference given as a number is resolved here and
@@ -22,7 +22,8 @@ from ..errors import Forbidden, Illegal, Invalid, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_decider
 from ..thread import POST_KINDS, cursors_path, dump_cursors, load_cursors, parse_ref
-from .common import message, post_message, record_decision, resolve_message, thread_ids
+from .common import record_decision
+from .conversation import message, post_message, resolve_message, thread_ids
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
