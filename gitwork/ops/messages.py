@@ -22,7 +22,6 @@ from ..errors import Forbidden, Illegal, Invalid, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_decider
 from ..thread import POST_KINDS, cursors_path, dump_cursors, load_cursors, parse_ref
-from .common import record_decision
 from .conversation import message, post_message, resolve_message, thread_ids
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -230,6 +229,8 @@ def ask(ctx: Context) -> None:
 @op("decide", "answer a decision request: records a decision on the item and unblocks it", item="item!",
     question="msgref!", choose="short!", why="text!", epoch="epoch")
 def decide(ctx: Context) -> None:
+    from .common import record_decision  # only decide records a decision: msg and ack need not load it
+
     item_id = ctx.target()
     item = ctx.item(item_id)
     if _landed(ctx, item_id, "decision", ctx.cmd["why"]):
