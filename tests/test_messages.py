@@ -575,6 +575,28 @@ def test_messages_posted_on_two_machines_both_land_once_in_arbiter_order(tmp_pat
     assert gw_json(one, "sync")["replayed"] == []
 
 
+def test_a_number_resolved_offline_still_names_the_same_message_after_sync_renumbers(tmp_path: Path):
+    """The op records the id a number named on its own tip, so ``sync`` replays the reference, not
+    the number: here #2 on the offline machine is #3 on the arbiter."""
+    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
+    one = _machine(tmp_path, "one", str(arbiter))
+    item_id = gw_json(one, "new", "renumbered")["item"]
+    gw_json(one, "msg", item_id, "first", "--as", "ann")
+    gw_json(one, "sync")
+    two = _machine(tmp_path, "two", str(arbiter))
+    ben = gw_json(two, "msg", item_id, "from two", "--as", "ben")  # #2 on two's tip
+    gw_json(one, "msg", item_id, "from one", "--as", "ann")
+    gw_json(one, "sync")  # one's post is #2 on the arbiter
+    doc = json.dumps({"op": "ack", "item": item_id, "upto": 2, "read": True, "epoch": 0})
+    done = run_gw(two, "apply", "-", "--as", "cat", "--json", input=doc)  # #2 here is ben's post
+    assert done.returncode == 0, done.stderr
+    gw_json(two, "sync")  # ben's post is replayed as #3, then the ack
+    with Workplane(str(two)) as there:
+        records = there.thread(item_id)[1]
+        assert [(m["seq"], m["id"]) for m in records][2] == (3, ben["id"])
+        assert T.cursors(there.store.snapshot(), item_id)["cat"]["read"] == 3
+
+
 def test_follow_with_an_arbiter_prints_other_machines_posts_once_even_when_renumbered(tmp_path: Path):
     arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
     one = _machine(tmp_path, "one", str(arbiter))
