@@ -1,7 +1,7 @@
 """The thread format: where an item's conversation lives in the state and how it is read.
 
 A plain module beside the engine (like ``model.py`` for items and leases): the conversation ops
-(``ops/messages.py``, ``ops/common.py``) write through it, the read side (``conversations.py``,
+(``ops/messages.py``, ``ops/conversation.py``) write through it, the read side (``conversations.py``,
 ``threads_index.py``) reads through it. It imports nothing above the store.
 
 Where a thread lives, under the item's folder (docs/format.md has the full description)::
