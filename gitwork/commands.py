@@ -73,6 +73,14 @@ def _int(value: Any, field: str) -> int:
     return value
 
 
+def _epoch(value: Any, field: str) -> int | str:
+    # A message's lease epoch: the number its author read, or "current": read it on the tip the
+    # command is applied to (the op then records the number in the document).
+    if isinstance(value, str) and value.strip() == "current":
+        return "current"
+    return _int(value, field)
+
+
 def _fence(value: Any, field: str) -> int:
     number = _int(value, field)
     if number < 1:
@@ -164,6 +172,7 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
     "name": _name,
     "int": _int,
     "fence": _fence,
+    "epoch": _epoch,
     "priority": _priority,
     "bool": _bool,
     "duration": _duration,

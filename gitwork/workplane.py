@@ -17,6 +17,7 @@ from . import clock, codec, engine, ids, layout
 from .errors import Corrupt, GwError, Held, Invalid
 from .model import Item, Lease
 from .store import Repository, Store, crash_point, identity_signature
+from .workplane_messages import Conversations
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class Applied:
                 **self.result}
 
 
-class Workplane:
+class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
     def __init__(self, path: str | None = None, *, now: Callable[[], Any] = clock.now, **overrides: Any) -> None:
         agent = overrides.get("agent")
         if agent is not None:

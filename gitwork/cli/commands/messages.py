@@ -1,7 +1,7 @@
 """Conversations: ``msg``, ``thread``, ``ack``, ``inbox``, ``ask``, ``decide``.
 
-Each calls the library face in ``gitwork/messages.py`` (which builds the command document and
-submits it) and prints the result.
+Each calls the library face (``Workplane.post`` and kin, in ``gitwork/workplane_messages.py``, which
+build the command document and submit it) and prints the result.
 """
 
 from __future__ import annotations
@@ -35,27 +35,19 @@ def _posted(applied: Any, as_json: bool) -> None:
 
 
 def msg(wp: Any, as_json: bool, item: str, text: str, **args: Any) -> None:
-    from ...messages import post
-
-    _posted(post(wp, item, _text_arg(text), **args), as_json)
+    _posted(wp.post(item, _text_arg(text), **args), as_json)
 
 
 def ask(wp: Any, as_json: bool, item: str, question: str, option: list[str] | None, **args: Any) -> None:
-    from ...messages import ask as ask_
-
-    _posted(ask_(wp, item, _text_arg(question), options=option, **args), as_json)
+    _posted(wp.ask(item, _text_arg(question), options=option, **args), as_json)
 
 
 def decide(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
-    from ...messages import decide as decide_
-
-    _posted(decide_(wp, item, seq, **args), as_json)
+    _posted(wp.decide(item, seq, **args), as_json)
 
 
 def ack(wp: Any, as_json: bool, item: str, seq: str, by: str | None, **args: Any) -> None:
-    from ...messages import ack as ack_
-
-    applied = ack_(wp, item, seq, reply=by, **args)
+    applied = wp.ack(item, seq, reply=by, **args)
     if as_json:
         output.emit_json(applied.to_json())
         return
@@ -85,10 +77,7 @@ def render(record: dict[str, Any]) -> str:
 
 def thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout: float | None,
            poll: float) -> None:
-    from ...messages import follow as follow_thread
-    from ...messages import thread as thread_
-
-    item_id, records = thread_(wp, item, since)
+    item_id, records = wp.thread(item, since)
     if not follow:
         if as_json:
             sys.stdout.write(_array(records) + "\n")
@@ -102,7 +91,7 @@ def thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout:
         sys.stdout.write((_json.dumps(record, ensure_ascii=False) if as_json else render(record)) + "\n")
         sys.stdout.flush()
 
-    follow_thread(wp, item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
+    wp.follow(item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
 
 
 def _puller(wp: Any) -> Any:
@@ -128,9 +117,8 @@ def _puller(wp: Any) -> Any:
 
 def inbox(wp: Any, as_json: bool) -> None:
     from ...ids import shortest_unique
-    from ...messages import inbox as inbox_
 
-    box = inbox_(wp)
+    box = wp.inbox()
     if as_json:
         # One object, as every single result (see output.emit_json), its two lists one message a line.
         sys.stdout.write(f'{{"ok": true,\n"who": {_json.dumps(box["who"], ensure_ascii=False)},\n'
