@@ -7,15 +7,19 @@ machine): gitwork must work without them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import freezegun
 import pytest
 
+from gitwork import gitcmd
 from gitwork.workplane import Workplane
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,9 +29,43 @@ ROOT = Path(__file__).resolve().parent.parent
 freezegun.configure(extend_ignore_list=["_pytest.timing"])
 
 
+# Every `git cat-file --batch` reader a test starts in this process (Workplane, hook checks). Holding
+# the Popen keeps the child's stdin open, so a reader nobody closed stays alive until the check below
+# sees it, whether or not the garbage collector has reclaimed its owner.
+_readers: list[subprocess.Popen[bytes]] = []
+_start_reader = gitcmd.CatFile._start
+
+
+def _recorded_start(self: gitcmd.CatFile) -> subprocess.Popen[bytes]:
+    before = self._proc
+    proc = _start_reader(self)
+    if proc is not before:
+        _readers.append(proc)
+    return proc
+
+
+gitcmd.CatFile._start = _recorded_start  # type: ignore[method-assign]
+
+
 @pytest.fixture(autouse=True)
-def clean_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path_factory.mktemp("home")
+def no_leaked_reader() -> Iterator[None]:
+    """Fail a test that leaves a ``git cat-file --batch`` child running: a Workplane it did not close.
+
+    Autouse fixtures are set up first and torn down last, so the test's own fixtures have closed
+    their planes by the time this looks."""
+    yield
+    leaked = [proc for proc in _readers if proc.poll() is None]
+    _readers.clear()
+    for proc in leaked:
+        assert proc.stdin is not None
+        proc.stdin.close()  # what CatFile.close does: the reader ends on EOF
+        proc.wait(timeout=10)
+    if leaked:
+        pytest.fail(f"{len(leaked)} `git cat-file --batch` reader(s) left running: close every Workplane "
+                    "(`with Workplane(...) as wp:` or a fixture that closes it)", pytrace=False)
+
+
+def scrub_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith(("GIT_", "GW_")):
             monkeypatch.delenv(key, raising=False)
@@ -36,6 +74,31 @@ def clean_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    scrub_env(tmp_path_factory.mktemp("home"), monkeypatch)
+
+
+@contextlib.contextmanager
+def scrubbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The same scrubbed environment for a module- or session-scoped fixture (built before any
+    function-scoped fixture, so ``clean_env`` is not in force yet)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        scrub_env(tmp_path_factory.mktemp("home"), monkeypatch)
+        yield
+
+
+def copy_world(template: Path, to: Path, clones: dict[str, str]) -> Path:
+    """A private copy of a prepared set of repositories (a template built once per module).
+
+    ``clones`` maps a clone's folder (relative to ``template``) to its remote's folder: the copy's
+    ``origin`` is pointed at the copied remote, the only absolute path a clone records."""
+    shutil.copytree(template, to, symlinks=True)
+    for clone, remote in clones.items():
+        git(to / clone, "remote", "set-url", "origin", f"file://{to / remote}")
+    return to
 
 
 def git(repo: Path | str, *args: str, check: bool = True, input: bytes | None = None) -> str:
