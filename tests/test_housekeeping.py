@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,12 +37,25 @@ def test_commands_trigger_git_gc_auto(repo: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_gc_auto_zero_is_respected(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     git(repo, "config", "gc.auto", "0")
+    git(repo, "config", "gc.autoDetach", "false")  # a gc that ran would pack before its process ends
     monkeypatch.setattr(workplane, "AUTO_GC_ONE_IN", 1)
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def recording(args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real_popen(args, *rest, **kwargs)
+        if "gc" in args:
+            started.append(proc)
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
     with Workplane(str(repo)) as wp:
         wp.do("init")
         for n in range(5):
             wp.do("new", title=f"item {n}")
-    time.sleep(1)
+    assert len(started) == 6, "gw never asked git to keep house: the test tests nothing"
+    for proc in started:  # wait for every `git gc --auto` to end instead of sleeping
+        assert proc.wait(timeout=60) == 0
     assert not list((repo / ".git" / "objects" / "pack").glob("*.pack"))
 
 
