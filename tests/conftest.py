@@ -172,3 +172,29 @@ class Clock:
 def bare_remote(tmp_path: Path) -> Path:
     """A bare repository to serve as the arbiter remote."""
     return make_repo(tmp_path / "remote.git", bare=True)
+
+
+@pytest.fixture(scope="session")
+def published_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``remote.git`` (a bare arbiter) and machine ``a`` that ran ``gw init --remote origin`` and a first
+    ``gw sync`` to it: what most several-machines tests start from, built once per worker."""
+    with scrubbed(tmp_path_factory):
+        base = tmp_path_factory.mktemp("published")
+        bare_remote(base)
+        a = make_repo(base / "a")
+        git(a, "remote", "add", "origin", f"file://{base / 'remote.git'}")
+        for args in (("init", "--remote", "origin"), ("sync",)):
+            done = run_gw(a, *args)
+            assert done.returncode == 0, done.stderr
+    return base
+
+
+@pytest.fixture
+def machine_a(published_template: Path, tmp_path: Path, remote: Path) -> Path:
+    """Machine ``a`` publishing to the test's (empty) ``remote``: the same repositories
+    ``machine(tmp_path, "a", url, publish=True)`` builds with three processes, copied from the template."""
+    shutil.copytree(published_template / "remote.git", remote, symlinks=True, dirs_exist_ok=True)
+    shutil.copytree(published_template / "a", tmp_path / "a", symlinks=True)
+    git(tmp_path / "a", "remote", "set-url", "origin", f"file://{remote}")
+    assert tip(tmp_path / "a") == tip(remote) is not None
+    return tmp_path / "a"

@@ -69,8 +69,8 @@ def url(remote: Path) -> str:
 # --- kill -9 at the crash points --------------------------------------------------------------------
 
 
-def test_kill_before_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_kill_before_push_of_a_claim(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "crash")
     gw_ok(a, "sync")
     local, published = tip(a), tip(remote)
@@ -86,8 +86,8 @@ def test_kill_before_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> 
     assert_sound(remote)
 
 
-def test_kill_after_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_kill_after_push_of_a_claim(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "crash")
     gw_ok(a, "sync")
     local = tip(a)
@@ -110,8 +110,8 @@ def test_kill_after_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> N
 
 
 @pytest.mark.parametrize("point", ["before-push", "after-push"])
-def test_kill_during_a_replaying_sync(tmp_path: Path, remote: Path, url: str, point: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_kill_during_a_replaying_sync(tmp_path: Path, remote: Path, url: str, point: str, machine_a: Path) -> None:
+    a = machine_a
     b = machine(tmp_path, "b", url)
     offline = [gw_ok(a, "new", f"offline {n}")["command_id"] for n in range(4)]
     new_item(b, "moved the remote")
@@ -133,8 +133,9 @@ def test_kill_during_a_replaying_sync(tmp_path: Path, remote: Path, url: str, po
     assert tip(b) == tip(remote)
 
 
-def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str,
+                                                            machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "renewed")
     fence = gw_ok(a, "claim", item, "--as", "alice")["fence"]
     doc = a / "renew.json"
@@ -147,8 +148,9 @@ def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remo
     assert command_ids(remote).count("c-00000000000000aa") == 1
 
 
-def test_resent_offline_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_resent_offline_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str,
+                                                             machine_a: Path) -> None:
+    a = machine_a
     doc = a / "new.json"
     doc.write_text(json.dumps({"op": "new", "title": "once", "id": "c-00000000000000bb"}))
     gw_ok(a, "apply", str(doc))
