@@ -24,6 +24,7 @@ from conftest import bare_remote, git, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from test_sync import STATE, TRACKING, command_ids, gw_ok, machine, new_item, show
 from test_sync_daemon import gw_program, parse_log
+from gitwork.workplane import Workplane
 
 ZERO = "0" * 40
 KILLED = -signal.SIGKILL
@@ -184,8 +185,9 @@ def test_sigkill_at_random_moments_of_a_looping_claimer(tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("GW_TEST_SEED", "0")) or None)
     with GitDaemon(base) as daemon:
         a = machine(tmp_path, "a", daemon.url("plane"), publish=True)
-        for n in range(items):
-            gw_ok(a, "new", f"item {n}")
+        with Workplane(str(a)) as plane:  # the items, offline through the library: only the claims are under test
+            for n in range(items):
+                plane.do("new", title=f"item {n}")
         gw_ok(a, "sync")
         program = gw_program(tmp_path)
         out = tmp_path / "claims.log"
@@ -213,8 +215,6 @@ def test_sigkill_at_random_moments_of_a_looping_claimer(tmp_path: Path) -> None:
     # Every item granted exactly once, epoch 1, to the looper; nothing else was granted.
     counted = grants(bare)
     assert len(counted) == items and set(counted.values()) == {1}
-    from gitwork.workplane import Workplane
-
     with Workplane(str(bare)) as plane:
         for item_id in counted:
             lease = plane.lease(item_id)
