@@ -15,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import freezegun
 import pytest
@@ -46,16 +47,34 @@ def _recorded_start(self: gitcmd.CatFile) -> subprocess.Popen[bytes]:
 
 gitcmd.CatFile._start = _recorded_start  # type: ignore[method-assign]
 
+# Every Workplane a test constructs, so that teardown closes the ones a helper handed out and nobody
+# closed (``wp, item = claimed(repo)``): nothing a test opened outlives it.
+_planes: list[Workplane] = []
+_init_plane = Workplane.__init__
+
+
+def _recorded_init(self: Workplane, *args: Any, **kwargs: Any) -> None:
+    _init_plane(self, *args, **kwargs)
+    _planes.append(self)
+
+
+Workplane.__init__ = _recorded_init  # type: ignore[method-assign]
+
 
 @pytest.fixture(autouse=True)
 def no_leaked_reader() -> Iterator[None]:
-    """Fail a test that leaves a ``git cat-file --batch`` child running: a Workplane it did not close.
+    """Fail a test that leaves a ``git cat-file --batch`` child running: a Workplane it did not close
+    after reading with it. Then close every Workplane the test opened.
 
     Autouse fixtures are set up first and torn down last, so the test's own fixtures have closed
     their planes by the time this looks."""
     yield
     leaked = [proc for proc in _readers if proc.poll() is None]
     _readers.clear()
+    planes = list(_planes)
+    _planes.clear()
+    for plane in planes:
+        plane.close()  # idempotent: closing a closed plane does nothing
     for proc in leaked:
         assert proc.stdin is not None
         proc.stdin.close()  # what CatFile.close does: the reader ends on EOF
