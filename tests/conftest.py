@@ -224,3 +224,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the start, and the many short tests fill in at the end, instead of one worker finishing a 30 s
     race alone while the other idles. A stable sort: every worker collects the same order."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def init_state(repo: Path | str) -> None:
+    """``gw init`` through the library, for tests where the set-up is not what is under test."""
+    with Workplane(str(repo)) as plane:
+        plane.do("init")
