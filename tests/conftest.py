@@ -215,7 +215,8 @@ def machine_a(published_template: Path, tmp_path: Path, remote: Path) -> Path:
     shutil.copytree(published_template / "remote.git", remote, symlinks=True, dirs_exist_ok=True)
     shutil.copytree(published_template / "a", tmp_path / "a", symlinks=True)
     git(tmp_path / "a", "remote", "set-url", "origin", f"file://{remote}")
-    assert tip(tmp_path / "a") == tip(remote) is not None
+    published = tip(remote)
+    assert published is not None and tip(tmp_path / "a") == published
     return tmp_path / "a"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, init_state, run_gw, tip
+from conftest import git, init_state, tip
 from gitwork.workplane import Workplane
 
 pytestmark = pytest.mark.slow

@@ -118,7 +118,7 @@ class Race:
 
 @pytest.fixture(scope="module")
 def race(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Race]:
-    """Run the race once for the tests below (it is the expensive part), in a scrubbed environment."""
+    """Run the race once (the expensive part), in a scrubbed environment, for the checks below."""
     tmp = tmp_path_factory.mktemp("race")
     with scrubbed(tmp_path_factory):
         base = tmp / "served"
