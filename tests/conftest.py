@@ -7,15 +7,20 @@ machine): gitwork must work without them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import freezegun
 import pytest
 
+from gitwork import gitcmd
 from gitwork.workplane import Workplane
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,9 +30,61 @@ ROOT = Path(__file__).resolve().parent.parent
 freezegun.configure(extend_ignore_list=["_pytest.timing"])
 
 
+# Every `git cat-file --batch` reader a test starts in this process (Workplane, hook checks). Holding
+# the Popen keeps the child's stdin open, so a reader nobody closed stays alive until the check below
+# sees it, whether or not the garbage collector has reclaimed its owner.
+_readers: list[subprocess.Popen[bytes]] = []
+_start_reader = gitcmd.CatFile._start
+
+
+def _recorded_start(self: gitcmd.CatFile) -> subprocess.Popen[bytes]:
+    before = self._proc
+    proc = _start_reader(self)
+    if proc is not before:
+        _readers.append(proc)
+    return proc
+
+
+gitcmd.CatFile._start = _recorded_start  # type: ignore[method-assign]
+
+# Every Workplane a test constructs, so that teardown closes the ones a helper handed out and nobody
+# closed (``wp, item = claimed(repo)``): nothing a test opened outlives it.
+_planes: list[Workplane] = []
+_init_plane = Workplane.__init__
+
+
+def _recorded_init(self: Workplane, *args: Any, **kwargs: Any) -> None:
+    _init_plane(self, *args, **kwargs)
+    _planes.append(self)
+
+
+Workplane.__init__ = _recorded_init  # type: ignore[method-assign]
+
+
 @pytest.fixture(autouse=True)
-def clean_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path_factory.mktemp("home")
+def no_leaked_reader() -> Iterator[None]:
+    """Fail a test that leaves a ``git cat-file --batch`` child running: a Workplane it did not close
+    after reading with it. Then close every Workplane the test opened.
+
+    Autouse fixtures are set up first and torn down last, so the test's own fixtures have closed
+    their planes by the time this looks."""
+    yield
+    leaked = [proc for proc in _readers if proc.poll() is None]
+    _readers.clear()
+    planes = list(_planes)
+    _planes.clear()
+    for plane in planes:
+        plane.close()  # idempotent: closing a closed plane does nothing
+    for proc in leaked:
+        assert proc.stdin is not None
+        proc.stdin.close()  # what CatFile.close does: the reader ends on EOF
+        proc.wait(timeout=10)
+    if leaked:
+        pytest.fail(f"{len(leaked)} `git cat-file --batch` reader(s) left running: close every Workplane "
+                    "(`with Workplane(...) as wp:` or a fixture that closes it)", pytrace=False)
+
+
+def scrub_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith(("GIT_", "GW_")):
             monkeypatch.delenv(key, raising=False)
@@ -36,6 +93,31 @@ def clean_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    scrub_env(tmp_path_factory.mktemp("home"), monkeypatch)
+
+
+@contextlib.contextmanager
+def scrubbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The same scrubbed environment for a module- or session-scoped fixture (built before any
+    function-scoped fixture, so ``clean_env`` is not in force yet)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        scrub_env(tmp_path_factory.mktemp("home"), monkeypatch)
+        yield
+
+
+def copy_world(template: Path, to: Path, clones: dict[str, str]) -> Path:
+    """A private copy of a prepared set of repositories (a template built once per module).
+
+    ``clones`` maps a clone's folder (relative to ``template``) to its remote's folder: the copy's
+    ``origin`` is pointed at the copied remote, the only absolute path a clone records."""
+    shutil.copytree(template, to, symlinks=True)
+    for clone, remote in clones.items():
+        git(to / clone, "remote", "set-url", "origin", f"file://{to / remote}")
+    return to
 
 
 def git(repo: Path | str, *args: str, check: bool = True, input: bytes | None = None) -> str:
@@ -109,3 +191,43 @@ class Clock:
 def bare_remote(tmp_path: Path) -> Path:
     """A bare repository to serve as the arbiter remote."""
     return make_repo(tmp_path / "remote.git", bare=True)
+
+
+@pytest.fixture(scope="session")
+def published_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``remote.git`` (a bare arbiter) and machine ``a`` that ran ``gw init --remote origin`` and a first
+    ``gw sync`` to it: what most several-machines tests start from, built once per worker."""
+    with scrubbed(tmp_path_factory):
+        base = tmp_path_factory.mktemp("published")
+        bare_remote(base)
+        a = make_repo(base / "a")
+        git(a, "remote", "add", "origin", f"file://{base / 'remote.git'}")
+        for args in (("init", "--remote", "origin"), ("sync",)):
+            done = run_gw(a, *args)
+            assert done.returncode == 0, done.stderr
+    return base
+
+
+@pytest.fixture
+def machine_a(published_template: Path, tmp_path: Path, remote: Path) -> Path:
+    """Machine ``a`` publishing to the test's (empty) ``remote``: the same repositories
+    ``machine(tmp_path, "a", url, publish=True)`` builds with three processes, copied from the template."""
+    shutil.copytree(published_template / "remote.git", remote, symlinks=True, dirs_exist_ok=True)
+    shutil.copytree(published_template / "a", tmp_path / "a", symlinks=True)
+    git(tmp_path / "a", "remote", "set-url", "origin", f"file://{remote}")
+    published = tip(remote)
+    assert published is not None and tip(tmp_path / "a") == published
+    return tmp_path / "a"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the long tests (marked ``slow``) first: under xdist they then spread over the workers at
+    the start, and the many short tests fill in at the end, instead of one worker finishing a 30 s
+    race alone while the other idles. A stable sort: every worker collects the same order."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def init_state(repo: Path | str) -> None:
+    """``gw init`` through the library, for tests where the set-up is not what is under test."""
+    with Workplane(str(repo)) as plane:
+        plane.do("init")

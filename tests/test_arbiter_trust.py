@@ -52,8 +52,9 @@ def wait_for(path: Path, proc: subprocess.Popen[str], what: str, timeout: float 
 # --- 2: offline work under a grant replayed with a new fence -------------------------------------
 
 
-def test_offline_work_follows_its_grant_to_the_new_fence(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_offline_work_follows_its_grant_to_the_new_fence(tmp_path: Path, remote: Path, url: str,
+                                                         machine_a: Path) -> None:
+    a = machine_a
     x = new_item(a, "X", "-c", "the first criterion")
     y = new_item(a, "Y")
     gw_ok(a, "sync")
@@ -78,9 +79,10 @@ def test_offline_work_follows_its_grant_to_the_new_fence(tmp_path: Path, remote:
     assert tip(a) == tip(remote)
 
 
-def test_offline_work_under_a_lost_grant_is_still_refused(tmp_path: Path, remote: Path, url: str) -> None:
+def test_offline_work_under_a_lost_grant_is_still_refused(tmp_path: Path, remote: Path, url: str,
+                                                          machine_a: Path) -> None:
     """The grant, not the fence, pins the work: a grant that lost at the arbiter takes its work along."""
-    a = machine(tmp_path, "a", url, publish=True)
+    a = machine_a
     x = new_item(a, "X", "-c", "the first criterion")
     gw_ok(a, "sync")
     b = machine(tmp_path, "b", url)
@@ -97,8 +99,9 @@ def test_offline_work_under_a_lost_grant_is_still_refused(tmp_path: Path, remote
 # --- 5 (sync side): a used command id with a different document ------------------------------------
 
 
-def test_reused_command_id_for_another_document_is_refused_at_sync(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_reused_command_id_for_another_document_is_refused_at_sync(tmp_path: Path, remote: Path, url: str,
+                                                                   machine_a: Path) -> None:
+    a = machine_a
     b = machine(tmp_path, "b", url)
     reused = "c-00000000000000c1"
     (a / "new.json").write_text(json.dumps({"op": "new", "title": "from a", "id": reused}))
@@ -121,8 +124,8 @@ def test_reused_command_id_for_another_document_is_refused_at_sync(tmp_path: Pat
 
 
 def test_a_refusing_hook_is_reported_with_its_reason_and_not_retried(tmp_path: Path, remote: Path,
-                                                                     url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+                                                                     url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "Quota")
     gw_ok(a, "sync")
     calls = tmp_path / "hook-calls"
@@ -152,8 +155,9 @@ def test_a_refusing_hook_is_reported_with_its_reason_and_not_retried(tmp_path: P
 # --- 14 and 18: refusals made while a lease command replays ------------------------------------
 
 
-def test_a_lease_command_reports_what_its_replay_refused(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_a_lease_command_reports_what_its_replay_refused(tmp_path: Path, remote: Path, url: str,
+                                                         machine_a: Path) -> None:
+    a = machine_a
     x = new_item(a, "X")
     y = new_item(a, "Y")
     gw_ok(a, "sync")
@@ -170,8 +174,8 @@ def test_a_lease_command_reports_what_its_replay_refused(tmp_path: Path, remote:
     assert result["item"] == y and tip(a) == tip(remote)
 
 
-def test_each_refused_command_is_recorded_once(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_each_refused_command_is_recorded_once(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     x = new_item(a, "X")
     gw_ok(a, "sync")
     b = machine(tmp_path, "b", url)
@@ -200,8 +204,8 @@ exit 0
 """
 
 
-def test_grant_is_adopted_although_the_local_ref_moved(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_grant_is_adopted_although_the_local_ref_moved(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     x = new_item(a, "X", "-c", "the first criterion")
     gw_ok(a, "sync")
     armed, inside, go = tmp_path / "armed", tmp_path / "inside", tmp_path / "go"
@@ -229,8 +233,9 @@ def test_grant_is_adopted_although_the_local_ref_moved(tmp_path: Path, remote: P
     assert meanwhile["command_id"] in command_ids(remote)
 
 
-def test_fenced_command_catches_up_with_the_tracking_ref(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_fenced_command_catches_up_with_the_tracking_ref(tmp_path: Path, remote: Path, url: str,
+                                                         machine_a: Path) -> None:
+    a = machine_a
     x = new_item(a, "X", "-c", "the first criterion")
     gw_ok(a, "sync")
     local = tip(a)
@@ -287,8 +292,9 @@ kill -9 $PPID
 """
 
 
-def test_outcome_unknown_names_the_command_and_retry_answers_it(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_outcome_unknown_names_the_command_and_retry_answers_it(tmp_path: Path, remote: Path, url: str,
+                                                                machine_a: Path) -> None:
+    a = machine_a
     x = new_item(a, "X")
     gw_ok(a, "sync")
     # The arbiter commits the grant, then dies and is gone before it can answer or be asked.
@@ -318,8 +324,8 @@ def test_outcome_unknown_names_the_command_and_retry_answers_it(tmp_path: Path, 
     assert run_gw(a, "retry", command_id).returncode == NOT_FOUND  # answered: nothing left to retry
 
 
-def test_retry_of_an_unknown_id_is_not_found(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_retry_of_an_unknown_id_is_not_found(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     done = run_gw(a, "retry", "c-00000000000000ff", "--json")
     assert done.returncode == NOT_FOUND, done.stdout + done.stderr
     assert json.loads(done.stdout)["error"] == "not-found"
@@ -330,9 +336,9 @@ def test_retry_of_an_unknown_id_is_not_found(tmp_path: Path, remote: Path, url: 
 
 
 def test_resending_a_tentative_lease_command_online_puts_it_on_the_arbiter(tmp_path: Path, remote: Path,
-                                                                          url: str) -> None:
+                                                                          url: str, machine_a: Path) -> None:
     """The same id answered from a local, unpublished commit is not "done": it is pushed first."""
-    a = machine(tmp_path, "a", url, publish=True)
+    a = machine_a
     x = new_item(a, "X")
     gw_ok(a, "sync")
     tentative = gw_ok(a, "claim", x, "--offline", "--as", "alice")
@@ -347,12 +353,12 @@ def test_resending_a_tentative_lease_command_online_puts_it_on_the_arbiter(tmp_p
 
 
 def test_giving_up_after_lost_races_is_exit_75_locally_and_on_the_arbiter(
-        tmp_path: Path, remote: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, remote: Path, url: str, monkeypatch: pytest.MonkeyPatch, machine_a: Path) -> None:
     """One meaning for "gave up after N lost races": held/lost the race, retry later (75)."""
     from gitwork import sync, workplane
     from gitwork.errors import ExitCode, GwError
 
-    a = machine(tmp_path, "a", url, publish=True)
+    a = machine_a
     new_item(a, "X")
     before = tip(a)
     monkeypatch.setattr(workplane, "MAX_ATTEMPTS", 0)  # every race lost: the bound is reached at once

@@ -106,6 +106,28 @@ while True:
 """
 
 
+def group_is_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is still in process group ``pgid`` (Linux /proc)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while we looked
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def wait_until_group_is_gone(pgid: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while group_is_alive(pgid):
+        assert time.monotonic() < deadline, f"process group {pgid} still running after {timeout} s"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("group", [False, True], ids=["kill-process", "kill-process-group"])
 def test_random_sigkill_of_a_looping_writer(repo: Path, item: str, tmp_path: Path, group: bool) -> None:
     rng = random.Random()  # the scheduler adds its own randomness anyway; the delays are in the messages
@@ -123,14 +145,15 @@ def test_random_sigkill_of_a_looping_writer(repo: Path, item: str, tmp_path: Pat
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.01)
         delay = rng.random() * 0.5
-        time.sleep(delay)
+        time.sleep(delay)  # the scenario itself: a kill at an arbitrary moment of the loop
         if group:
             os.killpg(proc.pid, signal.SIGKILL)  # the writer and any git child it is running
         else:
             proc.kill()
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == -signal.SIGKILL, (delay, err)
-        time.sleep(0.1)  # an orphaned `git update-ref` may still be finishing (process-only kill)
+        # An orphaned `git update-ref` may still be finishing (process-only kill): wait for the group.
+        wait_until_group_is_gone(proc.pid)
 
         seen = landed.read_text().split() if landed.exists() else []
         now = tip(repo)
@@ -184,7 +207,7 @@ def test_a_lock_released_within_the_timeout_is_waited_for(repo: Path, item: str)
     proc = subprocess.Popen([sys.executable, "-m", "gitwork", "claim", item, "--as", "alice", "--json"], cwd=repo,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "GW_LOCK_TIMEOUT": "30"})
-    time.sleep(1.0)
+    time.sleep(1.0)  # the scenario itself: another writer holds the lock for a while, then lets go
     lock.unlink()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

@@ -199,6 +199,7 @@ def _is_ancestor(repo: Path, old: str, new: str) -> bool:
     return subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=repo).returncode == 0
 
 
+@pytest.mark.slow
 def test_every_order_of_the_finish_line() -> None:
     run_state_machine_as_test(FinishLine, settings=settings(
         max_examples=30, stateful_step_count=10, database=None, deadline=None,

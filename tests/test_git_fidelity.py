@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import git, make_repo, run_gw, tip
+from conftest import git, init_state, make_repo, run_gw, tip
 from gitwork import gitdir
 from gitwork.objects import fsync_loose_objects, parse_fsync_components
 from gitwork.store import Repository
@@ -187,7 +187,7 @@ def test_object_folders_and_files_get_the_modes_git_gives(tmp_path: Path, shared
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown to another uid")
 def test_a_repository_owned_by_someone_else_gets_gits_explanation(repo: Path) -> None:
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     before = tip(repo)
     for root, dirs, files in os.walk(repo):
         for name in [*dirs, *files]:
@@ -215,7 +215,7 @@ def test_a_repository_owned_by_someone_else_gets_gits_explanation(repo: Path) ->
 
 
 def test_a_reference_transaction_refusal_is_one_line(repo: Path) -> None:
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     before = tip(repo)
     hook = repo / ".git" / "hooks" / "reference-transaction"
     hook.write_text('#!/bin/sh\n[ "$1" = prepared ] || exit 0\ncat >/dev/null\n'
@@ -243,7 +243,7 @@ def test_git_failures_are_reported_on_one_line(tmp_path: Path) -> None:
 
 
 def test_replaced_state_commits_read_as_git_reads_them(repo: Path) -> None:
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     assert run_gw(repo, "new", "first").returncode == 0
     tip_commit = tip(repo)
     assert tip_commit
@@ -311,7 +311,7 @@ def test_a_second_group_member_can_add_objects_where_gw_wrote() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write anywhere")
 def test_no_permission_on_the_object_folder_is_gits_one_line_message(repo: Path) -> None:
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     objects = repo / ".git" / "objects"
     modes = {d: d.stat().st_mode for d in objects.iterdir()}
     try:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,35 +15,62 @@ from gitwork import workplane
 from gitwork.workplane import Workplane
 
 
+def loose_blobs_in_folder_17(repo: Path, count: int) -> None:
+    """Write ``count`` loose blobs whose ids start with 17: git estimates the loose object count from
+    that one folder (``gc --auto`` packs when it holds more than ``gc.auto / 256`` objects)."""
+    n = 0
+    for _ in range(count):
+        while True:
+            n += 1
+            data = f"blob {n}\n".encode()
+            if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest().startswith("17"):
+                break
+        assert git(repo, "hash-object", "-w", "--stdin", input=data).startswith("17")
+
+
 def test_commands_trigger_git_gc_auto(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # git estimates the loose count from one of the 256 object folders (objects/17): with the
-    # threshold at 1, ~2,000 loose objects make "nothing there" a 1-in-2,000 chance.
+    # With the threshold at 1, two loose objects in objects/17 are "too many" for git's estimate.
     git(repo, "config", "gc.auto", "1")
     git(repo, "config", "gc.autoDetach", "false")
     with Workplane(str(repo)) as wp:
+        monkeypatch.setattr(workplane, "AUTO_GC_ONE_IN", 10**9)  # no housekeeping while setting up
         wp.do("init")
-        monkeypatch.setattr(workplane, "AUTO_GC_ONE_IN", 10**9)  # build up loose objects first
-        for n in range(250):
+        for n in range(5):
             wp.do("new", title=f"item {n}")
+        loose_blobs_in_folder_17(repo, 2)
+        packs = repo / ".git" / "objects" / "pack"
+        assert not list(packs.glob("*.pack"))
         monkeypatch.setattr(workplane, "AUTO_GC_ONE_IN", 1)
         wp.do("new", title="the one that triggers it")
-    packs = repo / ".git" / "objects" / "pack"
     deadline = time.monotonic() + 30
     while not list(packs.glob("*.pack")) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert list(packs.glob("*.pack")), "git gc --auto never packed the state objects"
     assert git(repo, "rev-parse", "refs/gitwork/state")  # and the state is intact
-    assert len(git(repo, "rev-list", "refs/gitwork/state").split()) == 252
+    assert len(git(repo, "rev-list", "refs/gitwork/state").split()) == 7
 
 
 def test_gc_auto_zero_is_respected(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     git(repo, "config", "gc.auto", "0")
+    git(repo, "config", "gc.autoDetach", "false")  # a gc that ran would pack before its process ends
     monkeypatch.setattr(workplane, "AUTO_GC_ONE_IN", 1)
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def recording(args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real_popen(args, *rest, **kwargs)
+        if "gc" in args:
+            started.append(proc)
+        return proc
+
+    monkeypatch.setattr(subprocess, "Popen", recording)
     with Workplane(str(repo)) as wp:
         wp.do("init")
         for n in range(5):
             wp.do("new", title=f"item {n}")
-    time.sleep(1)
+    assert len(started) == 6, "gw never asked git to keep house: the test tests nothing"
+    for proc in started:  # wait for every `git gc --auto` to end instead of sleeping
+        assert proc.wait(timeout=60) == 0
     assert not list((repo / ".git" / "objects" / "pack").glob("*.pack"))
 
 

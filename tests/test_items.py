@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, make_repo, run_gw, tip
+from conftest import Clock, git, init_state, make_repo, run_gw, tip
 from gitwork import layout
 from gitwork.errors import Illegal, Invalid, Stale
 from gitwork.workplane import Workplane
@@ -112,7 +112,7 @@ def test_provenance_from_another_item_is_resolved_to_its_full_id(plane: Workplan
 
 
 def test_new_through_the_cli_prints_the_id_and_show_reads_it_back(repo: Path) -> None:
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     made = run_gw(repo, "new", "Ship it", "-p", "0", "-l", "release", "-c", "tests pass", "--from", "file:x.py",
                   "--as", "carol")
     assert made.returncode == 0, made.stderr
@@ -386,7 +386,7 @@ def test_a_linked_worktree_shares_the_one_state(repo: Path, tmp_path: Path) -> N
     _commit_something(repo)
     linked = tmp_path / "linked"
     git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     item = run_gw(linked, "new", "made in the worktree", "--as", "bob").stdout.strip()
     assert item.startswith("w-")
     assert tip(repo) == tip(linked)
@@ -435,7 +435,7 @@ def test_default_identity_keeps_two_sessions_apart(repo: Path) -> None:
     import subprocess
     import sys
 
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     item = run_gw(repo, "new", "whose").stdout.strip()
 
     def claim_in_new_session() -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import git, init_state, tip
 from gitwork.workplane import Workplane
 
 pytestmark = pytest.mark.slow
@@ -209,7 +209,7 @@ def test_eight_workers_claim_two_hundred_items_each_exactly_once(repo: Path, tmp
 
 
 def test_no_lost_update_when_processes_work_on_their_own_items(repo: Path, tmp_path: Path) -> None:
-    assert run_gw(repo, "init").returncode == 0
+    init_state(repo)  # set-up, not under test: through the library
     workers = [f"agent-{n}" for n in range(6)]
     outs = [tmp_path / f"{name}.jsonl" for name in workers]
     rounds = 3

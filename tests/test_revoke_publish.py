@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,11 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path, repo: Path, bare: Path) -> World:
-    return World(tmp_path, repo, bare)
+def world(tmp_path: Path, repo: Path, bare: Path) -> Iterator[World]:
+    built = World(tmp_path, repo, bare)
+    yield built
+    built.alice.close()
+    built.admin.close()
 
 
 def push(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -135,7 +139,8 @@ def test_a_plain_git_push_under_an_ended_lease_is_refused_by_the_server(world: W
 def test_a_live_lease_publishes_to_the_guarded_remote_and_then_its_fence_is_dead(world: World) -> None:
     result = publish(world.alice, world.session["session"], remote="origin")
     assert result["status"] == "done" and remote_ref(world.bare, "refs/heads/main") == world.commit
-    arbiter_lease = Workplane(str(world.bare), now=world.clock).lease(world.item)
+    with Workplane(str(world.bare), now=world.clock) as arbiter:
+        arbiter_lease = arbiter.lease(world.item)
     assert arbiter_lease is not None and arbiter_lease.state == "released" and arbiter_lease.reason == "published"
     # The same fence cannot land anything more once the publish ended its lease.
     scratch = world.repo.parent / "late"
@@ -176,6 +181,6 @@ def test_done_with_remote_publishes_there_and_closes_the_item_on_the_arbiter(wor
     assert done.returncode == 0, done.stderr
     assert f"done {world.item} by alice" in done.stderr
     assert remote_ref(world.bare, "refs/heads/main") == world.commit
-    on_arbiter = Workplane(str(world.bare), now=world.clock)
-    assert on_arbiter.item(world.item).status == "done"
-    assert world.item not in [row[0] for row in on_arbiter.ready()]
+    with Workplane(str(world.bare), now=world.clock) as on_arbiter:
+        assert on_arbiter.item(world.item).status == "done"
+        assert world.item not in [row[0] for row in on_arbiter.ready()]

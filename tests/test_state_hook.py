@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_repo, run_gw, tip
+from conftest import copy_world, git, make_repo, run_gw, scrubbed, tip
 from daemon import GitDaemon
 from test_sync import STATE, gw_ok, machine, new_item
 
@@ -80,6 +80,17 @@ class Guarded:
         self.tip = tip(self.bare)
         assert self.tip == tip(self.a)
 
+    @classmethod
+    def copy_of(cls, template: Guarded, to: Path) -> Guarded:
+        """The same published history in ``to``, for a fraction of the six processes it took to build."""
+        copy_world(template.bare.parent, to, {"a": "remote.git"})
+        copy = cls.__new__(cls)
+        copy.bare, copy.a = to / "remote.git", to / "a"
+        copy.hook, copy.url = copy.bare / "hooks" / "pre-receive", f"file://{to / 'remote.git'}"
+        copy.item, copy.tip = template.item, template.tip
+        assert tip(copy.bare) == tip(copy.a) == copy.tip
+        return copy
+
     def refused(self, done: subprocess.CompletedProcess[str], *words: str) -> None:
         assert done.returncode != 0, done.stdout + done.stderr
         assert "pre-receive hook declined" in done.stdout + done.stderr
@@ -88,9 +99,15 @@ class Guarded:
         assert tip(self.bare) == self.tip  # the remote did not move
 
 
+@pytest.fixture(scope="module")
+def guarded_template(tmp_path_factory: pytest.TempPathFactory) -> Guarded:
+    with scrubbed(tmp_path_factory):
+        return Guarded(tmp_path_factory.mktemp("guarded"))
+
+
 @pytest.fixture
-def guarded(tmp_path: Path) -> Guarded:
-    return Guarded(tmp_path)
+def guarded(guarded_template: Guarded, tmp_path: Path) -> Guarded:
+    return Guarded.copy_of(guarded_template, tmp_path / "guarded")
 
 
 def test_normal_gw_pushes_are_accepted(guarded: Guarded) -> None:
@@ -212,13 +229,6 @@ def test_the_hook_guards_pushes_through_git_daemon(tmp_path: Path) -> None:
         assert tip(guarded.bare) == tip(guarded.a)
 
 
-def gw_hooks_install_server_exists() -> bool:
-    done = subprocess.run([sys.executable, "-m", "gitwork", "hooks", "install", "--help"], capture_output=True,
-                          text=True)
-    return done.returncode == 0 and "--server" in done.stdout
-
-
-@pytest.mark.skipif(not gw_hooks_install_server_exists(), reason="gw hooks install --server not built yet")
 def test_gw_hooks_install_server_refuses_a_rewind(tmp_path: Path) -> None:
     bare = make_repo(tmp_path / "remote.git", bare=True)
     installed = run_gw(tmp_path, "hooks", "install", "--server", str(bare), "--json")

@@ -72,8 +72,8 @@ def url(remote: Path) -> str:
 # --- set-up ---------------------------------------------------------------------------------------
 
 
-def test_init_remote_adopts_the_remote_state(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_init_remote_adopts_the_remote_state(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "Shared item")
     gw_ok(a, "sync")
     assert tip(remote) == tip(a)
@@ -86,8 +86,8 @@ def test_init_remote_adopts_the_remote_state(tmp_path: Path, remote: Path, url: 
     assert tip(b, TRACKING) == tip(remote)
 
 
-def test_lease_commands_land_on_the_remote(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_lease_commands_land_on_the_remote(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "Leased")  # offline-able: stays local until the claim carries it
     before = tip(remote)
     claimed = gw_ok(a, "claim", item, "--as", "alice")
@@ -102,8 +102,8 @@ def test_lease_commands_land_on_the_remote(tmp_path: Path, remote: Path, url: st
     assert ops == ["init", "new", "claim", "renew", "release"]
 
 
-def test_claim_made_elsewhere_is_held_without_a_sync(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_claim_made_elsewhere_is_held_without_a_sync(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "Contended")
     gw_ok(a, "sync")
     a_before = tip(a)
@@ -121,8 +121,9 @@ def test_claim_made_elsewhere_is_held_without_a_sync(tmp_path: Path, remote: Pat
     assert tip(a) in (a_before, remote_after_b)  # never A's own losing commit
 
 
-def test_stale_local_view_does_not_refuse_what_the_remote_allows(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_stale_local_view_does_not_refuse_what_the_remote_allows(tmp_path: Path, remote: Path, url: str,
+                                                                 machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "Released elsewhere")
     gw_ok(a, "sync")
     b = machine(tmp_path, "b", url)
@@ -140,8 +141,9 @@ def test_stale_local_view_does_not_refuse_what_the_remote_allows(tmp_path: Path,
 # --- offline ----------------------------------------------------------------------------------------
 
 
-def test_offline_claim_is_local_only_and_shown_by_status(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_offline_claim_is_local_only_and_shown_by_status(tmp_path: Path, remote: Path, url: str,
+                                                         machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "Tentative")
     gw_ok(a, "sync")
     published = tip(remote)
@@ -162,7 +164,8 @@ def test_offline_claim_is_local_only_and_shown_by_status(tmp_path: Path, remote:
     assert gw_ok(a, "status")["pending"] == []
 
 
-def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: Path, url: str) -> None:
+def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: Path, url: str,
+                                                        machine_a: Path) -> None:
     remote_tips: list[str] = []
 
     def note_remote() -> None:
@@ -170,7 +173,7 @@ def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: 
         if current and (not remote_tips or remote_tips[-1] != current):
             remote_tips.append(current)
 
-    a = machine(tmp_path, "a", url, publish=True)
+    a = machine_a
     contested = new_item(a, "Contested")
     edited = new_item(a, "Edited offline")
     gw_ok(a, "sync")
@@ -227,8 +230,9 @@ def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: 
         assert is_ancestor(remote, old, new), f"remote rewound from {old} to {new}"
 
 
-def test_work_under_a_refused_tentative_lease_is_refused(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_work_under_a_refused_tentative_lease_is_refused(tmp_path: Path, remote: Path, url: str,
+                                                         machine_a: Path) -> None:
+    a = machine_a
     contested = new_item(a, "Contested")
     gw_ok(a, "sync")
     b = machine(tmp_path, "b", url)
@@ -245,8 +249,8 @@ def test_work_under_a_refused_tentative_lease_is_refused(tmp_path: Path, remote:
     assert under_fence["command_id"] not in command_ids(remote)
 
 
-def test_sync_twice_is_a_no_op(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_sync_twice_is_a_no_op(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     for n in range(3):
         new_item(a, f"item {n}")
     first = gw_ok(a, "sync")
@@ -263,8 +267,8 @@ def test_sync_twice_is_a_no_op(tmp_path: Path, remote: Path, url: str) -> None:
 
 @pytest.mark.parametrize("where", ["missing-path", "closed-port"])
 def test_unreachable_remote_is_exit_12_and_leaves_local_state(tmp_path: Path, remote: Path, url: str,
-                                                               where: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+                                                               where: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "Offline work")
     local = tip(a)
     tracking = tip(a, TRACKING)
@@ -291,8 +295,9 @@ def test_unreachable_remote_is_exit_12_and_leaves_local_state(tmp_path: Path, re
     assert show(a, item)["lease"]["holder"] == "alice"
 
 
-def test_retried_sync_after_a_lost_reply_lands_nothing_twice(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_retried_sync_after_a_lost_reply_lands_nothing_twice(tmp_path: Path, remote: Path, url: str,
+                                                             machine_a: Path) -> None:
+    a = machine_a
     gw_ok(a, "sync")
     b = machine(tmp_path, "b", url)
     offline = [gw_ok(a, "new", f"offline {n}")["command_id"] for n in range(3)]
@@ -317,8 +322,8 @@ def test_retried_sync_after_a_lost_reply_lands_nothing_twice(tmp_path: Path, rem
     assert [i for i, n in Counter(ids).items() if n > 1] == []
 
 
-def test_retried_fast_forward_push_after_a_lost_reply(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_retried_fast_forward_push_after_a_lost_reply(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     tracking = tip(a, TRACKING)
     offline = [gw_ok(a, "new", f"offline {n}")["command_id"] for n in range(2)]
     gw_ok(a, "sync")

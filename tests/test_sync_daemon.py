@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git
+from conftest import git, scrubbed
 from daemon import GitDaemon, accepts, bare_repo
 from gitwork.workplane import Workplane
 from test_sync import STATE, command_ids, gw_ok, machine
@@ -118,19 +118,9 @@ class Race:
 
 @pytest.fixture(scope="module")
 def race(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Race]:
-    """Run the race once for the tests below (it is the expensive part), in a scrubbed environment."""
+    """Run the race once (the expensive part), in a scrubbed environment, for the checks below."""
     tmp = tmp_path_factory.mktemp("race")
-    home = tmp / "home"
-    home.mkdir()
-    with pytest.MonkeyPatch.context() as env:
-        # The same scrubbing as conftest's clean_env, which is function-scoped.
-        for key in list(os.environ):
-            if key.startswith(("GIT_", "GW_")):
-                env.delenv(key)
-        env.setenv("HOME", str(home))
-        env.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-        env.setenv("GIT_CONFIG_NOSYSTEM", "1")
-        env.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    with scrubbed(tmp_path_factory):
         base = tmp / "served"
         base.mkdir()
         bare = bare_repo(base, "plane")
@@ -149,7 +139,7 @@ def race(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Race]:
             yield result
 
 
-def test_every_item_claimed_exactly_once_across_machines(race: Race) -> None:
+def every_item_claimed_exactly_once(race: Race) -> None:
     for me, code, out in race.finished:
         assert code == 0, f"{me} did not finish on exit 3 (ended {code}): {out.read_text()[-2000:]}"
     won: dict[str, str] = {}
@@ -177,7 +167,7 @@ def test_every_item_claimed_exactly_once_across_machines(race: Race) -> None:
     assert len(grants) == ITEMS and set(grants.values()) == {1}
 
 
-def test_the_remote_history_is_one_chain(race: Race) -> None:
+def the_remote_history_is_one_chain(race: Race) -> None:
     assert git(race.bare, "rev-list", "--merges", STATE) == ""
     assert git(race.bare, "rev-list", "--count", STATE) == git(race.bare, "rev-list", "--first-parent", "--count",
                                                                STATE)
@@ -187,15 +177,24 @@ def test_the_remote_history_is_one_chain(race: Race) -> None:
     assert len(ids) == 1 + 2 * ITEMS
 
 
-def test_every_clone_converges_on_the_remote(race: Race) -> None:
+def every_clone_converges_on_the_remote(race: Race) -> None:
     remote = git(race.bare, "rev-parse", STATE)
     for clone in race.clones:
         gw_ok(clone, "pull")
         assert git(clone, "rev-parse", STATE) == remote
 
 
-def test_contention_inside_a_clone_is_not_a_remote_error(race: Race) -> None:
+def contention_inside_a_clone_is_not_a_remote_error(race: Race) -> None:
     assert set(race.codes) <= {0, 3}, f"exit codes {dict(race.codes)}; stderr: {race.stderr_lines().most_common(3)}"
+
+
+def test_every_item_claimed_exactly_once_across_machines(race: Race) -> None:
+    """Everything one race proves, in one test: under xdist's per-test distribution, separate tests
+    sharing the module fixture land on different workers and each runs the whole race again."""
+    every_item_claimed_exactly_once(race)
+    the_remote_history_is_one_chain(race)
+    contention_inside_a_clone_is_not_a_remote_error(race)
+    every_clone_converges_on_the_remote(race)  # last: it pulls into the clones
 
 
 def test_daemon_round_trip(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from conftest import bare_remote, git, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from test_sync import STATE, TRACKING, command_ids, gw_ok, machine, new_item, show
 from test_sync_daemon import gw_program, parse_log
+from gitwork.workplane import Workplane
 
 ZERO = "0" * 40
 KILLED = -signal.SIGKILL
@@ -69,8 +70,8 @@ def url(remote: Path) -> str:
 # --- kill -9 at the crash points --------------------------------------------------------------------
 
 
-def test_kill_before_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_kill_before_push_of_a_claim(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "crash")
     gw_ok(a, "sync")
     local, published = tip(a), tip(remote)
@@ -86,8 +87,8 @@ def test_kill_before_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> 
     assert_sound(remote)
 
 
-def test_kill_after_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_kill_after_push_of_a_claim(tmp_path: Path, remote: Path, url: str, machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "crash")
     gw_ok(a, "sync")
     local = tip(a)
@@ -110,8 +111,8 @@ def test_kill_after_push_of_a_claim(tmp_path: Path, remote: Path, url: str) -> N
 
 
 @pytest.mark.parametrize("point", ["before-push", "after-push"])
-def test_kill_during_a_replaying_sync(tmp_path: Path, remote: Path, url: str, point: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_kill_during_a_replaying_sync(tmp_path: Path, remote: Path, url: str, point: str, machine_a: Path) -> None:
+    a = machine_a
     b = machine(tmp_path, "b", url)
     offline = [gw_ok(a, "new", f"offline {n}")["command_id"] for n in range(4)]
     new_item(b, "moved the remote")
@@ -133,8 +134,9 @@ def test_kill_during_a_replaying_sync(tmp_path: Path, remote: Path, url: str, po
     assert tip(b) == tip(remote)
 
 
-def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str,
+                                                            machine_a: Path) -> None:
+    a = machine_a
     item = new_item(a, "renewed")
     fence = gw_ok(a, "claim", item, "--as", "alice")["fence"]
     doc = a / "renew.json"
@@ -147,8 +149,9 @@ def test_retried_lease_document_with_the_same_id_lands_once(tmp_path: Path, remo
     assert command_ids(remote).count("c-00000000000000aa") == 1
 
 
-def test_resent_offline_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str) -> None:
-    a = machine(tmp_path, "a", url, publish=True)
+def test_resent_offline_document_with_the_same_id_lands_once(tmp_path: Path, remote: Path, url: str,
+                                                             machine_a: Path) -> None:
+    a = machine_a
     doc = a / "new.json"
     doc.write_text(json.dumps({"op": "new", "title": "once", "id": "c-00000000000000bb"}))
     gw_ok(a, "apply", str(doc))
@@ -182,8 +185,9 @@ def test_sigkill_at_random_moments_of_a_looping_claimer(tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("GW_TEST_SEED", "0")) or None)
     with GitDaemon(base) as daemon:
         a = machine(tmp_path, "a", daemon.url("plane"), publish=True)
-        for n in range(items):
-            gw_ok(a, "new", f"item {n}")
+        with Workplane(str(a)) as plane:  # the items, offline through the library: only the claims are under test
+            for n in range(items):
+                plane.do("new", title=f"item {n}")
         gw_ok(a, "sync")
         program = gw_program(tmp_path)
         out = tmp_path / "claims.log"
@@ -211,8 +215,6 @@ def test_sigkill_at_random_moments_of_a_looping_claimer(tmp_path: Path) -> None:
     # Every item granted exactly once, epoch 1, to the looper; nothing else was granted.
     counted = grants(bare)
     assert len(counted) == items and set(counted.values()) == {1}
-    from gitwork.workplane import Workplane
-
     with Workplane(str(bare)) as plane:
         for item_id in counted:
             lease = plane.lease(item_id)
