@@ -14,7 +14,6 @@ changed without noticing.
 from __future__ import annotations
 
 from .. import codec
-from ..commands import KINDS as FIELD_KINDS
 from ..engine import Context, op
 from ..errors import Corrupt, Forbidden, Illegal, Invalid, NotFound, Stale
 from ..messages import (
@@ -26,7 +25,6 @@ from ..messages import (
     load_cursors,
     message_at,
     message_ids,
-    parse_ref,
     segment_path,
 )
 from ..model import CLOSED, Lease
@@ -36,15 +34,11 @@ TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings 
 if TYPE_CHECKING:
     from typing import Any
 
-# A field kind for message references: an integer is a sequence number, other text a message id.
-FIELD_KINDS.setdefault("msgref", parse_ref)
-
-
 # --- the thread as one op sees it (its own pending post included) ----------------------------------
 
 
 def _memo(ctx: Context, name: str) -> dict[str, Any]:
-    return ctx.__dict__.setdefault(name, {})  # per-command memo: a Context lives for one attempt
+    return ctx.memo(name)  # per-command memo: a Context lives for one attempt
 
 
 def _last(ctx: Context, item_id: str) -> int:
@@ -62,7 +56,7 @@ def _ids(ctx: Context, item_id: str) -> MessageIds:
 
 
 def _record(ctx: Context, item_id: str, seq: int) -> dict[str, Any]:
-    record = message_at(ctx._file, item_id, seq)
+    record = message_at(ctx.file, item_id, seq)
     if record is None:
         raise Corrupt(f"message #{seq} of {item_id} is missing from its segment")
     return record
@@ -98,7 +92,7 @@ def post_message(ctx: Context, item_id: str, kind: str, text: str, *, epoch: int
     record["text"] = text
     record.update({k: v for k, v in extra.items() if v is not None})
     path = segment_path(item_id, seq)
-    ctx.outcome.changes[path] = (ctx._file(path) or b"") + codec.encode_record(record)
+    ctx.outcome.changes[path] = (ctx.file(path) or b"") + codec.encode_record(record)
     _memo(ctx, "_thread_last")[item_id] = seq
     ids[msg_id] = seq
     return record
@@ -178,7 +172,7 @@ def _said(ctx: Context, item_id: str, record: dict[str, Any], held: Lease | None
 # --- ops -------------------------------------------------------------------------------------------
 
 
-@op("msg", "post a message to an item's thread", item="item!", text="text!", kind="|".join(POST_KINDS),
+@op("msg", "post a message to an item's thread", roles=True, item="item!", text="text!", kind="|".join(POST_KINDS),
     reply_to="msgref", to="name", epoch="int", options="texts")
 def msg(ctx: Context) -> None:
     item_id = ctx.target()
@@ -211,7 +205,7 @@ def ack(ctx: Context) -> None:
     epoch, held = stance(ctx, item_id)
     upto = _resolve(ctx, item_id, ctx.cmd["upto"], "SEQ")["seq"]
     path = cursors_path(item_id)
-    marks = load_cursors(ctx._file(path), item_id)
+    marks = load_cursors(ctx.file(path), item_id)
     mine = dict(marks.get(ctx.actor) or {"read": 0, "responded": 0})
     before = (mine.get("read", 0), mine.get("responded", 0))
     if responded:
@@ -283,7 +277,7 @@ def _outsider_asks(ctx: Context, item_id: str, held: Lease | None) -> None:
                     f"claim it first, or {instead}", item=item_id, who=ctx.actor)
 
 
-@op("ask", "ask for a decision: posts a decision request and marks the item waiting", item="item!",
+@op("ask", "ask for a decision: posts a decision request and marks the item waiting", roles=True, item="item!",
     text="text!", options="texts", to="name", epoch="int")
 def ask(ctx: Context) -> None:
     item_id = ctx.target()
@@ -293,7 +287,7 @@ def ask(ctx: Context) -> None:
     _ask(ctx, item_id)
 
 
-@op("decide", "answer a decision request: records a decision on the item and unblocks it", item="item!",
+@op("decide", "answer a decision request: records a decision on the item and unblocks it", roles=True, item="item!",
     question="msgref!", choose="short!", why="text!", epoch="int")
 def decide(ctx: Context) -> None:
     from .items import record_decision
