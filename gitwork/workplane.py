@@ -167,27 +167,21 @@ class Workplane:
 
     def log(self, limit: int | None = None) -> Iterator[dict[str, Any]]:
         """The state ref's history, newest first (first parent only)."""
+        from .statecommit import read
+
         commit = self.store.tip()
         count = 0
         while commit and (limit is None or count < limit):
-            info = self.store.snapshot(commit).info
-            assert info is not None
-            subject, _, rest = info.message.partition("\n")
-            trailers = {}
-            for line in rest.strip().split("\n\n")[-1].split("\n"):
-                key, sep, value = line.partition(": ")
-                if sep and key and " " not in key and not line.startswith("Command: "):
-                    trailers[key] = value
-            author = info.author.rsplit(" ", 2)
+            state = read(self.store, commit)
             yield {
                 "commit": commit,
-                "summary": subject,
-                "author": author[0],
-                "at": clock.format_instant(clock.parse_instant_epoch(int(author[1]))) if len(author) == 3 else None,
-                "trailers": trailers,
-                "command": engine.parse_command_from_message(info.message),
+                "summary": state.summary,
+                "author": state.author,
+                "at": clock.format_instant(state.at) if state.at is not None else None,
+                "trailers": state.trailers,
+                "command": state.command,
             }
-            commit = info.parents[0] if info.parents else None
+            commit = state.parent
             count += 1
 
 
