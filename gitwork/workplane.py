@@ -31,10 +31,12 @@ MAX_ATTEMPTS = 10_000
 class LocalRef(engine.CAS):
     """The local CAS for :func:`engine.run`: ``git update-ref REF NEW OLD`` on this clone's state ref."""
 
-    limit = MAX_ATTEMPTS
-
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    @property
+    def limit(self) -> int:  # type: ignore[override]
+        return MAX_ATTEMPTS  # read when the loop starts (a test may lower it)
 
     def base(self) -> Snapshot:
         return self.store.snapshot()
