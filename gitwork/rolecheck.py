@@ -31,7 +31,6 @@ def check_commits(git_dir: str, ref: str, commits: list[tuple[str, str | None]])
     except GwError as error:  # e.g. a bad gitwork.admins on the server: say so rather than wave it through
         return [f"cannot read the arbiter's settings: {error.message}"]
     store = Store(repo, ref)
-    checked = engine.declared("roles")
     problems: list[str] = []
     try:
         for commit, parent in commits:
@@ -39,7 +38,8 @@ def check_commits(git_dir: str, ref: str, commits: list[tuple[str, str | None]])
                 continue
             state = statecommit.read(store, commit)
             cmd = state.command
-            if cmd is None or cmd.get("op") not in checked or not cmd.get("id") or state.at is None:
+            declared = engine.spec(cmd["op"]) if cmd is not None and isinstance(cmd.get("op"), str) else None
+            if declared is None or not declared.roles or not cmd.get("id") or state.at is None:
                 continue
             try:
                 clean = engine.validate_command(dict(cmd))
