@@ -7,8 +7,8 @@
   second, all landed), ``gw msg`` start-to-exit next to ``python -c pass``, and repository growth per
   1,000 posts (loose objects) on the small and on the large thread.
 - **Replay.** A 100,000-message thread built through the library (segments written by
-  ``codec.encode_record`` at ``messages.segment_path``, one commit via ``Store.write_commit``):
-  ``messages.replay`` in-process, ``gw thread ID --json`` and ``gw thread ID --since N`` (the last 10).
+  ``codec.encode_record`` at ``thread.segment_path``, one commit via ``Store.write_commit``):
+  ``thread.replay`` in-process, ``gw thread ID --json`` and ``gw thread ID --since N`` (the last 10).
 - **Inbox.** 10,000 items with 10 messages each (one commit): about 1 in 50 messages is addressed to
   the reader, who also holds 1 item in 50; a tenth of the items (the held ones among them) carry the
   reader's cursors (read 7, responded 2). ``gw inbox --json``
@@ -56,7 +56,8 @@ def _commit(repo: Path, changes: dict[str, bytes | None], message: str) -> str:
 def _records(item_id: str, count: int, *, start: int = 1, to_seqs: frozenset[int] = frozenset(),
              when: str) -> dict[str, bytes]:
     """``count`` messages from ``start`` as segment files (path → bytes)."""
-    from gitwork import codec, messages
+    from gitwork import codec
+    from gitwork import thread as messages
 
     out: dict[str, bytearray] = {}
     kinds = ("note", "question", "answer", "note", "note")
@@ -84,7 +85,8 @@ def build_long_thread(repo: Path, count: int) -> dict[str, object]:
 
 def build_inbox_state(repo: Path, items: int, per_item: int) -> dict[str, object]:
     """``items`` items with ``per_item`` messages each; the reader holds 1 in 50 and has cursors on 1 in 10."""
-    from gitwork import codec, layout, messages
+    from gitwork import codec, layout
+    from gitwork import thread as messages
     from gitwork.model import Lease
 
     state = c.build_state(repo, items, realistic=False)
@@ -111,14 +113,13 @@ def build_inbox_state(repo: Path, items: int, per_item: int) -> dict[str, object
 
 
 def posts_in_process(repo: Path, item: str, count: int) -> dict[str, float]:
-    from gitwork import messages
     from gitwork.workplane import Workplane
 
     c.BUSY_SEEN.append(c.wait_quiet())
     objects = c.common_dir(repo) / "objects"
     with Workplane(str(repo), agent="poster") as wp:
         t0 = time.perf_counter()
-        messages.post(wp, item, "the first post (cold caches)", epoch=0)
+        wp.post(item, "the first post (cold caches)", epoch=0)
         first = time.perf_counter() - t0
         times = []
         kib = c.du_kib(objects, apparent=True)
@@ -150,7 +151,7 @@ print(time.perf_counter() - t0, flush=True)
 
 
 def posts_contended(repo: Path, item: str, procs: int, count: int) -> dict[str, float]:
-    from gitwork import messages
+    from gitwork import thread as messages
     from gitwork.workplane import Workplane
 
     c.BUSY_SEEN.append(c.wait_quiet())
@@ -179,7 +180,7 @@ def posts_contended(repo: Path, item: str, procs: int, count: int) -> dict[str, 
 
 
 def replay_in_process(repo: Path, item: str, runs: int) -> dict[str, float]:
-    from gitwork import messages
+    from gitwork import thread as messages
     from gitwork.workplane import Workplane
 
     c.BUSY_SEEN.append(c.wait_quiet())

@@ -74,6 +74,14 @@ def _int(value: Any, field: str) -> int:
     return value
 
 
+def _epoch(value: Any, field: str) -> int | str:
+    # A message's lease epoch: the number its author read, or "current": read it on the tip the
+    # command is applied to (the op then records the number in the document).
+    if isinstance(value, str) and value.strip() == "current":
+        return "current"
+    return _int(value, field)
+
+
 def _fence(value: Any, field: str) -> int:
     number = _int(value, field)
     if number < 1:
@@ -156,8 +164,10 @@ _MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{4,64}\Z")
 
 
 def parse_msgref(value: Any, field: str) -> int | str:
-    """A message reference: an integer (or ``#N``) is a sequence number, any other text a message
-    id. Ids survive renumbering on another tip; numbers are for people (the op resolves them)."""
+    """A message reference in a command document: an integer (or ``#N``) is a sequence number,
+    any other text a message id; ``ITEM:N`` or ``ITEM:ID`` names a message of the item ``ITEM``
+    (the op checks that it is the command's own item). Ids survive renumbering on another tip;
+    numbers are for people, and the op records the id it resolves a number to."""
     if isinstance(value, bool):
         raise Invalid(f"{field} must be a message number or id")
     if isinstance(value, int):
@@ -169,6 +179,9 @@ def parse_msgref(value: Any, field: str) -> int | str:
         match = _SEQ_REF.match(text)
         if match:
             return parse_msgref(int(match.group(1)), field)
+        item_text, sep, rest = text.partition(":")
+        if sep and item_text.lower().startswith("w-") and (_SEQ_REF.match(rest) or _MESSAGE_ID.match(rest)):
+            return f"{item_text}:{parse_msgref(rest, field)}"
         if _MESSAGE_ID.match(text):
             return text
     raise Invalid(f"{field} must be a message number (e.g. 3) or a message id, got {value!r}")
@@ -188,6 +201,7 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
     "name": _name,
     "int": _int,
     "fence": _fence,
+    "epoch": _epoch,
     "priority": _priority,
     "bool": _bool,
     "duration": _duration,

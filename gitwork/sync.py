@@ -29,10 +29,11 @@ import json
 import os
 import random
 import re
+import subprocess
 import time
 
-from . import clock, engine, gitcmd
-from .errors import GwError, Held, NotFound, RemoteError, RemoteRefused, Stale, UsageError
+from . import clock, engine, gitcmd, layout
+from .errors import Corrupt, GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
 from .store import Snapshot, crash_point, identity_signature
 
 TYPE_CHECKING = False
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 # shows as live, nor take one over that another machine already ended. Declared here, in one place.
 ARBITER_OPS: set[str] = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
 MAX_ROUNDS = 200
+# Seconds one git fetch/push/ls-remote may wait for the remote before it counts as unreachable.
+REMOTE_TIMEOUT = 120.0
+# Bytes of git's output kept from each end when it talks to the remote (what a server prints is not ours to bound).
+OUTPUT_KEPT = 64 * 1024
 # Fields the engine fills in while applying (the fencing rule); a replay may legitimately change
 # them, so two documents under one id are the same command when everything else is equal.
 FILLED_IN = ("fence", "lease")
@@ -57,7 +62,17 @@ FILLED_IN = ("fence", "lease")
 # Anything else it turns down ("[remote rejected] (pre-receive hook declined)"...) is its answer.
 _RACE = re.compile(r"stale info|fetch first|non-fast-forward|already exists|cannot lock ref|failed to lock|"
                    r"failed to update ref|but expected|incorrect old value")
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
+# What a remote (a hook's stderr) may print that must not reach a terminal as is: terminal escape
+# sequences (dropped whole: CSI, OSC such as a window title or a hyperlink), then every remaining C0/C1
+# control, the Unicode line and paragraph separators, and the bidi and zero-width marks that make a
+# line read differently than it is ("Trojan Source").
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_]?)")
+# The server answered, and the answer is "not you": authentication or authorisation, per transport.
+_DENIED = re.compile(r"returned error: 40[13]\b|Authentication failed|could not read (?:Username|Password)|"
+                     r"Permission denied \(|access denied|service not enabled|HTTP Basic: Access denied")
+_LOCK_FILE = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+_LINES = re.compile(r"\r\n|\r|\n")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def tracking_ref(remote: str, ref: str) -> str:
@@ -89,28 +104,50 @@ class Arbiter:
             raise UsageError("no arbiter remote configured (gw remote set NAME)")
         self.tracking = tracking_ref(self.remote, self.store.ref)
         self.git_dir = wp.repo.git_dir
+        self._locked_since: float | None = None  # since when every push found the remote's ref locked
 
     # --- talking to the remote ------------------------------------------------------------------
 
     def fetch(self) -> str | None:
         """Fetch the remote's state ref; return its tip (``None`` if the remote has none yet)."""
-        for attempt in range(20):
-            done = gitcmd.run(
-                ["--git-dir", self.git_dir, "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.remote,
-                 f"+{self.store.ref}:{self.tracking}"],
-                check=False, timeout=120,
-            )
+        locked_since: float | None = None
+        while True:
+            done = self._git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", self.remote,
+                             f"+{self.store.ref}:{self.tracking}")
             if done.returncode == 0:
                 return self.known_remote_tip()
             if "couldn't find remote ref" in done.err:
                 return None
-            if "cannot lock ref" in done.err or ".lock" in done.err:
-                # Another gw process in this clone fetched at the same moment and holds (or just
-                # moved) the tracking ref: the remote answered, so fetch again rather than fail.
-                time.sleep(random.uniform(0.005, 0.03 * (attempt + 1)))
-                continue
-            break
+            lock = _LOCK_FILE.search(done.err)
+            if lock is None and "cannot lock ref" not in done.err:
+                self._unless_denied("fetch from", done.err)
+                break
+            # Another gw process in this clone fetched at the same moment and holds (or just moved)
+            # the tracking ref: the remote answered, so fetch again rather than fail. A lock that
+            # stays is a crashed fetch's (kill -9): a local problem, not the remote's (exit 11).
+            now = time.monotonic()
+            locked_since = now if locked_since is None else locked_since
+            if now - locked_since > self.wp.settings.lock_timeout:
+                path = lock.group(1) if lock else f"{self.tracking}.lock"
+                raise Locked(f"{self.tracking} has been locked for over {self.wp.settings.lock_timeout:g}s: a "
+                             f"crashed fetch may have left {path}; if no git process is running, remove it",
+                             lock=path, remote=self.remote)
+            time.sleep(random.uniform(0.01, 0.1))
         raise RemoteError(f"cannot fetch from {self.remote}: {git_reason(done.err)}", remote=self.remote)
+
+    def _git(self, verb: str, *args: str) -> gitcmd.Completed:
+        """Run a git command that talks to the remote, bounded in time and memory.
+
+        A server that stops answering (paused, a half-open connection) leaves git waiting: after
+        ``REMOTE_TIMEOUT`` that is an unreachable remote, whose outcome is unknown (exit 12), not an
+        internal error. What the server prints (a hook's stderr, relayed by git) is kept only up to
+        ``OUTPUT_KEPT`` bytes from each end: a hook printing without end must not fill our memory.
+        """
+        try:
+            return _bounded_run(["git", "--git-dir", self.git_dir, verb, *args], REMOTE_TIMEOUT)
+        except subprocess.TimeoutExpired as error:
+            raise RemoteError(f"{self.remote} did not answer within {REMOTE_TIMEOUT:g}s (git {verb})",
+                              remote=self.remote) from error
 
     def known_remote_tip(self) -> str | None:
         from .gitdir import read_ref
@@ -129,11 +166,7 @@ class Arbiter:
         """
         lease = f"--force-with-lease={self.store.ref}:{expected or ''}"
         crash_point("before-push")
-        done = gitcmd.run(
-            ["--git-dir", self.git_dir, "push", "--porcelain", lease, self.remote,
-             f"{new}:{self.store.ref}"],
-            check=False, timeout=120,
-        )
+        done = self._git("push", "--porcelain", lease, self.remote, f"{new}:{self.store.ref}")
         status, summary = None, ""
         for line in done.out.splitlines():
             fields = line.split("\t")
@@ -141,6 +174,7 @@ class Arbiter:
                 status, summary = fields[0], (fields[2] if len(fields) > 2 else "")
         if status == "!":
             if _RACE.search(summary):
+                self._unless_locked_for_good(done.err)
                 return False  # rejected: another push moved the ref first
             raise self._refused(summary, done.err)
         if done.returncode != 0 or status is None:
@@ -151,22 +185,55 @@ class Arbiter:
                 landed = self._remote_has(new)
                 if landed is not None:
                     return landed and self._pushed(new)
+            self._unless_denied("push to", done.err)
             raise RemoteError(f"cannot push to {self.remote}: {git_reason(done.err)}", remote=self.remote)
         return self._pushed(new)
 
     def _refused(self, summary: str, err: str) -> RemoteRefused:
         said = remote_said(err)
-        reason = summary.strip() or "rejected"
+        reason = _clean(summary) or "rejected"  # the server's own words (a proc-receive hook writes them)
         text = "; ".join(said) if said else reason
         return RemoteRefused(
             f"{self.remote} refused the push of {self.store.ref}: {text}" + (f" ({reason})" if said else ""),
             remote=self.remote, reason=reason, said=said,
         )
 
+    def _unless_locked_for_good(self, err: str) -> None:
+        """Raise :class:`Locked` when the remote has failed to lock its ref for over ``lock_timeout``.
+
+        A push that finds the ref locked on the remote lost a race to another push, for a moment. A
+        lock that stays was left by a push that died inside the server (a receive-pack killed with its
+        client over file://, a crashed server): retrying would lose every round (exit 75, and a shell
+        loop retrying forever); it is the same crashed-writer case as a local lock (exit 11).
+        """
+        lock = _LOCK_FILE.search(err)
+        if lock is None:
+            self._locked_since = None
+            return
+        now = time.monotonic()
+        if self._locked_since is None:
+            self._locked_since = now
+        elif now - self._locked_since > self.wp.settings.lock_timeout:
+            raise Locked(f"{self.store.ref} on {self.remote} has been locked for over "
+                         f"{self.wp.settings.lock_timeout:g}s: a crashed push may have left {lock.group(1)} there; "
+                         "if no git process is running on the remote, remove it", lock=lock.group(1),
+                         remote=self.remote)
+
+    def _unless_denied(self, what: str, err: str) -> None:
+        """Raise :class:`RemoteRefused` when the server answered "you may not" (HTTP 401/403, failed
+        authentication, access denied): nothing landed, and retrying unchanged gets the same answer,
+        so it is not "unreachable, outcome unknown" (exit 12) but a refusal (exit 14)."""
+        if _DENIED.search(err):
+            reason = git_reason(err)
+            raise RemoteRefused(f"{self.remote} refused to let us {what.split()[0]}: {reason}", remote=self.remote,
+                                reason=reason, said=remote_said(err))
+
     def _remote_has(self, new: str) -> bool | None:
         """Whether the remote's state ref is at ``new`` (``None``: the remote cannot be asked)."""
-        done = gitcmd.run(["--git-dir", self.git_dir, "ls-remote", self.remote, self.store.ref], check=False,
-                          timeout=60)
+        try:
+            done = self._git("ls-remote", self.remote, self.store.ref)
+        except RemoteError:
+            return None
         if done.returncode != 0:
             return None
         return done.out.split("\t", 1)[0].strip() == new
@@ -265,6 +332,13 @@ class Arbiter:
             if cmd and "id" in cmd:
                 seen[cmd["id"]] = cmd
         chain = self.store.snapshot(remote)
+        try:
+            chain.check_format()
+        except Corrupt as error:
+            # A state the arbiter holds that gitwork did not write (a force-push of something else):
+            # replaying onto it would refuse every local command and adopt it, dropping them all.
+            raise Corrupt(f"{self.remote}'s {self.store.ref} is not a sound gitwork state ({error.message}); "
+                          "nothing was replayed onto it or adopted", remote=self.remote, tip=remote) from error
         replayed: list[dict[str, Any]] = []
         refused: list[dict[str, Any]] = []
         for commit in self._first_parent_range(remote, local):
@@ -320,20 +394,50 @@ class Arbiter:
         if remote is None or local is None or remote == local or "item" not in cmd:
             return
         snapshot = self.store.snapshot(local)
+        dry = dict(cmd)
         try:
             snapshot.check_format()
-            engine.apply(snapshot, dict(cmd), self.wp.now(), self.wp.settings)
-            return  # not refused as stale here: nothing to catch up for
+            engine.apply(snapshot, dry, self.wp.now(), self.wp.settings)
         except Stale:
             pass
         except GwError:
             return  # some other refusal: the command's own path reports it
+        else:
+            # Not stale here; but the arbiter may already be known to have ended the lease it acts under.
+            self._refuse_superseded(dry, remote)
+            return
         if self._reaches(local, remote):
             return  # the local ref already holds everything the arbiter is known to hold
         new, _replayed, refused = self.rebuild(local, remote)
         if refused:
             return  # adopting would drop local commands unannounced: gw sync reports them instead
         self._record_refused(self._adopt(local, new))  # (only if another command raced this one)
+
+    def _refuse_superseded(self, dry: dict[str, Any], remote: str) -> None:
+        """Refuse (exit 7) a command acting under a grant the arbiter decided and has since ended.
+
+        A holder paused past its lease (SIGSTOP, a suspended laptop) resumes with a local ref that
+        still shows its lease. Once a fetch told this clone that the arbiter moved on (another clone
+        took over, an admin revoked), work under that grant can never land (``gw sync`` would refuse
+        it at replay): saying so now keeps the holder from working on. Only a grant the arbiter
+        itself recorded counts: a tentative (``--offline``) grant is decided at sync, not here.
+        """
+        grant, item = dry.get("lease"), dry.get("item")
+        if not isinstance(grant, str) or not isinstance(item, str):
+            return  # not acting under a lease
+        there = self.store.snapshot(remote)
+        if there.blob(layout.command_path(grant)) is None:
+            return  # the arbiter has not seen this grant: it is tentative, sync decides it
+        try:
+            lease = engine.Context(there, {"op": "read", "id": "read", "as": dry.get("as")}, self.wp.now(),
+                                   self.wp.settings).lease(item)
+        except GwError:
+            return  # the arbiter's copy does not read: the command's own path will say so
+        if lease is not None and lease.grant == grant and lease.is_active():
+            return  # still the live lease there (renewed, maybe): nothing known against it
+        current = f"fence {lease.fence} held by {lease.holder}, {lease.state}" if lease else "no lease"
+        raise Stale(f"the lease on {item} (fence {dry.get('fence')}) has ended on {self.remote} ({current}); "
+                    "stop working on it", item=item, remote=self.remote)
 
     def _record_refused(self, refused: list[dict[str, Any]]) -> None:
         """Keep each refused command once in ``refused.jsonl`` (by command id, or commit)."""
@@ -469,6 +573,72 @@ class Arbiter:
         return {"remote": self.remote, "tip": local, "remote_tip": remote, "pending": pending, "refused": refused}
 
 
+# --- running git against the remote ----------------------------------------------------------------
+
+
+class _Kept:
+    """The first and the last ``OUTPUT_KEPT`` bytes of a stream, with a mark where the middle went."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = OUTPUT_KEPT - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > OUTPUT_KEPT:
+            self.dropped += len(self.tail) - OUTPUT_KEPT
+            del self.tail[: len(self.tail) - OUTPUT_KEPT]
+
+    def value(self) -> bytes:
+        middle = b"\n[... %d bytes left out ...]\n" % self.dropped if self.dropped else b""
+        return bytes(self.head) + middle + bytes(self.tail)
+
+
+def _bounded_run(cmd: list[str], timeout: float) -> gitcmd.Completed:
+    """``gitcmd.run(cmd[1:], check=False, timeout=timeout)`` keeping only the ends of each stream.
+
+    Raises :class:`subprocess.TimeoutExpired` (after killing git) when it runs past ``timeout``.
+    """
+    import selectors
+
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=gitcmd.git_env())
+    except FileNotFoundError as exc:
+        raise GitFailed("git is not installed or not on PATH") from exc
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = _Kept(), _Kept()
+    kept = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    deadline = time.monotonic() + timeout
+    with proc, selectors.DefaultSelector() as selector:
+        for stream in (proc.stdout, proc.stderr):
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            for key, _events in selector.select(left):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    kept[key.fd].add(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    return gitcmd.Completed(tuple(cmd), proc.returncode, out.value(), err.value())
+
+
 # --- commands whose outcome is unknown ------------------------------------------------------------
 
 
@@ -552,20 +722,22 @@ def _unique(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _clean(line: str, limit: int = 300) -> str:
-    text = _UNPRINTABLE.sub(" ", line).strip()
+    text = _UNPRINTABLE.sub(" ", _ESCAPE.sub("", line[: limit * 4])).strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def remote_said(err: str, most: int = 5) -> list[str]:
     """The ``remote:`` lines of git's stderr (what the server's hooks printed), cleaned, at most ``most``."""
-    said = [_clean(line[len("remote:"):]) for line in err.splitlines() if line.startswith("remote:")]
+    # Split where git does (it starts a new "remote:" line after a carriage return too), not with
+    # str.splitlines(), which also splits on \x85 and U+2028 and would drop what follows them.
+    said = [_clean(line[len("remote:"):]) for line in _LINES.split(err) if line.startswith("remote:")]
     return [line for line in said if line][:most]
 
 
 def git_reason(err: str) -> str:
     """The line of git's stderr that says why: a ``fatal:``/``error:`` line that is not the generic
     "failed to push some refs", else what the remote said, else the last line."""
-    lines = [_clean(line) for line in err.splitlines() if line.strip()]
+    lines = [_clean(line) for line in _LINES.split(err) if line.strip()]
     generic = ("failed to push some refs", "could not read from remote repository")
     for prefix in ("fatal:", "error:"):
         for line in lines:

@@ -13,7 +13,7 @@ import json
 import sys
 
 from . import commitcache
-from .messages import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment
+from .thread import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment, segments
 from .store import Snapshot
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -65,8 +65,6 @@ def _brief(record: dict[str, Any]) -> Brief:
 
 
 def _segments(snapshot: Snapshot, item_id: str, before: tuple[Segment, ...]) -> tuple[tuple[Segment, ...], int]:
-    from .messages import segments
-
     known = dict(before)
     out: list[Segment] = []
     last = 0

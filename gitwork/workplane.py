@@ -20,6 +20,7 @@ from .engine import Applied
 from .errors import Corrupt, GwError, Invalid
 from .model import Item, Lease
 from .store import Repository, Snapshot, Store, crash_point
+from .workplane_messages import Conversations
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class LocalRef(engine.CAS):
         return applied
 
 
-class Workplane:
+class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
     def __init__(self, path: str | None = None, *, now: Callable[[], Any] = clock.now, **overrides: Any) -> None:
         agent = overrides.get("agent")
         if agent is not None:

@@ -1,69 +1,154 @@
-"""The typer-free fast path must build exactly the call typer builds for the same arguments."""
+"""The typer-free fast path must build exactly the call typer builds for the same arguments.
+
+Every verb and option is declared once, in ``gitwork/cli/app.py``; the fast path's table is generated
+from those declarations (``python -m gitwork.cli.fastgen``). These tests pin that the table is
+current, and that for EVERY option spelling of EVERY fast verb (flags, values, ints, floats,
+repeatables, aliases, ``--opt=value``, defaults, environment variables) the fast parser hands the
+same plain function the same keyword arguments typer does.
+"""
 
 from __future__ import annotations
 
+import importlib
+import json
+import subprocess
+import sys
+from typing import Any
+
 import pytest
 
-from gitwork.cli import actions, fast
-from gitwork.cli.app import run_app
+from gitwork.cli import actions, fast, fastgen
+from gitwork.cli.app import app
+from gitwork.cli.fast_table import VERBS
 
-CASES = [
-    ["claim", "w-3fa9"],
-    ["claim", "--next", "--as", "alice", "--json"],
-    ["claim", "w-3fa9", "--ttl", "90s", "-C", "/tmp"],
-    ["claim", "--ttl=15m", "w-3fa9", "--offline"],
-    ["renew", "w-3fa9", "--fence", "41", "--ttl", "1h"],
-    ["renew", "w-3fa9", "--fence=7", "--as=bob", "--offline"],
-    ["release", "w-3fa9", "--fence", "3", "--json"],
-    ["release", "--", "w-3fa9"],
-    ["msg", "w-3fa9", "hello there", "--kind", "question", "--to", "bob"],
-    ["msg", "w-3fa9", "-", "--reply-to", "4", "--epoch", "2", "--id", "m-0001", "--json"],
-    ["msg", "w-3fa9", "hi", "-k", "note", "--fence", "9", "--as", "alice"],
-    ["ack", "w-3fa9", "7", "--read"],
-    ["ack", "w-3fa9", "7", "--responded", "--by", "9", "--epoch", "3", "--json"],
-    ["thread", "w-3fa9"],
-    ["thread", "w-3fa9", "--since", "10", "--follow", "--timeout", "1.5", "--poll", "0.1", "--json"],
-    ["thread", "w-3fa9", "-f"],
-    ["inbox"],
-    ["inbox", "--json", "--as", "bob", "-C", "/tmp"],
-    ["ready"],
-    ["ready", "-n", "5", "--json"],
-    ["list", "--status", "open", "-s", "blocked", "-l", "ui", "--label", "api", "--holder", "bob"],
-    ["list", "-a", "--json"],
-]
+SAMPLE = {"int": "7", "float": "1.5", "value": "v-1", "multi": "m-1"}
 
 
-def _typer_call(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, object]]:
-    seen: list[tuple[str, dict[str, object]]] = []
+_ROOT: list[Any] = []
+
+
+def _root() -> Any:
+    """The click group typer builds from the app, built once: ``run_app`` rebuilds it on every call
+    (about 30 ms each), and these tests parse a few hundred command lines."""
+    if not _ROOT:
+        import typer.main
+
+        _ROOT.append(typer.main.get_command(app))
+    return _ROOT[0]
+
+
+def _click_command(verb: str) -> Any:
+    return _root().commands[verb]
+
+
+def _typer_call(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, object]]:
+    seen: list[tuple[Any, dict[str, object]]] = []
 
     def record(func, **kwargs):  # type: ignore[no-untyped-def]
-        seen.append((func.__name__, kwargs))
+        seen.append((func, kwargs))
         return 0
 
     monkeypatch.setattr(actions, "invoke", record)
-    assert run_app(argv) == 0
+    # What run_app does (``app(...)`` is ``get_command(app)(...)``), with the command built once.
+    assert _root()(args=argv, prog_name="gw", standalone_mode=False) in (0, None), argv
     (call,) = seen
     return call
 
 
-@pytest.mark.parametrize("argv", CASES, ids=[" ".join(c) for c in CASES])
-def test_fast_path_matches_typer(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def _same_call(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
     parsed = fast.parse(argv)
-    assert parsed is not None, "the fast path should take this command line"
+    assert parsed is not None, f"the fast path should take {argv}"
     target, kwargs = parsed
     kwargs = dict(kwargs)
-    expected_name, expected = _typer_call(argv, monkeypatch)
-    assert target.partition(":")[2] == expected_name
-    assert {"as_json": kwargs.pop("as_json"), "path": kwargs.pop("path"), "agent": kwargs.pop("agent"), **kwargs} == {
-        k: v for k, v in expected.items()
-    }
+    func, expected = _typer_call(argv, monkeypatch)
+    topic, _, name = target.partition(":")
+    assert getattr(importlib.import_module(f"gitwork.cli.commands.{topic}"), name) is func, argv
+    got = {"as_json": kwargs.pop("json"), "path": kwargs.pop("path"), "agent": kwargs.pop("agent"), **kwargs}
+    assert got == expected, argv
+    return got
+
+
+def test_fast_table_is_generated_from_the_typer_declarations() -> None:
+    assert fastgen.render() == fastgen.PATH.read_text(encoding="utf-8"), (
+        "gitwork/cli/fast_table.py is stale: run python -m gitwork.cli.fastgen")
+
+
+def test_fast_table_covers_every_option_of_every_fast_verb() -> None:
+    """Independent of the generator: every spelling click knows is in the table, with the right kind."""
+    assert set(VERBS) == set(fastgen.FAST)
+    for verb, (_target, positionals, options, defaults, envvars) in VERBS.items():
+        command = _click_command(verb)
+        spellings: dict[str, tuple[str, str]] = {}
+        for param in command.params:
+            if param.param_type_name == "argument":
+                assert (param.name, bool(param.required)) in positionals, (verb, param.name)
+                continue
+            kind = ("flag" if param.is_flag else "multi" if param.multiple else
+                    {"int": "int", "float": "float"}.get(param.type.name, "value"))
+            for spelling in param.opts + param.secondary_opts:
+                spellings[spelling] = (param.name, kind)
+            assert defaults[param.name] == (None if param.multiple else param.default), (verb, param.name)
+            assert envvars.get(param.name) == (param.envvar or None), (verb, param.name)
+        assert spellings == options, verb
+        assert len(positionals) == sum(1 for p in command.params if p.param_type_name == "argument")
+
+
+def _exhaustive_cases() -> list[list[str]]:
+    cases: list[list[str]] = []
+    for verb, (_target, positionals, options, _defaults, _envvars) in VERBS.items():
+        required = [f"{name}-x" for name, needed in positionals if needed]
+        every = [f"{name}-x" for name, _needed in positionals]
+        cases.append([verb, *required])
+        if every != required:
+            cases.append([verb, *every])
+        for spelling, (_keyword, kind) in options.items():
+            if kind == "flag":
+                cases.append([verb, *required, spelling])
+                cases.append([verb, spelling, *required])
+                continue
+            value = SAMPLE[kind]
+            cases.append([verb, *required, spelling, value])
+            if spelling.startswith("--"):
+                cases.append([verb, spelling + "=" + value, *required])
+            if kind == "multi":
+                cases.append([verb, spelling, "m-1", *required, spelling, "m-2"])
+            else:  # given twice: the last one wins in both parsers
+                cases.append([verb, spelling, value, *required, spelling, value + "0"])
+        if required:
+            cases.append([verb, "--", *required])
+    return cases
+
+
+CASES = _exhaustive_cases()
+
+
+@pytest.mark.parametrize("argv", CASES, ids=[" ".join(c) for c in CASES])
+def test_fast_path_matches_typer_for_every_option(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_call(argv, monkeypatch)
+
+
+SAMPLES = [
+    ["claim", "--next", "--as", "alice", "--json"],
+    ["claim", "--ttl=15m", "w-3fa9", "--offline"],
+    ["msg", "w-3fa9", "-", "--reply-to", "4", "--epoch", "2", "--id", "m-0001", "--json"],
+    ["ack", "w-3fa9", "7", "--responded", "--by", "9", "--epoch", "3", "--json"],
+    ["thread", "w-3fa9", "--since", "10", "--follow", "--timeout", "1.5", "--poll", "0.1", "--json"],
+    ["list", "--status", "open", "-s", "blocked", "-l", "ui", "--label", "api", "--holder", "bob"],
+    ["log", "-n", "0", "--json", "-C", "/tmp"],
+]
+
+
+@pytest.mark.parametrize("argv", SAMPLES, ids=[" ".join(c) for c in SAMPLES])
+def test_fast_path_matches_typer_on_whole_command_lines(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _same_call(argv, monkeypatch)
 
 
 @pytest.mark.parametrize("argv", [
     ["claim", "--help"], ["claim", "--bogus"], ["renew"], ["renew", "w-1", "--fence", "x"],
     ["claim", "--ttl"], ["claim", "--ttl", "--json"], ["release", "a", "b"], ["list", "x"], ["ready", "-n", "y"],
     ["msg", "w-1"], ["ack", "w-1", "3", "4"], ["thread", "w-1", "--since", "x"], ["inbox", "extra"],
-    ["msg", "w-1", "x", "--kind"], ["inbox", "--help"],
+    ["msg", "w-1", "x", "--kind"], ["inbox", "--help"], ["show"], ["show", "a", "b"], ["history", "-h"],
+    ["log", "-n", "x"], ["log", "-n=5"], ["status", "x"], ["claim", "--json=1"], ["ready", "-n5"],
 ])
 def test_fast_path_leaves_anything_unusual_to_typer(argv: list[str]) -> None:
     assert fast.parse(argv) is None
@@ -72,7 +157,31 @@ def test_fast_path_leaves_anything_unusual_to_typer(argv: list[str]) -> None:
 def test_environment_defaults_are_read_like_typer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GW_FENCE", "12")
     monkeypatch.setenv("GW_AGENT", "carol")
-    argv = ["release", "w-3fa9"]
-    action, kwargs = fast.parse(argv)  # type: ignore[misc]
-    _name, expected = _typer_call(argv, monkeypatch)
-    assert (kwargs["fence"], kwargs["agent"]) == (expected["fence"], expected["agent"]) == (12, "carol")
+    for argv in (["release", "w-3fa9"], ["msg", "w-3fa9", "hi"], ["show", "w-3fa9"], ["status"]):
+        got = _same_call(argv, monkeypatch)
+        assert got["agent"] == "carol"
+        assert got.get("fence", 12) == 12
+
+
+def test_the_fast_path_imports_no_typer_click_rich_inspect_or_typing(tmp_path: Any) -> None:
+    """The point of the fast path: a real process running the fast verbs loads none of them."""
+    env = {"GW_AGENT": "alice", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run([sys.executable, "-m", "gitwork", "init", "-C", str(tmp_path)], check=True, env=env,
+                   capture_output=True)
+    item = subprocess.run([sys.executable, "-m", "gitwork", "new", "one", "-C", str(tmp_path)], check=True, env=env,
+                          capture_output=True, text=True).stdout.strip()
+    argvs = [["ready"], ["list"], ["log"], ["status"], ["show", item], ["history", item], ["claim", item],
+             ["msg", item, "hi"], ["ack", item, "1"], ["thread", item], ["inbox"], ["renew", item],
+             ["release", item]]
+    assert {argv[0] for argv in argvs} == set(VERBS)
+    script = (
+        "import json, sys\nfrom gitwork.cli.main import main\n"
+        "codes = [main([*argv, '-C', sys.argv[1], '--json']) for argv in json.loads(sys.argv[2])]\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', 'inspect', 'typing'))\n"
+        "print(codes, heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path), json.dumps(argvs)], capture_output=True,
+                            text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == f"{[0] * len(argvs)} []"

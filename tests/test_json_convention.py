@@ -239,3 +239,30 @@ def test_a_usage_error_from_the_real_process(repo: Path) -> None:
                           text=True)
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
     assert done.stderr.startswith("gw: usage: ")
+
+
+def test_the_fast_path_and_typer_print_the_same(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every fast verb, read or refused, gives the same stdout, stderr and exit code through both parsers."""
+    from gitwork.cli import fast
+    from gitwork.cli.app import run_app
+    from gitwork.cli.fast_table import VERBS
+
+    for argv in (["init"], ["new", "one", "-c", "works"], ["claim", A], ["msg", A, "hello", "--to", "bob"]):
+        assert gw_in_process(capsys, [*argv, "-C", str(project)])[0] == 0
+    lines = [["show", A], ["history", A], ["list", "--all"], ["ready"], ["log", "-n", "2"], ["status"],
+             ["thread", A], ["inbox", "--as", "bob"], ["show", "w-ffff"], ["history", "w-ffff"], ["log", "-n", "-1"],
+             ["claim", "w-ffff"], ["renew", "w-ffff"], ["release", A, "--fence", "99"], ["msg", "w-ffff", "x"],
+             ["ack", A, "9"], ["thread", "w-ffff"], ["list", "-s", "bogus"], ["ready", "-n", "-2"]]
+    assert {argv[0] for argv in lines} == set(VERBS)
+    codes = set()
+    for argv in lines:
+        for extra in ([], ["--json"]):
+            full = [*argv, *extra, "-C", str(project)]
+            assert fast.parse(full) is not None, full
+            fast_result = gw_in_process(capsys, full)
+            capsys.readouterr()
+            typer_code = run_app(full)
+            typer_out, typer_err = capsys.readouterr()
+            assert (typer_code, typer_out, typer_err) == fast_result, full
+            codes.add(typer_code)
+    assert 0 in codes and len(codes) > 2  # successes and several kinds of refusal were compared

@@ -17,7 +17,7 @@ import pytest
 from freezegun import freeze_time
 
 from conftest import git, gw_cmd, make_repo, run_gw, tip
-from gitwork import messages as M
+from gitwork import thread as T
 from gitwork.errors import Forbidden, Illegal, Invalid, NotFound, Stale
 from gitwork.threads_index import LAST, MARKS, SEGMENTS, load_threads
 from gitwork.workplane import Workplane
@@ -36,7 +36,7 @@ def plane(repo: Path, who: str, **kw) -> Workplane:  # type: ignore[no-untyped-d
 
 
 def texts(wp: Workplane, item_id: str, since: int = 0) -> list[str]:
-    return [m["text"] for m in M.thread(wp, item_id, since)[1]]
+    return [m["text"] for m in wp.thread(item_id, since)[1]]
 
 
 def gw_json(repo: Path, *args: str, code: int = 0, env: dict[str, str] | None = None) -> dict:
@@ -51,24 +51,24 @@ def gw_json(repo: Path, *args: str, code: int = 0, env: dict[str, str] | None = 
 def test_posts_are_numbered_gaplessly_and_replay_exactly_after_a_cursor(repo: Path, wp: Workplane, item: str):
     alice, bob = plane(repo, "alice"), plane(repo, "bob")
     for n in range(1, 8):
-        applied = M.post(alice if n % 2 else bob, item, f"message {n}", to="bob" if n % 2 else "alice")
+        applied = (alice if n % 2 else bob).post(item, f"message {n}", to="bob" if n % 2 else "alice")
         assert applied.result["seq"] == n
     for since in range(0, 9):
         assert texts(wp, item, since) == [f"message {n}" for n in range(since + 1, 8)]
-    first = M.thread(wp, item)[1][0]
+    first = wp.thread(item)[1][0]
     assert (first["seq"], first["by"], first["kind"], first["to"], first["epoch"]) == (1, "alice", "note", "bob", 0)
     assert first["id"].startswith("c-") and first["at"].endswith("Z")
 
 
 def test_every_message_field_is_recorded_and_the_log_only_grows(repo: Path, wp: Workplane, item: str):
     alice = plane(repo, "alice")
-    q = M.post(alice, item, "Which database?", kind="question", to="bob", msg_id="ask-db-1").result
-    a = M.post(plane(repo, "bob"), item, "Postgres.", kind="answer", reply_to=q["seq"]).result
-    records = M.thread(wp, item)[1]
+    q = alice.post(item, "Which database?", kind="question", to="bob", msg_id="ask-db-1").result
+    a = plane(repo, "bob").post(item, "Postgres.", kind="answer", reply_to=q["seq"]).result
+    records = wp.thread(item)[1]
     assert records[0] == {"seq": 1, "id": "ask-db-1", "at": records[0]["at"], "by": "alice", "kind": "question",
                           "epoch": 0, "to": "bob", "text": "Which database?"}
     assert records[1]["reply_to"] == 1 and records[1]["seq"] == a["seq"] == 2
-    path = M.segment_path(item, 1)
+    path = T.segment_path(item, 1)
     # Each commit extended the segment file: earlier contents are a prefix of later ones.
     history = git(repo, "log", "--format=%H", STATE).split()
     blobs = [subprocess.run(["git", "show", f"{c}:{path}"], cwd=repo, capture_output=True).stdout for c in history]
@@ -78,15 +78,15 @@ def test_every_message_field_is_recorded_and_the_log_only_grows(repo: Path, wp: 
 
 def test_a_retried_post_with_the_same_id_lands_once(repo: Path, wp: Workplane, item: str):
     alice = plane(repo, "alice")
-    first = M.post(alice, item, "deploy at noon", msg_id="m-noon-1")
+    first = alice.post(item, "deploy at noon", msg_id="m-noon-1")
     before = tip(repo)
-    again = M.post(alice, item, "deploy at noon", msg_id="m-noon-1")
+    again = alice.post(item, "deploy at noon", msg_id="m-noon-1")
     assert again.result["seq"] == first.result["seq"] == 1 and again.result["duplicate"] is True
     assert tip(repo) == before and texts(wp, item) == ["deploy at noon"]
     # A command id names one command: a different text under a used id is refused (the engine's rule
     # for every repeated command id, see test_trust_engine.py), and nothing is written.
     with pytest.raises(Invalid, match="was used for a different command"):
-        M.post(alice, item, "deploy at one", msg_id="m-noon-1")
+        alice.post(item, "deploy at one", msg_id="m-noon-1")
     assert tip(repo) == before and texts(wp, item) == ["deploy at noon"]
     # The CLI's --id does the same through a child process.
     done = gw_json(repo, "msg", item, "deploy at noon", "--id", "m-noon-1", "--as", "alice")
@@ -94,30 +94,30 @@ def test_a_retried_post_with_the_same_id_lands_once(repo: Path, wp: Workplane, i
 
 
 def test_segments_roll_over_and_replay_crosses_segment_and_group_boundaries(repo, wp, item, monkeypatch):
-    monkeypatch.setattr(M, "SEGMENT", 3)
-    monkeypatch.setattr(M, "SPAN", 3 * 2)  # two segments per group
+    monkeypatch.setattr(T, "SEGMENT", 3)
+    monkeypatch.setattr(T, "SPAN", 3 * 2)  # two segments per group
     alice = plane(repo, "alice")
     for n in range(1, 15):
-        assert M.post(alice, item, f"m{n}").result["seq"] == n
+        assert alice.post(item, f"m{n}").result["seq"] == n
     names = git(repo, "ls-tree", "-r", "--name-only", STATE, f"items/{item[2:4]}/{item}/thread").split()
     rel = [n.split("/thread/")[1] for n in names]
     assert rel == ["0000000001/0000000001.log", "0000000001/0000000004.log", "0000000007/0000000007.log",
                    "0000000007/0000000010.log", "0000000013/0000000013.log"]
     for since in range(0, 15):
         assert texts(wp, item, since) == [f"m{n}" for n in range(since + 1, 15)]
-    assert M.last_seq(wp.store.snapshot(), item) == 14
+    assert T.last_seq(wp.store.snapshot(), item) == 14
     # References resolve across segments, by number or by id (ids are found in sealed segments too).
-    assert M.post(alice, item, "late reply", reply_to=2).result["reply_to"] == 2
-    second, twelfth = M.thread(wp, item)[1][1]["id"], M.thread(wp, item)[1][11]["id"]
-    assert M.message_ids(wp.store.snapshot(), item).get(second) == 2
+    assert alice.post(item, "late reply", reply_to=2).result["reply_to"] == 2
+    second, twelfth = wp.thread(item)[1][1]["id"], wp.thread(item)[1][11]["id"]
+    assert T.message_ids(wp.store.snapshot(), item).get(second) == 2
     assert wp.do("msg", item=item, text="by id", reply_to=twelfth, epoch=0).result["reply_to"] == 12
 
 
 def test_command_documents_name_messages_by_id_so_a_replay_elsewhere_means_the_same(repo, wp, item):
     alice, bob = plane(repo, "alice"), plane(repo, "bob")
-    q = M.post(alice, item, "ok?", kind="question").result
-    r = M.post(bob, item, "yes", reply_to=1).result
-    M.ack(bob, item, 1, responded=True, reply=r["seq"])
+    q = alice.post(item, "ok?", kind="question").result
+    r = bob.post(item, "yes", reply_to=1).result
+    bob.ack(item, 1, responded=True, reply=r["seq"])
     log = list(wp.log())
     assert log[0]["command"]["upto"] == q["id"] and log[0]["command"]["reply"] == r["id"]
     assert log[1]["command"]["reply_to"] == q["id"] and log[1]["trailers"]["Message-Seq"] == "2"
@@ -125,7 +125,99 @@ def test_command_documents_name_messages_by_id_so_a_replay_elsewhere_means_the_s
     doc = json.dumps({"op": "msg", "item": item, "text": "by number", "reply_to": 2, "epoch": 0})
     done = run_gw(repo, "apply", "-", "--as", "carol", "--json", input=doc)
     assert done.returncode == 0, done.stderr
-    assert M.thread(wp, item, 2)[1][0]["reply_to"] == 2
+    assert wp.thread(item, 2)[1][0]["reply_to"] == 2
+
+
+def test_a_number_in_a_document_is_resolved_by_the_op_and_recorded_as_the_message_id(repo, wp, item):
+    """Like an item prefix (``Context.target``), a message number is resolved on the tip the command
+    lands on and the commit records the message's id: a replay on another tip names the same message."""
+    other = wp.do("new", title="elsewhere").result["item"]
+    alice, bob = plane(repo, "alice"), plane(repo, "bob")
+    first = alice.post(item, "q1", kind="question").result
+    second = alice.post(item, "q2", kind="question").result
+    doc = json.dumps({"op": "msg", "item": item[:10], "text": "by number", "reply_to": "#2", "epoch": 0})
+    done = run_gw(repo, "apply", "-", "--as", "carol", "--json", input=doc)
+    assert done.returncode == 0, done.stderr
+    recorded = next(wp.log())["command"]
+    assert (recorded["item"], recorded["reply_to"]) == (item, second["id"])
+    # ITEM:N names a message of the command's own item; the op records the id.
+    bob.ack(item, f"{item[:8]}:1", read=True)
+    assert next(wp.log())["command"]["upto"] == first["id"]
+    before = tip(repo)
+    with pytest.raises(Invalid, match="another thread"):
+        bob.post(item, "wrong thread", reply_to=f"{other}:1")
+    with pytest.raises(NotFound, match="no message #9"):
+        bob.ack(item, 9)
+    assert tip(repo) == before
+
+
+def test_the_library_face_reads_the_state_once_per_command(repo, wp, item, monkeypatch):
+    """``post``/``ack``/``ask``/``decide`` build a document and submit it: the engine's snapshot is the
+    only read (the op resolves the item prefix, message numbers and the epoch it was not given)."""
+    from gitwork.store import Store
+
+    alice, bob = plane(repo, "alice"), plane(repo, "bob")
+    alice.do("claim", item=item)
+    alice.post(item, "first")
+    reads: list[str | None] = []
+    real = Store.snapshot
+
+    def counted(self, commit=None, **kw):  # type: ignore[no-untyped-def]
+        reads.append(commit)
+        return real(self, commit, **kw)
+
+    monkeypatch.setattr(Store, "snapshot", counted)
+    posted = bob.post(item[:8], "second", reply_to=1)
+    assert len(reads) == posted.attempts == 1
+    assert (posted.command["item"], posted.command["epoch"]) == (item, 1)  # resolved, recorded as numbers
+    reads.clear()
+    bob.ack(item[:8], 1, responded=True, reply=2)
+    assert len(reads) == 1
+    assert next(wp.log())["command"]["epoch"] == 1
+    # A document may say so itself: "current" is the epoch on the tip the command is applied to.
+    doc = json.dumps({"op": "msg", "item": item, "text": "now", "epoch": "current"})
+    done = run_gw(repo, "apply", "-", "--as", "carol", "--json", input=doc)
+    assert done.returncode == 0, done.stderr
+    assert next(wp.log())["command"]["epoch"] == 1 and wp.thread(item, 2)[1][-1]["epoch"] == 1
+
+
+def test_conversations_and_the_ops_import_in_one_direction():
+    """The thread format sits beside the engine and imports nothing above the store; the read side
+    does not import back into the ops or the faces; the op modules do not import each other."""
+    import ast
+
+    import gitwork
+
+    root = Path(gitwork.__file__).parent
+
+    def imports(name: str) -> set[str]:
+        path = root / (name.replace(".", "/") + ".py")
+        package = name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".") if package else []
+                if node.level:
+                    base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                    module = ".".join([*base, node.module] if node.module else base)
+                else:
+                    module = (node.module or "").removeprefix("gitwork.")
+                found.add(module)
+                found.update(f"{module}.{a.name}".lstrip(".") for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name.removeprefix("gitwork.") for a in node.names)
+        return found
+
+    assert imports("thread") & {"engine", "ops", "workplane", "conversations", "threads_index", "index"} == set()
+    assert imports("thread") >= {"codec", "layout", "errors"}
+    for reader in ("threads_index", "conversations"):
+        assert not {m for m in imports(reader) if m.split(".")[0] in ("ops", "workplane", "cli", "engine")}
+    assert "conversations" not in imports("threads_index")
+    ops = {"ops.items", "ops.leases", "ops.messages"}
+    for module in ops:
+        assert imports(module) & (ops - {module}) == set(), module
+    for below in ("ops.common", "ops.conversation"):
+        assert {m for m in imports(below) if m.startswith("ops.")} == set(), below
 
 
 # --- the epoch rule -------------------------------------------------------------------------------
@@ -134,22 +226,22 @@ def test_command_documents_name_messages_by_id_so_a_replay_elsewhere_means_the_s
 def test_a_message_written_under_an_older_epoch_is_refused_naming_the_current_one(repo, wp, item):
     alice, bob, carol = plane(repo, "alice"), plane(repo, "bob"), plane(repo, "carol")
     alice.do("claim", item=item)
-    seen = M.current_epoch(bob, item)
+    seen = bob.current_epoch(item)
     assert seen == 1
-    M.post(bob, item, "are you on it?", epoch=seen)
+    bob.post(item, "are you on it?", epoch=seen)
     alice.do("release", item=item)
     carol.do("claim", item=item)  # epoch 2: the owner changed
     before = tip(repo)
     with pytest.raises(Stale, match="epoch 2") as refused:
-        M.post(bob, item, "then please also do X", epoch=seen)
+        bob.post(item, "then please also do X", epoch=seen)
     assert refused.value.details["epoch"] == 2
     with pytest.raises(Stale, match="epoch 2"):
-        M.ack(bob, item, 1, epoch=seen)
+        bob.ack(item, 1, epoch=seen)
     assert tip(repo) == before
     # Reading the epoch again (the CLI's default) lets bob write to the new owner.
-    assert M.post(bob, item, "carol: please also do X", to="carol").result["epoch"] == 2
+    assert bob.post(item, "carol: please also do X", to="carol").result["epoch"] == 2
     with pytest.raises(Invalid, match="does not exist"):
-        M.post(bob, item, "from the future", epoch=9)
+        bob.post(item, "from the future", epoch=9)
     with pytest.raises(Invalid, match="must carry the lease epoch"):
         bob.do("msg", item=item, text="no epoch")
 
@@ -159,17 +251,17 @@ def test_the_holder_is_fenced_and_a_taken_over_holder_cannot_post(repo, item):
     with freeze_time(start) as frozen:
         alice, bob = plane(repo, "alice"), plane(repo, "bob")
         fence = alice.do("claim", item=item, ttl="1m").result["fence"]
-        assert M.post(alice, item, "starting", fence=fence).result["epoch"] == 1
-        assert M.post(alice, item, "by name works too").result["epoch"] == 1
+        assert alice.post(item, "starting", fence=fence).result["epoch"] == 1
+        assert alice.post(item, "by name works too").result["epoch"] == 1
         frozen.move_to(start + _dt.timedelta(minutes=5))
         bob.do("takeover", item=item)
         before = tip(repo)
         with pytest.raises(Stale):
-            M.post(alice, item, "still mine?", fence=fence)
+            alice.post(item, "still mine?", fence=fence)
         with pytest.raises(Stale):
-            M.ack(alice, item, 1, fence=fence)
+            alice.ack(item, 1, fence=fence)
         assert tip(repo) == before
-        assert M.post(bob, item, "taking it from here").result["epoch"] == 2
+        assert bob.post(item, "taking it from here").result["epoch"] == 2
 
 
 def test_a_takeover_that_lands_during_the_post_makes_the_retried_post_stale(repo, wp, item):
@@ -188,13 +280,13 @@ def test_a_takeover_that_lands_during_the_post_makes_the_retried_post_stale(repo
         return later
 
     bob = plane(repo, "bob", now=racing_clock)
-    epoch = M.current_epoch(bob, item)  # read before the document is built, as the CLI does
+    epoch = bob.current_epoch(item)  # read before the document is built, as the CLI does
     assert epoch == 1
     armed.append(1)
     with pytest.raises(Stale, match="epoch 2"):
         bob.do("msg", item=item, text="answering alice", epoch=epoch)
     assert len(calls) == 2  # it was applied twice: the first attempt lost the CAS
-    assert M.thread(wp, item)[1] == []
+    assert wp.thread(item)[1] == []
 
 
 # --- acknowledgements ------------------------------------------------------------------------------
@@ -203,39 +295,39 @@ def test_a_takeover_that_lands_during_the_post_makes_the_retried_post_stale(repo
 def test_cursors_are_monotone_and_responded_implies_read(repo, wp, item):
     alice, bob = plane(repo, "alice"), plane(repo, "bob")
     for n in range(3):
-        M.post(alice, item, f"q{n}", kind="question", to="bob")
-    M.ack(bob, item, 2, read=True)
-    assert M.cursors(wp.store.snapshot(), item)["bob"]["read"] == 2
+        alice.post(item, f"q{n}", kind="question", to="bob")
+    bob.ack(item, 2, read=True)
+    assert T.cursors(wp.store.snapshot(), item)["bob"]["read"] == 2
     before = tip(repo)
-    back = M.ack(bob, item, 1, read=True)
+    back = bob.ack(item, 1, read=True)
     assert back.result["unchanged"] is True and back.result["read"] == 2 and tip(repo) == before
-    reply = M.post(bob, item, "answers to all three", reply_to=3).result["seq"]
-    M.ack(bob, item, 3, responded=True, reply=reply)
-    marks = M.cursors(wp.store.snapshot(), item)["bob"]
+    reply = bob.post(item, "answers to all three", reply_to=3).result["seq"]
+    bob.ack(item, 3, responded=True, reply=reply)
+    marks = T.cursors(wp.store.snapshot(), item)["bob"]
     assert (marks["read"], marks["responded"], marks["reply"]) == (3, 3, reply)
-    M.ack(bob, item, 1, responded=True, reply=reply)  # behind the cursor: nothing moves
-    assert M.cursors(wp.store.snapshot(), item)["bob"]["responded"] == 3
+    bob.ack(item, 1, responded=True, reply=reply)  # behind the cursor: nothing moves
+    assert T.cursors(wp.store.snapshot(), item)["bob"]["responded"] == 3
     text = git(repo, "show", f"{STATE}:items/{item[2:4]}/{item}/cursors.yaml")
     assert "who: bob" in text and "responded: 3" in text
 
 
 def test_responded_needs_the_participants_own_later_reply(repo, wp, item):
     alice, bob = plane(repo, "alice"), plane(repo, "bob")
-    M.post(alice, item, "q1", kind="question")  # 1
-    M.post(alice, item, "q2", kind="question")  # 2
-    M.post(bob, item, "a1", reply_to=1)  # 3
-    M.post(bob, item, "a2", reply_to=2)  # 4
+    alice.post(item, "q1", kind="question")  # 1
+    alice.post(item, "q2", kind="question")  # 2
+    bob.post(item, "a1", reply_to=1)  # 3
+    bob.post(item, "a2", reply_to=2)  # 4
     before = tip(repo)
     with pytest.raises(Invalid, match="needs the reply"):
         bob.do("ack", item=item, upto=1, responded=True, epoch=0)
     with pytest.raises(Invalid, match="written by alice"):
-        M.ack(bob, item, 1, responded=True, reply=2)
+        bob.ack(item, 1, responded=True, reply=2)
     with pytest.raises(Invalid, match="does not come after"):
-        M.ack(bob, item, 3, responded=True, reply=3)
+        bob.ack(item, 3, responded=True, reply=3)
     with pytest.raises(Invalid, match="answers #1, which is before #2"):
-        M.ack(bob, item, 2, responded=True, reply=3)
+        bob.ack(item, 2, responded=True, reply=3)
     with pytest.raises(NotFound, match="last is #4"):
-        M.ack(bob, item, 5)
+        bob.ack(item, 5)
     with pytest.raises(NotFound):
         bob.do("ack", item=item, upto="no-such-id", epoch=0)
     assert tip(repo) == before
@@ -253,27 +345,27 @@ def test_inbox_splits_unread_from_read_but_unanswered_oldest_first(repo, wp):
         quiet = alice.do("new", title="nothing for bob").result["item"]
         bob.do("claim", item=held, ttl="1h")
         frozen.tick(10)
-        M.post(alice, other, "bob, a question", kind="question", to="bob")  # other #1, t+10
+        alice.post(other, "bob, a question", kind="question", to="bob")  # other #1, t+10
         frozen.tick(10)
-        M.post(carol, held, "fyi", kind="note")  # held #1 (bob holds it), t+20
+        carol.post(held, "fyi", kind="note")  # held #1 (bob holds it), t+20
         frozen.tick(10)
-        M.post(carol, held, "when?", kind="question", to="bob")  # held #2, t+30: held AND addressed, listed once
-        M.post(bob, held, "my own note")  # held #3: never in bob's own inbox
-        M.post(alice, quiet, "to carol", to="carol")
-        M.post(alice, other, "to alice herself", to="alice")
-        box = M.inbox(bob)
+        carol.post(held, "when?", kind="question", to="bob")  # held #2, t+30: held AND addressed, listed once
+        bob.post(held, "my own note")  # held #3: never in bob's own inbox
+        alice.post(quiet, "to carol", to="carol")
+        alice.post(other, "to alice herself", to="alice")
+        box = bob.inbox()
         assert [(m["item"], m["seq"]) for m in box["unread"]] == [(other, 1), (held, 1), (held, 2)]
         assert box["unanswered"] == []
         assert box["unread"][0]["why"] == "to you" and box["unread"][1]["why"] == "you hold it"
         assert box["unread"][1]["title"] == "held by bob" and box["unread"][2]["text"] == "when?"
         assert box["unread"][2]["why"] == "you hold it"
-        M.ack(bob, held, 2)  # read both, answered neither: the note drops out, the question stays
-        box = M.inbox(bob)
+        bob.ack(held, 2)  # read both, answered neither: the note drops out, the question stays
+        box = bob.inbox()
         assert [(m["item"], m["seq"]) for m in box["unread"]] == [(other, 1)]
         assert [(m["item"], m["seq"]) for m in box["unanswered"]] == [(held, 2)]
-        reply = M.post(bob, held, "tomorrow", reply_to=2).result["seq"]
-        M.ack(bob, held, 2, responded=True, reply=reply)
-        assert [(m["item"], m["seq"]) for m in M.inbox(bob)["unanswered"]] == []
+        reply = bob.post(held, "tomorrow", reply_to=2).result["seq"]
+        bob.ack(held, 2, responded=True, reply=reply)
+        assert [(m["item"], m["seq"]) for m in bob.inbox()["unanswered"]] == []
         # The CLI gives the same answer for --as, as JSON for agents.
         cli = gw_json(repo, "inbox", "--as", "bob")
         assert cli["who"] == "bob" and [(m["item"], m["seq"]) for m in cli["unread"]] == [(other, 1)]
@@ -283,12 +375,12 @@ def test_the_inbox_cache_follows_each_commit_incrementally(repo, wp):
     alice = plane(repo, "alice")
     items = [alice.do("new", title=f"t{n}").result["item"] for n in range(5)]
     for n, item_id in enumerate(items):
-        M.post(alice, item_id, f"hello {n}", to="bob")
+        alice.post(item_id, f"hello {n}", to="bob")
     snap = wp.store.snapshot()
     cached = load_threads(snap)
     assert cached.items() == load_threads(snap, use_cache=False).items()
-    M.post(alice, items[2], "one more", to="bob")
-    M.ack(plane(repo, "bob"), items[0], 1)
+    alice.post(items[2], "one more", to="bob")
+    plane(repo, "bob").ack(items[0], 1)
     snap = wp.store.snapshot()
     fresh = load_threads(snap, use_cache=False).items()
     assert load_threads(snap).items() == fresh
@@ -305,40 +397,40 @@ def test_ask_marks_the_item_waiting_and_a_person_decides(repo, wp, item):
     git(repo, "config", "gitwork.agents", "bot-1,bot-2")
     bot, human = plane(repo, "bot-1"), plane(repo, "dana")
     bot.do("claim", item=item)
-    asked = M.ask(bot, item, "Postgres or SQLite?", options=["postgres", "sqlite"], to="dana").result
+    asked = bot.ask(item, "Postgres or SQLite?", options=["postgres", "sqlite"], to="dana").result
     shown = wp.show(item)["item"]
     assert shown["status"] == "blocked" and shown["waiting"]["seq"] == asked["seq"] == 1
     assert shown["waiting"]["options"] == ["postgres", "sqlite"]
-    assert [m["seq"] for m in M.inbox(human)["unread"]] == [1]
+    assert [m["seq"] for m in human.inbox()["unread"]] == [1]
     before = tip(repo)
     with pytest.raises(Forbidden, match="agent"):
-        M.decide(plane(repo, "bot-2"), item, 1, choose="sqlite", why="smaller")
+        plane(repo, "bot-2").decide(item, 1, choose="sqlite", why="smaller")
     with pytest.raises(Invalid, match="choose one of"):
-        M.decide(human, item, 1, choose="mysql", why="habit")
+        human.decide(item, 1, choose="mysql", why="habit")
     with pytest.raises(Illegal, match="already waits"):
-        M.ask(bot, item, "another question?")
+        bot.ask(item, "another question?")
     assert tip(repo) == before
-    decided = M.decide(human, item, 1, choose="postgres", why="we need concurrent writers").result
+    decided = human.decide(item, 1, choose="postgres", why="we need concurrent writers").result
     assert decided["choice"] == "postgres" and decided["decision"] == 1 and decided["status"] == "in_progress"
     shown = wp.show(item)["item"]
     assert shown.get("waiting") is None and shown["status"] == "in_progress"
     assert shown["decisions"][0]["text"] == "postgres" and shown["decisions"][0]["by"] == "dana"
     assert shown["decisions"][0]["rationale"] == "we need concurrent writers" and shown["decisions"][0]["question"] == 1
-    last = M.thread(wp, item)[1][-1]
+    last = wp.thread(item)[1][-1]
     assert (last["kind"], last["reply_to"], last["to"], last["choice"]) == ("decision", 1, "bot-1", "postgres")
     with pytest.raises(Illegal, match="already decided"):
-        M.decide(human, item, 1, choose="sqlite", why="changed my mind")
+        human.decide(item, 1, choose="sqlite", why="changed my mind")
     with pytest.raises(Invalid, match="not a decision request"):
-        M.decide(human, item, 2, choose="x", why="y")
+        human.decide(item, 2, choose="x", why="y")
 
 
 def test_a_waiting_item_whose_holder_let_go_leaves_ready_and_returns_once_decided(repo, wp, item):
     alice = plane(repo, "alice")
     alice.do("claim", item=item)
-    M.ask(alice, item, "go ahead?")
+    alice.ask(item, "go ahead?")
     alice.do("release", item=item)  # the question still stands: the item waits for it, leased or not
     assert item not in [r[0] for r in wp.ready()]
-    M.decide(plane(repo, "bob"), item, 1, choose="yes", why="fine")
+    plane(repo, "bob").decide(item, 1, choose="yes", why="fine")
     assert wp.show(item)["item"]["status"] == "open" and item in [r[0] for r in wp.ready()]
 
 
@@ -350,15 +442,15 @@ def test_a_handoff_posts_its_reason_into_the_thread_and_the_next_claimant_takes_
     alice.do("claim", item=item)
     done = alice.do("handoff", item=item, reason="needs-human", message="stuck on credentials", to="bob").result
     assert done["state"] == "handed-off" and done["seq"] == 1
-    note = M.thread(wp, item)[1][0]
+    note = wp.thread(item)[1][0]
     assert (note["kind"], note["text"], note["to"], note["reason"], note["epoch"]) == (
         "handoff", "stuck on credentials", "bob", "needs-human", 1)
-    assert [m["seq"] for m in M.inbox(bob)["unread"]] == [1]
+    assert [m["seq"] for m in bob.inbox()["unread"]] == [1]
     assert bob.do("takeover", item=item).result["epoch"] == 2  # at once, no waiting for expiry
     before = tip(repo)
     with pytest.raises(Stale):
         alice.do("handoff", item=item, reason="done")
-    assert tip(repo) == before and len(M.thread(wp, item)[1]) == 1
+    assert tip(repo) == before and len(wp.thread(item)[1]) == 1
 
 
 # --- bad input through the CLI: a clear one-line error, its exit code, nothing written --------------
@@ -366,11 +458,11 @@ def test_a_handoff_posts_its_reason_into_the_thread_and_the_next_claimant_takes_
 
 def test_bad_input_is_refused_with_a_clear_error_and_nothing_written(repo, wp, item):
     other = wp.do("new", title="another thread").result["item"]
-    M.post(plane(repo, "alice"), other, "over there")
-    M.post(plane(repo, "alice"), item, "here", kind="question")
+    plane(repo, "alice").post(other, "over there")
+    plane(repo, "alice").post(item, "here", kind="question")
     git(repo, "config", "gitwork.agents", "bot")
     plane(repo, "alice").do("claim", item=item)
-    M.ask(plane(repo, "alice"), item, "pick", options=["a", "b"])  # #2
+    plane(repo, "alice").ask(item, "pick", options=["a", "b"])  # #2
     cases = [
         (("msg", item, "", "--as", "bob"), INVALID, "must not be empty"),
         (("msg", item, "   \n ", "--as", "bob"), INVALID, "must not be empty"),
@@ -420,7 +512,7 @@ def test_cli_round_trip_msg_thread_ack_ask_decide(repo, wp, item):
 
 
 def test_follow_prints_messages_as_they_land(repo, wp, item):
-    M.post(plane(repo, "alice"), item, "before the follow")
+    plane(repo, "alice").post(item, "before the follow")
     env = dict(os.environ)
     proc = subprocess.Popen(gw_cmd("thread", item, "--follow", "--json", "--timeout", "60", "--poll", "0.05"),
                             cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -430,12 +522,12 @@ def test_follow_prints_messages_as_they_land(repo, wp, item):
         assert first["seq"] == 1 and first["text"] == "before the follow"
         bob = plane(repo, "bob")
         for n in range(2, 5):
-            M.post(bob, item, f"live {n}")
+            bob.post(item, f"live {n}")
             line = proc.stdout.readline()
             record = json.loads(line)
             assert (record["seq"], record["text"]) == (n, f"live {n}")
-        M.ack(bob, item, 4)  # a commit that adds no message prints nothing
-        M.post(bob, item, "after an ack")
+        bob.ack(item, 4)  # a commit that adds no message prints nothing
+        bob.post(item, "after an ack")
         assert json.loads(proc.stdout.readline())["seq"] == 5
     finally:
         proc.terminate()
@@ -476,11 +568,33 @@ def test_messages_posted_on_two_machines_both_land_once_in_arbiter_order(tmp_pat
         records = gw_json(machine, "thread", item_id)
         assert [(m["seq"], m["text"]) for m in records] == [(1, "first, from one"), (2, "from two"), (3, "from one")]
         assert [m["id"] for m in records].count(a["id"]) == 1 and records[1]["reply_to"] == 1
-    remote = subprocess.run(["git", "show", f"{STATE}:{M.segment_path(item_id, 1)}"], cwd=arbiter,
+    remote = subprocess.run(["git", "show", f"{STATE}:{T.segment_path(item_id, 1)}"], cwd=arbiter,
                             capture_output=True, text=True).stdout
     assert [json.loads(line)["seq"] for line in remote.splitlines()] == [1, 2, 3]
     # A sync that runs again adds nothing (the posts are recognised by id).
     assert gw_json(one, "sync")["replayed"] == []
+
+
+def test_a_number_resolved_offline_still_names_the_same_message_after_sync_renumbers(tmp_path: Path):
+    """The op records the id a number named on its own tip, so ``sync`` replays the reference, not
+    the number: here #2 on the offline machine is #3 on the arbiter."""
+    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
+    one = _machine(tmp_path, "one", str(arbiter))
+    item_id = gw_json(one, "new", "renumbered")["item"]
+    gw_json(one, "msg", item_id, "first", "--as", "ann")
+    gw_json(one, "sync")
+    two = _machine(tmp_path, "two", str(arbiter))
+    ben = gw_json(two, "msg", item_id, "from two", "--as", "ben")  # #2 on two's tip
+    gw_json(one, "msg", item_id, "from one", "--as", "ann")
+    gw_json(one, "sync")  # one's post is #2 on the arbiter
+    doc = json.dumps({"op": "ack", "item": item_id, "upto": 2, "read": True, "epoch": 0})
+    done = run_gw(two, "apply", "-", "--as", "cat", "--json", input=doc)  # #2 here is ben's post
+    assert done.returncode == 0, done.stderr
+    gw_json(two, "sync")  # ben's post is replayed as #3, then the ack
+    with Workplane(str(two)) as there:
+        records = there.thread(item_id)[1]
+        assert [(m["seq"], m["id"]) for m in records][2] == (3, ben["id"])
+        assert T.cursors(there.store.snapshot(), item_id)["cat"]["read"] == 3
 
 
 def test_follow_with_an_arbiter_prints_other_machines_posts_once_even_when_renumbered(tmp_path: Path):

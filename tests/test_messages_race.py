@@ -16,12 +16,10 @@ from collections import Counter
 from pathlib import Path
 
 from conftest import git, gw_cmd
-from gitwork import messages as M
 from gitwork.workplane import Workplane
 
 WRITER = r"""
 import json, os, sys, time
-from gitwork import messages as M
 from gitwork.workplane import Workplane
 repo, item, who, count, gate = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 open(gate + "." + who, "w").close()  # started: waiting at the gate
@@ -30,10 +28,10 @@ while not os.path.exists(gate):
 wp = Workplane(repo, agent=who)
 for n in range(count):
     msg_id = f"{who}-{n}"
-    got = M.post(wp, item, f"{who} post {n}", msg_id=msg_id)
+    got = wp.post(item, f"{who} post {n}", msg_id=msg_id)
     print(json.dumps({"id": msg_id, "seq": got.result["seq"], "attempts": got.attempts}), flush=True)
     if n % 4 == 3:  # the reply was "lost": send the same post again
-        again = M.post(wp, item, f"{who} post {n}", msg_id=msg_id)
+        again = wp.post(item, f"{who} post {n}", msg_id=msg_id)
         assert again.result["duplicate"] and again.result["seq"] == got.result["seq"], again.result
 wp.close()
 """
@@ -72,7 +70,7 @@ def test_concurrent_posters_each_land_exactly_once(repo: Path, wp: Workplane, tm
         told[msg_id] = json.loads(out)["seq"]
     assert len(told) == 5 * 12 + 9
 
-    records = M.thread(wp, item)[1]
+    records = wp.thread(item)[1]
     ids = Counter(r["id"] for r in records)
     assert all(ids[msg_id] == 1 for msg_id in told), [m for m in told if ids[m] != 1]
     assert len(records) == len(told)  # nothing that was not acknowledged

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from conftest import Clock, git, run_gw, tip
-from gitwork import messages as M
 from gitwork.errors import ExitCode, Forbidden, Invalid, Stale
 from gitwork.workplane import Workplane
 
@@ -74,7 +73,7 @@ def test_an_ask_on_an_item_nobody_holds_is_refused_claim_first(repo: Path, wp: W
     refused(repo, "ask", item, "go ahead?", "--as", "alice", code=FORBIDDEN,
             says=("nobody holds", "claim it first", "--kind question"))
     with pytest.raises(Forbidden, match="nobody holds"):
-        M.ask(plane(repo, "alice"), item, "go ahead?")
+        plane(repo, "alice").ask(item, "go ahead?")
     assert wp.show(item)["item"]["status"] == "open" and item in [r[0] for r in wp.ready()]
 
 
@@ -84,18 +83,18 @@ def test_the_holder_asks_only_under_its_live_fence(repo: Path, item: str) -> Non
     lease = alice.do("claim", item=item, ttl="10m").result
     before = tip(repo)
     with pytest.raises(Stale):
-        M.ask(alice, item, "which one?", fence=lease["fence"] + 1)  # not the fence of the live lease
+        alice.ask(item, "which one?", fence=lease["fence"] + 1)  # not the fence of the live lease
     clock.advance(600)  # past the holder's own view of its lease
     with pytest.raises(Stale):
-        M.ask(alice, item, "which one?")
+        alice.ask(item, "which one?")
     assert tip(repo) == before
     # Once someone else took over, the old holder is an outsider like any other.
     bob = plane(repo, "bob", now=clock)
     clock.advance(31)
     bob.do("takeover", item=item)
     with pytest.raises(Forbidden, match="only the holder"):
-        M.ask(alice, item, "which one?")
-    asked = M.ask(bob, item, "which one?", options=["a", "b"]).result
+        alice.ask(item, "which one?")
+    asked = bob.ask(item, "which one?", options=["a", "b"]).result
     shown = bob.show(item)["item"]
     assert shown["status"] == "blocked" and shown["waiting"]["by"] == "bob" == asked["by"]
 
@@ -147,7 +146,7 @@ def test_git_config_admins_override_the_workplane_file(repo: Path, wp: Workplane
 def _asked(repo: Path, item: str, to: str | None) -> int:
     alice = plane(repo, "alice")
     alice.do("claim", item=item)
-    return M.ask(alice, item, "postgres or sqlite?", options=["postgres", "sqlite"], to=to).result["seq"]
+    return alice.ask(item, "postgres or sqlite?", options=["postgres", "sqlite"], to=to).result["seq"]
 
 
 def test_with_admins_the_addressee_or_an_admin_decides(repo: Path, wp: Workplane, item: str) -> None:
@@ -159,7 +158,7 @@ def test_with_admins_the_addressee_or_an_admin_decides(repo: Path, wp: Workplane
     refused(repo, "decide", item, str(seq), "--choose", "sqlite", "--why", "small", "--as", "bot",
             code=FORBIDDEN, says=("agent", "only a person may decide"))
     with pytest.raises(Forbidden, match="addressed to dana"):
-        M.decide(plane(repo, "alice"), item, seq, choose="sqlite", why="I asked, I answer")
+        plane(repo, "alice").decide(item, seq, choose="sqlite", why="I asked, I answer")
     assert tip(repo) == before
     decided = run_gw(repo, "decide", item, str(seq), "--choose", "postgres", "--why", "writers", "--as", "dana",
                      "--json")
@@ -171,16 +170,16 @@ def test_with_admins_a_question_to_nobody_is_for_the_admins(repo: Path, wp: Work
     git(repo, "config", "gitwork.admins", "boss")
     seq = _asked(repo, item, to=None)
     with pytest.raises(Forbidden, match="addressed to nobody"):
-        M.decide(plane(repo, "dana"), item, seq, choose="sqlite", why="small")
-    assert M.decide(plane(repo, "boss"), item, seq, choose="sqlite", why="small").result["choice"] == "sqlite"
+        plane(repo, "dana").decide(item, seq, choose="sqlite", why="small")
+    assert plane(repo, "boss").decide(item, seq, choose="sqlite", why="small").result["choice"] == "sqlite"
 
 
 def test_without_admins_any_person_decides_no_agent(repo: Path, wp: Workplane, item: str) -> None:
     git(repo, "config", "gitwork.agents", "bot")
     seq = _asked(repo, item, to="dana")
     with pytest.raises(Forbidden, match="agent"):
-        M.decide(plane(repo, "bot"), item, seq, choose="sqlite", why="small")
-    assert M.decide(plane(repo, "erin"), item, seq, choose="sqlite", why="small").result["decision"] == 1
+        plane(repo, "bot").decide(item, seq, choose="sqlite", why="small")
+    assert plane(repo, "erin").decide(item, seq, choose="sqlite", why="small").result["decision"] == 1
 
 
 def test_agents_act_only_on_what_they_hold(repo: Path, wp: Workplane, item: str) -> None:
@@ -198,7 +197,7 @@ def test_agents_act_only_on_what_they_hold(repo: Path, wp: Workplane, item: str)
     assert run_gw(repo, "edit", item, "--title", "renamed by a person", "--as", "carol").returncode == 0
     # ... and an agent may post, claim, and then act as the holder.
     bot = plane(repo, "bot")
-    assert M.post(bot, item, "may I?", kind="question").result["seq"] == 1
+    assert bot.post(item, "may I?", kind="question").result["seq"] == 1
     bot.do("claim", item=item)
     assert bot.do("check", item=item, criterion=1).result["checked"] is True
     bot.do("done", item=item)
@@ -268,7 +267,7 @@ def test_the_arbiters_hook_refuses_a_forged_ask(repo: Path, wp: Workplane, item:
     alice.do("claim", item=item)
     assert _push(repo, bare).returncode == 0
     base = tip(repo, STATE)
-    asked = M.ask(alice, item, "ship it?").commit
+    asked = alice.ask(item, "ship it?").commit
     # The same commit, but its document says mallory asked: what an outsider would push with plain git.
     message = git(repo, "cat-file", "commit", asked).split("\n\n", 1)[1].replace('"as": "alice"', '"as": "mallory"')
     assert '"as": "mallory"' in message

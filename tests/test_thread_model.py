@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gitwork import messages as M
+from gitwork import thread as T
 from gitwork.errors import GwError, Held, Invalid, NotFound, Stale
 from gitwork.workplane import Workplane
 
@@ -94,7 +94,7 @@ class ThreadModel(RuleBasedStateMachine):
 
     @rule(person=who)
     def read_epoch(self, person: str) -> None:
-        assert M.current_epoch(self.planes[person], self.item) == self.epoch
+        assert self.planes[person].current_epoch(self.item) == self.epoch
         self.seen[person] = self.epoch
 
     @rule(seconds=st.sampled_from([10, 60, 600, 1000]))
@@ -224,18 +224,18 @@ class ThreadModel(RuleBasedStateMachine):
         if not hasattr(self, "item"):
             return
         snapshot = self.planes["alice"].store.snapshot()
-        whole = list(M.replay(snapshot, self.item, 0))
+        whole = list(T.replay(snapshot, self.item, 0))
         assert [r["seq"] for r in whole] == list(range(1, len(self.messages) + 1))
         assert [(r["id"], r["by"], r["text"], r["epoch"], r["kind"]) for r in whole] == [
             (m["id"], m["by"], m["text"], m["epoch"], m["kind"]) for m in self.messages]
         for since in range(0, len(self.messages) + 2):
-            assert list(M.replay(snapshot, self.item, since)) == whole[since:]
+            assert list(T.replay(snapshot, self.item, since)) == whole[since:]
 
     @invariant()
     def cursors_match_and_responded_implies_read(self) -> None:
         if not hasattr(self, "item"):
             return
-        stored = M.cursors(self.planes["alice"].store.snapshot(), self.item)
+        stored = T.cursors(self.planes["alice"].store.snapshot(), self.item)
         got = {p: (c["read"], c["responded"]) for p, c in stored.items()}
         assert got == self.cursors
         for read, responded in got.values():

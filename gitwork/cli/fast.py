@@ -1,73 +1,35 @@
 """A fast path for the verbs shell loops and agents call most, parsed without typer.
 
 typer (with its bundled click and ``inspect``) costs ~70-100 ms per process on a small machine, more
-than everything else a claim does. These verbs are parsed here with a small table that mirrors their
-typer definitions (``app.py``, ``cmd_messages.py``) and call the same action functions; anything
-unusual (``--help``, an unknown option, a malformed value) falls through to typer, which owns the
-error messages. ``tests/test_fast_path.py`` checks that both paths build the same call.
+than everything else a claim does. The verbs in ``fast_table.py`` are parsed here instead; that
+table is generated from their typer declarations in ``app.py`` (``python -m gitwork.cli.fastgen``),
+so no option is spelled twice, and each verb calls the same plain function in
+``commands/<topic>.py`` that typer calls. Anything unusual (``--help``, an unknown option, a
+malformed value, a bundled short option) falls through to typer, which owns the error messages.
+``tests/test_fast_path.py`` checks the table is current and that both parsers build the same call
+for every option of every fast verb.
 """
 
 from __future__ import annotations
 
 import os
 
+from .fast_table import VERBS
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# option -> (keyword, kind); kinds: flag, value, int, float, multi (repeatable value)
-_COMMON = {"--json": ("as_json", "flag"), "--as": ("agent", "value"), "-C": ("path", "value")}
-_FENCE = {"--fence": ("fence", "int")}
-_EPOCH = {"--epoch": ("epoch", "int")}
-_OFFLINE = {"--offline": ("offline", "flag")}
-_TTL = {"--ttl": ("ttl", "value")}
-
-
-class Verb:
-    __slots__ = ("positionals", "required", "options", "defaults", "module", "action", "fixed")
-
-    def __init__(self, positionals: tuple[str, ...], required: int, options: dict[str, tuple[str, str]],
-                 module: str, action: str, fixed: dict[str, Any] | None = None,
-                 defaults: dict[str, Any] | None = None) -> None:
-        self.positionals, self.required, self.options = positionals, required, {**_COMMON, **options}
-        self.module, self.action, self.fixed = module, action, fixed or {}
-        self.defaults = {keyword: False if kind == "flag" else None for keyword, kind in self.options.values()}
-        self.defaults.update(defaults or {})
-
-
-VERBS: dict[str, Verb] = {
-    "claim": Verb(("item",), 0, {**_TTL, **_OFFLINE, "--next": ("next", "flag")}, "actions", "claim"),
-    "renew": Verb(("item",), 1, {**_TTL, **_FENCE, **_OFFLINE}, "actions", "lease_op", {"op": "renew"}),
-    "release": Verb(("item",), 1, {**_FENCE, **_OFFLINE}, "actions", "lease_op", {"op": "release"}),
-    "msg": Verb(("item", "text"), 2, {
-        "--kind": ("kind", "value"), "-k": ("kind", "value"), "--reply-to": ("reply_to", "value"),
-        "--to": ("to", "value"), "--id": ("msg_id", "value"), **_EPOCH, **_FENCE,
-    }, "actions_messages", "do_msg"),
-    "ack": Verb(("item", "seq"), 2, {
-        "--read": ("read", "flag"), "--responded": ("responded", "flag"), "--by": ("reply", "value"),
-        **_EPOCH, **_FENCE,
-    }, "actions_messages", "do_ack"),
-    "thread": Verb(("item",), 1, {
-        "--since": ("since", "int"), "--follow": ("follow", "flag"), "-f": ("follow", "flag"),
-        "--timeout": ("timeout", "float"), "--poll": ("poll", "float"),
-    }, "actions_messages", "do_thread", defaults={"since": 0, "poll": 0.2}),
-    "inbox": Verb((), 0, {}, "actions_messages", "do_inbox"),
-    "ready": Verb((), 0, {"--limit": ("limit", "int"), "-n": ("limit", "int")}, "actions", "ready"),
-    "list": Verb((), 0, {
-        "--status": ("status", "multi"), "-s": ("status", "multi"), "--label": ("label", "multi"),
-        "-l": ("label", "multi"), "--all": ("show_all", "flag"), "-a": ("show_all", "flag"),
-        "--holder": ("holder", "value"),
-    }, "actions", "list_items"),
-}
 _CONVERT = {"int": int, "float": float}
 
 
 def parse(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
-    """Return ``(module:function, keyword arguments)`` or ``None`` to let typer handle it."""
+    """Return ``(topic:function, keyword arguments)`` or ``None`` to let typer handle it."""
     verb = VERBS.get(argv[0]) if argv else None
     if verb is None:
         return None
-    kwargs: dict[str, Any] = {**verb.defaults, **verb.fixed}
+    target, positionals, options, defaults, envvars = verb
+    kwargs: dict[str, Any] = dict(defaults)
     given: list[str] = []
     args = argv[1:]
     index = 0
@@ -77,8 +39,9 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
             given.extend(args[index + 1 :])
             break
         if arg.startswith("-") and arg != "-":
-            name, eq, inline = arg.partition("=")
-            spec = verb.options.get(name)
+            # click reads `--opt=value`; for a short option `-n=5` it would read the value "=5".
+            name, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+            spec = options.get(name)
             if spec is None:
                 return None
             keyword, kind = spec
@@ -105,19 +68,21 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
         else:
             given.append(arg)
         index += 1
-    if not verb.required <= len(given) <= len(verb.positionals):
+    required = sum(1 for _name, needed in positionals if needed)
+    if not required <= len(given) <= len(positionals):
         return None
-    for name, value in zip(verb.positionals, given):
+    for (name, _needed), value in zip(positionals, given):
         kwargs[name] = value
-    for name in verb.positionals[len(given) :]:
+    for name, _needed in positionals[len(given) :]:
         kwargs[name] = None
-    for env, keyword, convert in (("GW_FENCE", "fence", int), ("GW_AGENT", "agent", str)):
-        if keyword in kwargs and kwargs[keyword] is None and os.environ.get(env):
+    for keyword, env in envvars.items():
+        if kwargs[keyword] is None and os.environ.get(env):
+            kind = next(k for word, k in options.values() if word == keyword)
             try:
-                kwargs[keyword] = convert(os.environ[env])
+                kwargs[keyword] = _CONVERT[kind](os.environ[env]) if kind in _CONVERT else os.environ[env]
             except ValueError:
                 return None
-    return f"{verb.module}:{verb.action}", kwargs
+    return target, kwargs
 
 
 def run(argv: list[str]) -> int | None:
@@ -125,13 +90,13 @@ def run(argv: list[str]) -> int | None:
     if parsed is None:
         return None
     target, kwargs = parsed
-    module_name, _, function = target.partition(":")
+    topic, _, function = target.partition(":")
     import importlib
 
     from .actions import invoke
 
-    module = importlib.import_module(f"{__package__}.{module_name}")
-    as_json = bool(kwargs.pop("as_json"))
+    module = importlib.import_module(f"{__package__}.commands.{topic}")
+    as_json = bool(kwargs.pop("json"))
     path = kwargs.pop("path")
     agent = kwargs.pop("agent")
     return invoke(getattr(module, function), as_json=as_json, path=path, agent=agent, **kwargs)

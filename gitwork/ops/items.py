@@ -9,6 +9,7 @@ from ..engine import Context, op
 from ..errors import Illegal, Invalid
 from ..model import TRANSITIONS, Item
 from ..roles import act_on
+from .common import end_lease, record_decision
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -213,20 +214,7 @@ def decision(ctx: Context) -> None:
     record_decision(ctx, item_id, ctx.cmd["text"], ctx.cmd["why"])
 
 
-def record_decision(ctx: Context, item_id: str, text: str, why: str, **extra: Any) -> dict[str, Any]:
-    item = ctx.item(item_id)
-    entry = {"number": len(item.decisions) + 1, "text": text, "rationale": why, "by": ctx.actor, "at": ctx.when, **extra}
-    item.decisions = [*item.decisions, entry]
-    ctx.save_item(item)
-    ctx.event(item_id, "decision", number=entry["number"], text=text, rationale=why)
-    ctx.say(f"decision on {item_id} by {ctx.actor}: {text}", item_id, fence=ctx.cmd.get("fence"))
-    ctx.outcome.result = {"item": item_id, "decision": entry["number"]}
-    return entry
-
-
 def _close(ctx: Context, target: str) -> None:
-    from .leases import end_lease
-
     item_id = ctx.target()
     lease = act_on(ctx, item_id)
     item = ctx.item(item_id)

@@ -15,6 +15,7 @@ from .. import layout
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_revoker
+from .common import end_lease
 
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
@@ -143,20 +144,6 @@ def renew(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-def end_lease(ctx: Context, lease: Lease, state: str, reason: str | None = None, **extra: object) -> None:
-    lease.state = state
-    lease.ended_at = ctx.when
-    lease.ended_by = ctx.actor
-    lease.reason = reason
-    ctx.save_lease(lease)
-    item = ctx.item(lease.item)
-    if item.status == "in_progress":
-        item.status = "open"
-        ctx.save_item(item)
-    verb = {"released": "released", "revoked": "revoked", "handed-off": "handoff"}[state]
-    ctx.event(lease.item, verb, epoch=lease.epoch, fence=lease.fence, holder=lease.holder, reason=reason, **extra)
-
-
 @op("release", "give the lease up", arbiter=True, item="item!")
 def release(ctx: Context) -> None:
     item_id = ctx.target()
@@ -190,7 +177,7 @@ def handoff(ctx: Context) -> None:
     end_lease(ctx, lease, "handed-off", reason=ctx.cmd["reason"], to=ctx.cmd.get("to"))
     # The next holder reads the thread, so the handoff and its reason are posted there too (fenced:
     # _held refused above unless the author still holds this epoch).
-    from .messages import post_message
+    from .conversation import post_message
 
     note = post_message(ctx, item_id, "handoff", ctx.cmd.get("message") or f"handed off: {ctx.cmd['reason']}",
                         epoch=lease.epoch, to=ctx.cmd.get("to"), reason=ctx.cmd["reason"])

@@ -1,101 +1,32 @@
-"""Conversation ops: msg, ack, ask, decide (storage and the read side are in ``gitwork/messages.py``).
+"""Conversation ops: msg, ack, ask, decide (the thread format is ``gitwork/thread.py``; posting and
+resolving a message reference are in ``ops/conversation.py``, which ``handoff`` shares).
 
 Every op here is a pure function of (snapshot, command, now): sequence numbers are assigned on the
-tip the command is applied to, and commands name messages by id, so a CAS retry (or a replay onto
-another machine's tip) renumbers without changing what a command means.
+tip the command is applied to, and a message reference given as a number is resolved here and
+recorded in the document as the message's id, so a CAS retry (or a replay onto another machine's
+tip) renumbers without changing what a command means.
 
 The epoch rule, shared by all four: a message (or acknowledgement) from the item's holder is fenced
 (``require_holder``: ``--fence``/``GW_FENCE`` or the holder by name); anyone else's carries the lease
-epoch they read (``epoch``), and one written under an epoch older than the item's current one is
-refused as :class:`Stale`, naming the current epoch, so nobody answers a conversation whose owner
-changed without noticing.
+epoch they read (``epoch``; ``"current"``, what the faces send when none is given, reads it on the
+tip the command is applied to and records the number), and one written under an epoch older than
+the item's current one is refused as :class:`Stale`, naming the current epoch, so nobody answers a
+conversation whose owner changed without noticing.
 """
 
 from __future__ import annotations
 
-from .. import codec
 from ..engine import Context, op
-from ..errors import Corrupt, Forbidden, Illegal, Invalid, NotFound, Stale
-from ..messages import (
-    POST_KINDS,
-    MessageIds,
-    cursors_path,
-    dump_cursors,
-    last_seq,
-    load_cursors,
-    message_at,
-    message_ids,
-    segment_path,
-)
+from ..errors import Forbidden, Illegal, Invalid, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_decider
+from ..thread import POST_KINDS, cursors_path, dump_cursors, load_cursors
+from .conversation import message, post_message, resolve_message, thread_ids
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
 
-# --- the thread as one op sees it (its own pending post included) ----------------------------------
-
-
-def _memo(ctx: Context, name: str) -> dict[str, Any]:
-    return ctx.memo(name)  # per-command memo: a Context lives for one attempt
-
-
-def _last(ctx: Context, item_id: str) -> int:
-    memo = _memo(ctx, "_thread_last")
-    if item_id not in memo:
-        memo[item_id] = last_seq(ctx.snapshot, item_id)
-    return memo[item_id]
-
-
-def _ids(ctx: Context, item_id: str) -> MessageIds:
-    memo = _memo(ctx, "_thread_ids")
-    if item_id not in memo:
-        memo[item_id] = message_ids(ctx.snapshot, item_id)
-    return memo[item_id]
-
-
-def _record(ctx: Context, item_id: str, seq: int) -> dict[str, Any]:
-    record = message_at(ctx.file, item_id, seq)
-    if record is None:
-        raise Corrupt(f"message #{seq} of {item_id} is missing from its segment")
-    return record
-
-
-def _resolve(ctx: Context, item_id: str, ref: int | str, what: str) -> dict[str, Any]:
-    """The message a reference names, or NotFound (a number past the end is a future message)."""
-    if isinstance(ref, int):
-        last = _last(ctx, item_id)
-        if ref > last:
-            raise NotFound(f"{what}: no message #{ref} in the thread of {item_id} (last is #{last})",
-                           item=item_id, last=last)
-        return _record(ctx, item_id, ref)
-    seq = _ids(ctx, item_id).get(ref)
-    if seq is None:
-        raise NotFound(f"{what}: no message with id {ref!r} in the thread of {item_id}", item=item_id)
-    return _record(ctx, item_id, seq)
-
-
-def post_message(ctx: Context, item_id: str, kind: str, text: str, *, epoch: int, to: str | None = None,
-                 reply_to: int | None = None, **extra: Any) -> dict[str, Any]:
-    """Append one message, numbered after the thread's last; its id is the command's id."""
-    msg_id = ctx.cmd["id"]
-    ids = _ids(ctx, item_id)
-    if msg_id in ids:
-        raise Invalid(f"message id {msg_id!r} is already used by #{ids[msg_id]} in the thread of {item_id}")
-    seq = _last(ctx, item_id) + 1
-    record: dict[str, Any] = {"seq": seq, "id": msg_id, "at": ctx.when, "by": ctx.actor, "kind": kind, "epoch": epoch}
-    if to:
-        record["to"] = to
-    if reply_to is not None:
-        record["reply_to"] = reply_to
-    record["text"] = text
-    record.update({k: v for k, v in extra.items() if v is not None})
-    path = segment_path(item_id, seq)
-    ctx.outcome.changes[path] = (ctx.file(path) or b"") + codec.encode_record(record)
-    _memo(ctx, "_thread_last")[item_id] = seq
-    ids[msg_id] = seq
-    return record
 
 
 # --- the epoch rule --------------------------------------------------------------------------------
@@ -105,6 +36,11 @@ def stance(ctx: Context, item_id: str) -> tuple[int, Lease | None]:
     """The epoch the author writes under, and the lease if the author acts as its holder."""
     lease = ctx.lease(item_id)
     given = ctx.cmd.get("epoch")
+    if given == "current":
+        # The author asks for the epoch as it is now: read on the tip the command lands on, and
+        # recorded, so the stored document (and a replay of it elsewhere) carries the number.
+        given = lease.epoch if lease is not None else 0
+        ctx.cmd["epoch"] = given
     as_holder = lease is not None and lease.is_active() and lease.holder == ctx.actor
     if ctx.cmd.get("fence") is not None or as_holder:
         held = holder_check(ctx, item_id)  # Stale when the fence is old or the lease ran out
@@ -148,10 +84,10 @@ def _view(item_id: str, record: dict[str, Any]) -> dict[str, Any]:
 
 def _landed(ctx: Context, item_id: str, kind: str, text: str) -> bool:
     """A retried post (same message id) lands once: report the first landing and change nothing."""
-    seq = _ids(ctx, item_id).get(ctx.cmd["id"])
+    seq = thread_ids(ctx, item_id).get(ctx.cmd["id"])
     if seq is None:
         return False
-    record = _record(ctx, item_id, seq)
+    record = message(ctx, item_id, seq)
     if (record.get("by"), record.get("kind"), record.get("text")) != (ctx.actor, kind, text):
         raise Invalid(f"message id {ctx.cmd['id']!r} is already used by #{seq} in the thread of {item_id} "
                       "for a different message")
@@ -173,7 +109,7 @@ def _said(ctx: Context, item_id: str, record: dict[str, Any], held: Lease | None
 
 
 @op("msg", "post a message to an item's thread", roles=True, item="item!", text="text!", kind="|".join(POST_KINDS),
-    reply_to="msgref", to="name", epoch="int", options="texts")
+    reply_to="msgref", to="name", epoch="epoch", options="texts")
 def msg(ctx: Context) -> None:
     item_id = ctx.target()
     ctx.item(item_id)
@@ -187,29 +123,29 @@ def msg(ctx: Context) -> None:
         raise Invalid("options go with a decision request (gw ask, or --kind decision-request)")
     text = _text(ctx)
     epoch, held = stance(ctx, item_id)
-    reply_to = _resolve(ctx, item_id, ctx.cmd["reply_to"], "reply_to")["seq"] if "reply_to" in ctx.cmd else None
+    reply_to = resolve_message(ctx, item_id, "reply_to", "reply_to")["seq"] if "reply_to" in ctx.cmd else None
     record = post_message(ctx, item_id, kind, text, epoch=epoch, to=ctx.cmd.get("to"), reply_to=reply_to)
     _said(ctx, item_id, record, held, "msg")
 
 
 @op("ack", "move your read or responded cursor on an item's thread", item="item!", upto="msgref!", read="bool",
-    responded="bool", reply="msgref", epoch="int")
+    responded="bool", reply="msgref", epoch="epoch")
 def ack(ctx: Context) -> None:
     item_id = ctx.target()
     ctx.item(item_id)
     responded = bool(ctx.cmd.get("responded"))
     if responded and "reply" not in ctx.cmd:
-        raise Invalid("responded needs the reply that answers it (--by REPLY_SEQ)")
+        raise Invalid("responded needs the reply that answers it ('reply'; gw ack --responded needs --by REPLY_SEQ)")
     if not responded and "reply" in ctx.cmd:
         raise Invalid("a reply (--by) goes with --responded")
     epoch, held = stance(ctx, item_id)
-    upto = _resolve(ctx, item_id, ctx.cmd["upto"], "SEQ")["seq"]
+    upto = resolve_message(ctx, item_id, "upto", "SEQ")["seq"]
     path = cursors_path(item_id)
     marks = load_cursors(ctx.file(path), item_id)
     mine = dict(marks.get(ctx.actor) or {"read": 0, "responded": 0})
     before = (mine.get("read", 0), mine.get("responded", 0))
     if responded:
-        reply = _resolve(ctx, item_id, ctx.cmd["reply"], "--by")
+        reply = resolve_message(ctx, item_id, "reply", "--by")
         if reply.get("by") != ctx.actor:
             raise Invalid(f"#{reply['seq']} was written by {reply.get('by')}: a response must be your own message")
         if reply["seq"] <= upto:
@@ -278,7 +214,7 @@ def _outsider_asks(ctx: Context, item_id: str, held: Lease | None) -> None:
 
 
 @op("ask", "ask for a decision: posts a decision request and marks the item waiting", roles=True, item="item!",
-    text="text!", options="texts", to="name", epoch="int")
+    text="text!", options="texts", to="name", epoch="epoch")
 def ask(ctx: Context) -> None:
     item_id = ctx.target()
     ctx.item(item_id)
@@ -288,9 +224,9 @@ def ask(ctx: Context) -> None:
 
 
 @op("decide", "answer a decision request: records a decision on the item and unblocks it", roles=True, item="item!",
-    question="msgref!", choose="short!", why="text!", epoch="int")
+    question="msgref!", choose="short!", why="text!", epoch="epoch")
 def decide(ctx: Context) -> None:
-    from .items import record_decision
+    from .common import record_decision  # only decide records a decision: msg and ack need not load it
 
     item_id = ctx.target()
     item = ctx.item(item_id)
@@ -301,7 +237,7 @@ def decide(ctx: Context) -> None:
     why = _text(ctx, "why")
     choose = ctx.cmd["choose"]
     epoch, held = stance(ctx, item_id)
-    question = _resolve(ctx, item_id, ctx.cmd["question"], "SEQ")
+    question = resolve_message(ctx, item_id, "question", "SEQ")
     qseq = question["seq"]
     if question.get("kind") != "decision-request":
         raise Invalid(f"#{qseq} of {item_id} is a {question.get('kind')}, not a decision request")

@@ -16,7 +16,7 @@ import re
 from ..engine import Context, op
 from ..errors import Illegal, Invalid, Stale
 from ..model import TRANSITIONS, Lease
-from .leases import end_lease
+from .common import end_lease
 from .session_records import open_sessions, refuse_open_sessions
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway

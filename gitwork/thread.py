@@ -1,4 +1,8 @@
-"""Conversations, read side: each item's thread, its read/responded cursors, replay and the inbox.
+"""The thread format: where an item's conversation lives in the state and how it is read.
+
+A plain module beside the engine (like ``model.py`` for items and leases): the conversation ops
+(``ops/messages.py``, ``ops/conversation.py``) write through it, the read side (``conversations.py``,
+``threads_index.py``) reads through it. It imports nothing above the store.
 
 Where a thread lives, under the item's folder (docs/format.md has the full description)::
 
@@ -15,9 +19,10 @@ Cursors are prefixes: ``read: 7`` means every message up to #7 was seen; ``respo
 one up to #5 was answered (``reply`` names the message that did). Responded never exceeds read.
 
 A message's ``id`` is the id of the command that posted it (client-chosen, so a retried post lands
-once). Sequence numbers are assigned on the tip a command is applied to, so command documents refer to
-messages by id (the CLI turns a ``SEQ`` it is given into an id before building the document): a command
-replayed onto another tip still names the same message after renumbering.
+once). Sequence numbers are assigned on the tip a command is applied to, so a stored command names
+messages by id: an op given a number (``SEQ`` on the command line) resolves it on the tip it is
+applied to and records the id in the document, so a replay onto another tip still names the same
+message after renumbering.
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ import json
 import marshal
 import os
 import re
-import time
 
 from . import codec, layout
-from .errors import Corrupt, Invalid, NotFound
+from .commands import parse_msgref
+from .errors import Corrupt
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -38,7 +43,6 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .store import Snapshot
-    from .workplane import Applied, Workplane
 
 SEGMENT = 100
 GROUP = 100
@@ -53,8 +57,6 @@ KINDS = (*POST_KINDS, "decision")
 ANSWERABLE = ("question", "decision-request", "handoff")
 _NAME = re.compile(r"\d{10}\Z")
 _SEGMENT_NAME = re.compile(r"(\d{10})\.log\Z")
-_SEQ_REF = re.compile(r"#?(\d+)\Z")
-_MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{4,64}\Z")
 
 
 # --- paths -----------------------------------------------------------------------------------------
@@ -297,23 +299,18 @@ def _write_ids_cache(snapshot: Snapshot, item_id: str, sealed: dict[str, tuple[i
 # --- references to messages --------------------------------------------------------------------------
 
 
-def parse_ref(value: Any, field: str) -> int | str:
-    """A message reference in a command document: an integer (or ``#N``) is a sequence number,
-    any other text a message id. Ids survive renumbering on another tip; numbers are for people."""
-    if isinstance(value, bool):
-        raise Invalid(f"{field} must be a message number or id")
-    if isinstance(value, int):
-        if value < 1:
-            raise Invalid(f"{field} must be a message number from 1 (got {value})")
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        match = _SEQ_REF.match(text)
-        if match:
-            return parse_ref(int(match.group(1)), field)
-        if _MESSAGE_ID.match(text):
-            return text
-    raise Invalid(f"{field} must be a message number (e.g. 3) or a message id, got {value!r}")
+# ``parse_ref`` is the ``msgref`` field kind, declared with every other kind in ``commands.py``.
+parse_ref = parse_msgref
+
+
+def split_ref(ref: int | str) -> tuple[str | None, int | str]:
+    """``(item text or None, number or id)`` of a parsed reference: ``"w-3fa9:3"`` → ``("w-3fa9", 3)``."""
+    if isinstance(ref, int):
+        return None, ref
+    item_text, sep, rest = ref.partition(":")
+    if not sep or not item_text.lower().startswith("w-"):
+        return None, ref
+    return item_text, int(rest) if rest.isdigit() else rest
 
 
 # --- cursors ----------------------------------------------------------------------------------------
@@ -343,204 +340,3 @@ def dump_cursors(cursors: dict[str, dict[str, Any]]) -> bytes:
 
 def cursors(snapshot: Snapshot, item_id: str) -> dict[str, dict[str, Any]]:
     return load_cursors(snapshot.blob(cursors_path(item_id)), item_id)
-
-
-# --- the library face ---------------------------------------------------------------------------------
-
-
-def current_epoch(wp: Workplane, item_id: str) -> int:
-    """The item's lease epoch as this client sees it now (0 if it was never leased)."""
-    lease = wp.lease(item_id)
-    return lease.epoch if lease is not None else 0
-
-
-def resolve_ref(wp: Workplane, item_id: str, ref: str | int, what: str = "message") -> str:
-    """Turn ``3``, ``#3``, ``ITEM:3`` or a message id into the message id, on this client's view.
-
-    Done before the command document is built, so the document names the message by its id.
-    """
-    snapshot = wp.store.snapshot()
-    text = str(ref).strip()
-    if isinstance(ref, str) and ":" in text and text.split(":", 1)[0].lower().startswith("w-"):
-        other_text, _, text = text.partition(":")
-        other = wp.resolve(other_text)
-        if other != item_id:
-            raise Invalid(f"{what} {ref!r} is a message in another thread ({other}): replies stay in the thread "
-                          f"of {item_id}")
-    parsed = parse_ref(text, what)
-    if isinstance(parsed, str):
-        if parsed not in message_ids(snapshot, item_id):
-            raise NotFound(f"no message with id {parsed!r} in the thread of {item_id}")
-        return parsed
-    record = message_at(snapshot.blob, item_id, parsed)
-    if record is None:
-        last = last_seq(snapshot, item_id)
-        raise NotFound(f"no message #{parsed} in the thread of {item_id} (last is #{last})", item=item_id, last=last)
-    return str(record["id"])
-
-
-def _prepare(wp: Workplane, item: str, epoch: int | None) -> tuple[str, int]:
-    item_id = wp.resolve(item)
-    return item_id, current_epoch(wp, item_id) if epoch is None else epoch
-
-
-def post(wp: Workplane, item: str, text: str, *, kind: str | None = None, reply_to: str | int | None = None,
-         to: str | None = None, epoch: int | None = None, fence: int | None = None,
-         msg_id: str | None = None) -> Applied:
-    """Post a message. The epoch is read now, before the document is built, so a takeover that lands
-    while the post is retried makes the post stale rather than silently re-addressed."""
-    item_id, epoch = _prepare(wp, item, epoch)
-    ref = resolve_ref(wp, item_id, reply_to, "--reply-to") if reply_to is not None else None
-    return wp.do("msg", item=item_id, text=text, kind=kind, reply_to=ref, to=to, epoch=epoch, fence=fence, id=msg_id)
-
-
-def ack(wp: Workplane, item: str, seq: str | int, *, read: bool = False, responded: bool = False,
-        reply: str | int | None = None, epoch: int | None = None, fence: int | None = None) -> Applied:
-    item_id, epoch = _prepare(wp, item, epoch)
-    if responded and reply is None:
-        raise Invalid("--responded needs --by REPLY_SEQ: the message that answers it")
-    upto = resolve_ref(wp, item_id, seq, "SEQ")
-    reply_ref = resolve_ref(wp, item_id, reply, "--by") if reply is not None else None
-    return wp.do("ack", item=item_id, upto=upto, read=read or None, responded=responded or None, reply=reply_ref,
-                 epoch=epoch, fence=fence)
-
-
-def ask(wp: Workplane, item: str, question: str, *, options: list[str] | None = None, to: str | None = None,
-        epoch: int | None = None, fence: int | None = None, msg_id: str | None = None) -> Applied:
-    item_id, epoch = _prepare(wp, item, epoch)
-    return wp.do("ask", item=item_id, text=question, options=options or None, to=to, epoch=epoch, fence=fence,
-                 id=msg_id)
-
-
-def decide(wp: Workplane, item: str, seq: str | int, *, choose: str, why: str, epoch: int | None = None,
-           fence: int | None = None, msg_id: str | None = None) -> Applied:
-    item_id, epoch = _prepare(wp, item, epoch)
-    question = resolve_ref(wp, item_id, seq, "SEQ")
-    return wp.do("decide", item=item_id, question=question, choose=choose, why=why, epoch=epoch, fence=fence,
-                 id=msg_id)
-
-
-def thread(wp: Workplane, item: str, since: int = 0) -> tuple[str, list[dict[str, Any]]]:
-    """``(full item id, messages after since)``."""
-    if since < 0:
-        raise Invalid("--since must be 0 or a message number")
-    snapshot = wp.store.snapshot()
-    snapshot.check_format()
-    item_id = wp.resolve(item)
-    return item_id, list(replay(snapshot, item_id, since))
-
-
-def follow(wp: Workplane, item_id: str, since: int, emit: Callable[[dict[str, Any]], None], *,
-           timeout: float | None = None, poll: float = 0.2, refresh: Callable[[], object] | None = None,
-           refresh_every: float = 2.0) -> int:
-    """Emit every message after ``since``, then each new one as it lands; returns the last seq seen.
-
-    Polling compares the tip (one ref read through the open ``cat-file`` process), so an idle follow
-    costs next to nothing; the thread is read only when the ref moved. ``refresh`` (e.g. a pull from
-    the arbiter remote) runs every ``refresh_every`` seconds. A pull may renumber local posts the
-    arbiter had not seen; when the message at the last emitted number is no longer the one emitted,
-    the thread is read again from ``since`` and only messages not yet emitted are printed.
-    """
-    deadline = time.monotonic() + timeout if timeout is not None else None
-    next_refresh = time.monotonic()
-    seen_tip: str | None = None
-    emitted: set[str] = set()
-    last, last_id = since, None
-    while True:
-        if refresh is not None and time.monotonic() >= next_refresh:
-            refresh()
-            next_refresh = time.monotonic() + refresh_every
-        tip = wp.store.tip()
-        if tip is not None and tip != seen_tip:
-            snapshot = wp.store.snapshot(tip)
-            start = last
-            if last_id is not None:
-                at_last = message_at(snapshot.blob, item_id, last)
-                if at_last is None or at_last.get("id") != last_id:
-                    start = since
-            for record in replay(snapshot, item_id, start):
-                last, last_id = record["seq"], record.get("id")
-                if last_id in emitted:
-                    continue
-                emitted.add(str(last_id))
-                emit(record)
-            seen_tip = tip
-        if deadline is not None and time.monotonic() >= deadline:
-            return last
-        time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
-
-
-def inbox(wp: Workplane, who: str | None = None) -> dict[str, Any]:
-    """Messages addressed to ``who`` or on items ``who`` holds, not written by ``who``, split into
-    ``unread`` (after the read cursor) and ``unanswered`` (read, not yet responded to, of a kind that
-    waits for an answer), oldest first.
-
-    Addressed messages come from the per-commit thread summary (``threads_index``); the threads of
-    items ``who`` holds are read live from the responded cursor on, so only they cost a read.
-    """
-    from .index import HOLDER, LEASE_STATE, TITLE, load_index
-    from .threads_index import LAST, MARKS, SEGMENTS, load_threads
-
-    who = who or wp.settings.identity()
-    snapshot = wp.store.snapshot()
-    snapshot.check_format()
-    rows = load_index(snapshot).items()
-    threads = load_threads(snapshot).items()
-    held = [i for i, row in rows.items() if row[LEASE_STATE] == "active" and row[HOLDER] == who]
-    held_set = set(held)
-    picked: list[tuple[str, int, str, str, dict[str, Any] | None]] = []  # item, seq, box, why, record
-
-    def place(item_id: str, seq: int, by: str, kind: str, marks: tuple[int, int], why: str,
-              record: dict[str, Any] | None) -> None:
-        if by == who:
-            return
-        if seq > marks[0]:
-            picked.append((item_id, seq, "unread", why, record))
-        elif seq > marks[1] and kind in ANSWERABLE:
-            picked.append((item_id, seq, "unanswered", why, record))
-
-    for item_id in held:
-        entry = threads.get(item_id)
-        if entry is None:
-            continue
-        marks = entry[MARKS].get(who, (0, 0))
-        if marks[1] >= entry[LAST]:
-            continue
-        for record in replay(snapshot, item_id, marks[1]):
-            place(item_id, record["seq"], str(record.get("by")), str(record.get("kind")), marks, "you hold it", record)
-    for item_id, entry in threads.items():
-        if item_id in held_set:
-            continue
-        marks = entry[MARKS].get(who, (0, 0))
-        if marks[1] >= entry[LAST]:
-            continue
-        for _oid, briefs in entry[SEGMENTS]:
-            for seq, to, by, kind, line in briefs:
-                if to == who:
-                    place(item_id, seq, by, kind, marks, "to you", json.loads(line) if line else None)
-
-    parsed: dict[str, list[dict[str, Any]]] = {}  # each segment is parsed once, however many rows it feeds
-    rows_out: list[tuple[str, str, int, str, dict[str, Any]]] = []
-    for item_id, seq, box, why, record in picked:
-        if record is None:
-            path = segment_path(item_id, seq)
-            first = first_of(seq, SEGMENT)
-            if path not in parsed:
-                parsed[path] = parse_segment(snapshot.blob(path) or b"", first, f"thread segment {first} of {item_id}")
-            records = parsed[path]
-            record = records[seq - first] if seq - first < len(records) else {"seq": seq}
-        row = rows.get(item_id)
-        view = {"item": item_id, "title": row[TITLE] if row else None, "why": why, "box": box, **record}
-        rows_out.append((str(record.get("at", "")), item_id, seq, box, view))
-    rows_out.sort(key=lambda r: r[:3])
-    out: dict[str, Any] = {"who": who, "unread": [], "unanswered": []}
-    for _at, _item, _seq, box, view in rows_out:
-        del view["box"]
-        out[box].append(view)
-    return out
-
-
-__all__ = [
-    "SEGMENT", "GROUP", "KINDS", "POST_KINDS", "ANSWERABLE", "segments", "replay", "last_seq", "message_at",
-    "message_ids", "cursors", "post", "ack", "ask", "decide", "thread", "follow", "inbox",
-]

@@ -1,8 +1,7 @@
-"""What the conversation commands do once their arguments are parsed (no typer here).
+"""Conversations: ``msg``, ``thread``, ``ack``, ``inbox``, ``ask``, ``decide``.
 
-Shared by the typer commands in ``cmd_messages.py`` and the fast path in ``fast.py``: each action
-calls the library face in ``gitwork/messages.py`` (which builds the command document and submits it)
-and prints the result.
+Each calls the library face (``Workplane.post`` and kin, in ``gitwork/workplane_messages.py``, which
+build the command document and submit it) and prints the result.
 """
 
 from __future__ import annotations
@@ -10,15 +9,12 @@ from __future__ import annotations
 import json as _json
 import sys
 
-from ..errors import UsageError
-from . import output
+from ...errors import UsageError
+from .. import output
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
-
-
-# --- actions (what each command does once its arguments are parsed) -----------------------------
 
 
 def _text_arg(text: str) -> str:
@@ -38,28 +34,20 @@ def _posted(applied: Any, as_json: bool) -> None:
     output.info(applied.summary)
 
 
-def do_msg(wp: Any, as_json: bool, item: str, text: str, **args: Any) -> None:
-    from ..messages import post
-
-    _posted(post(wp, item, _text_arg(text), **args), as_json)
+def msg(wp: Any, as_json: bool, item: str, text: str, **args: Any) -> None:
+    _posted(wp.post(item, _text_arg(text), **args), as_json)
 
 
-def do_ask(wp: Any, as_json: bool, item: str, question: str, **args: Any) -> None:
-    from ..messages import ask
-
-    _posted(ask(wp, item, _text_arg(question), **args), as_json)
+def ask(wp: Any, as_json: bool, item: str, question: str, option: list[str] | None, **args: Any) -> None:
+    _posted(wp.ask(item, _text_arg(question), options=option, **args), as_json)
 
 
-def do_decide(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
-    from ..messages import decide
-
-    _posted(decide(wp, item, seq, **args), as_json)
+def decide(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
+    _posted(wp.decide(item, seq, **args), as_json)
 
 
-def do_ack(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
-    from ..messages import ack
-
-    applied = ack(wp, item, seq, **args)
+def ack(wp: Any, as_json: bool, item: str, seq: str, by: str | None, **args: Any) -> None:
+    applied = wp.ack(item, seq, reply=by, **args)
     if as_json:
         output.emit_json(applied.to_json())
         return
@@ -87,12 +75,9 @@ def render(record: dict[str, Any]) -> str:
     return " ".join(head) + "\n" + body
 
 
-def do_thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout: float | None,
-              poll: float) -> None:
-    from ..messages import follow as follow_thread
-    from ..messages import thread
-
-    item_id, records = thread(wp, item, since)
+def thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout: float | None,
+           poll: float) -> None:
+    item_id, records = wp.thread(item, since)
     if not follow:
         if as_json:
             sys.stdout.write(_array(records) + "\n")
@@ -106,15 +91,15 @@ def do_thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeo
         sys.stdout.write((_json.dumps(record, ensure_ascii=False) if as_json else render(record)) + "\n")
         sys.stdout.flush()
 
-    follow_thread(wp, item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
+    wp.follow(item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
 
 
 def _puller(wp: Any) -> Any:
     """With an arbiter remote, following pulls now and then, so messages from other machines show up."""
     if not wp.settings.remote:
         return None
-    from ..errors import GwError
-    from ..sync import Arbiter
+    from ...errors import GwError
+    from ...sync import Arbiter
 
     arbiter = Arbiter(wp)
     warned: list[str] = []
@@ -130,11 +115,10 @@ def _puller(wp: Any) -> Any:
     return pull
 
 
-def do_inbox(wp: Any, as_json: bool) -> None:
-    from ..ids import shortest_unique
-    from ..messages import inbox
+def inbox(wp: Any, as_json: bool) -> None:
+    from ...ids import shortest_unique
 
-    box = inbox(wp)
+    box = wp.inbox()
     if as_json:
         # One object, as every single result (see output.emit_json), its two lists one message a line.
         sys.stdout.write(f'{{"ok": true,\n"who": {_json.dumps(box["who"], ensure_ascii=False)},\n'

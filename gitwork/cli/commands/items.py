@@ -1,0 +1,203 @@
+"""Items: ``init``, ``new``, ``show``, ``list``, ``ready``, ``edit``, ``check``, ``decision``, ``done``,
+``cancel``, ``reopen``, ``history``, ``log``, ``apply``."""
+
+from __future__ import annotations
+
+import sys
+
+from ...errors import Invalid, UsageError
+from .. import output
+from ..actions import done_line, submit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
+    if remote:
+        # Adopt the arbiter's state when it has one, rather than starting a second history.
+        from ...sync import Arbiter, configure_remote
+
+        configure_remote(wp, remote)
+        arbiter = Arbiter(wp)
+        remote_tip = arbiter.fetch()
+        if remote_tip and wp.store.tip() is None:
+            wp.store.set_if_equals(None, remote_tip)
+    applied = wp.do("init")
+    if as_json:
+        output.emit_json({**applied.to_json(), "ref": wp.store.ref, "remote": remote})
+    else:
+        output.info(f"gitwork state on {wp.store.ref} at {applied.commit[:12] if applied.commit else '(none)'}")
+
+
+def new(wp: Any, as_json: bool, title: str, description: str | None, priority: int | None,
+        label: list[str] | None, dep: list[str] | None, criterion: list[str] | None, owner: str | None,
+        source: str | None) -> None:
+    submit(wp, as_json, "new", "item", title=title, description=description, priority=priority, labels=label,
+           depends_on=dep, criteria=criterion, owner=owner, source=source)
+
+
+def show(wp: Any, as_json: bool, item: str) -> None:
+    view = wp.show(item)
+    if as_json:
+        output.emit_json(show_json(view))
+        return
+    from ...codec import dump_yaml
+
+    doc = {"item": view["item"]}
+    if view["lease"]:
+        doc["lease"] = view["lease"]
+    sys.stdout.write(dump_yaml(doc).decode())
+
+
+def show_json(view: dict[str, Any]) -> dict[str, Any]:
+    """``show --json``: the item's fields at the top level, its id under ``item`` as in every other
+    command's output (never ``id``), and its lease (an object, or null)."""
+    fields = dict(view["item"])
+    return {"ok": True, "item": fields.pop("id"), **fields, "lease": view["lease"]}
+
+
+def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
+               holder: str | None) -> None:
+    from ...index import HOLDER, LABELS, LEASE_STATE, STATUS
+    from ...model import CLOSED, STATUSES
+    from ...queries import order_key
+
+    unknown = [s for s in status or () if s not in STATUSES]
+    if unknown:  # a typo must not look like an empty list
+        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
+
+    _ctx, rows = wp.rows()
+    picked = []
+    for row in rows.values():
+        if status and row[STATUS] not in status:
+            continue
+        if not status and not all and row[STATUS] in CLOSED:
+            continue
+        if label and not set(label) <= set(row[LABELS]):
+            continue
+        if holder and not (row[LEASE_STATE] == "active" and row[HOLDER] == holder):
+            continue
+        picked.append(row)
+    picked.sort(key=order_key)
+    _rows_view(rows, picked, as_json, "items")
+
+
+def ready(wp: Any, as_json: bool, limit: int | None) -> None:
+    from ...queries import ready as ready_rows
+
+    _limit(limit)
+    ctx, rows = wp.rows()
+    picked = ready_rows(ctx.index(), ctx.now, wp.settings.clock_margin)
+    _rows_view(rows, picked[:limit] if limit else picked, as_json, "ready")
+
+
+def _short(all_ids: Any, ids: list[str]) -> dict[str, str]:
+    from ...ids import shortest_unique
+
+    table = shortest_unique(all_ids)
+    return {i: table.get(i, i) for i in ids}
+
+
+def _rows_view(all_rows: dict[str, Any], rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
+    from ...index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+
+    if as_json:
+        output.emit_json([
+            {"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY], "labels": list(r[LABELS]),
+             "holder": r[HOLDER] if r[LEASE_STATE] == "active" else None,
+             "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None}
+            for r in rows
+        ])
+        return
+    short = _short(all_rows.keys(), [r[ID] for r in rows])
+    output.table(
+        ("id", "status", "pri", "holder", "title"),
+        [(short[r[ID]], r[STATUS], r[PRIORITY], r[HOLDER] if r[LEASE_STATE] == "active" else "", r[TITLE])
+         for r in rows],
+        title=title,
+    )
+
+
+def _limit(limit: int | None) -> None:
+    if limit is not None and limit < 0:
+        raise Invalid(f"--limit must be 0 (no limit) or more, not {limit}")
+
+
+def edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
+         add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
+         remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
+         reason: str | None, fence: int | None) -> None:
+    submit(wp, as_json, "edit", item=item, title=title, description=description, priority=priority,
+           add_labels=add_label, remove_labels=remove_label, add_deps=add_dep, remove_deps=remove_dep,
+           add_criteria=add_criterion, owner=owner, status=status, reason=reason, fence=fence)
+
+
+def check(wp: Any, as_json: bool, item: str, criterion: int, uncheck: bool, fence: int | None) -> None:
+    submit(wp, as_json, "check", item=item, criterion=criterion, uncheck=uncheck or None, fence=fence)
+
+
+def decision(wp: Any, as_json: bool, item: str, text: str, why: str, fence: int | None) -> None:
+    submit(wp, as_json, "decision", item=item, text=text, why=why, fence=fence)
+
+
+def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
+    """``gw done``: the safe finish (``publish.finish``): publishes the holder's open session first."""
+    from ...publish import finish
+
+    result = finish(wp, item, **args)
+    if as_json:
+        output.emit_json(result)
+        return
+    published = result.get("published")
+    if published:
+        where = published["into"] + (f" on {published['remote']}" if published["remote"] else "")
+        output.info(f"published session {published['session']} into {where} ({published['mode']}, "
+                    f"{published['commit'][:12]})")
+    output.info(f"done {result['item']} by {wp.settings.identity()}")
+    for dead in result.get("dead_sessions", []):
+        held = f"holds commit {dead['commit'][:12]}" if dead["commit"] else "has no commit"
+        output.info(f"warning: session {dead['session']} ({dead['by']}; its lease ended) {held} that will not be "
+                    f"published: gw session drop {dead['session']}")
+
+
+def cancel(wp: Any, as_json: bool, item: str, reason: str | None, fence: int | None) -> None:
+    submit(wp, as_json, "cancel", item=item, reason=reason, fence=fence)
+
+
+def reopen(wp: Any, as_json: bool, item: str, reason: str | None) -> None:
+    submit(wp, as_json, "reopen", item=item, reason=reason)
+
+
+def history(wp: Any, as_json: bool, item: str) -> None:
+    records = wp.history(item)
+    if as_json:
+        output.emit_json(records)
+        return
+    rows = []
+    for record in records:
+        extra = {k: v for k, v in record.items() if k not in ("seq", "at", "by", "type", "cmd")}
+        rows.append((record["seq"], record["at"], record["by"], record["type"],
+                     " ".join(f"{k}={v}" for k, v in extra.items())))
+    output.table(("seq", "at", "by", "event", "details"), rows)
+
+
+def log(wp: Any, as_json: bool, limit: int | None) -> None:
+    _limit(limit)
+    entries = list(wp.log(limit or None))
+    if as_json:
+        output.emit_json(entries)
+        return
+    output.table(("commit", "at", "summary"), [(e["commit"][:10], e["at"], e["summary"]) for e in entries])
+
+
+def apply(wp: Any, as_json: bool, source: str) -> None:
+    from ...workplane import load_document
+
+    try:
+        text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {source}: {exc}") from exc
+    applied = wp.submit(load_document(text))
+    done_line(applied, as_json)

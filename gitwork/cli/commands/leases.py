@@ -1,0 +1,37 @@
+"""Leases: ``claim``, ``renew``, ``release``, ``takeover``, ``revoke``, ``handoff``."""
+
+from __future__ import annotations
+
+from ..actions import done_line, submit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False) -> None:
+    applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline)
+    r = applied.result
+    done_line(applied, as_json,
+              f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}", data=r["item"])
+
+
+def renew(wp: Any, as_json: bool, item: str, ttl: str | None, fence: int | None, offline: bool) -> None:
+    submit(wp, as_json, "renew", item=item, ttl=ttl, fence=fence, offline=offline)
+
+
+def release(wp: Any, as_json: bool, item: str, fence: int | None, offline: bool) -> None:
+    submit(wp, as_json, "release", item=item, fence=fence, offline=offline)
+
+
+def takeover(wp: Any, as_json: bool, item: str, ttl: str | None, offline: bool) -> None:
+    submit(wp, as_json, "takeover", item=item, ttl=ttl, offline=offline)
+
+
+def revoke(wp: Any, as_json: bool, item: str, reason: str, offline: bool) -> None:
+    submit(wp, as_json, "revoke", item=item, reason=reason, offline=offline)
+
+
+def handoff(wp: Any, as_json: bool, item: str, reason: str, message: str | None, to: str | None,
+            fence: int | None, offline: bool) -> None:
+    submit(wp, as_json, "handoff", item=item, reason=reason, message=message, to=to, fence=fence, offline=offline)

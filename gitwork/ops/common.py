@@ -1,0 +1,40 @@
+"""What more than one op module does: end a lease, record a decision (posting to a thread, which
+``handoff`` shares with the conversation ops, is ``ops/conversation.py``).
+
+Kept below ``items``, ``leases``, ``messages`` and ``sessions`` (it imports none of them), so ``done``
+can end a lease and ``decide`` can record a decision without the op modules importing each other.
+"""
+
+from __future__ import annotations
+
+from ..engine import Context
+from ..model import Lease
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def end_lease(ctx: Context, lease: Lease, state: str, reason: str | None = None, **extra: object) -> None:
+    lease.state = state
+    lease.ended_at = ctx.when
+    lease.ended_by = ctx.actor
+    lease.reason = reason
+    ctx.save_lease(lease)
+    item = ctx.item(lease.item)
+    if item.status == "in_progress":
+        item.status = "open"
+        ctx.save_item(item)
+    verb = {"released": "released", "revoked": "revoked", "handed-off": "handoff"}[state]
+    ctx.event(lease.item, verb, epoch=lease.epoch, fence=lease.fence, holder=lease.holder, reason=reason, **extra)
+
+
+def record_decision(ctx: Context, item_id: str, text: str, why: str, **extra: Any) -> dict[str, Any]:
+    item = ctx.item(item_id)
+    entry = {"number": len(item.decisions) + 1, "text": text, "rationale": why, "by": ctx.actor, "at": ctx.when, **extra}
+    item.decisions = [*item.decisions, entry]
+    ctx.save_item(item)
+    ctx.event(item_id, "decision", number=entry["number"], text=text, rationale=why)
+    ctx.say(f"decision on {item_id} by {ctx.actor}: {text}", item_id, fence=ctx.cmd.get("fence"))
+    ctx.outcome.result = {"item": item_id, "decision": entry["number"]}
+    return entry
