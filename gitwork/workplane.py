@@ -111,7 +111,7 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
 
             arbiter = Arbiter(self)
             if engine.OPS[cmd["op"]].arbiter and not offline:  # @op(..., arbiter=True)
-                return Applied(*arbiter.submit(cmd))  # TEMP until sync returns Applied
+                return arbiter.submit(cmd)  # the same loop, with the arbiter's push as the CAS
             # A local command refused as stale only because this clone has not adopted a grant the
             # arbiter already holds (its claim was cut short after the push) first catches up.
             arbiter.catch_up(cmd)
