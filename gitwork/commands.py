@@ -4,8 +4,9 @@ A command document is a mapping with an ``op`` and that op's arguments, e.g.::
 
     {op: claim, item: w-3fa9c2, ttl: 15m, as: alice}
 
-Each op declares its fields where it is implemented (``gitwork/ops``); :func:`validate` checks a
-document against that declaration before the engine sees it, so the engine only meets clean input.
+Each op declares its fields where it is implemented (``gitwork/ops``, ``@op``); the kinds a field
+may have are declared here, in :data:`KINDS`, and nowhere else. :func:`validate` checks a document
+against the op's declaration before the engine sees it, so the engine only meets clean input.
 Fields every op accepts: ``op``, ``id`` (client-chosen command id; minted if absent), ``as`` (the
 acting identity) and ``fence`` (the fencing token of the lease the author acts under).
 """
@@ -158,6 +159,34 @@ def _mapping(value: Any, field: str) -> dict[str, Any]:
     return {str(k): (str(v) if v is not None else None) for k, v in value.items()}
 
 
+_SEQ_REF = re.compile(r"#?(\d+)\Z")
+_MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{4,64}\Z")
+
+
+def parse_msgref(value: Any, field: str) -> int | str:
+    """A message reference in a command document: an integer (or ``#N``) is a sequence number,
+    any other text a message id; ``ITEM:N`` or ``ITEM:ID`` names a message of the item ``ITEM``
+    (the op checks that it is the command's own item). Ids survive renumbering on another tip;
+    numbers are for people, and the op records the id it resolves a number to."""
+    if isinstance(value, bool):
+        raise Invalid(f"{field} must be a message number or id")
+    if isinstance(value, int):
+        if value < 1:
+            raise Invalid(f"{field} must be a message number from 1 (got {value})")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        match = _SEQ_REF.match(text)
+        if match:
+            return parse_msgref(int(match.group(1)), field)
+        item_text, sep, rest = text.partition(":")
+        if sep and item_text.lower().startswith("w-") and (_SEQ_REF.match(rest) or _MESSAGE_ID.match(rest)):
+            return f"{item_text}:{parse_msgref(rest, field)}"
+        if _MESSAGE_ID.match(text):
+            return text
+    raise Invalid(f"{field} must be a message number (e.g. 3) or a message id, got {value!r}")
+
+
 def _cmd_id(value: Any, field: str) -> str:
     # It names a file on the state ref (commands/), so it starts with a letter or digit: never ".git".
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{3,63}", value):
@@ -183,6 +212,7 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
     "ints": _ints,
     "mapping": _mapping,
     "cmd_id": _cmd_id,
+    "msgref": parse_msgref,
 }
 
 

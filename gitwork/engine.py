@@ -1,9 +1,12 @@
 """The engine: (state snapshot, command document, now) → changes + events, or a refusal.
 
-It reads only through the snapshot it is given and writes nothing: the caller (``workplane``)
-turns the outcome into one commit and moves the ref by CAS. On a lost race the caller runs the
-engine again on the new tip, so every rule here is re-checked against the state that will actually
-be extended. Ops live in ``gitwork/ops`` and register themselves with :func:`op`.
+:func:`apply` reads only through the snapshot it is given and writes nothing. :func:`land` is the one
+way an outcome becomes a commit, and :func:`run` the one loop that moves a ref by compare-and-swap:
+the caller hands it a CAS (``workplane.LocalRef``: ``git update-ref`` on this clone;
+``sync.ArbiterRef``: a push to the arbiter), which is the only difference between a local and a
+remote write. On a lost race the loop runs the engine again on the new tip, so every rule here is
+re-checked against the state that will actually be extended. Ops live in ``gitwork/ops`` and
+declare themselves with :func:`op`: one declaration says everything about an op.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import re
 from . import codec, ids, layout
 from .commands import Field, parse_fields, validate
 from .config import Settings
-from .errors import Corrupt, Invalid, NotFound, Stale
+from .errors import Corrupt, GwError, Held, Invalid, NotFound, Stale
 from .model import Item, Lease, load_item, load_lease, stamp
-from .store import Snapshot
+from .store import Snapshot, Store, identity_signature
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -25,31 +28,49 @@ if TYPE_CHECKING:
 
 
 class OpSpec:
-    __slots__ = ("name", "fields", "func", "summary", "internal")
+    """Everything about one op, as its :func:`op` declaration says it."""
+
+    __slots__ = ("name", "fields", "func", "summary", "internal", "arbiter", "roles")
 
     def __init__(self, name: str, fields: dict[str, Field], func: Callable[[Context], None], summary: str,
-                 internal: bool = False) -> None:
+                 internal: bool = False, arbiter: bool = False, roles: bool = False) -> None:
         self.name, self.fields, self.func, self.summary = name, fields, func, summary
-        self.internal = internal
+        self.internal, self.arbiter, self.roles = internal, arbiter, roles
 
 
 OPS: dict[str, OpSpec] = {}
 
 
-def op(name: str, summary: str, *, internal: bool = False,
+def op(name: str, summary: str, *, internal: bool = False, arbiter: bool = False, roles: bool = False,
        **spec: str) -> Callable[[Callable[[Context], None]], Callable[[Context], None]]:
-    """Register an op implementation with its fields (see :func:`commands.parse_fields`).
+    """Declare an op: its name, one-line summary, fields (see :func:`commands.parse_fields`) and flags.
 
-    ``internal=True`` declares a record op: a record of something gitwork itself did on the git side
-    (a session branch made, a publish). Faces cannot submit it (``gw apply``, ``Workplane.submit``,
-    ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
+    - ``internal=True``: a record op, a record of something gitwork itself did on the git side (a
+      session branch made, a publish). Faces cannot submit it (``gw apply``, ``Workplane.submit``,
+      ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
+    - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync.py``): it
+      lands only once it is on the remote's state ref. Every grant, renewal and end of a lease.
+    - ``roles=True``: its rules depend on who acts (roles, holding the item), so the arbiter's state
+      hook re-applies it with the arbiter's own settings (``rolecheck.py``).
     """
 
     def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
-        OPS[name] = OpSpec(name, parse_fields(spec), func, summary, internal)
+        OPS[name] = OpSpec(name, parse_fields(spec), func, summary, internal, arbiter, roles)
         return func
 
     return register
+
+
+def spec(name: str) -> OpSpec | None:
+    """The declaration of op ``name`` (importing only its module), or ``None`` for an unknown op."""
+    _load_ops(name)
+    return OPS.get(name)
+
+
+def declared(flag: str) -> frozenset[str]:
+    """The names of every op declared with ``flag`` (``"arbiter"``, ``"roles"``, ``"internal"``)."""
+    _load_ops()
+    return frozenset(name for name, each in OPS.items() if getattr(each, flag))
 
 
 def _load_ops(name: str | None = None) -> None:
@@ -119,6 +140,7 @@ class Context:
         self._items: dict[str, Item] = {}
         self._leases: dict[str, Lease | None] = {}
         self._index: Any = None
+        self._memos: dict[str, dict[str, Any]] = {}
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -143,17 +165,23 @@ class Context:
         self.cmd["item"] = full
         return full
 
-    def _file(self, path: str) -> bytes | None:
+    def file(self, path: str) -> bytes | None:
+        """A file of the state as this op sees it: its own pending writes, else the snapshot."""
         if path in self.outcome.changes:
             return self.outcome.changes[path]
         return self.snapshot.blob(path)
+
+    def memo(self, name: str) -> dict[str, Any]:
+        """A per-command scratch mapping an op module may keep derived reads in (a thread's last
+        number, its ids). A Context lives for one attempt, so a retry starts with an empty one."""
+        return self._memos.setdefault(name, {})
 
     def item(self, item_id: str) -> Item:
         cached = self._items.get(item_id)
         if cached is not None:
             return cached
         path = layout.item_path(item_id, layout.ITEM_FILE)
-        data = self._file(path)
+        data = self.file(path)
         if data is None:
             raise NotFound(f"no item {item_id}", id=item_id)
         item = load_item(data, item_id)  # Corrupt, naming the file, unless every field is sound
@@ -163,7 +191,7 @@ class Context:
     def lease(self, item_id: str) -> Lease | None:
         if item_id not in self._leases:
             path = layout.item_path(item_id, layout.LEASE_FILE)
-            data = self._file(path)
+            data = self.file(path)
             if data is None:
                 self._leases[item_id] = None
             else:
@@ -171,12 +199,12 @@ class Context:
         return self._leases[item_id]
 
     def counters(self) -> dict[str, Any]:
-        data = self._file(layout.COUNTERS)
+        data = self.file(layout.COUNTERS)
         return codec.load_yaml(data, what=layout.COUNTERS) if data else {}
 
     def records(self, item_id: str, name: str = layout.EVENTS_FILE) -> list[dict[str, Any]]:
         path = layout.item_path(item_id, name)
-        data = self._file(path) or b""
+        data = self.file(path) or b""
         return list(codec.iter_records(data, what=path))
 
     def index(self) -> Any:
@@ -246,7 +274,7 @@ class Context:
     def append(self, item_id: str, name: str, record: dict[str, Any]) -> dict[str, Any]:
         """Append one record to an item's log, numbering it after the last one."""
         path = layout.item_path(item_id, name)
-        old = self._file(path) or b""
+        old = self.file(path) or b""
         last = 0
         if old:
             tail = old[: -1].rpartition(b"\n")[2]
@@ -331,6 +359,98 @@ def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: 
         outcome.changes[record_path] = json.dumps(record, ensure_ascii=False, sort_keys=True).encode() + b"\n"
     outcome.trailers.setdefault("Command-Id", cmd["id"])
     return outcome
+
+
+# --- the one path from an outcome to a commit ----------------------------------------------------
+
+
+class Applied:
+    """A command that landed: its commit, result and how many CAS attempts it took."""
+
+    def __init__(self, command: dict[str, Any], commit: str | None, result: dict[str, Any], summary: str,
+                 attempts: int) -> None:
+        self.command, self.commit, self.result, self.summary, self.attempts = command, commit, result, summary, attempts
+
+    def __repr__(self) -> str:
+        return f"Applied({self.summary!r}, commit={self.commit}, result={self.result})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": True, "op": self.command["op"], "command_id": self.command["id"], "commit": self.commit,
+                **self.result}
+
+
+def land(store: Store, snapshot: Snapshot, cmd: dict[str, Any], outcome: Outcome, now: _dt.datetime) -> str | None:
+    """Write ``outcome`` as one commit on top of ``snapshot`` (``None``: no changes, no commit).
+
+    The message carries the final command document (:func:`commit_message`), the author is the
+    acting identity at ``now``. Only the objects are written: moving a ref is the CAS's business.
+    """
+    if outcome.empty:
+        return None
+    return store.write_commit(snapshot, outcome.changes, commit_message(cmd, outcome),
+                              identity_signature(cmd["as"]), int(now.timestamp()))
+
+
+class CAS:
+    """How :func:`run` moves a ref: the only thing a local write and an arbiter write differ in.
+
+    ``base()`` is the snapshot the next attempt builds on; ``expected(base)`` the value the ref must
+    still have for ``swap(expected, new)`` to move it (``False``: someone moved it first); ``lost``
+    waits before the next attempt; ``again(error)`` says whether a refusal is worth another attempt
+    (a remote's view may be old); ``landed`` finishes the write (``moved``: the ref was swapped).
+    """
+
+    limit = 1
+
+    def base(self) -> Snapshot:
+        raise NotImplementedError
+
+    def expected(self, base: Snapshot) -> str | None:
+        return base.commit
+
+    def swap(self, old: str | None, new: str) -> bool:
+        raise NotImplementedError
+
+    def again(self, error: GwError) -> bool:
+        return False
+
+    def lost(self, attempt: int) -> None:
+        pass
+
+    def landed(self, applied: Applied, moved: bool) -> Applied:
+        return applied
+
+    def gave_up(self) -> GwError:
+        return Held(f"gave up after {self.limit} lost races")  # 75 (docs/exit-codes.md): retry later
+
+
+def run(cas: CAS, cmd: dict[str, Any], now: Callable[[], _dt.datetime], settings: Settings) -> Applied:
+    """Decide ``cmd`` on the CAS's base, land it as one commit and swap the ref; on a lost race, again.
+
+    Each attempt works on a fresh copy of ``cmd``: ops record what they resolved (full ids, the item
+    ``--next`` picked) in the document, and a retry must start from what the caller sent.
+    """
+    for attempt in range(1, cas.limit + 1):
+        base = cas.base()
+        base.check_format()
+        at = now()
+        attempt_cmd = dict(cmd)
+        try:
+            outcome = apply(base, attempt_cmd, at, settings)
+            new = land(base.store, base, attempt_cmd, outcome, at) or base.commit
+        except GwError as error:
+            if cas.again(error):
+                continue
+            raise
+        applied = Applied(attempt_cmd, new, outcome.result, outcome.summary, attempt)
+        expected = cas.expected(base)
+        if new == expected:
+            return cas.landed(applied, False)  # nothing to move: a no-op, or an answer already there
+        assert new is not None
+        if cas.swap(expected, new):
+            return cas.landed(applied, True)
+        cas.lost(attempt)
+    raise cas.gave_up()
 
 
 def _initialise(outcome: Outcome) -> None:

@@ -21,6 +21,7 @@ cost on every other ref update (gitwork's own state writes included) is one ``sh
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import re
@@ -28,6 +29,11 @@ import sys
 from collections.abc import Callable, Iterable
 
 from . import gitcmd
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .model import Lease
+    from .store import Store
 
 SESSION_PREFIX = "refs/heads/session/"
 STATE_PREFIX = "refs/gitwork/"
@@ -287,23 +293,19 @@ def check_server_sessions(push: Push) -> Iterable[str]:
                    "record its drop with `gw session drop` and push the state ref)")
 
 
-def _lease_of(push: Push, item: str) -> tuple[int, str, str | None] | None:
-    """``(fence, state, reason)`` of the item's lease on the server's state ref, or ``None`` if unknown."""
+def _lease_of(push: Push, item: str) -> Lease | None:
+    """The item's lease on the server's state ref, read as the engine reads it; ``None`` if unknown."""
     from . import layout
-    from .codec import load_yaml
     from .errors import GwError
+    from .model import load_lease
 
     data = push.state_file(layout.item_path(item, layout.LEASE_FILE))
     if data is None:
         return None
     try:
-        doc = load_yaml(data, what="lease")
+        return load_lease(data, item)
     except GwError:
-        return None
-    fence = doc.get("fence") if isinstance(doc, dict) else None
-    if not isinstance(fence, int) or isinstance(fence, bool):
-        return None
-    return fence, str(doc.get("state") or "active"), doc.get("reason")
+        return None  # the state check refuses a state that does not parse; nothing to judge by here
 
 
 def fence_refusal(push: Push, item: str, fence: int) -> str | None:
@@ -318,14 +320,13 @@ def fence_refusal(push: Push, item: str, fence: int) -> str | None:
     lease = _lease_of(push, item)
     if lease is None:
         return None
-    latest, state, reason = lease
-    if fence < latest:
-        return (f"stale fence {fence} for {item} (fence {latest} has since been granted: the lease was lost before "
-                "this push). Claim the item again and redo the work in a new session.")
-    if fence == latest and state != "active":
-        why = f", reason {reason}" if reason else ""
-        return (f"stale fence {fence} for {item} (its lease was {state}{why}: the fence ended with it). Claim the "
-                "item again and redo the work in a new session.")
+    if fence < lease.fence:
+        return (f"stale fence {fence} for {item} (fence {lease.fence} has since been granted: the lease was lost "
+                "before this push). Claim the item again and redo the work in a new session.")
+    if fence == lease.fence and not lease.is_active():
+        why = f", reason {lease.reason}" if lease.reason else ""
+        return (f"stale fence {fence} for {item} (its lease was {lease.state}{why}: the fence ended with it). Claim "
+                "the item again and redo the work in a new session.")
     return None
 
 
@@ -371,15 +372,103 @@ def check_server_fences(push: Push) -> Iterable[str]:
 
 
 def check_server_state(push: Push) -> Iterable[str]:
-    """``refs/gitwork/*`` stays append-only and parseable (the checks of ``gitwork.statecheck``)."""
-    updates = [u for u in push.updates if u.ref.startswith(STATE_PREFIX)]
-    if not updates:
-        return
-    from . import statecheck
+    """``refs/gitwork/*`` stays append-only and parseable, and its commands pass the arbiter's roles."""
+    for update in push.updates:
+        if update.ref.startswith(STATE_PREFIX):
+            zero = "0" * len(update.new or update.old or "0" * 40)
+            yield from check_update(push.git_dir, update.ref, update.old or zero, update.new or zero)
 
-    for update in updates:
-        zero = "0" * len(update.new or update.old or "0" * 40)
-        yield from statecheck.check_update(push.git_dir, update.ref, update.old or zero, update.new or zero)
+
+# --- server: the state ref -----------------------------------------------------------------------
+#
+# ``receive.denyNonFastForwards`` does not cover refs outside ``refs/heads`` (a forced rewind of a
+# custom ref is accepted), so the arbiter remote needs this check to keep its history append-only: no
+# deletion, no non-fast-forward, no commit that rewrites or truncates an append-only ``.log`` file, and
+# no state that does not parse or was written by a newer format; then the roles (``rolecheck.py``).
+
+ZERO = ("0" * 40, "0" * 64)
+
+
+def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -> list[str]:
+    from . import FORMAT_VERSION, codec
+    from .errors import GwError
+    from .model import state_file_problem
+    from .store import APPEND_ONLY_SUFFIX, FORMAT_FILE, keeps_append_only
+
+    git = functools.partial(_git, "--git-dir", git_dir)
+    problems: list[str] = []
+    if parent is None:
+        listing = git("ls-tree", "-r", commit, check=True).out.splitlines()
+        changes = [("A", line.split("\t", 1)[1], None, line.split()[2]) for line in listing if "\t" in line]
+    else:
+        raw = git("diff-tree", "-r", "--no-renames", "--no-commit-id", parent, commit, check=True).out.splitlines()
+        changes = []
+        for line in raw:
+            meta, _, path = line.partition("\t")
+            fields = meta.split()
+            changes.append((fields[4], path, fields[2], fields[3]))
+    for status, path, old, new in changes:
+        if path.endswith(APPEND_ONLY_SUFFIX) and status in ("M", "D", "T"):
+            # A type change (to a symlink, a folder) is a rewrite whatever the new object holds.
+            after = store.read_blob(new) if status == "M" else None
+            if not keeps_append_only(path, store.read_blob(old), after):
+                problems.append(f"{commit[:12]} rewrites or truncates append-only {path}")
+                continue
+        if status == "D" or new is None or new in ZERO:
+            continue
+        try:
+            if path == FORMAT_FILE:
+                version = codec.load_yaml(store.read_blob(new), what=path).get("format")
+                if not isinstance(version, int) or version > FORMAT_VERSION:
+                    problems.append(f"{commit[:12]} has format {version!r}; this server reads up to {FORMAT_VERSION}")
+            elif path.endswith(".yaml"):
+                found = state_file_problem(path, codec.load_yaml(store.read_blob(new), what=path))
+                if found:  # a value no reader could use (priority "high"): refused before it spreads
+                    problems.append(f"{commit[:12]}: {path}: {found}")
+            elif path.endswith(APPEND_ONLY_SUFFIX):
+                list(codec.iter_records(store.read_blob(new), what=path))
+        except GwError as error:
+            problems.append(f"{commit[:12]}: {error.message}")
+    return problems
+
+
+def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
+    """Reasons to refuse moving the state ref ``ref`` from ``old`` to ``new`` (empty: accept)."""
+    if not ref.startswith(STATE_PREFIX):
+        return []
+    if new in ZERO:
+        return [f"{ref}: deleting the work-plane state is not allowed"]
+    from .store import Repository, Store
+
+    # The same store gw reads through: loose objects read directly (the push's quarantine folder
+    # included: git hands it to the hook as GIT_OBJECT_DIRECTORY), the rest from one cat-file.
+    store = Store(Repository.discover(git_dir), ref)
+    try:
+        return _check_range(git_dir, store, ref, old, new)
+    finally:
+        store.close()
+
+
+def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> list[str]:
+    git = functools.partial(_git, "--git-dir", git_dir)
+    if old not in ZERO:
+        if git("merge-base", "--is-ancestor", old, new).returncode != 0:
+            return [f"{ref}: non-fast-forward update refused (the state history is append-only)"]
+        commits = git("rev-list", "--reverse", "--parents", new, f"^{old}", check=True).out.splitlines()
+    else:
+        commits = git("rev-list", "--reverse", "--parents", new, check=True).out.splitlines()
+    problems: list[str] = []
+    for line in commits:
+        parts = line.split()
+        problems += _check_commit(git_dir, store, parts[0], parts[1] if len(parts) > 1 else None)
+        if len(problems) >= 20:
+            break
+    if not problems:  # the roles, judged with this repository's settings (gitwork/rolecheck.py)
+        from .rolecheck import check_commits
+
+        pairs = [(parts[0], parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)]
+        problems += check_commits(git_dir, ref, pairs)
+    return problems
 
 
 SERVER_CHECKS: list[ServerCheck] = [check_server_state, check_server_sessions, check_server_fences]

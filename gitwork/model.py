@@ -112,9 +112,16 @@ class Lease(Record):
 
     def takeable(self, now: _dt.datetime, margin: int) -> bool:
         """Another party's view: free once released/revoked/handed off, or expired plus margin."""
-        if self.state != "active":
-            return True
-        return now >= self.expires() + _dt.timedelta(seconds=margin)
+        return not held_for_others(self.state, self.expires() if self.state == "active" else None, now, margin)
+
+
+def held_for_others(state: str | None, expires: _dt.datetime | None, now: _dt.datetime, margin: int) -> bool:
+    """The one rule of lease liveness as anyone but the holder sees it: an active lease holds the item
+    until its expiry plus the clock margin; an ended one (released, revoked, handed off) holds nothing.
+    :meth:`Lease.takeable` and the read side's ``ready`` (``queries.lease_is_live``) both ask this."""
+    if state != "active" or expires is None:
+        return False
+    return now < expires + _dt.timedelta(seconds=margin)
 
 
 class Item(Record):

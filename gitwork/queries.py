@@ -6,6 +6,7 @@ import datetime as _dt
 
 from .clock import parse_instant
 from .index import CREATED, DEPS, EXPIRES, ID, LEASE_STATE, PRIORITY, STATUS, Index
+from .model import held_for_others
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -14,9 +15,8 @@ if TYPE_CHECKING:
 
 def lease_is_live(row: tuple[Any, ...], now: _dt.datetime, margin: int) -> bool:
     """Whether someone else still holds the item, by a taker's clock (expiry plus margin)."""
-    if row[LEASE_STATE] != "active" or not row[EXPIRES]:
-        return False
-    return now < parse_instant(row[EXPIRES]) + _dt.timedelta(seconds=margin)
+    expires = parse_instant(row[EXPIRES]) if row[LEASE_STATE] == "active" and row[EXPIRES] else None
+    return held_for_others(row[LEASE_STATE], expires, now, margin)
 
 
 def order_key(row: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -2,7 +2,7 @@
 
 A client's engine checks the roles (``gitwork/roles.py``) with the client's settings, which is only
 advice: anyone can run another gitwork, change their ``.workplane`` or write a commit with plain git.
-The arbiter's pre-receive hook (``gitwork.statecheck``, also run by ``gitwork.hookcheck``) calls
+The arbiter's pre-receive hook (``gitwork.hookcheck``, through ``gitwork.statecheck``) calls
 :func:`check_commits` for every new commit on the state ref: it re-applies the commit's command
 document to the commit's parent, at the commit's author time, with the settings of the arbiter's
 repository (``git config gitwork.admins`` / ``gitwork.agents`` there), and refuses the push when the
@@ -16,24 +16,13 @@ authenticating face (the REST server, later) closes that gap; see docs/leases.md
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
-# The ops whose rules depend on who acts (roles, or holding the item): only these are re-applied.
-CHECKED_OPS = frozenset({"revoke", "decide", "ask", "msg", "edit", "check", "decision", "done", "cancel", "reopen"})
-
-
-def _author_time(author: str) -> Any:
-    from .clock import parse_instant_epoch
-
-    parts = author.rsplit(" ", 2)
-    return parse_instant_epoch(int(parts[1])) if len(parts) == 3 and parts[1].isdigit() else None
-
 
 def check_commits(git_dir: str, ref: str, commits: list[tuple[str, str | None]]) -> list[str]:
-    """Refusals for ``[(commit, parent)]`` about to land on ``ref`` of the repository at ``git_dir``."""
-    from . import engine
+    """Refusals for ``[(commit, parent)]`` about to land on ``ref`` of the repository at ``git_dir``.
+
+    Only the ops declared ``@op(..., roles=True)`` are re-applied: those whose rules depend on who acts.
+    """
+    from . import engine, statecommit
     from .errors import Forbidden, GwError
     from .store import Repository, Store
 
@@ -47,16 +36,14 @@ def check_commits(git_dir: str, ref: str, commits: list[tuple[str, str | None]])
         for commit, parent in commits:
             if parent is None:
                 continue
-            info = store.snapshot(commit, at_tip=False).info
-            cmd = engine.parse_command_from_message(info.message) if info else None
-            if not isinstance(cmd, dict) or cmd.get("op") not in CHECKED_OPS or not cmd.get("id"):
-                continue
-            now = _author_time(info.author) if info else None
-            if now is None:
+            state = statecommit.read(store, commit)
+            cmd = state.command
+            declared = engine.spec(cmd["op"]) if cmd is not None and isinstance(cmd.get("op"), str) else None
+            if declared is None or not declared.roles or not cmd.get("id") or state.at is None:
                 continue
             try:
                 clean = engine.validate_command(dict(cmd))
-                engine.apply(store.snapshot(parent, at_tip=False), clean, now, repo.settings)
+                engine.apply(store.snapshot(parent, at_tip=False), clean, state.at, repo.settings)
             except Forbidden as error:
                 problems.append(f"{commit[:12]}: {cmd['op']} by {cmd.get('as')} refused by the arbiter's roles: "
                                 f"{error.message}")

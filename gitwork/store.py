@@ -26,6 +26,15 @@ FORMAT_FILE = "format.yaml"
 APPEND_ONLY_SUFFIX = ".log"
 
 
+def keeps_append_only(path: str, old: bytes | None, new: bytes | None) -> bool:
+    """The one append-only rule: a ``.log`` file of the state may be created and may grow, nothing
+    else (no rewrite, no truncation, no deletion). ``None`` is an absent file. Checked where commits
+    are written (:meth:`Store.write_commit`) and where the arbiter receives them (``statecheck``)."""
+    if old is None or not path.endswith(APPEND_ONLY_SUFFIX):
+        return True
+    return new is not None and new.startswith(old)
+
+
 def crash_point(name: str) -> None:
     """Die like ``kill -9`` at a named step when ``GW_CRASH_AT`` names it (crash tests only)."""
     if os.environ.get("GW_CRASH_AT") == name:
@@ -264,10 +273,7 @@ class Store:
     def check_append_only(self, base: Snapshot, changes: dict[str, bytes | None]) -> None:
         """Refuse (as a bug) any change that would rewrite or truncate an append-only log."""
         for path, data in changes.items():
-            if not path.endswith(APPEND_ONLY_SUFFIX):
-                continue
-            old = base.blob(path)
-            if old is not None and (data is None or not data.startswith(old)):
+            if path.endswith(APPEND_ONLY_SUFFIX) and not keeps_append_only(path, base.blob(path), data):
                 raise Corrupt(f"refusing to rewrite append-only file {path}")
 
     def write_commit(

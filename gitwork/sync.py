@@ -34,22 +34,19 @@ import time
 
 from . import clock, engine, gitcmd, layout
 from .errors import Corrupt, GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
-from .store import Snapshot, crash_point, identity_signature
+from .store import Snapshot, crash_point
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from .workplane import Applied, Workplane
+    from .engine import Applied
+    from .workplane import Workplane
 
-    # What landed: (the command as applied, its commit, result, summary, attempts); the workplane
-    # wraps it into its ``Applied`` (sync does not import the workplane: it is the layer above).
-    Landed = tuple[dict[str, Any], str | None, dict[str, Any], str, int]
-
-# Ops the arbiter decides: every grant, renewal and end of a lease (done and cancel release the
-# holder's lease, publish records a release too), so no machine can close a lease the arbiter still
-# shows as live, nor take one over that another machine already ended. Declared here, in one place.
-ARBITER_OPS: set[str] = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
+# Which ops the arbiter decides is said where each op is declared: ``@op(..., arbiter=True)`` (every
+# grant, renewal and end of a lease: done and cancel release the holder's lease, publish records a
+# release too), so no machine can close a lease the arbiter still shows as live, nor take one over
+# that another machine already ended.
 MAX_ROUNDS = 200
 # Seconds one git fetch/push/ls-remote may wait for the remote before it counts as unreachable.
 REMOTE_TIMEOUT = 120.0
@@ -276,22 +273,20 @@ class Arbiter:
         return gitcmd.run(args).out.split()
 
     def _command_of(self, commit: str) -> tuple[dict[str, Any] | None, int]:
-        info = self.store.snapshot(commit).info
-        assert info is not None
-        when = int(info.author.rsplit(" ", 2)[1])
-        return engine.parse_command_from_message(info.message), when
+        """The command document of a state commit and its author time (no time: no command to replay)."""
+        from .statecommit import read
+
+        state = read(self.store, commit)
+        return (state.command, state.time) if state.time is not None else (None, 0)
 
     # --- building the chain to push -----------------------------------------------------------
 
     def _apply(self, base: Snapshot, cmd: dict[str, Any], when: Any) -> tuple[Snapshot, dict[str, Any], Any]:
+        """Replay one command on ``base`` as one commit (``engine.land``, as every write); no ref moves."""
         snapshot_cmd = dict(cmd)
         outcome = engine.apply(base, snapshot_cmd, when, self.wp.settings)
-        if outcome.empty:
-            return base, snapshot_cmd, outcome
-        message = engine.commit_message(snapshot_cmd, outcome)
-        commit = self.store.write_commit(base, outcome.changes, message, identity_signature(snapshot_cmd["as"]),
-                                         int(when.timestamp()))
-        return self.store.snapshot(commit), snapshot_cmd, outcome
+        commit = engine.land(self.store, base, snapshot_cmd, outcome, when)
+        return (self.store.snapshot(commit) if commit else base), snapshot_cmd, outcome
 
     def _follow_grant(self, chain: Snapshot, cmd: dict[str, Any], when: Any) -> dict[str, Any]:
         """``cmd`` with its fence moved to the one its grant holds on ``chain`` now.
@@ -499,14 +494,15 @@ class Arbiter:
         return {"remote": self.remote, "tip": self.store.tip(), "remote_tip": self.known_remote_tip(),
                 "replayed": replayed, "refused": refused}
 
-    def submit(self, cmd: dict[str, Any]) -> Landed:
-        """Apply a lease command so that it lands on the remote, or refuse it as the remote sees it.
+    def submit(self, cmd: dict[str, Any]) -> Applied:
+        """Apply a command the arbiter decides so that it lands on the remote, or refuse it as the
+        remote sees it: :func:`engine.run`, the one write loop, with :class:`ArbiterRef` as its CAS.
 
         If the remote stops answering, the outcome is unknown (it may have landed): the document is
         kept so that ``gw retry ID`` can send it again under the same id, and the error names the id.
         """
         try:
-            return self._submit(cmd)
+            return engine.run(ArbiterRef(self), cmd, self.wp.now, self.wp.settings)
         except RemoteError as error:
             remember_unknown(self.wp, cmd)
             raise RemoteError(
@@ -515,44 +511,13 @@ class Arbiter:
                 **{**error.details, "command_id": cmd["id"], "outcome": "unknown"},
             ) from error
 
-    def _submit(self, cmd: dict[str, Any]) -> Landed:
-        remote = self.known_remote_tip()
-        fetched = False
-        for attempt in range(1, MAX_ROUNDS + 1):
-            local = self.store.tip()
-            base, _replayed, refused = self.rebuild(local, remote)
-            snapshot = self.store.snapshot(base) if base else Snapshot(self.store, None, None)
-            snapshot.check_format()
-            try:
-                after, applied_cmd, outcome = self._apply(snapshot, cmd, self.wp.now())
-            except GwError:
-                if fetched:
-                    raise
-                # Our view of the remote may be old: refuse only on what the remote says now.
-                remote, fetched = self.fetch(), True
-                continue
-            if after.commit == base == remote:
-                # Nothing to push (done before: the same id answered with its first result, from
-                # what the remote holds), but that still becomes local, as after a pull.
-                refused = _unique(refused + self._adopt(local, base))
-                return self._answer((applied_cmd, base, outcome.result, outcome.summary, attempt), refused)
-            # (An answer found among local commands the remote has not seen is pushed like a new
-            # commit: a command the arbiter decides is done only once it is on the arbiter.)
-            assert after.commit is not None
-            if self.push(remote, after.commit):
-                refused = _unique(refused + self._adopt(local, after.commit))
-                return self._answer((applied_cmd, after.commit, outcome.result, outcome.summary, attempt), refused)
-            remote, fetched = self.fetch(), True
-        raise Held(f"gave up after {MAX_ROUNDS} lost races on {self.remote}", remote=self.remote)
-
-    def _answer(self, landed: Landed, refused: list[dict[str, Any]]) -> Landed:
+    def _answer(self, applied: Applied, refused: list[dict[str, Any]]) -> Applied:
         """Record and report what the replay under this command refused (a ``refused`` list in the
         result: every face shows it)."""
-        if not refused:
-            return landed
-        self._record_refused(refused)
-        applied_cmd, commit, result, summary, attempts = landed
-        return applied_cmd, commit, {**result, "refused": refused}, summary, attempts
+        if refused:
+            self._record_refused(refused)
+            applied.result = {**applied.result, "refused": refused}
+        return applied
 
     def status(self) -> dict[str, Any]:
         local = self.store.tip()
@@ -560,11 +525,13 @@ class Arbiter:
         pending = []
         if local and local != remote:
             base = self._merge_base(local, remote) if remote else None
+            from .statecommit import read
+
             for commit in self._first_parent_range(base, local):
-                cmd, _ = self._command_of(commit)
-                info = self.store.snapshot(commit).info
-                pending.append({"commit": commit, "summary": info.message.split("\n", 1)[0] if info else "",
-                                "command_id": (cmd or {}).get("id"), "op": (cmd or {}).get("op")})
+                state = read(self.store, commit)
+                cmd = state.command or {}
+                pending.append({"commit": commit, "summary": state.summary, "command_id": cmd.get("id"),
+                                "op": cmd.get("op")})
         path = os.path.join(self.wp.repo.gitwork_dir(), "refused.jsonl")
         refused = []
         if os.path.exists(path):
@@ -637,6 +604,59 @@ def _bounded_run(cmd: list[str], timeout: float) -> gitcmd.Completed:
             proc.wait()
             raise
     return gitcmd.Completed(tuple(cmd), proc.returncode, out.value(), err.value())
+
+
+class ArbiterRef(engine.CAS):
+    """The arbiter's CAS for :func:`engine.run`: ``git push --force-with-lease=REF:<old>`` to the remote.
+
+    Each attempt builds on the last known remote tip plus the local commands it has not seen
+    (``rebuild``); a lost race, or a refusal made on a view that may be old, fetches the remote's tip
+    and tries again. Once the push lands (or the answer is already there), the local ref adopts it.
+    """
+
+    def __init__(self, arbiter: Arbiter) -> None:
+        self.arbiter = arbiter
+        self.remote = arbiter.known_remote_tip()  # no fetch until something says our view is old
+        self.fetched = False
+        self.local: str | None = None
+        self.refused: list[dict[str, Any]] = []
+
+    @property
+    def limit(self) -> int:  # type: ignore[override]
+        return MAX_ROUNDS
+
+    def base(self) -> Snapshot:
+        store = self.arbiter.store
+        self.local = store.tip()
+        base, _replayed, self.refused = self.arbiter.rebuild(self.local, self.remote)
+        return store.snapshot(base) if base else Snapshot(store, None, None)
+
+    def expected(self, base: Snapshot) -> str | None:
+        return self.remote
+
+    def again(self, error: GwError) -> bool:
+        if self.fetched:
+            return False
+        # Our view of the remote may be old: refuse only on what the remote says now.
+        self.remote, self.fetched = self.arbiter.fetch(), True
+        return True
+
+    def swap(self, old: str | None, new: str) -> bool:
+        # (An answer found among local commands the remote has not seen is pushed like a new commit:
+        # a command the arbiter decides is done only once it is on the arbiter.)
+        return self.arbiter.push(old, new)
+
+    def lost(self, attempt: int) -> None:
+        self.remote, self.fetched = self.arbiter.fetch(), True
+
+    def landed(self, applied: Applied, moved: bool) -> Applied:
+        # Pushed, or nothing to push (done before: the same id answered with its first result, from
+        # what the remote holds): either way it becomes local, as after a pull.
+        refused = _unique(self.refused + self.arbiter._adopt(self.local, applied.commit))
+        return self.arbiter._answer(applied, refused)
+
+    def gave_up(self) -> GwError:
+        return Held(f"gave up after {MAX_ROUNDS} lost races on {self.arbiter.remote}", remote=self.arbiter.remote)
 
 
 # --- commands whose outcome is unknown ------------------------------------------------------------

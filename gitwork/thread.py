@@ -34,7 +34,8 @@ import os
 import re
 
 from . import codec, layout
-from .errors import Corrupt, Invalid
+from .commands import parse_msgref
+from .errors import Corrupt
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ KINDS = (*POST_KINDS, "decision")
 ANSWERABLE = ("question", "decision-request", "handoff")
 _NAME = re.compile(r"\d{10}\Z")
 _SEGMENT_NAME = re.compile(r"(\d{10})\.log\Z")
-_SEQ_REF = re.compile(r"#?(\d+)\Z")
-_MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{4,64}\Z")
 
 
 # --- paths -----------------------------------------------------------------------------------------
@@ -300,28 +299,8 @@ def _write_ids_cache(snapshot: Snapshot, item_id: str, sealed: dict[str, tuple[i
 # --- references to messages --------------------------------------------------------------------------
 
 
-def parse_ref(value: Any, field: str) -> int | str:
-    """A message reference in a command document: an integer (or ``#N``) is a sequence number,
-    any other text a message id; ``ITEM:N`` or ``ITEM:ID`` names a message of the item ``ITEM``
-    (the op checks that it is the command's own item). Ids survive renumbering on another tip;
-    numbers are for people, and the op records the id it resolves a number to."""
-    if isinstance(value, bool):
-        raise Invalid(f"{field} must be a message number or id")
-    if isinstance(value, int):
-        if value < 1:
-            raise Invalid(f"{field} must be a message number from 1 (got {value})")
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        match = _SEQ_REF.match(text)
-        if match:
-            return parse_ref(int(match.group(1)), field)
-        item_text, sep, rest = text.partition(":")
-        if sep and item_text.lower().startswith("w-") and (_SEQ_REF.match(rest) or _MESSAGE_ID.match(rest)):
-            return f"{item_text}:{parse_ref(rest, field)}"
-        if _MESSAGE_ID.match(text):
-            return text
-    raise Invalid(f"{field} must be a message number (e.g. 3) or a message id, got {value!r}")
+# ``parse_ref`` is the ``msgref`` field kind, declared with every other kind in ``commands.py``.
+parse_ref = parse_msgref
 
 
 def split_ref(ref: int | str) -> tuple[str | None, int | str]:

@@ -1,9 +1,11 @@
 """The library face: open a repository's work plane, submit command documents, read state.
 
-:meth:`Workplane.submit` is the one write path. It validates the document, reads the tip, asks the
-engine for the changes, writes one commit and moves the ref by CAS; when another writer moved the ref
-first it re-reads and re-applies, so every refusal (held, stale fence) reflects the state it would
-really have extended. The CLI, the Python API and later faces all end here.
+:meth:`Workplane.submit` is the one write path. It validates the document and hands it to
+:func:`engine.run` with a CAS: :class:`LocalRef` (``git update-ref`` here), or, for the ops the arbiter
+decides, ``sync.ArbiterRef`` (a push to the remote). The loop reads the tip, asks the engine for the
+changes, lands them as one commit and swaps the ref; when another writer moved the ref first it
+re-reads and re-applies, so every refusal (held, stale fence) reflects the state it would really
+have extended. The CLI, the Python API and later faces all end here.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 
 from . import clock, codec, engine, ids, layout
-from .errors import Corrupt, GwError, Held, Invalid
+from .engine import Applied
+from .errors import Corrupt, GwError, Invalid
 from .model import Item, Lease
-from .store import Repository, Store, crash_point, identity_signature
+from .store import Repository, Snapshot, Store, crash_point
 from .workplane_messages import Conversations
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -26,19 +29,34 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS = 10_000
 
 
-class Applied:
-    """A command that landed: its commit, result and how many CAS attempts it took."""
+class LocalRef(engine.CAS):
+    """The local CAS for :func:`engine.run`: ``git update-ref REF NEW OLD`` on this clone's state ref."""
 
-    def __init__(self, command: dict[str, Any], commit: str | None, result: dict[str, Any], summary: str,
-                 attempts: int) -> None:
-        self.command, self.commit, self.result, self.summary, self.attempts = command, commit, result, summary, attempts
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
-    def __repr__(self) -> str:
-        return f"Applied({self.summary!r}, commit={self.commit}, result={self.result})"
+    @property
+    def limit(self) -> int:  # type: ignore[override]
+        return MAX_ATTEMPTS  # read when the loop starts (a test may lower it)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"ok": True, "op": self.command["op"], "command_id": self.command["id"], "commit": self.commit,
-                **self.result}
+    def base(self) -> Snapshot:
+        return self.store.snapshot()
+
+    def swap(self, old: str | None, new: str) -> bool:
+        crash_point("before-cas")
+        if not self.store.set_if_equals(old, new):
+            return False
+        crash_point("after-cas")
+        return True
+
+    def lost(self, attempt: int) -> None:
+        # Someone else moved the ref: back off a little so a crowd of writers spreads out.
+        time.sleep(random.uniform(0, min(0.002 * attempt, 0.05)))
+
+    def landed(self, applied: Applied, moved: bool) -> Applied:
+        if moved:
+            maybe_auto_gc(self.store.repo.git_dir)
+        return applied
 
 
 class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
@@ -89,36 +107,15 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
         cmd = engine.validate_command(document, internal=internal)
         cmd.setdefault("as", self.settings.identity())
         if self.settings.remote:
-            from .sync import ARBITER_OPS, Arbiter
+            from .sync import Arbiter
 
             arbiter = Arbiter(self)
-            if cmd["op"] in ARBITER_OPS and not offline:
-                return Applied(*arbiter.submit(cmd))
+            if engine.OPS[cmd["op"]].arbiter and not offline:  # @op(..., arbiter=True)
+                return arbiter.submit(cmd)  # the same loop, with the arbiter's push as the CAS
             # A local command refused as stale only because this clone has not adopted a grant the
             # arbiter already holds (its claim was cut short after the push) first catches up.
             arbiter.catch_up(cmd)
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            snapshot = self.store.snapshot()
-            snapshot.check_format()
-            now = self.now()
-            # Each attempt works on a fresh copy: ops record what they resolved (full ids, the item
-            # --next picked) in the document, and a retry must start from what the caller sent.
-            attempt_cmd = dict(cmd)
-            outcome = engine.apply(snapshot, attempt_cmd, now, self.settings)
-            if outcome.empty:
-                return Applied(attempt_cmd, snapshot.commit, outcome.result, outcome.summary, attempt)
-            message = engine.commit_message(attempt_cmd, outcome)
-            new = self.store.write_commit(
-                snapshot, outcome.changes, message, identity_signature(cmd["as"]), int(now.timestamp())
-            )
-            crash_point("before-cas")
-            if self.store.set_if_equals(snapshot.commit, new):
-                crash_point("after-cas")
-                maybe_auto_gc(self.repo.git_dir)
-                return Applied(attempt_cmd, new, outcome.result, outcome.summary, attempt)
-            # Lost the race: back off a little so a crowd of writers spreads out, then re-apply.
-            time.sleep(random.uniform(0, min(0.002 * attempt, 0.05)))
-        raise Held(f"gave up after {MAX_ATTEMPTS} lost races")  # 75, as on the arbiter: retry later
+        return engine.run(LocalRef(self.store), cmd, self.now, self.settings)
 
     def do(self, op: str, *, offline: bool = False, **args: Any) -> Applied:
         """``wp.do("claim", item="w-3fa9", ttl="15m")``: build and submit a command document."""
@@ -173,27 +170,21 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
 
     def log(self, limit: int | None = None) -> Iterator[dict[str, Any]]:
         """The state ref's history, newest first (first parent only)."""
+        from .statecommit import read
+
         commit = self.store.tip()
         count = 0
         while commit and (limit is None or count < limit):
-            info = self.store.snapshot(commit).info
-            assert info is not None
-            subject, _, rest = info.message.partition("\n")
-            trailers = {}
-            for line in rest.strip().split("\n\n")[-1].split("\n"):
-                key, sep, value = line.partition(": ")
-                if sep and key and " " not in key and not line.startswith("Command: "):
-                    trailers[key] = value
-            author = info.author.rsplit(" ", 2)
+            state = read(self.store, commit)
             yield {
                 "commit": commit,
-                "summary": subject,
-                "author": author[0],
-                "at": clock.format_instant(clock.parse_instant_epoch(int(author[1]))) if len(author) == 3 else None,
-                "trailers": trailers,
-                "command": engine.parse_command_from_message(info.message),
+                "summary": state.summary,
+                "author": state.author,
+                "at": clock.format_instant(state.at) if state.at is not None else None,
+                "trailers": state.trailers,
+                "command": state.command,
             }
-            commit = info.parents[0] if info.parents else None
+            commit = state.parent
             count += 1
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 def _memo(ctx: Context, name: str) -> dict[str, Any]:
-    return ctx.__dict__.setdefault(name, {})  # per-command memo: a Context lives for one attempt
+    return ctx.memo(name)  # per-command memo: a Context lives for one attempt
 
 
 def _last(ctx: Context, item_id: str) -> int:
@@ -36,7 +36,7 @@ def thread_ids(ctx: Context, item_id: str) -> MessageIds:
 
 
 def message(ctx: Context, item_id: str, seq: int) -> dict[str, Any]:
-    record = message_at(ctx._file, item_id, seq)
+    record = message_at(ctx.file, item_id, seq)
     if record is None:
         raise Corrupt(f"message #{seq} of {item_id} is missing from its segment")
     return record
@@ -90,7 +90,7 @@ def post_message(ctx: Context, item_id: str, kind: str, text: str, *, epoch: int
     record["text"] = text
     record.update({k: v for k, v in extra.items() if v is not None})
     path = segment_path(item_id, seq)
-    ctx.outcome.changes[path] = (ctx._file(path) or b"") + codec.encode_record(record)
+    ctx.outcome.changes[path] = (ctx.file(path) or b"") + codec.encode_record(record)
     _memo(ctx, "_thread_last")[item_id] = seq
     ids[msg_id] = seq
     return record

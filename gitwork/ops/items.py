@@ -120,6 +120,7 @@ def new(ctx: Context) -> None:
 @op(
     "edit",
     "change an item's fields",
+    roles=True,
     item="item!",
     title="title",
     description="text",
@@ -184,7 +185,8 @@ def _transition(item: Item, target: str) -> None:
     item.status = target
 
 
-@op("check", "tick (or untick) one acceptance criterion", item="item!", criterion="int!", uncheck="bool")
+@op("check", "tick (or untick) one acceptance criterion", roles=True,
+    item="item!", criterion="int!", uncheck="bool")
 def check(ctx: Context) -> None:
     item_id = ctx.target()
     act_on(ctx, item_id)
@@ -204,7 +206,8 @@ def check(ctx: Context) -> None:
     ctx.outcome.result = {"item": item_id, "criterion": number, "checked": want}
 
 
-@op("decision", "record a decision with its rationale", item="item!", text="short!", why="text!")
+@op("decision", "record a decision with its rationale", roles=True,
+    item="item!", text="short!", why="text!")
 def decision(ctx: Context) -> None:
     item_id = ctx.target()
     act_on(ctx, item_id)
@@ -234,7 +237,8 @@ def _close(ctx: Context, target: str) -> None:
     ctx.outcome.result = {"item": item_id, "status": target}
 
 
-@op("done", "mark an item done (releases the holder's lease)", item="item!", force="bool", reason="short")
+@op("done", "mark an item done (releases the holder's lease)", arbiter=True, roles=True, item="item!",
+    force="bool", reason="short")
 def done(ctx: Context) -> None:
     # The holder's open sessions under this lease would be stranded (their fence dies with the
     # lease): refuse, naming them. `gw done` publishes the one committed session first.
@@ -245,12 +249,12 @@ def done(ctx: Context) -> None:
     _close(ctx, "done")
 
 
-@op("cancel", "cancel an item", item="item!", reason="short")
+@op("cancel", "cancel an item", arbiter=True, roles=True, item="item!", reason="short")
 def cancel(ctx: Context) -> None:
     _close(ctx, "cancelled")
 
 
-@op("reopen", "reopen a done or cancelled item", item="item!", reason="short")
+@op("reopen", "reopen a done or cancelled item", roles=True, item="item!", reason="short")
 def reopen(ctx: Context) -> None:
     item_id = ctx.target()
     act_on(ctx, item_id)

@@ -87,7 +87,8 @@ def _claimable(ctx: Context, item_id: str) -> Lease | None:
     return lease
 
 
-@op("claim", "acquire the lease on an item, or on the best ready item", item="item", next="bool", ttl="duration")
+@op("claim", "acquire the lease on an item, or on the best ready item", arbiter=True,
+    item="item", next="bool", ttl="duration")
 def claim(ctx: Context) -> None:
     if ctx.cmd.get("next"):
         if "item" in ctx.cmd:
@@ -108,7 +109,7 @@ def claim(ctx: Context) -> None:
     _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
 
 
-@op("takeover", "take an expired or handed-off lease", item="item!", ttl="duration")
+@op("takeover", "take an expired or handed-off lease", arbiter=True, item="item!", ttl="duration")
 def takeover(ctx: Context) -> None:
     item_id = ctx.target()
     lease = ctx.lease(item_id)
@@ -124,7 +125,7 @@ def _held(ctx: Context, item_id: str) -> Lease:
     return lease
 
 
-@op("renew", "extend the holder's lease", item="item!", ttl="duration")
+@op("renew", "extend the holder's lease", arbiter=True, item="item!", ttl="duration")
 def renew(ctx: Context) -> None:
     item_id = ctx.target()
     lease = _held(ctx, item_id)
@@ -143,7 +144,7 @@ def renew(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-@op("release", "give the lease up", item="item!")
+@op("release", "give the lease up", arbiter=True, item="item!")
 def release(ctx: Context) -> None:
     item_id = ctx.target()
     lease = _held(ctx, item_id)
@@ -153,7 +154,7 @@ def release(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-@op("revoke", "end someone's lease administratively", item="item!", reason="short!")
+@op("revoke", "end someone's lease administratively", arbiter=True, roles=True, item="item!", reason="short!")
 def revoke(ctx: Context) -> None:
     item_id = ctx.target()
     require_revoker(ctx, item_id)
@@ -166,7 +167,7 @@ def revoke(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-@op("handoff", "hand the lease over: the next claimant need not wait for expiry",
+@op("handoff", "hand the lease over: the next claimant need not wait for expiry", arbiter=True,
     item="item!", reason="|".join(HANDOFF_REASONS) + "!", message="text", to="name")
 def handoff(ctx: Context) -> None:
     item_id = ctx.target()

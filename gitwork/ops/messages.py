@@ -16,20 +16,17 @@ conversation whose owner changed without noticing.
 
 from __future__ import annotations
 
-from ..commands import KINDS as FIELD_KINDS
 from ..engine import Context, op
 from ..errors import Forbidden, Illegal, Invalid, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_decider
-from ..thread import POST_KINDS, cursors_path, dump_cursors, load_cursors, parse_ref
+from ..thread import POST_KINDS, cursors_path, dump_cursors, load_cursors
 from .conversation import message, post_message, resolve_message, thread_ids
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
 
-# A field kind for message references: an integer is a sequence number, other text a message id.
-FIELD_KINDS.setdefault("msgref", parse_ref)
 
 
 # --- the epoch rule --------------------------------------------------------------------------------
@@ -111,7 +108,7 @@ def _said(ctx: Context, item_id: str, record: dict[str, Any], held: Lease | None
 # --- ops -------------------------------------------------------------------------------------------
 
 
-@op("msg", "post a message to an item's thread", item="item!", text="text!", kind="|".join(POST_KINDS),
+@op("msg", "post a message to an item's thread", roles=True, item="item!", text="text!", kind="|".join(POST_KINDS),
     reply_to="msgref", to="name", epoch="epoch", options="texts")
 def msg(ctx: Context) -> None:
     item_id = ctx.target()
@@ -144,7 +141,7 @@ def ack(ctx: Context) -> None:
     epoch, held = stance(ctx, item_id)
     upto = resolve_message(ctx, item_id, "upto", "SEQ")["seq"]
     path = cursors_path(item_id)
-    marks = load_cursors(ctx._file(path), item_id)
+    marks = load_cursors(ctx.file(path), item_id)
     mine = dict(marks.get(ctx.actor) or {"read": 0, "responded": 0})
     before = (mine.get("read", 0), mine.get("responded", 0))
     if responded:
@@ -216,7 +213,7 @@ def _outsider_asks(ctx: Context, item_id: str, held: Lease | None) -> None:
                     f"claim it first, or {instead}", item=item_id, who=ctx.actor)
 
 
-@op("ask", "ask for a decision: posts a decision request and marks the item waiting", item="item!",
+@op("ask", "ask for a decision: posts a decision request and marks the item waiting", roles=True, item="item!",
     text="text!", options="texts", to="name", epoch="epoch")
 def ask(ctx: Context) -> None:
     item_id = ctx.target()
@@ -226,7 +223,7 @@ def ask(ctx: Context) -> None:
     _ask(ctx, item_id)
 
 
-@op("decide", "answer a decision request: records a decision on the item and unblocks it", item="item!",
+@op("decide", "answer a decision request: records a decision on the item and unblocks it", roles=True, item="item!",
     question="msgref!", choose="short!", why="text!", epoch="epoch")
 def decide(ctx: Context) -> None:
     from .common import record_decision  # only decide records a decision: msg and ack need not load it

@@ -121,7 +121,7 @@ def _close_as_done(ctx: Context, item_id: str) -> None:
 
 
 @op("publish", "record a session published into a branch; marks the item done and releases the lease "
-    "unless keep_open", internal=True, item="item!", session="short!", source="short!", commit="short!",
+    "unless keep_open", internal=True, arbiter=True, item="item!", session="short!", source="short!", commit="short!",
     previous="short", into="short!", remote="name", mode="fast-forward|merge!", keep_open="bool", force="bool", reason="short")
 def publish(ctx: Context) -> None:
     item_id = ctx.target()
