@@ -32,6 +32,8 @@ from . import gitcmd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .model import Lease
     from .store import Store
 
@@ -70,6 +72,14 @@ def parse_updates(text: str) -> list[RefUpdate]:
 
 def _git(*args: str, check: bool = False) -> gitcmd.Completed:
     return gitcmd.run(list(args), check=check)
+
+
+@functools.lru_cache(maxsize=1)
+def _location() -> Any:
+    """The repository the hook runs in, found the one way gitwork finds repositories (``gitdir``)."""
+    from .gitdir import discover
+
+    return discover(os.getcwd())
 
 
 def _resolve(ref: str) -> str | None:
@@ -153,9 +163,7 @@ def _is_pruning(ref: str, old: str | None) -> bool:
     """
     if old is None:
         return False
-    common = _git("rev-parse", "--git-common-dir").out.strip()
-    if not common:
-        return False
+    common = _location().common_dir
     try:
         with open(os.path.join(common, *ref.split("/")), encoding="ascii") as loose:
             if loose.read().strip() != old:
@@ -237,7 +245,7 @@ class Push:
     @property
     def git_dir(self) -> str:
         if self._git_dir is None:
-            self._git_dir = _git("rev-parse", "--absolute-git-dir", check=True).out.strip()
+            self._git_dir = _location().git_dir
         return self._git_dir
 
     def new_commits(self, update: RefUpdate) -> list[str]:
