@@ -231,3 +231,33 @@ def init_state(repo: Path | str) -> None:
     """``gw init`` through the library, for tests where the set-up is not what is under test."""
     with Workplane(str(repo)) as plane:
         plane.do("init")
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    return bare_remote(tmp_path)
+
+
+@pytest.fixture
+def url(remote: Path) -> str:
+    return f"file://{remote}"
+
+
+def replace_blob(repo: Path, path: str, data: bytes) -> str:
+    """Commit, on top of the state ref, a tree where ``path`` holds ``data``; return the new tip."""
+    index = repo / ".git" / "crafted-index"
+    env = {**os.environ, "GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": "crafter",
+           "GIT_AUTHOR_EMAIL": "c@example.com", "GIT_COMMITTER_NAME": "crafter", "GIT_COMMITTER_EMAIL": "c@example.com"}
+
+    def plumb(*args: str, input: bytes | None = None) -> str:
+        done = subprocess.run(["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True)
+        return done.stdout.decode().strip()
+
+    plumb("read-tree", "refs/gitwork/state")
+    blob = plumb("hash-object", "-w", "--stdin", input=data)
+    plumb("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+    tree = plumb("write-tree")
+    commit = plumb("commit-tree", tree, "-p", "refs/gitwork/state", "-m", f"crafted {path}")
+    plumb("update-ref", "refs/gitwork/state", commit)
+    index.unlink()
+    return commit

@@ -14,20 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bare_remote, gw_cmd, run_gw, tip
+from conftest import gw_cmd, run_gw, tip
 from test_sync import STATE, TRACKING, command_ids, gw_ok, machine, new_item, show
 
 REMOTE, REMOTE_REFUSED, NOT_FOUND, ILLEGAL, STALE, HELD = 12, 14, 3, 6, 7, 75
 
 
-@pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    return bare_remote(tmp_path)
-
-
-@pytest.fixture
-def url(remote: Path) -> str:
-    return f"file://{remote}"
 
 
 def hook(bare: Path, name: str, body: str) -> Path:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from conftest import run_gw, tip
+from conftest import replace_blob, run_gw, tip
 from gitwork import layout
 from gitwork.cli.main import main
 from gitwork.errors import ExitCode, Invalid
@@ -224,26 +224,6 @@ def test_not_a_git_repository(tmp_path: Path) -> None:
 
 
 # --- state that gitwork would never write, crafted with plumbing ---------------------------------------
-
-
-def replace_blob(repo: Path, path: str, data: bytes) -> str:
-    """Commit, on top of the state ref, a tree where ``path`` holds ``data``; return the new tip."""
-    index = repo / ".git" / "crafted-index"
-    env = {**os.environ, "GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": "crafter",
-           "GIT_AUTHOR_EMAIL": "c@example.com", "GIT_COMMITTER_NAME": "crafter", "GIT_COMMITTER_EMAIL": "c@example.com"}
-
-    def plumb(*args: str, input: bytes | None = None) -> str:
-        done = subprocess.run(["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True)
-        return done.stdout.decode().strip()
-
-    plumb("read-tree", "refs/gitwork/state")
-    blob = plumb("hash-object", "-w", "--stdin", input=data)
-    plumb("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
-    tree = plumb("write-tree")
-    commit = plumb("commit-tree", tree, "-p", "refs/gitwork/state", "-m", f"crafted {path}")
-    plumb("update-ref", "refs/gitwork/state", commit)
-    index.unlink()
-    return commit
 
 
 def test_state_written_by_a_newer_format(repo: Path, state: dict[str, str]) -> None:

@@ -14,7 +14,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 

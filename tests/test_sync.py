@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bare_remote, git, make_repo, run_gw, tip
+from conftest import git, make_repo, run_gw, tip
 from daemon import closed_port
 
 STATE = "refs/gitwork/state"
@@ -59,14 +59,6 @@ def show(repo: Path, item: str) -> dict:
     return gw_ok(repo, "show", item)
 
 
-@pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    return bare_remote(tmp_path)
-
-
-@pytest.fixture
-def url(remote: Path) -> str:
-    return f"file://{remote}"
 
 
 # --- set-up ---------------------------------------------------------------------------------------

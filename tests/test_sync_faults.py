@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bare_remote, git, run_gw, tip
+from conftest import git, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from test_sync import STATE, TRACKING, command_ids, gw_ok, machine, new_item, show
 from test_sync_daemon import gw_program, parse_log
@@ -57,14 +57,6 @@ def grants(bare: Path) -> Counter[str]:
     return count
 
 
-@pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    return bare_remote(tmp_path)
-
-
-@pytest.fixture
-def url(remote: Path) -> str:
-    return f"file://{remote}"
 
 
 # --- kill -9 at the crash points --------------------------------------------------------------------

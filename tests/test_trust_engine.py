@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Clock, git, run_gw, tip
+from conftest import Clock, git, replace_blob, run_gw, tip
 from gitwork import codec, engine, layout
 from gitwork.config import default_identity
 from gitwork.errors import Corrupt, ExitCode, GwError, Invalid
@@ -71,26 +71,6 @@ def refused(repo: Path, *args: str, code: ExitCode, says: str, input: str | None
     assert says in lines[0], lines[0]
     assert done.stdout == ""
     assert tip(repo) == before
-
-
-def replace_blob(repo: Path, path: str, data: bytes) -> str:
-    """Commit, on top of the state ref, a tree where ``path`` holds ``data`` (as another tool might)."""
-    index = repo / ".git" / "crafted-index"
-    env = {**os.environ, "GIT_INDEX_FILE": str(index), "GIT_AUTHOR_NAME": "crafter",
-           "GIT_AUTHOR_EMAIL": "c@example.com", "GIT_COMMITTER_NAME": "crafter", "GIT_COMMITTER_EMAIL": "c@example.com"}
-
-    def plumb(*args: str, input: bytes | None = None) -> str:
-        done = subprocess.run(["git", *args], cwd=repo, env=env, input=input, capture_output=True, check=True)
-        return done.stdout.decode().strip()
-
-    plumb("read-tree", "refs/gitwork/state")
-    blob = plumb("hash-object", "-w", "--stdin", input=data)
-    plumb("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
-    tree = plumb("write-tree")
-    commit = plumb("commit-tree", tree, "-p", "refs/gitwork/state", "-m", f"crafted {path}")
-    plumb("update-ref", "refs/gitwork/state", commit)
-    index.unlink()
-    return commit
 
 
 def message_of(repo: Path, commit: str) -> str:
@@ -189,7 +169,7 @@ def test_commit_message_neutralises_any_text_and_the_parser_reads_only_the_fixed
     # A document anywhere but line 3 is never taken for one.
     assert engine.parse_command_from_message(f"summary\nCommand: {PLANTED}\n") is None
     assert engine.parse_command_from_message(f"summary\n\nnot it\n\nCommand: {PLANTED}\n") is None
-    assert engine.parse_command_from_message(f"summary\n\nCommand: [1]\n") is None
+    assert engine.parse_command_from_message("summary\n\nCommand: [1]\n") is None
     assert engine.parse_command_from_message(f"summary\n\nCommand: {'[' * 100000}\n") is None
 
 
