@@ -264,28 +264,30 @@ def _load(data: bytes, path: str) -> dict[str, Any]:
     return load_yaml(data, what=path)
 
 
-def load_item(data: bytes, item_id: str) -> Item:
-    """An item from its ``item.yaml``; Corrupt (naming the file) unless every known field is sound."""
-    from .layout import ITEM_FILE, item_path
+def _load_checked(data: bytes, item_id: str, name: str, problem: Any) -> Any:
+    """The mapping in an item's ``name`` file; Corrupt (naming the file) if ``problem`` finds a fault."""
+    from .layout import item_path
 
-    path = item_path(item_id, ITEM_FILE)
+    path = item_path(item_id, name)
     doc = _load(data, path)
-    found = item_problem(doc, item_id)
+    found = problem(doc, item_id)
     if found is not None:
         raise Corrupt(f"{path}: {found}", file=path)
-    return Item.from_doc(doc)
+    return doc
+
+
+def load_item(data: bytes, item_id: str) -> Item:
+    """An item from its ``item.yaml``; Corrupt (naming the file) unless every known field is sound."""
+    from .layout import ITEM_FILE
+
+    return Item.from_doc(_load_checked(data, item_id, ITEM_FILE, item_problem))
 
 
 def load_lease(data: bytes, item_id: str) -> Lease:
     """A lease from its ``lease.yaml``; Corrupt (naming the file) unless every known field is sound."""
-    from .layout import LEASE_FILE, item_path
+    from .layout import LEASE_FILE
 
-    path = item_path(item_id, LEASE_FILE)
-    doc = _load(data, path)
-    found = lease_problem(doc, item_id)
-    if found is not None:
-        raise Corrupt(f"{path}: {found}", file=path)
-    return Lease.from_doc(doc)
+    return Lease.from_doc(_load_checked(data, item_id, LEASE_FILE, lease_problem))
 
 
 def state_file_problem(path: str, doc: dict[str, Any]) -> str | None:
