@@ -21,7 +21,7 @@ import typer
 
 from .. import __version__
 from . import actions
-from .commands import items, leases, messages, remote, sessions
+from .commands import items, leases, messages, remote, reports, sessions
 
 app = typer.Typer(
     name="gw",
@@ -225,6 +225,55 @@ def apply_(
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Apply a command document directly (the same documents every face submits)."""
+
+
+# --- reports (commands/reports.py; read-only) ----------------------------------------------------
+
+
+@verb(reports.blocked)
+def blocked(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Items that cannot start, each with why: dependencies not done (named), a decision awaited, blocked by hand."""
+
+
+dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
+app.add_typer(dep_app, name="dep")
+
+
+@verb(reports.dep_tree, "tree", group=dep_app)
+def dep_tree(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """What an item depends on and what depends on it, recursively (both directions)."""
+
+
+@verb(reports.stale)
+def stale(
+    held_for: Annotated[Optional[str], typer.Option("--for", help="Also list leases held longer than this "
+                                                                  "(e.g. 30m, 2h; default 1h).")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Leases past their expiry, and leases held longer than --for; with whether they can be taken over."""
+
+
+@verb(reports.summary)
+def summary(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Counts: items by status, ready, blocked, expired leases, open questions (items awaiting a decision)."""
+
+
+@verb(reports.prime)
+def prime(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """What an agent needs in its context: its identity, the work loop, exit codes, and the items it holds."""
+
+
+@app.command()
+def onboard(json: Json = False, path: Repo = None) -> None:
+    """Print a snippet for AGENTS.md / CLAUDE.md that points agents at `gw prime`."""
+    # Not through verb(): it reads no repository (it can be run anywhere; -C is accepted and unused).
+    from ..reports import ONBOARD
+    from .output import emit_json
+
+    if json:
+        emit_json({"ok": True, "item": None, "snippet": ONBOARD})
+    else:
+        sys.stdout.write(ONBOARD)
 
 
 # --- leases (commands/leases.py) ------------------------------------------------------------------

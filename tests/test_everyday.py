@@ -1,0 +1,177 @@
+"""Everyday use (issue 18, "What to add"): the reports that say why an item is not ready, stale
+leases, a summary, and what an agent re-reads after a context reset. Through the real CLI on real
+repositories; time from ``GW_NOW``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_gw, tip
+
+ALICE = {"GW_AGENT": "alice", "GW_NO_AUTO_GC": "1"}
+
+
+def gw_ok(repo: Path, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> str:
+    done = run_gw(repo, *args, env={**ALICE, **(env or {})}, input=input)
+    assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+    return done.stdout
+
+
+def gw_json(repo: Path, *args: str, env: dict[str, str] | None = None) -> object:
+    return json.loads(gw_ok(repo, *args, "--json", env=env))
+
+
+def new(repo: Path, title: str, *args: str) -> str:
+    return str(gw_json(repo, "new", title, *args)["item"])  # type: ignore[index]
+
+
+@pytest.fixture
+def plane(repo: Path) -> Path:
+    gw_ok(repo, "init")
+    return repo
+
+
+def test_blocked_names_each_reason(plane: Path) -> None:
+    base = new(plane, "base")
+    mid = new(plane, "mid", "--dep", base)
+    top = new(plane, "top", "--dep", mid)
+    free = new(plane, "free")
+    gw_ok(plane, "claim", mid)
+    gw_ok(plane, "ask", mid, "ship it?", "-o", "yes", "-o", "no", "--to", "bob")
+    gw_ok(plane, "edit", top, "--status", "blocked", "--reason", "waiting for the design")
+
+    entries = gw_json(plane, "blocked")
+    assert isinstance(entries, list)
+    by_item = {e["item"]: e for e in entries}
+    assert set(by_item) == {mid, top}, "free has no reason; base waits on nothing"
+    assert free not in by_item
+    mid_reasons = by_item[mid]["blocked_by"]
+    assert {"kind": "dependency", "item": base, "title": "base", "status": "open"} in mid_reasons
+    decision = next(r for r in mid_reasons if r["kind"] == "decision")
+    assert decision["question"] == "ship it?" and decision["options"] == ["yes", "no"] and decision["seq"] == 1
+    manual = next(r for r in by_item[top]["blocked_by"] if r["kind"] == "manual")
+    assert manual["reason"] == "waiting for the design" and manual["by"] == "alice"
+
+    text = gw_ok(plane, "blocked")
+    assert "waits on" in text and "(open: base)" in text
+    assert "waits for a decision on #1: ship it?" in text
+    assert "blocked by hand by alice: waiting for the design" in text
+
+
+def test_blocked_lists_items_waiting_on_dependencies_that_show_as_open(plane: Path) -> None:
+    """The case the issue found: an item waiting on dependencies shows as `open` in `gw list`."""
+    first = new(plane, "first")
+    second = new(plane, "second", "--dep", first)
+    assert [e["item"] for e in gw_json(plane, "blocked")] == [second]  # type: ignore[union-attr]
+    gw_ok(plane, "claim", first)
+    gw_ok(plane, "done", first)
+    assert gw_json(plane, "blocked") == []
+    done = run_gw(plane, "blocked", env=ALICE)
+    assert done.stdout == "" and "nothing is blocked" in done.stderr
+
+
+def test_a_cancelled_dependency_blocks_and_is_named(plane: Path) -> None:
+    gone = new(plane, "gone")
+    waiting = new(plane, "waiting", "--dep", gone)
+    gw_ok(plane, "cancel", gone)
+    [entry] = gw_json(plane, "blocked")  # type: ignore[misc]
+    assert entry["item"] == waiting
+    assert entry["blocked_by"] == [{"kind": "dependency", "item": gone, "title": "gone", "status": "cancelled"}]
+
+
+def test_dep_tree_both_directions(plane: Path) -> None:
+    a = new(plane, "a")
+    b = new(plane, "b")
+    c = new(plane, "c", "--dep", a, "--dep", b)
+    d = new(plane, "d", "--dep", c)
+    e = new(plane, "e", "--dep", d)
+    tree = gw_json(plane, "dep", "tree", c)
+    assert tree["ok"] is True and tree["item"] == c and tree["title"] == "c"  # type: ignore[index]
+    assert [n["item"] for n in tree["depends_on"]] == [a, b]  # type: ignore[index]
+    [down] = tree["dependents"]  # type: ignore[index]
+    assert down["item"] == d and [n["item"] for n in down["dependents"]] == [e]
+    text = gw_ok(plane, "dep", "tree", d)
+    lines = text.splitlines()
+    assert lines[0].endswith("[open] d") and lines[1] == "depends on:"
+    assert lines[2].strip().endswith("[open] c") and lines[3].startswith("    ")  # c's own deps, nested
+    assert lines[-2] == "needed by:" and lines[-1].strip().endswith("[open] e")
+    leaf = gw_json(plane, "dep", "tree", a)
+    assert leaf["depends_on"] == [] and [n["item"] for n in leaf["dependents"]] == [c]  # type: ignore[index]
+
+
+def test_dep_tree_of_an_unknown_item_is_not_found(plane: Path) -> None:
+    before = tip(plane)
+    done = run_gw(plane, "dep", "tree", "w-0000000000000000", env=ALICE)
+    assert done.returncode == 3 and done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert tip(plane) == before
+
+
+def test_stale_lists_expired_and_long_held_leases(plane: Path) -> None:
+    at = {"GW_NOW": "2030-01-01T12:00:00Z"}
+    short = new(plane, "short")
+    long = new(plane, "long")
+    new(plane, "free")
+    gw_ok(plane, "claim", short, "--ttl", "10m", env=at)
+    gw_ok(plane, "claim", long, "--ttl", "3h", env=at)
+    assert gw_json(plane, "stale", env=at) == []
+    # 30 minutes on: short expired (and takeable past the margin); long held for 30m only.
+    later = {"GW_NOW": "2030-01-01T12:30:00Z"}
+    [expired] = gw_json(plane, "stale", env=later)  # type: ignore[misc]
+    assert expired["item"] == short and expired["expired"] is True and expired["takeable"] is True
+    assert expired["holder"] == "alice" and expired["held_seconds"] == 1800
+    both = gw_json(plane, "stale", "--for", "20m", env=later)
+    assert [(e["item"], e["expired"]) for e in both] == [(short, True), (long, False)]  # type: ignore[union-attr]
+    # Default --for is 1h: two hours on, the long lease is listed though it has not expired.
+    assert {e["item"] for e in gw_json(plane, "stale", env={"GW_NOW": "2030-01-01T14:00:00Z"})} == {short, long}  # type: ignore[union-attr]
+    text = gw_ok(plane, "stale", env=later)
+    assert "expired, takeable" in text and "30m" in text
+
+
+def test_stale_refuses_a_bad_duration(plane: Path) -> None:
+    done = run_gw(plane, "stale", "--for", "soon", "--json", env=ALICE)
+    assert done.returncode == 5 and json.loads(done.stdout)["ok"] is False
+
+
+def test_summary_counts(plane: Path) -> None:
+    at = {"GW_NOW": "2030-01-01T12:00:00Z"}
+    a = new(plane, "a")
+    new(plane, "b", "--dep", a)
+    c = new(plane, "c")
+    d = new(plane, "d")
+    gw_ok(plane, "claim", c, "--ttl", "10m", env=at)
+    gw_ok(plane, "ask", c, "which way?", "-o", "left", "-o", "right", env=at)
+    gw_ok(plane, "cancel", d, env=at)
+    counts = gw_json(plane, "summary", env={"GW_NOW": "2030-01-01T13:00:00Z"})
+    assert counts["ok"] is True and counts["total"] == 4  # type: ignore[index]
+    assert counts["by_status"] == {"open": 2, "in_progress": 0, "blocked": 1, "done": 0, "cancelled": 1}  # type: ignore[index]
+    assert counts["ready"] == 1 and counts["blocked"] == 2  # type: ignore[index]
+    assert counts["expired"] == 1 and counts["open_questions"] == 1  # type: ignore[index]
+    text = gw_ok(plane, "summary")
+    assert "4 items: 2 open, 1 blocked, 1 cancelled" in text and "open questions 1" in text
+
+
+def test_prime_names_the_identity_the_loop_and_what_is_held(plane: Path) -> None:
+    item = new(plane, "the task", "-c", "tests pass")
+    text = gw_ok(plane, "prime")
+    for words in ("You are `alice`", "gw claim --next", "Exit 3", "--fence", "gw renew", "gw msg", "gw ack",
+                  "gw done", "Nothing: start with `gw claim --next`"):
+        assert words in text, words
+    assert 1000 < len(text) < 8000  # about 1-2k tokens at most
+    claimed = gw_json(plane, "claim", item)
+    text = gw_ok(plane, "prime")
+    assert f"- {item} the task (fence {claimed['fence']}" in text and "[ ] 1. tests pass" in text  # type: ignore[index]
+    doc = gw_json(plane, "prime")
+    assert doc["item"] == item and doc["identity"] == "alice"  # type: ignore[index]
+    assert doc["holding"][0]["criteria"] == [{"text": "tests pass", "done": False}]  # type: ignore[index]
+    other = json.loads(gw_ok(plane, "prime", "--json", env={"GW_AGENT": "bob"}))
+    assert other["holding"] == [] and other["item"] is None and "You are `bob`" in other["text"]
+
+
+def test_onboard_prints_a_snippet_anywhere(tmp_path: Path) -> None:
+    done = run_gw(tmp_path, "onboard")  # not a repository: it reads none
+    assert done.returncode == 0 and "gw prime" in done.stdout and done.stdout.startswith("## ")
+    doc = json.loads(run_gw(tmp_path, "onboard", "--json").stdout)
+    assert doc["ok"] is True and "gw prime" in doc["snippet"]
