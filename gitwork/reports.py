@@ -295,3 +295,9 @@ and follow what it prints (who you are, the claim/renew/done loop, what you hold
 - Finish: `gw done ID` (publishes your open session first). Never mark work done another way.
 - Scripts: add `--json` to any command.
 """
+
+
+def item_ids(wp: Any, prefix: str) -> list[str]:
+    """Full ids of the items not closed that start with ``prefix``, best first (shell completion)."""
+    _ctx, rows, order = _rows(wp)
+    return [i for i in order if i.startswith(prefix) and rows[i]["status"] in OPEN_STATUSES]

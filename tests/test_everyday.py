@@ -175,3 +175,62 @@ def test_onboard_prints_a_snippet_anywhere(tmp_path: Path) -> None:
     assert done.returncode == 0 and "gw prime" in done.stdout and done.stdout.startswith("## ")
     doc = json.loads(run_gw(tmp_path, "onboard", "--json").stdout)
     assert doc["ok"] is True and "gw prime" in doc["snippet"]
+
+
+# --- git and gh habits (point 9) ------------------------------------------------------------------
+
+
+def test_global_dash_c_and_json_before_the_verb(plane: Path, tmp_path: Path) -> None:
+    item = new(plane, "somewhere else")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for argv in (["-C", str(plane), "--json", "show", item], ["--json", "-C", str(plane), "show", item],
+                 [f"-C{plane}", "show", item, "--json"], ["-C", str(plane.parent), "-C", plane.name, "--json", "show", item]):
+        done = run_gw(elsewhere, *argv, env=ALICE)
+        assert done.returncode == 0, (argv, done.stderr)
+        assert json.loads(done.stdout)["item"] == item
+    # the fast path (ready, claim) and typer (summary, a group's verb) both take it
+    ready = run_gw(elsewhere, "-C", str(plane), "--json", "ready", env=ALICE)
+    assert [r["item"] for r in json.loads(ready.stdout)] == [item]
+    tree = run_gw(elsewhere, "--json", "-C", str(plane), "dep", "tree", item, env=ALICE)
+    assert json.loads(tree.stdout)["item"] == item
+    claimed = run_gw(elsewhere, "-C", str(plane), "claim", item, env=ALICE)
+    assert claimed.returncode == 0
+    # outside any repository without -C: exit 10, as before
+    assert run_gw(elsewhere, "--json", "summary", env=ALICE).returncode == 10
+
+
+def test_global_json_reports_usage_errors_as_json(plane: Path) -> None:
+    done = run_gw(plane, "--json", "show", env=ALICE)  # missing argument
+    assert done.returncode == 2 and json.loads(done.stdout)["ok"] is False
+
+
+def test_completion_scripts_and_item_ids(plane: Path) -> None:
+    item = new(plane, "complete me")
+    closed = new(plane, "closed")
+    gw_ok(plane, "cancel", closed)
+    for shell in ("bash", "zsh", "fish"):
+        script = gw_ok(plane, "completion", shell)
+        assert "_GW_COMPLETE" in script and "gw" in script
+    bad = run_gw(plane, "completion", "tcsh", env=ALICE)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and bad.stdout == ""
+    # The shell's side: bash sources the script and asks the real gw for candidates.
+    import os
+    import shutil
+    import sys
+
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    gw_bin = Path(sys.executable).with_name("gw")
+    assert gw_bin.exists()
+    program = ('eval "$(gw completion bash)"; COMP_WORDS=(gw sho); COMP_CWORD=1; _gw_completion gw; '
+               'echo "${COMPREPLY[*]}"; COMP_WORDS=(gw show w-); COMP_CWORD=2; _gw_completion gw; '
+               'echo "${COMPREPLY[*]}"')
+    import subprocess
+
+    env = {**os.environ, **ALICE, "PATH": f"{gw_bin.parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([bash, "-c", program], cwd=plane, capture_output=True, text=True, env=env, timeout=60)
+    verbs, ids = done.stdout.splitlines()
+    assert verbs.split() == ["show"]
+    assert ids.split() == [item], "open items only, full ids"

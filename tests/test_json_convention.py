@@ -56,6 +56,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "summary": ([], "object"),
     "prime": ([], "object"),
     "onboard": ([], "object"),
+    "completion": (["bash"], "object"),
     "apply": (["{document}"], "object"),
     "session start": ([A], "object"),
     "session commit": (["--file", "new.txt", "-m", "add a file", "-C", "{worktree}"], "object"),

@@ -39,7 +39,22 @@ Repo = Annotated[Optional[str], typer.Option("-C", help="Run as if gw was starte
 Fence = Annotated[
     Optional[int], typer.Option("--fence", envvar="GW_FENCE", help="Fencing token of the lease you act under.")
 ]
-ItemArg = Annotated[str, typer.Argument(help="Item id or unique prefix.", show_default=False)]
+
+
+def _complete_items(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of item ids: the open items' full ids that start with what was typed."""
+    try:
+        from ..reports import item_ids
+        from ..workplane import Workplane
+
+        with Workplane(ctx.params.get("path")) as plane:
+            return item_ids(plane, incomplete)
+    except Exception:  # completion must never print a traceback into the user's shell
+        return []
+
+
+ItemArg = Annotated[str, typer.Argument(help="Item id or unique prefix.", show_default=False,
+                                        autocompletion=_complete_items)]
 Offline = Annotated[
     bool, typer.Option("--offline", help="Tentative: do not ask the arbiter remote now (gw sync decides later).")
 ]
@@ -274,6 +289,27 @@ def onboard(json: Json = False, path: Repo = None) -> None:
         emit_json({"ok": True, "item": None, "snippet": ONBOARD})
     else:
         sys.stdout.write(ONBOARD)
+
+
+@app.command()
+def completion(
+    shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False)],
+    json: Json = False, path: Repo = None,
+) -> None:
+    """Print the shell completion script (commands, options, item ids): eval "$(gw completion bash)"."""
+    # Not through verb(): it reads no repository.
+    from typer._completion_shared import get_completion_script
+
+    from ..errors import UsageError
+    from .output import emit_json, fail
+
+    if shell not in ("bash", "zsh", "fish"):
+        raise typer.Exit(fail(UsageError(f"no completion for shell {shell!r}: use bash, zsh or fish"), json))
+    script = get_completion_script(prog_name="gw", complete_var="_GW_COMPLETE", shell=shell) + "\n"
+    if json:
+        emit_json({"ok": True, "item": None, "shell": shell, "script": script})
+    else:
+        sys.stdout.write(script)
 
 
 # --- leases (commands/leases.py) ------------------------------------------------------------------
@@ -549,6 +585,10 @@ def hooks_install(
 def run_app(argv: list[str]) -> int:
     """Run the typer app. A usage error is reported like every other error (docs/exit-codes.md): one
     line on stderr and, with --json, one JSON error object on stdout; exit 2."""
+    if os.environ.get("_GW_COMPLETE"):  # a shell asking for completions (gw completion SHELL)
+        from typer._completion_classes import completion_init
+
+        completion_init()
     try:
         result = app(args=argv, prog_name="gw", standalone_mode=False)
     except SystemExit as exit_:
