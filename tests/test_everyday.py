@@ -234,3 +234,89 @@ def test_completion_scripts_and_item_ids(plane: Path) -> None:
     verbs, ids = done.stdout.splitlines()
     assert verbs.split() == ["show"]
     assert ids.split() == [item], "open items only, full ids"
+
+
+# --- text from stdin, a file or an editor (point 6) ------------------------------------------------
+
+
+def description_of(repo: Path, item: str) -> str:
+    return str(gw_json(repo, "show", item)["description"])  # type: ignore[index]
+
+
+def test_description_from_stdin_and_from_a_file(plane: Path, tmp_path: Path) -> None:
+    text = "line one\n\n- a list\n- `code`"
+    done = run_gw(plane, "new", "piped", "-d", "-", "--json", env=ALICE, input=text)
+    assert done.returncode == 0, done.stderr
+    item = json.loads(done.stdout)["item"]
+    assert description_of(plane, item) == text, "-d - reads stdin, not a literal '-'"
+    source = tmp_path / "desc.md"
+    source.write_text("from a file\n")
+    other = new(plane, "filed", "--description-file", str(source))
+    assert description_of(plane, other) == "from a file\n"
+    source.write_text("changed in the file")
+    gw_ok(plane, "edit", other, "--description-file", str(source))
+    assert description_of(plane, other) == "changed in the file"
+    gw_ok(plane, "edit", other, "-d", "-", input="and from stdin")
+    assert description_of(plane, other) == "and from stdin"
+
+
+def test_bad_description_sources_are_refused_and_write_nothing(plane: Path, tmp_path: Path) -> None:
+    before = tip(plane)
+    missing = run_gw(plane, "new", "x", "--description-file", str(tmp_path / "nope"), env=ALICE)
+    assert missing.returncode == 2 and len(missing.stderr.splitlines()) == 1
+    both = run_gw(plane, "new", "x", "-d", "a", "--description-file", str(tmp_path / "nope"), env=ALICE)
+    assert both.returncode == 2 and "not both" in both.stderr
+    binary = tmp_path / "bin"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert run_gw(plane, "new", "x", "--description-file", str(binary), env=ALICE).returncode == 2
+    huge = run_gw(plane, "new", "x", "-d", "-", env=ALICE, input="y" * (1024 * 1024))
+    assert huge.returncode == 5 and "too long" in huge.stderr
+    no_title = run_gw(plane, "new", "--json", env=ALICE)
+    assert no_title.returncode == 2 and json.loads(no_title.stdout)["ok"] is False
+    assert tip(plane) == before
+
+
+def editor(tmp_path: Path, written: str) -> dict[str, str]:
+    """An editor command with an argument (split like a shell, as git does) that saves ``written`` and
+    keeps a copy of the form it was given next to it (``<form>.seen``, found through the marker file)."""
+    import sys
+
+    script = tmp_path / "editor.py"
+    marker = tmp_path / "seen"
+    script.write_text(
+        "import sys\n"
+        "flag, path = sys.argv[1], sys.argv[2]\n"
+        "assert flag == '--wait', flag\n"
+        f"open({str(marker)!r}, 'w', encoding='utf-8').write(open(path, encoding='utf-8').read())\n"
+        f"open(path, 'w', encoding='utf-8').write({written!r})\n"
+    )
+    return {"VISUAL": f"'{sys.executable}' '{script}' --wait", "EDITOR": "false"}
+
+
+def test_new_and_edit_in_an_editor(plane: Path, tmp_path: Path) -> None:
+    env = editor(tmp_path, "Title from the editor\n\n## Why\nBecause.\n# a Markdown line, kept\n")
+    done = run_gw(plane, "new", "-e", "--json", env={**ALICE, **env})
+    assert done.returncode == 0, done.stderr
+    item = json.loads(done.stdout)["item"]
+    shown = gw_json(plane, "show", item)
+    assert shown["title"] == "Title from the editor"  # type: ignore[index]
+    assert shown["description"] == "## Why\nBecause.\n# a Markdown line, kept"  # type: ignore[index]
+    # edit -e: the form holds the current title and description; only what changed is sent
+    env = editor(tmp_path, "Title from the editor\n\nA new body.\n# ------------------------ >8 "
+                           "------------------------\nignored\n")
+    gw_ok(plane, "edit", item, "-e", env=env)
+    seen = (tmp_path / "seen").read_text()
+    assert seen.startswith("Title from the editor\n\n## Why\nBecause.\n") and ">8" in seen
+    shown = gw_json(plane, "show", item)
+    assert shown["title"] == "Title from the editor" and shown["description"] == "A new body."  # type: ignore[index]
+    history = gw_json(plane, "history", item)
+    assert history[-1]["changes"] == {"description": "(changed)"}  # type: ignore[index]
+
+
+def test_an_empty_form_or_a_failing_editor_writes_nothing(plane: Path, tmp_path: Path) -> None:
+    before = tip(plane)
+    empty = run_gw(plane, "new", "-e", env={**ALICE, **editor(tmp_path, "\n\n")})
+    assert empty.returncode == 5 and "empty title" in empty.stderr
+    failing = run_gw(plane, "new", "-e", env={**ALICE, "VISUAL": "", "EDITOR": "false"})
+    assert failing.returncode == 2 and "exited with 1" in failing.stderr
+    assert tip(plane) == before

@@ -104,6 +104,12 @@ def main(
     """gitwork: work items, fenced leases and conversations kept on a git ref."""
 
 
+DescriptionFile = Annotated[
+    Optional[str], typer.Option("--description-file", help="Read the description from this file ('-': stdin).")
+]
+UseEditor = Annotated[bool, typer.Option("-e", "--edit", help="Write the title and description in $VISUAL/$EDITOR.")]
+
+
 # --- items (commands/items.py) -------------------------------------------------------------------
 
 
@@ -117,8 +123,12 @@ def init(
 
 @verb(items.new)
 def new(
-    title: Annotated[str, typer.Argument(help="One-line title.", show_default=False)],
-    description: Annotated[Optional[str], typer.Option("-d", "--description", help="Longer description.")] = None,
+    title: Annotated[Optional[str], typer.Argument(help="One-line title (with -e: the form's first line).",
+                                                   show_default=False)] = None,
+    description: Annotated[Optional[str], typer.Option("-d", "--description", help="Longer description ('-' reads "
+                                                                                   "it from stdin).")] = None,
+    description_file: DescriptionFile = None,
+    use_editor: UseEditor = False,
     priority: Annotated[Optional[int], typer.Option("-p", "--priority", help="0 (highest) to 4 (lowest); default 2.")] = None,
     label: Annotated[Optional[list[str]], typer.Option("-l", "--label", help="Label (repeatable).")] = None,
     dep: Annotated[Optional[list[str]], typer.Option("--dep", help="Item this one depends on (repeatable).")] = None,
@@ -127,7 +137,7 @@ def new(
     source: Annotated[Optional[str], typer.Option("--from", help="Provenance: URL, commit:SHA, file:PATH, an item id or text.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Create a work item; prints its id."""
+    """Create a work item; prints its id. With -e, write its title and description in your editor."""
 
 
 @verb(items.show)
@@ -158,7 +168,9 @@ def ready(
 def edit(
     item: ItemArg,
     title: Annotated[Optional[str], typer.Option("--title")] = None,
-    description: Annotated[Optional[str], typer.Option("-d", "--description")] = None,
+    description: Annotated[Optional[str], typer.Option("-d", "--description", help="'-' reads it from stdin.")] = None,
+    description_file: DescriptionFile = None,
+    use_editor: UseEditor = False,
     priority: Annotated[Optional[int], typer.Option("-p", "--priority")] = None,
     add_label: Annotated[Optional[list[str]], typer.Option("--add-label")] = None,
     remove_label: Annotated[Optional[list[str]], typer.Option("--remove-label")] = None,
@@ -170,7 +182,8 @@ def edit(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Change an item's fields (the holder only, while it is leased)."""
+    """Change an item's fields (the holder only, while it is leased). -e edits the title and description in your
+    editor."""
 
 
 @verb(items.check)

@@ -31,9 +31,16 @@ def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
         output.info(f"gitwork state on {wp.store.ref} at {applied.commit[:12] if applied.commit else '(none)'}")
 
 
-def new(wp: Any, as_json: bool, title: str, description: str | None, priority: int | None,
+def new(wp: Any, as_json: bool, title: str | None, description: str | None, priority: int | None,
         label: list[str] | None, dep: list[str] | None, criterion: list[str] | None, owner: str | None,
-        source: str | None) -> None:
+        source: str | None, description_file: str | None = None, use_editor: bool = False) -> None:
+    from ..textinput import description as read_description, edit_form
+
+    description = read_description(description, description_file)
+    if use_editor:
+        title, description = edit_form(title or "", description or "")
+    elif title is None:
+        raise UsageError("missing the title: gw new TITLE (or gw new -e to write it in your editor)")
     submit(wp, as_json, "new", "item", title=title, description=description, priority=priority, labels=label,
            depends_on=dep, criteria=criterion, owner=owner, source=source)
 
@@ -128,7 +135,18 @@ def _limit(limit: int | None) -> None:
 def edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
-         reason: str | None, fence: int | None) -> None:
+         reason: str | None, fence: int | None, description_file: str | None = None,
+         use_editor: bool = False) -> None:
+    from ..textinput import description as read_description, edit_form
+
+    description = read_description(description, description_file)
+    if use_editor:
+        current = wp.item(item)
+        wrote_title, wrote = edit_form(title or current.title, current.description if description is None
+                                       else description)
+        # Only what the form changed is sent: an unchanged field is not an edit.
+        title = wrote_title if wrote_title != current.title else None
+        description = wrote if wrote != current.description else None
     submit(wp, as_json, "edit", item=item, title=title, description=description, priority=priority,
            add_labels=add_label, remove_labels=remove_label, add_deps=add_dep, remove_deps=remove_dep,
            add_criteria=add_criterion, owner=owner, status=status, reason=reason, fence=fence)
