@@ -320,3 +320,25 @@ def test_an_empty_form_or_a_failing_editor_writes_nothing(plane: Path, tmp_path:
     failing = run_gw(plane, "new", "-e", env={**ALICE, "VISUAL": "", "EDITOR": "false"})
     assert failing.returncode == 2 and "exited with 1" in failing.stderr
     assert tip(plane) == before
+
+
+# --- JSON for scripts (point 7) -------------------------------------------------------------------
+
+
+def test_json_field_selection(plane: Path) -> None:
+    item = new(plane, "pick", "-l", "x")
+    new(plane, "other")
+    rows = json.loads(gw_ok(plane, "list", "--json=item,title,status"))
+    assert {"item": item, "title": "pick", "status": "open"} in rows and len(rows) == 2
+    assert all(list(row) == ["item", "title", "status"] for row in rows)
+    shown = json.loads(gw_ok(plane, "--json=title,labels,nope", "show", item))
+    assert shown == {"ok": True, "title": "pick", "labels": ["x"], "nope": None}
+    claimed = json.loads(gw_ok(plane, "claim", item, "--json=fence,holder"))
+    assert claimed == {"ok": True, "fence": claimed["fence"], "holder": "alice"}
+    gw_ok(plane, "msg", item, "hello")
+    assert json.loads(gw_ok(plane, "thread", item, "--json=seq,text")) == [{"seq": 1, "text": "hello"}]
+    # an error is printed whole
+    error = run_gw(plane, "show", "w-0000000000000000", "--json=title", env=ALICE)
+    assert error.returncode == 3 and json.loads(error.stdout)["error"] == "not-found"
+    empty = run_gw(plane, "list", "--json=item,,title", env=ALICE)
+    assert empty.returncode == 2 and json.loads(empty.stdout)["ok"] is False and len(empty.stderr.splitlines()) == 1

@@ -38,6 +38,26 @@ def hoist(args: list[str]) -> list[str]:
     return rest[:at] + moved + rest[at:]
 
 
+def json_fields(args: list[str]) -> list[str] | None:
+    """gh's field selection, ``--json=item,title,status``: a plain ``--json`` for the parser, and the
+    names for the printer (``output.FIELDS``). Only with ``=``: ``--json`` alone is a flag, so that
+    ``gw show --json ID`` keeps meaning what it means. ``None`` if a name is empty."""
+    from . import output
+
+    out: list[str] = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            return out + args[index:]
+        if arg.startswith("--json="):
+            names = [name.strip() for name in arg[len("--json="):].split(",")]
+            if not all(names):
+                return None
+            output.FIELDS = names
+            arg = "--json"
+        out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--version"]:
@@ -45,6 +65,17 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(f"gw {__version__}\n")
         return 0
+    printer = sys.modules.get("gitwork.cli.output")
+    if printer is not None:  # called again in one process (tests): no field selection left over
+        printer.FIELDS = None
+    if any(arg.startswith("--json=") for arg in args):
+        args = json_fields(args)
+        if args is None:
+            from ..errors import UsageError
+            from .output import fail
+
+            return fail(UsageError("--json=FIELDS takes names separated by commas, e.g. --json=item,title,status"),
+                        True)
     args = hoist(args)
     if "_GW_COMPLETE" not in os.environ:  # a shell asking for completions goes to typer
         from .fast import run
