@@ -342,3 +342,32 @@ def test_json_field_selection(plane: Path) -> None:
     assert error.returncode == 3 and json.loads(error.stdout)["error"] == "not-found"
     empty = run_gw(plane, "list", "--json=item,,title", env=ALICE)
     assert empty.returncode == 2 and json.loads(empty.stdout)["ok"] is False and len(empty.stderr.splitlines()) == 1
+
+
+# --- several ids (point 8) ------------------------------------------------------------------------
+
+
+def test_several_ids_one_command_each_and_the_first_failure_decides(plane: Path) -> None:
+    a, b, c = new(plane, "a"), new(plane, "b"), new(plane, "c")
+    before = int(gw_ok(plane, "log", "--json").count('"commit"'))
+    done = run_gw(plane, "cancel", a, "w-0000000000000000", b, "--json", env=ALICE)
+    assert done.returncode == 3, "the first failure's exit code"
+    results = json.loads(done.stdout)
+    assert [r["ok"] for r in results] == [True, False, True]
+    assert results[0]["item"] == a and results[2]["item"] == b
+    assert results[1]["error"] == "not-found" and results[1]["argument"] == "w-0000000000000000"
+    assert len(done.stderr.splitlines()) == 1 and "w-0000000000000000" in done.stderr
+    assert gw_ok(plane, "log", "--json").count('"commit"') == before + 2, "one commit per id that landed"
+    statuses = {r["item"]: r["status"] for r in json.loads(gw_ok(plane, "list", "--all", "--json"))}
+    assert statuses == {a: "cancelled", b: "cancelled", c: "open"}
+    # text: each reported; reopen of an open item is illegal (6) and does not stop the rest
+    again = run_gw(plane, "reopen", c, a, b, env=ALICE)
+    assert again.returncode == 6 and again.stdout == ""
+    assert f"reopen {a}" in again.stderr and f"reopen {b}" in again.stderr
+    gw_ok(plane, "claim", a)
+    gw_ok(plane, "claim", b)
+    finished = json.loads(gw_ok(plane, "done", a, b, "--json"))
+    assert [r["item"] for r in finished] == [a, b] and all(r["ok"] for r in finished)
+    # one id: the single command's own shape, unchanged
+    single = json.loads(gw_ok(plane, "cancel", c, "--json"))
+    assert single["ok"] is True and single["item"] == c

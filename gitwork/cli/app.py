@@ -55,6 +55,9 @@ def _complete_items(ctx: typer.Context, incomplete: str) -> list[str]:
 
 ItemArg = Annotated[str, typer.Argument(help="Item id or unique prefix.", show_default=False,
                                         autocompletion=_complete_items)]
+# Several ids: one command each, each reported; the exit code is the first failure's.
+ItemsArg = Annotated[list[str], typer.Argument(help="Item ids or unique prefixes (each its own command).",
+                                               show_default=False, autocompletion=_complete_items)]
 Offline = Annotated[
     bool, typer.Option("--offline", help="Tentative: do not ask the arbiter remote now (gw sync decides later).")
 ]
@@ -208,30 +211,31 @@ def decision(
 
 @verb(items.done)
 def done(
-    item: ItemArg,
+    item: ItemsArg,
     force: Annotated[bool, typer.Option("--force", help="Even with unchecked criteria (needs --reason).")] = False,
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Mark an item done; publishes your open session of it first, and releases your lease."""
+    """Mark items done; publishes your open session of each first, and releases your lease (several ids: one
+    command each; exit code of the first failure)."""
 
 
 @verb(items.cancel)
 def cancel(
-    item: ItemArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Cancel an item."""
+    """Cancel items (several ids: one command each; exit code of the first failure)."""
 
 
 @verb(items.reopen)
 def reopen(
-    item: ItemArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Reopen a done or cancelled item."""
+    """Reopen done or cancelled items (several ids: one command each; exit code of the first failure)."""
 
 
 @verb(items.history)

@@ -7,7 +7,7 @@ import sys
 
 from ...errors import Invalid, UsageError
 from .. import output
-from ..actions import done_line, submit
+from ..actions import done_line, each, submit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -160,7 +160,12 @@ def decision(wp: Any, as_json: bool, item: str, text: str, why: str, fence: int 
     submit(wp, as_json, "decision", item=item, text=text, why=why, fence=fence)
 
 
-def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
+def done(wp: Any, as_json: bool, item: list[str], **args: Any) -> None:
+    """``gw done ID...``: each id as its own command (see ``actions.each``)."""
+    each(wp, as_json, item, lambda one: _done(wp, as_json, one, **args))
+
+
+def _done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
     """``gw done``: the safe finish (``publish.finish``): publishes the holder's open session first."""
     from ...publish import finish
 
@@ -180,12 +185,12 @@ def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
                     f"published: gw session drop {dead['session']}")
 
 
-def cancel(wp: Any, as_json: bool, item: str, reason: str | None, fence: int | None) -> None:
-    submit(wp, as_json, "cancel", item=item, reason=reason, fence=fence)
+def cancel(wp: Any, as_json: bool, item: list[str], reason: str | None, fence: int | None) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence))
 
 
-def reopen(wp: Any, as_json: bool, item: str, reason: str | None) -> None:
-    submit(wp, as_json, "reopen", item=item, reason=reason)
+def reopen(wp: Any, as_json: bool, item: list[str], reason: str | None) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "reopen", item=one, reason=reason))
 
 
 def history(wp: Any, as_json: bool, item: str) -> None:
