@@ -301,3 +301,30 @@ def item_ids(wp: Any, prefix: str) -> list[str]:
     """Full ids of the items not closed that start with ``prefix``, best first (shell completion)."""
     _ctx, rows, order = _rows(wp)
     return [i for i in order if i.startswith(prefix) and rows[i]["status"] in OPEN_STATUSES]
+
+
+def drop_answered(wp: Any, box: dict[str, Any]) -> dict[str, Any]:
+    """The inbox without the messages its owner already answered with ``gw msg --reply-to SEQ``.
+
+    A reply names the message it answers, so it counts as the answer even when the responded cursor
+    was not moved (``gw ack --responded``). A decision request is not answered by a reply: only
+    ``gw decide`` answers it. Reads only the threads of items in the inbox.
+    """
+    who = box["who"]
+    entries = box["unread"] + box["unanswered"]
+    first: dict[str, int] = {}
+    for message in entries:
+        first[message["item"]] = min(first.get(message["item"], message["seq"]), message["seq"])
+    answered: set[tuple[str, int]] = set()
+    for item_id, seq in first.items():
+        _full, records = wp.thread(item_id, seq)
+        for record in records:
+            reply_to = record.get("reply_to")
+            if record.get("by") == who and isinstance(reply_to, int):
+                answered.add((item_id, reply_to))
+
+    def kept(message: dict[str, Any]) -> bool:
+        return message.get("kind") == "decision-request" or (message["item"], message["seq"]) not in answered
+
+    return {**box, "unread": [m for m in box["unread"] if kept(m)],
+            "unanswered": [m for m in box["unanswered"] if kept(m)]}

@@ -371,3 +371,25 @@ def test_several_ids_one_command_each_and_the_first_failure_decides(plane: Path)
     # one id: the single command's own shape, unchanged
     single = json.loads(gw_ok(plane, "cancel", c, "--json"))
     assert single["ok"] is True and single["item"] == c
+
+
+# --- small truths (point 10) ----------------------------------------------------------------------
+
+
+def test_a_reply_to_a_question_counts_as_its_answer_in_the_inbox(plane: Path) -> None:
+    item = new(plane, "talk")
+    other = new(plane, "more talk")
+    bob = {"GW_AGENT": "bob"}
+    gw_ok(plane, "msg", item, "what colour?", "--kind", "question", "--to", "bob")
+    gw_ok(plane, "msg", other, "which size?", "--kind", "question", "--to", "bob")
+    box = json.loads(gw_ok(plane, "inbox", "--json", env=bob))
+    assert [(m["item"], m["seq"]) for m in box["unread"]] == [(item, 1), (other, 1)]
+    gw_ok(plane, "msg", item, "unrelated", env=bob)  # not a reply: the question stays
+    assert len(json.loads(gw_ok(plane, "inbox", "--json", env=bob))["unread"]) == 2
+    gw_ok(plane, "msg", item, "blue", "--reply-to", "1", env=bob)
+    box = json.loads(gw_ok(plane, "inbox", "--json", env=bob))
+    assert [(m["item"], m["seq"]) for m in box["unread"] + box["unanswered"]] == [(other, 1)]
+    assert "which size?" in gw_ok(plane, "inbox", env=bob) and "what colour?" not in gw_ok(plane, "inbox", env=bob)
+    # someone else's reply does not answer it for bob
+    gw_ok(plane, "msg", other, "I think M", "--reply-to", "1", env={"GW_AGENT": "carol"})
+    assert [m["item"] for m in json.loads(gw_ok(plane, "inbox", "--json", env=bob))["unread"]] == [other]

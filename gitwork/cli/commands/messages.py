@@ -118,7 +118,9 @@ def _puller(wp: Any) -> Any:
 def inbox(wp: Any, as_json: bool) -> None:
     from ...ids import shortest_unique
 
-    box = wp.inbox()
+    from ...reports import drop_answered
+
+    box = drop_answered(wp, wp.inbox())
     if as_json and output.FIELDS is not None:
         output.emit_json({"ok": True, **box})
         return
