@@ -328,3 +328,52 @@ def drop_answered(wp: Any, box: dict[str, Any]) -> dict[str, Any]:
 
     return {**box, "unread": [m for m in box["unread"] if kept(m)],
             "unanswered": [m for m in box["unanswered"] if kept(m)]}
+
+
+# --- search --------------------------------------------------------------------------------------
+
+
+def _snippet(text: str, at: int, width: int = 60) -> str:
+    start = max(at - width // 2, 0)
+    piece = " ".join(text[start:start + width].split())
+    return ("..." if start else "") + piece + ("..." if start + width < len(text) else "")
+
+
+def search(wp: Any, text: str, statuses: list[str] | None = None, include_closed: bool = False) -> list[dict[str, Any]]:
+    """Items whose title, description, criteria, decisions or thread contain ``text`` (case-insensitive),
+    best first, each with where it matched (field and a snippet).
+
+    Like ``gw list``: open and active items unless ``include_closed`` or ``statuses``. Reads each
+    candidate item and its thread, so it costs a read per item (the summary rows hold no text).
+    """
+    from .errors import Invalid
+    from .model import CLOSED, STATUSES
+
+    needle = text.casefold()
+    if not needle.strip():
+        raise Invalid("search for what? the text is empty")
+    unknown = [s for s in statuses or () if s not in STATUSES]
+    if unknown:
+        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
+    ctx, rows, order = _rows(wp)
+    out = []
+    for item_id in order:
+        status = rows[item_id]["status"]
+        if statuses and status not in statuses:
+            continue
+        if not statuses and not include_closed and status in CLOSED:
+            continue
+        item = ctx.item(item_id)
+        fields: list[tuple[str, str]] = [("title", item.title), ("description", item.description or "")]
+        fields += [(f"criterion {n}", str(c.get("text", ""))) for n, c in enumerate(item.criteria, 1)]
+        fields += [(f"decision {d.get('number', n)}", f"{d.get('text', '')} (why: {d.get('rationale', '')})")
+                   for n, d in enumerate(item.decisions, 1)]
+        fields += [(f"message #{m['seq']}", str(m.get("text", ""))) for m in wp.thread(item_id)[1]]
+        matches = []
+        for field, value in fields:
+            at = value.casefold().find(needle)
+            if at >= 0:
+                matches.append({"field": field, "text": _snippet(value, at)})
+        if matches:
+            out.append({"item": item_id, "title": item.title, "status": status, "matches": matches})
+    return out

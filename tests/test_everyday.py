@@ -393,3 +393,33 @@ def test_a_reply_to_a_question_counts_as_its_answer_in_the_inbox(plane: Path) ->
     # someone else's reply does not answer it for bob
     gw_ok(plane, "msg", other, "I think M", "--reply-to", "1", env={"GW_AGENT": "carol"})
     assert [m["item"] for m in json.loads(gw_ok(plane, "inbox", "--json", env=bob))["unread"]] == [other]
+
+
+# --- search (point 4) -----------------------------------------------------------------------------
+
+
+def test_search_titles_descriptions_criteria_decisions_and_threads(plane: Path) -> None:
+    in_title = new(plane, "Parser for TOML")
+    in_desc = new(plane, "x", "-d", "we need a toml reader")
+    in_crit = new(plane, "y", "-c", "reads Toml files")
+    in_decision = new(plane, "z")
+    in_thread = new(plane, "w")
+    nowhere = new(plane, "nothing here")
+    gw_ok(plane, "claim", in_decision)
+    gw_ok(plane, "decision", in_decision, "use tomllib", "--why", "standard library")
+    gw_ok(plane, "msg", in_thread, "what about TOML?")
+    found = gw_json(plane, "search", "toml")
+    by_item = {f["item"]: [m["field"] for m in f["matches"]] for f in found}  # type: ignore[union-attr]
+    assert by_item == {in_title: ["title"], in_desc: ["description"], in_crit: ["criterion 1"],
+                       in_decision: ["decision 1"], in_thread: ["message #1"]}
+    assert nowhere not in by_item
+    gw_ok(plane, "cancel", in_title)
+    assert in_title not in {f["item"] for f in gw_json(plane, "search", "toml")}  # type: ignore[union-attr]
+    assert {f["item"] for f in gw_json(plane, "search", "toml", "--all")} >= {in_title}  # type: ignore[union-attr]
+    assert [f["item"] for f in gw_json(plane, "search", "toml", "-s", "cancelled")] == [in_title]  # type: ignore[union-attr]
+    text = gw_ok(plane, "search", "TOML")
+    assert "message #1: what about TOML?" in text
+    empty = run_gw(plane, "search", "  ", env=ALICE)
+    assert empty.returncode == 5 and empty.stdout == ""
+    bad = run_gw(plane, "search", "x", "-s", "expired", env=ALICE)
+    assert bad.returncode == 5 and "unknown status" in bad.stderr

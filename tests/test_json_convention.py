@@ -57,6 +57,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "prime": ([], "object"),
     "onboard": ([], "object"),
     "completion": (["bash"], "object"),
+    "search": (["first", "--all"], "array"),
     "apply": (["{document}"], "object"),
     "session start": ([A], "object"),
     "session commit": (["--file", "new.txt", "-m", "add a file", "-C", "{worktree}"], "object"),

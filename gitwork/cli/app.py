@@ -267,6 +267,16 @@ def blocked(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """Items that cannot start, each with why: dependencies not done (named), a decision awaited, blocked by hand."""
 
 
+@verb(reports.search)
+def search(
+    text: Annotated[str, typer.Argument(help="Text to find (case-insensitive).", show_default=False)],
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
+    all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched."""
+
+
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
 app.add_typer(dep_app, name="dep")
 

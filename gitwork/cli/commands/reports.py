@@ -94,3 +94,19 @@ def prime(wp: Any, as_json: bool) -> None:
     import sys
 
     sys.stdout.write(doc["text"])
+
+
+def search(wp: Any, as_json: bool, text: str, status: list[str] | None, all: bool) -> None:
+    from ...reports import search as find
+
+    found = find(wp, text, status, all)
+    if as_json:
+        output.emit_json(found)
+        return
+    short = _short(wp, [f["item"] for f in found])
+    for entry in found:
+        output.line(f"{short[entry['item']]}\t{entry['status']}\t{entry['title']}")
+        for match in entry["matches"]:
+            output.line(f"\t{match['field']}: {match['text']}")
+    if not found:
+        output.info(f"nothing matches {text!r}")
