@@ -95,6 +95,10 @@ def describe_reason(reason: dict[str, Any], short: dict[str, str]) -> str:
     if kind == "decision":
         options = f" [{' / '.join(reason['options'])}]" if reason["options"] else ""
         return f"waits for a decision on #{reason['seq']}: {reason['question']}{options} (asked by {reason['by']})"
+    if kind == "held":
+        return f"held by {reason['holder']} until {reason['expires_at']}"
+    if kind == "other":
+        return str(reason["reason"])
     why = reason.get("reason") or "no reason given"
     return f"blocked by hand{' by ' + reason['by'] if reason.get('by') else ''}: {why}"
 
@@ -376,4 +380,32 @@ def search(wp: Any, text: str, statuses: list[str] | None = None, include_closed
                 matches.append({"field": field, "text": _snippet(value, at)})
         if matches:
             out.append({"item": item_id, "title": item.title, "status": status, "matches": matches})
+    return out
+
+
+# --- ready --explain -----------------------------------------------------------------------------
+
+
+def explain_ready(wp: Any) -> list[dict[str, Any]]:
+    """Every item not closed, best first: ``ready`` or not, and why not (the same reasons as
+    :func:`blocked`, plus ``held``: someone's lease is live, named with its expiry)."""
+    ready_ids = {row[0] for row in wp.ready()}
+    stuck = {entry["item"]: entry["blocked_by"] for entry in blocked(wp)}
+    ctx, rows, order = _rows(wp)
+    now: _dt.datetime = ctx.now
+    margin = wp.settings.clock_margin
+    out = []
+    for item_id in order:
+        row = rows[item_id]
+        if row["status"] not in OPEN_STATUSES:
+            continue
+        why = list(stuck.get(item_id, []))
+        if item_id not in ready_ids and row["holder"] is not None:
+            lease = ctx.lease(item_id)
+            if lease is not None and not lease.takeable(now, margin):
+                why.insert(0, {"kind": "held", "holder": lease.holder, "expires_at": lease.expires_at})
+        if item_id not in ready_ids and not why:
+            why.append({"kind": "other", "reason": f"status {row['status']} without a live lease"})
+        out.append({"item": item_id, "title": row["title"], "status": row["status"], "ready": item_id in ready_ids,
+                    "why_not": [] if item_id in ready_ids else why})
     return out

@@ -423,3 +423,21 @@ def test_search_titles_descriptions_criteria_decisions_and_threads(plane: Path) 
     assert empty.returncode == 5 and empty.stdout == ""
     bad = run_gw(plane, "search", "x", "-s", "expired", env=ALICE)
     assert bad.returncode == 5 and "unknown status" in bad.stderr
+
+
+def test_ready_explain_says_why_each_open_item_is_not_ready(plane: Path) -> None:
+    free = new(plane, "free")
+    held = new(plane, "held")
+    later = new(plane, "later", "--dep", held)
+    gw_ok(plane, "claim", held, env={"GW_AGENT": "bob"})
+    entries = gw_json(plane, "ready", "--explain")
+    by_item = {e["item"]: e for e in entries}  # type: ignore[union-attr]
+    assert entries[0]["item"] == free and set(by_item) == {free, held, later}, "ready ones first"  # type: ignore[index]
+    assert by_item[free]["ready"] is True and by_item[free]["why_not"] == []
+    [why_held] = by_item[held]["why_not"]
+    assert why_held["kind"] == "held" and why_held["holder"] == "bob"
+    assert by_item[later]["why_not"] == [{"kind": "dependency", "item": held, "title": "held", "status": "in_progress"}]
+    text = gw_ok(plane, "ready", "--explain")
+    assert "held by bob until" in text and "waits on" in text
+    # plain ready is unchanged
+    assert [r["item"] for r in gw_json(plane, "ready")] == [free]  # type: ignore[union-attr]

@@ -162,6 +162,7 @@ def list_(
 @verb(items.ready)
 def ready(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many.")] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Every open item: ready, or why not.")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Open, unleased items whose dependencies are done, best first."""

@@ -91,10 +91,14 @@ def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str
     _rows_view(rows, picked, as_json, "items")
 
 
-def ready(wp: Any, as_json: bool, limit: int | None) -> None:
+def ready(wp: Any, as_json: bool, limit: int | None, explain: bool = False) -> None:
     from ...queries import ready as ready_rows
 
     _limit(limit)
+    if explain:  # every open item and why it is not ready (commands/reports.py)
+        from .reports import explain_ready
+
+        return explain_ready(wp, as_json, limit)
     ctx, rows = wp.rows()
     picked = ready_rows(ctx.index(), ctx.now, wp.settings.clock_margin)
     _rows_view(rows, picked[:limit] if limit else picked, as_json, "ready")

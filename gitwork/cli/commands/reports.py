@@ -110,3 +110,20 @@ def search(wp: Any, as_json: bool, text: str, status: list[str] | None, all: boo
             output.line(f"\t{match['field']}: {match['text']}")
     if not found:
         output.info(f"nothing matches {text!r}")
+
+
+def explain_ready(wp: Any, as_json: bool, limit: int | None) -> None:
+    """``gw ready --explain``: every open item, ready first as usual, and why each other is not."""
+    from ...reports import describe_reason, explain_ready as explain
+
+    entries = explain(wp)
+    entries = [e for e in entries if e["ready"]][: limit or None] + [e for e in entries if not e["ready"]]
+    if as_json:
+        output.emit_json(entries)
+        return
+    named = [e["item"] for e in entries] + [r["item"] for e in entries for r in e["why_not"] if "item" in r]
+    short = _short(wp, named)
+    for entry in entries:
+        output.line(f"{short[entry['item']]}\t{'ready' if entry['ready'] else 'not ready'}\t{entry['title']}")
+        for reason in entry["why_not"]:
+            output.line(f"\t{describe_reason(reason, short)}")
