@@ -194,6 +194,8 @@ def test_global_dash_c_and_json_before_the_verb(plane: Path, tmp_path: Path) -> 
     assert [r["item"] for r in json.loads(ready.stdout)] == [item]
     tree = run_gw(elsewhere, "--json", "-C", str(plane), "dep", "tree", item, env=ALICE)
     assert json.loads(tree.stdout)["item"] == item
+    sessions = run_gw(elsewhere, "-C", str(plane), "--json", "session", "list", env=ALICE)
+    assert sessions.returncode == 0 and json.loads(sessions.stdout) == []
     claimed = run_gw(elsewhere, "-C", str(plane), "claim", item, env=ALICE)
     assert claimed.returncode == 0
     # outside any repository without -C: exit 10, as before
