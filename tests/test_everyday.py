@@ -1,23 +1,48 @@
 """Everyday use (issue 18, "What to add"): the reports that say why an item is not ready, stale
 leases, a summary, and what an agent re-reads after a context reset. Through the real CLI on real
-repositories; time from ``GW_NOW``."""
+repositories; time from ``GW_NOW``.
+
+``gw_ok`` runs the real entry point (``gitwork.cli.main.main``: fast path, then typer) in this
+process, which keeps these tests cheap; what reads stdin or starts an editor, and the checks of exit
+codes and of the global options, run ``gw`` in a child process (``run_gw``).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from conftest import run_gw, tip
+from gitwork.cli import main as cli_main
 
 ALICE = {"GW_AGENT": "alice", "GW_NO_AUTO_GC": "1"}
 
 
 def gw_ok(repo: Path, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> str:
-    done = run_gw(repo, *args, env={**ALICE, **(env or {})}, input=input)
-    assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
-    return done.stdout
+    full = {**ALICE, **(env or {})}
+    if input is not None or "VISUAL" in full:  # stdin or an editor: a real child process
+        done = run_gw(repo, *args, env=full, input=input)
+        assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
+        return done.stdout
+    saved = {key: os.environ.get(key) for key in full}
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.update(full)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli_main.main([*args, "-C", str(repo)])
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    assert code == 0, (args, code, out.getvalue(), err.getvalue())
+    return out.getvalue()
 
 
 def gw_json(repo: Path, *args: str, env: dict[str, str] | None = None) -> object:
