@@ -269,10 +269,18 @@ on it; `gw summary` counts everything; `gw stale` lists expired leases.
 """
 
 
+def my_sessions(wp: Any, me: str) -> list[dict[str, Any]]:
+    """The identity's sessions not yet published or dropped (``live``: its lease is still held)."""
+    from .sessions import list_sessions
+
+    return [s for s in list_sessions(wp) if s.get("holder") == me and s.get("state") not in ("published", "dropped")]
+
+
 def prime(wp: Any) -> dict[str, Any]:
     """What an agent needs in its context after a reset: who it is, the loop, what it holds now."""
     me = wp.settings.identity()
     held = holding(wp)
+    sessions = my_sessions(wp, me)
     text = LOOP.format(identity=me) + "\n## What you hold now\n"
     if not held:
         text += "Nothing: start with `gw claim --next`.\n"
@@ -283,7 +291,16 @@ def prime(wp: Any) -> dict[str, Any]:
             text += f"  [{'x' if criterion['done'] else ' '}] {number}. {criterion['text']}\n"
         if entry["waiting"]:
             text += f"  waits for a decision on #{entry['waiting'].get('seq')}: {entry['waiting'].get('question')}\n"
-    return {"ok": True, "item": held[0]["item"] if held else None, "identity": me, "holding": held, "text": text}
+    for session in sessions:
+        commit = f"commit {str(session['commit'])[:12]}" if session.get("commit") else "no commit yet"
+        if session.get("live"):
+            text += (f"- session {session['session']} of {session['item']} ({commit}): work in "
+                     f"{session.get('worktree') or 'its worktree'}; `gw done {session['item']}` publishes it\n")
+        else:
+            text += (f"- dead session {session['session']} of {session['item']} ({commit}; its lease ended): "
+                     f"`gw session drop {session['session']}`\n")
+    return {"ok": True, "item": held[0]["item"] if held else None, "identity": me, "holding": held,
+            "sessions": sessions, "text": text}
 
 
 ONBOARD = """\

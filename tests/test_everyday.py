@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_gw, tip
+from conftest import git, run_gw, tip
 from gitwork.cli import main as cli_main
 
 ALICE = {"GW_AGENT": "alice", "GW_NO_AUTO_GC": "1"}
@@ -191,6 +191,12 @@ def test_prime_names_the_identity_the_loop_and_what_is_held(plane: Path) -> None
     doc = gw_json(plane, "prime")
     assert doc["item"] == item and doc["identity"] == "alice"  # type: ignore[index]
     assert doc["holding"][0]["criteria"] == [{"text": "tests pass", "done": False}]  # type: ignore[index]
+    # an open session of the held item is named, with how to finish it
+    git(plane, "-c", "user.name=P", "-c", "user.email=p@example.com", "commit", "-q", "--allow-empty", "-m", "start")
+    session = gw_json(plane, "session", "start", item)["session"]  # type: ignore[index]
+    doc = gw_json(plane, "prime")
+    assert [s["session"] for s in doc["sessions"]] == [session]  # type: ignore[index]
+    assert f"session {session} of {item} (no commit yet)" in doc["text"] and f"gw done {item}" in doc["text"]  # type: ignore[index]
     other = json.loads(gw_ok(plane, "prime", "--json", env={"GW_AGENT": "bob"}))
     assert other["holding"] == [] and other["item"] is None and "You are `bob`" in other["text"]
 
