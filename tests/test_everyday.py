@@ -474,3 +474,12 @@ def test_ready_explain_says_why_each_open_item_is_not_ready(plane: Path) -> None
     assert "held by bob until" in text and "waits on" in text
     # plain ready is unchanged
     assert [r["item"] for r in gw_json(plane, "ready")] == [free]  # type: ignore[union-attr]
+
+
+def test_field_selection_with_several_ids_keeps_errors_whole(plane: Path) -> None:
+    a = new(plane, "a")
+    done = run_gw(plane, "cancel", a, "w-0000000000000000", "--json=item,status", env=ALICE)
+    assert done.returncode == 3
+    ok, error = json.loads(done.stdout)
+    assert ok == {"ok": True, "item": a, "status": "cancelled"}
+    assert error["ok"] is False and error["error"] == "not-found" and error["argument"] == "w-0000000000000000"

@@ -31,8 +31,8 @@ def select(doc: Any) -> Any:
     """``doc`` cut down to :data:`FIELDS` (unchanged when no fields were asked for)."""
     if FIELDS is None:
         return doc
-    if isinstance(doc, list):
-        return [pick(row) for row in doc]
+    if isinstance(doc, list):  # a listing, or several ids' results (each kept as a single result is)
+        return [select(row) for row in doc]
     if isinstance(doc, dict) and doc.get("ok") is False:
         return doc
     if isinstance(doc, dict) and "ok" in doc:
