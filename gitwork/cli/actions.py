@@ -28,6 +28,8 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
         wp = Workplane(path, agent=agent)
         func(wp, as_json=as_json, **kwargs)
         return int(ExitCode.OK)
+    except Failed as failed:  # already reported (several ids: each one's outcome printed)
+        return failed.code
     except GwError as error:
         return output.fail(error, as_json)
     except KeyboardInterrupt:
@@ -76,3 +78,45 @@ def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, offline
     data = str(applied.result.get(data_key)) if data_key else None
     done_line(applied, as_json, data=data)
     return applied
+
+
+class Failed(Exception):
+    """Exit with ``code``: the failure has been reported already (see :func:`each`)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def each(wp: Any, as_json: bool, items: list[str], one: Callable[[str], None]) -> None:
+    """Run ``one(item)`` for each of several ids, one command each, reporting every outcome.
+
+    One id: exactly the single command (its errors propagate as usual). Several: each is tried in
+    order whatever happened to the ones before; with ``--json`` stdout holds one array, one result or
+    error object per id, in order; the exit code is the first failure's (0 if none failed).
+    """
+    if len(items) == 1:
+        one(items[0])
+        return
+    import contextlib
+    import io
+    import json
+
+    results: list[Any] = []
+    first = 0
+    for item in items:
+        captured = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(captured if as_json else sys.stdout):
+                one(item)
+            if as_json:
+                results.append(json.loads(captured.getvalue()))
+        except GwError as error:
+            first = first or int(error.code)
+            output.info(f"gw: {error.kind}: {item}: {error.message}")
+            if as_json:
+                results.append({"ok": False, **error.to_json(), "argument": item})
+    if as_json:
+        output.emit_json(results)
+    if first:
+        raise Failed(first)

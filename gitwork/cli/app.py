@@ -21,7 +21,7 @@ import typer
 
 from .. import __version__
 from . import actions
-from .commands import items, leases, messages, remote, sessions
+from .commands import items, leases, messages, remote, reports, sessions
 
 app = typer.Typer(
     name="gw",
@@ -39,7 +39,25 @@ Repo = Annotated[Optional[str], typer.Option("-C", help="Run as if gw was starte
 Fence = Annotated[
     Optional[int], typer.Option("--fence", envvar="GW_FENCE", help="Fencing token of the lease you act under.")
 ]
-ItemArg = Annotated[str, typer.Argument(help="Item id or unique prefix.", show_default=False)]
+
+
+def _complete_items(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of item ids: the open items' full ids that start with what was typed."""
+    try:
+        from ..reports import item_ids
+        from ..workplane import Workplane
+
+        with Workplane(ctx.params.get("path")) as plane:
+            return item_ids(plane, incomplete)
+    except Exception:  # completion must never print a traceback into the user's shell
+        return []
+
+
+ItemArg = Annotated[str, typer.Argument(help="Item id or unique prefix.", show_default=False,
+                                        autocompletion=_complete_items)]
+# Several ids: one command each, each reported; the exit code is the first failure's.
+ItemsArg = Annotated[list[str], typer.Argument(help="Item ids or unique prefixes (each its own command).",
+                                               show_default=False, autocompletion=_complete_items)]
 Offline = Annotated[
     bool, typer.Option("--offline", help="Tentative: do not ask the arbiter remote now (gw sync decides later).")
 ]
@@ -89,6 +107,12 @@ def main(
     """gitwork: work items, fenced leases and conversations kept on a git ref."""
 
 
+DescriptionFile = Annotated[
+    Optional[str], typer.Option("--description-file", help="Read the description from this file ('-': stdin).")
+]
+UseEditor = Annotated[bool, typer.Option("-e", "--edit", help="Write the title and description in $VISUAL/$EDITOR.")]
+
+
 # --- items (commands/items.py) -------------------------------------------------------------------
 
 
@@ -102,8 +126,12 @@ def init(
 
 @verb(items.new)
 def new(
-    title: Annotated[str, typer.Argument(help="One-line title.", show_default=False)],
-    description: Annotated[Optional[str], typer.Option("-d", "--description", help="Longer description.")] = None,
+    title: Annotated[Optional[str], typer.Argument(help="One-line title (with -e: the form's first line).",
+                                                   show_default=False)] = None,
+    description: Annotated[Optional[str], typer.Option("-d", "--description", help="Longer description ('-' reads "
+                                                                                   "it from stdin).")] = None,
+    description_file: DescriptionFile = None,
+    use_editor: UseEditor = False,
     priority: Annotated[Optional[int], typer.Option("-p", "--priority", help="0 (highest) to 4 (lowest); default 2.")] = None,
     label: Annotated[Optional[list[str]], typer.Option("-l", "--label", help="Label (repeatable).")] = None,
     dep: Annotated[Optional[list[str]], typer.Option("--dep", help="Item this one depends on (repeatable).")] = None,
@@ -112,7 +140,7 @@ def new(
     source: Annotated[Optional[str], typer.Option("--from", help="Provenance: URL, commit:SHA, file:PATH, an item id or text.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Create a work item; prints its id."""
+    """Create a work item; prints its id. With -e, write its title and description in your editor."""
 
 
 @verb(items.show)
@@ -134,6 +162,7 @@ def list_(
 @verb(items.ready)
 def ready(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many.")] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Every open item: ready, or why not.")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Open, unleased items whose dependencies are done, best first."""
@@ -143,7 +172,9 @@ def ready(
 def edit(
     item: ItemArg,
     title: Annotated[Optional[str], typer.Option("--title")] = None,
-    description: Annotated[Optional[str], typer.Option("-d", "--description")] = None,
+    description: Annotated[Optional[str], typer.Option("-d", "--description", help="'-' reads it from stdin.")] = None,
+    description_file: DescriptionFile = None,
+    use_editor: UseEditor = False,
     priority: Annotated[Optional[int], typer.Option("-p", "--priority")] = None,
     add_label: Annotated[Optional[list[str]], typer.Option("--add-label")] = None,
     remove_label: Annotated[Optional[list[str]], typer.Option("--remove-label")] = None,
@@ -155,7 +186,8 @@ def edit(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Change an item's fields (the holder only, while it is leased)."""
+    """Change an item's fields (the holder only, while it is leased). -e edits the title and description in your
+    editor."""
 
 
 @verb(items.check)
@@ -180,30 +212,31 @@ def decision(
 
 @verb(items.done)
 def done(
-    item: ItemArg,
+    item: ItemsArg,
     force: Annotated[bool, typer.Option("--force", help="Even with unchecked criteria (needs --reason).")] = False,
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Mark an item done; publishes your open session of it first, and releases your lease."""
+    """Mark items done; publishes your open session of each first, and releases your lease (several ids: one
+    command each; exit code of the first failure)."""
 
 
 @verb(items.cancel)
 def cancel(
-    item: ItemArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Cancel an item."""
+    """Cancel items (several ids: one command each; exit code of the first failure)."""
 
 
 @verb(items.reopen)
 def reopen(
-    item: ItemArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Reopen a done or cancelled item."""
+    """Reopen done or cancelled items (several ids: one command each; exit code of the first failure)."""
 
 
 @verb(items.history)
@@ -225,6 +258,86 @@ def apply_(
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Apply a command document directly (the same documents every face submits)."""
+
+
+# --- reports (commands/reports.py; read-only) ----------------------------------------------------
+
+
+@verb(reports.blocked)
+def blocked(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Items that cannot start, each with why: dependencies not done (named), a decision awaited, blocked by hand."""
+
+
+@verb(reports.search)
+def search(
+    text: Annotated[str, typer.Argument(help="Text to find (case-insensitive).", show_default=False)],
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
+    all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched."""
+
+
+dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
+app.add_typer(dep_app, name="dep")
+
+
+@verb(reports.dep_tree, "tree", group=dep_app)
+def dep_tree(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """What an item depends on and what depends on it, recursively (both directions)."""
+
+
+@verb(reports.stale)
+def stale(
+    held_for: Annotated[Optional[str], typer.Option("--for", help="Also list leases held longer than this "
+                                                                  "(e.g. 30m, 2h; default 1h).")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Leases past their expiry, and leases held longer than --for; with whether they can be taken over."""
+
+
+@verb(reports.summary)
+def summary(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Counts: items by status, ready, blocked, expired leases, open questions (items awaiting a decision)."""
+
+
+@verb(reports.prime)
+def prime(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """What an agent needs in its context: its identity, the work loop, exit codes, and the items it holds."""
+
+
+@app.command()
+def onboard(json: Json = False, path: Repo = None) -> None:
+    """Print a snippet for AGENTS.md / CLAUDE.md that points agents at `gw prime`."""
+    # Not through verb(): it reads no repository (it can be run anywhere; -C is accepted and unused).
+    from ..reports import ONBOARD
+    from .output import emit_json
+
+    if json:
+        emit_json({"ok": True, "item": None, "snippet": ONBOARD})
+    else:
+        sys.stdout.write(ONBOARD)
+
+
+@app.command()
+def completion(
+    shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False)],
+    json: Json = False, path: Repo = None,
+) -> None:
+    """Print the shell completion script (commands, options, item ids): eval "$(gw completion bash)"."""
+    # Not through verb(): it reads no repository.
+    from typer._completion_shared import get_completion_script
+
+    from ..errors import UsageError
+    from .output import emit_json, fail
+
+    if shell not in ("bash", "zsh", "fish"):
+        raise typer.Exit(fail(UsageError(f"no completion for shell {shell!r}: use bash, zsh or fish"), json))
+    script = get_completion_script(prog_name="gw", complete_var="_GW_COMPLETE", shell=shell) + "\n"
+    if json:
+        emit_json({"ok": True, "item": None, "shell": shell, "script": script})
+    else:
+        sys.stdout.write(script)
 
 
 # --- leases (commands/leases.py) ------------------------------------------------------------------
@@ -385,7 +498,8 @@ def ack(
 
 @verb(messages.inbox)
 def inbox(json: Json = False, agent: As = None, path: Repo = None) -> None:
-    """Messages to you or on items you hold: unread, then read but unanswered; oldest first."""
+    """Messages to you or on items you hold: unread, then read but unanswered; oldest first. Your reply with
+    `gw msg --reply-to SEQ` answers a message (a decision request is answered by `gw decide`)."""
 
 
 @verb(messages.ask)
@@ -500,6 +614,10 @@ def hooks_install(
 def run_app(argv: list[str]) -> int:
     """Run the typer app. A usage error is reported like every other error (docs/exit-codes.md): one
     line on stderr and, with --json, one JSON error object on stdout; exit 2."""
+    if os.environ.get("_GW_COMPLETE"):  # a shell asking for completions (gw completion SHELL)
+        from typer._completion_classes import completion_init
+
+        completion_init()
     try:
         result = app(args=argv, prog_name="gw", standalone_mode=False)
     except SystemExit as exit_:

@@ -2,7 +2,60 @@
 
 from __future__ import annotations
 
+import os
 import sys
+
+# Sub-command groups: their verb is two words (`gw session start`), so options moved from before the
+# verb go after both words.
+GROUPS = frozenset(("session", "remote", "hooks", "dep"))
+
+
+def hoist(args: list[str]) -> list[str]:
+    """git's habit: options before the verb, ``gw -C DIR --json VERB ...``, are moved after the verb,
+    where every command declares them (``-C``, ``--json``). Several ``-C`` combine as in git
+    (``-C a -C b`` is ``a/b``). The verb's own ``-C`` after it, if any, still wins (the last one)."""
+    directory: str | None = None
+    flags: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "-C" and index + 1 < len(args):
+            directory = os.path.join(directory, args[index + 1]) if directory else args[index + 1]
+            index += 2
+        elif arg.startswith("-C") and len(arg) > 2:
+            directory = os.path.join(directory, arg[2:]) if directory else arg[2:]
+            index += 1
+        elif arg == "--json":
+            flags.append(arg)
+            index += 1
+        else:
+            break
+    rest = args[index:]
+    if index == 0 or not rest or rest[0].startswith("-"):
+        return args  # nothing before the verb, or no verb: the parser reports it as usual
+    moved = flags + (["-C", directory] if directory is not None else [])
+    at = 2 if rest[0] in GROUPS and len(rest) > 1 and not rest[1].startswith("-") else 1
+    return rest[:at] + moved + rest[at:]
+
+
+def json_fields(args: list[str]) -> list[str] | None:
+    """gh's field selection, ``--json=item,title,status``: a plain ``--json`` for the parser, and the
+    names for the printer (``output.FIELDS``). Only with ``=``: ``--json`` alone is a flag, so that
+    ``gw show --json ID`` keeps meaning what it means. ``None`` if a name is empty."""
+    from . import output
+
+    out: list[str] = []
+    for index, arg in enumerate(args):
+        if arg == "--":
+            return out + args[index:]
+        if arg.startswith("--json="):
+            names = [name.strip() for name in arg[len("--json="):].split(",")]
+            if not all(names):
+                return None
+            output.FIELDS = names
+            arg = "--json"
+        out.append(arg)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,11 +65,24 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(f"gw {__version__}\n")
         return 0
-    from .fast import run
+    printer = sys.modules.get("gitwork.cli.output")
+    if printer is not None:  # called again in one process (tests): no field selection left over
+        printer.FIELDS = None
+    if any(arg.startswith("--json=") for arg in args):
+        args = json_fields(args)
+        if args is None:
+            from ..errors import UsageError
+            from .output import fail
 
-    code = run(args)
-    if code is not None:
-        return code
+            return fail(UsageError("--json=FIELDS takes names separated by commas, e.g. --json=item,title,status"),
+                        True)
+    args = hoist(args)
+    if "_GW_COMPLETE" not in os.environ:  # a shell asking for completions goes to typer
+        from .fast import run
+
+        code = run(args)
+        if code is not None:
+            return code
     from .app import run_app
 
     return run_app(args)

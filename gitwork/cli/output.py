@@ -22,6 +22,28 @@ def _tty() -> bool:
     return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
 
 
+# ``--json=FIELDS`` (parsed in main.py): keep only these keys of each printed object, in this order, a
+# missing one as null; ``ok`` stays on a single result, and an error object is printed whole.
+FIELDS: list[str] | None = None
+
+
+def select(doc: Any) -> Any:
+    """``doc`` cut down to :data:`FIELDS` (unchanged when no fields were asked for)."""
+    if FIELDS is None:
+        return doc
+    if isinstance(doc, list):  # a listing, or several ids' results (each kept as a single result is)
+        return [select(row) for row in doc]
+    if isinstance(doc, dict) and doc.get("ok") is False:
+        return doc
+    if isinstance(doc, dict) and "ok" in doc:
+        return {"ok": doc["ok"], **pick(doc)}
+    return pick(doc)
+
+
+def pick(row: Any) -> Any:
+    return {key: row.get(key) for key in FIELDS} if FIELDS is not None and isinstance(row, dict) else row
+
+
 def emit_json(doc: Any) -> None:
     """Print one JSON value (the convention: docs/exit-codes.md, "Output with --json").
 
@@ -29,6 +51,7 @@ def emit_json(doc: Any) -> None:
     without ``indent``, and long listings print ~5x faster this way). Layout is for people reading it;
     the contract is one JSON value on stdout.
     """
+    doc = select(doc)
     if isinstance(doc, list):
         sys.stdout.write(json_array(doc) + "\n")
         return

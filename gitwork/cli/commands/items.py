@@ -7,7 +7,7 @@ import sys
 
 from ...errors import Invalid, UsageError
 from .. import output
-from ..actions import done_line, submit
+from ..actions import done_line, each, submit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,9 +31,16 @@ def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
         output.info(f"gitwork state on {wp.store.ref} at {applied.commit[:12] if applied.commit else '(none)'}")
 
 
-def new(wp: Any, as_json: bool, title: str, description: str | None, priority: int | None,
+def new(wp: Any, as_json: bool, title: str | None, description: str | None, priority: int | None,
         label: list[str] | None, dep: list[str] | None, criterion: list[str] | None, owner: str | None,
-        source: str | None) -> None:
+        source: str | None, description_file: str | None = None, use_editor: bool = False) -> None:
+    from ..textinput import description as read_description, edit_form
+
+    description = read_description(description, description_file)
+    if use_editor:
+        title, description = edit_form(title or "", description or "")
+    elif title is None:
+        raise UsageError("missing the title: gw new TITLE (or gw new -e to write it in your editor)")
     submit(wp, as_json, "new", "item", title=title, description=description, priority=priority, labels=label,
            depends_on=dep, criteria=criterion, owner=owner, source=source)
 
@@ -84,10 +91,14 @@ def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str
     _rows_view(rows, picked, as_json, "items")
 
 
-def ready(wp: Any, as_json: bool, limit: int | None) -> None:
+def ready(wp: Any, as_json: bool, limit: int | None, explain: bool = False) -> None:
     from ...queries import ready as ready_rows
 
     _limit(limit)
+    if explain:  # every open item and why it is not ready (commands/reports.py)
+        from .reports import explain_ready
+
+        return explain_ready(wp, as_json, limit)
     ctx, rows = wp.rows()
     picked = ready_rows(ctx.index(), ctx.now, wp.settings.clock_margin)
     _rows_view(rows, picked[:limit] if limit else picked, as_json, "ready")
@@ -128,7 +139,18 @@ def _limit(limit: int | None) -> None:
 def edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
-         reason: str | None, fence: int | None) -> None:
+         reason: str | None, fence: int | None, description_file: str | None = None,
+         use_editor: bool = False) -> None:
+    from ..textinput import description as read_description, edit_form
+
+    description = read_description(description, description_file)
+    if use_editor:
+        current = wp.item(item)
+        wrote_title, wrote = edit_form(title or current.title, current.description if description is None
+                                       else description)
+        # Only what the form changed is sent: an unchanged field is not an edit.
+        title = wrote_title if wrote_title != current.title else None
+        description = wrote if wrote != current.description else None
     submit(wp, as_json, "edit", item=item, title=title, description=description, priority=priority,
            add_labels=add_label, remove_labels=remove_label, add_deps=add_dep, remove_deps=remove_dep,
            add_criteria=add_criterion, owner=owner, status=status, reason=reason, fence=fence)
@@ -142,7 +164,12 @@ def decision(wp: Any, as_json: bool, item: str, text: str, why: str, fence: int 
     submit(wp, as_json, "decision", item=item, text=text, why=why, fence=fence)
 
 
-def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
+def done(wp: Any, as_json: bool, item: list[str], **args: Any) -> None:
+    """``gw done ID...``: each id as its own command (see ``actions.each``)."""
+    each(wp, as_json, item, lambda one: _done(wp, as_json, one, **args))
+
+
+def _done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
     """``gw done``: the safe finish (``publish.finish``): publishes the holder's open session first."""
     from ...publish import finish
 
@@ -162,12 +189,12 @@ def done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
                     f"published: gw session drop {dead['session']}")
 
 
-def cancel(wp: Any, as_json: bool, item: str, reason: str | None, fence: int | None) -> None:
-    submit(wp, as_json, "cancel", item=item, reason=reason, fence=fence)
+def cancel(wp: Any, as_json: bool, item: list[str], reason: str | None, fence: int | None) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence))
 
 
-def reopen(wp: Any, as_json: bool, item: str, reason: str | None) -> None:
-    submit(wp, as_json, "reopen", item=item, reason=reason)
+def reopen(wp: Any, as_json: bool, item: list[str], reason: str | None) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "reopen", item=one, reason=reason))
 
 
 def history(wp: Any, as_json: bool, item: str) -> None:

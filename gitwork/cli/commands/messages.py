@@ -80,7 +80,7 @@ def thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout:
     item_id, records = wp.thread(item, since)
     if not follow:
         if as_json:
-            sys.stdout.write(_array(records) + "\n")
+            sys.stdout.write(_array(output.select(records)) + "\n")
         else:
             for record in records:
                 output.line(render(record))
@@ -88,7 +88,7 @@ def thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout:
 
     # Following prints one message at a time as it lands: JSON lines with --json, flushed each time.
     def emit(record: dict[str, Any]) -> None:
-        sys.stdout.write((_json.dumps(record, ensure_ascii=False) if as_json else render(record)) + "\n")
+        sys.stdout.write((_json.dumps(output.pick(record), ensure_ascii=False) if as_json else render(record)) + "\n")
         sys.stdout.flush()
 
     wp.follow(item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
@@ -118,7 +118,12 @@ def _puller(wp: Any) -> Any:
 def inbox(wp: Any, as_json: bool) -> None:
     from ...ids import shortest_unique
 
-    box = wp.inbox()
+    from ...reports import drop_answered
+
+    box = drop_answered(wp, wp.inbox())
+    if as_json and output.FIELDS is not None:
+        output.emit_json({"ok": True, **box})
+        return
     if as_json:
         # One object, as every single result (see output.emit_json), its two lists one message a line.
         sys.stdout.write(f'{{"ok": true,\n"who": {_json.dumps(box["who"], ensure_ascii=False)},\n'

@@ -1,0 +1,129 @@
+"""Reports: ``blocked``, ``dep tree``, ``stale``, ``summary``, ``prime``, ``onboard`` (read-only;
+the logic is in ``gitwork/reports.py``)."""
+
+from __future__ import annotations
+
+from .. import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _short(wp: Any, ids: list[str]) -> dict[str, str]:
+    from ...ids import shortest_unique
+
+    _ctx, rows = wp.rows()
+    table = shortest_unique(rows.keys())
+    return {i: table.get(i, i) for i in ids}
+
+
+def blocked(wp: Any, as_json: bool) -> None:
+    from ...reports import blocked as find, describe_reason
+
+    entries = find(wp)
+    if as_json:
+        output.emit_json(entries)
+        return
+    named = [e["item"] for e in entries] + [r["item"] for e in entries for r in e["blocked_by"] if "item" in r]
+    short = _short(wp, named)
+    for entry in entries:
+        output.line(f"{short[entry['item']]}\t{entry['status']}\t{entry['title']}")
+        for reason in entry["blocked_by"]:
+            output.line(f"\t{describe_reason(reason, short)}")
+    if not entries:
+        output.info("nothing is blocked")
+
+
+def dep_tree(wp: Any, as_json: bool, item: str) -> None:
+    from ...reports import dep_tree as build, tree_lines
+
+    tree = build(wp, item)
+    if as_json:
+        output.emit_json({"ok": True, **tree})
+        return
+    _ctx, rows = wp.rows()
+    from ...ids import shortest_unique
+
+    short = shortest_unique(rows.keys())
+    output.line(f"{short.get(tree['item'], tree['item'])} [{tree['status']}] {tree['title']}")
+    output.line("depends on:" if tree["depends_on"] else "depends on: nothing")
+    for text in tree_lines(tree["depends_on"], "depends_on", short):
+        output.line(text)
+    output.line("needed by:" if tree["dependents"] else "needed by: nothing")
+    for text in tree_lines(tree["dependents"], "dependents", short):
+        output.line(text)
+
+
+def stale(wp: Any, as_json: bool, held_for: str | None) -> None:
+    from ...reports import age, stale as find
+
+    entries = find(wp, held_for)
+    if as_json:
+        output.emit_json(entries)
+        return
+    short = _short(wp, [e["item"] for e in entries])
+    output.table(("id", "holder", "held", "state", "title"),
+                 [(short[e["item"]], e["holder"], age(e["held_seconds"]),
+                   ("expired, takeable" if e["takeable"] else "expired") if e["expired"] else "held long",
+                   e["title"]) for e in entries])
+    if not entries:
+        output.info("no expired or long-held lease")
+
+
+def summary(wp: Any, as_json: bool) -> None:
+    from ...reports import summary as count
+
+    counts = count(wp)
+    if as_json:
+        output.emit_json(counts)
+        return
+    statuses = ", ".join(f"{n} {s}" for s, n in counts["by_status"].items() if n)
+    output.line(f"{counts['total']} items: {statuses or 'none'}")
+    output.line(f"ready {counts['ready']}, blocked {counts['blocked']}, expired leases {counts['expired']}, "
+                f"open questions {counts['open_questions']}")
+
+
+def prime(wp: Any, as_json: bool) -> None:
+    from ...reports import prime as build
+
+    doc = build(wp)
+    if as_json:
+        output.emit_json(doc)
+        return
+    import sys
+
+    sys.stdout.write(doc["text"])
+
+
+def search(wp: Any, as_json: bool, text: str, status: list[str] | None, all: bool) -> None:
+    from ...reports import search as find
+
+    found = find(wp, text, status, all)
+    if as_json:
+        output.emit_json(found)
+        return
+    short = _short(wp, [f["item"] for f in found])
+    for entry in found:
+        output.line(f"{short[entry['item']]}\t{entry['status']}\t{entry['title']}")
+        for match in entry["matches"]:
+            output.line(f"\t{match['field']}: {match['text']}")
+    if not found:
+        output.info(f"nothing matches {text!r}")
+
+
+def explain_ready(wp: Any, as_json: bool, limit: int | None) -> None:
+    """``gw ready --explain``: every open item, ready first as usual, and why each other is not."""
+    from ...reports import describe_reason, explain_ready as explain
+
+    entries = explain(wp)
+    entries = [e for e in entries if e["ready"]][: limit or None] + [e for e in entries if not e["ready"]]
+    if as_json:
+        output.emit_json(entries)
+        return
+    named = [e["item"] for e in entries] + [r["item"] for e in entries for r in e["why_not"] if "item" in r]
+    short = _short(wp, named)
+    for entry in entries:
+        output.line(f"{short[entry['item']]}\t{'ready' if entry['ready'] else 'not ready'}\t{entry['title']}")
+        for reason in entry["why_not"]:
+            output.line(f"\t{describe_reason(reason, short)}")

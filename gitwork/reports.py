@@ -1,0 +1,428 @@
+"""Read-only reports for everyday use: ``blocked``, ``dep tree``, ``stale``, ``summary``, ``prime``.
+
+Built only on the work plane's read methods (:meth:`Workplane.rows`, :meth:`Workplane.ready`,
+``ctx.item``/``ctx.lease``/``ctx.records``), so they keep working when the read cache changes
+underneath. The summary rows are read through :func:`_row` alone: the one place that knows their
+field positions.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from .clock import format_instant, parse_instant
+from .codec import parse_duration
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+OPEN_STATUSES = ("open", "in_progress", "blocked")
+DEFAULT_LONG_HELD = "1h"
+
+
+def _row(row: tuple[Any, ...]) -> dict[str, Any]:
+    """A summary row as named fields (the one place that knows the row's layout)."""
+    from .index import DEPS, EXPIRES, HOLDER, ID, LEASE_STATE, PRIORITY, STATUS, TITLE
+
+    active = row[LEASE_STATE] == "active"
+    return {"item": row[ID], "title": row[TITLE], "status": row[STATUS], "priority": row[PRIORITY],
+            "deps": tuple(row[DEPS]), "holder": row[HOLDER] if active else None,
+            "expires_at": row[EXPIRES] if active else None}
+
+
+def _rows(wp: Any) -> tuple[Any, dict[str, dict[str, Any]], list[str]]:
+    """``(context, id -> named row, ids best first)``."""
+    from .queries import order_key
+
+    ctx, raw = wp.rows()
+    order = [r[0] for r in sorted(raw.values(), key=order_key)]
+    return ctx, {item_id: _row(row) for item_id, row in raw.items()}, order
+
+
+# --- blocked -------------------------------------------------------------------------------------
+
+
+def blocked(wp: Any) -> list[dict[str, Any]]:
+    """Every open item that cannot be started, best first, each with why.
+
+    ``blocked_by`` lists the reasons: ``dependency`` (an item it depends on that is not done, named
+    with its status), ``decision`` (a decision request waiting for a person) and ``manual`` (set to
+    blocked by hand with ``gw edit --status blocked``, with the recorded reason).
+    """
+    ctx, rows, order = _rows(wp)
+    out = []
+    for item_id in order:
+        row = rows[item_id]
+        if row["status"] not in OPEN_STATUSES:
+            continue
+        reasons: list[dict[str, Any]] = []
+        for dep in row["deps"]:
+            other = rows.get(dep)
+            if other is None or other["status"] != "done":
+                reasons.append({"kind": "dependency", "item": dep,
+                                "title": other["title"] if other else None,
+                                "status": other["status"] if other else "unknown"})
+        if row["status"] == "blocked":
+            reasons.extend(_blocked_reasons(ctx, item_id))
+        if reasons:
+            out.append({"item": item_id, "title": row["title"], "status": row["status"],
+                        "priority": row["priority"], "holder": row["holder"], "blocked_by": reasons})
+    return out
+
+
+def _blocked_reasons(ctx: Any, item_id: str) -> list[dict[str, Any]]:
+    item = ctx.item(item_id)
+    waiting = item.waiting
+    if waiting:
+        return [{"kind": "decision", "seq": waiting.get("seq"), "question": waiting.get("question"),
+                 "options": waiting.get("options") or [], "by": waiting.get("by"), "at": waiting.get("at")}]
+    # Blocked by hand: the newest edit that set the status says who, when and why.
+    for record in reversed(ctx.records(item_id)):
+        changes = record.get("changes") or {}
+        if record.get("type") == "edited" and changes.get("status") == "blocked":
+            return [{"kind": "manual", "reason": record.get("reason"), "by": record.get("by"),
+                     "at": record.get("at")}]
+    return [{"kind": "manual", "reason": None, "by": None, "at": None}]
+
+
+def describe_reason(reason: dict[str, Any], short: dict[str, str]) -> str:
+    """One reason in words, for the text output."""
+    kind = reason["kind"]
+    if kind == "dependency":
+        name = short.get(reason["item"], reason["item"])
+        return f"waits on {name} ({reason['status']}{': ' + reason['title'] if reason['title'] else ''})"
+    if kind == "decision":
+        options = f" [{' / '.join(reason['options'])}]" if reason["options"] else ""
+        return f"waits for a decision on #{reason['seq']}: {reason['question']}{options} (asked by {reason['by']})"
+    if kind == "held":
+        return f"held by {reason['holder']} until {reason['expires_at']}"
+    if kind == "other":
+        return str(reason["reason"])
+    why = reason.get("reason") or "no reason given"
+    return f"blocked by hand{' by ' + reason['by'] if reason.get('by') else ''}: {why}"
+
+
+# --- dep tree ------------------------------------------------------------------------------------
+
+
+def dep_tree(wp: Any, text: str) -> dict[str, Any]:
+    """An item's dependencies (what it waits on, recursively) and dependents (what waits on it)."""
+    ctx, rows, _order = _rows(wp)
+    root = ctx.resolve(text)
+    needed_by: dict[str, list[str]] = {}
+    for item_id, row in rows.items():
+        for dep in row["deps"]:
+            needed_by.setdefault(dep, []).append(item_id)
+
+    def node(item_id: str, key: str, seen: frozenset[str]) -> dict[str, Any]:
+        row = rows.get(item_id)
+        entry: dict[str, Any] = {"item": item_id, "title": row["title"] if row else None,
+                                 "status": row["status"] if row else "unknown"}
+        following = (row["deps"] if row else ()) if key == "depends_on" else sorted(needed_by.get(item_id, ()))
+        if item_id in seen:  # a cycle (edit refuses them, but a merged state may hold one): stop here
+            entry["cycle"] = True
+            entry[key] = []
+            return entry
+        entry[key] = [node(other, key, seen | {item_id}) for other in following]
+        return entry
+
+    up = node(root, "depends_on", frozenset())
+    down = node(root, "dependents", frozenset())
+    return {"item": root, "title": up["title"], "status": up["status"], "depends_on": up["depends_on"],
+            "dependents": down["dependents"]}
+
+
+def tree_lines(nodes: list[dict[str, Any]], key: str, short: dict[str, str], depth: int = 1) -> list[str]:
+    lines = []
+    for entry in nodes:
+        mark = " (cycle)" if entry.get("cycle") else ""
+        lines.append(f"{'  ' * depth}{short.get(entry['item'], entry['item'])} [{entry['status']}] "
+                     f"{entry['title'] or ''}{mark}".rstrip())
+        lines.extend(tree_lines(entry[key], key, short, depth + 1))
+    return lines
+
+
+# --- stale ---------------------------------------------------------------------------------------
+
+
+def stale(wp: Any, held_for: str | None = None) -> list[dict[str, Any]]:
+    """Active leases past their expiry, or held longer than ``held_for`` (default 1h), best first.
+
+    ``expired``: the expiry has passed (the holder can no longer act); ``takeable``: the clock margin
+    has passed too, so anyone may ``gw takeover``.
+    """
+    limit = parse_duration(held_for or DEFAULT_LONG_HELD)
+    ctx, rows, order = _rows(wp)
+    now: _dt.datetime = ctx.now
+    margin = wp.settings.clock_margin
+    out = []
+    for item_id in order:
+        row = rows[item_id]
+        if row["holder"] is None:
+            continue
+        lease = ctx.lease(item_id)
+        if lease is None or not lease.is_active():
+            continue
+        expires = lease.expires()
+        held = int((now - parse_instant(lease.granted_at)).total_seconds())
+        expired = now >= expires
+        if not expired and held < limit:
+            continue
+        out.append({"item": item_id, "title": row["title"], "status": row["status"], "holder": lease.holder,
+                    "fence": lease.fence, "granted_at": lease.granted_at, "expires_at": lease.expires_at,
+                    "held_seconds": held, "expired": expired, "takeable": lease.takeable(now, margin)})
+    return out
+
+
+def age(seconds: int) -> str:
+    """``3h05m``, ``12m``, ``40s``: a held time for people."""
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m"
+    return f"{max(seconds, 0)}s"
+
+
+# --- summary -------------------------------------------------------------------------------------
+
+
+def summary(wp: Any) -> dict[str, Any]:
+    """Counts: by status, ready, blocked (any reason), leases expired, items waiting on a decision."""
+    from .model import STATUSES
+
+    ctx, rows, _order = _rows(wp)
+    by_status = {status: 0 for status in STATUSES}
+    for row in rows.values():
+        by_status[row["status"]] = by_status.get(row["status"], 0) + 1
+    now: _dt.datetime = ctx.now
+    expired = sum(1 for row in rows.values()
+                  if row["holder"] is not None and row["expires_at"] and now >= parse_instant(row["expires_at"]))
+    stuck = blocked(wp)
+    return {
+        "ok": True,
+        "item": None,
+        "total": len(rows),
+        "by_status": by_status,
+        "ready": len(wp.ready()),
+        "blocked": len(stuck),
+        "expired": expired,
+        "open_questions": sum(1 for entry in stuck for r in entry["blocked_by"] if r["kind"] == "decision"),
+        "at": format_instant(now),
+    }
+
+
+# --- prime and onboard ---------------------------------------------------------------------------
+
+
+def holding(wp: Any) -> list[dict[str, Any]]:
+    """The items the acting identity holds a live lease on, with what an agent needs to go on."""
+    me = wp.settings.identity()
+    ctx, rows, order = _rows(wp)
+    out = []
+    for item_id in order:
+        if rows[item_id]["holder"] != me:
+            continue
+        lease = ctx.lease(item_id)
+        item = ctx.item(item_id)
+        if lease is None or not lease.is_active():
+            continue
+        out.append({"item": item_id, "title": item.title, "status": item.status, "fence": lease.fence,
+                    "expires_at": lease.expires_at, "expired": ctx.now >= lease.expires(),
+                    "description": item.description,
+                    "criteria": [{"text": c.get("text"), "done": bool(c.get("checked"))}
+                                 for c in item.criteria],
+                    "waiting": item.waiting})
+    return out
+
+
+LOOP = """\
+# gitwork (gw): how to work here
+
+You are `{identity}` (set GW_AGENT or pass --as NAME to act as someone else; every command records it).
+Work items, leases and conversations live on the git ref refs/gitwork/state; every gw command is one
+commit there. Add --json to any command for one JSON value on stdout; diagnostics go to stderr.
+
+## The loop
+1. `gw claim --next` claims the best ready item and prints its id.
+   Exit 0: yours. Exit 3: nothing is ready (wait, then retry). Exit 75: lost a race (retry now).
+   `gw claim --next --json` also gives the lease's `fence` (a fencing token) and `expires_at`.
+2. `gw show ID` for the description, acceptance criteria and decisions; `gw thread ID` for its talk.
+3. Work. Pass the fence with every write on the item: `--fence N` or `export GW_FENCE=N`. A stale
+   fence (someone took the item over after your lease expired) is refused: exit 7, stop working on it.
+4. `gw renew ID` before the lease expires (default 15m; `--ttl 30m`). `gw stale` lists expired leases.
+5. Talk: `gw msg ID "text"` (`--kind question`, `--to NAME`, `--reply-to SEQ`); `gw inbox` shows
+   what is addressed to you; `gw ack ID SEQ` marks it read (`--responded --by SEQ` once answered).
+   Need a person to decide? `gw ask ID "question" -o yes -o no --to NAME` (the item waits).
+6. Tick criteria as they pass: `gw check ID N`. Record choices: `gw decision ID "what" --why "why"`.
+7. Finish: commit in a session (`gw session start ID`, `gw session commit -f FILE -m MSG`), then
+   `gw done ID`: it publishes your open session first and releases the lease (or refuses, naming the
+   session). Never publish then re-claim. A dead session: `gw session drop SESSION`.
+   Cannot finish? `gw handoff ID --reason blocked -m "why"` or `gw release ID`.
+
+## Exit codes worth branching on
+0 ok; 2 usage; 3 not found, or (claim --next) nothing ready; 6 not allowed from the item's state
+(e.g. unchecked criteria); 7 stale fence or lease ended: stop; 75 held by someone else or lost a race:
+retry later; 77 not allowed for your role; 12 outcome unknown: `gw retry CMD_ID`, never a new command.
+`gw blocked` says why an item is not ready; `gw dep tree ID` shows what it waits on and what waits
+on it; `gw summary` counts everything; `gw stale` lists expired leases.
+"""
+
+
+def my_sessions(wp: Any, me: str) -> list[dict[str, Any]]:
+    """The identity's sessions not yet published or dropped (``live``: its lease is still held)."""
+    from .sessions import list_sessions
+
+    return [s for s in list_sessions(wp) if s.get("holder") == me and s.get("state") not in ("published", "dropped")]
+
+
+def prime(wp: Any) -> dict[str, Any]:
+    """What an agent needs in its context after a reset: who it is, the loop, what it holds now."""
+    me = wp.settings.identity()
+    held = holding(wp)
+    sessions = my_sessions(wp, me)
+    text = LOOP.format(identity=me) + "\n## What you hold now\n"
+    if not held:
+        text += "Nothing: start with `gw claim --next`.\n"
+    for entry in held:
+        state = "EXPIRED: renew or stop" if entry["expired"] else f"until {entry['expires_at']}"
+        text += f"- {entry['item']} {entry['title']} (fence {entry['fence']}, {state})\n"
+        for number, criterion in enumerate(entry["criteria"], 1):
+            text += f"  [{'x' if criterion['done'] else ' '}] {number}. {criterion['text']}\n"
+        if entry["waiting"]:
+            text += f"  waits for a decision on #{entry['waiting'].get('seq')}: {entry['waiting'].get('question')}\n"
+    for session in sessions:
+        commit = f"commit {str(session['commit'])[:12]}" if session.get("commit") else "no commit yet"
+        if session.get("live"):
+            text += (f"- session {session['session']} of {session['item']} ({commit}): work in "
+                     f"{session.get('worktree') or 'its worktree'}; `gw done {session['item']}` publishes it\n")
+        else:
+            text += (f"- dead session {session['session']} of {session['item']} ({commit}; its lease ended): "
+                     f"`gw session drop {session['session']}`\n")
+    return {"ok": True, "item": held[0]["item"] if held else None, "identity": me, "holding": held,
+            "sessions": sessions, "text": text}
+
+
+ONBOARD = """\
+## Work tracking: gitwork (`gw`)
+
+This repository tracks its work with gitwork: items, leases and conversations on the git ref
+`refs/gitwork/state`. At the start of every session, and after any context reset, run `gw prime`
+and follow what it prints (who you are, the claim/renew/done loop, what you hold).
+
+- Find work: `gw claim --next` (exit 3: nothing ready; 75: lost a race, retry). Why not ready: `gw blocked`.
+- Keep the lease: `gw renew ID`; pass `--fence N` (or GW_FENCE) on every write; exit 7 means stop.
+- Talk: `gw inbox`, `gw msg ID "..."`, `gw ask ID "..." -o A -o B` for a person's decision.
+- Finish: `gw done ID` (publishes your open session first). Never mark work done another way.
+- Scripts: add `--json` to any command.
+"""
+
+
+def item_ids(wp: Any, prefix: str) -> list[str]:
+    """Full ids of the items not closed that start with ``prefix``, best first (shell completion)."""
+    _ctx, rows, order = _rows(wp)
+    return [i for i in order if i.startswith(prefix) and rows[i]["status"] in OPEN_STATUSES]
+
+
+def drop_answered(wp: Any, box: dict[str, Any]) -> dict[str, Any]:
+    """The inbox without the messages its owner already answered with ``gw msg --reply-to SEQ``.
+
+    A reply names the message it answers, so it counts as the answer even when the responded cursor
+    was not moved (``gw ack --responded``). A decision request is not answered by a reply: only
+    ``gw decide`` answers it. Reads only the threads of items in the inbox.
+    """
+    who = box["who"]
+    entries = box["unread"] + box["unanswered"]
+    first: dict[str, int] = {}
+    for message in entries:
+        first[message["item"]] = min(first.get(message["item"], message["seq"]), message["seq"])
+    answered: set[tuple[str, int]] = set()
+    for item_id, seq in first.items():
+        _full, records = wp.thread(item_id, seq)
+        for record in records:
+            reply_to = record.get("reply_to")
+            if record.get("by") == who and isinstance(reply_to, int):
+                answered.add((item_id, reply_to))
+
+    def kept(message: dict[str, Any]) -> bool:
+        return message.get("kind") == "decision-request" or (message["item"], message["seq"]) not in answered
+
+    return {**box, "unread": [m for m in box["unread"] if kept(m)],
+            "unanswered": [m for m in box["unanswered"] if kept(m)]}
+
+
+# --- search --------------------------------------------------------------------------------------
+
+
+def _snippet(text: str, at: int, width: int = 60) -> str:
+    start = max(at - width // 2, 0)
+    piece = " ".join(text[start:start + width].split())
+    return ("..." if start else "") + piece + ("..." if start + width < len(text) else "")
+
+
+def search(wp: Any, text: str, statuses: list[str] | None = None, include_closed: bool = False) -> list[dict[str, Any]]:
+    """Items whose title, description, criteria, decisions or thread contain ``text`` (case-insensitive),
+    best first, each with where it matched (field and a snippet).
+
+    Like ``gw list``: open and active items unless ``include_closed`` or ``statuses``. Reads each
+    candidate item and its thread, so it costs a read per item (the summary rows hold no text).
+    """
+    from .errors import Invalid
+    from .model import CLOSED, STATUSES
+
+    needle = text.casefold()
+    if not needle.strip():
+        raise Invalid("search for what? the text is empty")
+    unknown = [s for s in statuses or () if s not in STATUSES]
+    if unknown:
+        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
+    ctx, rows, order = _rows(wp)
+    out = []
+    for item_id in order:
+        status = rows[item_id]["status"]
+        if statuses and status not in statuses:
+            continue
+        if not statuses and not include_closed and status in CLOSED:
+            continue
+        item = ctx.item(item_id)
+        fields: list[tuple[str, str]] = [("title", item.title), ("description", item.description or "")]
+        fields += [(f"criterion {n}", str(c.get("text", ""))) for n, c in enumerate(item.criteria, 1)]
+        fields += [(f"decision {d.get('number', n)}", f"{d.get('text', '')} (why: {d.get('rationale', '')})")
+                   for n, d in enumerate(item.decisions, 1)]
+        fields += [(f"message #{m['seq']}", str(m.get("text", ""))) for m in wp.thread(item_id)[1]]
+        matches = []
+        for field, value in fields:
+            at = value.casefold().find(needle)
+            if at >= 0:
+                matches.append({"field": field, "text": _snippet(value, at)})
+        if matches:
+            out.append({"item": item_id, "title": item.title, "status": status, "matches": matches})
+    return out
+
+
+# --- ready --explain -----------------------------------------------------------------------------
+
+
+def explain_ready(wp: Any) -> list[dict[str, Any]]:
+    """Every item not closed, best first: ``ready`` or not, and why not (the same reasons as
+    :func:`blocked`, plus ``held``: someone's lease is live, named with its expiry)."""
+    ready_ids = {row[0] for row in wp.ready()}
+    stuck = {entry["item"]: entry["blocked_by"] for entry in blocked(wp)}
+    ctx, rows, order = _rows(wp)
+    now: _dt.datetime = ctx.now
+    margin = wp.settings.clock_margin
+    out = []
+    for item_id in order:
+        row = rows[item_id]
+        if row["status"] not in OPEN_STATUSES:
+            continue
+        why = list(stuck.get(item_id, []))
+        if item_id not in ready_ids and row["holder"] is not None:
+            lease = ctx.lease(item_id)
+            if lease is not None and not lease.takeable(now, margin):
+                why.insert(0, {"kind": "held", "holder": lease.holder, "expires_at": lease.expires_at})
+        if item_id not in ready_ids and not why:
+            why.append({"kind": "other", "reason": f"status {row['status']} without a live lease"})
+        out.append({"item": item_id, "title": row["title"], "status": row["status"], "ready": item_id in ready_ids,
+                    "why_not": [] if item_id in ready_ids else why})
+    return out
