@@ -7,8 +7,6 @@ answers for it by its handle. gitwork's launcher (``run.py``) records what it sa
 
 from __future__ import annotations
 
-import os
-
 from ..errors import Invalid
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -40,12 +38,7 @@ if TYPE_CHECKING:
 
         def attach_argv(self, name: str, handle: str) -> list[str]: ...
 
-KINDS = ("tmux", "subprocess")
-
-
-def executions_dir(repo: Repository) -> str:
-    """Where each execution's folder lives: ``<git common dir>/gitwork/executions/<id>/``."""
-    return os.path.join(repo.common_dir, "gitwork", "executions")
+KINDS = ("tmux", "subprocess")  # a third (a JSON-RPC terminal server) is one more module and one more branch below
 
 
 def get(kind: str, repo: Repository) -> Backend:

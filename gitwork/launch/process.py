@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..errors import Invalid
-from .backend import executions_dir
+from .paths import executions_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

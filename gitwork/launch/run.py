@@ -23,6 +23,7 @@ from ..errors import GwError, Held, Invalid, NotFound
 from ..ops.executions import LIVE, check_execution_id, item_executions, load_execution
 from ..store import crash_point
 from . import backend as backends
+from .paths import executions_dir
 from .process import alive, start_time
 
 TYPE_CHECKING = False
@@ -92,7 +93,7 @@ def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
 def _handle_of(backend: Any, execution_id: str) -> str | None:
     if backend.kind == "tmux":
         return execution_id
-    path = os.path.join(backends.executions_dir(backend_repo(backend)), execution_id, "handle")
+    path = os.path.join(executions_dir(backend_repo(backend)), execution_id, "handle")
     try:
         with open(path) as read:
             return read.read().strip()
@@ -143,8 +144,9 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
             answer = _settled(wp, earlier)
             if answer is not None:
                 return answer
-            if earlier["state"] != "lost":
-                return result(find(wp, execution) or earlier, existing=True)  # it ran and ended: that is the answer
+            settled = find(wp, execution) or earlier
+            if settled["state"] != "lost":
+                return result(settled, existing=True)  # it ran and ended: that is the answer
             execution = None  # lost: a new execution (under a new epoch) takes its place
     for _attempt in range(3):
         ctx = wp.context()
