@@ -75,6 +75,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "runs": ([], "array"),
     "send": (["{execution}", "hello", "--enter"], "object"),
     "capture": (["{execution}"], "object"),
+    "coordinate": (["--once"], "object"),
     "attach": (["{execution}"], "object"),
     "stop": (["{execution}"], "object"),
 }

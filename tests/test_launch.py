@@ -260,3 +260,63 @@ def test_subprocess_backend_stop_kills_the_whole_process_group(launched: Path) -
             return True
 
     poll(gone, "the grandchild to end", limit=5)
+
+
+# --- gw coordinate -----------------------------------------------------------------------------------
+
+
+def coordinate(repo: Path, **kwargs: Any) -> list[dict[str, Any]]:
+    code, doc = gw_json(repo, "coordinate", "--once", **kwargs)
+    assert code == 0, doc
+    return doc["actions"]
+
+
+@pytest.mark.parametrize("backend", [pytest.param("tmux", marks=needs_tmux), "subprocess"])
+def test_coordinator_kills_an_agent_whose_lease_was_revoked(launched: Path, backend: str) -> None:
+    item = item_of(launched)
+    code, doc = gw_json(launched, "run", item, "--backend", backend, "--as", "alice", "--", "cat")
+    assert code == 0, doc
+    assert [a["action"] for a in coordinate(launched)] == ["running"]
+    assert run_gw(launched, "revoke", item, "--reason", "reassigning", "--as", "carol").returncode == 0
+    actions = coordinate(launched)
+    assert [(a["execution"], a["action"]) for a in actions] == [(doc["execution"], "stopped")], actions
+    assert "revoked" in actions[0]["reason"]
+    record = [r for r in runs(launched) if r["execution"] == doc["execution"]][0]
+    assert record["state"] == "stopped"
+    if backend == "tmux":
+        assert tmux_sessions(launched) == []
+    else:
+        pid = int(record["handle"].partition("@")[0])
+        from gitwork.launch.process import alive
+
+        poll(lambda: not alive(pid, record["handle"].partition("@")[2]), "the agent to end", limit=5)
+    # Every gw call the old agent still makes under its fence is refused.
+    refused = run_gw(launched, "msg", item, "still here", "--as", "alice", env={"GW_FENCE": str(doc["fence"])})
+    assert refused.returncode == 7, refused.stderr
+    assert coordinate(launched) == []  # nothing live left
+
+
+def test_coordinator_records_exits_and_renews_running_leases(launched: Path) -> None:
+    item = item_of(launched)
+    with Workplane(str(launched), agent="setup") as plane:
+        other = plane.do("new", title="runs long").result["item"]
+    code, short = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--",
+                          "sh", "-c", "exit 3")
+    assert code == 0, short
+    code, long = gw_json(launched, "run", other, "--backend", "subprocess", "--as", "alice", "--ttl", "10m", "--",
+                         "cat")
+    assert code == 0, long
+    poll(lambda: any(a["action"] == "exited" and a["code"] == 3 for a in coordinate(launched)), "the exit")
+    before = json.loads(run_gw(launched, "show", other, "--json").stdout)["lease"]["expires_at"]
+    # Six minutes later less than half of the ten-minute lease is left: the coordinator renews it.
+    later = (dt_parse(before) - __import__("datetime").timedelta(minutes=4)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    actions = coordinate(launched, env={"GW_NOW": later})
+    assert [(a["execution"], a["action"]) for a in actions] == [(long["execution"], "renewed")], actions
+    after = json.loads(run_gw(launched, "show", other, "--json").stdout)["lease"]
+    assert after["expires_at"] > before and after["fence"] == long["fence"]
+
+
+def dt_parse(text: str) -> Any:
+    import datetime
+
+    return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)

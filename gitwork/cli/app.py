@@ -560,6 +560,16 @@ def attach(execution: ExecArg, json: Json = False, agent: As = None, path: Repo 
     """Attach to an execution's tmux session on gitwork's own tmux server (--json: print the command instead)."""
 
 
+@verb(launch.coordinate)
+def coordinate(
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
+    interval: Annotated[str, typer.Option("--interval", help="Time between passes, e.g. 5s.")] = "5s",
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Keep this host's executions in step: record exits and lost ones, renew the leases of running ones, and kill
+    an execution whose lease ended (taken over, revoked, expired)."""
+
+
 def run_app(argv: list[str]) -> int:
     """Run the typer app. A usage error is reported like every other error (docs/exit-codes.md): one
     line on stderr and, with --json, one JSON error object on stdout; exit 2."""

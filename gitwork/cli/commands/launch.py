@@ -6,6 +6,7 @@ execution records (``ops/executions.py``) and lease commands that module submits
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -93,3 +94,31 @@ def attach(wp: Any, as_json: bool, execution: str) -> None:
         return
     wp.close()
     os.execvp(argv[0], argv)
+
+
+def coordinate(wp: Any, as_json: bool, once: bool, interval: str) -> None:
+    """One tick (``--once``: one JSON object), or a tick every interval (``--json``: one line per tick)."""
+    from ...codec import parse_duration
+    from ...launch.coordinate import loop, tick
+    from ...launch.run import host
+
+    seconds = parse_duration(interval)  # Invalid (exit 5) for a malformed one
+
+    def report(actions: list[dict[str, Any]], stream: bool = True) -> None:
+        if as_json:
+            doc = {"ok": True, "host": host(), "actions": actions}
+            if stream:  # JSON lines, one per pass, like `thread --follow --json`
+                sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+                sys.stdout.flush()
+            else:
+                output.emit_json(doc)
+            return
+        for a in actions:
+            if a["action"] != "running":
+                output.info(f"{a['execution']} ({a['item']}): {a['action']}"
+                            + "".join(f" {k}={a[k]}" for k in ("code", "reason", "message") if a.get(k) is not None))
+
+    if once:
+        report(tick(wp), stream=False)
+        return
+    loop(wp, max(1, seconds), report)
