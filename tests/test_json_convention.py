@@ -76,6 +76,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "send": (["{execution}", "hello", "--enter"], "object"),
     "capture": (["{execution}"], "object"),
     "coordinate": (["--once"], "object"),
+    "context": ([B], "object"),
     "attach": (["{execution}"], "object"),
     "stop": (["{execution}"], "object"),
 }

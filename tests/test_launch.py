@@ -320,3 +320,29 @@ def dt_parse(text: str) -> Any:
     import datetime
 
     return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+
+
+# --- the launch context ----------------------------------------------------------------------------
+
+
+def test_the_agent_is_given_its_launch_context_and_gw_context_prints_the_same(launched: Path) -> None:
+    item = item_of(launched)
+    with Workplane(str(launched), agent="setup") as plane:
+        plane.do("edit", item=item, add_criteria=["the schema is reviewed"])
+    assert run_gw(launched, "msg", item, "start with the schema", "--as", "bob").returncode == 0
+    code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--",
+                        "sh", "-c", 'cat "$GW_CONTEXT"; cat')
+    assert code == 0, doc
+    folder = launched / ".git" / "gitwork" / "executions" / doc["execution"]
+    seen = poll(lambda: "## How to" in (text := run_gw(launched, "capture", doc["execution"]).stdout) and text,
+                "the agent to print its context")
+    assert seen == (folder / "launch.md").read_text()
+    assert json.loads((folder / "launch.json").read_text())["lease"]["fence"] == doc["fence"]
+    for words in ("1. [ ] the schema is reviewed", "by bob", "start with the schema",
+                  f"alice, epoch {doc['epoch']}, fence {doc['fence']}", f"gw renew {item}"):
+        assert words in seen, words
+    printed = run_gw(launched, "context", item).stdout
+    assert [line for line in printed.splitlines() if not line.startswith(("Execution:", "gw 0"))] == \
+        [line for line in seen.splitlines() if not line.startswith(("Execution:", "gw 0"))]
+    # Never written into the work tree (a session commit would refuse an undeclared file).
+    assert not list(launched.glob("launch.*"))

@@ -570,6 +570,12 @@ def coordinate(
     an execution whose lease ended (taken over, revoked, expired)."""
 
 
+@verb(launch.context)
+def context(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """What an agent is told at launch (launch.md): the item, its criteria and decisions, the unread thread, the lease,
+    and how to renew, report, ask, hand off and finish."""
+
+
 def run_app(argv: list[str]) -> int:
     """Run the typer app. A usage error is reported like every other error (docs/exit-codes.md): one
     line on stderr and, with --json, one JSON error object on stdout; exit 2."""

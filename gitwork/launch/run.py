@@ -193,8 +193,12 @@ def _launch(wp: Any, backend: Any, execution_id: str, item_id: str, command: lis
     crash_point("after-claim")
     wp.record("exec-state", execution=execution_id, to="launching", fence=lease.fence, launcher=me())
     crash_point("after-launching")
+    from .context import build, write
+
+    launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), build(wp, item_id, execution_id))
     env = dict(os.environ)
-    env.update(GW_AGENT=lease.holder, GW_ITEM=item_id, GW_FENCE=str(lease.fence), GW_EXECUTION=execution_id)
+    env.update(GW_AGENT=lease.holder, GW_ITEM=item_id, GW_FENCE=str(lease.fence), GW_EXECUTION=execution_id,
+               GW_CONTEXT=launch_md)
     env.pop("GW_CRASH_AT", None)
     try:
         handle, _created = backend.start(execution_id, command, env, cwd)

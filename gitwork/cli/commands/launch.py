@@ -122,3 +122,14 @@ def coordinate(wp: Any, as_json: bool, once: bool, interval: str) -> None:
         report(tick(wp), stream=False)
         return
     loop(wp, max(1, seconds), report)
+
+
+def context(wp: Any, as_json: bool, item: str) -> None:
+    """The launch context of an item: the same text ``gw run`` gives an agent in launch.md."""
+    from ...launch.context import build, render
+
+    doc = build(wp, item)
+    if as_json:
+        output.emit_json({"ok": True, **doc})
+        return
+    sys.stdout.write(render(doc))
