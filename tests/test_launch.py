@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import gw_cmd, run_gw, tip
+from conftest import gw_cmd, make_repo, run_gw, tip
 from gitwork.store import Repository
 from gitwork.workplane import Workplane
 
@@ -45,8 +45,10 @@ def live_panes(repo: Path) -> list[str]:
 
 
 @pytest.fixture
-def launched(repo: Path) -> Iterator[Path]:
-    """An initialised repository with one item, ``ITEM``; afterwards every process a test started is ended."""
+def launched(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An initialised repository with one item, ``ITEM``, and its own tmux server (socket under tmp_path);
+    afterwards every process a test started is ended."""
+    monkeypatch.setenv("GW_TMUX_SOCKET", str(tmp_path / "tmux.sock"))
     with Workplane(str(repo), agent="setup") as plane:
         plane.do("init")
         item = plane.do("new", title="run me").result["item"]
@@ -148,7 +150,8 @@ def test_exit_codes_are_recorded(launched: Path, backend: str) -> None:
         done = poll(lambda: (d := gw_json(launched, "run", item, "--backend", backend, "--id", execution,
                                           "--as", "alice", "--", "true")[1])["state"] == "exited" and d, "the exit")
         assert (done["code"], done["execution"], done["existing"]) == (code, execution, True)
-        assert "bye" in run_gw(launched, "capture", execution).stdout
+        captured = run_gw(launched, "capture", execution)
+        assert "bye" in captured.stdout, (captured.stdout, captured.stderr)
     states = [(r["execution"], r["state"], r.get("code")) for r in runs(launched, "--item", item)]
     assert states == [(f"x-exit0-{backend}", "exited", 0), (f"x-exit1-{backend}", "exited", 3)]
 
@@ -346,3 +349,14 @@ def test_the_agent_is_given_its_launch_context_and_gw_context_prints_the_same(la
         [line for line in seen.splitlines() if not line.startswith(("Execution:", "gw 0"))]
     # Never written into the work tree (a session commit would refuse an undeclared file).
     assert not list(launched.glob("launch.*"))
+
+
+def test_the_tmux_socket_is_the_repositorys_own_and_short_enough(tmp_path: Path) -> None:
+    from gitwork.launch.tmux import SOCKET_MAX, socket_path
+
+    short = Repository.discover(str(make_repo(tmp_path / "r")))
+    assert socket_path(short) == os.path.join(short.common_dir, "gitwork", "tmux", "sock")
+    deep = Repository.discover(str(make_repo(tmp_path / ("d" * 90))))
+    fallback = socket_path(deep)
+    assert len(fallback.encode()) <= SOCKET_MAX and fallback.startswith("/tmp/gw-tmux-")
+    assert fallback != socket_path(Repository.discover(str(make_repo(tmp_path / ("e" * 90)))))

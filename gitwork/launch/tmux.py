@@ -4,7 +4,8 @@ The server has its own socket (``GW_TMUX_SOCKET``, else ``<git common dir>/gitwo
 short path under ``/tmp`` when that one is too long for a Unix socket), so agents never mix with a
 person's own tmux sessions. The server is started with a configuration of its own that sets
 ``remain-on-exit``, before any pane exists: a pane that exits keeps its exit status
-(``#{pane_dead_status}``) however quickly its command ends. ``new-session -d -s NAME`` is tmux's
+(``#{pane_dead_status}``) however quickly its command ends; the code is also written to the
+execution's folder by a one-line shell wrapper (``WRAPPER``). ``new-session -d -s NAME`` is tmux's
 atomic create-if-absent: a second one for the same name fails with "duplicate session".
 Every tmux call goes through ``gitcmd.run_tool``.
 """
@@ -18,6 +19,7 @@ import time
 
 from ..errors import Invalid
 from ..gitcmd import Completed, one_line, run_tool
+from .paths import executions_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -25,6 +27,12 @@ if TYPE_CHECKING:
 
     from ..store import Repository
 
+# The pane runs the agent under this shell, which writes its exit code (128+N for a signal) to the
+# execution's folder, written whole and renamed, as the subprocess backend's wrapper does: tmux can
+# show a pane dead for a while before it has reaped the process and knows its status. A pane killed
+# with its server (SIGHUP) writes nothing, and is lost.
+WRAPPER = ('d=$1; shift; c=0; "$@" || c=$?; printf "%s\\n" "$c" > "$d/.code.tmp" && mv -f "$d/.code.tmp" "$d/code"; '
+           'exit "$c"')
 SOCKET_MAX = 100  # sun_path is 108 bytes on Linux
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
 
@@ -74,8 +82,11 @@ class Tmux:
             with open(tmp, "w") as out:
                 out.write(CONFIG)
             os.replace(tmp, self.config)
+        folder = os.path.join(executions_dir(self.repo), name)
+        os.makedirs(folder, exist_ok=True)
         pairs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
-        done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", *pairs, "--", *argv)
+        done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", *pairs, "--",
+                          "sh", "-c", WRAPPER, "gw-run", folder, *argv)
         if done.returncode != 0:
             if "duplicate session" in done.err:
                 return name, False
@@ -83,6 +94,11 @@ class Tmux:
         return name, True
 
     def status(self, name: str, handle: str) -> tuple[str, object]:
+        try:
+            with open(os.path.join(executions_dir(self.repo), name, "code")) as read:
+                return "exited", int(read.read().strip())
+        except (FileNotFoundError, ValueError):
+            pass
         # tmux marks a pane dead at end-of-file on its terminal, which can come a moment before it has
         # reaped the process and knows the status: ask again, briefly, rather than record no code.
         deadline = time.monotonic() + 2.0
@@ -113,10 +129,9 @@ class Tmux:
     def capture(self, name: str, handle: str, lines: int | None = None) -> str:
         done = self._tmux("capture-pane", "-p", "-J", "-t", f"={handle}:", "-S", "-")
         self._check(done, handle)
-        rows = [row.rstrip() for row in done.out.splitlines()]
+        rows = [row.rstrip() for row in done.out.splitlines() if not row.startswith("Pane is dead (")]  # tmux's note
         while rows and not rows[-1]:  # the empty rows below the last output
             rows.pop()
-        rows = [row for row in rows if not row.startswith("Pane is dead (")]  # tmux's own note
         return "".join(f"{row}\n" for row in (rows[-lines:] if lines else rows))
 
     def attach_argv(self, name: str, handle: str) -> list[str]:
