@@ -360,3 +360,19 @@ def test_the_tmux_socket_is_the_repositorys_own_and_short_enough(tmp_path: Path)
     fallback = socket_path(deep)
     assert len(fallback.encode()) <= SOCKET_MAX and fallback.startswith("/tmp/gw-tmux-")
     assert fallback != socket_path(Repository.discover(str(make_repo(tmp_path / ("e" * 90)))))
+
+
+def test_a_command_that_cannot_start_is_recorded_failed_never_running(launched: Path) -> None:
+    agent = launched / "agent.sh"
+    agent.write_text("#!/nonexistent/interpreter\necho never\n")
+    agent.chmod(0o755)
+    done = run_gw(launched, "run", item_of(launched), "--backend", "subprocess", "--id", "x-badstart", "--",
+                  str(agent))
+    assert done.returncode == 5 and "cannot start" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    with Workplane(str(launched)) as plane:
+        states = [e["state"] for e in plane.history(item_of(launched)) if e["type"] == "execution"]
+    assert states == ["reserved", "launching", "failed"]
+    # The item is free for a run that works.
+    code, doc = gw_json(launched, "run", item_of(launched), "--backend", "subprocess", "--", "cat")
+    assert code == 0 and doc["state"] == "running", doc

@@ -70,6 +70,13 @@ class Subprocess:
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                     start_new_session=True, close_fds=True)
         handle = f"{proc.pid}@{start_time(proc.pid) or 0}"
+        # Wait (bounded) until the wrapper has started the command or found it cannot: the launcher
+        # then records `running` only for a command that really started, `failed` otherwise.
+        deadline = time.monotonic() + 10.0
+        while not any(os.path.exists(os.path.join(folder, f)) for f in ("child", "failed", "code")):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
         with open(os.path.join(folder, ".handle.tmp"), "w") as out:
             out.write(handle)
         os.replace(os.path.join(folder, ".handle.tmp"), os.path.join(folder, "handle"))

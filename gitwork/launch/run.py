@@ -206,6 +206,10 @@ def _launch(wp: Any, backend: Any, execution_id: str, item_id: str, command: lis
         wp.record("exec-state", execution=execution_id, to="failed", reason=error.message[:200])
         raise
     crash_point("after-start")
+    status, detail = backend.status(execution_id, handle)
+    if status == "failed":  # it could not even start (a bad interpreter line, say): never `running`
+        wp.record("exec-state", execution=execution_id, to="failed", reason=str(detail)[:200], handle=handle)
+        raise Invalid(f"{detail}", execution=execution_id)
     record = _mark(wp, {"id": execution_id}, "running", handle=handle)
     return result(record, existing=False)
 

@@ -31,6 +31,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         _write(folder, "failed", f"cannot start {command[0]}: {exc.strerror or exc}")
         return 127
+    _write(folder, "child", str(child.pid))  # started: what the launcher waits for before it says "running"
     code = child.wait()
     _write(folder, "code", str(128 - code if code < 0 else code))
     return 0
