@@ -268,8 +268,8 @@ def test_subprocess_backend_stop_kills_the_whole_process_group(launched: Path) -
 # --- gw coordinate -----------------------------------------------------------------------------------
 
 
-def coordinate(repo: Path, **kwargs: Any) -> list[dict[str, Any]]:
-    code, doc = gw_json(repo, "coordinate", "--once", **kwargs)
+def coordinate(repo: Path, args: tuple[str, ...] = (), **kwargs: Any) -> list[dict[str, Any]]:
+    code, doc = gw_json(repo, "coordinate", "--once", *args, **kwargs)
     assert code == 0, doc
     return doc["actions"]
 
@@ -376,3 +376,24 @@ def test_a_command_that_cannot_start_is_recorded_failed_never_running(launched: 
     # The item is free for a run that works.
     code, doc = gw_json(launched, "run", item_of(launched), "--backend", "subprocess", "--", "cat")
     assert code == 0 and doc["state"] == "running", doc
+
+
+@needs_tmux
+def test_a_reconcile_failure_streak_hands_the_item_off_with_that_reason(launched: Path, tmp_path: Path) -> None:
+    item = item_of(launched)
+    code, doc = gw_json(launched, "run", item, "--as", "alice", "--", "cat")
+    assert code == 0, doc
+    no_tmux = tmp_path / "no-tmux"
+    no_tmux.mkdir()
+    (no_tmux / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    broken = {"PATH": str(no_tmux)}  # the backend cannot be asked: every pass fails
+    for streak in (1, 2):
+        actions = coordinate(launched, env=broken, args=("--failures", "3"))
+        assert [(a["action"], a["streak"]) for a in actions] == [("error", streak)], actions
+    actions = coordinate(launched, env=broken, args=("--failures", "3"))
+    assert [a["action"] for a in actions] == ["handed-off"], actions
+    lease = json.loads(run_gw(launched, "show", item, "--json").stdout)["lease"]
+    assert (lease["state"], lease["reason"], lease["fence"]) == ("handed-off", "reconcile-failure", doc["fence"])
+    # With tmux back, the next pass stops the process: its lease is gone.
+    assert [a["action"] for a in coordinate(launched)] == ["stopped"]
+    assert live_panes(launched) == []

@@ -564,10 +564,12 @@ def attach(execution: ExecArg, json: Json = False, agent: As = None, path: Repo 
 def coordinate(
     once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
     interval: Annotated[str, typer.Option("--interval", help="Time between passes, e.g. 5s.")] = "5s",
+    failures: Annotated[int, typer.Option("--failures", help="Hand an item off (reason reconcile-failure) after this "
+                                                            "many failed passes in a row.", min=1)] = 3,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Keep this host's executions in step: record exits and lost ones, renew the leases of running ones, and kill
-    an execution whose lease ended (taken over, revoked, expired)."""
+    """Keep this host's executions in step: record exits and lost ones, renew the leases of running ones, kill an
+    execution whose lease ended (taken over, revoked, expired), and hand off an item that cannot be reconciled."""
 
 
 @verb(launch.context)

@@ -96,7 +96,7 @@ def attach(wp: Any, as_json: bool, execution: str) -> None:
     os.execvp(argv[0], argv)
 
 
-def coordinate(wp: Any, as_json: bool, once: bool, interval: str) -> None:
+def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int) -> None:
     """One tick (``--once``: one JSON object), or a tick every interval (``--json``: one line per tick)."""
     from ...codec import parse_duration
     from ...launch.coordinate import loop, tick
@@ -116,12 +116,13 @@ def coordinate(wp: Any, as_json: bool, once: bool, interval: str) -> None:
         for a in actions:
             if a["action"] != "running":
                 output.info(f"{a['execution']} ({a['item']}): {a['action']}"
-                            + "".join(f" {k}={a[k]}" for k in ("code", "reason", "message") if a.get(k) is not None))
+                            + "".join(f" {k}={a[k]}" for k in ("code", "reason", "message", "streak")
+                                      if a.get(k) is not None))
 
     if once:
-        report(tick(wp), stream=False)
+        report(tick(wp, failures), stream=False)
         return
-    loop(wp, max(1, seconds), report)
+    loop(wp, max(1, seconds), report, failures)
 
 
 def context(wp: Any, as_json: bool, item: str) -> None:
