@@ -93,16 +93,12 @@ def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
 def _handle_of(backend: Any, execution_id: str) -> str | None:
     if backend.kind == "tmux":
         return execution_id
-    path = os.path.join(executions_dir(backend_repo(backend)), execution_id, "handle")
+    path = os.path.join(executions_dir(backend.repo), execution_id, "handle")  # written by Subprocess.start
     try:
         with open(path) as read:
             return read.read().strip()
     except FileNotFoundError:
         return None
-
-
-def backend_repo(backend: Any) -> Any:
-    return backend.repo
 
 
 def _settled(wp: Any, record: dict[str, Any]) -> dict[str, Any] | None:
