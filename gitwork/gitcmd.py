@@ -83,6 +83,13 @@ def run(
     return done
 
 
+def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> Completed:
+    """Run another program (``tmux``) as git is run: output captured, no stdin; the exit status is the
+    caller's to judge. ``FileNotFoundError`` (no such program) and ``TimeoutExpired`` propagate."""
+    proc = subprocess.run(tuple(cmd), capture_output=True, stdin=subprocess.DEVNULL, env=env, timeout=timeout)
+    return Completed(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
+
+
 class CatFile:
     """A long-lived ``git cat-file --batch`` reader; objects by id or by ``rev:path``."""
 

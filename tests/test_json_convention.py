@@ -79,6 +79,14 @@ CASES: dict[str, tuple[list[str], str]] = {
     "status": ([], "object"),
     "hooks install": ([], "object"),
     "demo": ([], "object"),
+    "run": ([B, "--backend", "subprocess", "cat"], "object"),
+    "runs": ([], "array"),
+    "send": (["{execution}", "hello", "--enter"], "object"),
+    "capture": (["{execution}"], "object"),
+    "coordinate": (["--once"], "object"),
+    "context": ([B], "object"),
+    "attach": (["{execution}"], "object"),
+    "stop": (["{execution}"], "object"),
 }
 # Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
 SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]],
@@ -175,6 +183,8 @@ def test_every_command_prints_one_json_value_by_the_convention(project: Path, tm
         code, out, err = gw_in_process(capsys, argv)
         assert code == 0, (argv, code, out, err)
         doc = check_shape(path, shape, out)
+        if path == "run":
+            found.update(execution=doc["execution"])
         if path == "session start":
             found.update(session=doc["session"], worktree=doc["worktree"])
             (Path(doc["worktree"]) / "new.txt").write_text("new\n")

@@ -21,7 +21,7 @@ import typer
 
 from .. import __version__
 from . import actions
-from .commands import items, leases, messages, remote, reports, sessions
+from .commands import items, launch, leases, messages, remote, reports, sessions
 
 app = typer.Typer(
     name="gw",
@@ -609,6 +609,87 @@ def hooks_install(
     """Install the hooks: locally reference-transaction + pre-commit; with --server, pre-receive. Idempotent."""
     # Not through verb(): it opens no work plane (a bare server repository has no state to read).
     raise typer.Exit(sessions.hooks_install(json, path, server=server, use_hooks_path=use_hooks_path))
+
+
+# --- running agents under a lease (commands/launch.py) ---------------------------------------------
+
+ExecArg = Annotated[str, typer.Argument(metavar="EXEC", help="Execution id (gw runs lists them).", show_default=False)]
+
+
+@verb(launch.run)
+def run(
+    item: ItemArg,
+    command: Annotated[Optional[list[str]], typer.Argument(metavar="-- CMD ARGS...", help="The agent's command line.",
+                                                          show_default=False)] = None,
+    backend: Annotated[str, typer.Option("--backend", help="Where it runs: tmux or subprocess.")] = "tmux",
+    ttl: Ttl = None,
+    execution: Annotated[Optional[str], typer.Option("--id", help="Execution id (default: minted); a retry with the "
+                                                                  "same id never starts a second run.")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Run an agent on an item under its lease: reserve, claim (or use your live lease), record, launch; prints the
+    execution id. A live execution of the item is reported instead (exit 0, or 75 while its launch is in progress)."""
+
+
+@verb(launch.runs)
+def runs(
+    item: Annotated[Optional[str], typer.Option("--item", help="Only this item's executions.")] = None,
+    state: Annotated[Optional[str], typer.Option("--state", help="Only executions in this state.")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Executions recorded on the state ref (gw run), oldest first."""
+
+
+@verb(launch.capture)
+def capture(
+    execution: ExecArg,
+    lines: Annotated[Optional[int], typer.Option("--lines", "-n", help="Only the last N lines.")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Print what an execution's terminal shows (tmux) or what it wrote (subprocess)."""
+
+
+@verb(launch.send)
+def send(
+    execution: ExecArg,
+    text: Annotated[str, typer.Argument(help="Text to type into the execution's terminal.", show_default=False)],
+    key: Annotated[Optional[list[str]], typer.Option("--key", help="A key to press after the text, e.g. Enter (repeatable).")] = None,
+    enter: Annotated[bool, typer.Option("--enter", help="Press Enter after the text.")] = False,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Type text (and keys) into a running execution."""
+
+
+@verb(launch.stop)
+def stop(
+    execution: ExecArg,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why it is stopped (recorded).")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Stop an execution: kill its process (group or tmux session) and record it stopped."""
+
+
+@verb(launch.attach)
+def attach(execution: ExecArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Attach to an execution's tmux session on gitwork's own tmux server (--json: print the command instead)."""
+
+
+@verb(launch.coordinate)
+def coordinate(
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit.")] = False,
+    interval: Annotated[str, typer.Option("--interval", help="Time between passes, e.g. 5s.")] = "5s",
+    failures: Annotated[int, typer.Option("--failures", help="Hand an item off (reason reconcile-failure) after this "
+                                                            "many failed passes in a row.", min=1)] = 3,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Keep this host's executions in step: record exits and lost ones, renew the leases of running ones, kill an
+    execution whose lease ended (taken over, revoked, expired), and hand off an item that cannot be reconciled."""
+
+
+@verb(launch.context)
+def context(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """What an agent is told at launch (launch.md): the item, its criteria and decisions, the unread thread, the lease,
+    and how to renew, report, ask, hand off and finish."""
 
 
 def run_app(argv: list[str]) -> int:

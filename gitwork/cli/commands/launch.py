@@ -1,0 +1,136 @@
+"""Running agents under a lease: ``run``, ``runs``, ``capture``, ``send``, ``stop``, ``attach``.
+
+Each calls one function of ``gitwork.launch.run``; the state ref is only written through the
+execution records (``ops/executions.py``) and lease commands that module submits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .. import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _line(info: dict[str, Any]) -> str:
+    extra = f" code {info['code']}" if info.get("state") == "exited" else ""
+    return (f"execution {info['execution']} of {info['item']}: {info['state']}{extra} ({info.get('backend')} on "
+            f"{info.get('host')}, epoch {info.get('epoch')}, fence {info.get('fence')})")
+
+
+def run(wp: Any, as_json: bool, item: str, command: list[str] | None, backend: str, ttl: str | None,
+        execution: str | None) -> None:
+    from ...launch.run import run as run_
+
+    info = run_(wp, item, command or [], backend, ttl=ttl, execution=execution)
+    if as_json:
+        output.emit_json({"ok": True, **info})
+        return
+    output.line(info["execution"])
+    output.info(("already running: " if info["existing"] else "started ") + _line(info))
+
+
+def runs(wp: Any, as_json: bool, item: str | None, state: str | None) -> None:
+    from ...launch.run import runs as runs_
+
+    rows = runs_(wp, item, state)
+    if as_json:
+        output.emit_json(rows)
+        return
+    output.table(("execution", "item", "state", "backend", "host", "epoch", "fence", "command"),
+                 [(r["execution"], r["item"], r["state"] + (f" {r['code']}" if r.get("code") is not None else ""),
+                   r.get("backend"), r.get("host"), r.get("epoch", ""), r.get("fence", ""),
+                   " ".join(r.get("command") or [])) for r in rows], title="executions")
+
+
+def capture(wp: Any, as_json: bool, execution: str, lines: int | None) -> None:
+    from ...launch.run import capture as capture_, get_execution
+
+    text = capture_(wp, execution, lines)
+    if as_json:
+        record = get_execution(wp, execution)
+        output.emit_json({"ok": True, "execution": execution, "item": record["item"], "state": record["state"],
+                          "text": text})
+        return
+    sys.stdout.write(text)
+
+
+def send(wp: Any, as_json: bool, execution: str, text: str, key: list[str] | None, enter: bool) -> None:
+    from ...launch.run import get_execution, send as send_
+
+    keys = [*(key or []), *(["Enter"] if enter else [])]
+    send_(wp, execution, text, keys)
+    if as_json:
+        output.emit_json({"ok": True, "execution": execution, "item": get_execution(wp, execution)["item"],
+                          "sent": text, "keys": keys})
+        return
+    output.info(f"sent {len(text)} character(s){' and ' + ' '.join(keys) if keys else ''} to {execution}")
+
+
+def stop(wp: Any, as_json: bool, execution: str, reason: str | None) -> None:
+    from ...launch.run import stop as stop_
+
+    info = stop_(wp, execution, reason)
+    if as_json:
+        output.emit_json({"ok": True, **info})
+        return
+    output.line(info["execution"])
+    output.info(_line(info))
+
+
+def attach(wp: Any, as_json: bool, execution: str) -> None:
+    """With --json: how to attach (the command line), without attaching; else become that command."""
+    from ...launch.run import attach_argv, get_execution
+
+    argv = attach_argv(wp, execution)
+    if as_json:
+        output.emit_json({"ok": True, "execution": execution, "item": get_execution(wp, execution)["item"],
+                          "argv": argv})
+        return
+    wp.close()
+    os.execvp(argv[0], argv)
+
+
+def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int) -> None:
+    """One tick (``--once``: one JSON object), or a tick every interval (``--json``: one line per tick)."""
+    from ...codec import parse_duration
+    from ...launch.coordinate import loop, tick
+    from ...launch.run import host
+
+    seconds = parse_duration(interval)  # Invalid (exit 5) for a malformed one
+
+    def report(actions: list[dict[str, Any]], stream: bool = True) -> None:
+        if as_json:
+            doc = {"ok": True, "host": host(), "actions": actions}
+            if stream:  # JSON lines, one per pass, like `thread --follow --json`
+                sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+                sys.stdout.flush()
+            else:
+                output.emit_json(doc)
+            return
+        for a in actions:
+            if a["action"] != "running":
+                output.info(f"{a['execution']} ({a['item']}): {a['action']}"
+                            + "".join(f" {k}={a[k]}" for k in ("code", "reason", "message", "streak")
+                                      if a.get(k) is not None))
+
+    if once:
+        report(tick(wp, failures), stream=False)
+        return
+    loop(wp, max(1, seconds), report, failures)
+
+
+def context(wp: Any, as_json: bool, item: str) -> None:
+    """The launch context of an item: the same text ``gw run`` gives an agent in launch.md."""
+    from ...launch.context import build, render
+
+    doc = build(wp, item)
+    if as_json:
+        output.emit_json({"ok": True, **doc})
+        return
+    sys.stdout.write(render(doc))

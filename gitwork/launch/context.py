@@ -1,0 +1,108 @@
+"""The launch context: what an agent is told when it starts, and what ``gw context ITEM`` prints.
+
+One renderer (:func:`render`) for both, from one document (:func:`build`): the item with its
+criteria and decisions, the thread's unread tail (for the lease's holder), the lease (epoch, fence,
+expiry), the exact gw version and the commit it was built from, and how to renew, report, ask,
+hand off and finish. At every launch ``gw run`` writes it as ``launch.md`` and ``launch.json`` into
+the execution's folder (``<git common dir>/gitwork/executions/<id>/``), never into a worktree (a
+session commit would refuse an undeclared file there); the agent finds the path in ``GW_CONTEXT``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .. import __version__
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+TAIL = 20  # unread messages shown at most; the rest are one `gw thread` away
+
+
+def gw_commit() -> str | None:
+    """The commit of gitwork's own source, when it runs from a git checkout (an editable install)."""
+    from ..gitcmd import run
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = run(["-C", here, "rev-parse", "--show-toplevel", "HEAD"], check=False)
+    lines = done.out.split("\n") if done.returncode == 0 else []
+    # Only gitwork's own checkout: not some project repository a virtualenv happens to live in.
+    if len(lines) >= 2 and os.path.realpath(os.path.join(lines[0], "gitwork")) == os.path.realpath(here):
+        return lines[1].strip()
+    return None
+
+
+def build(wp: Any, item: str, execution: str | None = None) -> dict[str, Any]:
+    from ..conversations import messages
+    from ..thread import cursors
+
+    ctx = wp.context()
+    item_id = ctx.resolve(item)
+    it = ctx.item(item_id).to_doc()
+    lease = ctx.lease(item_id)
+    who = lease.holder if lease is not None and lease.is_active() else wp.settings.identity()
+    read = int((cursors(ctx.snapshot, item_id).get(who) or {}).get("read") or 0)
+    unread = messages(ctx.snapshot, item_id, read)
+    return {
+        "item": item_id, "title": it.get("title"), "status": it.get("status"), "description": it.get("description"),
+        "criteria": it.get("criteria") or [], "decisions": it.get("decisions") or [],
+        "lease": None if lease is None else {"holder": lease.holder, "epoch": lease.epoch, "fence": lease.fence,
+                                             "state": lease.state, "expires_at": lease.expires_at},
+        "for": who, "unread": len(unread), "unread_tail": unread[-TAIL:],
+        "execution": execution, "state_commit": ctx.snapshot.commit,
+        "gw": {"version": __version__, "commit": gw_commit()},
+    }
+
+
+def render(doc: dict[str, Any]) -> str:
+    item, lease = doc["item"], doc["lease"]
+    out = [f"# {item}: {doc['title']}", "", f"Status: {doc['status']}."]
+    if doc.get("execution"):
+        out.append(f"Execution: {doc['execution']} (GW_EXECUTION).")
+    if doc.get("description"):
+        out += ["", doc["description"]]
+    out += ["", "## Acceptance criteria", ""]
+    out += [f"{n}. [{'x' if c.get('checked') else ' '}] {c.get('text')}" for n, c in enumerate(doc["criteria"], 1)] \
+        or ["(none)"]
+    out += ["", "## Decisions", ""]
+    out += [f"{d.get('number')}. {d.get('text')} (why: {d.get('rationale')}; {d.get('by')})" for d in doc["decisions"]] \
+        or ["(none)"]
+    out += ["", "## Lease", ""]
+    if lease is None:
+        out.append("Nobody holds this item.")
+    else:
+        out.append(f"{lease['holder']}, epoch {lease['epoch']}, fence {lease['fence']}, {lease['state']}, "
+                   f"expires {lease['expires_at']}.")
+    shown = doc["unread_tail"]
+    out += ["", f"## Unread messages for {doc['for']} ({doc['unread']}"
+            + (f", last {len(shown)} shown" if len(shown) < doc["unread"] else "") + ")", ""]
+    out += [f"#{m.get('seq')} {m.get('kind')} by {m.get('by')} at {m.get('at')}: {m.get('text')}" for m in shown] \
+        or ["(none)"]
+    fence = lease["fence"] if lease else "FENCE"
+    out += ["", "## How to", "",
+            "Every gw command below is fenced by GW_FENCE in your environment: once your lease ends, each is refused "
+            "(exit 7), and you stop.", "",
+            f"- renew your lease: `gw renew {item}`",
+            f"- check a criterion: `gw check {item} N`",
+            f"- report progress: `gw msg {item} \"TEXT\"`",
+            f"- ask a person to decide: `gw ask {item} \"QUESTION\" -o A -o B`",
+            f"- read the thread: `gw thread {item}`; mark it read: `gw ack {item} SEQ`",
+            f"- hand off: `gw handoff {item} --reason blocked -m \"WHY\"`",
+            f"- finish: `gw done {item}` (publishes your session first)", "",
+            f"gw {doc['gw']['version']}" + (f" (commit {doc['gw']['commit']})" if doc["gw"]["commit"] else "")
+            + f"; state {str(doc.get('state_commit'))[:12]}; fence {fence}."]
+    return "\n".join(out) + "\n"
+
+
+def write(folder: str, doc: dict[str, Any]) -> str:
+    """``launch.md`` and ``launch.json`` into ``folder`` (each written whole, then renamed); the .md path."""
+    os.makedirs(folder, exist_ok=True)
+    for name, data in (("launch.md", render(doc)), ("launch.json", json.dumps(doc, ensure_ascii=False, indent=2) + "\n")):
+        tmp = os.path.join(folder, f".{name}.tmp")
+        with open(tmp, "w") as out:
+            out.write(data)
+        os.replace(tmp, os.path.join(folder, name))
+    return os.path.join(folder, "launch.md")

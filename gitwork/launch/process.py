@@ -1,0 +1,154 @@
+"""The ``subprocess`` backend: for machines without tmux, and CI.
+
+Each execution runs ``python -m gitwork.launch.wrapper`` in its own session (so its own process
+group: ``kill`` ends the agent and everything it started), output to ``DIR/output.log``, stdin from
+the FIFO ``DIR/stdin``. The handle is ``PID@START`` (the kernel's start time of the wrapper, from
+``/proc``), so a reused pid is never taken for the execution.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ..errors import Invalid
+from .paths import executions_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
+
+    from ..store import Repository
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()
+    if fields[0] == b"Z":  # a zombie has finished
+        return None
+    return fields[19].decode()
+
+
+def alive(pid: int, start: str | None) -> bool:
+    return start is not None and start_time(pid) == start
+
+
+class Subprocess:
+    kind = "subprocess"
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+        self.root = executions_dir(repo)
+
+    def folder(self, name: str) -> str:
+        return os.path.join(self.root, name)
+
+    def check(self) -> None:
+        if not os.path.isdir("/proc/self"):
+            raise Invalid("the subprocess backend needs /proc (Linux)")
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
+        folder = self.folder(name)
+        os.makedirs(folder, exist_ok=True)
+        try:
+            os.mkdir(os.path.join(folder, "started"))  # the atomic create-if-absent of this backend
+        except FileExistsError:
+            return self._wait_handle(folder), False
+        fifo = os.path.join(folder, "stdin")
+        if not os.path.exists(fifo):
+            os.mkfifo(fifo, 0o600)
+        with open(os.path.join(folder, "output.log"), "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "gitwork.launch.wrapper", folder, "--", *argv],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                    start_new_session=True, close_fds=True)
+        handle = f"{proc.pid}@{start_time(proc.pid) or 0}"
+        # Wait (bounded) until the wrapper has started the command or found it cannot: the launcher
+        # then records `running` only for a command that really started, `failed` otherwise.
+        deadline = time.monotonic() + 10.0
+        while not any(os.path.exists(os.path.join(folder, f)) for f in ("child", "failed", "code")):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+        with open(os.path.join(folder, ".handle.tmp"), "w") as out:
+            out.write(handle)
+        os.replace(os.path.join(folder, ".handle.tmp"), os.path.join(folder, "handle"))
+        return handle, True
+
+    def _wait_handle(self, folder: str) -> str:
+        """Another launcher made ``started``: its handle follows at once, unless it died in between."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                with open(os.path.join(folder, "handle")) as read:
+                    return read.read().strip()
+            except FileNotFoundError:
+                if time.monotonic() > deadline:
+                    return "0@0"  # never started: status() says gone
+                time.sleep(0.01)
+
+    @staticmethod
+    def _split(handle: str) -> tuple[int, str]:
+        pid, _, start = handle.partition("@")
+        return int(pid), start
+
+    def status(self, name: str, handle: str) -> tuple[str, object]:
+        folder = self.folder(name)
+        for file, state in (("code", "exited"), ("failed", "failed")):
+            try:
+                with open(os.path.join(folder, file)) as read:
+                    text = read.read().strip()
+                return state, int(text) if state == "exited" else text
+            except (FileNotFoundError, ValueError):
+                pass
+        pid, start = self._split(handle)
+        return ("running", None) if pid and alive(pid, start) else ("gone", None)
+
+    def kill(self, name: str, handle: str) -> None:
+        pid, start = self._split(handle)
+        if not pid or not alive(pid, start):
+            return
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + wait
+            while alive(pid, start) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not alive(pid, start):
+                return
+
+    def send_text(self, name: str, handle: str, text: str) -> None:
+        fifo = os.path.join(self.folder(name), "stdin")
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            raise Invalid(f"execution {name} takes no input now ({exc.strerror})") from exc
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+    def send_keys(self, name: str, handle: str, keys: Sequence[str]) -> None:
+        named = {"Enter": "\n", "Tab": "\t", "C-d": "\x04"}
+        self.send_text(name, handle, "".join(named.get(k, k) for k in keys))
+
+    def capture(self, name: str, handle: str, lines: int | None = None) -> str:
+        try:
+            with open(os.path.join(self.folder(name), "output.log"), "rb") as log:
+                text = log.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        rows = text.splitlines()
+        return "\n".join(rows[-lines:] if lines else rows) + ("\n" if rows else "")
+
+    def attach_argv(self, name: str, handle: str) -> list[str]:
+        return ["tail", "-f", os.path.join(self.folder(name), "output.log")]

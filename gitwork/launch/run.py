@@ -1,0 +1,278 @@
+"""``gw run``: reserve an execution, take the lease, record, launch (docs/launch.md).
+
+Every step is one record on the state ref, and each can be the last one a killed ``gw run`` made, so
+a later ``gw run`` (same id, or same item) first *settles* what it finds before it starts anything:
+
+- ``reserved`` or ``launching`` by a launcher that still runs: its launch is in progress (75);
+- ``launching`` or ``running`` whose process the backend still has: it runs (exit 0, ``existing``);
+- a process that ended: its exit is recorded; none at all: ``lost``, and the next launch needs a
+  new lease epoch (``exec-state`` enforces it), so a lost process that is somehow still alive holds
+  a dead fence.
+
+The backend's ``start`` is an atomic create-if-absent on the execution id, so two launchers of one
+execution never start two processes; the reservation keeps two executions of one item apart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+
+from ..errors import GwError, Held, Invalid, NotFound
+from ..ops.executions import LIVE, check_execution_id, item_executions, load_execution
+from ..store import crash_point
+from . import backend as backends
+from .paths import executions_dir
+from .process import alive, start_time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Sequence
+
+
+def host() -> str:
+    return socket.gethostname().split(".")[0] or "host"
+
+
+def mint() -> str:
+    return "x-" + os.urandom(8).hex()
+
+
+def me() -> dict[str, str]:
+    pid = os.getpid()
+    return {"host": host(), "pid": str(pid), "start": start_time(pid) or "0"}
+
+
+def launcher_alive(record: dict[str, Any]) -> bool:
+    """Is the ``gw run`` that wrote this record still running? (Another host's: assume it is.)"""
+    launcher = record.get("launcher") or {}
+    if launcher.get("host") != host():
+        return True
+    try:
+        return alive(int(launcher.get("pid", 0)), launcher.get("start"))
+    except ValueError:
+        return False
+
+
+def find(wp: Any, execution_id: str) -> dict[str, Any] | None:
+    return load_execution(wp.context(), execution_id)
+
+
+def result(record: dict[str, Any], existing: bool) -> dict[str, Any]:
+    shown = {k: v for k, v in record.items() if k not in ("id", "launcher")}
+    return {"execution": record["id"], **shown, "existing": existing}
+
+
+def _mark(wp: Any, record: dict[str, Any], to: str, **args: Any) -> dict[str, Any]:
+    applied = wp.record("exec-state", execution=record["id"], to=to, **args)
+    return {"id": record["id"], **{k: v for k, v in applied.result.items() if k not in ("execution", "duplicate")}}
+
+
+def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """Bring a live record up to date with its backend (when its launcher is gone); the new record."""
+    state = record["state"]
+    if state not in LIVE or (state != "running" and launcher_alive(record)):
+        return record
+    if record.get("host") != host():
+        return record  # another machine's process: its own gw (or coordinator) answers for it
+    if state == "reserved":  # nothing was started before `launching` was recorded
+        return _mark(wp, record, "lost", reason="launcher died before launching")
+    backend = backends.get(record["backend"], wp.repo)
+    handle = record.get("handle") or _handle_of(backend, record["id"])
+    status, detail = backend.status(record["id"], handle) if handle else ("gone", None)
+    if status == "running":
+        return record if state == "running" else _mark(wp, record, "running", handle=handle)
+    if status == "exited":
+        return _mark(wp, record, "exited", code=int(detail), handle=handle)  # type: ignore[arg-type]
+    if status == "failed":
+        return _mark(wp, record, "failed", reason=str(detail)[:200], handle=handle)
+    return _mark(wp, record, "lost", reason="the backend has no such process")
+
+
+def _handle_of(backend: Any, execution_id: str) -> str | None:
+    if backend.kind == "tmux":
+        return execution_id
+    path = os.path.join(executions_dir(backend.repo), execution_id, "handle")  # written by Subprocess.start
+    try:
+        with open(path) as read:
+            return read.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def _settled(wp: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+    """An answer for an execution that is live, or None when it is over (a new one may start)."""
+    record = probe(wp, record)
+    if record["state"] in ("reserved", "launching"):
+        raise Held(f"execution {record['id']} of {record['item']} is being launched by another gw run "
+                   f"(pid {(record.get('launcher') or {}).get('pid')} on {record.get('host')})",
+                   item=record["item"], execution=record["id"], state=record["state"])
+    if record["state"] == "running":
+        return result(record, existing=True)
+    return None
+
+
+def startable(argv: Sequence[str], cwd: str) -> None:
+    if not argv or not argv[0]:
+        raise Invalid("gw run needs a command after --, e.g. gw run ITEM -- claude")
+    program = argv[0]
+    found = (os.path.join(cwd, program) if "/" in program else shutil.which(program))
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise Invalid(f"cannot start {program[:80]!r}: no such executable" + ("" if "/" in program else " on PATH"))
+
+
+def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", ttl: str | None = None,
+        execution: str | None = None) -> dict[str, Any]:
+    """Start ``command`` for ``item`` under a lease, at most once; the execution's record (a dict)."""
+    command = list(command)
+    cwd = wp.repo.toplevel or os.getcwd()
+    backend = backends.get(backend_kind, wp.repo)  # unknown backend: Invalid, nothing recorded
+    startable(command, cwd)
+    backend.check()
+    item_id = wp.resolve(item)
+    if execution is not None:
+        check_execution_id(execution)
+        earlier = find(wp, execution)
+        if earlier is not None:
+            if earlier["item"] != item_id:
+                raise Invalid(f"execution {execution} runs {earlier['item']}, not {item_id}", execution=execution)
+            answer = _settled(wp, earlier)
+            if answer is not None:
+                return answer
+            settled = find(wp, execution) or earlier
+            if settled["state"] != "lost":
+                return result(settled, existing=True)  # it ran and ended: that is the answer
+            execution = None  # lost: a new execution (under a new epoch) takes its place
+    for _attempt in range(3):
+        ctx = wp.context()
+        for other, event in item_executions(ctx, item_id).items():
+            if event["state"] in LIVE:
+                answer = _settled(wp, load_execution(ctx, other) or {})
+                if answer is not None:
+                    return answer
+        new_id = execution or mint()
+        try:
+            wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
+                      host=host(), launcher=me())
+        except Held as error:
+            if error.details.get("execution"):
+                continue  # another gw run reserved first: settle that one on the next round
+            raise
+        crash_point("after-reserve")
+        return _launch(wp, backend, new_id, item_id, command, cwd, ttl)
+    raise Held(f"{item_id}: executions kept changing under this gw run; try again", item=item_id)
+
+
+def _lease(wp: Any, item_id: str, ttl: str | None, execution_id: str) -> Any:
+    """The caller's live lease on the item, with an epoch no lost execution ran under; else a new grant."""
+    me_ = wp.settings.identity()
+    lease = wp.lease(item_id)
+    if lease is not None and lease.is_active() and lease.holder == me_ and lease.live_for_holder(
+            wp.now(), wp.settings.clock_margin):
+        lost = [e for e in item_executions(wp.context(), item_id).values()
+                if e["state"] == "lost" and e.get("epoch") == lease.epoch]
+        if not lost:
+            return lease
+        wp.do("release", item=item_id, fence=lease.fence)  # a new epoch fences the lost process out
+    wp.do("claim", item=item_id, ttl=ttl)
+    return wp.lease(item_id)
+
+
+def _launch(wp: Any, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
+            ttl: str | None) -> dict[str, Any]:
+    try:
+        lease = _lease(wp, item_id, ttl, execution_id)
+    except GwError as error:
+        wp.record("exec-state", execution=execution_id, to="failed", reason=f"no lease: {error.message}"[:200])
+        raise
+    crash_point("after-claim")
+    wp.record("exec-state", execution=execution_id, to="launching", fence=lease.fence, launcher=me())
+    crash_point("after-launching")
+    from .context import build, write
+
+    launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), build(wp, item_id, execution_id))
+    env = dict(os.environ)
+    env.update(GW_AGENT=lease.holder, GW_ITEM=item_id, GW_FENCE=str(lease.fence), GW_EXECUTION=execution_id,
+               GW_CONTEXT=launch_md)
+    env.pop("GW_CRASH_AT", None)
+    try:
+        handle, _created = backend.start(execution_id, command, env, cwd)
+    except GwError as error:
+        wp.record("exec-state", execution=execution_id, to="failed", reason=error.message[:200])
+        raise
+    crash_point("after-start")
+    status, detail = backend.status(execution_id, handle)
+    if status == "failed":  # it could not even start (a bad interpreter line, say): never `running`
+        wp.record("exec-state", execution=execution_id, to="failed", reason=str(detail)[:200], handle=handle)
+        raise Invalid(f"{detail}", execution=execution_id)
+    record = _mark(wp, {"id": execution_id}, "running", handle=handle)
+    return result(record, existing=False)
+
+
+def get_execution(wp: Any, execution_id: str) -> dict[str, Any]:
+    check_execution_id(execution_id)
+    record = find(wp, execution_id)
+    if record is None:
+        raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    return record
+
+
+def runs(wp: Any, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+    from ..codec import load_yaml
+    from ..ops.executions import EXECUTIONS
+
+    snapshot = wp.context().snapshot
+    item_id = wp.resolve(item) if item else None
+    rows = []
+    for shard, entry in snapshot.tree(EXECUTIONS).items():
+        for name, blob in snapshot.store.read_tree(entry.oid).items():
+            record = load_yaml(snapshot.store.read_blob(blob.oid), what=f"{EXECUTIONS}/{shard}/{name}")
+            if (item_id is None or record.get("item") == item_id) and (state is None or record.get("state") == state):
+                rows.append(record)
+    rows.sort(key=lambda r: (str(r.get("created_at")), r["id"]))
+    return [result(r, existing=True) for r in rows]
+
+
+def _live_handle(wp: Any, execution_id: str) -> tuple[dict[str, Any], Any, str]:
+    record = get_execution(wp, execution_id)
+    if record.get("host") != host():
+        raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
+    backend = backends.get(record["backend"], wp.repo)
+    handle = record.get("handle") or _handle_of(backend, execution_id)
+    if not handle:
+        raise Invalid(f"execution {execution_id} was never started ({record['state']})", execution=execution_id)
+    return record, backend, handle
+
+
+def capture(wp: Any, execution_id: str, lines: int | None = None) -> str:
+    _record, backend, handle = _live_handle(wp, execution_id)
+    return backend.capture(execution_id, handle, lines)
+
+
+def send(wp: Any, execution_id: str, text: str, keys: Sequence[str] = ()) -> None:
+    record, backend, handle = _live_handle(wp, execution_id)
+    if record["state"] not in LIVE:
+        raise Invalid(f"execution {execution_id} is {record['state']}", execution=execution_id)
+    if text:
+        backend.send_text(execution_id, handle, text)
+    if keys:
+        backend.send_keys(execution_id, handle, list(keys))
+
+
+def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+    record = get_execution(wp, execution_id)
+    if record["state"] not in LIVE:
+        return result(record, existing=True)
+    if record.get("host") != host():
+        raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
+    backend = backends.get(record["backend"], wp.repo)
+    handle = record.get("handle") or _handle_of(backend, execution_id)
+    if handle:
+        backend.kill(execution_id, handle)
+    return result(_mark(wp, record, "stopped", reason=reason or "stopped by gw stop"), existing=True)
+
+
+def attach_argv(wp: Any, execution_id: str) -> list[str]:
+    _record, backend, handle = _live_handle(wp, execution_id)
+    return backend.attach_argv(execution_id, handle)

@@ -1,0 +1,146 @@
+"""The ``tmux`` backend: one tmux session per execution, named after its id, on gitwork's own server.
+
+The server has its own socket (``GW_TMUX_SOCKET``, else ``<git common dir>/gitwork/tmux/sock``, or a
+short path under ``/tmp`` when that one is too long for a Unix socket), so agents never mix with a
+person's own tmux sessions. The server is started with a configuration of its own that sets
+``remain-on-exit``, before any pane exists: a pane that exits keeps its exit status
+(``#{pane_dead_status}``) however quickly its command ends; the code is also written to the
+execution's folder by a one-line shell wrapper (``WRAPPER``). ``new-session -d -s NAME`` is tmux's
+atomic create-if-absent: a second one for the same name fails with "duplicate session".
+Every tmux call goes through ``gitcmd.run_tool``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import time
+
+from ..errors import Invalid
+from ..gitcmd import Completed, one_line, run_tool
+from .paths import executions_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Sequence
+
+    from ..store import Repository
+
+# The pane runs the agent under this shell, which writes its exit code (128+N for a signal) to the
+# execution's folder, written whole and renamed, as the subprocess backend's wrapper does: tmux can
+# show a pane dead for a while before it has reaped the process and knows its status. A pane killed
+# with its server (SIGHUP) writes nothing, and is lost.
+WRAPPER = ('d=$1; shift; c=0; "$@" || c=$?; printf "%s\\n" "$c" > "$d/.code.tmp" && mv -f "$d/.code.tmp" "$d/code"; '
+           'exit "$c"')
+SOCKET_MAX = 100  # sun_path is 108 bytes on Linux
+CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
+
+
+def socket_path(repo: Repository) -> str:
+    given = os.environ.get("GW_TMUX_SOCKET")
+    if given:
+        return given
+    path = os.path.join(repo.common_dir, "gitwork", "tmux", "sock")
+    if len(path.encode()) <= SOCKET_MAX:
+        return path
+    digest = hashlib.sha1(os.path.abspath(repo.common_dir).encode()).hexdigest()[:16]
+    return os.path.join("/tmp", f"gw-tmux-{os.getuid()}", digest, "sock")
+
+
+class Tmux:
+    kind = "tmux"
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+        self.socket = socket_path(repo)
+        self.config = os.path.join(os.path.dirname(self.socket), "tmux.conf")
+
+    def _tmux(self, *args: str) -> Completed:
+        try:
+            return run_tool(("tmux", "-S", self.socket, "-f", self.config, *args), timeout=30)
+        except FileNotFoundError as exc:
+            raise Invalid("the tmux backend needs tmux, and it is not installed or not on PATH "
+                          "(apt-get install tmux, or --backend subprocess)") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise Invalid(f"tmux on {self.socket} did not answer in 30 s") from exc
+
+    def check(self) -> None:
+        """tmux runs, and gitwork's server (when there is one) answers a command."""
+        done = self._tmux("-V")
+        if done.returncode != 0:
+            raise Invalid(f"tmux does not run: {one_line(done.err)}")
+        if os.path.exists(self.socket):
+            listed = self._tmux("list-sessions", "-F", "#{session_name}")
+            if listed.returncode != 0 and not _no_server(listed.err):
+                raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(listed.err)}")
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
+        os.makedirs(os.path.dirname(self.socket), mode=0o700, exist_ok=True)
+        if not os.path.exists(self.config):
+            tmp = f"{self.config}.{os.getpid()}"
+            with open(tmp, "w") as out:
+                out.write(CONFIG)
+            os.replace(tmp, self.config)
+        folder = os.path.join(executions_dir(self.repo), name)
+        os.makedirs(folder, exist_ok=True)
+        pairs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
+        done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", *pairs, "--",
+                          "sh", "-c", WRAPPER, "gw-run", folder, *argv)
+        if done.returncode != 0:
+            if "duplicate session" in done.err:
+                return name, False
+            raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
+        return name, True
+
+    def status(self, name: str, handle: str) -> tuple[str, object]:
+        try:
+            with open(os.path.join(executions_dir(self.repo), name, "code")) as read:
+                return "exited", int(read.read().strip())
+        except (FileNotFoundError, ValueError):
+            pass
+        # tmux marks a pane dead at end-of-file on its terminal, which can come a moment before it has
+        # reaped the process and knows the status: ask again, briefly, rather than record no code.
+        deadline = time.monotonic() + 2.0
+        while True:
+            done = self._tmux("list-panes", "-t", f"={handle}:", "-F", "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}")
+            if done.returncode != 0:
+                return "gone", None  # no server, or no such session: nothing of it is running
+            dead, code, signal = ((done.out.splitlines() or ["0::"])[0].split(":") + ["", ""])[:3]
+            if dead != "1":
+                return "running", None
+            if code.strip().lstrip("-").isdigit():
+                return "exited", int(code)
+            if signal.strip().isdigit():
+                return "exited", 128 + int(signal)  # as a shell reports a process a signal ended
+            if time.monotonic() > deadline:
+                return "exited", -1  # killed by a signal tmux did not report as a status
+            time.sleep(0.02)
+
+    def kill(self, name: str, handle: str) -> None:
+        self._tmux("kill-session", "-t", f"={handle}")
+
+    def send_text(self, name: str, handle: str, text: str) -> None:
+        self._check(self._tmux("send-keys", "-t", f"={handle}:", "-l", "--", text), handle)
+
+    def send_keys(self, name: str, handle: str, keys: Sequence[str]) -> None:
+        self._check(self._tmux("send-keys", "-t", f"={handle}:", "--", *keys), handle)
+
+    def capture(self, name: str, handle: str, lines: int | None = None) -> str:
+        done = self._tmux("capture-pane", "-p", "-J", "-t", f"={handle}:", "-S", "-")
+        self._check(done, handle)
+        rows = [row.rstrip() for row in done.out.splitlines() if not row.startswith("Pane is dead (")]  # tmux's note
+        while rows and not rows[-1]:  # the empty rows below the last output
+            rows.pop()
+        return "".join(f"{row}\n" for row in (rows[-lines:] if lines else rows))
+
+    def attach_argv(self, name: str, handle: str) -> list[str]:
+        return ["tmux", "-S", self.socket, "attach-session", "-t", f"={handle}"]
+
+    def _check(self, done: Completed, handle: str) -> None:
+        if done.returncode != 0:
+            raise Invalid(f"tmux session {handle} is not there: {one_line(done.err)}")
+
+
+def _no_server(err: str) -> bool:
+    return "no server running" in err or "error connecting" in err

@@ -1,0 +1,145 @@
+"""Execution records: an agent process started for an item, under its lease (docs/launch.md).
+
+An execution goes ``reserved → launching → running → exited | lost | stopped`` (and ``failed`` when
+its command could not be started). Its current record is ``executions/<shard>/<id>.yaml``; every
+transition is also an ``execution`` event in the item's ``events.log``, so the item's history says
+what ran under which lease.
+
+All three ops are **record ops** (``internal=True``): they claim that gitwork's launcher
+(``gitwork/launch``) reserved, started or saw the end of a process on this host, so no face may
+submit them. None is an **arbiter** op: they grant, renew and end no lease. Across machines the
+lease is the mutex (``claim`` is decided by the arbiter) and the ``launching`` record is fenced on
+it; a reservation only keeps two ``gw run`` of one clone from both getting as far as the claim.
+
+The rules the engine enforces, whatever the launcher does:
+
+- an item has at most one *live* execution (``reserved``, ``launching`` or ``running``): a second
+  ``exec-reserve`` is refused (75, naming it);
+- ``launching`` needs the holder's live lease (the fencing rule) and records its epoch and fence;
+  one lease epoch launches at most once after a ``lost`` one: a lost process may still be alive
+  somewhere, so the next launch must run under a new epoch, whose fence the lost one lacks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from .. import codec
+from ..engine import Context, op
+from ..errors import Held, Illegal, Invalid, NotFound, Stale
+from ..model import CLOSED
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+EXECUTIONS = "executions"
+# Names a file and a tmux session: no '.', ':' (tmux target syntax) nor '/'.
+EXECUTION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{3,63}\Z")
+LIVE = ("reserved", "launching", "running")
+TERMINAL = ("exited", "lost", "stopped", "failed")
+TRANSITIONS = {
+    "reserved": ("launching", "failed", "lost", "stopped"),
+    "launching": ("running", "exited", "failed", "lost", "stopped"),
+    "running": ("exited", "lost", "stopped"),
+}
+
+
+def execution_path(execution_id: str) -> str:
+    return f"{EXECUTIONS}/{hashlib.sha1(execution_id.encode()).hexdigest()[:2]}/{execution_id}.yaml"
+
+
+def check_execution_id(value: str) -> str:
+    if not EXECUTION_ID.match(value):
+        raise Invalid(f"bad execution id {value[:70]!r}: 4-64 letters, digits, _ and -, starting with a letter or digit")
+    return value
+
+
+def load_execution(ctx: Context, execution_id: str) -> dict[str, Any] | None:
+    data = ctx.file(execution_path(execution_id))
+    return codec.load_yaml(data, what=execution_path(execution_id)) if data else None
+
+
+def item_executions(ctx: Context, item_id: str) -> dict[str, dict[str, Any]]:
+    """The item's executions, each id mapped to its latest ``execution`` event (oldest id first)."""
+    found: dict[str, dict[str, Any]] = {}
+    for event in ctx.records(item_id):
+        if event.get("type") == "execution":
+            found[event["execution"]] = event
+    return found
+
+
+def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
+    record["updated_at"] = ctx.when
+    ctx.outcome.changes[execution_path(record["id"])] = codec.dump_yaml(record)
+    event.setdefault("epoch", record.get("epoch"))  # the "lost under this epoch" rule reads it here
+    ctx.event(record["item"], "execution", execution=record["id"], state=record["state"], **event)
+    ctx.outcome.result = {"execution": record["id"], **{k: v for k, v in record.items() if k != "id"}}
+
+
+@op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True,
+    item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping")
+def exec_reserve(ctx: Context) -> None:
+    item_id = ctx.target()
+    execution_id = check_execution_id(ctx.cmd["execution"])
+    if not ctx.cmd["command"] or not ctx.cmd["command"][0]:
+        raise Invalid("an execution needs a command")
+    if load_execution(ctx, execution_id) is not None:
+        raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
+    item = ctx.item(item_id)
+    if item.status in CLOSED:
+        raise Illegal(f"{item_id} is {item.status}; reopen it before running anything on it")
+    for other, event in item_executions(ctx, item_id).items():
+        if event["state"] in LIVE:
+            raise Held(f"{item_id} already has execution {other} ({event['state']})", item=item_id,
+                       execution=other, state=event["state"])
+    lease = ctx.lease(item_id)
+    if lease is not None and lease.holder != ctx.actor and not lease.takeable(ctx.now, ctx.settings.clock_margin):
+        raise Held(f"{item_id} is held by {lease.holder} until {lease.expires_at} (epoch {lease.epoch})",
+                   item=item_id, holder=lease.holder, expires_at=lease.expires_at)
+    record = {"id": execution_id, "item": item_id, "state": "reserved", "command": list(ctx.cmd["command"]),
+              "backend": ctx.cmd["backend"], "host": ctx.cmd["host"], "by": ctx.actor, "created_at": ctx.when,
+              "launcher": ctx.cmd.get("launcher")}
+    _save(ctx, {k: v for k, v in record.items() if v is not None}, backend=ctx.cmd["backend"], host=ctx.cmd["host"])
+    ctx.say(f"exec-reserve {execution_id} on {item_id} by {ctx.actor} ({ctx.cmd['backend']} on {ctx.cmd['host']})",
+            item_id, execution=execution_id)
+
+
+@op("exec-state", "record an execution's next state: launching (fenced), running, exited, failed, lost, stopped",
+    internal=True, execution="short!", to="launching|running|exited|failed|lost|stopped!", handle="short",
+    code="int", reason="short", launcher="mapping")
+def exec_state(ctx: Context) -> None:
+    execution_id = check_execution_id(ctx.cmd["execution"])
+    record = load_execution(ctx, execution_id)
+    if record is None:
+        raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    ctx.cmd["item"] = item_id = record["item"]
+    to, now = ctx.cmd["to"], record["state"]
+    if to not in TRANSITIONS.get(now, ()):
+        raise Illegal(f"execution {execution_id} is {now}; it cannot become {to}", execution=execution_id, state=now)
+    extra: dict[str, Any] = {}
+    if to == "launching":
+        lease = ctx.require_holder(item_id)
+        if lease is None:
+            raise Stale(f"you hold no lease on {item_id}: claim it before launching", item=item_id)
+        for other, event in item_executions(ctx, item_id).items():
+            if other != execution_id and event["state"] == "lost" and event.get("epoch") == lease.epoch:
+                raise Stale(f"execution {other} was lost under epoch {lease.epoch} of {item_id}: launch again only "
+                            "under a new lease", item=item_id, execution=other)
+        record.update(epoch=lease.epoch, fence=lease.fence, lease=lease.grant, holder=lease.holder)
+        extra.update(epoch=lease.epoch, fence=lease.fence)
+        if ctx.cmd.get("launcher"):
+            record["launcher"] = ctx.cmd["launcher"]
+    if to == "exited" and ctx.cmd.get("code") is None:
+        raise Invalid("an exit needs its code")
+    for field in ("handle", "code", "reason"):
+        if ctx.cmd.get(field) is not None:
+            record[field] = extra[field] = ctx.cmd[field]
+    record["state"] = to
+    if to in TERMINAL:
+        record["ended_at"] = ctx.when
+    _save(ctx, record, **extra)
+    detail = f" (code {ctx.cmd['code']})" if to == "exited" else (f" ({ctx.cmd['reason']})" if ctx.cmd.get("reason") else "")
+    ctx.say(f"exec-state {execution_id} on {item_id}: {now} -> {to}{detail}", item_id, execution=execution_id,
+            fence=record.get("fence") if to == "launching" else None)

@@ -1,0 +1,113 @@
+"""The execution record ops (``ops/executions.py``) through a real repository: what the engine
+enforces whatever a launcher does (docs/launch.md, "Execution records")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import make_repo
+from gitwork.errors import Held, Illegal, Invalid, Stale
+from gitwork.ops.executions import TRANSITIONS
+from gitwork.workplane import Workplane
+
+
+def reserve(wp: Workplane, item: str, execution: str, **extra: Any) -> dict[str, Any]:
+    return wp.record("exec-reserve", item=item, execution=execution, command=["cat"], backend="tmux", host="h",
+                     **extra).result
+
+
+@pytest.fixture
+def plane(repo: Path) -> Any:
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        wp.item_id = wp.do("new", title="records").result["item"]  # type: ignore[attr-defined]
+        yield wp
+
+
+def test_one_live_execution_per_item(plane: Any) -> None:
+    reserve(plane, plane.item_id, "x-one1")
+    with pytest.raises(Held) as refused:
+        reserve(plane, plane.item_id, "x-two2")
+    assert refused.value.details["execution"] == "x-one1"
+    plane.record("exec-state", execution="x-one1", to="failed", reason="gave up")
+    assert reserve(plane, plane.item_id, "x-two2")["state"] == "reserved"
+    with pytest.raises(Invalid, match="exists already"):
+        reserve(plane, plane.item_id, "x-one1")
+
+
+def test_launching_needs_the_lease_and_records_it(plane: Any) -> None:
+    reserve(plane, plane.item_id, "x-lease1")
+    with pytest.raises(Stale, match="no lease"):
+        plane.record("exec-state", execution="x-lease1", to="launching")
+    lease = plane.do("claim", item=plane.item_id).result
+    with pytest.raises(Stale):
+        plane.record("exec-state", execution="x-lease1", to="launching", fence=lease["fence"] + 5)
+    done = plane.record("exec-state", execution="x-lease1", to="launching", fence=lease["fence"]).result
+    assert (done["epoch"], done["fence"], done["holder"]) == (lease["epoch"], lease["fence"], "alice")
+    events = [e for e in plane.history(plane.item_id) if e["type"] == "execution"]
+    assert [(e["execution"], e["state"]) for e in events] == [("x-lease1", "reserved"), ("x-lease1", "launching")]
+
+
+def test_after_a_lost_execution_the_same_epoch_launches_nothing(plane: Any) -> None:
+    lease = plane.do("claim", item=plane.item_id).result
+    reserve(plane, plane.item_id, "x-lost1")
+    plane.record("exec-state", execution="x-lost1", to="launching", fence=lease["fence"])
+    plane.record("exec-state", execution="x-lost1", to="lost")
+    reserve(plane, plane.item_id, "x-next1")
+    with pytest.raises(Stale, match="lost under epoch"):
+        plane.record("exec-state", execution="x-next1", to="launching", fence=lease["fence"])
+    plane.do("release", item=plane.item_id)
+    again = plane.do("claim", item=plane.item_id).result
+    assert plane.record("exec-state", execution="x-next1", to="launching").result["epoch"] == again["epoch"] == 2
+
+
+def test_someone_elses_item_and_closed_items_are_not_reserved(plane: Any) -> None:
+    with Workplane(plane.repo.toplevel, agent="bob") as bob:
+        bob.do("claim", item=plane.item_id)
+    with pytest.raises(Held, match="held by bob"):
+        reserve(plane, plane.item_id, "x-bobs")
+    other = plane.do("new", title="closed").result["item"]
+    plane.do("cancel", item=other)
+    with pytest.raises(Illegal):
+        reserve(plane, other, "x-closed")
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"execution": "bad.id"}, "bad execution id"),
+    ({"execution": "x-ok12", "command": [""]}, "command must not be empty"),
+])
+def test_malformed_reservations_are_refused(plane: Any, doc: dict[str, Any], words: str) -> None:
+    with pytest.raises(Invalid, match=words):
+        plane.record("exec-reserve", **{"item": plane.item_id, "command": ["cat"], "backend": "tmux", "host": "h",
+                                        **doc})
+
+
+STATES = ("launching", "running", "exited", "failed", "lost", "stopped")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.sampled_from(STATES), min_size=1, max_size=6))
+def test_transitions_follow_the_table(tmp_path_factory: pytest.TempPathFactory, steps: list[str]) -> None:
+    repo = make_repo(tmp_path_factory.mktemp("records"))
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        item = wp.do("new", title="t").result["item"]
+        wp.do("claim", item=item)
+        reserve(wp, item, "x-model")
+        state = "reserved"
+        for step in steps:
+            allowed = step in TRANSITIONS.get(state, ())
+            try:
+                wp.record("exec-state", execution="x-model", to=step, code=0 if step == "exited" else None)
+            except Illegal:
+                assert not allowed, (state, step)
+                continue
+            assert allowed, (state, step)
+            state = step
+        from gitwork.launch.run import find
+
+        assert find(wp, "x-model")["state"] == state
