@@ -1,10 +1,10 @@
 """A summary of every item's thread and cursors at one state commit, for ``gw inbox``.
 
 The inbox looks at every thread, so reading every segment per call would make it cost what the whole
-conversation history costs. Like ``index.py``, the summary is cached on disk keyed by the state commit
-and brought up to date incrementally: a shard tree, an item folder, a thread tree or a segment whose
+conversation history costs. Like ``index.py``, the summary lives in the read side's one SQLite cache
+(``cache.py``) and is brought up to date incrementally: a shard tree, an item folder, a thread tree or a segment whose
 object id did not change is not read again (a post changes one segment of one thread). The cache is
-derived data (delete it at will); it lives in ``<git common dir>/gitwork/`` and is written atomically.
+derived data (delete it at will).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 
-from . import commitcache
 from .thread import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment, segments
 from .store import Snapshot
 
@@ -27,8 +26,6 @@ if TYPE_CHECKING:
     # (folder id, thread tree id, cursors blob id, segments, {who: (read, responded)}, last seq)
     Entry = tuple[str, "str | None", "str | None", tuple[Segment, ...], dict[str, tuple[int, int]], int]
 
-CACHE_VERSION = 4  # 4: shards carry the items left out as corrupt
-_NAME = f"threads-v{CACHE_VERSION}"
 FOLDER, THREAD, CURSORS, SEGMENTS, MARKS, LAST = range(6)
 
 
@@ -40,18 +37,14 @@ class ThreadsIndex:
     the cache small enough to load on every ``gw inbox`` at 10,000 items.
     """
 
-    def __init__(self, commit: str | None, shards: dict[str, Any]) -> None:
+    def __init__(self, commit: str | None, threads: dict[str, Entry], bad: dict[str, str]) -> None:
         self.commit = commit
-        self.shards = shards
+        self._threads = threads
+        self.bad = bad
 
     def items(self) -> dict[str, Entry]:
         """Item id → entry, only for items with a thread or cursors (a corrupt thread is left out)."""
-        out: dict[str, Entry] = {}
-        for shard in self.shards.values():
-            for item_id, entry in shard[1].items():
-                if entry[LAST] or entry[MARKS]:
-                    out[item_id] = entry
-        return out
+        return self._threads
 
 
 _intern = sys.intern  # names and kinds repeat: marshal then stores each once
@@ -102,15 +95,31 @@ def _entry(snapshot: Snapshot, item_id: str, folder_oid: str, previous: Entry | 
     return (folder_oid, thread_oid, cursors_oid, segs, marks, last)
 
 
+def entry(snapshot: Snapshot, item_id: str, folder_oid: str, previous: Entry | None) -> Entry:
+    """The thread summary of one item folder (``Corrupt`` when its thread does not parse)."""
+    return _entry(snapshot, item_id, folder_oid, previous)
+
+
+def _read(db: Any) -> ThreadsIndex:
+    import marshal
+
+    threads: dict[str, Entry] = {}
+    bad: dict[str, str] = {}
+    for item_id, blob, problem in db.execute(
+            "SELECT id, thread, thread_problem FROM item WHERE has_thread=1 OR thread_problem IS NOT NULL"):
+        if problem is not None:
+            bad[item_id] = problem
+        else:
+            threads[item_id] = marshal.loads(blob)
+    commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
+    return ThreadsIndex(commit, threads, bad)
+
+
 def load_threads(snapshot: Snapshot, *, use_cache: bool = True) -> ThreadsIndex:
-    def summary(item_id: str, folder: str, previous: Entry | None) -> Entry:
-        return _entry(snapshot, item_id, folder, previous)
+    from . import cache
+    from .index import note_problems, summary
 
-    threads = ThreadsIndex(*commitcache.refresh(snapshot, _NAME, lambda entry: entry[FOLDER], summary,
-                                                 use_cache=use_cache))
-    found = commitcache.problems(threads.shards)
-    if found:
-        from .index import note_problems
-
-        note_problems(found)
+    threads: ThreadsIndex = cache.at(snapshot, _read, summary, entry, use_cache=use_cache)
+    if threads.bad:
+        note_problems(threads.bad)
     return threads
