@@ -48,7 +48,13 @@ CREATE TABLE IF NOT EXISTS item (
     problem TEXT,
     thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS dep_item ON dep (item);
+CREATE INDEX IF NOT EXISTS label_item ON label (item);
+CREATE INDEX IF NOT EXISTS label_label ON label (label, item);
 CREATE INDEX IF NOT EXISTS item_shard ON item (shard);
+CREATE INDEX IF NOT EXISTS item_problem ON item (id) WHERE problem IS NOT NULL;
 CREATE INDEX IF NOT EXISTS item_ready ON item (status, priority, created, id);
 """
 
@@ -118,6 +124,8 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
     tip = snapshot.tree(layout.ITEMS) if snapshot.commit is not None else {}
     known = dict(db.execute("SELECT name, tree FROM shard"))
     for name in known.keys() - tip.keys():
+        for table in ("dep", "label"):
+            db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
         db.execute("DELETE FROM item WHERE shard=?", (name,))
         db.execute("DELETE FROM shard WHERE name=?", (name,))
     store = snapshot.store
@@ -128,7 +136,8 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
         members = store.read_tree(entry.oid)
         gone = before.keys() - members.keys()
         if gone:
-            db.executemany("DELETE FROM item WHERE id=?", [(i,) for i in gone])
+            for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
+                db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
         for item_id, folder in members.items():
             if before.get(item_id) == folder.oid:
                 continue
@@ -151,6 +160,12 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
                 (values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
                  name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem, has_thread),
             )
+            if item_id in before:
+                db.execute("DELETE FROM dep WHERE item=?", (item_id,))
+                db.execute("DELETE FROM label WHERE item=?", (item_id,))
+            if row is not None:
+                db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", [(item_id, d) for d in row[5]])
+                db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", [(item_id, x) for x in row[4]])
         db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, entry.oid))
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 

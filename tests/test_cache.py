@@ -27,6 +27,7 @@ from conftest import Clock, git, make_repo, run_gw, tip
 from gitwork import cache
 from gitwork.errors import GwError
 from gitwork.index import load_index
+from gitwork.queries import select
 from gitwork.workplane import Workplane
 
 AGENTS = ("alice", "bob")
@@ -179,6 +180,15 @@ class CacheEquivalence(RuleBasedStateMachine):
         wp = self.wp["admin"]
         assert from_cache(wp) == from_tree(wp)
         assert [r[0] for r in wp.ready()] == ready_from_tree(wp)
+        ctx = wp.context()
+        margin = wp.settings.clock_margin
+        assert [r[0] for r in select(ctx.snapshot, ctx.now, margin, ready=True).rows] == ready_from_tree(wp)
+        tree = from_tree(wp)
+        for label in "xy":
+            picked = select(ctx.snapshot, ctx.now, margin, closed=True, labels=[label], sort="id").rows
+            assert [r[0] for r in picked] == sorted(i for i, v in tree.items() if label in v[2])
+        held = select(ctx.snapshot, ctx.now, margin, closed=True, holder="alice", sort="id").rows
+        assert [r[0] for r in held] == sorted(i for i, v in tree.items() if v[6] == "active" and v[5] == "alice")
         fresh = load_index(wp.context().snapshot, use_cache=False).items()
         assert wp.rows()[1] == fresh
         cached_inbox = {a: wp.inbox(a) for a in AGENTS}
@@ -297,3 +307,42 @@ def test_eight_processes_reading_and_writing_at_once(repo: Path) -> None:
     assert len(listed) == 32
     with Workplane(str(repo)) as wp:
         assert from_cache(wp) == from_tree(wp)
+
+
+def _ids(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 0, done.stderr
+    return [row["item"] for row in json.loads(done.stdout)]
+
+
+def test_listing_filters_sort_and_limit_as_sql(repo: Path) -> None:
+    clock = Clock()
+    with Workplane(str(repo), agent="alice", now=clock) as wp:
+        wp.do("init")
+        made = []
+        for n in range(9):
+            clock.advance(5)  # distinct creation times: --sort created is the order they were made in
+            made.append(wp.do("new", title=f"t{n}", priority=n % 3, labels=["x", "y"][: n % 3] or None,
+                              owner="carol" if n % 2 else None).result["item"])
+        wp.do("claim", item=made[4], ttl=600)
+        ctx = wp.context()
+        ready = [r[0] for r in select(ctx.snapshot, ctx.now, 30, ready=True).rows]
+    assert _ids(run_gw(repo, "ready", "--json")) == ready and made[4] not in ready
+    cut = run_gw(repo, "ready", "--limit", "3", "--json")
+    assert _ids(cut) == ready[:3]
+    assert "more match" in cut.stderr
+    whole = run_gw(repo, "ready", "--limit", str(len(ready)), "--json")
+    assert _ids(whole) == ready and "more match" not in whole.stderr
+    assert _ids(run_gw(repo, "ready", "--label", "x", "--label", "y", "--json")) == [made[n] for n in (2, 5, 8)]
+    assert set(_ids(run_gw(repo, "ready", "-l", "x", "--json"))) == {made[n] for n in (1, 2, 5, 7, 8)}
+    assert set(_ids(run_gw(repo, "ready", "--owner", "carol", "--json"))) == {made[n] for n in (1, 3, 5, 7)}
+    assert set(_ids(run_gw(repo, "ready", "--priority", "0", "--json"))) == {made[n] for n in (0, 3, 6)}
+    assert _ids(run_gw(repo, "ready", "--sort", "created", "--json")) == [m for m in made if m != made[4]]
+    assert _ids(run_gw(repo, "list", "--sort", "id", "--json")) == sorted(made)
+    assert _ids(run_gw(repo, "list", "--holder", "alice", "--json")) == [made[4]]
+    assert len(_ids(run_gw(repo, "list", "--limit", "2", "--owner", "carol", "--json"))) == 2
+    for bad in (("ready", "--sort", "best"), ("list", "--status", "opne"), ("ready", "--priority", "-1"),
+                ("list", "--limit", "-2")):
+        before = tip(repo)
+        done = run_gw(repo, *bad)
+        assert done.returncode == 5, (bad, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and tip(repo) == before

@@ -126,6 +126,10 @@ def list_(
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label.")] = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """List items, best first (open and active ones unless --all or --status)."""
@@ -133,7 +137,11 @@ def list_(
 
 @verb(items.ready)
 def ready(
-    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Open, unleased items whose dependencies are done, best first."""
