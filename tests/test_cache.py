@@ -346,3 +346,23 @@ def test_listing_filters_sort_and_limit_as_sql(repo: Path) -> None:
         done = run_gw(repo, *bad)
         assert done.returncode == 5, (bad, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1 and tip(repo) == before
+
+
+def test_cache_status_rebuild_and_drop(repo: Path) -> None:
+    with _populated(repo) as wp:
+        expected = answers(wp)
+        tip_now = tip(repo)
+        status = json.loads(run_gw(repo, "cache", "status", "--json").stdout)
+        assert status["exists"] and status["current"] and status["healthy"] and status["items"] == 3
+        assert status["commit"] == tip_now == status["tip"]
+        dropped = json.loads(run_gw(repo, "cache", "drop", "--json").stdout)
+        assert dropped["dropped"] is True and not cache_file(repo).exists()
+        assert json.loads(run_gw(repo, "cache", "status", "--json").stdout)["exists"] is False
+        assert json.loads(run_gw(repo, "cache", "drop", "--json").stdout)["dropped"] is False
+        cache_file(repo).parent.mkdir(exist_ok=True)
+        cache_file(repo).write_bytes(b"garbage" * 1000)
+        assert json.loads(run_gw(repo, "cache", "status", "--json").stdout)["healthy"] is False
+        rebuilt = json.loads(run_gw(repo, "cache", "rebuild", "--json").stdout)
+        assert rebuilt["items"] == 3 and rebuilt["commit"] == tip_now and rebuilt["bytes"] > 0
+        assert json.loads(run_gw(repo, "cache", "status", "--json").stdout)["healthy"] is True
+        assert answers(wp) == expected and tip(repo) == tip_now

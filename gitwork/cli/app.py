@@ -21,7 +21,7 @@ import typer
 
 from .. import __version__
 from . import actions
-from .commands import items, leases, messages, remote, sessions
+from .commands import cache, items, leases, messages, remote, sessions
 
 app = typer.Typer(
     name="gw",
@@ -282,6 +282,27 @@ def handoff(
     fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Hand your lease over: the next claimant may take over at once."""
+
+
+# --- the read cache (commands/cache.py) ------------------------------------------------------------
+
+cache_app = typer.Typer(help="The local read cache (derived data: dropping it changes no answer).", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@verb(cache.status, "status", group=cache_app)
+def cache_status(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Where the cache is, how big, which commit it reflects and whether that is the tip."""
+
+
+@verb(cache.rebuild, "rebuild", group=cache_app)
+def cache_rebuild(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Drop the cache and build it again from every item at the tip."""
+
+
+@verb(cache.drop, "drop", group=cache_app)
+def cache_drop(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Delete the cache; the next read rebuilds it."""
 
 
 # --- several machines (commands/remote.py) --------------------------------------------------------
