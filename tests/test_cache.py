@@ -366,3 +366,43 @@ def test_cache_status_rebuild_and_drop(repo: Path) -> None:
         assert rebuilt["items"] == 3 and rebuilt["commit"] == tip_now and rebuilt["bytes"] > 0
         assert json.loads(run_gw(repo, "cache", "status", "--json").stdout)["healthy"] is True
         assert answers(wp) == expected and tip(repo) == tip_now
+
+
+def test_claim_next_filters_choose_among_ready_items_and_are_not_recorded(repo: Path) -> None:
+    clock = Clock()
+    with Workplane(str(repo), agent="alice", now=clock) as wp:
+        wp.do("init")
+        made = []
+        for n in range(6):  # priority n % 2; label x on 3, 4, 5; owner carol on 4 and 5
+            clock.advance(5)
+            made.append(wp.do("new", title=f"t{n}", priority=n % 2, labels=["x"] if n >= 3 else None,
+                              owner="carol" if n >= 4 else None).result["item"])
+    claimed = run_gw(repo, "claim", "--next", "--label", "x", "--as", "bob")
+    assert claimed.returncode == 0, claimed.stderr
+    assert claimed.stdout.strip() == made[4]  # best of 3, 4, 5: priority 0 first
+    recorded = git(repo, "log", "-1", "--format=%B", REF)
+    assert f'"item": "{made[4]}"' in recorded and '"labels"' not in recorded and '"next"' not in recorded
+    assert run_gw(repo, "claim", "--next", "--owner", "carol", "--as", "bob").stdout.strip() == made[5]
+    assert run_gw(repo, "claim", "--next", "--priority", "1", "--as", "bob").stdout.strip() == made[1]
+    before = tip(repo)
+    none = run_gw(repo, "claim", "--next", "--owner", "carol", "--as", "bob")
+    assert none.returncode == 3 and tip(repo) == before
+    wrong = run_gw(repo, "claim", made[0], "--label", "x", "--as", "bob")
+    assert wrong.returncode == 5 and len(wrong.stderr.strip().splitlines()) == 1 and tip(repo) == before
+
+
+def test_claim_next_spreads_over_the_best_few_after_a_lost_race(repo: Path) -> None:
+    from gitwork import engine
+    from gitwork.ops import leases
+
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        for n in range(12):
+            wp.do("new", title=f"t{n}")
+        ctx = wp.context()
+        best = [r[0] for r in select(ctx.snapshot, ctx.now, 30, ready=True).rows]
+        cmd = engine.validate_command({"op": "claim", "next": True, "ttl": 60, "as": "alice"})
+        first = engine.apply(ctx.snapshot, dict(cmd), ctx.now, wp.settings)
+        assert first.result["item"] == best[0]  # a first attempt keeps the documented order
+        retries = {engine.apply(ctx.snapshot, dict(cmd), ctx.now, wp.settings).result["item"] for _ in range(40)}
+        assert retries <= set(best[: leases.SPREAD]) and len(retries) > 1
