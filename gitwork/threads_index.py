@@ -41,6 +41,7 @@ class ThreadsIndex:
         self.commit = commit
         self._threads = threads
         self.bad = bad
+        self.extra: Any = None
 
     def items(self) -> dict[str, Entry]:
         """Item id → entry, only for items with a thread or cursors (a corrupt thread is left out)."""
@@ -100,7 +101,7 @@ def entry(snapshot: Snapshot, item_id: str, folder_oid: str, previous: Entry | N
     return _entry(snapshot, item_id, folder_oid, previous)
 
 
-def _read(db: Any) -> ThreadsIndex:
+def _read(db: Any, extra: Any = None) -> ThreadsIndex:
     import marshal
 
     threads: dict[str, Entry] = {}
@@ -112,14 +113,18 @@ def _read(db: Any) -> ThreadsIndex:
         else:
             threads[item_id] = marshal.loads(blob)
     commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
-    return ThreadsIndex(commit, threads, bad)
+    out = ThreadsIndex(commit, threads, bad)
+    out.extra = extra(db) if extra is not None else None
+    return out
 
 
-def load_threads(snapshot: Snapshot, *, use_cache: bool = True) -> ThreadsIndex:
+def load_threads(snapshot: Snapshot, *, use_cache: bool = True, extra: Any = None) -> ThreadsIndex:
+    """Every thread's summary at ``snapshot``; ``extra(db)``, if given, is read in the same
+    transaction (so it answers at the same commit) and kept as ``.extra``."""
     from . import cache
     from .index import note_problems, summary
 
-    threads: ThreadsIndex = cache.at(snapshot, _read, summary, entry, use_cache=use_cache)
+    threads: ThreadsIndex = cache.at(snapshot, lambda db: _read(db, extra), summary, entry, use_cache=use_cache)
     if threads.bad:
         note_problems(threads.bad)
     return threads
