@@ -68,6 +68,7 @@ def path_for(snapshot: Snapshot) -> str:
 
 def drop(path: str) -> bool:
     """Delete the cache file and its WAL companions; whether there was one."""
+    _forget(path)
     found = False
     for suffix in ("", "-wal", "-shm", "-journal"):
         try:
@@ -85,7 +86,9 @@ def _open(path: str) -> sqlite3.Connection:
     try:
         if path != ":memory:":
             db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost last transaction is only slower
+        # Derived data: no fsync (a process crash cannot tear a WAL commit; after a power loss a damaged
+        # file is rebuilt, and at worst an old commit is found and brought forward like any other).
+        db.execute("PRAGMA synchronous=OFF")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version != VERSION:
             if version != 0:
@@ -194,13 +197,51 @@ def at(snapshot: Snapshot, read: Callable[[sqlite3.Connection], Any], summarise:
         path = path_for(snapshot)
         for attempt in (0, 1):
             try:
-                return _at(_open(path), snapshot, read, summarise, thread_entry)
+                return _at(_connection(path), snapshot, read, summarise, thread_entry)
             except (sqlite3.DatabaseError, _Foreign):
+                _forget(path)
                 if attempt == 0:
                     drop(path)
             except OSError:
+                _forget(path)
                 break
-    return _at(_open(":memory:"), snapshot, read, summarise, thread_entry)
+    db = _open(":memory:")
+    try:
+        return _at(db, snapshot, read, summarise, thread_entry)
+    finally:
+        db.close()
+
+
+# One open connection per cache file and process: a long-lived process (an agent holding a
+# Workplane) then pays neither the open nor the checkpoint that closing the last connection makes.
+# (It is reopened when the file was deleted or replaced meanwhile: `gw cache drop` by another process.)
+_CONNECTIONS: dict[str, tuple[int, int, sqlite3.Connection]] = {}
+
+
+def _inode(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return -1
+
+
+def _connection(path: str) -> sqlite3.Connection:
+    known = _CONNECTIONS.get(path)
+    if known is not None and known[0] == os.getpid() and known[1] == _inode(path) != -1:
+        return known[2]
+    _forget(path)
+    db = _open(path)
+    _CONNECTIONS[path] = (os.getpid(), _inode(path), db)
+    return db
+
+
+def _forget(path: str) -> None:
+    known = _CONNECTIONS.pop(path, None)
+    if known is not None and known[0] == os.getpid():
+        try:
+            known[2].close()
+        except sqlite3.Error:
+            pass
 
 
 def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, thread_entry: Any) -> Any:
@@ -208,6 +249,8 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
     try:
         db.execute("BEGIN")
         try:
+            if db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
+                raise _Foreign()  # another gitwork replaced the schema since this connection opened
             if _commit_of(db) == want:
                 return read(db)
         finally:
@@ -223,7 +266,8 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
         db.execute("COMMIT")
         return out
     finally:
-        db.close()
+        if db.in_transaction:
+            db.execute("ROLLBACK")
 
 
 def status(path: str) -> dict[str, Any]:
