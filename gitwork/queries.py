@@ -138,11 +138,14 @@ def short_ids(db: Any, ids: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item_id in ids:
         need = MIN_SHOWN
-        for query in ("SELECT max(id) FROM item WHERE id < ? AND problem IS NULL",
-                      "SELECT min(id) FROM item WHERE id > ? AND problem IS NULL"):
-            neighbour = db.execute(query, (item_id,)).fetchone()[0]
-            if neighbour is None:
+        # ORDER BY ... LIMIT 1 walks the primary key from the id and stops (max()/min() with a second
+        # condition would scan every id on that side).
+        for query in ("SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1",
+                      "SELECT id FROM item WHERE id > ? AND problem IS NULL ORDER BY id LIMIT 1"):
+            found = db.execute(query, (item_id,)).fetchone()
+            if found is None:
                 continue
+            neighbour = found[0]
             common = 0
             for a, b in zip(item_id[2:], neighbour[2:]):
                 if a != b:
