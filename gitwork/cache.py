@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 SCHEMA = 1
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
+BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -82,7 +83,7 @@ def drop(path: str) -> bool:
 
 
 def _open(path: str) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
     try:
         if path != ":memory:":
             db.execute("PRAGMA journal_mode=WAL")
@@ -198,6 +199,12 @@ def at(snapshot: Snapshot, read: Callable[[sqlite3.Connection], Any], summarise:
         for attempt in (0, 1):
             try:
                 return _at(_connection(path), snapshot, read, summarise, thread_entry)
+            except sqlite3.OperationalError as error:
+                _forget(path)
+                if "locked" in str(error) or "busy" in str(error):
+                    break  # another process held the write lock too long (a cold rebuild): answer alone
+                if attempt == 0:
+                    drop(path)
             except (sqlite3.DatabaseError, _Foreign):
                 _forget(path)
                 if attempt == 0:

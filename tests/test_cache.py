@@ -406,3 +406,26 @@ def test_claim_next_spreads_over_the_best_few_after_a_lost_race(repo: Path) -> N
         assert first.result["item"] == best[0]  # a first attempt keeps the documented order
         retries = {engine.apply(ctx.snapshot, dict(cmd), ctx.now, wp.settings).result["item"] for _ in range(40)}
         assert retries <= set(best[: leases.SPREAD]) and len(retries) > 1
+
+
+def test_a_reader_that_cannot_get_the_write_lock_answers_alone_and_keeps_the_file(
+        repo: Path, monkeypatch: object) -> None:
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    with _populated(repo) as wp:
+        monkeypatch.setattr(cache, "BUSY_TIMEOUT", 0.2)
+        cache.drop(str(cache_file(repo)))
+        answers(wp)  # a fresh file, opened with the short timeout
+        inode = cache_file(repo).stat().st_ino
+        wp.do("new", title="while locked")
+        blocker = sqlite3.connect(cache_file(repo), isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another process in the middle of a long update
+        try:
+            rows = wp.rows()[1]
+            assert "while locked" in {r[1] for r in rows.values()} and len(rows) == 4
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert cache_file(repo).stat().st_ino == inode  # not deleted as if it were damaged
+        assert len(wp.rows()[1]) == 4
