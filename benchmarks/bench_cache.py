@@ -87,8 +87,7 @@ def main() -> None:
             }
             # Incremental: one command, then the cache brought to the new tip (in-process).
             from gitwork import cache
-            from gitwork.index import summary
-            from gitwork.threads_index import entry
+            from gitwork.rows import item_summary as summary, thread_entry as entry
             from gitwork.workplane import Workplane
 
             steps = []

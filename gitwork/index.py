@@ -9,37 +9,15 @@ data (delete it at will).
 from __future__ import annotations
 
 
-from . import codec, layout
-from .errors import Corrupt
-from .model import item_problem, lease_problem
-from .store import Snapshot
+from .rows import item_summary as summary, summarise  # noqa: F401  (the row of one item; re-exported)
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
+    from .store import Snapshot
     from typing import Any
 
 # Per item: a tuple, cheap to marshal; field positions below.
 ID, TITLE, STATUS, PRIORITY, LABELS, DEPS, CREATED, OWNER, HOLDER, LEASE_STATE, EXPIRES, EPOCH, FENCE, TREE = range(14)
-
-
-def summarise(item_doc: dict[str, Any], lease_doc: dict[str, Any] | None, tree: str) -> tuple[Any, ...]:
-    lease = lease_doc or {}
-    return (
-        item_doc.get("id"),
-        item_doc.get("title"),
-        item_doc.get("status", "open"),
-        item_doc.get("priority", 2),
-        tuple(item_doc.get("labels") or ()),
-        tuple(item_doc.get("depends_on") or ()),
-        item_doc.get("created_at", ""),
-        item_doc.get("owner"),
-        lease.get("holder"),
-        lease.get("state"),
-        lease.get("expires_at"),
-        lease.get("epoch", 0),
-        lease.get("fence"),
-        tree,
-    )
 
 
 class Index:
@@ -70,33 +48,6 @@ def note_problems(found: dict[str, str]) -> None:
     NOTED.update(found)
 
 
-def summary(snapshot: Snapshot, item_id: str, folder: str) -> tuple[tuple[Any, ...] | None, str | None]:
-    """``(row, None)`` for a sound item folder, ``(None, problem)`` for one whose files do not parse."""
-    store = snapshot.store
-    try:
-        files = store.read_tree(folder)
-        item_entry, lease_entry = files.get(layout.ITEM_FILE), files.get(layout.LEASE_FILE)
-        if item_entry is None:
-            raise Corrupt(f"{layout.item_dir(item_id)} has no {layout.ITEM_FILE}")
-        # Checked as strictly as the engine reads them (model.load_item/load_lease), so a bad value is
-        # never sorted or compared here: the item is left out and named instead.
-        item_path = layout.item_path(item_id, layout.ITEM_FILE)
-        item_doc = codec.load_yaml(store.read_blob(item_entry.oid), what=item_path)
-        found = item_problem(item_doc, item_id)
-        if found is not None:
-            raise Corrupt(f"{item_path}: {found}")
-        lease_doc = None
-        if lease_entry is not None:
-            lease_path = layout.item_path(item_id, layout.LEASE_FILE)
-            lease_doc = codec.load_yaml(store.read_blob(lease_entry.oid), what=lease_path)
-            found = lease_problem(lease_doc, item_id)
-            if found is not None:
-                raise Corrupt(f"{lease_path}: {found}")
-    except Corrupt as error:
-        return None, error.message
-    return summarise(item_doc, lease_doc, folder), None
-
-
 def _read(db: Any) -> Index:
     from .cache import ROW_COLUMNS, unpack_row
 
@@ -113,8 +64,8 @@ def _read(db: Any) -> Index:
 
 def load_index(snapshot: Snapshot, *, use_cache: bool = True) -> Index:
     from . import cache
-    from .threads_index import entry
+    from .rows import thread_entry
 
-    index: Index = cache.at(snapshot, _read, summary, entry, use_cache=use_cache)
+    index: Index = cache.at(snapshot, _read, summary, thread_entry, use_cache=use_cache)
     index.problems()  # noted for the CLI's stderr: a reader of this summary skips these items
     return index
