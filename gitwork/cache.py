@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 1
+SCHEMA = 2  # 2: item_rank, so a listing cut by --limit walks the order and stops
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -57,6 +57,7 @@ CREATE INDEX IF NOT EXISTS label_label ON label (label, item);
 CREATE INDEX IF NOT EXISTS item_shard ON item (shard);
 CREATE INDEX IF NOT EXISTS item_problem ON item (id) WHERE problem IS NOT NULL;
 CREATE INDEX IF NOT EXISTS item_ready ON item (status, priority, created, id);
+CREATE INDEX IF NOT EXISTS item_rank ON item (priority, created, id);
 """
 
 ROW_COLUMNS = ("id, title, status, priority, labels, deps, created, owner, holder, lease_state, expires, "
