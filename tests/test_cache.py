@@ -429,3 +429,18 @@ def test_a_reader_that_cannot_get_the_write_lock_answers_alone_and_keeps_the_fil
             blocker.close()
         assert cache_file(repo).stat().st_ino == inode  # not deleted as if it were damaged
         assert len(wp.rows()[1]) == 4
+
+
+def test_a_plain_claim_does_not_import_the_cache(repo: Path) -> None:
+    with Workplane(str(repo)) as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork", "claim", item, "--as", "bob"],
+                          cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "gitwork.workplane" in imported  # the listing is real
+    assert not imported & {"sqlite3", "_sqlite3", "gitwork.cache", "gitwork.queries", "gitwork.rows"}
+    ready = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork", "ready"], cwd=repo,
+                           capture_output=True, text=True)
+    assert "sqlite3" in ready.stderr  # ...while a listing does read through it
