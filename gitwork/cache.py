@@ -220,7 +220,7 @@ def at(snapshot: Snapshot, read: Callable[[sqlite3.Connection], Any], summarise:
         db.close()
 
 
-# One open connection per cache file and process: a long-lived process (an agent holding a
+# One open connection per cache file, process and thread: a long-lived process (an agent holding a
 # Workplane) then pays neither the open nor the checkpoint that closing the last connection makes.
 # (It is reopened when the file was deleted or replaced meanwhile: `gw cache drop` by another process.)
 _CONNECTIONS: dict[str, tuple[int, int, sqlite3.Connection]] = {}
@@ -233,18 +233,24 @@ def _inode(path: str) -> int:
         return -1
 
 
+def _key(path: str) -> str:
+    import threading
+
+    return f"{threading.get_ident()}:{path}"  # one per thread: a transaction is a connection's state
+
+
 def _connection(path: str) -> sqlite3.Connection:
-    known = _CONNECTIONS.get(path)
+    known = _CONNECTIONS.get(_key(path))
     if known is not None and known[0] == os.getpid() and known[1] == _inode(path) != -1:
         return known[2]
     _forget(path)
     db = _open(path)
-    _CONNECTIONS[path] = (os.getpid(), _inode(path), db)
+    _CONNECTIONS[_key(path)] = (os.getpid(), _inode(path), db)
     return db
 
 
 def _forget(path: str) -> None:
-    known = _CONNECTIONS.pop(path, None)
+    known = _CONNECTIONS.pop(_key(path), None)
     if known is not None and known[0] == os.getpid():
         try:
             known[2].close()

@@ -444,3 +444,28 @@ def test_a_plain_claim_does_not_import_the_cache(repo: Path) -> None:
     ready = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork", "ready"], cwd=repo,
                            capture_output=True, text=True)
     assert "sqlite3" in ready.stderr  # ...while a listing does read through it
+
+
+def test_threads_of_one_process_read_through_the_cache_at_once(repo: Path) -> None:
+    import threading
+
+    with _populated(repo) as wp:
+        expected = from_tree(wp)
+        assert from_cache(wp) == expected
+        inode = cache_file(repo).stat().st_ino
+        failures: list[BaseException] = []
+
+        def reader(n: int) -> None:
+            try:
+                with Workplane(str(repo), agent=f"reader{n}") as mine:
+                    for _ in range(10):
+                        assert from_cache(mine) == expected
+            except BaseException as error:  # noqa: BLE001  (reported below)
+                failures.append(error)
+
+        threads = [threading.Thread(target=reader, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert failures == [] and cache_file(repo).stat().st_ino == inode
