@@ -78,12 +78,22 @@ def inbox(snapshot: Snapshot, who: str) -> dict[str, Any]:
     Addressed messages come from the per-commit thread summary (``threads_index``); the threads of
     items ``who`` holds are read live from the responded cursor on, so only they cost a read.
     """
-    from .index import HOLDER, LEASE_STATE, TITLE, load_index
     from .threads_index import LAST, MARKS, SEGMENTS, load_threads
 
-    rows = load_index(snapshot).items()
-    threads = load_threads(snapshot).items()
-    held = [i for i, row in rows.items() if row[LEASE_STATE] == "active" and row[HOLDER] == who]
+    # One read of the cache: the addressed messages and cursors of every thread, the items `who`
+    # holds, and the titles of the items with a thread (the only ones an inbox row can name).
+    threads_index = load_threads(snapshot, extra=lambda db: (
+        [r[0] for r in db.execute("SELECT id FROM item WHERE lease_state = 'active' AND holder = ?"
+                                  " AND problem IS NULL", (who,))],
+        dict(db.execute("SELECT id, title FROM item WHERE problem IS NULL AND (has_thread = 1 OR"
+                        " (lease_state = 'active' AND holder = ?))", (who,))),
+        dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))))
+    threads = threads_index.items()
+    held, titles, bad = threads_index.extra
+    if bad:
+        from .index import note_problems
+
+        note_problems(bad)  # named on stderr by the CLI, as for every read over the whole state
     held_set = set(held)
     picked: list[tuple[str, int, str, str, dict[str, Any] | None]] = []  # item, seq, box, why, record
 
@@ -126,8 +136,7 @@ def inbox(snapshot: Snapshot, who: str) -> dict[str, Any]:
                 parsed[path] = parse_segment(snapshot.blob(path) or b"", first, f"thread segment {first} of {item_id}")
             records = parsed[path]
             record = records[seq - first] if seq - first < len(records) else {"seq": seq}
-        row = rows.get(item_id)
-        view = {"item": item_id, "title": row[TITLE] if row else None, "why": why, "box": box, **record}
+        view = {"item": item_id, "title": titles.get(item_id), "why": why, "box": box, **record}
         rows_out.append((str(record.get("at", "")), item_id, seq, box, view))
     rows_out.sort(key=lambda r: r[:3])
     out: dict[str, Any] = {"who": who, "unread": [], "unanswered": []}

@@ -41,3 +41,115 @@ def ready(index: Index, now: _dt.datetime, margin: int) -> list[tuple[Any, ...]]
             out.append(row)
     out.sort(key=order_key)
     return out
+
+
+# --- the same questions as SQL over the cache (gitwork/cache.py) ------------------------------------
+
+SORTS = {
+    "rank": "i.priority, i.created, i.id",  # the documented order of `ready`: best first
+    "created": "i.created, i.id",
+    "id": "i.id",
+    "title": "i.title, i.id",
+}
+
+
+class Selection:
+    """The rows one query picked (summary tuples, ``index.py`` layout), whether a limit cut them, and
+    each picked id's shortest unique form among all sound items."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], cut: bool, short: dict[str, str], commit: str | None) -> None:
+        self.rows = rows
+        self.cut = cut
+        self.short = short
+        self.commit = commit
+
+
+def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False, statuses: Any = None,
+           closed: bool = False, labels: Any = (), owner: str | None = None, priority: int | None = None,
+           holder: str | None = None, sort: str = "rank", limit: int | None = None,
+           shorten: bool = True, use_cache: bool = True) -> Selection:
+    """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
+    the closed ones unless ``closed``), filtered, sorted and limited in SQL on the cache at ``snapshot``."""
+    from . import cache
+    from .rows import item_summary as summary, thread_entry as entry
+    from .model import CLOSED
+
+    where = ["i.problem IS NULL"]
+    args: list[Any] = []
+    if ready:
+        where += ["i.status IN ('open', 'in_progress')",
+                  "NOT (i.lease_state = 'active' AND gw_live(i.expires))",
+                  "NOT (i.status = 'in_progress' AND coalesce(i.lease_state, '') != 'active')",
+                  "NOT EXISTS (SELECT 1 FROM dep d LEFT JOIN item j ON j.id = d.on_id"
+                  " WHERE d.item = i.id AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL))"]
+    elif statuses:
+        where.append(f"i.status IN ({', '.join('?' * len(statuses))})")
+        args += list(statuses)
+    elif not closed:
+        where.append(f"i.status NOT IN ({', '.join('?' * len(CLOSED))})")
+        args += list(CLOSED)
+    for label in dict.fromkeys(labels or ()):
+        where.append("EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label = ?)")
+        args.append(label)
+    if owner is not None:
+        where.append("i.owner = ?")
+        args.append(owner)
+    if priority is not None:
+        where.append("i.priority = ?")
+        args.append(priority)
+    if holder is not None:
+        where.append("i.lease_state = 'active' AND i.holder = ?")
+        args.append(holder)
+    sql = (f"SELECT {', '.join('i.' + c.strip() for c in cache.ROW_COLUMNS.split(','))} FROM item i"
+           f" WHERE {' AND '.join(where)} ORDER BY {SORTS[sort]}")
+    if limit:
+        sql += f" LIMIT {int(limit) + 1}"
+
+    def live(expires: str | None) -> bool:
+        return expires is not None and held_for_others("active", parse_instant(expires), now, margin)
+
+    def read(db: Any) -> Selection:
+        db.create_function("gw_live", 1, live, deterministic=True)
+        rows = [cache.unpack_row(r) for r in db.execute(sql, args)]
+        cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
+        if cut:
+            del rows[limit:]
+        short = short_ids(db, [r[0] for r in rows]) if shorten else {}
+        commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
+        bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
+        if bad:
+            from .index import note_problems
+
+            note_problems(bad)  # named on stderr by the CLI: a listing leaves them out
+        return Selection(rows, cut, short, commit)
+
+    return cache.at(snapshot, read, summary, entry, use_cache=use_cache)  # type: ignore[no-any-return]
+
+
+def short_ids(db: Any, ids: list[str]) -> dict[str, str]:
+    """Each id's shortest unique form among the sound items (``ids.shortest_unique``'s rule), from its
+    two neighbours in id order, so a page of 20 rows does not sort 100,000 ids."""
+    from .ids import HEX_LEN, MIN_SHOWN, PREFIX, shortest_unique
+
+    if len(ids) > 64:  # a long page: one ordered scan of the ids beats two lookups per row
+        table = shortest_unique(r[0] for r in db.execute("SELECT id FROM item WHERE problem IS NULL"))
+        return {i: table.get(i, i) for i in ids}
+    out: dict[str, str] = {}
+    for item_id in ids:
+        need = MIN_SHOWN
+        # ORDER BY ... LIMIT 1 walks the primary key from the id and stops (max()/min() with a second
+        # condition would scan every id on that side).
+        for query in ("SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1",
+                      "SELECT id FROM item WHERE id > ? AND problem IS NULL ORDER BY id LIMIT 1"):
+            found = db.execute(query, (item_id,)).fetchone()
+            if found is None:
+                continue
+            neighbour = found[0]
+            common = 0
+            for a, b in zip(item_id[2:], neighbour[2:]):
+                if a != b:
+                    break
+                common += 1
+            need = max(need, common + 1)
+        out[item_id] = item_id[: len(PREFIX) + min(need, HEX_LEN)]
+    return out

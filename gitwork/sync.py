@@ -644,9 +644,16 @@ class ArbiterRef(engine.CAS):
     def swap(self, old: str | None, new: str) -> bool:
         # (An answer found among local commands the remote has not seen is pushed like a new commit:
         # a command the arbiter decides is done only once it is on the arbiter.)
-        return self.arbiter.push(old, new)
+        started = time.monotonic()
+        try:
+            return self.arbiter.push(old, new)
+        finally:
+            self.round_trip = time.monotonic() - started
 
     def lost(self, attempt: int) -> None:
+        # A crowd that lost to one winner spreads out: wait a random part of what a round trip costs
+        # (the push just made), growing with the attempt, at most a second, then fetch again.
+        time.sleep(random.uniform(0, min(getattr(self, "round_trip", 0.05) * min(attempt, 4), 1.0)))
         self.remote, self.fetched = self.arbiter.fetch(), True
 
     def landed(self, applied: Applied, moved: bool) -> Applied:

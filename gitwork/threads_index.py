@@ -1,23 +1,17 @@
 """A summary of every item's thread and cursors at one state commit, for ``gw inbox``.
 
 The inbox looks at every thread, so reading every segment per call would make it cost what the whole
-conversation history costs. Like ``index.py``, the summary is cached on disk keyed by the state commit
-and brought up to date incrementally: a shard tree, an item folder, a thread tree or a segment whose
+conversation history costs. Like ``index.py``, the summary lives in the read side's one SQLite cache
+(``cache.py``) and is brought up to date incrementally: a shard tree, an item folder, a thread tree or a segment whose
 object id did not change is not read again (a post changes one segment of one thread). The cache is
-derived data (delete it at will); it lives in ``<git common dir>/gitwork/`` and is written atomically.
+derived data (delete it at will).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-
-from . import commitcache
-from .thread import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment, segments
-from .store import Snapshot
-
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
+    from .store import Snapshot
     from typing import Any
 
     # (seq, to, by, kind, the record as JSON or "" when large) of one message that names an addressee
@@ -27,9 +21,7 @@ if TYPE_CHECKING:
     # (folder id, thread tree id, cursors blob id, segments, {who: (read, responded)}, last seq)
     Entry = tuple[str, "str | None", "str | None", tuple[Segment, ...], dict[str, tuple[int, int]], int]
 
-CACHE_VERSION = 4  # 4: shards carry the items left out as corrupt
-_NAME = f"threads-v{CACHE_VERSION}"
-FOLDER, THREAD, CURSORS, SEGMENTS, MARKS, LAST = range(6)
+from .rows import CURSORS, FOLDER, LAST, MARKS, SEGMENTS, THREAD  # noqa: F401  (an entry's fields)
 
 
 class ThreadsIndex:
@@ -40,77 +32,43 @@ class ThreadsIndex:
     the cache small enough to load on every ``gw inbox`` at 10,000 items.
     """
 
-    def __init__(self, commit: str | None, shards: dict[str, Any]) -> None:
+    def __init__(self, commit: str | None, threads: dict[str, Entry], bad: dict[str, str]) -> None:
         self.commit = commit
-        self.shards = shards
+        self._threads = threads
+        self.bad = bad
+        self.extra: Any = None
 
     def items(self) -> dict[str, Entry]:
         """Item id → entry, only for items with a thread or cursors (a corrupt thread is left out)."""
-        out: dict[str, Entry] = {}
-        for shard in self.shards.values():
-            for item_id, entry in shard[1].items():
-                if entry[LAST] or entry[MARKS]:
-                    out[item_id] = entry
-        return out
+        return self._threads
 
 
-_intern = sys.intern  # names and kinds repeat: marshal then stores each once
-_LINE_LIMIT = 4096  # addressed messages up to this size are kept whole: the inbox then reads no segment
+def _read(db: Any, extra: Any = None) -> ThreadsIndex:
+    import marshal
+
+    threads: dict[str, Entry] = {}
+    bad: dict[str, str] = {}
+    for item_id, blob, problem in db.execute(
+            "SELECT id, thread, thread_problem FROM item WHERE has_thread=1 OR thread_problem IS NOT NULL"):
+        if problem is not None:
+            bad[item_id] = problem
+        else:
+            threads[item_id] = marshal.loads(blob)
+    commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
+    out = ThreadsIndex(commit, threads, bad)
+    out.extra = extra(db) if extra is not None else None
+    return out
 
 
-def _brief(record: dict[str, Any]) -> Brief:
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
-    return (record["seq"], _intern(str(record["to"])), _intern(str(record.get("by", ""))),
-            _intern(str(record.get("kind", "note"))), line if len(line) <= _LINE_LIMIT else "")
+def load_threads(snapshot: Snapshot, *, use_cache: bool = True, extra: Any = None) -> ThreadsIndex:
+    """Every thread's summary at ``snapshot``; ``extra(db)``, if given, is read in the same
+    transaction (so it answers at the same commit) and kept as ``.extra``."""
+    from . import cache
+    from .index import note_problems
+    from .rows import item_summary, thread_entry
 
-
-def _segments(snapshot: Snapshot, item_id: str, before: tuple[Segment, ...]) -> tuple[tuple[Segment, ...], int]:
-    known = dict(before)
-    out: list[Segment] = []
-    last = 0
-    found = segments(snapshot, item_id, 0)
-    for index, (first, oid) in enumerate(found):
-        briefs = known.get(oid)
-        if briefs is None or index == len(found) - 1:
-            records = parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}")
-            last = first + len(records) - 1
-            if briefs is None:
-                briefs = tuple(_brief(r) for r in records if r.get("to"))
-        out.append((oid, briefs))
-    return tuple(out), last
-
-
-def _entry(snapshot: Snapshot, item_id: str, folder_oid: str, previous: Entry | None) -> Entry:
-    files = snapshot.store.read_tree(folder_oid)
-    thread, cursor_file = files.get(THREAD_DIR), files.get(CURSORS_FILE)
-    thread_oid = thread.oid if thread is not None and thread.is_tree else None
-    cursors_oid = cursor_file.oid if cursor_file is not None else None
-    if thread_oid is None:
-        segs: tuple[Segment, ...] = ()
-        last = 0
-    elif previous is not None and previous[THREAD] == thread_oid:
-        segs, last = previous[SEGMENTS], previous[LAST]
-    else:
-        segs, last = _segments(snapshot, item_id, previous[SEGMENTS] if previous else ())
-    if cursors_oid is None:
-        marks: dict[str, tuple[int, int]] = {}
-    elif previous is not None and previous[CURSORS] == cursors_oid:
-        marks = previous[MARKS]
-    else:
-        loaded = load_cursors(snapshot.store.read_blob(cursors_oid), item_id)
-        marks = {_intern(who): (int(c.get("read", 0)), int(c.get("responded", 0))) for who, c in loaded.items()}
-    return (folder_oid, thread_oid, cursors_oid, segs, marks, last)
-
-
-def load_threads(snapshot: Snapshot, *, use_cache: bool = True) -> ThreadsIndex:
-    def summary(item_id: str, folder: str, previous: Entry | None) -> Entry:
-        return _entry(snapshot, item_id, folder, previous)
-
-    threads = ThreadsIndex(*commitcache.refresh(snapshot, _NAME, lambda entry: entry[FOLDER], summary,
-                                                 use_cache=use_cache))
-    found = commitcache.problems(threads.shards)
-    if found:
-        from .index import note_problems
-
-        note_problems(found)
+    threads: ThreadsIndex = cache.at(snapshot, lambda db: _read(db, extra), item_summary, thread_entry,
+                                     use_cache=use_cache)
+    if threads.bad:
+        note_problems(threads.bad)
     return threads

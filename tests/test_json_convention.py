@@ -87,6 +87,9 @@ CASES: dict[str, tuple[list[str], str]] = {
     "context": ([B], "object"),
     "attach": (["{execution}"], "object"),
     "stop": (["{execution}"], "object"),
+    "cache status": ([], "object"),
+    "cache rebuild": ([], "object"),
+    "cache drop": ([], "object"),
 }
 # Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
 SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]],

@@ -21,7 +21,7 @@ import typer
 
 from .. import __version__
 from . import actions
-from .commands import items, launch, leases, messages, remote, reports, sessions
+from .commands import cache, items, launch, leases, messages, remote, reports, sessions
 
 app = typer.Typer(
     name="gw",
@@ -154,6 +154,10 @@ def list_(
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label.")] = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """List items, best first (open and active ones unless --all or --status)."""
@@ -161,7 +165,11 @@ def list_(
 
 @verb(items.ready)
 def ready(
-    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Every open item: ready, or why not.")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
@@ -347,6 +355,9 @@ def completion(
 def claim(
     item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
     next: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="With --next: only items with this label (repeatable: all of them).")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="With --next: only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="With --next: only items of this priority.")] = None,
     ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Acquire the lease on an item. Exit 75 if someone else holds it (retry later)."""
@@ -387,6 +398,27 @@ def handoff(
     fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Hand your lease over: the next claimant may take over at once."""
+
+
+# --- the read cache (commands/cache.py) ------------------------------------------------------------
+
+cache_app = typer.Typer(help="The local read cache (derived data: dropping it changes no answer).", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@verb(cache.status, "status", group=cache_app)
+def cache_status(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Where the cache is, how big, which commit it reflects and whether that is the tip."""
+
+
+@verb(cache.rebuild, "rebuild", group=cache_app)
+def cache_rebuild(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Drop the cache and build it again from every item at the tip."""
+
+
+@verb(cache.drop, "drop", group=cache_app)
+def cache_drop(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Delete the cache; the next read rebuilds it."""
 
 
 # --- several machines (commands/remote.py) --------------------------------------------------------

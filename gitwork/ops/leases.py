@@ -17,7 +17,34 @@ from ..model import CLOSED, Lease
 from ..roles import holder_check, require_revoker
 from .common import end_lease
 
+# How many of the best ready items a `claim --next` that lost a race spreads over, and how many tries
+# of each command it remembers (by command id: every attempt of one command shares it).
+SPREAD = 8
+_TRIES: dict[str, int] = {}
+
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
+
+
+def _next(ctx: Context) -> str:
+    """The item ``claim --next`` tries: the best ready one (the documented order) on a command's first
+    attempt; after a lost race, one of the best few at random, so a crowd of claimers that all lost to
+    the same winner does not pile onto the same next item (a thundering herd on one ref). Which items
+    are ready comes from the read cache at this very commit; the grant is decided on the tree
+    (``_claimable``), as for any claim."""
+    import os
+
+    from ..queries import select
+
+    tries = _TRIES[ctx.cmd.get("id", "")] = _TRIES.get(ctx.cmd.get("id", ""), 0) + 1
+    if len(_TRIES) > 256:
+        _TRIES.clear()
+    rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
+                  owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
+                  limit=1 if tries == 1 else SPREAD, shorten=False).rows
+    if not rows:
+        raise NotFound("no ready item to claim")
+    pick = 0 if tries == 1 else int.from_bytes(os.urandom(2), "big") % len(rows)
+    return str(rows[pick][0])
 
 
 def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:
@@ -88,21 +115,21 @@ def _claimable(ctx: Context, item_id: str) -> Lease | None:
 
 
 @op("claim", "acquire the lease on an item, or on the best ready item", arbiter=True,
-    item="item", next="bool", ttl="duration")
+    item="item", next="bool", ttl="duration", labels="labels", owner="name", priority="priority")
 def claim(ctx: Context) -> None:
     if ctx.cmd.get("next"):
         if "item" in ctx.cmd:
             raise Invalid("give an item or --next, not both")
-        from ..queries import ready
-
-        for row in ready(ctx.index(), ctx.now, ctx.settings.clock_margin):
-            # The document in the commit names what was actually claimed: a replay on another tip
-            # (sync) claims that item again rather than whatever is best there.
-            ctx.cmd["item"] = row[0]
-            del ctx.cmd["next"]
-            _grant(ctx, row[0], _claimable(ctx, row[0]), "claim")
-            return
-        raise NotFound("no ready item to claim")
+        item_id = _next(ctx)
+        # The document in the commit names what was actually claimed: a replay on another tip
+        # (sync) claims that item again rather than whatever is best there.
+        ctx.cmd["item"] = item_id
+        for key in ("next", "labels", "owner", "priority"):
+            ctx.cmd.pop(key, None)
+        _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
+        return
+    if any(key in ctx.cmd for key in ("labels", "owner", "priority")):
+        raise Invalid("--label, --owner and --priority choose among ready items: use them with --next")
     if "item" not in ctx.cmd:
         raise Invalid("claim needs an item id, or --next")
     item_id = ctx.target()

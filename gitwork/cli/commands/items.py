@@ -66,52 +66,46 @@ def show_json(view: dict[str, Any]) -> dict[str, Any]:
 
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
-               holder: str | None) -> None:
-    from ...index import HOLDER, LABELS, LEASE_STATE, STATUS
-    from ...model import CLOSED, STATUSES
-    from ...queries import order_key
+               holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
+               limit: int | None = None) -> None:
+    from ...model import STATUSES
 
     unknown = [s for s in status or () if s not in STATUSES]
     if unknown:  # a typo must not look like an empty list
         raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
-
-    _ctx, rows = wp.rows()
-    picked = []
-    for row in rows.values():
-        if status and row[STATUS] not in status:
-            continue
-        if not status and not all and row[STATUS] in CLOSED:
-            continue
-        if label and not set(label) <= set(row[LABELS]):
-            continue
-        if holder and not (row[LEASE_STATE] == "active" and row[HOLDER] == holder):
-            continue
-        picked.append(row)
-    picked.sort(key=order_key)
-    _rows_view(rows, picked, as_json, "items")
+    _select(wp, as_json, "items", statuses=status, closed=all, labels=label, holder=holder, owner=owner,
+            priority=priority, sort=sort, limit=limit)
 
 
-def ready(wp: Any, as_json: bool, limit: int | None, explain: bool = False) -> None:
-    from ...queries import ready as ready_rows
-
-    _limit(limit)
+def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
+          priority: int | None = None, sort: str | None = None, explain: bool = False) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
         from .reports import explain_ready
 
+        _limit(limit)
         return explain_ready(wp, as_json, limit)
-    ctx, rows = wp.rows()
-    picked = ready_rows(ctx.index(), ctx.now, wp.settings.clock_margin)
-    _rows_view(rows, picked[:limit] if limit else picked, as_json, "ready")
+    _select(wp, as_json, "ready", ready=True, labels=label, owner=owner, priority=priority, sort=sort, limit=limit)
 
 
-def _short(all_ids: Any, ids: list[str]) -> dict[str, str]:
-    from ...ids import shortest_unique
+def _select(wp: Any, as_json: bool, title: str, *, sort: str | None, limit: int | None, priority: int | None,
+            **filters: Any) -> None:
+    """One listing as SQL over the read cache (``queries.select``); a cut listing says so on stderr."""
+    from ...queries import SORTS, select
 
-    table = shortest_unique(all_ids)
-    return {i: table.get(i, i) for i in ids}
+    _limit(limit)
+    if sort is not None and sort not in SORTS:
+        raise Invalid(f"unknown --sort {sort!r}: use {', '.join(SORTS)}")
+    if priority is not None and priority < 0:
+        raise Invalid(f"--priority must be 0 or more, not {priority}")
+    ctx = wp.context()
+    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank", limit=limit,
+                    priority=priority, **filters)
+    _rows_view(picked.short, picked.rows, as_json, title)
+    if picked.cut:
+        output.info(f"showing the first {limit} {title}; more match (raise --limit, or 0 for all)")
 
 
-def _rows_view(all_rows: dict[str, Any], rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
+def _rows_view(short: dict[str, str], rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
     from ...index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
 
     if as_json:
@@ -122,7 +116,6 @@ def _rows_view(all_rows: dict[str, Any], rows: list[tuple[Any, ...]], as_json: b
             for r in rows
         ])
         return
-    short = _short(all_rows.keys(), [r[ID] for r in rows])
     output.table(
         ("id", "status", "pri", "holder", "title"),
         [(short[r[ID]], r[STATUS], r[PRIORITY], r[HOLDER] if r[LEASE_STATE] == "active" else "", r[TITLE])

@@ -9,8 +9,10 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False) -> None:
-    applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline)
+def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False,
+          label: list[str] | None = None, owner: str | None = None, priority: int | None = None) -> None:
+    applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline, labels=label or None,
+                    owner=owner, priority=priority)
     r = applied.result
     done_line(applied, as_json,
               f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}", data=r["item"])

@@ -1,0 +1,109 @@
+"""The read cache (gitwork/cache.py) at scale: ``gw ready --limit 20``, full listings, cold rebuild,
+incremental update after one command, cache size; each beside its floor in the same run.
+
+    python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10]
+
+States are built by ``_common.build_state`` (one commit; a fifth of the items done, a tenth depend on
+an earlier item, so about three quarters are ready). Runs ``python -m gitwork`` from the interpreter
+running this script. Figures: medians of ``--runs`` process runs (start to exit), interleaved with
+the floors: ``gw --version`` (interpreter plus gw's entry point) and, for the rebuild, streaming
+every item.yaml through ``git cat-file --batch`` and parsing it. Prints one JSON object per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as c  # noqa: E402
+
+
+def timed(argv: list[str], cwd: Path, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1000, 1)
+
+
+def stream_floor(repo: Path) -> float:
+    """Every item.yaml through one ``git cat-file --batch``, each parsed: what a rebuild cannot beat."""
+    from gitwork import codec
+
+    t0 = time.perf_counter()
+    listing = subprocess.run(["git", "ls-tree", "-r", c.REF, "items"], cwd=repo, capture_output=True, check=True).stdout
+    oids = [line.split()[2] for line in listing.decode().splitlines() if line.endswith("/item.yaml")]
+    proc = subprocess.run(["git", "cat-file", "--batch"], cwd=repo, input=("\n".join(oids) + "\n").encode(),
+                          capture_output=True, check=True).stdout
+    at = 0
+    while at < len(proc):
+        header_end = proc.index(b"\n", at)
+        size = int(proc[at:header_end].split()[2])
+        codec.load_yaml(proc[header_end + 1:header_end + 1 + size], what="item.yaml")
+        at = header_end + 1 + size + 1
+    return round(time.perf_counter() - t0, 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--runs", type=int, default=10)
+    args = parser.parse_args()
+    gw = [sys.executable, "-m", "gitwork"]
+    for n in (int(s) for s in args.sizes.split(",")):
+        root = Path(tempfile.mkdtemp(prefix=f"gw-cache-{n}-"))
+        try:
+            repo = c.make_repo(root / "repo")
+            c.log(f"building {n} items")
+            built = c.build_state(repo, n)
+            cache_file = c.common_dir(repo) / "gitwork" / "cache.sqlite"
+            c.log("cold rebuild")
+            t0 = time.perf_counter()
+            rebuilt = subprocess.run([*gw, "cache", "rebuild", "--json"], cwd=repo, capture_output=True, text=True)
+            cold = round(time.perf_counter() - t0, 2)
+            assert rebuilt.returncode == 0, rebuilt.stderr
+            size = json.loads(rebuilt.stdout)["bytes"]
+            floor_stream = stream_floor(repo)
+            ready_all = subprocess.run([*gw, "ready"], cwd=repo, capture_output=True, text=True).stdout.count("\n")
+            c.log("warm reads")
+            figures = {
+                "items": n, "ready_rows": ready_all, "build_s": round(built["total_s"], 1),
+                "cold_rebuild_s": cold, "floor_stream_parse_s": floor_stream, "cache_bytes": size,
+                "gw_version_ms": timed([*gw, "--version"], repo, args.runs),
+                "python_pass_ms": timed([sys.executable, "-c", "pass"], repo, args.runs),
+                "ready_limit20_ms": timed([*gw, "ready", "--limit", "20"], repo, args.runs),
+                "ready_full_ms": timed([*gw, "ready"], repo, max(3, args.runs // 3)),
+                "list_limit20_ms": timed([*gw, "list", "--limit", "20"], repo, args.runs),
+            }
+            # Incremental: one command, then the cache brought to the new tip (in-process).
+            from gitwork import cache
+            from gitwork.rows import item_summary as summary, thread_entry as entry
+            from gitwork.workplane import Workplane
+
+            steps = []
+            with Workplane(str(repo), agent="bench") as wp:
+                for item in built["claimable"][:10]:
+                    wp.do("claim", item=item, ttl=600)
+                    snapshot = wp.context().snapshot
+                    t0 = time.perf_counter()
+                    cache.at(snapshot, lambda db: None, summary, entry)
+                    steps.append(time.perf_counter() - t0)
+            figures["incremental_after_one_command_ms"] = round(statistics.median(steps) * 1000, 1)
+            figures["cache_bytes_after"] = os.path.getsize(cache_file)
+            print(json.dumps(figures), flush=True)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

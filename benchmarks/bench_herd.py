@@ -1,0 +1,128 @@
+"""``claim --next`` under contention through a real ``git daemon`` arbiter.
+
+    python benchmarks/bench_herd.py [--procs 12] [--clones 3] [--items 60]
+
+One bare arbiter served by ``git daemon`` (tests/daemon.py), ``--clones`` machines that ran
+``gw init --remote origin``, and ``--procs`` processes spread over them, each looping
+``gw claim --next`` until gw answers "no ready item" (exit 3), retrying on exit 75. Per granted
+claim: the wall time of the call that got it, and the time since that worker's previous grant (so a
+75 and its retry count against the claim). Afterwards the arbiter's history is checked: every item
+granted exactly once. Prints one JSON object (median and worst of both) on stdout.
+
+Runs ``python -m gitwork`` from the interpreter running this script (the worktree's venv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from daemon import GitDaemon, bare_repo  # noqa: E402
+
+REF = "refs/gitwork/state"
+
+
+def gw(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gitwork", *args], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def machine(base: Path, name: str, url: str) -> Path:
+    path = base / name
+    path.mkdir()
+    git(path, "init", "-q")
+    git(path, "remote", "add", "origin", url)
+    done = gw(path, "init", "--remote", "origin")
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--procs", type=int, default=12)
+    parser.add_argument("--clones", type=int, default=3)
+    parser.add_argument("--items", type=int, default=60)
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="gw-herd-"))
+    os.environ.update({"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "bench",
+                       "GIT_COMMITTER_EMAIL": "b@x"})
+    try:
+        bare_repo(base, "arbiter")
+        with GitDaemon(base) as daemon:
+            url = daemon.url("arbiter")
+            first = machine(base, "m0", url)
+            from gitwork.workplane import Workplane
+
+            with Workplane(str(first), agent="admin") as wp:
+                for n in range(args.items):
+                    wp.do("new", title=f"item {n}", priority=n % 3)
+            assert gw(first, "sync").returncode == 0
+            clones = [first] + [machine(base, f"m{k}", url) for k in range(1, args.clones)]
+            for clone in clones[1:]:
+                assert gw(clone, "sync").returncode == 0
+            grants: list[tuple[float, float]] = []
+            errors: list[str] = []
+            lock = threading.Lock()
+
+            def worker(k: int) -> None:
+                repo = clones[k % len(clones)]
+                since = time.monotonic()
+                while True:
+                    t0 = time.monotonic()
+                    done = gw(repo, "claim", "--next", "--ttl", "1h", "--as", f"agent-{k}")
+                    t1 = time.monotonic()
+                    if done.returncode == 0:
+                        with lock:
+                            grants.append((t1 - t0, t1 - since))
+                        since = t1
+                    elif done.returncode == 3:
+                        return
+                    elif done.returncode != 75:
+                        with lock:
+                            errors.append(f"agent-{k}: exit {done.returncode}: {done.stderr.strip()}")
+                        return
+
+            started = time.monotonic()
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(args.procs)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            wall = time.monotonic() - started
+        arbiter = base / "arbiter.git"
+        log = git(arbiter, "log", "--format=%B", REF)
+        claimed = re.findall(r'Command: \{.*?"item": "(w-[0-9a-f]+)".*?"op": "claim"', log)
+        counts = {i: claimed.count(i) for i in set(claimed)}
+        calls = [g[0] for g in grants]
+        waits = [g[1] for g in grants]
+        print(json.dumps({
+            "procs": args.procs, "clones": args.clones, "items": args.items, "granted": len(grants),
+            "granted_once_each": len(counts) == args.items and set(counts.values()) == {1},
+            "errors": errors, "wall_s": round(wall, 2),
+            "call_median_s": round(statistics.median(calls), 3) if calls else None,
+            "call_worst_s": round(max(calls), 3) if calls else None,
+            "claim_median_s": round(statistics.median(waits), 3) if waits else None,
+            "claim_worst_s": round(max(waits), 3) if waits else None,
+        }, indent=2))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+"""The read side's one derived cache: a SQLite database of what ``list``, ``ready``, ``claim --next``
+and ``inbox`` need, brought from the commit it reflects to the one asked for incrementally.
+
+``<git common dir>/gitwork/cache.sqlite`` (WAL) holds, per item, the summary ``index.py`` defines and
+the thread summary ``threads_index.py`` defines, both functions of the item's folder tree alone, and
+per shard its tree id. Moving from commit A to commit B compares the two ``items/`` trees shard by
+shard and re-reads only the item folders whose tree id changed, in one transaction, so a reader sees
+the cache at A or at B, never between. Because the comparison is by tree ids, not by history, a
+cache built on another (even unrelated) history is brought to the tip correctly; a cache whose
+schema version is not this one, or that SQLite finds damaged, is deleted and rebuilt from scratch.
+
+The cache is never authoritative: writers decide on the tree at the tip (``engine.apply``), the
+cache only answers reads, and deleting it changes no answer, only the time. When the file cannot be
+used at all (unwritable directory, damage that survives a rebuild), the same code runs against an
+in-memory database.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sqlite3
+import sys
+
+from . import layout
+from .errors import Corrupt
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from .store import Snapshot
+
+# One schema version for the whole file; marshal's format may change between Python versions, so it
+# is part of the version too.
+SCHEMA = 2  # 2: item_rank, so a listing cut by --limit walks the order and stops
+VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
+NAME = "cache.sqlite"
+BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS shard (name TEXT PRIMARY KEY, tree TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS item (
+    id TEXT PRIMARY KEY, shard TEXT NOT NULL, folder TEXT NOT NULL,
+    title TEXT, status TEXT, priority INTEGER, labels BLOB, deps BLOB, created TEXT, owner TEXT,
+    holder TEXT, lease_state TEXT, expires TEXT, epoch INTEGER, fence INTEGER,
+    problem TEXT,
+    thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS dep_item ON dep (item);
+CREATE INDEX IF NOT EXISTS label_item ON label (item);
+CREATE INDEX IF NOT EXISTS label_label ON label (label, item);
+CREATE INDEX IF NOT EXISTS item_shard ON item (shard);
+CREATE INDEX IF NOT EXISTS item_problem ON item (id) WHERE problem IS NOT NULL;
+CREATE INDEX IF NOT EXISTS item_ready ON item (status, priority, created, id);
+CREATE INDEX IF NOT EXISTS item_rank ON item (priority, created, id);
+"""
+
+ROW_COLUMNS = ("id, title, status, priority, labels, deps, created, owner, holder, lease_state, expires, "
+               "epoch, fence, folder")
+
+
+def path_for(snapshot: Snapshot) -> str:
+    return os.path.join(snapshot.store.repo.gitwork_dir(), NAME)
+
+
+def drop(path: str) -> bool:
+    """Delete the cache file and its WAL companions; whether there was one."""
+    _forget(path)
+    found = False
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(path + suffix)
+            found = True
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+    return found
+
+
+def _open(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+    try:
+        if path != ":memory:":
+            db.execute("PRAGMA journal_mode=WAL")
+        # Derived data: no fsync (a process crash cannot tear a WAL commit; after a power loss a damaged
+        # file is rebuilt, and at worst an old commit is found and brought forward like any other).
+        db.execute("PRAGMA synchronous=OFF")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version != VERSION:
+            if version != 0:
+                raise _Foreign()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+                    for statement in _DDL.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version={VERSION}")
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            if db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
+                raise _Foreign()
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+class _Foreign(Exception):
+    """The file is another schema version's (or another Python's): rebuild it."""
+
+
+def _commit_of(db: sqlite3.Connection) -> str | None:
+    found = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()
+    return found[0] if found else None
+
+
+def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_entry: Any) -> None:
+    """Bring the open transaction's cache to ``snapshot``: only changed shards and item folders are read."""
+    tip = snapshot.tree(layout.ITEMS) if snapshot.commit is not None else {}
+    known = dict(db.execute("SELECT name, tree FROM shard"))
+    for name in known.keys() - tip.keys():
+        for table in ("dep", "label"):
+            db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
+        db.execute("DELETE FROM item WHERE shard=?", (name,))
+        db.execute("DELETE FROM shard WHERE name=?", (name,))
+    store = snapshot.store
+    for name, entry in tip.items():
+        if known.get(name) == entry.oid:
+            continue
+        before = dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,)))
+        members = store.read_tree(entry.oid)
+        gone = before.keys() - members.keys()
+        if gone:
+            for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
+                db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
+        for item_id, folder in members.items():
+            if before.get(item_id) == folder.oid:
+                continue
+            row, problem = summarise(snapshot, item_id, folder.oid)
+            previous = None
+            if item_id in before:
+                blob = db.execute("SELECT thread FROM item WHERE id=?", (item_id,)).fetchone()[0]
+                previous = marshal.loads(blob) if blob else None
+            try:
+                thread = thread_entry(snapshot, item_id, folder.oid, previous)
+                thread_problem = None
+            except Corrupt as error:
+                thread, thread_problem = None, error.message
+            has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
+            values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
+            db.execute(
+                "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
+                " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
+                 name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem, has_thread),
+            )
+            if item_id in before:
+                db.execute("DELETE FROM dep WHERE item=?", (item_id,))
+                db.execute("DELETE FROM label WHERE item=?", (item_id,))
+            if row is not None:
+                db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", [(item_id, d) for d in row[5]])
+                db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", [(item_id, x) for x in row[4]])
+        db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, entry.oid))
+    db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
+
+
+def _pack(value: Any) -> bytes | None:
+    return marshal.dumps(tuple(value)) if value is not None else None
+
+
+def unpack_row(record: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A SELECT of ``ROW_COLUMNS`` as the summary tuple ``index.py`` defines."""
+    labels, deps = record[4], record[5]
+    return (*record[:4], marshal.loads(labels) if labels else (), marshal.loads(deps) if deps else (),
+            *record[6:])
+
+
+def at(snapshot: Snapshot, read: Callable[[sqlite3.Connection], Any], summarise: Any, thread_entry: Any,
+       *, use_cache: bool = True) -> Any:
+    """``read(db)`` on the cache brought to ``snapshot``, in one consistent transaction.
+
+    A reader first looks in a read transaction; only when the cache reflects another commit does it
+    take the write lock, bring the cache over and read in that same transaction. Damage or a foreign
+    version is repaired by deleting the file and building again; if that fails too, an in-memory
+    database answers (slower, never wrong).
+    """
+    if use_cache:
+        path = path_for(snapshot)
+        for attempt in (0, 1):
+            try:
+                return _at(_connection(path), snapshot, read, summarise, thread_entry)
+            except sqlite3.OperationalError as error:
+                _forget(path)
+                if "locked" in str(error) or "busy" in str(error):
+                    break  # another process held the write lock too long (a cold rebuild): answer alone
+                if attempt == 0:
+                    drop(path)
+            except (sqlite3.DatabaseError, _Foreign):
+                _forget(path)
+                if attempt == 0:
+                    drop(path)
+            except OSError:
+                _forget(path)
+                break
+    db = _open(":memory:")
+    try:
+        return _at(db, snapshot, read, summarise, thread_entry)
+    finally:
+        db.close()
+
+
+# One open connection per cache file, process and thread: a long-lived process (an agent holding a
+# Workplane) then pays neither the open nor the checkpoint that closing the last connection makes.
+# (It is reopened when the file was deleted or replaced meanwhile: `gw cache drop` by another process.)
+_CONNECTIONS: dict[str, tuple[int, int, sqlite3.Connection]] = {}
+
+
+def _inode(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return -1
+
+
+def _key(path: str) -> str:
+    import threading
+
+    return f"{threading.get_ident()}:{path}"  # one per thread: a transaction is a connection's state
+
+
+def _connection(path: str) -> sqlite3.Connection:
+    known = _CONNECTIONS.get(_key(path))
+    if known is not None and known[0] == os.getpid() and known[1] == _inode(path) != -1:
+        return known[2]
+    _forget(path)
+    db = _open(path)
+    _CONNECTIONS[_key(path)] = (os.getpid(), _inode(path), db)
+    return db
+
+
+def _forget(path: str) -> None:
+    known = _CONNECTIONS.pop(_key(path), None)
+    if known is not None and known[0] == os.getpid():
+        try:
+            known[2].close()
+        except sqlite3.Error:
+            pass
+
+
+def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, thread_entry: Any) -> Any:
+    want = snapshot.commit or ""
+    try:
+        db.execute("BEGIN")
+        try:
+            if db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
+                raise _Foreign()  # another gitwork replaced the schema since this connection opened
+            if _commit_of(db) == want:
+                return read(db)
+        finally:
+            db.execute("COMMIT")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if _commit_of(db) != want:
+                update(db, snapshot, summarise, thread_entry)
+            out = read(db)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+        return out
+    finally:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+
+
+def status(path: str) -> dict[str, Any]:
+    """What the cache file holds, for ``gw cache status`` (never builds it)."""
+    out: dict[str, Any] = {"path": path, "exists": os.path.exists(path), "commit": None, "items": 0,
+                           "bytes": sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm")
+                                        if os.path.exists(path + s)),
+                           "schema": None, "ok": None}
+    if not out["exists"]:
+        return out
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        try:
+            out["schema"] = db.execute("PRAGMA user_version").fetchone()[0]
+            if out["schema"] == VERSION:
+                out["commit"] = _commit_of(db) or None
+                out["items"] = db.execute("SELECT count(*) FROM item").fetchone()[0]
+            out["ok"] = db.execute("PRAGMA quick_check").fetchone()[0] == "ok" and out["schema"] == VERSION
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        out["ok"] = False
+    return out

@@ -1,0 +1,71 @@
+"""The read cache: ``cache status``, ``cache rebuild``, ``cache drop`` (see gitwork/cache.py)."""
+
+from __future__ import annotations
+
+from .. import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _path(wp: Any) -> str:
+    import os
+
+    from ...cache import NAME
+
+    return os.path.join(wp.repo.gitwork_dir(), NAME)
+
+
+def status(wp: Any, as_json: bool) -> None:
+    """What the cache file holds and whether it reflects the tip; never builds it."""
+    from ...cache import VERSION, status as read_status
+
+    found = read_status(_path(wp))
+    tip = wp.store.tip()
+    view = {"ok": True, "path": found["path"], "exists": found["exists"], "commit": found["commit"], "tip": tip,
+            "current": found["exists"] and found["commit"] == (tip or None), "items": found["items"],
+            "bytes": found["bytes"], "schema": found["schema"], "schema_expected": VERSION,
+            "healthy": found["ok"]}
+    if as_json:
+        output.emit_json(view)
+        return
+    if not found["exists"]:
+        output.line(f"no cache at {found['path']} (the next read builds it)")
+        return
+    state = "current" if view["current"] else f"at {found['commit'] or 'an unknown commit'} (tip {tip})"
+    health = "ok" if found["ok"] else "damaged or another version: the next read rebuilds it"
+    output.line(f"{found['path']}: {found['items']} items, {found['bytes']} bytes, {state}, {health}")
+
+
+def rebuild(wp: Any, as_json: bool) -> None:
+    """Drop the cache and build it again from every item at the tip, in one transaction."""
+    import time
+
+    from ... import cache
+    from ...index import load_index
+
+    path = _path(wp)
+    cache.drop(path)
+    started = time.monotonic()
+    index = load_index(wp.context().snapshot)
+    seconds = round(time.monotonic() - started, 3)
+    found = cache.status(path)
+    view = {"ok": True, "path": path, "commit": index.commit, "items": len(index.items()) + len(index.problems()),
+            "bytes": found["bytes"], "seconds": seconds}
+    if as_json:
+        output.emit_json(view)
+        return
+    output.info(f"rebuilt {path}: {view['items']} items at {index.commit} in {seconds} s")
+
+
+def drop(wp: Any, as_json: bool) -> None:
+    """Delete the cache file (derived data: the next read rebuilds it)."""
+    from ...cache import drop as drop_file
+
+    path = _path(wp)
+    dropped = drop_file(path)
+    if as_json:
+        output.emit_json({"ok": True, "path": path, "dropped": dropped})
+        return
+    output.info(f"dropped {path}" if dropped else f"no cache at {path}")
