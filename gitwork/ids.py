@@ -60,16 +60,20 @@ def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
     for index, item_id in enumerate(ordered):
         need = MIN_SHOWN
         for neighbour in (ordered[index - 1] if index else None, ordered[index + 1] if index + 1 < len(ordered) else None):
-            if neighbour is None:
-                continue
-            common = 0
-            for a, b in zip(item_id[2:], neighbour[2:]):
-                if a != b:
-                    break
-                common += 1
-            need = max(need, common + 1)
+            if neighbour is not None:
+                need = max(need, digits_to_tell_apart(item_id, neighbour))
         result[item_id] = item_id[: len(PREFIX) + min(need, HEX_LEN)]
     return result
+
+
+def digits_to_tell_apart(item_id: str, neighbour: str) -> int:
+    """How many hex digits of ``item_id`` tell it apart from ``neighbour`` (their common prefix + 1)."""
+    common = 0
+    for a, b in zip(item_id[len(PREFIX):], neighbour[len(PREFIX):]):
+        if a != b:
+            break
+        common += 1
+    return common + 1
 
 
 # One rule for every identity (``--as``, ``GW_AGENT``, ``gitwork.agent``, ``.workplane`` ``agent``, a

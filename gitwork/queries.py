@@ -129,7 +129,7 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
 def short_ids(db: Any, ids: list[str]) -> dict[str, str]:
     """Each id's shortest unique form among the sound items (``ids.shortest_unique``'s rule), from its
     two neighbours in id order, so a page of 20 rows does not sort 100,000 ids."""
-    from .ids import HEX_LEN, MIN_SHOWN, PREFIX, shortest_unique
+    from .ids import HEX_LEN, MIN_SHOWN, PREFIX, digits_to_tell_apart, shortest_unique
 
     if len(ids) > 64:  # a long page: one ordered scan of the ids beats two lookups per row
         table = shortest_unique(r[0] for r in db.execute("SELECT id FROM item WHERE problem IS NULL"))
@@ -144,12 +144,6 @@ def short_ids(db: Any, ids: list[str]) -> dict[str, str]:
             found = db.execute(query, (item_id,)).fetchone()
             if found is None:
                 continue
-            neighbour = found[0]
-            common = 0
-            for a, b in zip(item_id[2:], neighbour[2:]):
-                if a != b:
-                    break
-                common += 1
-            need = max(need, common + 1)
+            need = max(need, digits_to_tell_apart(item_id, found[0]))
         out[item_id] = item_id[: len(PREFIX) + min(need, HEX_LEN)]
     return out
