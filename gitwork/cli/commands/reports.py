@@ -19,18 +19,13 @@ def _short(wp: Any, ids: list[str]) -> dict[str, str]:
 
 
 def blocked(wp: Any, as_json: bool) -> None:
-    from ...reports import blocked as find, describe_reason
+    from ...reports import blocked as find
 
     entries = find(wp)
     if as_json:
         output.emit_json(entries)
         return
-    named = [e["item"] for e in entries] + [r["item"] for e in entries for r in e["blocked_by"] if "item" in r]
-    short = _short(wp, named)
-    for entry in entries:
-        output.line(f"{short[entry['item']]}\t{entry['status']}\t{entry['title']}")
-        for reason in entry["blocked_by"]:
-            output.line(f"\t{describe_reason(reason, short)}")
+    _print_with_reasons(wp, entries, "blocked_by", lambda entry: entry["status"])
     if not entries:
         output.info("nothing is blocked")
 
@@ -114,16 +109,23 @@ def search(wp: Any, as_json: bool, text: str, status: list[str] | None, all: boo
 
 def explain_ready(wp: Any, as_json: bool, limit: int | None) -> None:
     """``gw ready --explain``: every open item, ready first as usual, and why each other is not."""
-    from ...reports import describe_reason, explain_ready as explain
+    from ...reports import explain_ready as explain
 
     entries = explain(wp)
     entries = [e for e in entries if e["ready"]][: limit or None] + [e for e in entries if not e["ready"]]
     if as_json:
         output.emit_json(entries)
         return
-    named = [e["item"] for e in entries] + [r["item"] for e in entries for r in e["why_not"] if "item" in r]
+    _print_with_reasons(wp, entries, "why_not", lambda entry: "ready" if entry["ready"] else "not ready")
+
+
+def _print_with_reasons(wp: Any, entries: list[dict[str, Any]], key: str, state: Any) -> None:
+    """One line per item (short id, state, title), then one indented line per reason it names."""
+    from ...reports import describe_reason
+
+    named = [e["item"] for e in entries] + [r["item"] for e in entries for r in e[key] if "item" in r]
     short = _short(wp, named)
     for entry in entries:
-        output.line(f"{short[entry['item']]}\t{'ready' if entry['ready'] else 'not ready'}\t{entry['title']}")
-        for reason in entry["why_not"]:
+        output.line(f"{short[entry['item']]}\t{state(entry)}\t{entry['title']}")
+        for reason in entry[key]:
             output.line(f"\t{describe_reason(reason, short)}")
