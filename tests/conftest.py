@@ -261,3 +261,18 @@ def replace_blob(repo: Path, path: str, data: bytes) -> str:
     plumb("update-ref", "refs/gitwork/state", commit)
     index.unlink()
     return commit
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str] | None) -> Iterator[None]:
+    """Set ``env`` in this process for the block (in-process CLI calls), then restore what was there."""
+    saved = {key: os.environ.get(key) for key in env or {}}
+    os.environ.update(env or {})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -16,13 +16,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import replace_blob, run_gw, tip
+from conftest import environment, replace_blob, run_gw, tip
 from gitwork import layout
 from gitwork.cli.main import main
 from gitwork.errors import ExitCode, Invalid
@@ -48,18 +47,6 @@ def state(repo: Path) -> dict[str, str]:
     return {"crit": crit, "closed": closed}
 
 
-@contextlib.contextmanager
-def environment(env: dict[str, str] | None) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in env or {}}
-    os.environ.update(env or {})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def gw_here(repo: Path | str, *args: str, input: str | None = None,

@@ -12,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 from pathlib import Path
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import environment, git, run_gw, tip
 from gitwork.cli import main as cli_main
 
 ALICE = {"GW_AGENT": "alice", "GW_NO_AUTO_GC": "1"}
@@ -29,18 +28,9 @@ def gw_ok(repo: Path, *args: str, env: dict[str, str] | None = None, input: str 
         done = run_gw(repo, *args, env=full, input=input)
         assert done.returncode == 0, (args, done.returncode, done.stdout, done.stderr)
         return done.stdout
-    saved = {key: os.environ.get(key) for key in full}
     out, err = io.StringIO(), io.StringIO()
-    os.environ.update(full)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = cli_main.main([*args, "-C", str(repo)])
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with environment(full), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main.main([*args, "-C", str(repo)])
     assert code == 0, (args, code, out.getvalue(), err.getvalue())
     return out.getvalue()
 
