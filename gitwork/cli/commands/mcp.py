@@ -1,0 +1,39 @@
+"""``gw mcp``: serve the work plane to an MCP client over stdio (``gitwork/mcp``; docs/mcp.md).
+
+Everything of the MCP SDK is imported inside the function, only when ``gw mcp`` runs: no other verb
+pays for it, and a ``gw`` installed without the ``mcp`` extra still runs every other verb.
+"""
+
+from __future__ import annotations
+
+from .. import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def mcp(wp: Any, as_json: bool, tools: bool = False) -> None:
+    if tools:  # what an agent carries in its context: the tool list, and its size
+        return _tool_list(as_json)
+    try:
+        from ...mcp.server import serve
+    except ImportError as exc:
+        from ...errors import UsageError
+
+        raise UsageError(f"gw mcp needs the mcp extra: pip install 'gitwork[mcp]' ({exc})") from exc
+    serve(wp)
+
+
+def _tool_list(as_json: bool) -> None:
+    from ...mcp.tools import estimate_tokens, listing, listing_json
+
+    text = listing_json()
+    if as_json:
+        output.emit_json({"ok": True, "item": None, "tools": listing(), "chars": len(text),
+                          "tokens": estimate_tokens(text)})
+        return
+    tools = listing()
+    output.table(("tool", "description"), [(t["name"], t["description"]) for t in tools])
+    output.info(f"{len(tools)} tools: {len(text)} characters of tools/list JSON, at most about "
+                f"{estimate_tokens(text)} tokens (characters / 3.5)")

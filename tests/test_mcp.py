@@ -1,0 +1,346 @@
+"""``gw mcp`` (issue 17): the work plane as an MCP server, spoken to by the ``mcp`` SDK's own client.
+
+Every test starts the real ``gw mcp`` as a child process over stdio (``stdio_client`` +
+``ClientSession``) on a real repository; the state ref is read with git and the library afterwards.
+A tool call runs the verb's plain function, so its result is the CLI's ``--json`` and a refusal is a
+tool error (``isError``) carrying the CLI's kind, code and the exit code's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from conftest import git, gw_cmd, tip
+from gitwork.mcp import tools
+from gitwork.workplane import Workplane
+
+pytest.importorskip("mcp")
+from mcp import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+
+BUDGET = 3000  # tokens the whole tool list may cost an agent's context (beads' server: 10-50k)
+T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def at(seconds: int = 0) -> str:
+    return (T0 + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextlib.asynccontextmanager
+async def connect(repo: Path, who: str, errlog: Path, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
+    """A real ``gw mcp -C REPO --as WHO`` child, initialised, as the SDK's client session."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "gitwork", "mcp", "-C", str(repo), "--as", who],
+                                   env={**os.environ, **(env or {})})
+    with open(errlog, "a") as log:
+        async with stdio_client(params, errlog=log) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[bool, Any]:
+    result = await session.call_tool(tool, arguments)
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    return bool(result.is_error), json.loads(result.content[0].text)
+
+
+async def ok(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    is_error, doc = await call(session, tool, **arguments)
+    assert not is_error, (tool, doc)
+    return doc
+
+
+async def refused(session: ClientSession, repo: Path, tool: str, kind: str, exit: str, **arguments: Any) -> dict[str, Any]:
+    """A tool error with the CLI's error object and the exit code's name, and nothing written."""
+    before = tip(repo)
+    is_error, doc = await call(session, tool, **arguments)
+    assert is_error, (tool, arguments, doc)
+    assert doc["ok"] is False and doc["error"] == kind and doc["exit"] == exit, (tool, doc)
+    assert isinstance(doc["code"], int) and doc["message"]
+    assert tip(repo) == before, f"{tool} was refused but the state ref moved"
+    return doc
+
+
+def run(scenario: Callable[[], Awaitable[None]]) -> None:
+    """Run a scenario; a failure inside the client's task groups is raised as itself, not as a group."""
+    try:
+        anyio.run(scenario)
+    except Exception as exc:  # an ExceptionGroup (3.11+, or the backport on 3.10): unwrap one-leaf groups
+        leaf: BaseException = exc
+        while len(getattr(leaf, "exceptions", ())) == 1:
+            leaf = leaf.exceptions[0]  # type: ignore[attr-defined]
+        if leaf is exc:
+            raise
+        raise leaf from None
+
+
+def seed(repo: Path, *titles: str) -> list[str]:
+    with Workplane(str(repo), agent="seeder", now=lambda: T0) as wp:
+        wp.do("init")
+        # Priorities 1, 2, ... in the order given: that is the ready order too.
+        return [wp.do("new", title=title, criteria=["works"], priority=min(n, 4)).result["item"]
+                for n, title in enumerate(titles, 1)]
+
+
+def commands_since(repo: Path, commit: str | None) -> list[tuple[str, str, str]]:
+    """(op, as, author) of each state commit after ``commit``, oldest first."""
+    with Workplane(str(repo)) as wp:
+        entries = []
+        for entry in wp.log():
+            if entry["commit"] == commit:
+                break
+            entries.append((entry["command"]["op"], entry["command"]["as"], entry["author"].split(" <")[0]))
+    return entries[::-1]
+
+
+# --- the agent loop ------------------------------------------------------------------------------
+
+
+def test_an_agent_claims_talks_checks_and_finishes_over_stdio(repo: Path, tmp_path: Path, capsys: Any) -> None:
+    first, second = seed(repo, "Design the schema", "Build the API")
+    start = tip(repo)
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with connect(repo, "bot", tmp_path / "server.log", {"GW_NOW": at(60)}) as session:
+            listed = await session.list_tools()
+            assert [t.name for t in listed.tools] == [t.name for t in tools.TOOLS]
+            assert [t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools] == tools.listing()
+            ready = await ok(session, "ready")
+            assert [row["item"] for row in ready] == [first, second]
+
+            claim = await ok(session, "claim", next=True, ttl="30m")
+            assert (claim["item"], claim["holder"], claim["epoch"]) == (first, "bot", 1)
+            posted = await ok(session, "msg", item=first, text="starting on the schema")
+            assert posted["seq"] == 1
+            thread = await ok(session, "thread", item=first, since=0)
+            assert [(m["seq"], m["by"], m["text"]) for m in thread] == [(1, "bot", "starting on the schema")]
+            assert await ok(session, "thread", item=first, since=1) == []
+            # The remembered lease fences the call; passing the same fence explicitly is the same call.
+            await ok(session, "check", item=first[:8], criterion=1, fence=claim["fence"])
+            seen["show"] = await ok(session, "show", item=first)
+            done = await ok(session, "done", item=first)
+            assert (done["op"], done["item"], done["status"]) == ("done", first, "done")
+            seen["context"] = await ok(session, "context", item=first)
+
+            resource = await session.read_resource(f"gitwork://item/{first}")
+            assert json.loads(resource.contents[0].text)["status"] == "done"
+            resource = await session.read_resource(f"gitwork://item/{first}/thread")
+            assert [m["seq"] for m in json.loads(resource.contents[0].text)] == [1]
+            resource = await session.read_resource("gitwork://ready")
+            assert [row["item"] for row in json.loads(resource.contents[0].text)] == [second]
+            templates = await session.list_resource_templates()
+            assert {t.uri_template for t in templates.resource_templates} == {"gitwork://item/{id}",
+                                                                              "gitwork://item/{id}/thread"}
+
+    run(scenario)
+    # Exactly the four commands the calls made, as the server's identity, nothing else.
+    assert commands_since(repo, start) == [("claim", "bot", "bot"), ("msg", "bot", "bot"), ("check", "bot", "bot"),
+                                           ("done", "bot", "bot")]
+    # The tools answer what `gw --json` prints for the same state.
+    from gitwork.cli.main import main
+
+    capsys.readouterr()
+    assert main(["context", first, "-C", str(repo), "--as", "bot", "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert {**cli, "state_commit": None} == {**seen["context"], "state_commit": None}
+    assert seen["show"]["criteria"][0]["checked"] is True and seen["show"]["lease"]["holder"] == "bot"
+
+
+def test_the_tool_list_fits_in_3000_tokens(repo: Path, tmp_path: Path) -> None:
+    """The JSON of the served ``tools/list`` result, counted at 3.5 characters a token (conservative:
+    tokenizers average about 4 on English and JSON), fits the budget docs/mcp.md states."""
+    seed(repo)
+    served: dict[str, str] = {}
+
+    async def scenario() -> None:
+        async with connect(repo, "bot", tmp_path / "server.log") as session:
+            served["json"] = (await session.list_tools()).model_dump_json(by_alias=True, exclude_none=True)
+
+    run(scenario)
+    text = served["json"]
+    assert len(json.loads(text)["tools"]) == len(tools.TOOLS) >= 15
+    assert tools.estimate_tokens(text) == -(-len(text) * 2 // 7)
+    assert tools.estimate_tokens(text) <= BUDGET, f"the tool list costs {tools.estimate_tokens(text)} tokens"
+    # `gw mcp --tools` reports the same listing, within a few characters of the SDK's serialisation.
+    assert abs(len(tools.listing_json()) - len(text)) < 200
+
+
+def test_input_schemas_come_from_the_op_declarations() -> None:
+    from gitwork import engine
+
+    for tool in tools.TOOLS:
+        if tool.op is None:
+            continue
+        declared = engine.spec(tool.op)
+        assert declared is not None and not declared.internal, tool.name
+        schema = tool.input_schema()
+        for name in schema["properties"]:
+            assert name in declared.fields or name == "fence", (tool.name, name)
+        assert set(schema.get("required", ())) == {n for n in schema["properties"]
+                                                   if n in declared.fields and declared.fields[n].required}
+    handoff = tools.BY_NAME["handoff"].input_schema()["properties"]["reason"]
+    from gitwork.ops.leases import HANDOFF_REASONS
+
+    assert handoff == {"enum": list(HANDOFF_REASONS)}
+
+
+# --- refusals are tool errors; the server keeps serving ----------------------------------------------
+
+
+def test_bad_input_is_a_tool_error_with_its_kind_and_the_server_keeps_serving(repo: Path, tmp_path: Path) -> None:
+    (item,) = seed(repo, "One item")
+
+    async def scenario() -> None:
+        async with connect(repo, "bot", tmp_path / "server.log") as session:
+            cases: list[tuple[str, str, str, dict[str, Any]]] = [
+                ("check", "usage", "USAGE", {"item": item}),  # a missing argument
+                ("claim", "invalid", "INVALID", {}),  # neither an item nor next
+                ("check", "invalid", "INVALID", {"item": item, "criterion": "first"}),  # wrong types
+                ("claim", "invalid", "INVALID", {"next": "yes"}),
+                ("ready", "invalid", "INVALID", {"limit": [1]}),
+                ("handoff", "invalid", "INVALID", {"item": item, "reason": "bored"}),
+                ("frobnicate", "usage", "USAGE", {}),  # an unknown tool
+                ("show", "usage", "USAGE", {"item": item, "verbose": True}),  # an unknown argument
+                ("msg", "invalid", "INVALID", {"item": item, "text": "x" * 300_000}),  # a huge string
+                ("show", "not-found", "NOT_FOUND", {"item": "w-0000"}),
+                ("release", "stale", "STALE", {"item": item}),  # nothing held
+            ]
+            for tool, kind, exit, arguments in cases:
+                await refused(session, repo, tool, kind, exit, **arguments)
+                assert (await ok(session, "show", item=item))["item"] == item  # still serving
+            with pytest.raises(Exception) as caught:  # resources have no error results: a protocol error
+                await session.read_resource("gitwork://item/w-0000")
+            assert "not-found" in str(caught.value)
+
+            # The identity is fixed at start: no argument can act as someone else.
+            for key in ("as", "agent"):
+                doc = await refused(session, repo, "claim", "usage", "USAGE", item=item, **{key: "mallory"})
+                assert "fixed when it started" in doc["message"]
+            claim = await ok(session, "claim", item=item)
+            assert claim["holder"] == "bot"
+
+    run(scenario)
+    with Workplane(str(repo)) as wp:
+        assert wp.lease(item).holder == "bot"  # type: ignore[union-attr]
+    # The refused calls wrote nothing: after the seeding, the only command is the one good claim.
+    assert commands_since(repo, None)[-1] == ("claim", "bot", "bot")
+
+
+def test_an_agent_may_ask_but_not_decide_or_revoke(repo: Path, tmp_path: Path) -> None:
+    (item,) = seed(repo, "Pick a database")
+    git(repo, "config", "gitwork.agents", "bot")
+
+    async def scenario() -> None:
+        async with connect(repo, "bot", tmp_path / "server.log") as session:
+            await ok(session, "claim", item=item)
+            asked = await ok(session, "ask", item=item, text="Postgres or SQLite?", options=["Postgres", "SQLite"])
+            doc = await refused(session, repo, "decide", "forbidden", "FORBIDDEN", item=item,
+                                question=asked["seq"], choose="SQLite", why="small")
+            assert "agents may ask" in doc["message"] and doc["code"] == 77
+            doc = await refused(session, repo, "revoke", "forbidden", "FORBIDDEN", item=item, reason="mine now")
+            assert "agents may not revoke" in doc["message"]
+
+    run(scenario)
+
+
+def test_a_takeover_makes_the_remembered_lease_stale_and_nothing_is_written(repo: Path, tmp_path: Path) -> None:
+    """The server acts only under the lease it was granted: once that lease is gone, every call on the
+    item is refused as stale, even when the same identity holds a newer lease granted elsewhere."""
+    (item,) = seed(repo, "Long job")
+
+    def cli_claim(who: str, seconds: int) -> dict[str, Any]:
+        done = subprocess.run(gw_cmd("claim", item, "--as", who, "--ttl", "1m", "--json"), cwd=repo,
+                              env={**os.environ, "GW_NOW": at(seconds)}, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    async def scenario() -> None:
+        async with connect(repo, "alice", tmp_path / "server.log", {"GW_NOW": at(0)}) as session:
+            claim = await ok(session, "claim", item=item, ttl="1m")
+            # An hour later alice's lease has expired; alice, in another process, claims the item anew.
+            again = cli_claim("alice", 3600)
+            assert again["holder"] == "alice" and again["fence"] > claim["fence"]
+            for tool, arguments in (("check", {"criterion": 1}), ("renew", {}), ("done", {})):
+                doc = await refused(session, repo, tool, "stale", "STALE", item=item, **arguments)
+                assert doc["code"] == 7
+            # Later still bob takes it over: alice's message under her old epoch is stale too.
+            taken = cli_claim("bob", 7200)
+            assert taken["holder"] == "bob"
+            for tool, arguments in (("msg", {"text": "still on it"}), ("check", {"criterion": 1}),
+                                    ("release", {}), ("handoff", {"reason": "blocked"})):
+                await refused(session, repo, tool, "stale", "STALE", item=item, **arguments)
+
+    run(scenario)
+    with Workplane(str(repo)) as wp:
+        assert wp.lease(item).holder == "bob"  # type: ignore[union-attr]
+        assert [m for m in wp.thread(item)[1] if m["by"] == "alice"] == []
+
+
+# --- two servers and a CLI race for one item -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_servers_and_a_cli_race_for_one_item_one_wins(repo: Path, tmp_path: Path) -> None:
+    (item,) = seed(repo, "Contended")
+    outcomes: dict[str, tuple[bool, Any]] = {}
+
+    async def scenario() -> None:
+        async with connect(repo, "alice", tmp_path / "alice.log") as alice, \
+                connect(repo, "bob", tmp_path / "bob.log") as bob:
+            async def server(name: str, session: ClientSession) -> None:
+                outcomes[name] = await call(session, "claim", item=item)
+
+            async def cli() -> None:
+                done = await anyio.run_process([*gw_cmd("claim", item, "--as", "carol", "--json")], cwd=repo,
+                                               check=False)
+                outcomes["carol"] = (done.returncode != 0, json.loads(done.stdout))
+                outcomes["carol-exit"] = (False, done.returncode)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(cli)
+                group.start_soon(server, "alice", alice)
+                group.start_soon(server, "bob", bob)
+
+    run(scenario)
+    racers = ("alice", "bob", "carol")
+    winners = [who for who in racers if not outcomes[who][0]]
+    assert len(winners) == 1, outcomes
+    for who in racers:
+        if who in winners:
+            assert outcomes[who][1]["holder"] == who
+        else:
+            assert outcomes[who][1]["error"] == "held", outcomes[who]
+            assert who == "carol" or outcomes[who][1]["exit"] == "HELD"
+    assert outcomes["carol-exit"][1] == (0 if winners == ["carol"] else 75)
+    with Workplane(str(repo)) as wp:
+        assert wp.lease(item).holder == winners[0]  # type: ignore[union-attr]
+    assert [op for op, _who, _author in commands_since(repo, None)].count("claim") == 1
+
+
+# --- nothing of the MCP SDK on any other verb's path ----------------------------------------------
+
+
+def test_no_other_verb_imports_the_mcp_sdk(repo: Path) -> None:
+    """`gw mcp` is declared in the typer app, but loading the app (every typer verb) and running a
+    typer verb import neither gitwork.mcp nor the SDK and its dependencies (pydantic, anyio)."""
+    script = (
+        "import sys\nfrom gitwork.cli.main import main\n"
+        "code = main(['summary', '-C', sys.argv[1], '--json'])\nimport gitwork.cli.app\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'pydantic', 'anyio', "
+        "'starlette', 'httpx') or m.startswith('gitwork.mcp'))\nprint(code, heavy)\n"
+    )
+    seed(repo)
+    done = subprocess.run([sys.executable, "-c", script, str(repo)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 []"
