@@ -29,11 +29,12 @@ def _tool_list(as_json: bool) -> None:
     from ...mcp.tools import estimate_tokens, listing, listing_json
 
     text = listing_json()
-    if as_json:
-        output.emit_json({"ok": True, "item": None, "tools": listing(), "chars": len(text),
-                          "tokens": estimate_tokens(text)})
-        return
     tools = listing()
+    if as_json:
+        # The listing as the exact text measured (its schemas have "item" keys that are not item ids).
+        output.emit_json({"ok": True, "item": None, "tools": [t["name"] for t in tools], "chars": len(text),
+                          "tokens": estimate_tokens(text), "listing": text})
+        return
     output.table(("tool", "description"), [(t["name"], t["description"]) for t in tools])
     output.info(f"{len(tools)} tools: {len(text)} characters of tools/list JSON, at most about "
                 f"{estimate_tokens(text)} tokens (characters / 3.5)")
