@@ -234,7 +234,7 @@ class Session:
 
     def read(self, uri: str) -> Any:
         """A resource: ``gitwork://ready``, ``gitwork://item/<id>``, ``gitwork://item/<id>/thread``."""
-        rest = uri.removeprefix(SCHEME) if isinstance(uri, str) else ""
+        rest = uri[len(SCHEME):] if isinstance(uri, str) and uri.startswith(SCHEME) else ""
         if rest == "ready":
             return self.run(BY_NAME["ready"], {"limit": 0})
         parts = rest.split("/")
@@ -251,7 +251,10 @@ TEMPLATES = (("item", "gitwork://item/{id}", "An item and its lease (as the show
 
 
 def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
-    """The arguments given (nulls dropped), each checked by its kind; unknown or missing ones refused."""
+    """The arguments given (nulls dropped), each checked by its kind; unknown or missing ones refused.
+
+    An op's field is passed on as given: the command document is validated again, and normalised, by
+    ``engine.validate_command``, the same as for ``gw apply``."""
     from ..commands import KINDS
     from ..errors import Invalid
 
@@ -277,6 +280,8 @@ def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
         checked = KINDS[field.kind](given[name], name)
         if field.choices and checked not in field.choices:
             raise Invalid(f"{name} must be one of {', '.join(field.choices)} (got {str(checked)[:40]!r})")
+        if name in tool.local:  # a read tool's value goes straight to the verb: pass it as checked ("3" -> 3)
+            given[name] = checked
     return given
 
 
