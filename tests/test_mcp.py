@@ -335,6 +335,16 @@ def test_a_bad_identity_is_refused_before_anything_is_served(repo: Path) -> None
     assert tip(repo) == before
 
 
+def test_without_the_sdk_gw_mcp_says_which_extra_to_install(repo: Path) -> None:
+    seed(repo)
+    script = ("import sys\nsys.modules['mcp'] = None  # as if the extra were not installed\n"
+              "from gitwork.cli.main import main\nsys.exit(main(['mcp', '-C', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(repo)], capture_output=True, text=True, input="")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("gw: usage: gw mcp needs the mcp extra: pip install 'gitwork[mcp]'")
+    assert len(done.stderr.splitlines()) == 1
+
+
 def test_docs_name_every_tool() -> None:
     root = Path(__file__).resolve().parent.parent
     text = (root / "docs" / "mcp.md").read_text()

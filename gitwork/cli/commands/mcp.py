@@ -17,11 +17,13 @@ def mcp(wp: Any, as_json: bool, tools: bool = False) -> None:
     if tools:  # what an agent carries in its context: the tool list, and its size
         return _tool_list(as_json)
     try:
-        from ...mcp.server import serve
+        import mcp.server.lowlevel  # noqa: F401  (the SDK: absent unless the extra was installed)
     except ImportError as exc:
         from ...errors import UsageError
 
         raise UsageError(f"gw mcp needs the mcp extra: pip install 'gitwork[mcp]' ({exc})") from exc
+    from ...mcp.server import serve
+
     serve(wp)
 
 
