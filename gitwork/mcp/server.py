@@ -43,8 +43,7 @@ def build(session: tools.Session) -> Any:
     from mcp.shared.exceptions import MCPError
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[types.Tool(name=t.name, description=t.description,
-                                                       input_schema=t.input_schema()) for t in tools.TOOLS])
+        return types.ListToolsResult(tools=[types.Tool.model_validate(doc) for doc in tools.listing()])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         is_error, doc = session.call(params.name, params.arguments)

@@ -96,8 +96,12 @@ class Tool:
         return schema
 
     def listing(self) -> dict[str, Any]:
-        """The tool as ``tools/list`` describes it (MCP's field names)."""
-        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema()}
+        """The tool as ``tools/list`` describes it (MCP's field names). A read tool says so: a client
+        may then run it without asking the person first."""
+        doc = {"name": self.name, "description": self.description, "inputSchema": self.input_schema()}
+        if self.op is None:
+            doc["annotations"] = {"readOnlyHint": True}
+        return doc
 
 
 def _spec(op: str) -> Any:
