@@ -191,6 +191,21 @@ def test_input_schemas_come_from_the_op_declarations() -> None:
     assert handoff == {"enum": list(HANDOFF_REASONS)}
 
 
+def test_a_long_lived_server_does_not_keep_every_commit_it_read(repo: Path) -> None:
+    """The store memoises the trees it reads; the server lets go of them between calls, so memory does
+    not grow with the number of calls (in-process: the same Session the server runs)."""
+    (item,) = seed(repo, "Busy")
+    with Workplane(str(repo), agent="bot") as wp:
+        session = tools.Session(wp)
+        held = []
+        for _ in range(12):
+            for tool in ("claim", "release"):
+                is_error, doc = session.call(tool, {"item": item})
+                assert not is_error, doc
+            held.append(len(wp.store._trees))
+        assert max(held) == held[0], held
+
+
 # --- refusals are tool errors; the server keeps serving ----------------------------------------------
 
 

@@ -201,7 +201,10 @@ class Session:
                           "exit": ExitCode.INTERNAL.name}
 
     def run(self, tool: Tool, arguments: Any) -> Any:
-        """Check the arguments, fill in the connection's lease, run the verb, remember what it granted."""
+        """Check the arguments, fill in the connection's lease, run the verb, remember what it granted.
+
+        Each call starts as a fresh ``gw`` process would, with nothing read yet held in memory."""
+        self.wp.store.forget()
         given = check_arguments(tool, arguments)
         given = {**tool.defaults, **given}
         self._fence(tool, given)
