@@ -266,36 +266,44 @@ def test_an_agent_may_ask_but_not_decide_or_revoke(repo: Path, tmp_path: Path) -
 
 
 def test_a_takeover_makes_the_remembered_lease_stale_and_nothing_is_written(repo: Path, tmp_path: Path) -> None:
-    """The server acts only under the lease it was granted: once that lease is gone, every call on the
-    item is refused as stale, even when the same identity holds a newer lease granted elsewhere."""
-    (item,) = seed(repo, "Long job")
+    """The server acts only under the lease it was granted: once that lease is gone, the calls on the
+    item are refused as stale and write nothing, also when the same identity holds a newer lease
+    granted elsewhere. After one refused message the agent can still say that it stopped."""
+    first, second = seed(repo, "Long job", "Other job")
 
-    def cli_claim(who: str, seconds: int) -> dict[str, Any]:
-        done = subprocess.run(gw_cmd("claim", item, "--as", who, "--ttl", "1m", "--json"), cwd=repo,
-                              env={**os.environ, "GW_NOW": at(seconds)}, capture_output=True, text=True)
+    def cli_claim(item: str, who: str) -> dict[str, Any]:
+        # An hour later (by this process's clock) the server's one-minute leases have expired.
+        done = subprocess.run(gw_cmd("claim", item, "--as", who, "--json"), cwd=repo,
+                              env={**os.environ, "GW_NOW": at(3600)}, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
     async def scenario() -> None:
         async with connect(repo, "alice", tmp_path / "server.log", {"GW_NOW": at(0)}) as session:
-            claim = await ok(session, "claim", item=item, ttl="1m")
-            # An hour later alice's lease has expired; alice, in another process, claims the item anew.
-            again = cli_claim("alice", 3600)
-            assert again["holder"] == "alice" and again["fence"] > claim["fence"]
-            for tool, arguments in (("check", {"criterion": 1}), ("renew", {}), ("done", {})):
-                doc = await refused(session, repo, tool, "stale", "STALE", item=item, **arguments)
+            claim = await ok(session, "claim", item=first, ttl="1m")
+            await ok(session, "claim", item=second, ttl="1m")
+            taken = cli_claim(first, "bob")
+            assert taken["fence"] > claim["fence"]
+            for tool, arguments in (("check", {"criterion": 1}), ("done", {}), ("renew", {}), ("release", {}),
+                                    ("handoff", {"reason": "blocked"}), ("msg", {"text": "still on it"})):
+                doc = await refused(session, repo, tool, "stale", "STALE", item=first, **arguments)
                 assert doc["code"] == 7
-            # Later still bob takes it over: alice's message under her old epoch is stale too.
-            taken = cli_claim("bob", 7200)
-            assert taken["holder"] == "bob"
-            for tool, arguments in (("msg", {"text": "still on it"}), ("check", {"criterion": 1}),
-                                    ("release", {}), ("handoff", {"reason": "blocked"})):
-                await refused(session, repo, tool, "stale", "STALE", item=item, **arguments)
+            # Told once: a message now is a note at the current epoch; work stays refused.
+            note = await ok(session, "msg", item=first, text="stopping: bob has it")
+            assert note["epoch"] == taken["epoch"]
+            await refused(session, repo, "check", "stale", "STALE", item=first, criterion=1)
+
+            # The same identity, in another process, claims the second item anew: still not this lease.
+            again = cli_claim(second, "alice")
+            assert again["holder"] == "alice" and again["epoch"] == 2
+            for tool, arguments in (("check", {"criterion": 1}), ("done", {}), ("msg", {"text": "done here"})):
+                await refused(session, repo, tool, "stale", "STALE", item=second, **arguments)
 
     run(scenario)
     with Workplane(str(repo)) as wp:
-        assert wp.lease(item).holder == "bob"  # type: ignore[union-attr]
-        assert [m for m in wp.thread(item)[1] if m["by"] == "alice"] == []
+        assert wp.lease(first).holder == "bob"  # type: ignore[union-attr]
+        assert [m["text"] for m in wp.thread(first)[1] if m["by"] == "alice"] == ["stopping: bob has it"]
+        assert wp.item(second).criteria[0]["checked"] is False  # type: ignore[index]
 
 
 # --- two servers and a CLI race for one item -----------------------------------------------------

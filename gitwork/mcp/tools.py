@@ -21,7 +21,7 @@ import io
 import json
 import sys
 
-from ..errors import ExitCode, GwError, UsageError
+from ..errors import ExitCode, GwError, Stale, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -104,6 +104,11 @@ class Tool:
         return doc
 
 
+def _talks(tool: Tool) -> bool:
+    """A message tool: its op writes under a lease epoch (``epoch`` field), not a fence."""
+    return tool.op is not None and "epoch" in _spec(tool.op).fields
+
+
 def _spec(op: str) -> Any:
     from .. import engine
 
@@ -181,6 +186,7 @@ class Session:
     def __init__(self, wp: Workplane) -> None:
         self.wp = wp
         self.leases: dict[str, tuple[int, int]] = {}
+        self.lost: set[str] = set()  # remembered leases a message was refused under (see _fence)
 
     @property
     def identity(self) -> str:
@@ -207,37 +213,51 @@ class Session:
         self.wp.store.forget()
         given = check_arguments(tool, arguments)
         given = {**tool.defaults, **given}
-        self._fence(tool, given)
-        result = run_verb(self.wp, tool.verb, {tool.rename.get(k, k): ([v] if k in tool.listed else v)
-                                               for k, v in given.items()})
+        item = self._fence(tool, given)
+        try:
+            result = run_verb(self.wp, tool.verb, {tool.rename.get(k, k): ([v] if k in tool.listed else v)
+                                                   for k, v in given.items()})
+        except Stale:
+            if item is not None and _talks(tool):
+                self.lost.add(item)  # said once: later messages on it are written at the current epoch
+            raise
         self._remember(tool, result)
         return result
 
-    def _fence(self, tool: Tool, given: dict[str, Any]) -> None:
-        """Calls on an item this connection holds act under its lease: its fence, and (for a message)
-        its epoch, so a takeover by anyone else makes them stale instead of letting them through."""
+    def _fence(self, tool: Tool, given: dict[str, Any]) -> str | None:
+        """Calls on an item this connection was granted act under that lease, so that once it is gone
+        (taken over, revoked, re-granted elsewhere) they are refused as stale instead of let through:
+        a work call carries its fence, a message (``msg``, ``ask``, ``ack``, ``decide``) its epoch.
+
+        After a message was refused as stale, later messages on the item carry no epoch (the op reads the
+        current one): the agent can still say that it stopped and mark what it read; work calls stay
+        fenced, and refused, until a new grant. Returns the item's full id when a lease is remembered."""
         if not self.leases or "item" not in given or tool.op == "claim":
-            return
+            return None
         try:
             item = self.wp.resolve(given["item"])
         except GwError:
-            return  # the verb reports the same error
+            return None  # the verb reports the same error
         lease = self.leases.get(item)
         if lease is None:
-            return
+            return None
         epoch, fence = lease
-        if "fence" in tool.fields and "fence" not in given:
-            given["fence"] = fence
-        if tool.op is not None and "epoch" in _spec(tool.op).fields:
-            given.setdefault("epoch", epoch)
+        if _talks(tool):
+            if item not in self.lost and "fence" not in given:
+                given.setdefault("epoch", epoch)
+        elif "fence" in tool.fields:
+            given.setdefault("fence", fence)
+        return item
 
     def _remember(self, tool: Tool, result: Any) -> None:
         if not isinstance(result, dict) or not isinstance(result.get("item"), str):
             return
         if tool.lease == "grant" and result.get("holder") == self.identity:
             self.leases[result["item"]] = (int(result["epoch"]), int(result["fence"]))
+            self.lost.discard(result["item"])
         elif tool.lease == "end":
             self.leases.pop(result["item"], None)
+            self.lost.discard(result["item"])
 
     def read(self, uri: str) -> Any:
         """A resource: ``gitwork://ready``, ``gitwork://item/<id>``, ``gitwork://item/<id>/thread``."""
