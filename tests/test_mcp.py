@@ -203,7 +203,7 @@ def test_a_long_lived_server_does_not_keep_every_commit_it_read(repo: Path) -> N
                 is_error, doc = session.call(tool, {"item": item})
                 assert not is_error, doc
             held.append(len(wp.store._trees))
-        assert max(held) == held[0], held
+        assert max(held) <= held[0] + 4, held  # without letting go: about 11 more trees every round
 
 
 # --- refusals are tool errors; the server keeps serving ----------------------------------------------

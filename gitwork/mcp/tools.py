@@ -280,10 +280,10 @@ TEMPLATES = (("item", "gitwork://item/{id}", "An item and its lease (as the show
 def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     """The arguments given (nulls dropped), each checked by its kind; unknown or missing ones refused.
 
-    An op's field is passed on as given: the command document is validated again, and normalised, by
-    ``engine.validate_command``, the same as for ``gw apply``."""
-    from ..commands import KINDS
-    from ..errors import Invalid
+    The checks are the engine's own (``commands.validate``). An op's field is then passed on as given:
+    the command document is validated again, and normalised, by ``engine.validate_command``, the same
+    as for ``gw apply``; a read tool's value goes straight to the verb, so it is passed as checked."""
+    from ..commands import validate
 
     if arguments is None:
         arguments = {}
@@ -299,17 +299,11 @@ def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
                                  f"started (gw mcp --as NAME); it takes: {takes}")
             raise UsageError(f"{tool.name} takes no argument {shown}; it takes: {takes}")
     given = {key: value for key, value in arguments.items() if value is not None}
-    for name, field in fields.items():
-        if name not in given:
-            if field.required:
-                raise UsageError(f"{tool.name} needs {name!r}")
-            continue
-        checked = KINDS[field.kind](given[name], name)
-        if field.choices and checked not in field.choices:
-            raise Invalid(f"{name} must be one of {', '.join(field.choices)} (got {str(checked)[:40]!r})")
-        if name in tool.local:  # a read tool's value goes straight to the verb: pass it as checked ("3" -> 3)
-            given[name] = checked
-    return given
+    missing = [name for name, field in fields.items() if field.required and name not in given]
+    if missing:
+        raise UsageError(f"{tool.name} needs {missing[0]!r}")
+    checked = validate(given, fields)
+    return {**given, **{name: checked[name] for name in tool.local if name in checked}}
 
 
 def run_verb(wp: Workplane, verb: str, kwargs: dict[str, Any]) -> Any:
