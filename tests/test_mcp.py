@@ -206,6 +206,22 @@ def test_a_long_lived_server_does_not_keep_every_commit_it_read(repo: Path) -> N
         assert max(held) <= held[0] + 4, held  # without letting go: about 11 more trees every round
 
 
+def test_a_bug_in_a_call_is_an_internal_tool_error_not_a_crash(wp: Workplane, monkeypatch: pytest.MonkeyPatch) -> None:
+    item = wp.do("new", title="Fine").result["item"]
+    session = tools.Session(wp)
+
+    def broken(*args: Any) -> Any:
+        raise ZeroDivisionError("division by zero")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tools, "run_verb", broken)
+        is_error, doc = session.call("show", {"item": item})
+    assert is_error and doc == {"ok": False, "error": "internal", "code": 1, "exit": "INTERNAL",
+                                "message": "ZeroDivisionError: division by zero"}
+    is_error, doc = session.call("show", {"item": item})
+    assert not is_error and doc["item"] == item
+
+
 # --- refusals are tool errors; the server keeps serving ----------------------------------------------
 
 
