@@ -170,6 +170,12 @@ class Store:
     def close(self) -> None:
         self.cat.close()
 
+    def forget(self) -> None:
+        """Drop the trees and blobs read so far. A short-lived ``gw`` never needs to; a long-lived
+        process (``gw mcp``) calls it between commands, or every commit it ever read stays in memory."""
+        self._trees.clear()
+        self._blobs.clear()
+
     # --- reading ------------------------------------------------------------------------------
 
     def _reads_loose(self) -> bool:

@@ -178,7 +178,8 @@ def test_the_fast_path_imports_no_typer_click_rich_inspect_or_typing(tmp_path: A
     script = (
         "import json, sys\nfrom gitwork.cli.main import main\n"
         "codes = [main([*argv, '-C', sys.argv[1], '--json']) for argv in json.loads(sys.argv[2])]\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', 'inspect', 'typing'))\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', 'inspect', 'typing',\n"
+        "               'mcp', 'mcp_types', 'pydantic', 'anyio') or m.startswith('gitwork.mcp'))\n"
         "print(codes, heavy)\n"
     )
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path), json.dumps(argvs)], capture_output=True,

@@ -724,6 +724,23 @@ def context(item: ItemArg, json: Json = False, agent: As = None, path: Repo = No
     and how to renew, report, ask, hand off and finish."""
 
 
+# --- the MCP server (commands/mcp.py; issue 17) ------------------------------------------------------
+
+
+from .commands import mcp as mcp_server  # noqa: E402  (kept in this block; it imports nothing of the SDK)
+
+
+@verb(mcp_server.mcp, "mcp")
+def mcp(
+    tools: Annotated[bool, typer.Option("--tools", help="Print the tool list an agent is given, and its size; "
+                                                      "serve nothing.")] = False,
+    json: Json = False, agent: As = None,
+    path: Annotated[Optional[str], typer.Option("-C", "--repo", help="The repository to serve (default: here).")] = None,
+) -> None:
+    """Serve this work plane to an MCP client over stdio, as one identity (--as, GW_AGENT or the default):
+    tools for the agent loop (ready, claim, check, msg, done ...), resources gitwork://item/ID. See docs/mcp.md."""
+
+
 def run_app(argv: list[str]) -> int:
     """Run the typer app. A usage error is reported like every other error (docs/exit-codes.md): one
     line on stderr and, with --json, one JSON error object on stdout; exit 2."""
