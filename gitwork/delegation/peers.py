@@ -55,7 +55,7 @@ class Config:
         self.common_dir = common_dir
         self.values = values
         self.peers: dict[str, Peer] = {}
-        names = {k[len("gitwork.peer."):].rpartition(".")[0] for k in values if k.startswith("gitwork.peer.")}
+        names = {k[len("gitwork.peer."):].rpartition(".")[0] for k in local_keys(values) if k.startswith("gitwork.peer.")}
         for name in sorted(n for n in names if n):
             self.peers[name] = _peer(name, self._local(f"gitwork.peer.{name}."))
 
@@ -104,6 +104,11 @@ class Config:
     def by_key(self) -> list[tuple[str, str]]:
         """``(principal, public key)`` for every peer with a key: the signers a request may come from."""
         return [(p.name, p.key) for p in self.peers.values() if p.key]
+
+
+def local_keys(values: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """The keys set in the repository's own config (a peer in ~/.gitconfig or /etc/gitconfig is no peer)."""
+    return [key for key, entries in values.items() if any(scope in _LOCAL for scope, _value in entries)]
 
 
 def _peer(name: str, values: dict[str, list[str]]) -> Peer:
@@ -162,6 +167,6 @@ def configured_at(path: str | None) -> bool:
 
     try:
         where = discover(os.path.abspath(path or os.getcwd()))
-        return any(k.startswith("gitwork.peer.") for k in read(where.git_dir))
+        return any(k.startswith("gitwork.peer.") for k in local_keys(read(where.git_dir)))
     except GwError:
         return False
