@@ -76,11 +76,6 @@ class Config:
         return os.path.expanduser(value) if value else None
 
     @property
-    def allowed_signers(self) -> str:
-        value = self._last("gitwork.allowedsigners", local=True)
-        return os.path.expanduser(value) if value else os.path.join(self.common_dir, "gitwork", "allowed_signers")
-
-    @property
     def command(self) -> list[str] | None:
         value = self._last("gitwork.delegation.command", local=True)
         try:
