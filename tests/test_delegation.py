@@ -7,6 +7,8 @@ repositories, the peer's server) is built once per module; each test uses its ow
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -19,6 +21,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import git, make_repo, run_gw, scrubbed, tip
+from gitwork.cli.main import main
 from gitwork.delegation import client, peers, protocol, signing
 from gitwork.errors import Forbidden, Invalid, NotFound, RemoteError
 from gitwork.launch.run import runs
@@ -111,9 +114,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     pass
 
 
+def gw_in(repo: Path, *args: str) -> tuple[int, str, str]:
+    """``gw ARGS -C REPO`` in this process (cheap): exit code, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([*args, "-C", str(repo)])
+    return code, out.getvalue(), err.getvalue()
+
+
 def gw_json(repo: Path, *args: str) -> tuple[int, Any]:
-    done = run_gw(repo, *args, "--json")
-    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else done.stderr
+    code, out, err = gw_in(repo, *args, "--json")
+    return code, json.loads(out) if out.strip() else err
 
 
 def test_plan_test_start_observe_cancel_end_to_end_and_receipts_verify_on_both_refs(world: World) -> None:
@@ -126,8 +137,9 @@ def test_plan_test_start_observe_cancel_end_to_end_and_receipts_verify_on_both_r
         assert tested["ok"] and tested["same_build"] and tested["checks"]["backend"] == "ok"
     assert world.state()[2] == []  # plan and test start nothing
 
-    rc, started = gw_json(world.sender, "delegate", item, "--to", "gpu")  # the CLI, in its own process
-    assert rc == 0, started
+    done = run_gw(world.sender, "delegate", item, "--to", "gpu", "--json")  # the CLI, in its own process
+    assert done.returncode == 0, done.stderr
+    started = json.loads(done.stdout)
     receipt = started["receipt"]
     assert receipt["result"]["state"] == "running" and receipt["epoch"] == 1 and receipt["fence"] >= 1
     with world.plane("peer") as wp:
@@ -289,11 +301,23 @@ def test_without_a_peer_the_delegation_face_does_not_exist(tmp_path: Path) -> No
         wp.do("init")
     for argv in (["delegate", "x", "--to", "gpu"], ["delegations"], ["delegation", "observe", "d-0"],
                  ["receipts", "verify"]):
-        done = run_gw(repo, *argv)
-        assert done.returncode == 2 and "No such command" in done.stderr, (argv, done.stderr)
+        code, _out, err = gw_in(repo, *argv)
+        assert code == 2 and "No such command" in err, (argv, err)
     paths = app_for(str(repo)).openapi()["paths"]
     assert not any(path.startswith("/delegation") for path in paths)
     git(repo, "config", "gitwork.peer.gpu.url", "http://127.0.0.1:9")  # configured: they exist
     assert set(app_for(str(repo)).openapi()["paths"]) >= {f"/delegation/{op}" for op in protocol.OPS}
-    done = run_gw(repo, "delegations", "--json")
-    assert done.returncode == 0 and json.loads(done.stdout) == []
+    assert gw_json(repo, "delegations") == (0, [])
+
+
+def test_other_commands_never_look_for_peers(tmp_path: Path) -> None:
+    """The hot path stays as it was: only a delegation verb reads the git config for peers."""
+    repo = make_repo(tmp_path / "plain")
+    git(repo, "config", "gitwork.peer.gpu.url", "http://127.0.0.1:9")
+    probe = ("import sys; from gitwork.cli.main import main; codes = [main(['init', '-C', sys.argv[1]]), "
+             "main(['blocked', '-C', sys.argv[1]]), main(['ready', '-C', sys.argv[1]])]; "
+             "print(codes, sorted(m for m in sys.modules if m.startswith('gitwork.delegation')))")
+    done = subprocess.run([sys.executable, "-c", probe, str(repo)], capture_output=True, text=True)
+    assert done.stdout.split("\n")[-2] == "[0, 0, 0] []", done.stdout + done.stderr
+    code, _out, err = gw_in(repo, "delegate", "x", "--to", "gpu", "--plan", "--test")
+    assert code == 2 and "exclude each other" in err

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_repo, run_gw, tip
+from conftest import git, make_repo, tip
+from gitwork.cli.main import main
 from gitwork.errors import RemoteRefused
 from gitwork.hooks_install import install_server
 from gitwork.workplane import Workplane
@@ -42,11 +43,12 @@ def arbiter(tmp_path: Path) -> tuple[Path, dict[str, tuple[str, str]]]:
     return remote, keys
 
 
+@pytest.mark.slow
 def test_the_arbiter_takes_only_state_commits_signed_by_the_acting_identitys_key(
         tmp_path: Path, arbiter: tuple[Path, dict[str, tuple[str, str]]]) -> None:
     remote, keys = arbiter
     alice = clone(tmp_path, "alice", remote, "alice", keys["alice"][0])
-    assert run_gw(alice, "init", "--remote", "origin").returncode == 0
+    assert main(["init", "--remote", "origin", "-C", str(alice)]) == 0
     with Workplane(str(alice)) as wp:  # the honest path: every commit signed with alice's key
         item = wp.do("new", title="guarded").result["item"]
         wp.do("claim", item=item, ttl="1h")  # an arbiter op: pushed, checked by the hook
@@ -57,7 +59,7 @@ def test_the_arbiter_takes_only_state_commits_signed_by_the_acting_identitys_key
 
     def refused(name: str, identity: str, key: str | None, op: str, **args: str) -> str:
         machine = clone(tmp_path, name, remote, identity, key)
-        assert run_gw(machine, "init", "--remote", "origin").returncode == 0
+        assert main(["init", "--remote", "origin", "-C", str(machine)]) == 0
         before = tip(remote)
         with Workplane(str(machine)) as wp, pytest.raises(RemoteRefused) as caught:
             wp.do(op, item=item, **args)

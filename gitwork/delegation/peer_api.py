@@ -30,7 +30,8 @@ def build_router(repo_path: str) -> Any:
             return JSONResponse(doc, status_code=status)
 
         handle.__name__ = f"delegation_{op}"
-        handle.__doc__ = f"Ask this peer to {op} (a signed request; the answer is a signed receipt)."
+        handle.__doc__ = (f"Ask this peer to {op} (a signed request; the answer is a signed receipt). Present only "
+                          "when a peer is configured (git config gitwork.peer.<name>.*; docs/security.md).")
         return handle
 
     for op in OPS:

@@ -19,6 +19,8 @@ from the request id, so even a start whose receipt was never recorded cannot sta
 
 from __future__ import annotations
 
+import os
+
 from .. import __version__, clock
 from ..errors import Forbidden, GwError, Invalid, NotFound
 from ..ops.delegations import find
@@ -58,6 +60,9 @@ def _answer(wp: Any, route_op: str, body: Any) -> tuple[int, dict[str, Any]]:
     if len(text) > protocol.MAX_DOCUMENT:
         raise Invalid(f"a delegation request is at most {protocol.MAX_DOCUMENT} bytes")
     config = peers.load(wp.repo)
+    if not config.signing_key or not os.path.isfile(config.signing_key):
+        # Checked before anything is done: a peer that cannot sign its receipt must not act.
+        raise Invalid("this peer has no signing key to sign receipts with (git config gitwork.signingKey)")
     signer = signing.verify(text.encode("utf-8", "surrogatepass"), signature, config.by_key(), peers.NAMESPACE)
     req = protocol.parse_request(text)
     try:
