@@ -321,3 +321,17 @@ def test_other_commands_never_look_for_peers(tmp_path: Path) -> None:
     assert done.stdout.split("\n")[-2] == "[0, 0, 0] []", done.stdout + done.stderr
     code, _out, err = gw_in(repo, "delegate", "x", "--to", "gpu", "--plan", "--test")
     assert code == 2 and "exclude each other" in err
+
+
+def test_a_malformed_or_oversized_body_is_refused_unread(world: World) -> None:
+    import urllib.error
+    import urllib.request
+
+    before = world.state()
+    for data, status in ((b"{not json", 400), (b"x" * (70 * 1024), 413), (b'{"request": 1}', 400)):
+        request = urllib.request.Request(f"{world.url}/delegation/start", data=data, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=30)
+        assert caught.value.code == status, data[:20]
+        assert json.loads(caught.value.read())["ok"] is False
+    assert world.state() == before

@@ -101,11 +101,12 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
         _drop(wp, request_id)
         raise _error(body, f"peer {peer.name} refused the request: ")
     receipt = verify_receipt(text, body.get("receipt"), body.get("signature"), peer)
-    _drop(wp, request_id)  # answered: its nonce is spent, a new attempt needs a new request
     if receipt["outcome"] != "done":
+        _drop(wp, request_id)  # answered: its nonce is spent, a new attempt needs a new request
         raise _error(receipt.get("error") or {}, f"peer {peer.name} refused: ")
     applied = wp.record("delegation-sent", peer=peer.name, request=text, request_signature=signature,
                         receipt=body["receipt"], receipt_signature=body["signature"])
+    _drop(wp, request_id)  # only once recorded: until then a retry re-sends the same bytes
     return {"delegation": request_id, "peer": peer.name, "op": op, "item": receipt.get("item"),
             "duplicate": bool(body.get("duplicate")), "commit": applied.commit, "receipt": receipt}
 
@@ -137,7 +138,7 @@ def _drop(wp: Any, request_id: str) -> None:
 
 def _error(doc: dict[str, Any], prefix: str) -> GwError:
     cls = _ERRORS.get(doc.get("code") if isinstance(doc.get("code"), int) else -1, Forbidden)
-    message = str(doc.get("message") or doc.get("error") or "no reason given")[:300]
+    message = str(doc.get("message") or doc.get("detail") or doc.get("error") or "no reason given")[:300]
     details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
     return cls(prefix + message, **{k: v for k, v in details.items() if isinstance(k, str)})
 
