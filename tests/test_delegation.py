@@ -62,7 +62,7 @@ class World:
         self.peer = make_repo(root / "gpu")
         self.keys = {name: keygen(root / f"{name}-key") for name in ("laptop", "gpu", "stranger")}
         self.items: dict[str, str] = {}
-        self.url = ""
+        self.url = self.back_url = ""
 
     def plane(self, side: str = "sender") -> Workplane:
         return Workplane(str(getattr(self, side)))
@@ -103,10 +103,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                            ("gitwork.peer.readonly.url", w.url), ("gitwork.peer.readonly.key", gpu_pub),
                            ("gitwork.peer.readonly.allow", "plan")):
             git(w.sender, "config", key, value)
+        back, w.back_url = serve(w.sender, w.root)  # the laptop serves too: the same configuration, both ways
+        git(w.peer, "config", "gitwork.peer.laptop.url", w.back_url)
         try:
             yield w
         finally:
             stop(proc)
+            stop(back)
             for handle in (w.peer / ".git" / "gitwork" / "executions").glob("*/handle"):
                 try:
                     os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
@@ -147,6 +150,8 @@ def test_plan_test_start_observe_cancel_end_to_end_and_receipts_verify_on_both_r
         assert lease is not None and lease.holder == "gpu-box" and lease.fence == receipt["fence"]
         assert [r["state"] for r in runs(wp, item)] == ["running"]
 
+    code, out, err = gw_in(world.sender, "delegation", "observe", started["delegation"])  # text: id, then capture
+    assert code == 0 and out.split("\n")[0] == out.split()[0] and "running" in err, (out, err)
     with world.plane() as wp:
         observed = client.follow_up(wp, "observe", started["delegation"])["receipt"]["result"]
         assert observed["state"] == "running" and observed["execution"] == receipt["execution"]
@@ -155,15 +160,18 @@ def test_plan_test_start_observe_cancel_end_to_end_and_receipts_verify_on_both_r
     with world.plane("peer") as wp:
         assert [r["state"] for r in runs(wp, item)] == ["stopped"]
 
-    for repo, side in ((world.sender, "sent"), (world.peer, "received")):
+    with world.plane("peer") as wp:  # and the other way: the gpu asks the laptop, which knows its key
+        back = client.delegate(wp, item, "laptop", "plan")
+        assert back["receipt"]["result"]["as"] == "alice"
+    ops = ("plan", "test", "start", "observe", "observe", "cancel")
+    for repo, side, back_side in ((world.sender, "sent", "received"), (world.peer, "received", "sent")):
         rc, rows = gw_json(repo, "delegations", "--item", item)
         assert rc == 0 and sorted((r["op"], r["side"]) for r in rows) == sorted(
-            (op, side) for op in ("plan", "test", "start", "observe", "cancel"))  # ordered by time: one second ties
+            [(op, side) for op in ops] + [("plan", back_side)])  # ordered by time: one second ties
         rc, checked = gw_json(repo, "receipts", "verify", item)
-        assert rc == 0 and len(checked) == 5 and all(row["ok"] for row in checked), checked
+        assert rc == 0 and len(checked) == 7 and all(row["ok"] for row in checked), checked
     with world.plane() as wp:
-        assert [e["delegated"] for e in wp.history(item) if e["type"] == "delegation"] == [
-            "plan", "test", "start", "observe", "cancel"]
+        assert [e["delegated"] for e in wp.history(item) if e["type"] == "delegation"] == [*ops, "plan"]
 
 
 def signed(world: World, op: str, item: str | None, key: str = "laptop", namespace: str = peers.NAMESPACE,

@@ -99,6 +99,8 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
         raise RemoteError(f"peer {peer.name} answered {status} with something that is not a receipt")
     if "receipt" not in body:  # refused before it knew who asked (unknown key, bad signature, ...)
         _drop(wp, request_id)
+        if status == 404 and "code" not in body:
+            raise NotFound(f"peer {peer.name} has no delegation endpoints at {peer.url} (is a peer configured there?)")
         raise _error(body, f"peer {peer.name} refused the request: ")
     receipt = verify_receipt(text, body.get("receipt"), body.get("signature"), peer)
     if receipt["outcome"] != "done":
