@@ -190,8 +190,11 @@ def post(world: World, op: str, body: dict[str, str]) -> tuple[int, dict[str, An
 def test_refused_requests_write_nothing_and_start_nothing(world: World) -> None:
     item = world.items["refused"]
     before = world.state()
+    gpu = peers.Peer("gpu", world.url, world.keys["gpu"][1], frozenset(protocol.OPS))
     honest = signed(world, "start", item)
-    tampered = dict(honest, request=honest["request"].replace('"op":"start"', '"op":"stark"'))
+    nonce = json.loads(honest["request"])["nonce"]
+    one_byte = nonce.replace(nonce[0], "a" if nonce[0] != "a" else "b", 1)
+    tampered = dict(honest, request=honest["request"].replace(nonce, one_byte))
     cases = {
         "unknown key": ("start", signed(world, "start", item, key="gpu"), 401, "unknown-key"),
         "tampered request (one byte)": ("start", tampered, 401, "bad-signature"),
@@ -204,6 +207,9 @@ def test_refused_requests_write_nothing_and_start_nothing(world: World) -> None:
         got, answer = post(world, op, body)
         assert got == status, (name, answer)
         assert answer["ok"] is False and (reason is None or answer["details"]["reason"] == reason), (name, answer)
+        # a refusal is a receipt too, signed by the peer, answering exactly that request
+        refusal = client.verify_receipt(body["request"], answer["receipt"], answer["signature"], gpu)
+        assert refusal["outcome"] == "refused" and refusal["error"]["code"] == answer["code"]
         assert world.state() == before, f"{name}: something was written or started"
 
     # Refused once after verification (the item is unknown there): the very same bytes again are a replay.

@@ -97,7 +97,7 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
     status, body = _post(f"{peer.url.rstrip('/')}/delegation/{op}", {"request": text, "signature": signature})
     if not isinstance(body, dict):
         raise RemoteError(f"peer {peer.name} answered {status} with something that is not a receipt")
-    if "receipt" not in body:  # refused before it knew who asked (unknown key, bad signature, ...)
+    if "receipt" not in body:  # refused before it was even a request (no JSON, too large, no endpoints)
         _drop(wp, request_id)
         if status == 404 and "code" not in body:
             raise NotFound(f"peer {peer.name} has no delegation endpoints at {peer.url} (is a peer configured there?)")

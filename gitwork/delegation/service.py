@@ -2,14 +2,16 @@
 
 In this order, so that nothing is written and nothing is started unless every check passed:
 
-1. the request's signature, against the keys of the configured peers (``unknown-key``,
-   ``bad-signature``, ``wrong-namespace``: 401, unsigned, nothing written);
+1. the request parses (bounded; else 400, unsigned) and its signature verifies against the keys of
+   the configured peers (``unknown-key``, ``bad-signature``, ``wrong-namespace``: 401);
 2. the op is the endpoint's and the signer's ``allow`` list names it (403);
 3. the request id: answered before with the very same bytes -> the original receipt, nothing new
    (a retry after a lost answer); the same id with other bytes -> refused (409);
 4. freshness and the nonce (``signing.Nonces``): a stale or replayed request is refused (403);
-5. the op itself (``plan``, ``test``, ``start``, ``observe``, ``cancel``); a refusal there gets a
-   signed receipt saying so, not recorded;
+5. the op itself (``plan``, ``test``, ``start``, ``observe``, ``cancel``);
+
+every refusal from step 1 on is answered with a receipt signed here (``outcome: refused``), not
+recorded;
 6. the receipt of what was done is signed, recorded on this state ref (``delegation-received``),
    then answered.
 
@@ -31,6 +33,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
+UNVERIFIED = ("unknown-key", "bad-signature", "wrong-namespace", "wrong-key")
 _STATUS = {2: 400, 3: 404, 4: 400, 5: 400, 6: 409, 7: 409, 75: 409, 77: 403}
 CAPTURE_LIMIT = 8 * 1024
 THREAD_LIMIT = 20
@@ -47,9 +50,8 @@ def answer(repo_path: str, route_op: str, body: Any) -> tuple[int, dict[str, Any
     try:
         with Workplane(repo_path) as wp:
             return _answer(wp, route_op, body)
-    except GwError as error:  # before the signer is known: an unsigned refusal
-        return (401 if error.details.get("reason") in ("unknown-key", "bad-signature", "wrong-namespace")
-                else status_of(error)), {"ok": False, **error.to_json()}
+    except GwError as error:  # not even a request: an unsigned refusal
+        return status_of(error), {"ok": False, **error.to_json()}
 
 
 def _answer(wp: Any, route_op: str, body: Any) -> tuple[int, dict[str, Any]]:
@@ -63,16 +65,18 @@ def _answer(wp: Any, route_op: str, body: Any) -> tuple[int, dict[str, Any]]:
     if not config.signing_key or not os.path.isfile(config.signing_key):
         # Checked before anything is done: a peer that cannot sign its receipt must not act.
         raise Invalid("this peer has no signing key to sign receipts with (git config gitwork.signingKey)")
-    signer = signing.verify(text.encode("utf-8", "surrogatepass"), signature, config.by_key(), peers.NAMESPACE)
-    req = protocol.parse_request(text)
+    req = protocol.parse_request(text)  # bounded; what does not parse as a request gets no receipt
     try:
+        signer = signing.verify(text.encode("utf-8", "surrogatepass"), signature, config.by_key(), peers.NAMESPACE)
         result = _decide(wp, config, signer, route_op, req, text)
     except GwError as error:
         if isinstance(error, _Answered):
             return 200, error.details["answer"]
+        # Every refusal of a request is a receipt too (signed, not recorded): the sender can show what was refused.
         receipt = protocol.receipt(req, text, "refused", clock.format_instant(wp.now()), error=error.to_json())
-        return status_of(error), {"ok": False, **error.to_json(), "receipt": receipt,
-                                  "signature": signing.sign(receipt.encode(), config.signing_key, peers.NAMESPACE)}
+        status = 401 if error.details.get("reason") in UNVERIFIED else status_of(error)
+        return status, {"ok": False, **error.to_json(), "receipt": receipt,
+                        "signature": signing.sign(receipt.encode(), config.signing_key, peers.NAMESPACE)}
     receipt = protocol.receipt(req, text, "done", clock.format_instant(wp.now()), result=result)
     receipt_signature = signing.sign(receipt.encode(), config.signing_key, peers.NAMESPACE)
     wp.record("delegation-received", peer=signer, request=text, request_signature=signature, receipt=receipt,
