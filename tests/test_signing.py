@@ -5,14 +5,17 @@ Real keys (ed25519, generated per module), real ``ssh-keygen``; no mocks.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import git, make_repo, scrubbed
-from gitwork.delegation import peers, signing
-from gitwork.errors import Forbidden, Held
+from gitwork.delegation import peers, protocol, signing
+from gitwork.errors import Forbidden, Held, Invalid
 from gitwork.store import Repository
 
 NS = peers.NAMESPACE
@@ -92,3 +95,34 @@ def test_peers_come_from_the_repositorys_own_config_only(tmp_path: Path, keys: d
     assert config.peers["gpu"].to_json() == {"peer": "gpu", "url": "http://127.0.0.1:9", "key": pub,
                                              "allow": ["observe", "plan", "start"]}
     assert peers.configured_at(str(repo)) and not peers.configured_at(str(tmp_path))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.builds(json.dumps, st.dictionaries(
+    st.sampled_from(["kind", "v", "id", "op", "item", "args", "at", "nonce", "outcome", "request_digest"]),
+    st.one_of(st.none(), st.integers(), st.text(max_size=40), st.just(protocol.REQUEST), st.just(protocol.RECEIPT),
+              st.dictionaries(st.text(max_size=5), st.integers(), max_size=2)), max_size=10))))
+def test_parsing_a_request_or_receipt_either_succeeds_or_says_invalid(text: str) -> None:
+    for parse in (protocol.parse_request, protocol.parse_receipt):
+        try:
+            doc = parse(text)
+        except Invalid:
+            continue
+        assert isinstance(doc, dict)
+
+
+@settings(max_examples=10, deadline=None)
+@given(message=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=200))
+def test_a_signed_commit_splits_back_into_exactly_what_was_signed(keys: dict[str, tuple[str, str]],
+                                                                    message: str) -> None:
+    from gitwork.objects import format_commit, parse_commit
+    from gitwork.sshsig import sign_commit, split_signed_commit
+
+    body = format_commit("4b825dc642cb6eb9a060e54bf8d69288fbee4904", [], "a <a@x> 1 +0000", "a <a@x> 1 +0000",
+                         message)
+    signed = sign_commit(body, keys["alice"][0])
+    payload, signature = split_signed_commit(signed)
+    assert payload == body and signature is not None
+    fields = ("tree", "parents", "author", "committer", "message")
+    assert [getattr(parse_commit(signed), f) for f in fields] == [getattr(parse_commit(body), f) for f in fields]
+    assert signing.verify(payload, signature, [("alice", keys["alice"][1])], "git") == "alice"
