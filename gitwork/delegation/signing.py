@@ -12,9 +12,9 @@ import json
 import os
 
 from ..errors import Forbidden, Held
-from ..sshsig import allowed_line, public_key, sign, verify
+from ..sshsig import public_key, sign, verify
 
-__all__ = ["WINDOW", "MAX_NONCES", "Nonces", "allowed_line", "public_key", "sign", "verify"]
+__all__ = ["WINDOW", "MAX_NONCES", "Nonces", "public_key", "sign", "verify"]
 
 WINDOW = 300  # seconds a signed request stays acceptable (both ways: clocks differ)
 MAX_NONCES = 10_000
