@@ -66,15 +66,29 @@ def render() -> str:
 
     from .app import app
 
+    from .app import peer_app
+
     root = typer.main.get_command(app)
     pages = _walk(root, _context(root, PROG, None))
+    peers = typer.main.get_command(peer_app())
+    # Only the commands: the peer app's own root page would repeat the main one.
+    peer_pages = _walk(peers, _context(peers, PROG, None))[1:]
     out = [_HEADER]
-    for path, _text in pages[1:]:
+    for path, _text in pages[1:] + peer_pages:
         out.append(f"- [`{path}`](#{_anchor(path)})")
     out.append("")
     for path, text in pages:
         out += [f"## {path}", "", "```text", text.rstrip(), "```", ""]
+    out += ["## Present only when a peer is configured", "", _PEERS, ""]
+    for path, text in peer_pages:
+        out += [f"## {path}", "", "```text", text.rstrip(), "```", ""]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+_PEERS = """\
+The delegation commands below exist only in a repository whose local git config names a peer
+(`git config gitwork.peer.<name>.url|key|allow`; see [security.md](security.md)). Without one,
+`gw delegate` and the others are unknown commands (exit 2), as if gitwork had none."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ import sys
 
 # Sub-command groups: their verb is two words (`gw session start`), so options moved from before the
 # verb go after both words.
-GROUPS = frozenset(("session", "remote", "hooks", "dep"))
+GROUPS = frozenset(("session", "remote", "hooks", "dep", "delegation", "receipts"))
 
 
 def hoist(args: list[str]) -> list[str]:
