@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from .clock import parse_instant
+from .clock import format_instant, parse_instant
 from .index import CREATED, DEPS, EXPIRES, ID, LEASE_STATE, PRIORITY, STATUS, Index
 from .model import held_for_others
 
@@ -83,8 +83,14 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
                   "NOT EXISTS (SELECT 1 FROM dep d LEFT JOIN item j ON j.id = d.on_id"
                   " WHERE d.item = i.id AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL))"]
     elif statuses:
-        where.append(f"i.status IN ({', '.join('?' * len(statuses))})")
-        args += list(statuses)
+        # "expired" is not an item status but a lease past its expiry (gw list -s expired): either matches.
+        real = [s for s in statuses if s != "expired"]
+        either = [f"i.status IN ({', '.join('?' * len(real))})"] if real else []
+        args += real
+        if "expired" in statuses:
+            either.append("(i.lease_state = 'active' AND i.expires <= ?)")
+            args.append(format_instant(now))
+        where.append(f"({' OR '.join(either)})")
     elif not closed:
         where.append(f"i.status NOT IN ({', '.join('?' * len(CLOSED))})")
         args += list(CLOSED)

@@ -360,30 +360,20 @@ def _snippet(text: str, at: int, width: int = 60) -> str:
     return ("..." if start else "") + piece + ("..." if start + width < len(text) else "")
 
 
-def search(wp: Any, text: str, statuses: list[str] | None = None, include_closed: bool = False) -> list[dict[str, Any]]:
-    """Items whose title, description, criteria, decisions or thread contain ``text`` (case-insensitive),
-    best first, each with where it matched (field and a snippet).
+def search(wp: Any, ctx: Any, text: str, ids: list[str]) -> dict[str, list[dict[str, str]]]:
+    """Of ``ids``, those whose title, description, criteria, decisions or thread contain ``text``
+    (case-insensitive), each with where it matched (field and a snippet), in the order given.
 
-    Like ``gw list``: open and active items unless ``include_closed`` or ``statuses``. Reads each
-    candidate item and its thread, so it costs a read per item (the summary rows hold no text).
+    The listing filters (``gw list``'s) pick the candidates; this reads each candidate item and its
+    thread, so it costs a read per item (the summary rows hold no text).
     """
     from .errors import Invalid
-    from .model import CLOSED, STATUSES
 
     needle = text.casefold()
     if not needle.strip():
         raise Invalid("search for what? the text is empty")
-    unknown = [s for s in statuses or () if s not in STATUSES]
-    if unknown:
-        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
-    ctx, rows, order = _rows(wp)
-    out = []
-    for item_id in order:
-        status = rows[item_id]["status"]
-        if statuses and status not in statuses:
-            continue
-        if not statuses and not include_closed and status in CLOSED:
-            continue
+    out: dict[str, list[dict[str, str]]] = {}
+    for item_id in ids:
         item = ctx.item(item_id)
         fields: list[tuple[str, str]] = [("title", item.title), ("description", item.description or "")]
         fields += [(f"criterion {n}", str(c.get("text", ""))) for n, c in enumerate(item.criteria, 1)]
@@ -396,7 +386,7 @@ def search(wp: Any, text: str, statuses: list[str] | None = None, include_closed
             if at >= 0:
                 matches.append({"field": field, "text": _snippet(value, at)})
         if matches:
-            out.append({"item": item_id, "title": item.title, "status": status, "matches": matches})
+            out[item_id] = matches
     return out
 
 

@@ -444,8 +444,8 @@ def test_search_titles_descriptions_criteria_decisions_and_threads(plane: Path) 
     assert "message #1: what about TOML?" in text
     empty = run_gw(plane, "search", "  ", env=ALICE)
     assert empty.returncode == 5 and empty.stdout == ""
-    bad = run_gw(plane, "search", "x", "-s", "expired", env=ALICE)
-    assert bad.returncode == 5 and "unknown status" in bad.stderr
+    bad = run_gw(plane, "search", "x", "-s", "finished", env=ALICE)
+    assert bad.returncode == 5 and "unknown status" in bad.stderr and "expired" in bad.stderr
 
 
 def test_ready_explain_says_why_each_open_item_is_not_ready(plane: Path) -> None:
@@ -473,3 +473,99 @@ def test_field_selection_with_several_ids_keeps_errors_whole(plane: Path) -> Non
     ok, error = json.loads(done.stdout)
     assert ok == {"ok": True, "item": a, "status": "cancelled"}
     assert error["ok"] is False and error["error"] == "not-found" and error["argument"] == "w-0000000000000000"
+
+
+# --- several ids on release and edit (point 8), through the fast path for release ------------------
+
+
+def test_release_and_edit_take_several_ids(plane: Path) -> None:
+    a, b, c = new(plane, "a"), new(plane, "b"), new(plane, "c")
+    for item in (a, b):
+        gw_ok(plane, "claim", item)
+    released = run_gw(plane, "release", a, "w-0000000000000000", b, "--json", env=ALICE)  # a real process
+    assert released.returncode == 3, "the first failure's exit code"
+    assert [r["ok"] for r in json.loads(released.stdout)] == [True, False, True]
+    assert {r["item"] for r in gw_json(plane, "ready")} == {a, b, c}  # type: ignore[union-attr]
+    gw_ok(plane, "edit", a, b, "--add-label", "ui", "--add-label", "web", "-p", "1")
+    rows = {r["item"]: r for r in gw_json(plane, "list")}  # type: ignore[union-attr]
+    assert rows[a]["labels"] == rows[b]["labels"] == ["ui", "web"] and rows[c]["labels"] == []
+    assert rows[a]["priority"] == rows[b]["priority"] == 1 and rows[c]["priority"] == 2
+    before = tip(plane)
+    several = run_gw(plane, "edit", a, b, "-e", env={**ALICE, "VISUAL": "true"})
+    assert several.returncode == 2 and len(several.stderr.splitlines()) == 1 and tip(plane) == before
+
+
+# --- expired leases are visible (point 2) ---------------------------------------------------------
+
+
+def test_list_and_ready_show_an_expired_lease_as_expired(plane: Path) -> None:
+    at = {"GW_NOW": "2030-01-01T12:00:00Z"}
+    lapsed = new(plane, "lapsed")
+    live = new(plane, "live")
+    new(plane, "free")
+    gw_ok(plane, "claim", lapsed, "--ttl", "10m", env=at)
+    gw_ok(plane, "claim", live, "--ttl", "3h", env=at)
+    later = {"GW_NOW": "2030-01-01T12:30:00Z"}
+    rows = {r["item"]: r for r in gw_json(plane, "list", env=later)}  # type: ignore[union-attr]
+    assert rows[lapsed]["expired"] is True and rows[live]["expired"] is False
+    text = {line.split("\t")[-1]: line.split("\t") for line in gw_ok(plane, "list", env=later).splitlines()}
+    assert text["lapsed"][1:4] == ["expired", "2", "alice"], "not in_progress alice"
+    assert text["live"][1] == "in_progress"
+    ready = {line.split("\t")[-1]: line.split("\t")[1] for line in gw_ok(plane, "ready", env=later).splitlines()}
+    assert ready == {"lapsed": "expired", "free": "open"}
+    # -s expired lists exactly the leases past their expiry; it may be combined with a real status
+    assert [r["item"] for r in gw_json(plane, "list", "-s", "expired", env=later)] == [lapsed]  # type: ignore[union-attr]
+    assert gw_json(plane, "list", "-s", "expired", env=at) == []
+    both = gw_json(plane, "list", "-s", "open", "-s", "expired", env=later)
+    assert {r["title"] for r in both} == {"lapsed", "free"}  # type: ignore[union-attr]
+
+
+def test_an_unknown_status_is_refused_naming_the_known_ones(plane: Path) -> None:
+    new(plane, "a")
+    for verb in ("list", "search"):
+        args = [verb, *(["a"] if verb == "search" else []), "-s", "stale"]
+        done = run_gw(plane, *args, env=ALICE)
+        assert done.returncode == 5 and done.stdout == "", verb
+        assert "unknown status 'stale'" in done.stderr and "expired" in done.stderr and "in_progress" in done.stderr
+
+
+# --- list --text and search with the list filters (point 4) ---------------------------------------
+
+
+def test_list_text_and_search_take_the_list_filters(plane: Path) -> None:
+    ui = new(plane, "Toml in the UI", "-l", "ui", "-p", "1")
+    api = new(plane, "api", "-d", "parses toml", "-l", "api", "-p", "2")  # ui first: a better priority
+    new(plane, "unrelated", "-l", "ui")
+    gw_ok(plane, "claim", api, env={"GW_AGENT": "bob"})
+    assert [r["item"] for r in gw_json(plane, "list", "--text", "TOML")] == [ui, api]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "list", "--text", "toml", "-l", "ui")] == [ui]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "search", "toml", "--holder", "bob")] == [api]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "search", "toml", "-p", "1")] == [ui]  # type: ignore[union-attr]
+    rows = gw_json(plane, "list", "--text", "toml")
+    assert rows[1]["matches"] == [{"field": "description", "text": "parses toml"}]  # type: ignore[index]
+    cut = run_gw(plane, "search", "toml", "-n", "1", "--json", env=ALICE)
+    assert cut.returncode == 0 and [r["item"] for r in json.loads(cut.stdout)] == [ui]
+    assert "more match" in cut.stderr, "a cut listing says so"
+    assert "unrelated" not in gw_ok(plane, "list", "--text", "toml")
+    empty = run_gw(plane, "list", "--text", " ", env=ALICE)
+    assert empty.returncode == 5 and empty.stdout == ""
+
+
+# --- done and cancel --offline, replayed by gw sync (issue 8's leftover) ---------------------------
+
+
+def test_done_and_cancel_offline_are_tentative_until_sync(machine_a: Path, remote: Path) -> None:
+    a = machine_a
+    finish, drop = new(a, "finish"), new(a, "drop")
+    gw_ok(a, "claim", finish)
+    gw_ok(a, "sync")
+    published = tip(remote)
+    done = gw_json(a, "done", finish, "--offline")
+    cancelled = gw_json(a, "cancel", drop, "--offline")
+    assert tip(remote) == published, "the arbiter was not asked"
+    pending = [p["command_id"] for p in gw_json(a, "status")["pending"]]  # type: ignore[index]
+    assert pending == [done["command_id"], cancelled["command_id"]]  # type: ignore[index]
+    report = gw_json(a, "sync")
+    assert report["refused"] == [] and tip(remote) == tip(a)  # type: ignore[index]
+    statuses = {r["item"]: r["status"] for r in gw_json(a, "list", "--all")}  # type: ignore[union-attr]
+    assert statuses == {finish: "done", drop: "cancelled"}

@@ -67,14 +67,10 @@ def show_json(view: dict[str, Any]) -> dict[str, Any]:
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
-               limit: int | None = None) -> None:
-    from ...model import STATUSES
-
-    unknown = [s for s in status or () if s not in STATUSES]
-    if unknown:  # a typo must not look like an empty list
-        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
-    _select(wp, as_json, "items", statuses=status, closed=all, labels=label, holder=holder, owner=owner,
-            priority=priority, sort=sort, limit=limit)
+               limit: int | None = None, text: str | None = None) -> None:
+    picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
+                  limit=limit, text=text)
+    _rows_view(picked, as_json, "items")
 
 
 def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
@@ -84,12 +80,35 @@ def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = N
 
         _limit(limit)
         return explain_ready(wp, as_json, limit)
-    _select(wp, as_json, "ready", ready=True, labels=label, owner=owner, priority=priority, sort=sort, limit=limit)
+    picked = pick(wp, ready=True, label=label, owner=owner, priority=priority, sort=sort, limit=limit)
+    _rows_view(picked, as_json, "ready")
 
 
-def _select(wp: Any, as_json: bool, title: str, *, sort: str | None, limit: int | None, priority: int | None,
-            **filters: Any) -> None:
-    """One listing as SQL over the read cache (``queries.select``); a cut listing says so on stderr."""
+class Picked:
+    """What a listing picked: summary rows (``index.py`` layout), short ids, the read time, whether
+    ``--limit`` cut it, and with ``--text`` where each row matched."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], short: dict[str, str], now: Any, cut: bool, limit: int | None,
+                 matches: dict[str, list[dict[str, str]]] | None) -> None:
+        self.rows, self.short, self.now, self.cut, self.limit, self.matches = rows, short, now, cut, limit, matches
+
+
+def statuses(status: list[str] | None) -> list[str] | None:
+    """``--status`` values checked: an item status, or ``expired`` (a lease past its expiry)."""
+    from ...model import STATUSES
+
+    known = (*STATUSES, "expired")
+    unknown = [s for s in status or () if s not in known]
+    if unknown:  # a typo must not look like an empty list
+        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(known)}")
+    return status
+
+
+def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
+         all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
+         sort: str | None = None, limit: int | None = None, text: str | None = None) -> Picked:
+    """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
+    whose text holds it (``reports.search``: reads each candidate, so the limit applies after)."""
     from ...queries import SORTS, select
 
     _limit(limit)
@@ -97,31 +116,60 @@ def _select(wp: Any, as_json: bool, title: str, *, sort: str | None, limit: int 
         raise Invalid(f"unknown --sort {sort!r}: use {', '.join(SORTS)}")
     if priority is not None and priority < 0:
         raise Invalid(f"--priority must be 0 or more, not {priority}")
+    if text is not None and not text.strip():
+        raise Invalid("search for what? the text is empty")
     ctx = wp.context()
-    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank", limit=limit,
-                    priority=priority, **filters)
-    _rows_view(picked.short, picked.rows, as_json, title)
+    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
+                    limit=None if text is not None else limit, priority=priority, ready=ready,
+                    statuses=statuses(status), closed=all, labels=label, holder=holder, owner=owner)
+    rows, cut, matches = picked.rows, picked.cut, None
+    if text is not None:
+        from ...index import ID
+        from ...reports import search
+
+        matches = search(wp, ctx, text, [r[ID] for r in rows])
+        rows = [r for r in rows if r[ID] in matches]
+        cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
+        rows = rows[:limit or None]
+    return Picked(rows, picked.short, ctx.now, cut, limit, matches)
+
+
+def said_cut(picked: Picked, title: str) -> None:
+    """Beads' silent truncation drew complaints: a cut listing says so on stderr."""
     if picked.cut:
-        output.info(f"showing the first {limit} {title}; more match (raise --limit, or 0 for all)")
+        output.info(f"showing the first {picked.limit} {title}; more match (raise --limit, or 0 for all)")
 
 
-def _rows_view(short: dict[str, str], rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
-    from ...index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+def lease_view(row: tuple[Any, ...], now: Any) -> tuple[str | None, bool]:
+    """``(holder, expired)`` of a row's lease: a lease past its expiry is shown as expired, not as held."""
+    from ...clock import parse_instant
+    from ...index import EXPIRES, HOLDER, LEASE_STATE
 
+    if row[LEASE_STATE] != "active":
+        return None, False
+    return row[HOLDER], bool(row[EXPIRES]) and now >= parse_instant(row[EXPIRES])
+
+
+def _rows_view(picked: Picked, as_json: bool, title: str) -> None:
+    from ...index import EXPIRES, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+
+    rows, short = picked.rows, picked.short
+    leases = [lease_view(r, picked.now) for r in rows]
     if as_json:
         output.emit_json([
             {"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY], "labels": list(r[LABELS]),
-             "holder": r[HOLDER] if r[LEASE_STATE] == "active" else None,
-             "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None}
-            for r in rows
+             "holder": holder, "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None, "expired": expired,
+             **({"matches": picked.matches[r[ID]]} if picked.matches is not None else {})}
+            for r, (holder, expired) in zip(rows, leases)
         ])
-        return
-    output.table(
-        ("id", "status", "pri", "holder", "title"),
-        [(short[r[ID]], r[STATUS], r[PRIORITY], r[HOLDER] if r[LEASE_STATE] == "active" else "", r[TITLE])
-         for r in rows],
-        title=title,
-    )
+    else:
+        output.table(
+            ("id", "status", "pri", "holder", "title"),
+            [(short[r[ID]], "expired" if expired else r[STATUS], r[PRIORITY], holder or "", r[TITLE])
+             for r, (holder, expired) in zip(rows, leases)],
+            title=title,
+        )
+    said_cut(picked, title)
 
 
 def _limit(limit: int | None) -> None:
@@ -129,14 +177,29 @@ def _limit(limit: int | None) -> None:
         raise Invalid(f"--limit must be 0 (no limit) or more, not {limit}")
 
 
-def edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
+def edit(wp: Any, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,
          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
          reason: str | None, fence: int | None, description_file: str | None = None,
          use_editor: bool = False) -> None:
-    from ..textinput import description as read_description, edit_form
+    """``gw edit ID... [changes]``: the same changes to each item, one command each (``actions.each``)."""
+    from ..textinput import description as read_description
 
-    description = read_description(description, description_file)
+    if use_editor and len(item) > 1:
+        raise UsageError("-e edits one item at a time; name one id, or give the changes as options")
+    description = read_description(description, description_file)  # read once (stdin), sent to each
+    changes = dict(title=title, description=description, priority=priority, add_label=add_label,
+                   remove_label=remove_label, add_dep=add_dep, remove_dep=remove_dep, add_criterion=add_criterion,
+                   owner=owner, status=status, reason=reason, fence=fence, use_editor=use_editor)
+    each(wp, as_json, item, lambda one: _edit(wp, as_json, one, **changes))
+
+
+def _edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
+          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
+          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
+          reason: str | None, fence: int | None, use_editor: bool) -> None:
+    from ..textinput import edit_form
+
     if use_editor:
         current = wp.item(item)
         wrote_title, wrote = edit_form(title or current.title, current.description if description is None
@@ -182,8 +245,10 @@ def _done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
                     f"published: gw session drop {dead['session']}")
 
 
-def cancel(wp: Any, as_json: bool, item: list[str], reason: str | None, fence: int | None) -> None:
-    each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence))
+def cancel(wp: Any, as_json: bool, item: list[str], reason: str | None, fence: int | None,
+           offline: bool = False) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence,
+                                               offline=offline))
 
 
 def reopen(wp: Any, as_json: bool, item: list[str], reason: str | None) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..actions import done_line, submit
+from ..actions import done_line, each, submit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,8 +22,8 @@ def renew(wp: Any, as_json: bool, item: str, ttl: str | None, fence: int | None,
     submit(wp, as_json, "renew", item=item, ttl=ttl, fence=fence, offline=offline)
 
 
-def release(wp: Any, as_json: bool, item: str, fence: int | None, offline: bool) -> None:
-    submit(wp, as_json, "release", item=item, fence=fence, offline=offline)
+def release(wp: Any, as_json: bool, item: list[str], fence: int | None, offline: bool) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "release", item=one, fence=fence, offline=offline))
 
 
 def takeover(wp: Any, as_json: bool, item: str, ttl: str | None, offline: bool) -> None:
