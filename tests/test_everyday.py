@@ -569,3 +569,68 @@ def test_done_and_cancel_offline_are_tentative_until_sync(machine_a: Path, remot
     assert report["refused"] == [] and tip(remote) == tip(a)  # type: ignore[index]
     statuses = {r["item"]: r["status"] for r in gw_json(a, "list", "--all")}  # type: ignore[union-attr]
     assert statuses == {finish: "done", drop: "cancelled"}
+
+
+# --- a pager on a terminal, by git's rules (point 9) ----------------------------------------------
+
+
+def on_a_terminal(repo: Path, *args: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``gw`` with stdout on a pseudo-terminal (what a person sees); returns its exit code and screen."""
+    import os
+    import subprocess
+
+    from conftest import gw_cmd
+
+    controller, terminal = os.openpty()
+    full = {key: value for key, value in os.environ.items() if key not in ("PAGER", "LESS", "LV")}
+    try:
+        done = subprocess.run(gw_cmd(*args), cwd=repo, stdout=terminal, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL, env={**full, **ALICE, "COLUMNS": "100", **env}, timeout=60)
+    finally:
+        os.close(terminal)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(controller)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, screen.decode()
+
+
+def test_a_pager_on_a_terminal_by_gits_rules(plane: Path, tmp_path: Path) -> None:
+    first = new(plane, "first item")
+    paged, seen = tmp_path / "paged", tmp_path / "less"
+    into = f'echo "$LESS $LV" > {seen}; cat > {paged}'
+    code, screen = on_a_terminal(plane, "list", env={"GIT_PAGER": into})
+    assert code == 0 and "first item" in paged.read_text() and "first item" not in screen
+    assert seen.read_text().split() == ["FRX", "-c"], "git's defaults for less"
+    paged.unlink()
+    on_a_terminal(plane, "list", env={"GIT_PAGER": into, "LESS": "S"})
+    assert seen.read_text().split() == ["S", "-c"], "a LESS of one's own is kept"
+    # --no-pager (before the verb, as in git), a piped stdout, a mutation, GIT_PAGER=cat: no pager
+    paged.unlink()
+    code, screen = on_a_terminal(plane, "--no-pager", "list", env={"GIT_PAGER": into})
+    assert code == 0 and "first item" in screen and not paged.exists()
+    piped = run_gw(plane, "list", env={**ALICE, "GIT_PAGER": into})
+    assert "first item" in piped.stdout and not paged.exists()
+    code, screen = on_a_terminal(plane, "new", "second", env={"GIT_PAGER": into})
+    assert code == 0 and screen.startswith("w-") and not paged.exists()
+    code, screen = on_a_terminal(plane, "list", env={"GIT_PAGER": "cat", "PAGER": into})
+    assert "first item" in screen and not paged.exists()
+    # core.pager comes before PAGER, and PAGER before the default
+    git(plane, "config", "core.pager", f"cat > {paged}")
+    on_a_terminal(plane, "list", env={"PAGER": f"cat > {tmp_path / 'other'}"})
+    assert "second" in paged.read_text() and not (tmp_path / "other").exists()
+    git(plane, "config", "--unset", "core.pager")
+    on_a_terminal(plane, "list", env={"PAGER": f"cat > {tmp_path / 'other'}"})
+    assert "second" in (tmp_path / "other").read_text()
+    # a person who quits the pager early: exit 0, nothing printed after it, no traceback
+    for n in range(30):
+        gw_ok(plane, "msg", first, f"message {n} " + "x" * 2500)  # past a pipe's 64 KiB
+    code, screen = on_a_terminal(plane, "thread", first, env={"GIT_PAGER": "head -c 10 >/dev/null"})
+    assert code == 0 and screen == ""

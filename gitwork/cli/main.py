@@ -13,13 +13,16 @@ GROUPS = frozenset(("session", "remote", "hooks", "dep"))
 def hoist(args: list[str]) -> list[str]:
     """git's habit: options before the verb, ``gw -C DIR --json VERB ...``, are moved after the verb,
     where every command declares them (``-C``, ``--json``). Several ``-C`` combine as in git
-    (``-C a -C b`` is ``a/b``). The verb's own ``-C`` after it, if any, still wins (the last one)."""
+    (``-C a -C b`` is ``a/b``). The verb's own ``-C`` after it, if any, still wins (the last one).
+    ``--no-pager`` (git's global option, only before the verb) is taken out: see :func:`no_pager`."""
     directory: str | None = None
     flags: list[str] = []
     index = 0
     while index < len(args):
         arg = args[index]
-        if arg == "-C" and index + 1 < len(args):
+        if arg == "--no-pager":
+            index += 1
+        elif arg == "-C" and index + 1 < len(args):
             directory = os.path.join(directory, args[index + 1]) if directory else args[index + 1]
             index += 2
         elif arg.startswith("-C") and len(arg) > 2:
@@ -32,10 +35,30 @@ def hoist(args: list[str]) -> list[str]:
             break
     rest = args[index:]
     if index == 0 or not rest or rest[0].startswith("-"):
-        return args  # nothing before the verb, or no verb: the parser reports it as usual
+        # nothing before the verb, or no verb: the parser reports it as usual
+        return [arg for arg in args[:index] if arg != "--no-pager"] + rest
     moved = flags + (["-C", directory] if directory is not None else [])
     at = 2 if rest[0] in GROUPS and len(rest) > 1 and not rest[1].startswith("-") else 1
     return rest[:at] + moved + rest[at:]
+
+
+def no_pager(args: list[str]) -> bool:
+    """``gw --no-pager VERB``: git's global option, before the verb (among the other global options)."""
+    for arg in args:
+        if arg == "--no-pager":
+            return True
+        if not arg.startswith("-") or arg == "--":
+            return False
+    return False
+
+
+def directory(args: list[str]) -> str | None:
+    """The last ``-C DIR`` of a hoisted command line (where ``core.pager`` is read)."""
+    found = None
+    for index, arg in enumerate(args[:-1]):
+        if arg == "-C":
+            found = args[index + 1]
+    return found
 
 
 def json_fields(args: list[str]) -> list[str] | None:
@@ -68,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     printer = sys.modules.get("gitwork.cli.output")
     if printer is not None:  # called again in one process (tests): no field selection left over
         printer.FIELDS = None
+        printer.PAGED = 0
     if any(arg.startswith("--json=") for arg in args):
         args = json_fields(args)
         if args is None:
@@ -76,7 +100,23 @@ def main(argv: list[str] | None = None) -> int:
 
             return fail(UsageError("--json=FIELDS takes names separated by commas, e.g. --json=item,title,status"),
                         True)
+    paging = not no_pager(args) and sys.stdout.isatty()
     args = hoist(args)
+    pager = None
+    if paging:  # a terminal: git's pager rules (cli/pager.py), imported only here
+        from . import output, pager as pagers
+
+        pager = pagers.start(args, directory(args))
+        if pager is not None:
+            output.PAGED = pager.width
+    try:
+        return _run(args)
+    finally:
+        if pager is not None:
+            pager.finish()
+
+
+def _run(args: list[str]) -> int:
     if "_GW_COMPLETE" not in os.environ:  # a shell asking for completions goes to typer
         from .fast import run
 
