@@ -634,3 +634,25 @@ def test_a_pager_on_a_terminal_by_gits_rules(plane: Path, tmp_path: Path) -> Non
         gw_ok(plane, "msg", first, f"message {n} " + "x" * 2500)  # past a pipe's 64 KiB
     code, screen = on_a_terminal(plane, "thread", first, env={"GIT_PAGER": "head -c 10 >/dev/null"})
     assert code == 0 and screen == ""
+
+
+# --- --jq EXPR (point 7) --------------------------------------------------------------------------
+
+
+def test_jq_filters_the_json_output(plane: Path) -> None:
+    a = new(plane, "alpha", "-l", "ui")
+    new(plane, "beta")
+    assert gw_ok(plane, "list", "--jq", ".[].title").splitlines() == ["alpha", "beta"], "strings raw"
+    assert gw_ok(plane, "--jq=.[] | select(.labels == [\"ui\"]) | {item, priority}", "list").splitlines() == [
+        json.dumps({"item": a, "priority": 2})], "objects compact, one a line; --jq before the verb too"
+    assert gw_ok(plane, "show", a, "--jq", ".criteria | length") == "0\n"
+    before = tip(plane)
+    bad = run_gw(plane, "new", "gamma", "--jq", ".[", env=ALICE)
+    assert bad.returncode == 2 and json.loads(bad.stdout)["error"] == "usage" and len(bad.stderr.splitlines()) == 1
+    assert tip(plane) == before, "a malformed expression is refused before the command runs"
+    wrong = run_gw(plane, "list", "--jq", ".title", env=ALICE)
+    assert wrong.returncode == 5 and wrong.stdout == "" and "Cannot index array" in wrong.stderr
+    missing = run_gw(plane, "show", "w-0000000000000000", "--jq", ".title", env=ALICE)
+    assert missing.returncode == 3 and json.loads(missing.stdout)["error"] == "not-found", "an error as it is"
+    follow = run_gw(plane, "thread", a, "--follow", "--jq", ".", env=ALICE)
+    assert follow.returncode == 2 and "--follow" in follow.stderr

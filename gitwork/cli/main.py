@@ -81,6 +81,19 @@ def json_fields(args: list[str]) -> list[str] | None:
     return out
 
 
+def jq_option(args: list[str]) -> tuple[list[str], str | None]:
+    """gh's ``--jq EXPR`` (or ``--jq=EXPR``): the command line with ``--json`` in its place, and EXPR.
+    ``None`` for EXPR when there is no ``--jq``; a ``--jq`` without EXPR is left for the parser."""
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--jq" and index + 1 < len(args):
+            return args[:index] + ["--json"] + args[index + 2:], args[index + 1]
+        if arg.startswith("--jq="):
+            return args[:index] + ["--json"] + args[index + 1:], arg[len("--jq="):]
+    return args, None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--version"]:
@@ -100,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return fail(UsageError("--json=FIELDS takes names separated by commas, e.g. --json=item,title,status"),
                         True)
+    args, expression = jq_option(args)
     paging = not no_pager(args) and sys.stdout.isatty()
     args = hoist(args)
     pager = None
@@ -110,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         if pager is not None:
             output.PAGED = pager.width
     try:
+        if expression is not None:
+            from .jq import run_filtered
+
+            return run_filtered(expression, args, _run)
         return _run(args)
     finally:
         if pager is not None:
