@@ -171,15 +171,24 @@ def test_summary_counts(plane: Path) -> None:
 def test_prime_names_the_identity_the_loop_and_what_is_held(plane: Path) -> None:
     item = new(plane, "the task", "-c", "tests pass")
     text = gw_ok(plane, "prime")
-    for words in ("You are `alice`", "gw claim --next", "Exit 3", "--fence", "gw renew", "gw msg", "gw ack",
-                  "gw done", "Nothing: start with `gw claim --next`"):
+    for words in ("You are `alice`", "gw claim --next", "Exit 3", "--fence", "GW_FENCE", "gw renew", "gw msg",
+                  "--reply-to", "gw ack", "gw inbox", "gw ask", "gw session start", "gw session commit", "gw done",
+                  "gw session drop", "gw handoff", "| 7 |", "| 75 |", "| 12 |", "gw retry",
+                  "Nothing: start with `gw claim --next`"):
         assert words in text, words
-    assert 1000 < len(text) < 8000  # about 1-2k tokens at most
+    assert "the default" not in text, "alice was named: not the default identity"
+    assert 4000 < len(text) < 8000, "about 1-2k tokens (4 characters a token)"
+    default = json.loads(run_gw(plane, "prime", "--json").stdout)
+    assert "a new terminal or agent process is a new identity" in default["text"]
     claimed = gw_json(plane, "claim", item)
     text = gw_ok(plane, "prime")
     assert f"- {item} the task (fence {claimed['fence']}" in text and "[ ] 1. tests pass" in text  # type: ignore[index]
+    gw_ok(plane, "decision", item, "use tomllib", "--why", "standard library")
+    gw_ok(plane, "msg", item, "how is it going?", "--kind", "question", "--to", "alice", env={"GW_AGENT": "bob"})
     doc = gw_json(plane, "prime")
     assert doc["item"] == item and doc["identity"] == "alice"  # type: ignore[index]
+    assert "decided: use tomllib (why: standard library)" in doc["text"]  # type: ignore[index]
+    assert doc["inbox"] == {"unread": 1, "unanswered": 0} and "1 unread" in doc["text"]  # type: ignore[index]
     assert doc["holding"][0]["criteria"] == [{"text": "tests pass", "done": False}]  # type: ignore[index]
     # an open session of the held item is named, with how to finish it
     git(plane, "-c", "user.name=P", "-c", "user.email=p@example.com", "commit", "-q", "--allow-empty", "-m", "start")
