@@ -665,3 +665,19 @@ def test_jq_filters_the_json_output(plane: Path) -> None:
     assert missing.returncode == 3 and json.loads(missing.stdout)["error"] == "not-found", "an error as it is"
     follow = run_gw(plane, "thread", a, "--follow", "--jq", ".", env=ALICE)
     assert follow.returncode == 2 and "--follow" in follow.stderr
+
+
+# --- small truths: who you are now (point 10) -----------------------------------------------------
+
+
+def test_not_the_holder_names_who_you_are_and_how_to_be_the_holder(plane: Path) -> None:
+    item = new(plane, "held")
+    gw_ok(plane, "claim", item)
+    before = tip(plane)
+    fresh = run_gw(plane, "release", item)  # a new terminal: GW_AGENT unset, the default identity
+    assert fresh.returncode == 7 and len(fresh.stderr.splitlines()) == 1
+    assert "held by alice" in fresh.stderr and "(you are " in fresh.stderr
+    assert "export GW_AGENT=alice" in fresh.stderr, "says how to act as the holder"
+    named = run_gw(plane, "release", item, env={"GW_AGENT": "bob"})
+    assert named.returncode == 7 and "(you are bob)" in named.stderr and "GW_AGENT" not in named.stderr
+    assert tip(plane) == before
