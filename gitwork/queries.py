@@ -65,7 +65,8 @@ class Selection:
 
 
 def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False, statuses: Any = None,
-           closed: bool = False, labels: Any = (), owner: str | None = None, priority: int | None = None,
+           closed: bool = False, labels: Any = (), labels_any: Any = (), owner: str | None = None,
+           priority: int | None = None,
            holder: str | None = None, sort: str = "rank", limit: int | None = None,
            shorten: bool = True, use_cache: bool = True) -> Selection:
     """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
@@ -97,6 +98,10 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
     for label in dict.fromkeys(labels or ()):
         where.append("EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label = ?)")
         args.append(label)
+    if labels_any:  # at least one of them (--label-any), beside every one of ``labels`` (--label)
+        where.append(f"EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label IN "
+                     f"({', '.join('?' * len(labels_any))}))")
+        args += list(labels_any)
     if owner is not None:
         where.append("i.owner = ?")
         args.append(owner)

@@ -681,3 +681,22 @@ def test_not_the_holder_names_who_you_are_and_how_to_be_the_holder(plane: Path) 
     named = run_gw(plane, "release", item, env={"GW_AGENT": "bob"})
     assert named.returncode == 7 and "(you are bob)" in named.stderr and "GW_AGENT" not in named.stderr
     assert tip(plane) == before
+
+
+# --- --label is all of them, --label-any is any of them (point 5) ----------------------------------
+
+
+def test_labels_and_or(plane: Path) -> None:
+    ui = new(plane, "ui", "-l", "ui", "-l", "web", "-p", "1")
+    api = new(plane, "api", "-l", "api", "-p", "2")
+    new(plane, "docs", "-l", "docs", "-p", "3")
+    assert [r["item"] for r in gw_json(plane, "list", "--label-any", "ui", "--label-any", "api")] == [ui, api]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "ready", "--label", "ui", "--label", "web")] == [ui]  # type: ignore[union-attr]
+    assert gw_json(plane, "ready", "--label", "ui", "--label", "api") == [], "--label repeated: all of them"
+    both = gw_json(plane, "search", "i", "--label-any", "api", "--label-any", "web", "--label", "web")
+    assert [r["item"] for r in both] == [ui]  # type: ignore[union-attr]
+    claimed = gw_json(plane, "claim", "--next", "--label-any", "docs", "--label-any", "api")
+    assert claimed["item"] == api  # type: ignore[index]
+    before = tip(plane)
+    alone = run_gw(plane, "claim", ui, "--label-any", "ui", env=ALICE)
+    assert alone.returncode == 5 and "--label-any" in alone.stderr and tip(plane) == before

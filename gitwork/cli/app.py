@@ -107,6 +107,10 @@ def main(
     """gitwork: work items, fenced leases and conversations kept on a git ref."""
 
 
+LabelAny = Annotated[Optional[list[str]], typer.Option("--label-any", help="Only items with at least one of these "
+                                                                          "labels (repeatable; with --label: both).")]
+
+
 DescriptionFile = Annotated[
     Optional[str], typer.Option("--description-file", help="Read the description from this file ('-': stdin).")
 ]
@@ -153,6 +157,7 @@ def list_(
     status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable; "
                                                                                "expired: a lease past its expiry).")] = None,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
@@ -170,6 +175,7 @@ def list_(
 def ready(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
@@ -284,6 +290,7 @@ def search(
     text: Annotated[str, typer.Argument(help="Text to find (case-insensitive).", show_default=False)],
     status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
@@ -366,6 +373,7 @@ def claim(
     item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
     next: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="With --next: only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="With --next: only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="With --next: only items of this priority.")] = None,
     ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,

@@ -67,20 +67,22 @@ def show_json(view: dict[str, Any]) -> dict[str, Any]:
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
-               limit: int | None = None, text: str | None = None) -> None:
+               limit: int | None = None, text: str | None = None, label_any: list[str] | None = None) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
-                  limit=limit, text=text)
+                  limit=limit, text=text, label_any=label_any)
     _rows_view(picked, as_json, "items")
 
 
 def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
-          priority: int | None = None, sort: str | None = None, explain: bool = False) -> None:
+          priority: int | None = None, sort: str | None = None, explain: bool = False,
+          label_any: list[str] | None = None) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
         from .reports import explain_ready
 
         _limit(limit)
         return explain_ready(wp, as_json, limit)
-    picked = pick(wp, ready=True, label=label, owner=owner, priority=priority, sort=sort, limit=limit)
+    picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
+                  limit=limit)
     _rows_view(picked, as_json, "ready")
 
 
@@ -106,7 +108,8 @@ def statuses(status: list[str] | None) -> list[str] | None:
 
 def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
-         sort: str | None = None, limit: int | None = None, text: str | None = None) -> Picked:
+         sort: str | None = None, limit: int | None = None, text: str | None = None,
+         label_any: list[str] | None = None) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after)."""
     from ...queries import SORTS, select
@@ -121,7 +124,8 @@ def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label
     ctx = wp.context()
     picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
                     limit=None if text is not None else limit, priority=priority, ready=ready,
-                    statuses=statuses(status), closed=all, labels=label, holder=holder, owner=owner)
+                    statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
+                    owner=owner)
     rows, cut, matches = picked.rows, picked.cut, None
     if text is not None:
         from ...index import ID

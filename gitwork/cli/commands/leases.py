@@ -10,9 +10,10 @@ if TYPE_CHECKING:
 
 
 def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False,
-          label: list[str] | None = None, owner: str | None = None, priority: int | None = None) -> None:
+          label: list[str] | None = None, owner: str | None = None, priority: int | None = None,
+          label_any: list[str] | None = None) -> None:
     applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline, labels=label or None,
-                    owner=owner, priority=priority)
+                    labels_any=label_any or None, owner=owner, priority=priority)
     r = applied.result
     done_line(applied, as_json,
               f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}", data=r["item"])
