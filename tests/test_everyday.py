@@ -258,14 +258,17 @@ def test_completion_scripts_and_item_ids(plane: Path) -> None:
     assert gw_bin.exists()
     program = ('eval "$(gw completion bash)"; COMP_WORDS=(gw sho); COMP_CWORD=1; _gw_completion gw; '
                'echo "${COMPREPLY[*]}"; COMP_WORDS=(gw show w-); COMP_CWORD=2; _gw_completion gw; '
-               'echo "${COMPREPLY[*]}"')
+               'echo "${COMPREPLY[*]}"; '
+               # from another directory, with git's -C before the verb
+               f'cd /; COMP_WORDS=(gw -C {plane} show w-); COMP_CWORD=4; _gw_completion gw; echo "${{COMPREPLY[*]}}"')
     import subprocess
 
     env = {**os.environ, **ALICE, "PATH": f"{gw_bin.parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run([bash, "-c", program], cwd=plane, capture_output=True, text=True, env=env, timeout=60)
-    verbs, ids = done.stdout.splitlines()
+    verbs, ids, elsewhere = done.stdout.splitlines()
     assert verbs.split() == ["show"]
     assert ids.split() == [item], "open items only, full ids"
+    assert elsewhere.split() == [item], "gw -C DIR show <TAB> completes DIR's ids"
 
 
 # --- text from stdin, a file or an editor (point 6) ------------------------------------------------

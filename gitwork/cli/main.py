@@ -134,7 +134,27 @@ def main(argv: list[str] | None = None) -> int:
             pager.finish()
 
 
+def hoist_completion() -> None:
+    """A shell completing ``gw -C DIR show w-<TAB>``: the words it hands typer (bash: ``COMP_WORDS``;
+    zsh, fish: ``_TYPER_COMPLETE_ARGS``) get the same hoisting as a command line, so the item ids come
+    from DIR. Only when the word being completed is not the verb itself (the count of words, and so
+    ``COMP_CWORD``, is unchanged by the reordering)."""
+    import shlex
+
+    for name in ("COMP_WORDS", "_TYPER_COMPLETE_ARGS"):
+        value = os.environ.get(name)
+        try:
+            words = shlex.split(value) if value else []
+        except ValueError:
+            continue
+        moved = hoist(words[1:])
+        if len(words) > 1 and moved != words[1:] and (value.endswith(" ") or moved[-1] == words[-1]):
+            os.environ[name] = shlex.join([words[0], *moved]) + (" " if value.endswith(" ") else "")
+
+
 def _run(args: list[str]) -> int:
+    if "_GW_COMPLETE" in os.environ:
+        hoist_completion()
     if "_GW_COMPLETE" not in os.environ:  # a shell asking for completions goes to typer
         from .fast import run
 
