@@ -124,14 +124,22 @@ def test_dep_tree_of_an_unknown_item_is_not_found(plane: Path) -> None:
     assert tip(plane) == before
 
 
-def test_stale_lists_expired_and_long_held_leases(plane: Path) -> None:
-    at = {"GW_NOW": "2030-01-01T12:00:00Z"}
+AT = {"GW_NOW": "2030-01-01T12:00:00Z"}
+
+
+def two_leases(plane: Path) -> tuple[str, str]:
+    """Items "short" (a 10-minute lease from AT), "long" (3 hours) and "free" (none): short and long."""
     short = new(plane, "short")
     long = new(plane, "long")
     new(plane, "free")
-    gw_ok(plane, "claim", short, "--ttl", "10m", env=at)
-    gw_ok(plane, "claim", long, "--ttl", "3h", env=at)
-    assert gw_json(plane, "stale", env=at) == []
+    gw_ok(plane, "claim", short, "--ttl", "10m", env=AT)
+    gw_ok(plane, "claim", long, "--ttl", "3h", env=AT)
+    return short, long
+
+
+def test_stale_lists_expired_and_long_held_leases(plane: Path) -> None:
+    short, long = two_leases(plane)
+    assert gw_json(plane, "stale", env=AT) == []
     # 30 minutes on: short expired (and takeable past the margin); long held for 30m only.
     later = {"GW_NOW": "2030-01-01T12:30:00Z"}
     [expired] = gw_json(plane, "stale", env=later)  # type: ignore[misc]
@@ -511,25 +519,20 @@ def test_release_and_edit_take_several_ids(plane: Path) -> None:
 
 
 def test_list_and_ready_show_an_expired_lease_as_expired(plane: Path) -> None:
-    at = {"GW_NOW": "2030-01-01T12:00:00Z"}
-    lapsed = new(plane, "lapsed")
-    live = new(plane, "live")
-    new(plane, "free")
-    gw_ok(plane, "claim", lapsed, "--ttl", "10m", env=at)
-    gw_ok(plane, "claim", live, "--ttl", "3h", env=at)
+    lapsed, live = two_leases(plane)
     later = {"GW_NOW": "2030-01-01T12:30:00Z"}
     rows = {r["item"]: r for r in gw_json(plane, "list", env=later)}  # type: ignore[union-attr]
     assert rows[lapsed]["expired"] is True and rows[live]["expired"] is False
     text = {line.split("\t")[-1]: line.split("\t") for line in gw_ok(plane, "list", env=later).splitlines()}
-    assert text["lapsed"][1:4] == ["expired", "2", "alice"], "not in_progress alice"
-    assert text["live"][1] == "in_progress"
+    assert text["short"][1:4] == ["expired", "2", "alice"], "not in_progress alice"
+    assert text["long"][1] == "in_progress"
     ready = {line.split("\t")[-1]: line.split("\t")[1] for line in gw_ok(plane, "ready", env=later).splitlines()}
-    assert ready == {"lapsed": "expired", "free": "open"}
+    assert ready == {"short": "expired", "free": "open"}
     # -s expired lists exactly the leases past their expiry; it may be combined with a real status
     assert [r["item"] for r in gw_json(plane, "list", "-s", "expired", env=later)] == [lapsed]  # type: ignore[union-attr]
-    assert gw_json(plane, "list", "-s", "expired", env=at) == []
+    assert gw_json(plane, "list", "-s", "expired", env=AT) == []
     both = gw_json(plane, "list", "-s", "open", "-s", "expired", env=later)
-    assert {r["title"] for r in both} == {"lapsed", "free"}  # type: ignore[union-attr]
+    assert {r["title"] for r in both} == {"short", "free"}  # type: ignore[union-attr]
 
 
 def test_an_unknown_status_is_refused_naming_the_known_ones(plane: Path) -> None:
