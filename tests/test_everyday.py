@@ -655,11 +655,11 @@ def test_a_pager_on_a_terminal_by_gits_rules(plane: Path, tmp_path: Path) -> Non
 
 
 def test_jq_filters_the_json_output(plane: Path) -> None:
-    a = new(plane, "alpha", "-l", "ui")
+    a = new(plane, "alpha", "-l", "ui", "-p", "1")
     new(plane, "beta")
     assert gw_ok(plane, "list", "--jq", ".[].title").splitlines() == ["alpha", "beta"], "strings raw"
     assert gw_ok(plane, "--jq=.[] | select(.labels == [\"ui\"]) | {item, priority}", "list").splitlines() == [
-        json.dumps({"item": a, "priority": 2})], "objects compact, one a line; --jq before the verb too"
+        json.dumps({"item": a, "priority": 1})], "objects compact, one a line; --jq before the verb too"
     assert gw_ok(plane, "show", a, "--jq", ".criteria | length") == "0\n"
     before = tip(plane)
     bad = run_gw(plane, "new", "gamma", "--jq", ".[", env=ALICE)

@@ -93,7 +93,7 @@ def prime(wp: Any, as_json: bool) -> None:
 
 def search(wp: Any, as_json: bool, text: str, **filters: Any) -> None:
     """``gw search TEXT``: ``gw list --text TEXT`` printed with where each item matched."""
-    from .items import pick, said_cut
+    from ..listing import pick, said_cut
 
     from ...index import ID, STATUS, TITLE
 
