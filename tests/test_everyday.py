@@ -629,8 +629,9 @@ def test_a_pager_on_a_terminal_by_gits_rules(plane: Path, tmp_path: Path) -> Non
     assert seen.read_text().split() == ["S", "-c"], "a LESS of one's own is kept"
     # --no-pager (before the verb, as in git), a piped stdout, a mutation, GIT_PAGER=cat: no pager
     paged.unlink()
-    code, screen = on_a_terminal(plane, "--no-pager", "list", env={"GIT_PAGER": into})
-    assert code == 0 and "first item" in screen and not paged.exists()
+    for off in ("--no-pager", "-P"):
+        code, screen = on_a_terminal(plane, off, "list", env={"GIT_PAGER": into})
+        assert code == 0 and "first item" in screen and not paged.exists()
     piped = run_gw(plane, "list", env={**ALICE, "GIT_PAGER": into})
     assert "first item" in piped.stdout and not paged.exists()
     code, screen = on_a_terminal(plane, "new", "second", env={"GIT_PAGER": into})

@@ -8,19 +8,20 @@ import sys
 # Sub-command groups: their verb is two words (`gw session start`), so options moved from before the
 # verb go after both words.
 GROUPS = frozenset(("session", "remote", "hooks", "dep"))
+NO_PAGER = frozenset(("--no-pager", "-P"))  # git's spellings
 
 
 def hoist(args: list[str]) -> list[str]:
     """git's habit: options before the verb, ``gw -C DIR --json VERB ...``, are moved after the verb,
     where every command declares them (``-C``, ``--json``). Several ``-C`` combine as in git
     (``-C a -C b`` is ``a/b``). The verb's own ``-C`` after it, if any, still wins (the last one).
-    ``--no-pager`` (git's global option, only before the verb) is taken out: see :func:`no_pager`."""
+    ``--no-pager``/``-P`` (git's global option, only before the verb) is taken out: see :func:`no_pager`."""
     directory: str | None = None
     flags: list[str] = []
     index = 0
     while index < len(args):
         arg = args[index]
-        if arg == "--no-pager":
+        if arg in NO_PAGER:
             index += 1
         elif arg == "-C" and index + 1 < len(args):
             directory = os.path.join(directory, args[index + 1]) if directory else args[index + 1]
@@ -36,16 +37,17 @@ def hoist(args: list[str]) -> list[str]:
     rest = args[index:]
     if index == 0 or not rest or rest[0].startswith("-"):
         # nothing before the verb, or no verb: the parser reports it as usual
-        return [arg for arg in args[:index] if arg != "--no-pager"] + rest
+        return [arg for arg in args[:index] if arg not in NO_PAGER] + rest
     moved = flags + (["-C", directory] if directory is not None else [])
     at = 2 if rest[0] in GROUPS and len(rest) > 1 and not rest[1].startswith("-") else 1
     return rest[:at] + moved + rest[at:]
 
 
 def no_pager(args: list[str]) -> bool:
-    """``gw --no-pager VERB``: git's global option, before the verb (among the other global options)."""
+    """``gw --no-pager VERB`` (or ``-P``): git's global option, before the verb (among the other global
+    options)."""
     for arg in args:
-        if arg == "--no-pager":
+        if arg in NO_PAGER:
             return True
         if not arg.startswith("-") or arg == "--":
             return False
