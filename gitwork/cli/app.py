@@ -107,6 +107,10 @@ def main(
     """gitwork: work items, fenced leases and conversations kept on a git ref."""
 
 
+LabelAny = Annotated[Optional[list[str]], typer.Option("--label-any", help="Only items with at least one of these "
+                                                                          "labels (repeatable; with --label: both).")]
+
+
 DescriptionFile = Annotated[
     Optional[str], typer.Option("--description-file", help="Read the description from this file ('-': stdin).")
 ]
@@ -150,23 +154,28 @@ def show(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None)
 
 @verb(items.list_items, "list")
 def list_(
-    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
-    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label.")] = None,
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable; "
+                                                                               "expired: a lease past its expiry).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
+    text: Annotated[Optional[str], typer.Option("--text", help="Only items whose title, description, criteria, "
+                                                               "decisions or thread hold this (as gw search).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """List items, best first (open and active ones unless --all or --status)."""
+    """List items, best first (open and active ones unless --all or --status; -s expired: leases past their expiry)."""
 
 
 @verb(items.ready)
 def ready(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
@@ -178,7 +187,7 @@ def ready(
 
 @verb(items.edit)
 def edit(
-    item: ItemArg,
+    item: ItemsArg,
     title: Annotated[Optional[str], typer.Option("--title")] = None,
     description: Annotated[Optional[str], typer.Option("-d", "--description", help="'-' reads it from stdin.")] = None,
     description_file: DescriptionFile = None,
@@ -194,8 +203,8 @@ def edit(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Change an item's fields (the holder only, while it is leased). -e edits the title and description in your
-    editor."""
+    """Change items' fields (the holder only, while it is leased). -e edits the title and description in your
+    editor (one item). Several ids: one command each (e.g. --add-label on many); exit code of the first failure."""
 
 
 @verb(items.check)
@@ -225,7 +234,7 @@ def done(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
-    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+    fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Mark items done; publishes your open session of each first, and releases your lease (several ids: one
     command each; exit code of the first failure)."""
@@ -234,7 +243,7 @@ def done(
 @verb(items.cancel)
 def cancel(
     item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
-    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+    fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Cancel items (several ids: one command each; exit code of the first failure)."""
 
@@ -280,10 +289,18 @@ def blocked(json: Json = False, agent: As = None, path: Repo = None) -> None:
 def search(
     text: Annotated[str, typer.Argument(help="Text to find (case-insensitive).", show_default=False)],
     status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
+    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched."""
+    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched (the filters of
+    gw list)."""
 
 
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
@@ -356,6 +373,7 @@ def claim(
     item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
     next: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="With --next: only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="With --next: only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="With --next: only items of this priority.")] = None,
     ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
@@ -370,9 +388,9 @@ def renew(item: ItemArg, ttl: Ttl = None, fence: Fence = None, offline: Offline 
 
 
 @verb(leases.release)
-def release(item: ItemArg, fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None,
+def release(item: ItemsArg, fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None,
             path: Repo = None) -> None:
-    """Give your lease up."""
+    """Give your leases up (several ids: one command each; exit code of the first failure)."""
 
 
 @verb(leases.takeover)
