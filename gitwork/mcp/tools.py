@@ -53,19 +53,20 @@ class Tool:
     ``fields``: the op fields it takes (``fence`` is the common field every op accepts); ``local``:
     the fields of a read tool, in the kind language; ``rename``: tool argument -> the verb's
     parameter name; ``defaults``: values for arguments not given; ``lease``: ``"grant"`` (remember the
-    lease in the result), ``"end"`` (forget it); ``listed``: arguments the verb takes as a list.
+    lease in the result), ``"end"`` (forget it). An argument the verb takes as a list (``gw done A B``)
+    is wrapped by :func:`run_verb`, read from the verb's own signature.
     """
 
-    __slots__ = ("name", "verb", "op", "names", "local", "rename", "defaults", "lease", "listed", "summary",
+    __slots__ = ("name", "verb", "op", "names", "local", "rename", "defaults", "lease", "summary",
                  "_fields")
 
     def __init__(self, name: str, verb: str, summary: str | None = None, *, op: str | None = None,
                  fields: tuple[str, ...] = (), local: dict[str, str] | None = None,
                  rename: dict[str, str] | None = None, defaults: dict[str, Any] | None = None,
-                 lease: str | None = None, listed: tuple[str, ...] = ()) -> None:
+                 lease: str | None = None) -> None:
         self.name, self.verb, self.op, self.names, self.summary = name, verb, op, fields, summary
         self.local, self.rename, self.defaults = local or {}, rename or {}, defaults or {}
-        self.lease, self.listed = lease, listed
+        self.lease = lease
         self._fields: dict[str, Field] | None = None
 
     @property
@@ -136,7 +137,7 @@ TOOLS: tuple[Tool, ...] = (
     Tool("check", "items:check", op="check", fields=("item", "criterion", "uncheck", "fence")),
     Tool("decision", "items:decision", op="decision", fields=("item", "text", "why", "fence")),
     Tool("done", "items:done", "finish an item: publishes your open session, releases the lease", op="done",
-         fields=("item", "force", "reason", "fence"), lease="end", listed=("item",)),
+         fields=("item", "force", "reason", "fence"), lease="end"),
     Tool("msg", "messages:msg", op="msg", fields=("item", "text", "kind", "reply_to", "to", "fence")),
     Tool("thread", "messages:thread", "an item's messages after number since",
          local={"item": "item!", "since": "int"}, defaults={"since": 0}),
@@ -215,7 +216,7 @@ class Session:
         given = {**tool.defaults, **given}
         item = self._fence(tool, given)
         try:
-            result = run_verb(self.wp, tool.verb, {tool.rename.get(k, k): ([v] if k in tool.listed else v)
+            result = run_verb(self.wp, tool.verb, {tool.rename.get(k, k): v
                                                    for k, v in given.items()})
         except Stale:
             if item is not None and _talks(tool):
@@ -318,6 +319,8 @@ def run_verb(wp: Workplane, verb: str, kwargs: dict[str, Any]) -> Any:
     module, _, name = verb.partition(":")
     func = getattr(importlib.import_module(f"gitwork.cli.commands.{module}"), name)
     for parameter in list(inspect.signature(func).parameters.values())[2:]:
+        if str(parameter.annotation).startswith("list[") and isinstance(kwargs.get(parameter.name), str):
+            kwargs[parameter.name] = [kwargs[parameter.name]]  # one id where the verb takes several
         if parameter.kind is parameter.POSITIONAL_OR_KEYWORD and parameter.default is parameter.empty:
             kwargs.setdefault(parameter.name, None)
     printed = io.StringIO()
