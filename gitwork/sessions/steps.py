@@ -187,6 +187,15 @@ class Run:
         crash_point(f"{op}-recorded")
         mirror(self.where, new)
 
+    def refresh(self) -> bool:
+        """Take up what another process recorded meanwhile (``False``: nothing new, so a refusal stands)."""
+        fresh = _recorded(self.wp, self.manifest["id"])
+        if fresh is None or fresh == self.manifest:
+            return False
+        self.manifest = fresh
+        mirror(self.where, fresh)
+        return True
+
     def result(self, **extra: Any) -> dict[str, Any]:
         return {**view(self.where, self.manifest), "transitions": self.transitions, **extra}
 
@@ -340,32 +349,42 @@ def settle(run: Run) -> None:
     """Make every transition that is due now: nested exchanges asked for, waiting branches whose exchange
     is done resumed, and the next round's branches (a fan-out after a join, or the next step)."""
     for _round in range(1000):
-        manifest = run.manifest
-        if manifest["status"] not in ("running", "blocked"):
-            return
-        for key, state in sorted(manifest["branches"].items()):
-            if state["status"] != "waiting" or manifest["status"] != "running":
-                continue
-            asked = _exchange_request(run, key)
-            if asked is not None:
-                branch(run, asked[1], state.get("position", 0))
-                break
-            exchanges = [k for k in manifest["branches"] if k.startswith(key + "/")]
-            done = [k for k in exchanges if manifest["branches"][k]["status"] == "done"
-                    and not any(r["from"] == k for r in manifest["resumes"])]
-            if done:
-                new = copy.deepcopy(manifest)
-                new["branches"][key]["status"] = "open"
-                new["resumes"].append({"branch": key, "from": done[0], "reason": "wait",
-                                       "at": clock.format_instant(run.wp.now())})
-                run.record("session-resume", new, key=key, reason="wait")
-                break
-        else:
-            pending = due(run.wp, manifest)
-            if not pending:
+        try:
+            if not _settle_one(run):
                 return
-            request, position = pending[0]
-            branch(run, request, position)
+        except (Illegal, Invalid):
+            if not run.refresh():  # another process made this transition first: plan again on its record
+                raise
+
+
+def _settle_one(run: Run) -> bool:
+    """Make one due transition; ``False`` when none is due."""
+    manifest = run.manifest
+    if manifest["status"] not in ("running", "blocked"):
+        return False
+    for key, state in sorted(manifest["branches"].items()):
+        if state["status"] != "waiting" or manifest["status"] != "running":
+            continue
+        asked = _exchange_request(run, key)
+        if asked is not None:
+            branch(run, asked[1], state.get("position", 0))
+            return True
+        exchanges = [k for k in manifest["branches"] if k.startswith(key + "/")]
+        done = [k for k in exchanges if manifest["branches"][k]["status"] == "done"
+                and not any(r["from"] == k for r in manifest["resumes"])]
+        if done:
+            new = copy.deepcopy(manifest)
+            new["branches"][key]["status"] = "open"
+            new["resumes"].append({"branch": key, "from": done[0], "reason": "wait",
+                                   "at": clock.format_instant(run.wp.now())})
+            run.record("session-resume", new, key=key, reason="wait")
+            return True
+    pending = due(run.wp, manifest)
+    if not pending:
+        return False
+    request, position = pending[0]
+    branch(run, request, position)
+    return True
 
 
 # --- gates -----------------------------------------------------------------------------------------
@@ -612,7 +631,7 @@ def create(wp: Workplane, item: str, chain: str, fence: int | None = None, proje
     return run.result(existing=False)
 
 
-def next_step(wp: Workplane, session: str, launch: bool = False, backend: str = "process",
+def next_step(wp: Workplane, session: str, launch: bool = False, backend: str = "subprocess",
               fence: int | None = None) -> dict[str, Any]:
     """Finish what is due, then list the open branches; ``launch`` starts each agent operator's branch
     through ``gw run`` (once: the execution id is the branch's), after the request gate."""
@@ -632,8 +651,11 @@ def next_step(wp: Workplane, session: str, launch: bool = False, backend: str = 
             entries = sum(1 for r in run.manifest["resumes"] if r["branch"] == key)
             execution = "s-" + sha256(f"{session}/{key}/{entries}".encode())[:24]
             command = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *(operator.command or [])]
-            row["execution"] = launch_run(wp, run.manifest["item"], command, backend_kind=backend,
-                                          execution=execution)
+            started = launch_run(wp, run.manifest["item"], command, backend_kind=backend, execution=execution)
+            # gw run keeps one live execution per item: a parallel branch whose sibling still runs is
+            # launched by a later `gw step next --launch`, never twice (its execution id is its own).
+            row["execution"] = started if started.get("execution") == execution else None
+            row["waiting_for"] = None if row["execution"] else started.get("execution")
         rows.append(row)
     return run.result(branches=rows)
 
@@ -682,15 +704,24 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
     operator = run.rules.operator(manifest["steps"][key])
     _run_validator(operator, branch_env(run.where, manifest, key), run.where.branch(key), key)
     listing = _response_listing(folder)
-    new = copy.deepcopy(manifest)
-    new["branches"][key]["status"] = response["status"]
-    new["responses"][key] = sha256(data)
-    if response["status"] == "blocked":
-        new["status"] = "blocked"
-        if is_exchange(key):
-            new["branches"][key.rpartition("/")[0]]["status"] = "blocked"
     crash_point("session-submit-checked")
-    run.record("session-submit", new, key=key, response=text, files=listing)
+    for _attempt in range(10):
+        if run.manifest["branches"][key]["status"] != "open":
+            raise Illegal(f"branch {key} was answered meanwhile ({run.manifest['branches'][key]['status']})",
+                          branch=key)
+        new = copy.deepcopy(run.manifest)
+        new["branches"][key]["status"] = response["status"]
+        new["responses"][key] = sha256(data)
+        if response["status"] == "blocked":
+            new["status"] = "blocked"
+            if is_exchange(key):
+                new["branches"][key.rpartition("/")[0]]["status"] = "blocked"
+        try:
+            run.record("session-submit", new, key=key, response=text, files=listing)
+            break
+        except (Illegal, Invalid):
+            if not run.refresh():  # a parallel branch was recorded meanwhile: submit on top of it
+                raise
     settle(run)
     return run.result(already=False, answer=response["status"])
 
