@@ -677,7 +677,7 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
             return run.result(already=True)
         raise Illegal(f"branch {key} is {state['status']}: it takes no response now", branch=key)
     if manifest["status"] not in ("running", "blocked"):
-        raise Illegal(f"session {session} is {manifest['status']}")
+        raise Illegal(f"session {session} is {manifest['status']}: it takes no more transitions", session=session)
     check_request(run, key)
     outside = outside_writes(run)
     if outside:
@@ -701,8 +701,9 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
             raise Invalid(f"{key} already had the exchange {exchange}: name a new one", branch=key)
         run.rules.operator(response["awaiting"]["operator"])
     _changes_md(run, key, folder, response)
-    operator = run.rules.operator(manifest["steps"][key])
-    _run_validator(operator, branch_env(run.where, manifest, key), run.where.branch(key), key)
+    if response["status"] == "done":  # the operator's own gate judges what it produced
+        operator = run.rules.operator(manifest["steps"][key])
+        _run_validator(operator, branch_env(run.where, manifest, key), run.where.branch(key), key)
     listing = _response_listing(folder)
     crash_point("session-submit-checked")
     for _attempt in range(10):
@@ -748,6 +749,8 @@ def block(wp: Workplane, session: str, key: str, reason: str, fence: int | None 
     if not reason or not reason.strip():
         raise Invalid("say why the branch is blocked (--reason)")
     where, manifest = load(wp, session)
+    if manifest["status"] not in ("running", "blocked"):
+        raise Illegal(f"session {session} is {manifest['status']}: it takes no more transitions", session=session)
     if manifest["branches"].get(key, {}).get("status") == "open":
         doc = {"status": "blocked", "stop": {"reason": reason.strip()[:1024]}, "fields": {}}
         data = canonical(doc)
