@@ -549,3 +549,154 @@ def test_end_to_end_three_steps_two_parallel_launched_operators_publish(tmp_path
     assert [i["from"] for i in last["inputs"]] == ["step-2/parallel-1", "step-2/parallel-2"]
     runs = json.loads(_gw(project, "runs", "--json").stdout)
     assert len(runs) == 4 and len({r["execution"] for r in runs}) == 4  # each branch ran exactly once
+
+
+# --- the lifecycle as a state machine ------------------------------------------------------------------
+
+
+def lifecycle_machine(root: Path) -> type:
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+    class Lifecycle(RuleBasedStateMachine):
+        """Random walks through create, submit (valid and invalid), wait/answer, block, resume, done and
+        stop. After each: the manifest validates, its copy and every request hash match, and each
+        transition was exactly one commit; a refusal changed nothing and never advanced a branch."""
+
+        count = 0
+
+        def __init__(self) -> None:
+            super().__init__()
+            Lifecycle.count += 1
+            self.project = make_project(root / f"run{Lifecycle.count}")
+            self.wp = Workplane(str(self.project), now=Clock(T0), agent="alice")
+            self.wp.do("init")
+            self.item = new_item(self.wp)
+            made = steps.create(self.wp, self.item, "feature")
+            self.session = made["session"]
+            self.folder = Path(made["folder"])
+            self.exchanges = self.moves = 0
+
+        def teardown(self) -> None:
+            self.wp.close()
+            check_invariants(self.project, self.session)  # once per run: each branch recorded exactly once
+
+        @property
+        def manifest(self) -> dict[str, Any]:
+            return steps.read_session(self.wp, self.session)["manifest"]
+
+        def open_keys(self) -> list[str]:
+            return sorted(k for k, b in self.manifest["branches"].items() if b["status"] == "open")
+
+        def transition(self, call: Any, extra: int = 0) -> dict[str, Any]:
+            self.moves += 1
+            before = commits(self.project)
+            result = call()
+            assert commits(self.project) - before == len(result["transitions"]) + extra
+            return result
+
+        def refused(self, call: Any, error: type[GwError]) -> None:
+            before = (tip(self.project), self.manifest)
+            with pytest.raises(error):
+                call()
+            assert (tip(self.project), self.manifest) == before
+
+        def ended(self) -> bool:
+            return self.manifest["status"] in ("done", "stopped")
+
+        def choices(self) -> list[str]:
+            """The moves that make sense now (each also has refusals tried inside it), weighted to progress."""
+            manifest = self.manifest
+            busy = any(b["status"] in ("open", "waiting") for b in manifest["branches"].values())
+            moves = []
+            if self.open_keys():
+                moves += ["submit"] * 4 + ["invalid", "block"] + (["wait"] if self.exchanges < 2 else [])
+            if manifest["status"] == "blocked" and not busy:
+                moves += ["resume"] * 3
+            if steps.finished(manifest) and manifest["status"] == "running":
+                moves += ["done-user", "done-publish"]
+            return moves + (["stop"] if self.moves >= 12 or not moves else [])
+
+        @precondition(lambda self: not self.ended())
+        @rule(data=st.data())
+        def act(self, data: Any) -> None:
+            move = data.draw(st.sampled_from(self.choices()))
+            manifest = self.manifest
+            if move in ("submit", "invalid", "block", "wait"):
+                keys = self.open_keys() if move != "wait" else [k for k in self.open_keys() if not steps.is_exchange(k)]
+                if not keys:
+                    return
+                key = data.draw(st.sampled_from(keys))
+            if move == "submit":
+                answer(self.folder, key, {"status": "done", "fields": {"out": "response/response.md"}},
+                       {"response.md": key})
+                self.transition(lambda: steps.submit(self.wp, self.session, key))
+                assert self.manifest["branches"][key]["status"] == "done"
+            elif move == "invalid":  # a red gate: never advanced
+                answer(self.folder, key, {"status": "done", "fields": {"out": "response/missing.md"}})
+                self.refused(lambda: steps.submit(self.wp, self.session, key), Invalid)
+            elif move == "wait":
+                self.exchanges += 1
+                answer(self.folder, key, {"status": "waiting", "fields": {},
+                                          "awaiting": {"exchange": f"x{self.exchanges}", "operator": "user"}})
+                self.transition(lambda: steps.submit(self.wp, self.session, key))
+                assert f"{key}/x{self.exchanges}" in self.open_keys()
+            elif move == "block":
+                self.transition(lambda: steps.block(self.wp, self.session, key, "stuck"))
+                assert self.manifest["status"] == "blocked"
+                if any(b["status"] in ("open", "waiting") for b in self.manifest["branches"].values()):
+                    self.refused(lambda: steps.resume(self.wp, self.session), Illegal)
+            elif move == "resume":
+                blocked = [k for k in steps.round_keys(manifest, manifest["current"])
+                           if manifest["branches"][k]["status"] == "blocked"]
+                self.transition(lambda: steps.resume(self.wp, self.session))
+                after = self.manifest
+                for number, key in enumerate(blocked, 1):  # no lost resume: each blocked branch re-entered
+                    new = f"step-{manifest['current'] + 1}/parallel-{number}"
+                    request = json.loads((self.folder / new / "request" / "request.json").read_text())
+                    assert request["resume"] == key and after["steps"][new] == after["steps"][key]
+                    assert new in self.open_keys()
+            elif move.startswith("done"):
+                route = move.partition("-")[2]
+                self.transition(lambda: steps.done(self.wp, self.session, route=route), extra=1)
+                assert self.manifest["status"] == "done" and self.folder.exists() == (route == "user")
+            else:
+                if not steps.finished(manifest):
+                    self.refused(lambda: steps.done(self.wp, self.session), Illegal)
+                self.transition(lambda: steps.stop(self.wp, self.session, reason="enough"), extra=1)
+                assert self.manifest["status"] == "stopped"
+
+        @precondition(lambda self: self.ended())
+        @rule(data=st.data())
+        def after_the_end(self, data: Any) -> None:
+            key = data.draw(st.sampled_from(sorted(self.manifest["branches"])))
+            self.refused(lambda: steps.block(self.wp, self.session, key, "late"), Illegal)
+            self.refused(lambda: steps.resume(self.wp, self.session), Illegal)
+
+        @invariant()
+        def manifest_holds(self) -> None:
+            snapshot = self.wp.context().snapshot
+            base = f"sessions/{self.session}"
+            manifest = check_schema("state", json.loads(snapshot.blob(f"{base}/state.json") or b""), "recorded")
+            if self.folder.exists():
+                assert (self.folder / "state.json").read_bytes() == canonical(manifest)
+            for key, digest in manifest["requests"].items():
+                assert hashlib.sha256(snapshot.blob(f"{base}/{key}/request/request.json") or b"").hexdigest() == digest
+                if self.folder.exists():
+                    assert hashlib.sha256((self.folder / key / "request/request.json").read_bytes()).hexdigest() == digest
+            for key, state in manifest["branches"].items():
+                if state["status"] != "open" and key in manifest["responses"]:
+                    recorded = snapshot.blob(f"{base}/{key}/response/response.json")
+                    assert hashlib.sha256(recorded or b"").hexdigest() == manifest["responses"][key]
+
+    return Lifecycle
+
+
+@pytest.mark.slow
+def test_lifecycle_state_machine(tmp_path: Path) -> None:
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    run_state_machine_as_test(lifecycle_machine(tmp_path), settings=settings(
+        max_examples=6, stateful_step_count=16, deadline=None, derandomize=True,
+        suppress_health_check=list(HealthCheck)))

@@ -101,27 +101,10 @@ def load_json(data: bytes | str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> 
     if len(raw) > limit:
         raise Invalid(f"{what} is too large ({len(raw)} bytes; at most {limit})")
     text = raw.decode("utf-8", "replace") if isinstance(data, bytes) else data
-    # The depth is checked on the text before parsing: json's decoder recurses once per level.
-    depth = 0
-    deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    if deepest > MAX_JSON_DEPTH:
-        raise Invalid(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+    # The depth is checked on the text before parsing: json's decoder recurses once per level. Few
+    # brackets in all cannot nest deeply, so most documents skip the scan.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
+        _check_nesting(text, what)
     try:
         doc = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
         check_depth(doc, MAX_JSON_DEPTH + 1)
@@ -129,6 +112,25 @@ def load_json(data: bytes | str, what: str, limit: int = MAX_DOCUMENT_BYTES) -> 
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise Invalid(f"{what} is not valid JSON: {first}") from None
     return doc
+
+
+def _check_nesting(text: str, what: str) -> None:
+    import re
+
+    from ..errors import Invalid
+
+    depth = deepest = 0
+    # Strings are matched whole, so a bracket inside one never counts.
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        char = token.group()
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_JSON_DEPTH:
+                    raise Invalid(f"{what} is nested too deeply (more than {MAX_JSON_DEPTH} levels)")
+        elif char in "]}":
+            depth -= 1
 
 
 def validator(kind: str) -> Any:

@@ -52,13 +52,22 @@ def git(*args: str, cwd: str | None = None, check: bool = True, input: bytes | N
 # --- where things are ------------------------------------------------------------------------------
 
 
+_MAIN_WORKTREES: dict[str, str] = {}
+
+
 def main_worktree(repo: Repository) -> str:
-    """The repository's main worktree (sessions live there, whichever worktree ``gw`` runs in)."""
+    """The repository's main worktree (sessions live there, whichever worktree ``gw`` runs in).
+
+    Asked of git once per process and repository: a multi-step session reads it at every step."""
+    known = _MAIN_WORKTREES.get(repo.git_dir)
+    if known is not None:
+        return known
     listing = git("--git-dir", repo.git_dir, "worktree", "list", "--porcelain").out
     first = listing.split("\n\n", 1)[0].split("\n")
     if not first or not first[0].startswith("worktree ") or "bare" in first[1:]:
         raise Invalid("sessions need a repository with a working tree (this one is bare)")
-    return first[0][len("worktree "):]
+    _MAIN_WORKTREES[repo.git_dir] = first[0][len("worktree "):]
+    return _MAIN_WORKTREES[repo.git_dir]
 
 
 def sessions_dir(top: str) -> str:
