@@ -237,6 +237,12 @@ def test_block_keeps_the_session_and_resume_reenters_at_the_next_step(project: P
     assert blocked["status"] == "blocked" and blocked["open"] == ["step-2/parallel-1"]
     with pytest.raises(Illegal, match="still running"):
         steps.resume(plane, session)  # parallel-1 is still at work
+    # ... and may still wait on a nested exchange while its sibling blocks the session.
+    answer(folder, "step-2/parallel-1", {"status": "waiting", "fields": {},
+                                         "awaiting": {"exchange": "ask", "operator": "user"}})
+    assert steps.submit(plane, session, "step-2/parallel-1")["open"] == ["step-2/parallel-1/ask"]
+    answer(folder, "step-2/parallel-1/ask", DONE)
+    assert steps.submit(plane, session, "step-2/parallel-1/ask")["open"] == ["step-2/parallel-1"]
     answer(folder, "step-2/parallel-1", {"status": "done", "fields": {}}, {"response.md": "x"})
     assert steps.submit(plane, session, "step-2/parallel-1")["status"] == "blocked"
     resumed = steps.resume(plane, session)
@@ -250,17 +256,22 @@ def test_block_keeps_the_session_and_resume_reenters_at_the_next_step(project: P
     answer(folder, "step-3/parallel-1", {"status": "done", "fields": {}}, {"response.md": "y"})
     assert steps.submit(plane, session, "step-3/parallel-1")["open"] == ["step-4/parallel-1"]
     manifest = check_invariants(project, session)
-    assert [r["reason"] for r in manifest["resumes"]] == ["block"]
+    assert [r["reason"] for r in manifest["resumes"]] == ["wait", "block"]
 
 
 def test_stop_ends_the_session_and_releases_the_lease(project: Path, plane: Workplane) -> None:
     item = new_item(plane)
     session = steps.create(plane, item, "feature")["session"]
+    before = tip(project)
+    with pytest.raises(Illegal, match="would strand its multi-step session"):
+        plane.do("done", item=item)  # finishing the item would strand the running session
+    assert tip(project) == before
     stopped = steps.stop(plane, session, reason="not needed")
     assert stopped["status"] == "stopped" and stopped["folder"]
     manifest = check_invariants(project, session)
     assert manifest["stoppedAt"] == "2030-01-01T12:00:00Z" and manifest["reason"] == "not needed"
     assert plane.lease(item).state == "released"
+    assert [t["op"] for t in stopped["transitions"]] == ["session-end"]
     with pytest.raises(Illegal, match="takes no more transitions"):
         steps.block(plane, session, "step-1/parallel-1", "late")
     with pytest.raises(Illegal):

@@ -40,6 +40,17 @@ def open_sessions(ctx: Context, item_id: str, lease: Lease | None = None) -> lis
     return rows
 
 
+def running_step_sessions(ctx: Context, item_id: str) -> list[str]:
+    """Multi-step sessions of the item created and not ended (``session-create`` without ``session-end``)."""
+    running: list[str] = []
+    for event in ctx.records(item_id):
+        if event.get("type") == "session-create":
+            running.append(event.get("session"))
+        elif event.get("type") == "session-end" and event.get("session") in running:
+            running.remove(event.get("session"))
+    return running
+
+
 def describe(rows: list[dict[str, Any]]) -> str:
     return ", ".join(f"{r['session']} ({'commit ' + str(r['commit'])[:12] if r['commit'] else 'no commit yet'})"
                      for r in rows)
@@ -50,6 +61,10 @@ def refuse_open_sessions(ctx: Context, item_id: str, lease: Lease | None, what: 
     """``done`` (and a closing ``publish``) must not strand the holder's open sessions: refuse, naming them."""
     if lease is None or not lease.is_active():
         return
+    running = running_step_sessions(ctx, item_id)
+    if running:
+        raise Illegal(f"{what} {item_id} would strand its multi-step session(s) {', '.join(running)}: finish them "
+                      "(`gw session done ID`) or stop them (`gw session stop ID`)", item=item_id, sessions=running)
     rows = [r for r in open_sessions(ctx, item_id, lease) if r["session"] != but]
     if rows:
         raise Illegal(f"{what} {item_id} would strand its open session(s) {describe(rows)}: publish a committed "

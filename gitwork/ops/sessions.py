@@ -270,7 +270,8 @@ def session_branch(ctx: Context) -> None:
     item_id, lease, previous, new = _step_start(ctx)
     assert previous is not None
     key = ctx.cmd["key"]
-    if previous["status"] != "running":
+    exchange = key.count("/") == 2  # a nested exchange may open while another branch blocks the session
+    if previous["status"] != "running" and not (exchange and previous["status"] == "blocked"):
         raise Illegal(f"session {new['id']} is {previous['status']}: resume it first", session=new["id"])
     if key in previous["requests"]:
         raise Illegal(f"branch {key} already exists", branch=key)

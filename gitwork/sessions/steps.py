@@ -363,8 +363,8 @@ def _settle_one(run: Run) -> bool:
     if manifest["status"] not in ("running", "blocked"):
         return False
     for key, state in sorted(manifest["branches"].items()):
-        if state["status"] != "waiting" or manifest["status"] != "running":
-            continue
+        if state["status"] != "waiting":
+            continue  # (a waiting branch's exchange runs even while another branch blocks the session)
         asked = _exchange_request(run, key)
         if asked is not None:
             branch(run, asked[1], state.get("position", 0))
@@ -534,13 +534,14 @@ def _open_run(wp: Workplane, session: str, fence: int | None) -> Run:
 
 def _unfinished_for(wp: Workplane, item_id: str, chain: str) -> str | None:
     """The item's session of this chain that is on the record and not ended (a re-run of create)."""
-    found = None
-    for event in wp.history(item_id):
-        if event.get("type") == "session-create" and event.get("chain") == chain:
-            found = event.get("session")
-        elif event.get("type") == "session-end" and event.get("session") == found:
-            found = None
-    return found
+    from ..ops.session_records import running_step_sessions
+
+    ctx = wp.context()
+    for session in running_step_sessions(ctx, item_id):
+        manifest = recorded_manifest(ctx, session)
+        if manifest is not None and manifest["chainName"] == chain:
+            return session
+    return None
 
 
 def _unrecorded_folder(top: str, item_id: str, chain: str, holder: str) -> str | None:
