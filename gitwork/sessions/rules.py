@@ -92,14 +92,22 @@ def _bool(value: Any, where: str) -> bool:
     return value
 
 
-def _operator(name: str, spec: Any) -> Operator:
-    if not isinstance(name, str) or not _OPERATOR.match(name):
-        raise _bad(f"operators.{str(name)[:40]}", "operator names are letters, digits, _ . -")
-    where = f"operators.{name}"
+def _entry(section: str, name: Any, spec: Any, pattern: re.Pattern[str], names: str,
+           keys: set[str]) -> tuple[str, dict[str, Any]]:
+    """One entry of ``operators`` or ``steps``: its name, a mapping, only known keys."""
+    if not isinstance(name, str) or not pattern.match(name):
+        raise _bad(f"{section}.{str(name)[:40]}", f"{section} names are {names}")
+    where = f"{section}.{name}"
     spec = _mapping(spec, where)
-    unknown = set(spec) - {"command", "validate", "writes_source"}
+    unknown = set(spec) - keys
     if unknown:
         raise _bad(where, f"unknown keys {', '.join(sorted(map(str, unknown)))}")
+    return where, spec
+
+
+def _operator(name: str, spec: Any) -> Operator:
+    where, spec = _entry("operators", name, spec, _OPERATOR, "letters, digits, _ . -",
+                         {"command", "validate", "writes_source"})
     command = spec.get("command")
     if name in BUILTIN:
         if command is not None:
@@ -128,13 +136,8 @@ def load(settings: Any) -> Rules:
     operators = {name: _operator(name, spec) for name, spec in _mapping(doc.get("operators"), "operators").items()}
     steps: dict[str, Step] = {}
     for name, spec in _mapping(doc.get("steps"), "steps").items():
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise _bad(f"steps.{str(name)[:40]}", "step keys are letters, digits, _ and -")
-        where = f"steps.{name}"
-        spec = _mapping(spec, where)
-        unknown = set(spec) - {"operator", "parallel", "writes_source"}
-        if unknown:
-            raise _bad(where, f"unknown keys {', '.join(sorted(map(str, unknown)))}")
+        where, spec = _entry("steps", name, spec, _NAME, "letters, digits, _ and -",
+                             {"operator", "parallel", "writes_source"})
         operator = spec.get("operator")
         if not isinstance(operator, str) or (operator not in operators and operator not in BUILTIN):
             raise _bad(f"{where}.operator", f"{operator!r} is not an operator (define it under sessions.operators)")
