@@ -594,6 +594,7 @@ def lifecycle_machine(root: Path) -> type:
             self.session = made["session"]
             self.folder = Path(made["folder"])
             self.exchanges = self.moves = 0
+            self.ids = {self.session}
 
         def teardown(self) -> None:
             self.wp.close()
@@ -683,6 +684,14 @@ def lifecycle_machine(root: Path) -> type:
                     self.refused(lambda: steps.done(self.wp, self.session), Illegal)
                 self.transition(lambda: steps.stop(self.wp, self.session, reason="enough"), extra=1)
                 assert self.manifest["status"] == "stopped"
+
+        @precondition(lambda self: len(self.ids) < 3)
+        @rule()
+        def another_session_in_the_same_second(self) -> None:
+            """The clock never moves here: every session is started in the same second by the same operator."""
+            made = self.transition(lambda: steps.create(self.wp, new_item(self.wp, "more"), "feature"), extra=2)
+            assert made["session"] not in self.ids
+            self.ids.add(made["session"])
 
         @precondition(lambda self: self.ended())
         @rule(data=st.data())
