@@ -179,6 +179,12 @@ class Run:
 
     def record(self, op: str, new: dict[str, Any], **fields: Any) -> None:
         """One transition: one op, one commit; then the folder's manifest mirrors it."""
+        holder = new["holder"]
+        lease = self.wp.lease(new["item"])
+        if lease is not None and lease.is_active() and lease.holder == holder \
+                and not new["leases"].get(holder, {}).get("released"):
+            # The lease the holder acts under now (a new grant after a release and claim shows here).
+            new["leases"][holder] = {"item": new["item"], "fence": lease.fence, "epoch": lease.epoch}
         applied = self.wp.record(op, item=new["item"], session=new["id"], manifest=canonical(new).decode("utf-8"),
                                  fence=self.fence, **fields)
         self.manifest = new
