@@ -392,8 +392,23 @@ def test_a_resume_naming_another_operators_branch_is_refused_by_the_op(project: 
         plane.record("session-branch", item=manifest["item"], session=session, key="step-3/parallel-1",
                      manifest=canonical(new).decode(), request=data.decode())
     assert tip(project) == before
+    # The op also refuses a recorded request rewritten, or a new branch that changes the session's status.
+    request.update(resume=None)
+    data = canonical(request)
+    new["requests"]["step-3/parallel-1"] = hashlib.sha256(data).hexdigest()
+    for change, message in ((("requests", "step-1/parallel-1", "0" * 64), "was recorded and may not change"),
+                            (("status", None, "blocked"), "changes neither")):
+        forged = json.loads(json.dumps(new))
+        if change[1]:
+            forged[change[0]][change[1]] = change[2]
+        else:
+            forged[change[0]] = change[2]
+        with pytest.raises(GwError, match=message):
+            plane.record("session-branch", item=manifest["item"], session=session, key="step-3/parallel-1",
+                         manifest=canonical(forged).decode(), request=data.decode())
+    assert tip(project) == before
     # ... and the gate before an operator starts refuses a request rewritten on disk to do the same.
-    (folder / "step-2/parallel-1/request/request.json").write_bytes(data)
+    (folder / "step-2/parallel-1/request/request.json").write_bytes(canonical({**request, "resume": "step-1/parallel-1"}))
     with pytest.raises(Invalid, match="changed on disk"):
         steps.next_step(plane, session)
     with pytest.raises(Invalid, match="cannot be submitted"):

@@ -198,7 +198,6 @@ def session_drop(ctx: Context) -> None:
 # and writes the manifest, the request or response and an event in the item's history. The procedure
 # (``gitwork/sessions/steps.py``) mirrors the recorded manifest into the session folder afterwards.
 
-_BRANCH_STATUS = {"done": "done", "blocked": "blocked", "waiting": "waiting"}
 _ENDED = ("done", "stopped")
 
 
@@ -283,6 +282,8 @@ def session_branch(ctx: Context) -> None:
         raise Invalid(f"the manifest's hash of {key}'s request does not match the request")
     if new["steps"].get(key) != request["operator"] or new["branches"].get(key, {}).get("status") != "open":
         raise Invalid(f"the manifest must map {key} to its operator {request['operator']}, open")
+    if new["status"] != previous["status"] or new["resumes"] != previous["resumes"]:
+        raise Invalid("a new branch changes neither the session's status nor its resumes")
     resume = request.get("resume")
     if resume is not None and previous["steps"].get(resume) != request["operator"]:
         raise Invalid(f"resume names {resume}, which the manifest records for "
@@ -309,8 +310,10 @@ def session_submit(ctx: Context) -> None:
     response = check_schema("response", load_json(data, f"the response of {key}"), f"the response of {key}")
     if key.count("/") == 2 and response["status"] == "waiting":
         raise Invalid(f"{key} is a nested exchange: it answers done or blocked, it does not wait again")
-    if new["branches"].get(key, {}).get("status") != _BRANCH_STATUS[response["status"]]:
-        raise Invalid(f"the manifest must mark {key} {_BRANCH_STATUS[response['status']]}")
+    if new["branches"].get(key, {}).get("status") != response["status"]:
+        raise Invalid(f"the manifest must mark {key} {response['status']}")
+    if new["resumes"] != previous["resumes"] or new["chain"] != previous["chain"]:
+        raise Invalid("a response changes neither the resumes nor the chain")
     if new["responses"].get(key) != sha256(data):
         raise Invalid(f"the manifest's hash of {key}'s response does not match the response")
     allowed = {key}
