@@ -524,7 +524,8 @@ def _changes_md(run: Run, key: str, folder: str, response: dict[str, Any]) -> No
                       branch=key)
     lines = [f"# Changes of {key}", "", f"Commit: {record['commit']}", f"Base: {record['base']}",
              f"Session branch: {record.branch}", "", "| path | before | after |", "|---|---|---|"]
-    lines += [f"| {c['path']} | {c.get('before') or '-'} | {c.get('after') or '-'} |" for c in record.get("changes", [])]
+    lines += [f"| {c['path']} | {c.get('before') or '-'} | {c.get('after') or '-'} |"
+              for c in record.get("changes", [])]
     data = ("\n".join(lines) + "\n").encode("utf-8")
     if _read(os.path.join(folder, "changes.md")) != data:
         write_atomic(os.path.join(folder, "changes.md"), data)

@@ -184,18 +184,22 @@ def step_next(wp: Any, as_json: bool, session: str, launch: bool, backend: str, 
     _steps_report(info, False, "next")
 
 
+def _answered(branch: str, info: dict[str, Any]) -> str:
+    return f"{branch}: " + ("recorded already" if info.get("already") else str(info.get("answer")))
+
+
 def step_submit(wp: Any, as_json: bool, session: str, branch: str, fence: int | None) -> None:
     from ...sessions.steps import submit
 
     info = submit(wp, session, branch, fence=fence)
-    _steps_report(info, as_json, f"{branch}: " + ("recorded already" if info.get("already") else str(info.get("answer"))))
+    _steps_report(info, as_json, _answered(branch, info))
 
 
 def step_wait(wp: Any, as_json: bool, session: str, branch: str, timeout: float, fence: int | None) -> None:
     from ...sessions.steps import wait
 
     info = wait(wp, session, branch, timeout=timeout, fence=fence)
-    _steps_report(info, as_json, f"{branch}: " + ("recorded already" if info.get("already") else str(info.get("answer"))))
+    _steps_report(info, as_json, _answered(branch, info))
 
 
 def step_block(wp: Any, as_json: bool, session: str, branch: str, reason: str, fence: int | None) -> None:
