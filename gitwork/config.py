@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "remote": None,  # arbiter remote (several machines)
     "gates": (),  # commands that must pass before a merge is published
     "signing": None,  # "ssh": sign every state commit with gitwork.signingKey (docs/security.md)
+    "sessions": None,  # multi-step session rules: operators, steps, chains (gitwork/sessions/rules.py)
 }
 
 
@@ -44,6 +45,7 @@ class Settings:
     remote: str | None
     gates: tuple[str, ...]
     signing: str | None
+    sessions: dict[str, Any] | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -117,6 +119,12 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)  # `agent: 42` in YAML is a number; as a name it is "42"
         return None if value is None else check_identity(value, where)
+    if name == "sessions":
+        # Only its shape here (a mapping); gitwork/sessions/rules.py checks the rules when a session uses them,
+        # so a mistake there never stops the everyday commands.
+        if value is not None and not isinstance(value, dict):
+            raise Invalid(f"bad setting 'sessions' in {source}: a mapping of operators, steps and chains")
+        return value
     try:
         if name in _DURATIONS:
             return parse_duration(value) if name != "clock_margin" or str(value) != "0" else 0

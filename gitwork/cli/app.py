@@ -829,6 +829,90 @@ def _peer_target(argv: list[str]) -> typer.Typer | None:
 
     where = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-C"]
     return peer_app() if configured_at(where[-1] if where else None) else None
+# --- multi-step sessions (commands/sessions.py; gitwork/sessions/steps.py, docs/sessions.md) ---------
+
+step_app = typer.Typer(help="The branches of a multi-step session: what is open, submitting, waiting, blocking, "
+                            "resuming.", no_args_is_help=True)
+app.add_typer(step_app, name="step")
+StepSession = Annotated[str, typer.Argument(help="Multi-step session id (gw session list shows them).",
+                                            show_default=False)]
+StepBranch = Annotated[str, typer.Argument(help="Branch key: step-N/parallel-M, or step-N/parallel-M/EXCHANGE.",
+                                           show_default=False)]
+
+
+@verb(sessions.create, "create", group=session_app)
+def session_create(
+    item: ItemArg,
+    chain: Annotated[str, typer.Option("--chain", help="The chain to run (sessions.chains in .workplane).")],
+    project: Annotated[Optional[str], typer.Option("--project", help="Project name in the session id (default: "
+                                                                     "the main worktree's folder name).")] = None,
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Create a multi-step session for an item: record its manifest, take the lease, write the first requests."""
+
+
+@verb(sessions.status, "status", group=session_app)
+def session_status(session: StepSession, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """A multi-step session as recorded: its manifest, branches and their status."""
+
+
+@verb(sessions.session_done, "done", group=session_app)
+def session_done(
+    session: StepSession,
+    route: Annotated[str, typer.Option("--route", help="publish (default: publish source steps, mark the item done, "
+                                                       "delete the folder), user or external (hand it on).")] = "publish",
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """End a finished multi-step session: record the audit, then publish or route it; releases the lease."""
+
+
+@verb(sessions.session_stop, "stop", group=session_app)
+def session_stop(
+    session: StepSession,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why it stops (recorded).")] = None,
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Stop a multi-step session unfinished: recorded, lease released, folder kept."""
+
+
+@verb(sessions.step_next, "next", group=step_app)
+def step_next(
+    session: StepSession,
+    launch: Annotated[bool, typer.Option("--launch", help="Start each open agent branch with gw run (once).")] = False,
+    backend: Annotated[str, typer.Option("--backend", help="gw run backend for --launch: subprocess or tmux.")] = "subprocess",
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Record what is due (next requests, exchanges, resumes) and list the open branches with their paths."""
+
+
+@verb(sessions.step_submit, "submit", group=step_app)
+def step_submit(session: StepSession, branch: StepBranch, fence: Fence = None, json: Json = False, agent: As = None,
+                path: Repo = None) -> None:
+    """Submit a branch's response/response.json through both gates and the operator's validator; advances."""
+
+
+@verb(sessions.step_wait, "wait", group=step_app)
+def step_wait(
+    session: StepSession, branch: StepBranch,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the response (exit 75 after).")] = 60.0,
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Wait (bounded) for a branch's operator to write its response, then submit it."""
+
+
+@verb(sessions.step_block, "block", group=step_app)
+def step_block(
+    session: StepSession, branch: StepBranch,
+    reason: Annotated[str, typer.Option("--reason", help="Why the branch is blocked (recorded).")],
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Block an open branch (a blocked response with the reason): the session waits for gw step resume."""
+
+
+@verb(sessions.step_resume, "resume", group=step_app)
+def step_resume(session: StepSession, fence: Fence = None, json: Json = False, agent: As = None,
+                path: Repo = None) -> None:
+    """Resume a blocked session: each blocked operator re-enters at step-(N+1) with resume set."""
 
 
 def run_app(argv: list[str]) -> int:
