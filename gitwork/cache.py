@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 2  # 2: item_rank, so a listing cut by --limit walks the order and stops
+SCHEMA = 3  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -47,8 +47,10 @@ CREATE TABLE IF NOT EXISTS item (
     title TEXT, status TEXT, priority INTEGER, labels BLOB, deps BLOB, created TEXT, owner TEXT,
     holder TEXT, lease_state TEXT, expires TEXT, epoch INTEGER, fence INTEGER,
     problem TEXT,
-    thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0
+    thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0,
+    shown INTEGER
 );
+CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS dep_item ON dep (item);
@@ -62,6 +64,10 @@ CREATE INDEX IF NOT EXISTS item_rank ON item (priority, created, id);
 
 ROW_COLUMNS = ("id, title, status, priority, labels, deps, created, owner, holder, lease_state, expires, "
                "epoch, fence, folder")
+# Files and folders of the read caches this file replaced (index.py, commitcache.py, threads_index.py:
+# ``<ref>.*.marshal``; thread.py's message ids: ``thread-ids-v*/``), deleted when the schema is created.
+_OLD_FILES = (".marshal",)
+_OLD_DIRS = ("thread-ids-v",)
 
 
 def path_for(snapshot: Snapshot) -> str:
@@ -128,7 +134,9 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
     """Bring the open transaction's cache to ``snapshot``: only changed shards and item folders are read."""
     tip = snapshot.tree(layout.ITEMS) if snapshot.commit is not None else {}
     known = dict(db.execute("SELECT name, tree FROM shard"))
+    touched: set[str] = set()  # ids added, removed or re-read: their neighbours' shortest forms may change
     for name in known.keys() - tip.keys():
+        touched.update(r[0] for r in db.execute("SELECT id FROM item WHERE shard=?", (name,)))
         for table in ("dep", "label"):
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
         db.execute("DELETE FROM item WHERE shard=?", (name,))
@@ -140,6 +148,7 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
         before = dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,)))
         members = store.read_tree(entry.oid)
         gone = before.keys() - members.keys()
+        touched.update(gone)
         if gone:
             for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
                 db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
@@ -147,6 +156,7 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
             if before.get(item_id) == folder.oid:
                 continue
             row, problem = summarise(snapshot, item_id, folder.oid)
+            touched.add(item_id)
             previous = None
             if item_id in before:
                 blob = db.execute("SELECT thread FROM item WHERE id=?", (item_id,)).fetchone()[0]
@@ -172,7 +182,48 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
                 db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", [(item_id, d) for d in row[5]])
                 db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", [(item_id, x) for x in row[4]])
         db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, entry.oid))
+    _reshorten(db, touched)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
+
+
+_PREV = "SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1"
+_NEXT = "SELECT id FROM item WHERE id > ? AND problem IS NULL ORDER BY id LIMIT 1"
+
+
+def _reshorten(db: sqlite3.Connection, touched: set[str]) -> None:
+    """Keep ``item.shown`` (how many characters of each sound item's id are its shortest unique form,
+    ``ids.shortest_unique``'s rule) true after the ids in ``touched`` were added, removed or re-read.
+
+    An id's form depends only on its two neighbours in id order, so a command that touches a handful
+    of items recomputes a handful of rows; a rebuild recomputes all in one ordered scan. A listing
+    then reads the form with its row instead of sorting 100,000 ids per process.
+    """
+    from .ids import shown_length
+
+    if not touched:
+        return
+    if len(touched) > 256:
+        ordered = [r[0] for r in db.execute("SELECT id FROM item WHERE problem IS NULL ORDER BY id")]
+        last = len(ordered) - 1
+        db.executemany("UPDATE item SET shown=? WHERE id=?", [
+            (shown_length(item_id, ordered[i - 1] if i else None, ordered[i + 1] if i < last else None), item_id)
+            for i, item_id in enumerate(ordered)])
+        return
+    def neighbour(query: str, item_id: str) -> str | None:
+        found = db.execute(query, (item_id,)).fetchone()
+        return found[0] if found else None
+
+    again: set[str] = set()
+    for item_id in touched:
+        if db.execute("SELECT 1 FROM item WHERE id=? AND problem IS NULL", (item_id,)).fetchone():
+            again.add(item_id)
+        for query in (_PREV, _NEXT):
+            found = neighbour(query, item_id)
+            if found is not None:
+                again.add(found)
+    db.executemany("UPDATE item SET shown=? WHERE id=?", [
+        (shown_length(item_id, neighbour(_PREV, item_id), neighbour(_NEXT, item_id)), item_id)
+        for item_id in again])
 
 
 def _pack(value: Any) -> bytes | None:

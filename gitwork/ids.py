@@ -56,14 +56,20 @@ def resolve(hex_prefix: str, candidates: Iterable[str], shown: str) -> str:
 def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
     """Map each id to its shortest unique form (at least MIN_SHOWN hex digits)."""
     ordered = sorted(set(ids))
-    result: dict[str, str] = {}
-    for index, item_id in enumerate(ordered):
-        need = MIN_SHOWN
-        for neighbour in (ordered[index - 1] if index else None, ordered[index + 1] if index + 1 < len(ordered) else None):
-            if neighbour is not None:
-                need = max(need, digits_to_tell_apart(item_id, neighbour))
-        result[item_id] = item_id[: len(PREFIX) + min(need, HEX_LEN)]
-    return result
+    last = len(ordered) - 1
+    return {item_id: item_id[: shown_length(item_id, ordered[i - 1] if i else None,
+                                             ordered[i + 1] if i < last else None)]
+            for i, item_id in enumerate(ordered)}
+
+
+def shown_length(item_id: str, before: str | None, after: str | None) -> int:
+    """How many characters of ``item_id`` its shortest unique form keeps, given its two neighbours in
+    id order (``None`` at either end): enough hex digits to differ from both, at least MIN_SHOWN."""
+    need = MIN_SHOWN
+    for neighbour in (before, after):
+        if neighbour is not None:
+            need = max(need, digits_to_tell_apart(item_id, neighbour))
+    return len(PREFIX) + min(need, HEX_LEN)
 
 
 def digits_to_tell_apart(item_id: str, neighbour: str) -> int:
