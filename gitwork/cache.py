@@ -115,10 +115,36 @@ def _open(path: str) -> sqlite3.Connection:
                 raise
             if db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
                 raise _Foreign()
+            if path != ":memory:":
+                remove_old_caches(os.path.dirname(path))
     except BaseException:
         db.close()
         raise
     return db
+
+
+def remove_old_caches(folder: str) -> list[str]:
+    """Delete the files of the caches this one replaced (made by older gitwork versions); their names."""
+    import shutil
+
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if name.startswith(_OLD_DIRS) and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif name.endswith(_OLD_FILES) and os.path.isfile(path):
+                os.unlink(path)
+            else:
+                continue
+        except OSError:
+            continue  # another process removed it first, or it is not ours to remove
+        removed.append(name)
+    return removed
 
 
 class _Foreign(Exception):
@@ -356,3 +382,47 @@ def status(path: str) -> dict[str, Any]:
     except sqlite3.DatabaseError:
         out["ok"] = False
     return out
+
+
+# --- message ids of sealed thread segments (``thread.message_ids``) -----------------------------------
+# A full segment never changes, so the ids it holds are kept by its blob id: content-addressed, hence
+# right on any history. Only a lookup aid for refusing a duplicate message id: a missing or unusable
+# cache means parsing the segment again, and the check itself is always made on the tip's blobs.
+
+_QUICK = 100  # ms a poster waits for the write lock (a cold rebuild may hold it): skipping is cheaper
+
+
+def sealed_ids(folder: str, oids: list[str]) -> dict[str, tuple[int, str]]:
+    """``{segment blob id: (first seq, newline-joined ids)}`` for the ``oids`` the cache knows."""
+    try:
+        db = _connection(os.path.join(folder, NAME))
+        out: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(oids), 500):
+            chunk = oids[start:start + 500]
+            out.update((oid, (first, ids)) for oid, first, ids in db.execute(
+                f"SELECT oid, first, ids FROM sealed_ids WHERE oid IN ({', '.join('?' * len(chunk))})", chunk))
+        return out
+    except (sqlite3.Error, _Foreign, OSError):
+        _forget(os.path.join(folder, NAME))
+        return {}
+
+
+def remember_sealed_ids(folder: str, found: dict[str, tuple[int, str]]) -> None:
+    """Keep what :func:`sealed_ids` will answer; silently skipped when the cache is busy or unusable."""
+    path = os.path.join(folder, NAME)
+    try:
+        db = _connection(path)
+        db.execute(f"PRAGMA busy_timeout={_QUICK}")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT OR REPLACE INTO sealed_ids (oid, first, ids) VALUES (?, ?, ?)",
+                               [(oid, first, ids) for oid, (first, ids) in found.items()])
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
+    except (sqlite3.Error, _Foreign, OSError):
+        _forget(path)

@@ -1,0 +1,79 @@
+"""The read cache at scale (issue 11): one cache file, the old ones cleaned away; the sealed message
+ids of long threads kept in it (never deciding a write); ``claim --next`` contenders spread.
+
+Speeds are measured in benchmarks/ (docs/performance.md), never here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import Clock, tip
+from gitwork import cache
+from gitwork import thread as T
+from gitwork.errors import GwError
+from gitwork.workplane import Workplane
+
+
+def cache_dir(repo: Path) -> Path:
+    return repo / ".git" / "gitwork"
+
+
+def test_the_cache_deletes_the_files_of_the_caches_it_replaced(repo: Path) -> None:
+    """index.py, commitcache.py and threads_index.py kept ``<ref>.*.marshal`` files, thread.py a
+    ``thread-ids-v*/`` folder: making the one cache removes them, and nothing else in the folder."""
+    folder = cache_dir(repo)
+    folder.mkdir(parents=True, exist_ok=True)
+    old = ["refs-gitwork-state.index-v3-py311.marshal", "refs-gitwork-state.threads-v2-py311.marshal",
+           "refs-gitwork-state.inbox-py311.marshal"]
+    for name in old:
+        (folder / name).write_bytes(b"old")
+    for version in (1, 2):
+        (folder / f"thread-ids-v{version}").mkdir()
+        (folder / f"thread-ids-v{version}" / "w-0123456789abcdef.marshal").write_bytes(b"old")
+    (folder / "refused.jsonl").write_text("{}\n")  # sync's record: not a cache
+    (folder / "unknown").mkdir()
+    (folder / "unknown" / "c-1.json").write_text("{}")
+    with Workplane(str(repo), now=Clock(), agent="alice") as wp:
+        wp.do("init")
+        wp.do("new", title="one")
+        assert len(wp.ready()) == 1
+    left = sorted(p.name for p in folder.iterdir())
+    assert left == sorted([cache.NAME, *(n for n in left if n.startswith(cache.NAME + "-")), "refused.jsonl",
+                           "unknown"])
+    assert (folder / "unknown" / "c-1.json").exists()
+
+
+def test_sealed_message_ids_live_in_the_one_cache_and_never_decide_alone(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(T, "SEGMENT", 3)
+    monkeypatch.setattr(T, "SPAN", 3 * 2)
+    monkeypatch.setattr(T, "_IDS_MEMO", {})
+    with Workplane(str(repo), now=Clock(), agent="alice") as wp:
+        wp.do("init")
+        item = wp.do("new", title="talk").result["item"]
+        for n in range(1, 11):  # three sealed segments of 3 and an open one
+            wp.post(item, f"m{n}", msg_id=f"id-{n}")
+        T._IDS_MEMO.clear()
+        ids = T.message_ids(wp.store.snapshot(), item)
+        assert ids.get("id-2") == 2 and ids.get("id-9") == 9 and ids.get("id-11") is None
+        db = sqlite3.connect(cache_dir(repo) / cache.NAME)
+        stored = dict(db.execute("SELECT first, ids FROM sealed_ids"))
+        db.close()
+        assert stored == {1: "\nid-1\nid-2\nid-3\n", 4: "\nid-4\nid-5\nid-6\n", 7: "\nid-7\nid-8\nid-9\n"}
+        assert not list(cache_dir(repo).glob("thread-ids-v*"))
+        # Read back from the cache (no memo), and a duplicate id is still recognised after the file goes.
+        T._IDS_MEMO.clear()
+        assert T.message_ids(wp.store.snapshot(), item).get("id-5") == 5
+        before = tip(repo)
+        cache.drop(str(cache_dir(repo) / cache.NAME))
+        T._IDS_MEMO.clear()
+        again = wp.post(item, "m2", msg_id="id-2").result
+        assert again["duplicate"] is True and again["seq"] == 2 and tip(repo) == before
+        # The same id with another text is refused (found in a sealed segment read from the tip again).
+        with pytest.raises(GwError):
+            wp.post(item, "not m5", msg_id="id-5")
+        assert tip(repo) == before
