@@ -77,3 +77,18 @@ def test_sealed_message_ids_live_in_the_one_cache_and_never_decide_alone(
         with pytest.raises(GwError):
             wp.post(item, "not m5", msg_id="id-5")
         assert tip(repo) == before
+
+
+def test_claim_next_losers_spread_by_identity_and_keep_the_order_first() -> None:
+    """A first attempt takes the best item; after a lost race each claimer's pick among the best few
+    is drawn from its identity, command id and attempt: reproducible, and a crowd of 12 that lost the
+    same round does not land on one item."""
+    from gitwork.ops.leases import SPREAD, spread_pick
+
+    crowd = [(f"agent-{k}", f"c-{k:016x}") for k in range(12)]
+    assert {spread_pick(actor, command, 1, SPREAD) for actor, command in crowd} == {0}
+    second = [spread_pick(actor, command, 2, SPREAD) for actor, command in crowd]
+    assert all(0 <= pick < SPREAD for pick in second) and len(set(second)) >= 4
+    assert second == [spread_pick(actor, command, 2, SPREAD) for actor, command in crowd]
+    assert [spread_pick(a, c, 3, SPREAD) for a, c in crowd] != second  # each attempt draws again
+    assert {spread_pick(actor, command, 5, 1) for actor, command in crowd} == {0}
