@@ -167,47 +167,20 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
         db.execute("DELETE FROM item WHERE shard=?", (name,))
         db.execute("DELETE FROM shard WHERE name=?", (name,))
-    store = snapshot.store
-    for name, entry in tip.items():
-        if known.get(name) == entry.oid:
-            continue
-        before = dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,)))
-        members = store.read_tree(entry.oid)
-        gone = before.keys() - members.keys()
-        touched.update(gone)
-        if gone:
-            for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
-                db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
-        for item_id, folder in members.items():
-            if before.get(item_id) == folder.oid:
-                continue
-            row, problem = summarise(snapshot, item_id, folder.oid)
-            touched.add(item_id)
-            previous = None
-            if item_id in before:
-                blob = db.execute("SELECT thread FROM item WHERE id=?", (item_id,)).fetchone()[0]
-                previous = marshal.loads(blob) if blob else None
-            try:
-                thread = thread_entry(snapshot, item_id, folder.oid, previous)
-                thread_problem = None
-            except Corrupt as error:
-                thread, thread_problem = None, error.message
-            has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
-            values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
-            db.execute(
-                "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
-                " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
-                 name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem, has_thread),
-            )
-            if item_id in before:
-                db.execute("DELETE FROM dep WHERE item=?", (item_id,))
-                db.execute("DELETE FROM label WHERE item=?", (item_id,))
-            if row is not None:
-                db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", [(item_id, d) for d in row[5]])
-                db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", [(item_id, x) for x in row[4]])
-        db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, entry.oid))
+    work = [(name, entry) for name, entry in tip.items() if known.get(name) != entry.oid]
+    # A rebuild (or a pull that moved many shards) reads its folders in bulk, a chunk of shards at a
+    # time, through one pipelined `git cat-file --batch`; a command touches one shard, read as it is.
+    chunk = _BULK_SHARDS if len(work) >= _BULK_SHARDS else max(1, len(work))
+    for start in range(0, len(work), chunk):
+        part = work[start:start + chunk]
+        members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
+        before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
+        folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
+                   if before[name].get(item_id) != folder.oid]
+        bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)
+        view = _Prefetched(snapshot, folders) if bulk else snapshot
+        for name, entry in part:
+            _shard(db, view, name, entry.oid, members[name], before[name], touched, summarise, thread_entry)
     _reshorten(db, touched)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 
@@ -250,6 +223,144 @@ def _reshorten(db: sqlite3.Connection, touched: set[str]) -> None:
     db.executemany("UPDATE item SET shown=? WHERE id=?", [
         (shown_length(item_id, neighbour(_PREV, item_id), neighbour(_NEXT, item_id)), item_id)
         for item_id in again])
+
+
+def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members: dict[str, Any],
+           before: dict[str, str], touched: set[str], summarise: Any, thread_entry: Any) -> None:
+    """Bring one shard's rows to its tree ``tree`` (``members``): only folders whose tree id changed."""
+    gone = before.keys() - members.keys()
+    touched.update(gone)
+    if gone:
+        for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
+            db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
+    rows: list[tuple[Any, ...]] = []
+    deps: list[tuple[str, str]] = []
+    labels: list[tuple[str, str]] = []
+    for item_id, folder in members.items():
+        if before.get(item_id) == folder.oid:
+            continue
+        row, problem = summarise(snapshot, item_id, folder.oid)
+        touched.add(item_id)
+        previous = None
+        if item_id in before:
+            blob = db.execute("SELECT thread FROM item WHERE id=?", (item_id,)).fetchone()[0]
+            previous = marshal.loads(blob) if blob else None
+        try:
+            thread = thread_entry(snapshot, item_id, folder.oid, previous)
+            thread_problem = None
+        except Corrupt as error:
+            thread, thread_problem = None, error.message
+        has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
+        values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
+        rows.append((values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
+                     name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem,
+                     has_thread))
+        if row is not None:
+            deps.extend((item_id, d) for d in row[5])
+            labels.extend((item_id, x) for x in row[4])
+    # One statement per table and shard (a rebuild writes 100,000 rows): the re-read items' old
+    # dependency and label rows go first, then every new row.
+    again = [(r[0],) for r in rows if r[0] in before]
+    if again:
+        db.executemany("DELETE FROM dep WHERE item=?", again)
+        db.executemany("DELETE FROM label WHERE item=?", again)
+    db.executemany(
+        "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
+        " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", deps)
+    db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", labels)
+    db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, tree))
+
+
+_BULK_SHARDS = 16  # shards read per bulk chunk (at 100,000 items: ~6,000 folders, a few MB in memory)
+_BULK_FOLDERS = 256  # fewer changed folders than this are read one by one (no process to start)
+
+
+def _loose(store: Any, oids: list[str]) -> bool:
+    """Whether these objects are mostly loose (judged on a sample): the store then reads each file
+    directly, which costs less than a ``git cat-file`` process doing the same; packed ones it would
+    fetch one round trip at a time, where one pipelined batch is several times cheaper."""
+    sample = oids[:: max(1, len(oids) // 8)][:8]
+    objects_dir = store.repo.objects_dir
+    found = sum(os.path.exists(os.path.join(objects_dir, oid[:2], oid[2:])) for oid in sample)
+    return found * 2 > len(sample)
+
+
+class _Prefetched:
+    """A snapshot whose store answers the given item folders, and the item and lease files in them,
+    from one pipelined ``git cat-file --batch`` read; anything else from the snapshot's own store."""
+
+    def __init__(self, snapshot: Any, folders: list[str]) -> None:
+        from .objects import parse_tree
+
+        self._snapshot = snapshot
+        self._real = snapshot.store
+        self.store = self
+        hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
+        self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
+                       _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
+        files = [e.oid for tree in self._trees.values() for n, e in tree.items()
+                 if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
+        self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
+                       if kind == "blob"}
+
+    def __getattr__(self, name: str) -> Any:  # the snapshot's (commit, tree(), ...), then the store's (repo, ...)
+        try:
+            return getattr(self._snapshot, name)
+        except AttributeError:
+            return getattr(self._real, name)
+
+    def read_tree(self, oid: str) -> Any:
+        found = self._trees.get(oid)
+        return found if found is not None else self._real.read_tree(oid)
+
+    def read_blob(self, oid: str) -> bytes:
+        found = self._blobs.get(oid)
+        return found if found is not None else self._real.read_blob(oid)
+
+
+def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
+    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch``, fed by a thread
+    while the answers are read (pipelined: no round trip per object). A missing object is left out:
+    the store's own read then names it."""
+    import subprocess
+    import threading
+
+    from .gitcmd import git_env
+
+    if not oids:
+        return {}
+    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
+    assert proc.stdin is not None and proc.stdout is not None
+    request = "".join(f"{oid}\n" for oid in oids).encode()
+
+    def feed() -> None:
+        try:
+            proc.stdin.write(request)  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass  # git went away: what was read so far is kept, the store reads the rest
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    out: dict[str, tuple[str, bytes]] = {}
+    readline, read = proc.stdout.readline, proc.stdout.read
+    try:
+        for oid in oids:
+            header = readline().split()
+            if len(header) != 3:
+                if len(header) == 2:
+                    continue  # "<name> missing"
+                break
+            data = read(int(header[2]) + 1)
+            out[oid] = (header[1].decode(), data[:-1])
+    finally:
+        feeder.join()
+        proc.stdout.close()
+        proc.wait()
+    return out
 
 
 def _pack(value: Any) -> bytes | None:
@@ -361,11 +472,30 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
             db.execute("ROLLBACK")
 
 
+def rebuild(snapshot: Snapshot) -> tuple[str | None, int]:
+    """Bring the cache to ``snapshot`` (from scratch after :func:`drop`); its commit and item count."""
+    from .rows import item_summary, thread_entry
+
+    def counted(db: sqlite3.Connection) -> tuple[str | None, int]:
+        bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
+        if bad:
+            from .index import note_problems
+
+            note_problems(bad)  # named on stderr by the CLI, as every reader of the summary does
+        return _commit_of(db) or None, db.execute("SELECT count(*) FROM item").fetchone()[0]
+
+    return at(snapshot, counted, item_summary, thread_entry)  # type: ignore[no-any-return]
+
+
+def size(path: str) -> int:
+    """Bytes on disk of the cache file and its WAL companions."""
+    return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))
+
+
 def status(path: str) -> dict[str, Any]:
     """What the cache file holds, for ``gw cache status`` (never builds it)."""
     out: dict[str, Any] = {"path": path, "exists": os.path.exists(path), "commit": None, "items": 0,
-                           "bytes": sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm")
-                                        if os.path.exists(path + s)),
+                           "bytes": size(path),
                            "schema": None, "ok": None}
     if not out["exists"]:
         return out

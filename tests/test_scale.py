@@ -92,3 +92,31 @@ def test_claim_next_losers_spread_by_identity_and_keep_the_order_first() -> None
     assert second == [spread_pick(actor, command, 2, SPREAD) for actor, command in crowd]
     assert [spread_pick(a, c, 3, SPREAD) for a, c in crowd] != second  # each attempt draws again
     assert {spread_pick(actor, command, 5, 1) for actor, command in crowd} == {0}
+
+
+def test_a_bulk_rebuild_through_one_cat_file_equals_the_one_by_one_reads(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild (or a pull moving many shards) reads folders in bulk through one pipelined
+    ``git cat-file --batch``; forced here for a small state, its answers equal the tree's."""
+    from gitwork.index import load_index
+
+    with Workplane(str(repo), now=Clock(), agent="alice") as wp:
+        wp.do("init")
+        made = [wp.do("new", title=f"t{n}", priority=n % 3, labels=["x"] if n % 2 else None).result["item"]
+                for n in range(6)]
+        wp.do("new", title="waits", depends_on=[made[0]])
+        wp.do("claim", item=made[1], ttl=60)
+        wp.do("msg", item=made[2], text="hello", to="bob", epoch=0)
+        wp.do("done", item=made[3])
+        expected = (load_index(wp.context().snapshot, use_cache=False).items(), [r[0] for r in wp.ready()],
+                    wp.inbox("bob"))
+        assert expected[2] and len(expected[1]) == 4  # a thread to summarise; t1 held, t3 done, "waits" blocked
+        monkeypatch.setattr(cache, "_BULK_FOLDERS", 1)
+        monkeypatch.setattr(cache, "_loose", lambda store, oids: False)
+        reads: list[int] = []
+        real = cache._read_batch
+        monkeypatch.setattr(cache, "_read_batch", lambda git_dir, oids: reads.append(len(oids)) or real(git_dir, oids))
+        cache.drop(str(cache_dir(repo) / cache.NAME))
+        assert cache.rebuild(wp.context().snapshot)[1] == 7
+        assert reads and sum(reads) >= 7  # the folders, then their item and lease files, in batches
+        assert (wp.rows()[1], [r[0] for r in wp.ready()], wp.inbox("bob")) == expected
