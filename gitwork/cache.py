@@ -364,7 +364,8 @@ def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
 
 
 def _pack(value: Any) -> bytes | None:
-    return marshal.dumps(tuple(value)) if value is not None else None
+    # Empty stays NULL: most items have no labels or dependencies, and a listing then unpacks nothing.
+    return marshal.dumps(tuple(value)) if value else None
 
 
 def unpack_row(record: tuple[Any, ...]) -> tuple[Any, ...]:
