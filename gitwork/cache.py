@@ -473,21 +473,6 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
             db.execute("ROLLBACK")
 
 
-def rebuild(snapshot: Snapshot) -> tuple[str | None, int]:
-    """Bring the cache to ``snapshot`` (from scratch after :func:`drop`); its commit and item count."""
-    from .rows import item_summary, thread_entry
-
-    def counted(db: sqlite3.Connection) -> tuple[str | None, int]:
-        bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
-        if bad:
-            from .index import note_problems
-
-            note_problems(bad)  # named on stderr by the CLI, as every reader of the summary does
-        return _commit_of(db) or None, db.execute("SELECT count(*) FROM item").fetchone()[0]
-
-    return at(snapshot, counted, item_summary, thread_entry)  # type: ignore[no-any-return]
-
-
 def size(path: str) -> int:
     """Bytes on disk of the cache file and its WAL companions."""
     return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))

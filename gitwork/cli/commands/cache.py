@@ -43,11 +43,12 @@ def rebuild(wp: Any, as_json: bool) -> None:
     import time
 
     from ... import cache
+    from ...index import rebuild as build
 
     path = _path(wp)
     cache.drop(path)
     started = time.monotonic()
-    commit, items = cache.rebuild(wp.context().snapshot)
+    commit, items = build(wp.context().snapshot)
     seconds = round(time.monotonic() - started, 3)
     view = {"ok": True, "path": path, "commit": commit, "items": items, "bytes": cache.size(path), "seconds": seconds}
     if as_json:
