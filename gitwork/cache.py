@@ -161,8 +161,7 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
     tip = snapshot.tree(layout.ITEMS) if snapshot.commit is not None else {}
     known = dict(db.execute("SELECT name, tree FROM shard"))
     touched: set[str] = set()  # ids added, removed or re-read: their neighbours' shortest forms may change
-    for name in known.keys() - tip.keys():
-        touched.update(r[0] for r in db.execute("SELECT id FROM item WHERE shard=?", (name,)))
+    for name in known.keys() - tip.keys():  # (no shortest form outside a shard depends on its ids)
         for table in ("dep", "label"):
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
         db.execute("DELETE FROM item WHERE shard=?", (name,))
@@ -197,16 +196,13 @@ def _reshorten(db: sqlite3.Connection, touched: set[str]) -> None:
     of items recomputes a handful of rows; a rebuild recomputes all in one ordered scan. A listing
     then reads the form with its row instead of sorting 100,000 ids per process.
     """
-    from .ids import shown_length
+    from .ids import shown_length, shown_lengths
 
     if not touched:
         return
     if len(touched) > 256:
         ordered = [r[0] for r in db.execute("SELECT id FROM item WHERE problem IS NULL ORDER BY id")]
-        last = len(ordered) - 1
-        db.executemany("UPDATE item SET shown=? WHERE id=?", [
-            (shown_length(item_id, ordered[i - 1] if i else None, ordered[i + 1] if i < last else None), item_id)
-            for i, item_id in enumerate(ordered)])
+        db.executemany("UPDATE item SET shown=? WHERE id=?", zip(shown_lengths(ordered), ordered))
         return
     def neighbour(query: str, item_id: str) -> str | None:
         found = db.execute(query, (item_id,)).fetchone()
@@ -258,6 +254,17 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         if row is not None:
             deps.extend((item_id, d) for d in row[5])
             labels.extend((item_id, x) for x in row[4])
+    if not before:
+        # A shard read whole (a rebuild): its ids' shortest forms are known now (ids of other shards
+        # differ in their first two digits, fewer than are always shown), so none is left to fix.
+        from .ids import shown_lengths
+
+        sound = sorted(r[0] for r in rows if r[15] is None)
+        touched.difference_update(r[0] for r in rows)
+        shown = dict(zip(sound, shown_lengths(sound)))
+        rows = [(*r, shown.get(r[0])) for r in rows]
+    else:
+        rows = [(*r, None) for r in rows]  # set by _reshorten once every shard is in
     # One statement per table and shard (a rebuild writes 100,000 rows): the re-read items' old
     # dependency and label rows go first, then every new row.
     again = [(r[0],) for r in rows if r[0] in before]
@@ -266,8 +273,8 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         db.executemany("DELETE FROM label WHERE item=?", again)
     db.executemany(
         "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
-        " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
     db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", deps)
     db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", labels)
     db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, tree))

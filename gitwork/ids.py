@@ -56,10 +56,21 @@ def resolve(hex_prefix: str, candidates: Iterable[str], shown: str) -> str:
 def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
     """Map each id to its shortest unique form (at least MIN_SHOWN hex digits)."""
     ordered = sorted(set(ids))
-    last = len(ordered) - 1
-    return {item_id: item_id[: shown_length(item_id, ordered[i - 1] if i else None,
-                                             ordered[i + 1] if i < last else None)]
-            for i, item_id in enumerate(ordered)}
+    return {item_id: item_id[:length] for item_id, length in zip(ordered, shown_lengths(ordered))}
+
+
+def shown_lengths(ordered: list[str]) -> list[int]:
+    """:func:`shown_length` of each id of a sorted list of distinct ids, one comparison per neighbour pair.
+
+    (Ids in different shards differ in their first two hex digits, fewer than MIN_SHOWN, so a shard's
+    ids alone decide their forms.)"""
+    apart = [digits_to_tell_apart(a, b) for a, b in zip(ordered, ordered[1:])]
+    apart.append(0)
+    out, left = [], 0
+    for right in apart:
+        out.append(len(PREFIX) + min(max(MIN_SHOWN, left, right), HEX_LEN))
+        left = right
+    return out
 
 
 def shown_length(item_id: str, before: str | None, after: str | None) -> int:

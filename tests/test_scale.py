@@ -10,6 +10,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import Clock, tip
 from gitwork import cache
@@ -120,3 +122,19 @@ def test_a_bulk_rebuild_through_one_cat_file_equals_the_one_by_one_reads(
         assert rebuild(wp.context().snapshot)[1] == 7
         assert reads and sum(reads) >= 7  # the folders, then their item and lease files, in batches
         assert (wp.rows()[1], [r[0] for r in wp.ready()], wp.inbox("bob")) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sets(st.text("0f", min_size=16, max_size=16) | st.text("0123456789abcdef", min_size=16, max_size=16),
+               max_size=12))
+def test_shortest_forms_are_the_shortest_prefixes_no_other_id_shares(hexes: set[str]) -> None:
+    """``ids.shown_lengths`` (what the cache stores per row) against the definition, by brute force."""
+    from gitwork.ids import HEX_LEN, MIN_SHOWN, PREFIX, shortest_unique
+
+    all_ids = sorted(PREFIX + h for h in hexes)
+    expected = {}
+    for item_id in all_ids:
+        digits = next(n for n in range(MIN_SHOWN, HEX_LEN + 1)
+                      if not any(o != item_id and o.startswith(item_id[:len(PREFIX) + n]) for o in all_ids))
+        expected[item_id] = item_id[:len(PREFIX) + digits]
+    assert shortest_unique(all_ids) == expected
