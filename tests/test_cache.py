@@ -281,7 +281,8 @@ WORKER = r"""
 import json, sys
 from gitwork.workplane import Workplane
 from gitwork.errors import GwError
-from gitwork.queries import ready
+from gitwork.ids import shortest_unique
+from gitwork.queries import ready, select
 repo, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with Workplane(repo, agent=me) as wp:
     for n in range(rounds):
@@ -293,6 +294,8 @@ with Workplane(repo, agent=me) as wp:
         ctx, rows = wp.rows()
         assert ctx.index().commit == ctx.snapshot.commit  # the answer is of the tip this process read
         assert all(r[0] in rows for r in ready(ctx.index(), ctx.now, 30))
+        picked = select(ctx.snapshot, ctx.now, 30, closed=True)  # shortest forms kept per row, at this tip
+        assert picked.commit == ctx.snapshot.commit and picked.short == shortest_unique(rows)
         wp.inbox(me)
 print(json.dumps({"ok": True}))
 """
