@@ -7,7 +7,9 @@ States are built by ``_common.build_state`` (one commit; a fifth of the items do
 an earlier item, so about three quarters are ready). Runs ``python -m gitwork`` from the interpreter
 running this script. Figures: medians of ``--runs`` process runs (start to exit), interleaved with
 the floors: ``gw --version`` (interpreter plus gw's entry point) and, for the rebuild, streaming
-every item.yaml through ``git cat-file --batch`` and parsing it. Prints one JSON object per size.
+every item.yaml through ``git cat-file --batch`` and parsing it. Besides wall times, ``cpu`` holds
+the median CPU time (user + system, children included) of each figure: steadier than wall time
+when other work shares the cores. Prints one JSON object per size.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -27,19 +30,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c  # noqa: E402
 
 
-def timed(argv: list[str], cwd: Path, runs: int) -> float:
-    times = []
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(argv: list[str], cwd: Path, runs: int, cpu: dict[str, float] | None = None, name: str = "") -> float:
+    """Median wall ms of ``runs`` processes; with ``cpu``, also their median CPU ms (user + system,
+    the process and its children) under ``name``: steadier than wall time when other work shares
+    the cores."""
+    times, spent = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
         subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         times.append(time.perf_counter() - t0)
+        spent.append(_cpu(resource.RUSAGE_CHILDREN) - c0)
+    if cpu is not None:
+        cpu[name] = round(statistics.median(spent) * 1000, 1)
     return round(statistics.median(times) * 1000, 1)
 
 
-def stream_floor(repo: Path) -> float:
+def stream_floor(repo: Path, cpu: dict[str, float] | None = None) -> float:
     """Every item.yaml through one ``git cat-file --batch``, each parsed: what a rebuild cannot beat."""
     from gitwork import codec
 
+    c0 = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     listing = subprocess.run(["git", "ls-tree", "-r", c.REF, "items"], cwd=repo, capture_output=True, check=True).stdout
     oids = [line.split()[2] for line in listing.decode().splitlines() if line.endswith("/item.yaml")]
@@ -51,6 +66,8 @@ def stream_floor(repo: Path) -> float:
         size = int(proc[at:header_end].split()[2])
         codec.load_yaml(proc[header_end + 1:header_end + 1 + size], what="item.yaml")
         at = header_end + 1 + size + 1
+    if cpu is not None:
+        cpu["floor_stream_parse_s"] = round(_cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - c0, 2)
     return round(time.perf_counter() - t0, 2)
 
 
@@ -58,6 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--rebuilds", type=int, default=1, help="cold rebuilds, each beside a floor run")
     args = parser.parse_args()
     gw = [sys.executable, "-m", "gitwork"]
     for n in (int(s) for s in args.sizes.split(",")):
@@ -68,22 +86,32 @@ def main() -> None:
             built = c.build_state(repo, n)
             cache_file = c.common_dir(repo) / "gitwork" / "cache.sqlite"
             c.log("cold rebuild")
-            t0 = time.perf_counter()
-            rebuilt = subprocess.run([*gw, "cache", "rebuild", "--json"], cwd=repo, capture_output=True, text=True)
-            cold = round(time.perf_counter() - t0, 2)
-            assert rebuilt.returncode == 0, rebuilt.stderr
-            size = json.loads(rebuilt.stdout)["bytes"]
-            floor_stream = stream_floor(repo)
+            cpu: dict[str, float] = {}
+            colds, floors, size = [], [], 0
+            for _ in range(args.rebuilds):  # interleaved with the floor, so both see the same load
+                c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
+                rebuilt = subprocess.run([*gw, "cache", "rebuild", "--json"], cwd=repo, capture_output=True,
+                                         text=True)
+                colds.append((time.perf_counter() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0))
+                assert rebuilt.returncode == 0, rebuilt.stderr
+                size = json.loads(rebuilt.stdout)["bytes"]
+                floors.append((stream_floor(repo, cpu), cpu["floor_stream_parse_s"]))
+            cold = round(statistics.median(w for w, _c in colds), 2)
+            floor_stream = round(statistics.median(w for w, _c in floors), 2)
+            cpu["cold_rebuild_s"] = round(statistics.median(c for _w, c in colds), 2)
+            cpu["floor_stream_parse_s"] = round(statistics.median(c for _w, c in floors), 2)
             ready_all = subprocess.run([*gw, "ready"], cwd=repo, capture_output=True, text=True).stdout.count("\n")
             c.log("warm reads")
             figures = {
                 "items": n, "ready_rows": ready_all, "build_s": round(built["total_s"], 1),
                 "cold_rebuild_s": cold, "floor_stream_parse_s": floor_stream, "cache_bytes": size,
-                "gw_version_ms": timed([*gw, "--version"], repo, args.runs),
-                "python_pass_ms": timed([sys.executable, "-c", "pass"], repo, args.runs),
-                "ready_limit20_ms": timed([*gw, "ready", "--limit", "20"], repo, args.runs),
-                "ready_full_ms": timed([*gw, "ready"], repo, max(3, args.runs // 3)),
-                "list_limit20_ms": timed([*gw, "list", "--limit", "20"], repo, args.runs),
+                "gw_version_ms": timed([*gw, "--version"], repo, args.runs, cpu, "gw_version_ms"),
+                "python_pass_ms": timed([sys.executable, "-c", "pass"], repo, args.runs, cpu, "python_pass_ms"),
+                "ready_limit20_ms": timed([*gw, "ready", "--limit", "20"], repo, args.runs, cpu, "ready_limit20_ms"),
+                "ready_full_ms": timed([*gw, "ready"], repo, max(3, args.runs // 3), cpu, "ready_full_ms"),
+                "list_full_ms": timed([*gw, "list"], repo, max(3, args.runs // 3), cpu, "list_full_ms"),
+                "list_limit20_ms": timed([*gw, "list", "--limit", "20"], repo, args.runs, cpu, "list_limit20_ms"),
+                "cpu": cpu, "load": os.getloadavg(),
             }
             # Incremental: one command, then the cache brought to the new tip (in-process).
             from gitwork import cache

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 2  # 2: item_rank, so a listing cut by --limit walks the order and stops
+SCHEMA = 3  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -47,8 +47,10 @@ CREATE TABLE IF NOT EXISTS item (
     title TEXT, status TEXT, priority INTEGER, labels BLOB, deps BLOB, created TEXT, owner TEXT,
     holder TEXT, lease_state TEXT, expires TEXT, epoch INTEGER, fence INTEGER,
     problem TEXT,
-    thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0
+    thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0,
+    shown INTEGER
 );
+CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS dep_item ON dep (item);
@@ -62,6 +64,10 @@ CREATE INDEX IF NOT EXISTS item_rank ON item (priority, created, id);
 
 ROW_COLUMNS = ("id, title, status, priority, labels, deps, created, owner, holder, lease_state, expires, "
                "epoch, fence, folder")
+# Files and folders of the read caches this file replaced (index.py, commitcache.py, threads_index.py:
+# ``<ref>.*.marshal``; thread.py's message ids: ``thread-ids-v*/``), deleted when the schema is created.
+_OLD_FILES = (".marshal",)
+_OLD_DIRS = ("thread-ids-v",)
 
 
 def path_for(snapshot: Snapshot) -> str:
@@ -109,10 +115,36 @@ def _open(path: str) -> sqlite3.Connection:
                 raise
             if db.execute("PRAGMA user_version").fetchone()[0] != VERSION:
                 raise _Foreign()
+            if path != ":memory:":
+                remove_old_caches(os.path.dirname(path))
     except BaseException:
         db.close()
         raise
     return db
+
+
+def remove_old_caches(folder: str) -> list[str]:
+    """Delete the files of the caches this one replaced (made by older gitwork versions); their names."""
+    import shutil
+
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            if name.startswith(_OLD_DIRS) and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif name.endswith(_OLD_FILES) and os.path.isfile(path):
+                os.unlink(path)
+            else:
+                continue
+        except OSError:
+            continue  # another process removed it first, or it is not ours to remove
+        removed.append(name)
+    return removed
 
 
 class _Foreign(Exception):
@@ -126,57 +158,232 @@ def _commit_of(db: sqlite3.Connection) -> str | None:
 
 def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_entry: Any) -> None:
     """Bring the open transaction's cache to ``snapshot``: only changed shards and item folders are read."""
+    # 64 MiB of page cache while updating (the default is 2 MiB): a rebuild inserts 100,000 rows into
+    # several indexes, and with the default the pages of a 60 MB file are evicted and read back all
+    # along (2x the CPU at 100,000 items). Readers keep the default: a listing scans the table once.
+    db.execute("PRAGMA cache_size=-65536")
+    try:
+        _update(db, snapshot, summarise, thread_entry)
+    finally:
+        db.execute("PRAGMA cache_size=-2000")
+
+
+def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_entry: Any) -> None:
     tip = snapshot.tree(layout.ITEMS) if snapshot.commit is not None else {}
     known = dict(db.execute("SELECT name, tree FROM shard"))
-    for name in known.keys() - tip.keys():
+    touched: set[str] = set()  # ids added, removed or re-read: their neighbours' shortest forms may change
+    for name in known.keys() - tip.keys():  # (no shortest form outside a shard depends on its ids)
         for table in ("dep", "label"):
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
         db.execute("DELETE FROM item WHERE shard=?", (name,))
         db.execute("DELETE FROM shard WHERE name=?", (name,))
-    store = snapshot.store
-    for name, entry in tip.items():
-        if known.get(name) == entry.oid:
-            continue
-        before = dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,)))
-        members = store.read_tree(entry.oid)
-        gone = before.keys() - members.keys()
-        if gone:
-            for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
-                db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
-        for item_id, folder in members.items():
-            if before.get(item_id) == folder.oid:
-                continue
-            row, problem = summarise(snapshot, item_id, folder.oid)
-            previous = None
-            if item_id in before:
-                blob = db.execute("SELECT thread FROM item WHERE id=?", (item_id,)).fetchone()[0]
-                previous = marshal.loads(blob) if blob else None
-            try:
-                thread = thread_entry(snapshot, item_id, folder.oid, previous)
-                thread_problem = None
-            except Corrupt as error:
-                thread, thread_problem = None, error.message
-            has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
-            values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
-            db.execute(
-                "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
-                " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
-                 name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem, has_thread),
-            )
-            if item_id in before:
-                db.execute("DELETE FROM dep WHERE item=?", (item_id,))
-                db.execute("DELETE FROM label WHERE item=?", (item_id,))
-            if row is not None:
-                db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", [(item_id, d) for d in row[5]])
-                db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", [(item_id, x) for x in row[4]])
-        db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, entry.oid))
+    work = [(name, entry) for name, entry in tip.items() if known.get(name) != entry.oid]
+    # A rebuild (or a pull that moved many shards) reads its folders in bulk, a chunk of shards at a
+    # time, through one pipelined `git cat-file --batch`; a command touches one shard, read as it is.
+    chunk = _BULK_SHARDS if len(work) >= _BULK_SHARDS else max(1, len(work))
+    for start in range(0, len(work), chunk):
+        part = work[start:start + chunk]
+        members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
+        before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
+        folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
+                   if before[name].get(item_id) != folder.oid]
+        bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)
+        view = _Prefetched(snapshot, folders) if bulk else snapshot
+        for name, entry in part:
+            _shard(db, view, name, entry.oid, members[name], before[name], touched, summarise, thread_entry)
+    _reshorten(db, touched)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 
 
+_PREV = "SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1"
+_NEXT = "SELECT id FROM item WHERE id > ? AND problem IS NULL ORDER BY id LIMIT 1"
+
+
+def _reshorten(db: sqlite3.Connection, touched: set[str]) -> None:
+    """Keep ``item.shown`` (how many characters of each sound item's id are its shortest unique form,
+    ``ids.shortest_unique``'s rule) true after the ids in ``touched`` were added, removed or re-read.
+
+    An id's form depends only on its two neighbours in id order, so a command that touches a handful
+    of items recomputes a handful of rows; a rebuild recomputes all in one ordered scan. A listing
+    then reads the form with its row instead of sorting 100,000 ids per process.
+    """
+    from .ids import shown_length, shown_lengths
+
+    if not touched:
+        return
+    if len(touched) > 256:
+        ordered = [r[0] for r in db.execute("SELECT id FROM item WHERE problem IS NULL ORDER BY id")]
+        db.executemany("UPDATE item SET shown=? WHERE id=?", zip(shown_lengths(ordered), ordered))
+        return
+    def neighbour(query: str, item_id: str) -> str | None:
+        found = db.execute(query, (item_id,)).fetchone()
+        return found[0] if found else None
+
+    again: set[str] = set()
+    for item_id in touched:
+        if db.execute("SELECT 1 FROM item WHERE id=? AND problem IS NULL", (item_id,)).fetchone():
+            again.add(item_id)
+        for query in (_PREV, _NEXT):
+            found = neighbour(query, item_id)
+            if found is not None:
+                again.add(found)
+    db.executemany("UPDATE item SET shown=? WHERE id=?", [
+        (shown_length(item_id, neighbour(_PREV, item_id), neighbour(_NEXT, item_id)), item_id)
+        for item_id in again])
+
+
+def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members: dict[str, Any],
+           before: dict[str, str], touched: set[str], summarise: Any, thread_entry: Any) -> None:
+    """Bring one shard's rows to its tree ``tree`` (``members``): only folders whose tree id changed."""
+    gone = before.keys() - members.keys()
+    touched.update(gone)
+    if gone:
+        for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
+            db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
+    rows: list[tuple[Any, ...]] = []
+    deps: list[tuple[str, str]] = []
+    labels: list[tuple[str, str]] = []
+    for item_id, folder in members.items():
+        if before.get(item_id) == folder.oid:
+            continue
+        row, problem = summarise(snapshot, item_id, folder.oid)
+        touched.add(item_id)
+        previous = None
+        if item_id in before:
+            blob = db.execute("SELECT thread FROM item WHERE id=?", (item_id,)).fetchone()[0]
+            previous = marshal.loads(blob) if blob else None
+        try:
+            thread = thread_entry(snapshot, item_id, folder.oid, previous)
+            thread_problem = None
+        except Corrupt as error:
+            thread, thread_problem = None, error.message
+        has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
+        values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
+        rows.append((values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
+                     name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem,
+                     has_thread))
+        if row is not None:
+            deps.extend((item_id, d) for d in row[5])
+            labels.extend((item_id, x) for x in row[4])
+    if not before:
+        # A shard read whole (a rebuild): its ids' shortest forms are known now (ids of other shards
+        # differ in their first two digits, fewer than are always shown), so none is left to fix.
+        from .ids import shown_lengths
+
+        sound = sorted(r[0] for r in rows if r[15] is None)
+        touched.difference_update(r[0] for r in rows)
+        shown = dict(zip(sound, shown_lengths(sound)))
+        rows = [(*r, shown.get(r[0])) for r in rows]
+    else:
+        rows = [(*r, None) for r in rows]  # set by _reshorten once every shard is in
+    # One statement per table and shard (a rebuild writes 100,000 rows): the re-read items' old
+    # dependency and label rows go first, then every new row.
+    again = [(r[0],) for r in rows if r[0] in before]
+    if again:
+        db.executemany("DELETE FROM dep WHERE item=?", again)
+        db.executemany("DELETE FROM label WHERE item=?", again)
+    db.executemany(
+        "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
+        " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", deps)
+    db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", labels)
+    db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, tree))
+
+
+_BULK_SHARDS = 16  # shards read per bulk chunk (at 100,000 items: ~6,000 folders, a few MB in memory)
+_BULK_FOLDERS = 256  # fewer changed folders than this are read one by one (no process to start)
+
+
+def _loose(store: Any, oids: list[str]) -> bool:
+    """Whether these objects are mostly loose (judged on a sample): the store then reads each file
+    directly, which costs less than a ``git cat-file`` process doing the same; packed ones it would
+    fetch one round trip at a time, where one pipelined batch is several times cheaper."""
+    sample = oids[:: max(1, len(oids) // 8)][:8]
+    objects_dir = store.repo.objects_dir
+    found = sum(os.path.exists(os.path.join(objects_dir, oid[:2], oid[2:])) for oid in sample)
+    return found * 2 > len(sample)
+
+
+class _Prefetched:
+    """A snapshot whose store answers the given item folders, and the item and lease files in them,
+    from one pipelined ``git cat-file --batch`` read; anything else from the snapshot's own store."""
+
+    def __init__(self, snapshot: Any, folders: list[str]) -> None:
+        from .objects import parse_tree
+
+        self._snapshot = snapshot
+        self._real = snapshot.store
+        self.store = self
+        hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
+        self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
+                       _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
+        files = [e.oid for tree in self._trees.values() for n, e in tree.items()
+                 if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
+        self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
+                       if kind == "blob"}
+
+    def __getattr__(self, name: str) -> Any:  # the snapshot's (commit, tree(), ...), then the store's (repo, ...)
+        try:
+            return getattr(self._snapshot, name)
+        except AttributeError:
+            return getattr(self._real, name)
+
+    def read_tree(self, oid: str) -> Any:
+        found = self._trees.get(oid)
+        return found if found is not None else self._real.read_tree(oid)
+
+    def read_blob(self, oid: str) -> bytes:
+        found = self._blobs.get(oid)
+        return found if found is not None else self._real.read_blob(oid)
+
+
+def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
+    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch``, fed by a thread
+    while the answers are read (pipelined: no round trip per object). A missing object is left out:
+    the store's own read then names it."""
+    import subprocess
+    import threading
+
+    from .gitcmd import git_env
+
+    if not oids:
+        return {}
+    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
+    assert proc.stdin is not None and proc.stdout is not None
+    request = "".join(f"{oid}\n" for oid in oids).encode()
+
+    def feed() -> None:
+        try:
+            proc.stdin.write(request)  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+        except OSError:
+            pass  # git went away: what was read so far is kept, the store reads the rest
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    out: dict[str, tuple[str, bytes]] = {}
+    readline, read = proc.stdout.readline, proc.stdout.read
+    try:
+        for oid in oids:
+            header = readline().split()
+            if len(header) != 3:
+                if len(header) == 2:
+                    continue  # "<name> missing"
+                break
+            data = read(int(header[2]) + 1)
+            out[oid] = (header[1].decode(), data[:-1])
+    finally:
+        feeder.join()
+        proc.stdout.close()
+        proc.wait()
+    return out
+
+
 def _pack(value: Any) -> bytes | None:
-    return marshal.dumps(tuple(value)) if value is not None else None
+    # Empty stays NULL: most items have no labels or dependencies, and a listing then unpacks nothing.
+    return marshal.dumps(tuple(value)) if value else None
 
 
 def unpack_row(record: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -284,11 +491,15 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
             db.execute("ROLLBACK")
 
 
+def size(path: str) -> int:
+    """Bytes on disk of the cache file and its WAL companions."""
+    return sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm") if os.path.exists(path + s))
+
+
 def status(path: str) -> dict[str, Any]:
     """What the cache file holds, for ``gw cache status`` (never builds it)."""
     out: dict[str, Any] = {"path": path, "exists": os.path.exists(path), "commit": None, "items": 0,
-                           "bytes": sum(os.path.getsize(path + s) for s in ("", "-wal", "-shm")
-                                        if os.path.exists(path + s)),
+                           "bytes": size(path),
                            "schema": None, "ok": None}
     if not out["exists"]:
         return out
@@ -305,3 +516,47 @@ def status(path: str) -> dict[str, Any]:
     except sqlite3.DatabaseError:
         out["ok"] = False
     return out
+
+
+# --- message ids of sealed thread segments (``thread.message_ids``) -----------------------------------
+# A full segment never changes, so the ids it holds are kept by its blob id: content-addressed, hence
+# right on any history. Only a lookup aid for refusing a duplicate message id: a missing or unusable
+# cache means parsing the segment again, and the check itself is always made on the tip's blobs.
+
+_QUICK = 100  # ms a poster waits for the write lock (a cold rebuild may hold it): skipping is cheaper
+
+
+def sealed_ids(folder: str, oids: list[str]) -> dict[str, tuple[int, str]]:
+    """``{segment blob id: (first seq, newline-joined ids)}`` for the ``oids`` the cache knows."""
+    try:
+        db = _connection(os.path.join(folder, NAME))
+        out: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(oids), 500):
+            chunk = oids[start:start + 500]
+            out.update((oid, (first, ids)) for oid, first, ids in db.execute(
+                f"SELECT oid, first, ids FROM sealed_ids WHERE oid IN ({', '.join('?' * len(chunk))})", chunk))
+        return out
+    except (sqlite3.Error, _Foreign, OSError):
+        _forget(os.path.join(folder, NAME))
+        return {}
+
+
+def remember_sealed_ids(folder: str, found: dict[str, tuple[int, str]]) -> None:
+    """Keep what :func:`sealed_ids` will answer; silently skipped when the cache is busy or unusable."""
+    path = os.path.join(folder, NAME)
+    try:
+        db = _connection(path)
+        db.execute(f"PRAGMA busy_timeout={_QUICK}")
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT OR REPLACE INTO sealed_ids (oid, first, ids) VALUES (?, ?, ?)",
+                               [(oid, first, ids) for oid, (first, ids) in found.items()])
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT * 1000)}")
+    except (sqlite3.Error, _Foreign, OSError):
+        _forget(path)

@@ -56,14 +56,31 @@ def resolve(hex_prefix: str, candidates: Iterable[str], shown: str) -> str:
 def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
     """Map each id to its shortest unique form (at least MIN_SHOWN hex digits)."""
     ordered = sorted(set(ids))
-    result: dict[str, str] = {}
-    for index, item_id in enumerate(ordered):
-        need = MIN_SHOWN
-        for neighbour in (ordered[index - 1] if index else None, ordered[index + 1] if index + 1 < len(ordered) else None):
-            if neighbour is not None:
-                need = max(need, digits_to_tell_apart(item_id, neighbour))
-        result[item_id] = item_id[: len(PREFIX) + min(need, HEX_LEN)]
-    return result
+    return {item_id: item_id[:length] for item_id, length in zip(ordered, shown_lengths(ordered))}
+
+
+def shown_lengths(ordered: list[str]) -> list[int]:
+    """:func:`shown_length` of each id of a sorted list of distinct ids, one comparison per neighbour pair.
+
+    (Ids in different shards differ in their first two hex digits, fewer than MIN_SHOWN, so a shard's
+    ids alone decide their forms.)"""
+    apart = [digits_to_tell_apart(a, b) for a, b in zip(ordered, ordered[1:])]
+    apart.append(0)
+    out, left = [], 0
+    for right in apart:
+        out.append(len(PREFIX) + min(max(MIN_SHOWN, left, right), HEX_LEN))
+        left = right
+    return out
+
+
+def shown_length(item_id: str, before: str | None, after: str | None) -> int:
+    """How many characters of ``item_id`` its shortest unique form keeps, given its two neighbours in
+    id order (``None`` at either end): enough hex digits to differ from both, at least MIN_SHOWN."""
+    need = MIN_SHOWN
+    for neighbour in (before, after):
+        if neighbour is not None:
+            need = max(need, digits_to_tell_apart(item_id, neighbour))
+    return len(PREFIX) + min(need, HEX_LEN)
 
 
 def digits_to_tell_apart(item_id: str, neighbour: str) -> int:

@@ -69,3 +69,19 @@ def load_index(snapshot: Snapshot, *, use_cache: bool = True) -> Index:
     index: Index = cache.at(snapshot, _read, summary, thread_entry, use_cache=use_cache)
     index.problems()  # noted for the CLI's stderr: a reader of this summary skips these items
     return index
+
+
+def rebuild(snapshot: Snapshot) -> tuple[str | None, int]:
+    """Bring the cache to ``snapshot`` (from scratch after ``cache.drop``) without loading its rows:
+    the commit it reflects and how many items it holds."""
+    from . import cache
+    from .rows import thread_entry
+
+    def counted(db: Any) -> tuple[str | None, int]:
+        bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
+        if bad:
+            note_problems(bad)  # named on stderr by the CLI, as every reader of the summary does
+        commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
+        return commit, db.execute("SELECT count(*) FROM item").fetchone()[0]
+
+    return cache.at(snapshot, counted, summary, thread_entry)  # type: ignore[no-any-return]

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import marshal
-import os
 import re
 
 from . import codec, layout
@@ -190,12 +188,12 @@ def message_at(read_file: Callable[[str], bytes | None], item_id: str, seq: int)
 
 # --- message ids ------------------------------------------------------------------------------------
 # Refusing a duplicate message id needs every id in the thread. Full segments never change, so each
-# one's ids are remembered by its blob id, in memory and on disk (long threads), as ONE string of
-# newline-separated ids: loading and searching 100,000 ids is then a memcpy and a substring search,
-# not 100,000 dict insertions per post. Only the open (last) segment is parsed on every post.
+# one's ids are remembered by its blob id, in memory and in the read cache (``cache.sealed_ids``, long
+# threads only), as ONE string of newline-separated ids: loading and searching 100,000 ids is then a
+# memcpy and a substring search, not 100,000 dict insertions per post. Only the open (last) segment is
+# parsed on every post.
 
 _IDS_MEMO: dict[str, tuple[int, str]] = {}
-_IDS_CACHE_VERSION = 2
 _DISK_FROM = 3  # segments; shorter threads are cheaper to parse than to cache
 
 
@@ -238,62 +236,35 @@ class MessageIds:
         self.open[msg_id] = seq
 
 
-def _ids_cache_path(snapshot: Snapshot, item_id: str) -> str:
-    folder = os.path.join(snapshot.store.repo.gitwork_dir(), f"thread-ids-v{_IDS_CACHE_VERSION}")
-    os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{item_id}.marshal")
-
-
 def message_ids(snapshot: Snapshot, item_id: str) -> MessageIds:
     """Every message id of the thread at ``snapshot`` and its sequence number."""
     found = segments(snapshot, item_id, 0)
     sealed: list[tuple[int, str]] = []
     open_ids: dict[str, int] = {}
-    disk: dict[str, tuple[int, str]] | None = None
-    learned = False
-    for number, (first, oid) in enumerate(found):
+    learned: dict[str, tuple[int, str]] = {}
+    if len(found) >= _DISK_FROM:
+        # The last segment is usually the open one, never cached: it alone must not cost a lookup.
+        missing = [oid for _first, oid in found[:-1] if oid not in _IDS_MEMO]
+        if missing:
+            from .cache import sealed_ids
+
+            _IDS_MEMO.update(sealed_ids(snapshot.store.repo.gitwork_dir(), missing))
+    for first, oid in found:
         known = _IDS_MEMO.get(oid)
-        # The last segment is usually the open one, never in the disk cache: it alone must not cost
-        # a cache load on every post.
-        if known is None and len(found) >= _DISK_FROM and number < len(found) - 1:
-            if disk is None:
-                disk = _read_ids_cache(snapshot, item_id)
-            known = disk.get(oid)
-            if known is not None:
-                _IDS_MEMO[oid] = known
         if known is None:
             records = parse_segment(snapshot.store.read_blob(oid), first, f"thread segment {first} of {item_id}")
             if len(records) == SEGMENT:
                 known = (first, "\n" + "".join(f"{r.get('id')}\n" for r in records))
-                _IDS_MEMO[oid] = known
-                learned = True
+                _IDS_MEMO[oid] = learned[oid] = known
             else:
                 open_ids.update((str(r.get("id")), r["seq"]) for r in records)
                 continue
         sealed.append(known)
     if learned and len(found) >= _DISK_FROM:
-        _write_ids_cache(snapshot, item_id, {oid: _IDS_MEMO[oid] for _first, oid in found if oid in _IDS_MEMO})
+        from .cache import remember_sealed_ids
+
+        remember_sealed_ids(snapshot.store.repo.gitwork_dir(), learned)
     return MessageIds(sealed, open_ids)
-
-
-def _read_ids_cache(snapshot: Snapshot, item_id: str) -> dict[str, tuple[int, str]]:
-    try:
-        with open(_ids_cache_path(snapshot, item_id), "rb") as handle:
-            data = marshal.load(handle)
-        return data if isinstance(data, dict) else {}
-    except (OSError, EOFError, ValueError, TypeError):
-        return {}
-
-
-def _write_ids_cache(snapshot: Snapshot, item_id: str, sealed: dict[str, tuple[int, str]]) -> None:
-    try:
-        path = _ids_cache_path(snapshot, item_id)
-        tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        with open(tmp, "wb") as handle:
-            marshal.dump(sealed, handle)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a cache we cannot write is only a slower next post
 
 
 # --- references to messages --------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from conftest import Clock, git, make_repo, run_gw, tip
 from gitwork import cache
 from gitwork.errors import GwError
+from gitwork.ids import shortest_unique
 from gitwork.index import load_index
 from gitwork.queries import select
 from gitwork.workplane import Workplane
@@ -108,10 +109,14 @@ class CacheEquivalence(RuleBasedStateMachine):
     def _pick(self, n: int) -> str | None:
         return self.items[n % len(self.items)] if self.items else None
 
-    @rule(priority=st.integers(0, 3), dep=st.integers(0, 20), labels=st.lists(st.sampled_from("xyz"), max_size=2))
-    def new(self, priority: int, dep: int, labels: list[str]) -> None:
+    @rule(priority=st.integers(0, 3), dep=st.integers(0, 20), labels=st.lists(st.sampled_from("xyz"), max_size=2),
+          near=st.one_of(st.none(), st.text("0f", min_size=12, max_size=12)))
+    def new(self, priority: int, dep: int, labels: list[str], near: str | None) -> None:
         deps = [self._pick(dep)] if self.items and dep % 2 else None
-        made = self.wp["admin"].do("new", title=f"t{len(self.items)}", priority=priority,
+        # ``near``: an id sharing a long prefix with others, so shortest forms need more than 6 digits
+        # and change when a neighbour comes or goes (the cache keeps them per row: item.shown).
+        chosen = f"w-abcd{near}" if near is not None and f"w-abcd{near}" not in self.items else None
+        made = self.wp["admin"].do("new", title=f"t{len(self.items)}", priority=priority, item=chosen,
                                     labels=sorted(set(labels)) or None, depends_on=deps)
         self.items.append(made.result["item"])
 
@@ -189,6 +194,8 @@ class CacheEquivalence(RuleBasedStateMachine):
             assert [r[0] for r in picked] == sorted(i for i, v in tree.items() if label in v[2])
         held = select(ctx.snapshot, ctx.now, margin, closed=True, holder="alice", sort="id").rows
         assert [r[0] for r in held] == sorted(i for i, v in tree.items() if v[6] == "active" and v[5] == "alice")
+        everything = select(ctx.snapshot, ctx.now, margin, closed=True, sort="id")
+        assert everything.short == shortest_unique(tree)
         fresh = load_index(wp.context().snapshot, use_cache=False).items()
         assert wp.rows()[1] == fresh
         cached_inbox = {a: wp.inbox(a) for a in AGENTS}
@@ -274,7 +281,8 @@ WORKER = r"""
 import json, sys
 from gitwork.workplane import Workplane
 from gitwork.errors import GwError
-from gitwork.queries import ready
+from gitwork.ids import shortest_unique
+from gitwork.queries import ready, select
 repo, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with Workplane(repo, agent=me) as wp:
     for n in range(rounds):
@@ -286,6 +294,8 @@ with Workplane(repo, agent=me) as wp:
         ctx, rows = wp.rows()
         assert ctx.index().commit == ctx.snapshot.commit  # the answer is of the tip this process read
         assert all(r[0] in rows for r in ready(ctx.index(), ctx.now, 30))
+        picked = select(ctx.snapshot, ctx.now, 30, closed=True)  # shortest forms kept per row, at this tip
+        assert picked.commit == ctx.snapshot.commit and picked.short == shortest_unique(rows)
         wp.inbox(me)
 print(json.dumps({"ok": True}))
 """

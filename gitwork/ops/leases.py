@@ -27,15 +27,17 @@ HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failu
 
 def _next(ctx: Context) -> str:
     """The item ``claim --next`` tries: the best ready one (the documented order) on a command's first
-    attempt; after a lost race, one of the best few at random, so a crowd of claimers that all lost to
-    the same winner does not pile onto the same next item (a thundering herd on one ref). Which items
-    are ready comes from the read cache at this very commit; the grant is decided on the tree
-    (``_claimable``), as for any claim."""
-    import os
+    attempt; after a lost race, one of the best few, drawn from the claimer's identity, the command id
+    and the attempt (reproducible, and different for each claimer), so a crowd that all lost to the
+    same winner does not pile onto the same next item. Which items are ready comes from the read cache
+    at this very commit; the grant is decided on the tree (``_claimable``), as for any claim.
 
+    (Spreading keeps losers off each other's items; it cannot make more than one of them win a round:
+    every command is a compare-and-swap of the same ref, whichever item it names.)"""
     from ..queries import select
 
-    tries = _TRIES[ctx.cmd.get("id", "")] = _TRIES.get(ctx.cmd.get("id", ""), 0) + 1
+    command = ctx.cmd.get("id", "")
+    tries = _TRIES[command] = _TRIES.get(command, 0) + 1
     if len(_TRIES) > 256:
         _TRIES.clear()
     rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
@@ -43,8 +45,16 @@ def _next(ctx: Context) -> str:
                   limit=1 if tries == 1 else SPREAD, shorten=False).rows
     if not rows:
         raise NotFound("no ready item to claim")
-    pick = 0 if tries == 1 else int.from_bytes(os.urandom(2), "big") % len(rows)
-    return str(rows[pick][0])
+    return str(rows[spread_pick(ctx.actor, command, tries, len(rows))][0])
+
+
+def spread_pick(actor: str, command: str, tries: int, candidates: int) -> int:
+    """Which of the best ``candidates`` ready items attempt ``tries`` of a ``claim --next`` takes."""
+    if tries == 1 or candidates <= 1:
+        return 0
+    import random
+
+    return random.Random(f"{actor}\0{command}\0{tries}").randrange(candidates)
 
 
 def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:

@@ -43,20 +43,18 @@ def rebuild(wp: Any, as_json: bool) -> None:
     import time
 
     from ... import cache
-    from ...index import load_index
+    from ...index import rebuild as build
 
     path = _path(wp)
     cache.drop(path)
     started = time.monotonic()
-    index = load_index(wp.context().snapshot)
+    commit, items = build(wp.context().snapshot)
     seconds = round(time.monotonic() - started, 3)
-    found = cache.status(path)
-    view = {"ok": True, "path": path, "commit": index.commit, "items": len(index.items()) + len(index.problems()),
-            "bytes": found["bytes"], "seconds": seconds}
+    view = {"ok": True, "path": path, "commit": commit, "items": items, "bytes": cache.size(path), "seconds": seconds}
     if as_json:
         output.emit_json(view)
         return
-    output.info(f"rebuilt {path}: {view['items']} items at {index.commit} in {seconds} s")
+    output.info(f"rebuilt {path}: {items} items at {commit} in {seconds} s")
 
 
 def drop(wp: Any, as_json: bool) -> None:
