@@ -215,6 +215,15 @@ class Context:
             self._index = load_index(self.snapshot)
         return self._index
 
+    def member(self, cmd: dict[str, Any]) -> Context:
+        """A Context for one member of a batch (``ops/batch.py``): it sees the tree as the earlier
+        members left it (their pending writes, through :class:`Pending`) and writes into the same
+        changes; thread memos are shared, so message numbers continue across members."""
+        child = Context(Pending(self.snapshot, self.outcome.changes), cmd, self.now, self.settings)
+        child.outcome.changes = self.outcome.changes
+        child._memos = self._memos
+        return child
+
     # --- the fencing rule --------------------------------------------------------------------
 
     def require_holder(self, item_id: str) -> Lease | None:
@@ -301,6 +310,22 @@ class Context:
         for key, value in trailers.items():
             if value is not None:
                 self.outcome.trailers["-".join(p.capitalize() for p in key.split("_"))] = str(value)
+
+
+class Pending(Snapshot):
+    """The base snapshot with a batch's pending writes on top: what a later member reads with
+    ``blob`` (e.g. ``new``'s "already exists"). Only blobs are overlaid; listings of the tree go
+    through ``Context`` (``resolve``), which sees pending item files itself."""
+
+    def __init__(self, base: Snapshot, changes: dict[str, bytes | None]) -> None:
+        super().__init__(base.store, base.commit, base.info)
+        self.root = base.root
+        self.changes = changes
+
+    def blob(self, path: str) -> bytes | None:
+        if path in self.changes:
+            return self.changes[path]
+        return super().blob(path)
 
 
 def digest(cmd: dict[str, Any]) -> str:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("items", "leases", "messages", "sessions", "executions")
+MODULES = ("items", "leases", "messages", "sessions", "executions", "batch", "imports")
 OP_MODULES = {
     **dict.fromkeys(("init", "new", "edit", "check", "decision", "done", "cancel", "reopen"), "items"),
     **dict.fromkeys(("claim", "takeover", "renew", "release", "revoke", "handoff"), "leases"),
     **dict.fromkeys(("msg", "ack", "ask", "decide"), "messages"),
     **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop"), "sessions"),
     **dict.fromkeys(("exec-reserve", "exec-state"), "executions"),
+    "batch": "batch",
+    "import": "imports",
 }
 
 
