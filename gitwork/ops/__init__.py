@@ -17,7 +17,7 @@ OP_MODULES = {
     **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop"), "sessions"),
     **dict.fromkeys(("exec-reserve", "exec-state"), "executions"),
     "batch": "batch",
-    "import": "imports",
+    **dict.fromkeys(("import", "shadow-report"), "imports"),
 }
 
 

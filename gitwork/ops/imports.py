@@ -270,3 +270,26 @@ def _post(ctx: Context, item_id: str, comments: list[dict[str, Any]]) -> int:
     if posted:
         ctx.event(item_id, "comments-imported", count=posted)
     return posted
+
+
+_SHADOW = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+
+
+@op("shadow-report", "record a shadow comparison's report on the state ref (docs/shadow.md)",
+    shadow="short!", report="data!")
+def shadow_report(ctx: Context) -> None:
+    from .. import codec
+
+    name = ctx.cmd["shadow"]
+    if not _SHADOW.match(name):
+        raise Invalid(f"shadow name {name[:40]!r}: letters, digits and _.- only, at most 64")
+    report = ctx.cmd["report"]
+    if not isinstance(report, dict) or not isinstance(report.get("counts"), dict) \
+            or type(report.get("compared")) is not int or type(report.get("agree")) is not int:
+        raise Invalid("a shadow report is a mapping with compared, agree and counts")
+    path = f"shadow/{name}/reports.log"  # append-only: the comparison window's history
+    old = ctx.file(path) or b""
+    record = {"seq": old.count(b"\n") + 1, "at": ctx.when, "by": ctx.actor, **report}
+    ctx.outcome.changes[path] = old + codec.encode_record(record)
+    ctx.say(f"shadow report {name} by {ctx.actor}: {report['agree']}/{report['compared']} agree")
+    ctx.outcome.result = {"name": name, "seq": record["seq"], "compared": report["compared"], "agree": report["agree"]}
