@@ -138,6 +138,8 @@ def export(wp: Any, as_json: bool, format: str = "jsonl", out: str | None = None
     if format not in FORMATS:
         raise UsageError(f"--format must be one of {', '.join(FORMATS)}")
     if out is None or out == "-":
+        if as_json:
+            raise UsageError("gw export --json needs --output FILE: the export itself is the data on stdout")
         count = write(wp, format, sys.stdout)
     else:
         try:
@@ -145,7 +147,7 @@ def export(wp: Any, as_json: bool, format: str = "jsonl", out: str | None = None
                 count = write(wp, format, handle)
         except OSError as exc:
             raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from exc
-    if as_json and out not in (None, "-"):
+    if as_json:
         output.emit_json({"ok": True, "format": format, "items": count, "file": out})
     elif out not in (None, "-"):
         output.info(f"export {format}: {count} items to {out}")
