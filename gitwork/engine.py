@@ -147,6 +147,9 @@ class Context:
     def resolve(self, text: str) -> str:
         """A full item id from a unique prefix; reads a single shard when two digits are given."""
         hex_prefix = ids.normalise_prefix(text)
+        full = ids.PREFIX + hex_prefix
+        if ids.is_full(full) and self.file(layout.item_path(full, layout.ITEM_FILE)) is not None:
+            return full  # a full id of an item that exists (a batch resolves hundreds: no listing)
         if len(hex_prefix) >= 2:
             names = self.snapshot.tree(f"{layout.ITEMS}/{hex_prefix[:2]}").keys()
         else:
@@ -157,7 +160,7 @@ class Context:
                 for name in self.snapshot.store.read_tree(entry.oid)
             ]
         pending = [p.split("/")[2] for p in self.outcome.changes if p.endswith(layout.ITEM_FILE)]
-        return ids.resolve(hex_prefix, [*names, *pending], text)
+        return ids.resolve(hex_prefix, {*names, *pending}, text)  # an item changed in this command is in both
 
     def target(self) -> str:
         """Resolve the command's ``item`` and record the full id in the command document."""
