@@ -163,9 +163,10 @@ def compare(wp: Any, name: str) -> dict[str, Any]:
         if their_owner != our_owner:
             found.append({"aspect": "assignee", "source": record.get("owner"), "gitwork": our_owner,
                           "holder": holder})
-        their_deps = sorted(ids.get(d) or derived_id(kind, d) for d in record.get("deps") or ())
-        if their_deps != sorted(item.depends_on):
-            found.append({"aspect": "dependencies", "source": sorted(record.get("deps") or ()),
+        # Only dependencies on live items of theirs count: an import leaves the others unresolved.
+        named = sorted(d for d in record.get("deps") or () if d in theirs and not theirs[d].get("tombstone"))
+        if sorted(ids.get(d) or derived_id(kind, d) for d in named) != sorted(item.depends_on):
+            found.append({"aspect": "dependencies", "source": named,
                           "gitwork": sorted(item.depends_on)})
         their_close = instant((record.get("fields") or {}).get("closed_at") or (record.get("fields") or {}).get("closedAt"))
         our_close = _close_time(ctx, item_id) if item.status in ("done", "cancelled") else None
