@@ -64,6 +64,8 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
         wp.item(gone)
     assert wp.item(deferred).status == "blocked" and wp.item(deferred).depends_on == []
     assert wp.item(deferred).provenance["fields"]["unresolved"] == ["bd-a5"]
+    wp.do("edit", item=token, add_labels=["kept"])  # another op rewrites item.yaml: parent and links stay
+    assert wp.item(token).extra == {"parent": epic, "links": [{"kind": "related", "item": audit}]}
     ready = {row[0] for row in wp.ready()}
     assert ready == {epic, token, audit}  # store is done (so token's blocker is met); deferred is blocked
 
