@@ -78,29 +78,43 @@ def _decisions(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _existing(ctx: Context, text: str) -> str:
+    """The full id of an item that exists (``resolve`` reads the item's folder, not its file: an
+    import of thousands of items does not parse each one it points at)."""
+    return ctx.resolve(text)
+
+
 def _links(ctx: Context, item_id: str, value: Any) -> list[dict[str, str]]:
     out = []
     for n, entry in enumerate(_list_of_mappings(value, "links"), 1):
         kind = _short(entry.get("kind"), f"links #{n} kind")
-        target = ctx.resolve(_short(entry.get("item"), f"links #{n} item"))
+        target = _existing(ctx, _short(entry.get("item"), f"links #{n} item"))
         if target == item_id:
             raise Invalid(f"{item_id} cannot link to itself")
-        ctx.item(target)  # must exist and parse
         link = {"kind": kind, "item": target}
         if link not in out:
             out.append(link)
     return out
 
 
+def _parent_of(ctx: Context, item_id: str) -> str | None:
+    # Only `import` writes `parent`, and it notes each write here: the memo is shared by the members
+    # of a batch, so a chain is read once per command, not once per member.
+    parents = ctx.memo("_import_parents")
+    if item_id not in parents:
+        parents[item_id] = ctx.item(item_id).extra.get("parent")
+    return parents[item_id]
+
+
 def _parent(ctx: Context, item_id: str, value: str) -> str:
-    parent = ctx.resolve(value)
+    parent = _existing(ctx, value)
     seen = {item_id}
     current: str | None = parent
     while current is not None:  # the parent chain must not come back to the item
         if current in seen:
             raise Invalid(f"parent cycle: {item_id} would be its own ancestor through {parent}")
         seen.add(current)
-        current = ctx.item(current).extra.get("parent")
+        current = _parent_of(ctx, current)
     return parent
 
 
@@ -150,10 +164,9 @@ def _wanted(ctx: Context, item_id: str, current: Item | None) -> Item:
     if "depends_on" in cmd:
         deps = []
         for dep in cmd["depends_on"]:
-            full = ctx.resolve(dep)
+            full = _existing(ctx, dep)
             if full == item_id:
                 raise Invalid(f"{item_id} cannot depend on itself")
-            ctx.item(full)
             if full not in deps:
                 deps.append(full)
         cmd["depends_on"] = deps  # recorded resolved
@@ -234,6 +247,7 @@ def import_item(ctx: Context) -> None:
     posted = _post(ctx, item_id, _comments(cmd.get("comments", [])))
     if changed:
         ctx.save_item(wanted)
+        ctx.memo("_import_parents")[item_id] = wanted.extra.get("parent")
         if current is None:
             ctx.event(item_id, "imported", source=source, external=external, title=wanted.title)
         else:
