@@ -13,22 +13,17 @@ An item's gitwork id is derived from the source kind and its external id
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 
-from ..codec import MAX_DEPTH, check_depth
 from ..errors import Invalid, UsageError
 from . import names
+from .source import MAX_FILE, MAX_LINE, Problems, clean, instant, item_id, message_id, read_text  # noqa: F401
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
 KINDS = ("beads", "github", "csv", "jsonl")
-MAX_FILE = 512 * 1024 * 1024  # a whole export
-MAX_LINE = 8 * 1024 * 1024  # one JSON line (one issue with its comments)
-MAX_ERRORS = 10  # malformed lines named in one report
 BATCH = 500  # items per batch: one commit each
 MAX_BATCH_BYTES = 16 * 1024 * 1024  # a batch document's JSON (it is the commit message's Command: line)
 
@@ -36,119 +31,6 @@ MAX_BATCH_BYTES = 16 * 1024 * 1024  # a batch document's JSON (it is the commit 
 RECORD_KEYS = ("external", "line", "item", "title", "description", "status", "priority", "labels", "owner",
                "deps", "parent", "links", "criteria", "decisions", "closed_reason", "created_at", "comments",
                "fields", "url", "tombstone")
-
-
-class Problems:
-    """Malformed input found while reading: each by line number, reported together as one line."""
-
-    def __init__(self, path: str, unit: str = "line") -> None:
-        self.path, self.unit = path, unit
-        self.found: list[str] = []
-        self.count = 0
-
-    def add(self, line: int, message: str) -> None:
-        self.count += 1
-        if len(self.found) < MAX_ERRORS:
-            self.found.append(f"{self.unit} {line}: {message}")
-
-    def check(self) -> None:
-        if self.count:
-            more = f" (and {self.count - len(self.found)} more)" if self.count > len(self.found) else ""
-            raise Invalid(f"{self.path}: {'; '.join(self.found)}{more}; nothing was imported",
-                          problems=self.found, count=self.count)
-
-
-def read_text(path: str) -> str:
-    """The whole file as text, bounded (``-``: stdin)."""
-    import sys
-
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_FILE + 1)
-        else:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_FILE + 1)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    if len(data) > MAX_FILE:
-        raise Invalid(f"{path} is larger than {MAX_FILE // (1024 * 1024)} MiB")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise Invalid(f"{path}: line {line}: not UTF-8; nothing was imported") from exc
-
-
-def json_value(text: str) -> Any:
-    """One JSON value, bounded in nesting (``ValueError`` with the reason)."""
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
-    check_depth(value)
-    return value
-
-
-def json_lines(text: str, path: str, problems: Problems) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for each non-blank line; malformed lines go to ``problems``."""
-    out = []
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        if len(line) > MAX_LINE:
-            problems.add(number, f"longer than {MAX_LINE // (1024 * 1024)} MiB")
-            continue
-        try:
-            value = json_value(line)
-        except ValueError as exc:
-            problems.add(number, f"not a JSON object ({str(exc).splitlines()[0][:120]})")
-            continue
-        if not isinstance(value, dict):
-            problems.add(number, "not a JSON object")
-            continue
-        out.append((number, value))
-    return out
-
-
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def clean(text: str) -> str:
-    """Text without control characters (gitwork refuses them; tabs and line breaks stay)."""
-    return _CONTROL.sub("", text)
-
-
-_INSTANT = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?\s*(Z|[+-]\d\d:?\d\d)?\Z", re.I)
-
-
-def instant(text: Any) -> str | None:
-    """An ISO-8601 time as gitwork writes instants (UTC, seconds, ``Z``); ``None`` if it is not one."""
-    import datetime as dt
-
-    if not isinstance(text, str):
-        return None
-    match = _INSTANT.match(text.strip())
-    if not match:
-        return None
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    zone = match.group(8) or "Z"
-    try:
-        when = dt.datetime(year, month, day, hour, minute, second, tzinfo=dt.timezone.utc)
-    except ValueError:
-        return None
-    if zone.upper() != "Z":
-        sign = 1 if zone[0] == "+" else -1
-        digits = zone[1:].replace(":", "")
-        when -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def item_id(kind: str, external: str) -> str:
-    return "w-" + hashlib.sha256(f"{kind}:{external}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
-
-
-def message_id(kind: str, external: str, comment: Any) -> str:
-    return "m-" + hashlib.sha256(f"{kind}:{external}:{comment}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def read(kind: str, path: str, mapping: str | None = None) -> list[dict[str, Any]]:
@@ -168,6 +50,7 @@ def read(kind: str, path: str, mapping: str | None = None) -> list[dict[str, Any
     else:
         raise UsageError(f"unknown import kind {kind!r}: one of {', '.join(KINDS)}")
     return parse(read_text(path), path)
+
 
 
 # --- from records to documents ---------------------------------------------------------------------

@@ -12,7 +12,7 @@ in the item's provenance.
 
 from __future__ import annotations
 
-from . import Problems, json_lines, message_id
+from .source import Problems, message_id, parse_lines
 from .fields import criteria_from_text, short_text, take_common
 
 TYPE_CHECKING = False
@@ -26,14 +26,7 @@ _USED = ("id", "title", "description", "acceptance_criteria", "status", "priorit
 
 
 def parse(text: str, path: str) -> list[dict[str, Any]]:
-    problems = Problems(path)
-    records = []
-    for line, raw in json_lines(text, path, problems):
-        record = _record(raw, line, problems)
-        if record is not None:
-            records.append(record)
-    problems.check()
-    return records
+    return parse_lines(text, path, _record)
 
 
 def _record(raw: dict[str, Any], line: int, problems: Problems) -> dict[str, Any] | None:

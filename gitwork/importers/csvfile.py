@@ -14,7 +14,7 @@ import csv
 import io
 
 from ..errors import Invalid, UsageError
-from . import MAX_LINE, Problems
+from .source import MAX_LINE, Problems
 from .fields import criteria_from_text, short_text, take_common
 
 TYPE_CHECKING = False

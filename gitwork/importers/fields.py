@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from ..commands import MAX_SHORT, MAX_TEXT, MAX_TITLE
-from . import Problems, clean, instant
+from .source import Problems, clean, instant
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ the issue's position in the array ("entry N").
 
 from __future__ import annotations
 
-from . import Problems, json_value, message_id
+from .source import Problems, json_value, message_id
 from .fields import take_common
 
 TYPE_CHECKING = False

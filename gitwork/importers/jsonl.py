@@ -10,7 +10,7 @@ The exported ``provenance`` is kept in the new item's provenance, under ``fields
 from __future__ import annotations
 
 from .. import ids
-from . import Problems, json_lines
+from .source import Problems, parse_lines
 from .fields import take_common
 
 TYPE_CHECKING = False
@@ -21,14 +21,7 @@ STATUSES = ("open", "in_progress", "blocked", "done", "cancelled")
 
 
 def parse(text: str, path: str) -> list[dict[str, Any]]:
-    problems = Problems(path)
-    records = []
-    for line, raw in json_lines(text, path, problems):
-        record = _record(raw, line, problems)
-        if record is not None:
-            records.append(record)
-    problems.check()
-    return records
+    return parse_lines(text, path, _record)
 
 
 def _record(raw: dict[str, Any], line: int, problems: Problems) -> dict[str, Any] | None:

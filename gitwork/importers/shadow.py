@@ -18,7 +18,8 @@ import re
 
 from .. import clock, layout
 from ..errors import Invalid, NotFound, UsageError
-from . import KINDS, MAX_FILE, read
+from . import KINDS, read
+from .source import MAX_FILE
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -121,7 +122,8 @@ def _seconds(text: str) -> float:
 
 def compare(wp: Any, name: str) -> dict[str, Any]:
     """Every divergence between the shadow's current export and gitwork, with counts and agreement."""
-    from . import instant, item_id as derived_id, names
+    from . import names
+    from .source import instant, item_id as derived_id
 
     entry = shadows(wp).get(name)
     if entry is None:

@@ -22,17 +22,9 @@ _YAML_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.M)
 
 
 def _read(source: str) -> str:
-    try:
-        if source == "-":
-            data = sys.stdin.buffer.read(MAX_APPLY_BYTES + 1)
-        else:
-            with open(source, "rb") as handle:
-                data = handle.read(MAX_APPLY_BYTES + 1)
-        if len(data) > MAX_APPLY_BYTES:
-            raise Invalid(f"{source} is larger than {MAX_APPLY_BYTES // (1024 * 1024)} MiB")
-        return data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {source}: {exc}") from exc
+    from ...importers.source import read_text
+
+    return read_text(source, MAX_APPLY_BYTES)
 
 
 def documents(text: str) -> list[tuple[int, Any]]:
@@ -78,7 +70,7 @@ def _one(load: Any, text: str, line: int) -> Any:
 def apply(wp: Any, as_json: bool, source: str) -> None:
     docs = documents(_read(source))
     if not docs:
-        raise Invalid(f"{source} holds no command document")
+        raise Invalid(f"a command document must be a mapping with an 'op' ({source} holds none)")
     if len(docs) == 1:
         applied = wp.submit(_mapping(docs[0][1]))
         done_line(applied, as_json)
