@@ -217,3 +217,40 @@ def test_an_item_someone_holds_is_not_closed_by_a_reimport(tmp_path: Path, repo:
     with pytest.raises(Exception, match="held by carol"):
         importers.run(wp, "beads", str(source))
     assert tip(repo) == before
+
+
+def test_a_progress_bar_on_a_terminal_only(repo: Path, wp: Workplane) -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    main, child = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-m", "gitwork", "import", "beads", str(FIXTURES / "beads.jsonl")],
+                              cwd=repo, stdout=subprocess.PIPE, stderr=child, timeout=60)
+        os.close(child)
+        child = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the terminal's other end is closed: everything was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main)
+        if child != -1:
+            os.close(child)
+    assert done.returncode == 0 and done.stdout == b""
+    assert b"importing [" in shown and b"7/7" in shown  # 6 items and one item's forward links
+
+
+def test_an_agent_does_not_import(repo: Path, wp: Workplane) -> None:
+    git(repo, "config", "gitwork.agents", "bot")
+    with Workplane(str(repo), agent="bot") as bot:
+        with pytest.raises(Exception, match="agents do not import") as raised:
+            importers.run(bot, "beads", str(FIXTURES / "beads.jsonl"))
+    assert raised.value.code == 77

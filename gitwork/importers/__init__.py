@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+from ..commands import MAX_TEXT
 from ..errors import Invalid, UsageError
 from . import names
 from .source import MAX_FILE, MAX_LINE, Problems, clean, instant, item_id, message_id, read_text  # noqa: F401
@@ -113,7 +114,7 @@ def plan(kind: str, records: list[dict[str, Any]], path: str) -> list[dict[str, 
     docs: list[dict[str, Any]] = []
     later: list[dict[str, Any]] = []
     for record in ordered:
-        doc, links = _document(source, record, ids)
+        doc, links = _document(source, record, ids, path)
         if links is not None:
             here = position[doc["item"]]
             if all(position[link["item"]] < here for link in links):
@@ -125,7 +126,8 @@ def plan(kind: str, records: list[dict[str, Any]], path: str) -> list[dict[str, 
     return docs + later
 
 
-def _document(source: str, record: dict[str, Any], ids: dict[str, str]) -> tuple[dict[str, Any], list | None]:
+def _document(source: str, record: dict[str, Any], ids: dict[str, str], path: str
+              ) -> tuple[dict[str, Any], list | None]:
     external = record["external"]
     full = record.get("item") or item_id(source, external)
     doc: dict[str, Any] = {"op": "import", "item": full, "source": source, "external": external}
@@ -174,7 +176,10 @@ def _document(source: str, record: dict[str, Any], ids: dict[str, str]) -> tuple
     if record.get("decisions") is not None:
         doc["decisions"] = record["decisions"]
     comments = []
-    for comment in record.get("comments") or ():
+    for number, comment in enumerate(record.get("comments") or (), 1):
+        if len(str(comment.get("text") or "").encode("utf-8", "surrogatepass")) > MAX_TEXT:
+            raise Invalid(f"{path}: line {record['line']}: comment {number} is longer than {MAX_TEXT // 1024} KiB; "
+                          "nothing was imported")
         author = str(comment.get("author") or "unknown")
         entry = {k: v for k, v in comment.items() if k not in ("author", "at") and v is not None}
         if instant(comment.get("at")):

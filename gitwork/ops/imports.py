@@ -17,7 +17,7 @@ import re
 from .. import ids
 from ..commands import MAX_SHORT, MAX_TEXT, check_text
 from ..engine import Context, op
-from ..errors import Invalid
+from ..errors import Forbidden, Invalid
 from ..model import CLOSED, Item
 from ..thread import KINDS as MESSAGE_KINDS
 from .common import check_cycle, end_lease
@@ -221,6 +221,9 @@ def _changes(before: Item, after: Item) -> list[str]:
 def import_item(ctx: Context) -> None:
     cmd = ctx.cmd
     item_id = cmd["item"]
+    if ctx.settings.role(ctx.actor) == "agent":  # agents act only on what they hold: an import acts on anything
+        raise Forbidden(f"{ctx.actor} is listed as an agent (setting 'agents'): agents do not import",
+                        who=ctx.actor, role="agent")
     if not ids.is_full(item_id):
         raise Invalid(f"an imported item's id must be a full id (w- and 16 hex digits), got {item_id!r}")
     if "created_at" in cmd:

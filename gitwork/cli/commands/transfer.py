@@ -121,7 +121,7 @@ def import_(wp: Any, as_json: bool, kind: str, source: str, mapping: str | None 
         return
     output.info(f"import {kind} {source}: {result['created']} created, {result['updated']} updated, "
                 f"{result['unchanged']} unchanged, {result['comments']} comments; "
-                f"{len(result['commits'])} commits")
+                f"{len(result['commits'])} commit{'' if len(result['commits']) == 1 else 's'}")
 
 
 def export(wp: Any, as_json: bool, format: str = "jsonl", out: str | None = None) -> None:
