@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from .. import ids
+from .. import ids, layout
 from ..commands import MAX_SHORT, MAX_TEXT, check_text
 from ..engine import Context, op
 from ..errors import Forbidden, Invalid
@@ -134,7 +134,7 @@ def _comments(value: Any) -> list[dict[str, Any]]:
             clean["written_at"] = _instant(entry["at"], f"{where} at")
         if entry.get("to") is not None:
             clean["to"] = ids.check_identity(entry["to"], f"{where} to")
-        if type(entry.get("reply_to")) is int:
+        if type(entry.get("reply_to")) is int and entry["reply_to"] >= 1:
             clean["reply_to"] = entry["reply_to"]
         for key in ("author", "choice"):
             if entry.get(key) is not None:
@@ -228,7 +228,7 @@ def import_item(ctx: Context) -> None:
         raise Invalid(f"an imported item's id must be a full id (w- and 16 hex digits), got {item_id!r}")
     if "created_at" in cmd:
         _instant(cmd["created_at"], "created_at")
-    current = ctx.item(item_id) if ctx.file(f"items/{ids.shard(item_id)}/{item_id}/item.yaml") else None
+    current = ctx.item(item_id) if ctx.file(layout.item_path(item_id, layout.ITEM_FILE)) else None
     source, external = cmd["source"], cmd["external"]
     if current is not None and not _same_source(current, source, external):
         raise Invalid(f"{item_id} exists and was not imported from {source} {external!r}: the ids collide",
