@@ -10,7 +10,7 @@ the issue's position in the array ("entry N").
 
 from __future__ import annotations
 
-from .source import Problems, json_value, message_id
+from .source import MAX_DOCUMENT, Problems, json_value, message_id
 from .fields import take_common
 
 TYPE_CHECKING = False
@@ -23,6 +23,9 @@ _USED = ("number", "title", "body", "state", "stateReason", "assignees", "labels
 def parse(text: str, path: str) -> list[dict[str, Any]]:
     from ..errors import Invalid
 
+    if len(text) > MAX_DOCUMENT:
+        raise Invalid(f"{path}: larger than {MAX_DOCUMENT // (1024 * 1024)} MiB (one JSON array is parsed whole); "
+                      "export in parts (gh issue list --search ...) and import each")
     try:
         value = json_value(text) if text.strip() else []
     except ValueError as exc:

@@ -17,7 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-MAX_FILE = 512 * 1024 * 1024  # a whole export
+MAX_FILE = 256 * 1024 * 1024  # a whole export (read line by line after that, but held whole)
+MAX_DOCUMENT = 128 * 1024 * 1024  # an export that is one JSON document (GitHub's array): parsed whole
 MAX_LINE = 8 * 1024 * 1024  # one JSON line (one issue with its comments)
 MAX_ERRORS = 10  # malformed lines named in one report
 
