@@ -55,6 +55,8 @@ def add(wp: Any, name: str, kind: str, source: str, mapping: str | None = None) 
         raise Invalid("--source must name a file or a command")
     if mapping is not None and kind != "csv":
         raise UsageError("--map is for csv shadows")
+    if os.path.isfile(source):
+        source = os.path.abspath(source)  # a report may run from anywhere (gw -C, cron)
     entry = {"kind": kind, "source": source, **({"map": mapping} if mapping else {})}
     data = shadows(wp)
     data[name] = entry
