@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "agents": (),  # identities that are agents: they act only on what they hold, may ask, never decide
     "remote": None,  # arbiter remote (several machines)
     "gates": (),  # commands that must pass before a merge is published
+    "signing": None,  # "ssh": sign every state commit with gitwork.signingKey (docs/security.md)
 }
 
 
@@ -42,6 +43,7 @@ class Settings:
     agents: tuple[str, ...]
     remote: str | None
     gates: tuple[str, ...]
+    signing: str | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -128,6 +130,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return tuple(str(v) for v in value or ())
         if value is None:
             return None
+        if name == "signing":
+            if str(value) not in ("ssh", "none"):
+                raise ValueError("not ssh or none")
+            return None if str(value) == "none" else "ssh"
         return str(value)
     except (ValueError, Invalid) as exc:
         raise Invalid(f"bad setting {name!r} in {source}: {value!r}") from exc

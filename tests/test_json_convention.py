@@ -94,6 +94,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "cache status": ([], "object"),
     "cache rebuild": ([], "object"),
     "cache drop": ([], "object"),
+    "mcp": (["--tools"], "object"),  # serving speaks MCP on stdio (tests/test_mcp.py); --tools prints the list
 }
 # Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
 SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]],

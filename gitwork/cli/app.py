@@ -107,6 +107,10 @@ def main(
     """gitwork: work items, fenced leases and conversations kept on a git ref."""
 
 
+LabelAny = Annotated[Optional[list[str]], typer.Option("--label-any", help="Only items with at least one of these "
+                                                                          "labels (repeatable; with --label: both).")]
+
+
 DescriptionFile = Annotated[
     Optional[str], typer.Option("--description-file", help="Read the description from this file ('-': stdin).")
 ]
@@ -150,23 +154,28 @@ def show(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None)
 
 @verb(items.list_items, "list")
 def list_(
-    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
-    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label.")] = None,
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable; "
+                                                                               "expired: a lease past its expiry).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
+    text: Annotated[Optional[str], typer.Option("--text", help="Only items whose title, description, criteria, "
+                                                               "decisions or thread hold this (as gw search).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """List items, best first (open and active ones unless --all or --status)."""
+    """List items, best first (open and active ones unless --all or --status; -s expired: leases past their expiry)."""
 
 
 @verb(items.ready)
 def ready(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
@@ -178,7 +187,7 @@ def ready(
 
 @verb(items.edit)
 def edit(
-    item: ItemArg,
+    item: ItemsArg,
     title: Annotated[Optional[str], typer.Option("--title")] = None,
     description: Annotated[Optional[str], typer.Option("-d", "--description", help="'-' reads it from stdin.")] = None,
     description_file: DescriptionFile = None,
@@ -194,8 +203,8 @@ def edit(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Change an item's fields (the holder only, while it is leased). -e edits the title and description in your
-    editor."""
+    """Change items' fields (the holder only, while it is leased). -e edits the title and description in your
+    editor (one item). Several ids: one command each (e.g. --add-label on many); exit code of the first failure."""
 
 
 @verb(items.check)
@@ -225,7 +234,7 @@ def done(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
-    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+    fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Mark items done; publishes your open session of each first, and releases your lease (several ids: one
     command each; exit code of the first failure)."""
@@ -234,7 +243,7 @@ def done(
 @verb(items.cancel)
 def cancel(
     item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
-    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+    fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Cancel items (several ids: one command each; exit code of the first failure)."""
 
@@ -272,10 +281,18 @@ def blocked(json: Json = False, agent: As = None, path: Repo = None) -> None:
 def search(
     text: Annotated[str, typer.Argument(help="Text to find (case-insensitive).", show_default=False)],
     status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
+    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched."""
+    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched (the filters of
+    gw list)."""
 
 
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
@@ -348,6 +365,7 @@ def claim(
     item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
     next: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="With --next: only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="With --next: only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="With --next: only items of this priority.")] = None,
     ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
@@ -362,9 +380,9 @@ def renew(item: ItemArg, ttl: Ttl = None, fence: Fence = None, offline: Offline 
 
 
 @verb(leases.release)
-def release(item: ItemArg, fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None,
+def release(item: ItemsArg, fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None,
             path: Repo = None) -> None:
-    """Give your lease up."""
+    """Give your leases up (several ids: one command each; exit code of the first failure)."""
 
 
 @verb(leases.takeover)
@@ -716,6 +734,95 @@ def context(item: ItemArg, json: Json = False, agent: As = None, path: Repo = No
     and how to renew, report, ask, hand off and finish."""
 
 
+# --- the MCP server (commands/mcp.py; issue 17) ------------------------------------------------------
+
+
+from .commands import mcp as mcp_server  # noqa: E402  (kept in this block; it imports nothing of the SDK)
+
+
+@verb(mcp_server.mcp, "mcp")
+def mcp(
+    tools: Annotated[bool, typer.Option("--tools", help="Print the tool list an agent is given, and its size; "
+                                                      "serve nothing.")] = False,
+    json: Json = False, agent: As = None,
+    path: Annotated[Optional[str], typer.Option("-C", "--repo", help="The repository to serve (default: here).")] = None,
+) -> None:
+    """Serve this work plane to an MCP client over stdio, as one identity (--as, GW_AGENT or the default):
+    tools for the agent loop (ready, claim, check, msg, done ...), resources gitwork://item/ID. See docs/mcp.md."""
+
+# --- delegation to peers (commands/delegation.py): these commands exist only when a peer is configured ---
+
+PEER_VERBS = frozenset(("delegate", "delegations", "delegation", "receipts"))
+Peer = Annotated[str, typer.Option("--to", help="The peer (git config gitwork.peer.<name>.*).", show_default=False)]
+RequestId = Annotated[Optional[str], typer.Option("--id", help="Request id (d-...): the same id again re-sends the same "
+                                                               "signed request, answered by its original receipt.")]
+DelegationArg = Annotated[str, typer.Argument(metavar="DELEGATION", help="The delegated start (gw delegations).",
+                                              show_default=False)]
+
+
+def peer_app() -> typer.Typer:
+    """The delegation commands, on an app of their own: ``run_app`` uses it only for a delegation verb in a
+    repository with a peer configured (``delegation.peers.configured_at``); without one the verbs are unknown."""
+    from .commands import delegation
+
+    peers = typer.Typer(name="gw", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        context_settings={"help_option_names": ["-h", "--help"]}, rich_markup_mode=None)
+    delegation_app = typer.Typer(help="A delegated start on a peer: observe it, cancel it.", no_args_is_help=True)
+    peers.add_typer(delegation_app, name="delegation")
+    receipts_app = typer.Typer(help="Signed delegation receipts on the state ref.", no_args_is_help=True)
+    peers.add_typer(receipts_app, name="receipts")
+
+    @verb(delegation.delegate, group=peers)
+    def delegate(
+        item: ItemArg, to: Peer,
+        plan: Annotated[bool, typer.Option("--plan", help="Only ask what would run there (dry).")] = False,
+        test: Annotated[bool, typer.Option("--test", help="Only ask whether it could run there (backend, repository, build).")] = False,
+        ttl: Ttl = None, request_id: RequestId = None, json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Delegate an item to a peer: a signed request; the peer reserves, leases and launches, and answers a signed
+        receipt, recorded here and there. --plan or --test only ask."""
+
+    @verb(delegation.delegations, group=peers)
+    def delegations(
+        item: Annotated[Optional[str], typer.Option("--item", help="Only this item's delegations.")] = None,
+        json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Delegations recorded on the state ref (sent and received), oldest first."""
+
+    @verb(delegation.observe, "observe", group=delegation_app)
+    def delegation_observe(delegation_id: DelegationArg, request_id: RequestId = None, json: Json = False,
+                           agent: As = None, path: Repo = None) -> None:
+        """Ask the peer how a delegated start is doing: state, exit, terminal capture, thread (a signed receipt)."""
+
+    @verb(delegation.cancel, "cancel", group=delegation_app)
+    def delegation_cancel(
+        delegation_id: DelegationArg,
+        reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded on the peer).")] = None,
+        request_id: RequestId = None, json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Ask the peer to stop a delegated start (a signed receipt)."""
+
+    @verb(delegation.receipts_verify, "verify", group=receipts_app)
+    def receipts_verify(
+        item: Annotated[Optional[str], typer.Argument(help="Only this item's delegations.", show_default=False)] = None,
+        json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Check every stored delegation record: both signatures and the chain request -> receipt (exit 8 if one fails)."""
+
+    return peers
+
+
+def _peer_target(argv: list[str]) -> typer.Typer | None:
+    """``peer_app()`` for a delegation verb in a repository with a peer configured, else ``None``: one git config
+    read, and only when the verb is a delegation one."""
+    if not argv or argv[0] not in PEER_VERBS:
+        return None
+    from ..delegation.peers import configured_at
+
+    where = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-C"]
+    return peer_app() if configured_at(where[-1] if where else None) else None
+
+
 # --- transfer (commands/transfer.py): apply, import, export, shadow (issue 16) ---------------------
 
 
@@ -787,7 +894,7 @@ def run_app(argv: list[str]) -> int:
 
         completion_init()
     try:
-        result = app(args=argv, prog_name="gw", standalone_mode=False)
+        result = (_peer_target(argv) or app)(args=argv, prog_name="gw", standalone_mode=False)
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("items", "leases", "messages", "sessions", "executions", "batch", "imports")
+MODULES = ("items", "leases", "messages", "sessions", "executions", "delegations", "batch", "imports")
 OP_MODULES = {
     **dict.fromkeys(("init", "new", "edit", "check", "decision", "done", "cancel", "reopen"), "items"),
     **dict.fromkeys(("claim", "takeover", "renew", "release", "revoke", "handoff"), "leases"),
     **dict.fromkeys(("msg", "ack", "ask", "decide"), "messages"),
     **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop"), "sessions"),
     **dict.fromkeys(("exec-reserve", "exec-state"), "executions"),
+    **dict.fromkeys(("delegation-sent", "delegation-received"), "delegations"),
     "batch": "batch",
     **dict.fromkeys(("import", "shadow-report"), "imports"),
 }
