@@ -78,6 +78,7 @@ def test_a_refusal_names_the_member_and_its_line_and_writes_nothing(repo: Path, 
     ({"op": "publish", "session": "s"}, "record that only gitwork"),
     ({"op": "new", "title": "x", "bogus": 1}, "unknown field"),
     ({"op": "new", "title": "same id", "id": "c-twice-0001"}, "appears twice"),
+    ({"op": "new", "title": "nobody", "as": ""}, "not a valid identity"),
 ])
 def test_members_are_validated_as_documents_of_their_own_op(repo: Path, wp: Workplane, member: dict,
                                                           says: str) -> None:

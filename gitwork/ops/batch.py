@@ -28,7 +28,8 @@ def _refused(error: GwError, position: int, name: Any) -> GwError:
 
 def _member(ctx: Context, position: int, doc: dict[str, Any], seen: set[str]) -> dict[str, Any]:
     """Validate and run one member; return its document as its op resolved it."""
-    doc = {**doc, "as": doc.get("as") or ctx.actor}
+    if doc.get("as") is None:  # "" is not absent: the identity rule refuses it, as for any document
+        doc = {**doc, "as": ctx.actor}
     member = engine.validate_command(doc, internal=False)  # record ops cannot hide in a batch
     name = member["op"]
     declared = engine.OPS[name]
