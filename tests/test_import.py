@@ -254,3 +254,14 @@ def test_an_agent_does_not_import(repo: Path, wp: Workplane) -> None:
         with pytest.raises(Exception, match="agents do not import") as raised:
             importers.run(bot, "beads", str(FIXTURES / "beads.jsonl"))
     assert raised.value.code == 77
+
+
+def test_the_bounds_on_a_file_and_a_line(tmp_path: Path, repo: Path, wp: Workplane,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gitwork.importers import source
+
+    monkeypatch.setattr(source, "MAX_LINE", 200)
+    refused(tmp_path, repo, wp, "beads", GOOD + json.dumps({"id": "bd-2", "title": "x" * 300}) + "\n",
+            r"line 2: longer than")
+    monkeypatch.setattr(source, "MAX_FILE", 100)
+    refused(tmp_path, repo, wp, "beads", GOOD * 5, r"larger than")

@@ -43,10 +43,12 @@ class Problems:
                           problems=self.found, count=self.count)
 
 
-def read_text(path: str, limit: int = MAX_FILE) -> str:
-    """The whole file as text, at most ``limit`` bytes (``-``: stdin); unreadable is a usage error."""
+def read_text(path: str, limit: int | None = None) -> str:
+    """The whole file as text, at most ``limit`` bytes (default ``MAX_FILE``; ``-``: stdin); unreadable
+    is a usage error."""
     import sys
 
+    limit = MAX_FILE if limit is None else limit
     try:
         if path == "-":
             stream = getattr(sys.stdin, "buffer", None)  # a text stream in-process (tests): its text
