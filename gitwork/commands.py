@@ -194,6 +194,36 @@ def _cmd_id(value: Any, field: str) -> str:
     return value
 
 
+MAX_BATCH = 1000  # members of one batch document (ops/batch.py); an import sends 500 items a batch
+MAX_DATA = 256 * 1024  # canonical JSON bytes of one structured field (the import op's criteria, comments...)
+
+
+def _docs(value: Any, field: str) -> list[dict[str, Any]]:
+    # A batch's members: each is validated as a command document by the batch op itself, in order,
+    # on the tree the members before it left (the engine is the one validator of an op's fields).
+    if not isinstance(value, list) or not value:
+        raise Invalid(f"{field} must be a non-empty list of command documents")
+    if len(value) > MAX_BATCH:
+        raise Invalid(f"{field} has {len(value)} documents; a batch takes at most {MAX_BATCH}")
+    for position, doc in enumerate(value, 1):
+        if not isinstance(doc, dict) or not isinstance(doc.get("op"), str):
+            raise Invalid(f"{field} #{position} is not a command document (a mapping with an 'op')")
+    return [dict(doc) for doc in value]
+
+
+def _data(value: Any, field: str) -> Any:
+    # Structured data an op checks itself (lists of mappings of texts); here only its JSON shape and size.
+    import json
+
+    try:
+        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass"))
+    except (TypeError, ValueError) as exc:
+        raise Invalid(f"{field} must be plain data (mappings, lists, text, numbers)") from exc
+    if size > MAX_DATA:
+        raise Invalid(f"{field} is too large ({size} bytes; at most {MAX_DATA})")
+    return value
+
+
 KINDS: dict[str, Callable[[Any, str], Any]] = {
     "title": _title,
     "text": _text,
@@ -213,6 +243,8 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
     "mapping": _mapping,
     "cmd_id": _cmd_id,
     "msgref": parse_msgref,
+    "docs": _docs,
+    "data": _data,
 }
 
 

@@ -147,6 +147,9 @@ class Context:
     def resolve(self, text: str) -> str:
         """A full item id from a unique prefix; reads a single shard when two digits are given."""
         hex_prefix = ids.normalise_prefix(text)
+        full = ids.PREFIX + hex_prefix
+        if ids.is_full(full) and self.file(layout.item_path(full, layout.ITEM_FILE)) is not None:
+            return full  # a full id of an item that exists (a batch resolves hundreds: no listing)
         if len(hex_prefix) >= 2:
             names = self.snapshot.tree(f"{layout.ITEMS}/{hex_prefix[:2]}").keys()
         else:
@@ -157,7 +160,7 @@ class Context:
                 for name in self.snapshot.store.read_tree(entry.oid)
             ]
         pending = [p.split("/")[2] for p in self.outcome.changes if p.endswith(layout.ITEM_FILE)]
-        return ids.resolve(hex_prefix, [*names, *pending], text)
+        return ids.resolve(hex_prefix, {*names, *pending}, text)  # an item changed in this command is in both
 
     def target(self) -> str:
         """Resolve the command's ``item`` and record the full id in the command document."""
@@ -214,6 +217,15 @@ class Context:
 
             self._index = load_index(self.snapshot)
         return self._index
+
+    def member(self, cmd: dict[str, Any]) -> Context:
+        """A Context for one member of a batch (``ops/batch.py``): it sees the tree as the earlier
+        members left it (their pending writes, through :class:`Pending`) and writes into the same
+        changes; thread memos are shared, so message numbers continue across members."""
+        child = Context(Pending(self.snapshot, self.outcome.changes), cmd, self.now, self.settings)
+        child.outcome.changes = self.outcome.changes
+        child._memos = self._memos
+        return child
 
     # --- the fencing rule --------------------------------------------------------------------
 
@@ -301,6 +313,22 @@ class Context:
         for key, value in trailers.items():
             if value is not None:
                 self.outcome.trailers["-".join(p.capitalize() for p in key.split("_"))] = str(value)
+
+
+class Pending(Snapshot):
+    """The base snapshot with a batch's pending writes on top: what a later member reads with
+    ``blob`` (e.g. ``new``'s "already exists"). Only blobs are overlaid; listings of the tree go
+    through ``Context`` (``resolve``), which sees pending item files itself."""
+
+    def __init__(self, base: Snapshot, changes: dict[str, bytes | None]) -> None:
+        super().__init__(base.store, base.commit, base.info)
+        self.root = base.root
+        self.changes = changes
+
+    def blob(self, path: str) -> bytes | None:
+        if path in self.changes:
+            return self.changes[path]
+        return super().blob(path)
 
 
 def digest(cmd: dict[str, Any]) -> str:

@@ -59,6 +59,10 @@ CASES: dict[str, tuple[list[str], str]] = {
     "completion": (["bash"], "object"),
     "search": (["first", "--all"], "array"),
     "apply": (["{document}"], "object"),
+    "import": (["beads", "{beads}"], "object"),
+    "export": (["--format", "beads", "-o", "{export}"], "object"),
+    "shadow add": (["bd", "--kind", "beads", "--source", "{beads}"], "object"),
+    "shadow report": (["bd", "--record"], "object"),
     "session start": ([A], "object"),
     "session commit": (["--file", "new.txt", "-m", "add a file", "-C", "{worktree}"], "object"),
     "session list": ([], "array"),
@@ -213,7 +217,9 @@ def test_every_command_prints_one_json_value_by_the_convention(project: Path, tm
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     document = tmp_path / "doc.json"
     document.write_text(json.dumps({"op": "new", "title": "applied"}))
-    found: dict[str, str] = {"document": str(document)}
+    beads = tmp_path / "issues.jsonl"
+    beads.write_text('{"id": "bd-1", "title": "imported", "status": "open"}\n')
+    found: dict[str, str] = {"document": str(document), "beads": str(beads), "export": str(tmp_path / "out.jsonl")}
     for path, (args, shape) in CASES.items():
         argv = [*path.split(), *(a.format(**found) for a in args), "--json"]
         if "-C" not in argv and path != "demo":  # the demo makes its own throwaway repository

@@ -35,7 +35,8 @@ from conftest import ROOT, Clock, bare_remote, git, make_repo, run_gw, tip
 
 STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
-ROLES_CHECKED = {"revoke", "decide", "ask", "msg", "edit", "check", "decision", "done", "cancel", "reopen"}
+ROLES_CHECKED = {"revoke", "decide", "ask", "msg", "edit", "check", "decision", "done", "cancel", "reopen",
+                 "batch", "import"}  # a batch carries members of any op; import refuses agents
 
 
 def python_modules(folder: Path) -> Iterator[tuple[Path, ast.Module]]:

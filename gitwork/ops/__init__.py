@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("items", "leases", "messages", "sessions", "executions", "delegations")
+MODULES = ("items", "leases", "messages", "sessions", "executions", "delegations", "batch", "imports")
 OP_MODULES = {
     **dict.fromkeys(("init", "new", "edit", "check", "decision", "done", "cancel", "reopen"), "items"),
     **dict.fromkeys(("claim", "takeover", "renew", "release", "revoke", "handoff"), "leases"),
@@ -18,6 +18,8 @@ OP_MODULES = {
                       "session-branch", "session-submit", "session-resume", "session-end"), "sessions"),
     **dict.fromkeys(("exec-reserve", "exec-state"), "executions"),
     **dict.fromkeys(("delegation-sent", "delegation-received"), "delegations"),
+    "batch": "batch",
+    **dict.fromkeys(("import", "shadow-report"), "imports"),
 }
 
 

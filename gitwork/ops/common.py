@@ -8,6 +8,7 @@ can end a lease and ``decide`` can record a decision without the op modules impo
 from __future__ import annotations
 
 from ..engine import Context
+from ..errors import Invalid
 from ..model import Lease
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -38,3 +39,18 @@ def record_decision(ctx: Context, item_id: str, text: str, why: str, **extra: An
     ctx.say(f"decision on {item_id} by {ctx.actor}: {text}", item_id, fence=ctx.cmd.get("fence"))
     ctx.outcome.result = {"item": item_id, "decision": entry["number"]}
     return entry
+
+
+def check_cycle(ctx: Context, item_id: str, deps: list[str]) -> None:
+    """Refuse if ``item_id`` is reachable from any of ``deps`` (the new edges would close a loop)."""
+    seen: set[str] = set()
+    stack = [(d, [item_id, d]) for d in deps]
+    while stack:
+        current, path = stack.pop()
+        if current == item_id:
+            raise Invalid("dependency cycle: " + " -> ".join(path))
+        if current in seen:
+            continue
+        seen.add(current)
+        for nxt in ctx.item(current).depends_on:
+            stack.append((nxt, [*path, nxt]))

@@ -75,9 +75,10 @@ def resolve_message(ctx: Context, item_id: str, field: str, what: str) -> dict[s
 
 
 def post_message(ctx: Context, item_id: str, kind: str, text: str, *, epoch: int, to: str | None = None,
-                 reply_to: int | None = None, **extra: Any) -> dict[str, Any]:
-    """Append one message, numbered after the thread's last; its id is the command's id."""
-    msg_id = ctx.cmd["id"]
+                 reply_to: int | None = None, msg_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Append one message, numbered after the thread's last; its id is the command's id (or ``msg_id``:
+    an imported comment keeps an id of its own, so a re-import finds it)."""
+    msg_id = msg_id or ctx.cmd["id"]
     ids = thread_ids(ctx, item_id)
     if msg_id in ids:
         raise Invalid(f"message id {msg_id!r} is already used by #{ids[msg_id]} in the thread of {item_id}")

@@ -9,7 +9,7 @@ from ..engine import Context, op
 from ..errors import Illegal, Invalid
 from ..model import TRANSITIONS, Item
 from ..roles import act_on
-from .common import end_lease, record_decision
+from .common import check_cycle as _check_cycle, end_lease, record_decision
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -54,21 +54,6 @@ def _resolve_deps(ctx: Context, item_id: str, deps: list[str]) -> list[str]:
         if full not in resolved:
             resolved.append(full)
     return resolved
-
-
-def _check_cycle(ctx: Context, item_id: str, deps: list[str]) -> None:
-    """Refuse if ``item_id`` is reachable from any of ``deps`` (the new edges would close a loop)."""
-    seen: set[str] = set()
-    stack = [(d, [item_id, d]) for d in deps]
-    while stack:
-        current, path = stack.pop()
-        if current == item_id:
-            raise Invalid("dependency cycle: " + " -> ".join(path))
-        if current in seen:
-            continue
-        seen.add(current)
-        for nxt in ctx.item(current).depends_on:
-            stack.append((nxt, [*path, nxt]))
 
 
 def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:

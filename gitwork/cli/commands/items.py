@@ -1,5 +1,5 @@
 """Items: ``init``, ``new``, ``show``, ``list``, ``ready``, ``edit``, ``check``, ``decision``, ``done``,
-``cancel``, ``reopen``, ``history``, ``log``, ``apply``."""
+``cancel``, ``reopen``, ``history``, ``log`` (``apply`` is in ``transfer.py``)."""
 
 from __future__ import annotations
 
@@ -185,14 +185,3 @@ def log(wp: Any, as_json: bool, limit: int | None) -> None:
         output.emit_json(entries)
         return
     output.table(("commit", "at", "summary"), [(e["commit"][:10], e["at"], e["summary"]) for e in entries])
-
-
-def apply(wp: Any, as_json: bool, source: str) -> None:
-    from ...workplane import load_document
-
-    try:
-        text = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {source}: {exc}") from exc
-    applied = wp.submit(load_document(text))
-    done_line(applied, as_json)

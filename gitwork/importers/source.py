@@ -1,0 +1,153 @@
+"""What every reader shares: bounded reading, JSON lines, problems reported by line, instants, ids.
+
+Kept apart from the package's ``__init__`` (the plan and the batches), so the readers import this
+and nothing imports them back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from ..codec import MAX_DEPTH, check_depth
+from ..errors import Invalid, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+MAX_FILE = 256 * 1024 * 1024  # a whole export (read line by line after that, but held whole)
+MAX_DOCUMENT = 128 * 1024 * 1024  # an export that is one JSON document (GitHub's array): parsed whole
+MAX_LINE = 8 * 1024 * 1024  # one JSON line (one issue with its comments)
+MAX_ERRORS = 10  # malformed lines named in one report
+
+
+class Problems:
+    """Malformed input found while reading: each by line number, reported together as one line."""
+
+    def __init__(self, path: str, unit: str = "line") -> None:
+        self.path, self.unit = path, unit
+        self.found: list[str] = []
+        self.count = 0
+
+    def add(self, line: int, message: str) -> None:
+        self.count += 1
+        if len(self.found) < MAX_ERRORS:
+            self.found.append(f"{self.unit} {line}: {message}")
+
+    def check(self) -> None:
+        if self.count:
+            more = f" (and {self.count - len(self.found)} more)" if self.count > len(self.found) else ""
+            raise Invalid(f"{self.path}: {'; '.join(self.found)}{more}; nothing was imported",
+                          problems=self.found, count=self.count)
+
+
+def read_text(path: str, limit: int | None = None) -> str:
+    """The whole file as text, at most ``limit`` bytes (default ``MAX_FILE``; ``-``: stdin); unreadable
+    is a usage error."""
+    import sys
+
+    limit = MAX_FILE if limit is None else limit
+    try:
+        if path == "-":
+            stream = getattr(sys.stdin, "buffer", None)  # a text stream in-process (tests): its text
+            data = stream.read(limit + 1) if stream is not None else sys.stdin.read(limit + 1).encode("utf-8")
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise Invalid(f"{path} is larger than {limit // (1024 * 1024)} MiB")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise Invalid(f"{path}: line {line}: not UTF-8; nothing was imported") from exc
+
+
+def json_value(text: str) -> Any:
+    """One JSON value, bounded in nesting (``ValueError`` with the reason)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    check_depth(value)
+    return value
+
+
+def json_lines(text: str, path: str, problems: Problems) -> list[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line; malformed lines go to ``problems``."""
+    out = []
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE:
+            problems.add(number, f"longer than {MAX_LINE // (1024 * 1024)} MiB")
+            continue
+        try:
+            value = json_value(line)
+        except ValueError as exc:
+            problems.add(number, f"not a JSON object ({str(exc).splitlines()[0][:120]})")
+            continue
+        if not isinstance(value, dict):
+            problems.add(number, "not a JSON object")
+            continue
+        out.append((number, value))
+    return out
+
+
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def clean(text: str) -> str:
+    """Text without control characters (gitwork refuses them; tabs and line breaks stay)."""
+    return _CONTROL.sub("", text)
+
+
+_INSTANT = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?\s*(Z|[+-]\d\d:?\d\d)?\Z", re.I)
+
+
+def instant(text: Any) -> str | None:
+    """An ISO-8601 time as gitwork writes instants (UTC, seconds, ``Z``); ``None`` if it is not one."""
+    import datetime as dt
+
+    if not isinstance(text, str):
+        return None
+    match = _INSTANT.match(text.strip())
+    if not match:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
+    zone = match.group(8) or "Z"
+    try:
+        when = dt.datetime(year, month, day, hour, minute, second, tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+    if zone.upper() != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        digits = zone[1:].replace(":", "")
+        when -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def item_id(kind: str, external: str) -> str:
+    return "w-" + hashlib.sha256(f"{kind}:{external}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def message_id(kind: str, external: str, comment: Any) -> str:
+    return "m-" + hashlib.sha256(f"{kind}:{external}:{comment}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def parse_lines(text: str, path: str, record: Callable[[dict[str, Any], int, Problems], dict[str, Any] | None]
+                ) -> list[dict[str, Any]]:
+    """The records of a JSON-lines export: ``record(object, line, problems)`` for each line, every
+    problem of the whole file reported at once (nothing is imported from a file with one)."""
+    problems = Problems(path)
+    records = []
+    for line, raw in json_lines(text, path, problems):
+        found = record(raw, line, problems)
+        if found is not None:
+            records.append(found)
+    problems.check()
+    return records

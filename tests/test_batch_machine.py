@@ -1,0 +1,87 @@
+"""Property: a batch is exactly its members applied one by one, in one commit, or nothing at all.
+
+Random sequences of documents (new, edit, msg, check, claim, release, done, cancel, reopen, import,
+with refusals among them) are applied twice from the same state and clock: one command each on one
+repository, as one batch on another. When every single command is accepted, the batch lands as one
+commit and the two ``items/`` trees are identical (same ids, items, leases, events, threads); when
+the k-th is refused, the batch is refused with the same exit code, naming position k, and its
+repository's state ref has not moved.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import Clock, make_repo, tip
+from gitwork.errors import GwError
+from gitwork.workplane import Workplane
+
+ITEMS = ["w-a000000000000001", "w-b000000000000002", "w-c000000000000003"]
+WHO = ["alice", "bob"]
+
+
+def documents() -> st.SearchStrategy[dict]:
+    item = st.sampled_from(ITEMS)
+    who = st.sampled_from(WHO)
+    return st.one_of(
+        st.builds(lambda i, t: {"op": "new", "item": i, "title": t, "criteria": ["one"]}, item,
+                  st.sampled_from(["alpha", "beta"])),
+        st.builds(lambda i, label: {"op": "edit", "item": i, "add_labels": [label]}, item, st.sampled_from(["x", "y"])),
+        st.builds(lambda i, d: {"op": "edit", "item": i, "add_deps": [d]}, item, item),
+        st.builds(lambda i, w: {"op": "msg", "item": i, "text": "hi", "epoch": "current", "as": w}, item, who),
+        st.builds(lambda i: {"op": "check", "item": i, "criterion": 1}, item),
+        st.builds(lambda i, w: {"op": "claim", "item": i, "as": w}, item, who),
+        st.builds(lambda i, w: {"op": "release", "item": i, "as": w}, item, who),
+        st.builds(lambda i: {"op": "done", "item": i, "force": True, "reason": "r"}, item),
+        st.builds(lambda i: {"op": "cancel", "item": i}, item),
+        st.builds(lambda i: {"op": "reopen", "item": i}, item),
+        st.builds(lambda i, t: {"op": "import", "item": i, "source": "csv", "external": i[-1], "title": t,
+                                "comments": [{"id": f"m-{i[-4:]}", "by": "carol", "text": "c"}]},
+                  item, st.sampled_from(["gamma", "delta"])),
+    )
+
+
+def items_tree(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "refs/gitwork/state:items"], cwd=repo, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.mark.slow
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(documents(), min_size=1, max_size=7))
+def test_a_batch_is_its_members_one_by_one_or_nothing(tmp_path_factory, docs: list[dict]) -> None:
+    base = tmp_path_factory.mktemp("batch")
+    one_by_one, batched = make_repo(base / "single"), make_repo(base / "batch")
+    clock = Clock()
+    docs = [{**doc, "id": f"c-member-{n:04d}"} for n, doc in enumerate(docs, 1)]
+    with Workplane(str(one_by_one), agent="lead", now=clock) as single, \
+            Workplane(str(batched), agent="lead", now=clock) as batch:
+        single.do("init")
+        batch.do("init")
+        refused = None
+        for position, doc in enumerate(docs, 1):
+            try:
+                single.submit(dict(doc))
+            except GwError as error:
+                refused = (position, error)
+                break
+        before = tip(batched)
+        try:
+            applied = batch.submit({"op": "batch", "ops": docs})
+        except GwError as error:
+            assert refused is not None, f"the batch was refused ({error.message}) but every single command landed"
+            position, single_error = refused
+            assert (error.code, error.details.get("position")) == (single_error.code, position), error.message
+            assert error.message == f"#{position} ({docs[position - 1]['op']}): {single_error.message}"
+            assert tip(batched) == before
+            return
+        assert refused is None, f"#{refused[0]} was refused alone ({refused[1].message}) but not in the batch"
+        moved = int(subprocess.run(["git", "rev-list", "--count", f"{before}..refs/gitwork/state"], cwd=batched,
+                                   capture_output=True, text=True).stdout.strip() or 0)
+        assert moved == (1 if applied.result["changed"] else 0)
+        assert items_tree(batched) == items_tree(one_by_one)

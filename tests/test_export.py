@@ -1,0 +1,142 @@
+"""gw export (issue 16): import(export(x)) is the identity on gitwork's fields.
+
+A work plane with every kind of content (dependencies, a parent and links, criteria ticked and not,
+decisions, a thread with a question, a decision request and its decision, a closed and a cancelled
+item, labels, owners) is exported, imported into a fresh repository, and compared field by field.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import make_repo, run_gw, tip
+from gitwork import importers
+from gitwork.importers.export import items as exported_items
+from gitwork.workplane import Workplane
+
+KEPT = ("id", "title", "description", "status", "priority", "owner", "labels", "depends_on", "parent", "links",
+        "criteria", "decisions", "closed_reason", "created_at")
+MESSAGE = ("id", "seq", "by", "kind", "text", "to", "reply_to", "choice")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import scrub_env
+
+    mp = pytest.MonkeyPatch()
+    scrub_env(tmp_path_factory.mktemp("home"), mp)
+    try:
+        repo = make_repo(tmp_path_factory.mktemp("export") / "source")
+        with Workplane(str(repo), agent="alice") as wp:
+            wp.do("init")
+            base = wp.do("new", title="Schema", priority=1, labels=["db"], criteria=["reviewed", "migrated"],
+                         description="Tables\nand keys", owner="alice").result["item"]
+            api = wp.do("new", title="API", depends_on=[base], criteria=["tests pass"]).result["item"]
+            wp.do("new", title="Dropped idea", labels=["x"])
+            dropped = [row[0] for row in wp.rows()[1].values() if row[1] == "Dropped idea"][0]
+            wp.do("cancel", item=dropped, reason="not needed")
+            lease = wp.do("claim", item=base).result
+            wp.do("check", item=base, criterion=1, fence=lease["fence"])
+            wp.do("decision", item=base, text="one table per aggregate", why="simpler joins", fence=lease["fence"])
+            wp.post(base, "looks good", to="bob")
+            wp.do("ask", item=base, text="ship now?", options=["yes", "no"], to="bob", epoch="current")
+            with Workplane(str(repo), agent="bob") as bob:
+                bob.do("msg", item=base, text="which index?", kind="question", epoch="current")
+                bob.do("decide", item=base, question=2, choose="yes", why="tests pass", epoch="current")
+            wp.do("check", item=base, criterion=2, fence=lease["fence"])
+            wp.do("done", item=base, fence=lease["fence"])
+            # A parent and a link, as an import records them.
+            wp.submit({"op": "batch", "ops": [
+                {"op": "import", "item": "w-1000000000000001", "source": "csv", "external": "EPIC-1", "title": "Epic"},
+                {"op": "import", "item": "w-1000000000000002", "source": "csv", "external": "T-2", "title": "Child",
+                 "parent": "w-1000000000000001", "links": [{"kind": "related", "item": api}]},
+            ]})
+        yield repo
+    finally:
+        mp.undo()
+
+
+def kept(doc: dict) -> dict:
+    return {key: doc.get(key) for key in KEPT} | {
+        "status": "open" if doc["status"] == "in_progress" else doc["status"],
+        "thread": [{k: m.get(k) for k in MESSAGE} for m in doc.get("thread", [])]}
+
+
+def test_jsonl_round_trip_is_the_identity_on_gitworks_fields(source: Path, tmp_path: Path) -> None:
+    out = tmp_path / "items.jsonl"
+    done = run_gw(source, "export", "--format", "jsonl", "-o", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["items"] == 5
+    fresh = make_repo(tmp_path / "fresh")
+    with Workplane(str(fresh), agent="importer") as wp, Workplane(str(source)) as origin:
+        wp.do("init")
+        result = importers.run(wp, "jsonl", str(out))
+        assert result["created"] == 5
+        before = [kept(d) for d in exported_items(origin)]
+        after = [kept(d) for d in exported_items(wp)]
+        assert after == before
+        assert any(d["decisions"] for d in before) and any(d["thread"] for d in before)
+        assert any(d["parent"] for d in before) and any(d["links"] for d in before)
+        # Again: nothing changes.
+        settled = tip(fresh)
+        assert importers.run(wp, "jsonl", str(out))["commits"] == [] and tip(fresh) == settled
+
+
+def test_beads_export_reads_back_as_the_same_items(source: Path, tmp_path: Path) -> None:
+    out = tmp_path / "issues.jsonl"
+    with Workplane(str(source)) as origin:
+        with open(out, "w", encoding="utf-8") as handle:
+            from gitwork.importers.export import write
+
+            write(origin, "beads", handle)
+        before = {d["title"]: d for d in exported_items(origin)}
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    child = next(line for line in lines if line["title"] == "Child")
+    assert child["id"] == "w-1000000000000002"
+    assert {(d["type"]) for d in child["dependencies"]} == {"parent-child", "related"}
+    schema = next(line for line in lines if line["title"] == "Schema")
+    assert schema["status"] == "closed" and schema["acceptance_criteria"] == "- [x] reviewed\n- [x] migrated"
+    assert [c["author"] for c in schema["comments"]] == ["alice", "alice", "bob", "bob"]
+    fresh = make_repo(tmp_path / "fresh")
+    with Workplane(str(fresh), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(out))
+        after = {d["title"]: d for d in exported_items(wp)}
+    assert set(after) == set(before)
+    for title, doc in before.items():
+        texts = [(c["text"], c["checked"]) for c in doc["criteria"]]  # beads keeps no who/when of a tick
+        assert [(c["text"], c["checked"]) for c in after[title]["criteria"]] == texts
+        assert ({"done": "done", "cancelled": "done"}.get(doc["status"], doc["status"])
+                == after[title]["status"]), title  # beads has one closed state
+        assert [m["text"] for m in after[title]["thread"]] == [m["text"] for m in doc["thread"]]
+    assert after["API"]["depends_on"] == [after["Schema"]["id"]]
+    assert after["Child"]["parent"] == after["Epic"]["id"]
+
+
+def test_csv_export_has_the_columns_an_import_reads_without_a_map(source: Path, tmp_path: Path) -> None:
+    done = run_gw(source, "export", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert len(rows) == 5 and rows[0].keys() >= {"id", "title", "depends_on", "criteria"}
+    out = tmp_path / "items.csv"
+    out.write_text(done.stdout)
+    fresh = make_repo(tmp_path / "fresh")
+    with Workplane(str(fresh), agent="importer") as wp:
+        wp.do("init")
+        assert importers.run(wp, "csv", str(out))["created"] == 5
+        titles = {d["title"]: d for d in exported_items(wp)}
+    assert titles["Schema"]["description"] == "Tables\nand keys"
+    assert [c["checked"] for c in titles["Schema"]["criteria"]] == [True, True]
+    assert titles["API"]["depends_on"] == [titles["Schema"]["id"]]
+
+
+def test_export_json_needs_a_file_and_leaves_the_state_alone(source: Path) -> None:
+    before = tip(source)
+    done = run_gw(source, "export", "--json")
+    assert done.returncode == 2 and "needs --output" in done.stderr
+    assert tip(source) == before
