@@ -11,13 +11,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import make_repo
 from gitwork.errors import Held, Illegal, Invalid, Stale
+from gitwork.launch.build import current
 from gitwork.ops.executions import TRANSITIONS
 from gitwork.workplane import Workplane
 
 
 def reserve(wp: Workplane, item: str, execution: str, **extra: Any) -> dict[str, Any]:
     return wp.record("exec-reserve", item=item, execution=execution, command=["cat"], backend="tmux", host="h",
-                     **extra).result
+                     build=current(), **extra).result
 
 
 @pytest.fixture
@@ -82,7 +83,7 @@ def test_someone_elses_item_and_closed_items_are_not_reserved(plane: Any) -> Non
 ])
 def test_malformed_reservations_are_refused(plane: Any, doc: dict[str, Any], words: str) -> None:
     with pytest.raises(Invalid, match=words):
-        plane.record("exec-reserve", **{"item": plane.item_id, "command": ["cat"], "backend": "tmux", "host": "h",
+        plane.record("exec-reserve", **{"item": plane.item_id, "command": ["cat"], "backend": "tmux", "host": "h", "build": current(),
                                         **doc})
 
 

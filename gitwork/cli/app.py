@@ -712,10 +712,13 @@ def coordinate(
     interval: Annotated[str, typer.Option("--interval", help="Time between passes, e.g. 5s.")] = "5s",
     failures: Annotated[int, typer.Option("--failures", help="Hand an item off (reason reconcile-failure) after this "
                                                             "many failed passes in a row.", min=1)] = 3,
+    ttl: Annotated[Optional[str], typer.Option("--ttl", help="The coordinator's own lease on this host (default: "
+                                                             "six intervals, at least 30s).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Keep this host's executions in step: record exits and lost ones, renew the leases of running ones, kill an
-    execution whose lease ended (taken over, revoked, expired), and hand off an item that cannot be reconciled."""
+    execution whose lease ended (taken over, revoked, expired), and hand off an item that cannot be reconciled.
+    One per host (a lease on coordinators/HOST): a second one exits 75."""
 
 
 @verb(launch.context)

@@ -23,6 +23,7 @@ from ..errors import GwError, Held, Invalid, NotFound
 from ..ops.executions import LIVE, check_execution_id, item_executions, load_execution
 from ..store import crash_point
 from . import backend as backends
+from .build import current as current_build, require_same
 from .paths import executions_dir
 from .process import alive, start_time
 
@@ -33,6 +34,23 @@ if TYPE_CHECKING:
 
 def host() -> str:
     return socket.gethostname().split(".")[0] or "host"
+
+
+def host_name() -> str:
+    """This host as a state-ref name (the coordinator lease's): letters, digits, ``_`` and ``-``."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_-]", "-", host())[:64].lstrip("-_") or "host"
+
+
+def coordinator_holder(wp: Any) -> dict[str, Any] | None:
+    """This host's coordinator lease while it binds and its process lives, else None."""
+    from ..ops.executions import coordinator_live, load_coordinator
+
+    record = load_coordinator(wp.context(), host_name())
+    if not coordinator_live(record, wp.now()):
+        return None
+    return record if launcher_alive({"launcher": (record or {}).get("holder")}) else None
 
 
 def mint() -> str:
@@ -76,6 +94,7 @@ def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
         return record
     if record.get("host") != host():
         return record  # another machine's process: its own gw (or coordinator) answers for it
+    require_same(record.get("build"), f"execution {record['id']} was launched by a gw that", execution=record["id"])
     if state == "reserved":  # nothing was started before `launching` was recorded
         return _mark(wp, record, "lost", reason="launcher died before launching")
     backend = backends.get(record["backend"], wp.repo)
@@ -130,6 +149,9 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
     backend = backends.get(backend_kind, wp.repo)  # unknown backend: Invalid, nothing recorded
     startable(command, cwd)
     backend.check()
+    coordinator = coordinator_holder(wp)
+    if coordinator is not None:  # both must report the same build before work starts
+        require_same(coordinator.get("build"), f"this host's coordinator (pid {coordinator['holder'].get('pid')})")
     item_id = wp.resolve(item)
     if execution is not None:
         check_execution_id(execution)
@@ -154,7 +176,7 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
         new_id = execution or mint()
         try:
             wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
-                      host=host(), launcher=me())
+                      host=host(), launcher=me(), build=current_build())
         except Held as error:
             if error.details.get("execution"):
                 continue  # another gw run reserved first: settle that one on the next round

@@ -15,7 +15,7 @@ OP_MODULES = {
     **dict.fromkeys(("claim", "takeover", "renew", "release", "revoke", "handoff"), "leases"),
     **dict.fromkeys(("msg", "ack", "ask", "decide"), "messages"),
     **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop"), "sessions"),
-    **dict.fromkeys(("exec-reserve", "exec-state"), "executions"),
+    **dict.fromkeys(("exec-reserve", "exec-state", "coord-lease"), "executions"),
 }
 
 
