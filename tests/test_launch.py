@@ -397,3 +397,151 @@ def test_a_reconcile_failure_streak_hands_the_item_off_with_that_reason(launched
     # With tmux back, the next pass stops the process: its lease is gone.
     assert [a["action"] for a in coordinate(launched)] == ["stopped"]
     assert live_panes(launched) == []
+
+
+# --- attacks: a paused agent, concurrent retries of one id ---------------------------------------------
+
+
+def pane_pid(repo: Path, execution: str) -> int:
+    done = subprocess.run(["tmux", "-S", socket_of(repo), "list-panes", "-t", f"={execution}:", "-F", "#{pane_pid}"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[0])
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("backend", [pytest.param("tmux", marks=needs_tmux), "subprocess"])
+def test_a_paused_agent_whose_lease_was_taken_over_is_stopped_by_the_coordinator(launched: Path, backend: str) -> None:
+    item = item_of(launched)
+    code, doc = gw_json(launched, "run", item, "--backend", backend, "--as", "alice", "--ttl", "1m", "--", "cat")
+    assert code == 0, doc
+    group = pane_pid(launched, doc["execution"]) if backend == "tmux" else int(doc["handle"].partition("@")[0])
+    os.killpg(group, signal.SIGSTOP)  # the agent (and its wrapper) paused: it can neither exit nor be asked
+    # Its lease expires meanwhile, and bob takes the item over.
+    later = json.loads(run_gw(launched, "show", item, "--json").stdout)["lease"]["expires_at"]
+    future = (dt_parse(later) + __import__("datetime").timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    taken = run_gw(launched, "takeover", item, "--as", "bob", env={"GW_NOW": future})
+    assert taken.returncode == 0, taken.stderr
+    actions = coordinate(launched)
+    assert [(a["execution"], a["action"]) for a in actions] == [(doc["execution"], "stopped")], actions
+    assert "replaced by bob" in actions[0]["reason"]
+    poll(lambda: process_gone(group), "the paused agent to end", limit=10)
+    refused = run_gw(launched, "msg", item, "resumed", "--as", "alice", env={"GW_FENCE": str(doc["fence"])})
+    assert refused.returncode == 7, refused.stderr
+
+
+@needs_tmux
+@pytest.mark.slow
+def test_concurrent_retries_of_one_execution_id_start_one_process(launched: Path) -> None:
+    item = item_of(launched)
+    procs = [subprocess.Popen(gw_cmd("run", item, "--json", "--as", "alice", "--id", "x-same", "--", "cat"),
+                              cwd=launched, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(5)]
+    answers = [(proc.wait(timeout=120), json.loads(proc.communicate()[0])) for proc in procs]
+    for code, doc in answers:
+        assert code in (0, 75), answers
+        assert (doc["execution"] if code == 0 else doc["details"]["execution"]) == "x-same", answers
+    assert sum(1 for code, doc in answers if code == 0 and not doc["existing"]) == 1, answers
+    assert live_panes(launched) == ["x-same"]
+    assert [r["execution"] for r in runs(launched)] == ["x-same"]
+
+
+# --- one build: nothing acts on an execution another gitwork build launched ----------------------------
+
+
+def test_a_run_or_coordinator_of_another_build_refuses_to_act(launched: Path) -> None:
+    from gitwork.launch.build import current
+    from gitwork.launch.run import host
+
+    item = item_of(launched)
+    other = {**current(), "commit": "0" * 40}
+    with Workplane(str(launched), agent="alice") as plane:  # what an older gw run recorded, then died
+        fence = plane.do("claim", item=item).result["fence"]
+        plane.record("exec-reserve", item=item, execution="x-oldbuild", command=["cat"], backend="subprocess",
+                     host=host(), build=other, launcher={"host": host(), "pid": "999999999", "start": "1"})
+        plane.record("exec-state", execution="x-oldbuild", to="launching", fence=fence)
+    before = tip(launched)
+    for args in (("--id", "x-oldbuild"), ()):
+        done = run_gw(launched, "run", item, "--backend", "subprocess", "--as", "alice", *args, "--", "cat")
+        assert done.returncode == 9 and "build-mismatch" in done.stderr, done.stderr
+        assert "x-oldbuild" in done.stderr and "same build" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert tip(launched) == before
+    actions = coordinate(launched)
+    assert [(a["execution"], a["action"], a["error"]) for a in actions] == [("x-oldbuild", "refused", "build-mismatch")]
+    assert [r["state"] for r in runs(launched)] == ["launching"]  # left as it was, for its own build to settle
+
+
+def test_gw_run_refuses_to_launch_beside_a_coordinator_of_another_build(launched: Path) -> None:
+    from gitwork.launch.build import current
+    from gitwork.launch.run import host_name, me
+
+    with Workplane(str(launched), agent="alice") as plane:  # a live coordinator (this test's process) of another build
+        plane.record("coord-lease", host=host_name(), action="take", holder=me(), ttl=600,
+                     build={**current(), "version": "0.0.1"})
+    before = tip(launched)
+    done = run_gw(launched, "run", item_of(launched), "--backend", "subprocess", "--", "cat")
+    assert done.returncode == 9 and "coordinator" in done.stderr and "gw 0.0.1" in done.stderr, done.stderr
+    assert tip(launched) == before and runs(launched) == []
+
+
+# --- the coordinator is single per host --------------------------------------------------------------
+
+
+def coordinator_record(repo: Path) -> dict[str, Any] | None:
+    from gitwork.launch.run import host_name
+    from gitwork.ops.executions import load_coordinator
+
+    with Workplane(str(repo)) as plane:
+        return load_coordinator(plane.context(), host_name())
+
+
+def start_coordinator(repo: Path, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(gw_cmd("coordinate", "--interval", "1s", *args), cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    poll(lambda: (coordinator_record(repo) or {}).get("holder", {}).get("pid") == str(proc.pid), "the lease")
+    return proc
+
+
+@pytest.mark.slow
+def test_one_coordinator_per_host_a_killed_one_is_replaced_a_paused_one_stops(launched: Path) -> None:
+    first = start_coordinator(launched)
+    try:
+        for args in (("--once",), ("--interval", "1s")):
+            second = run_gw(launched, "coordinate", *args)
+            assert second.returncode == 75, second.stderr
+            assert f"a coordinator runs on" in second.stderr and f"pid {first.pid}" in second.stderr
+            assert len(second.stderr.strip().splitlines()) == 1
+        first.kill()  # kill -9: its lease is still live, but its process is gone from this host
+        first.wait()
+        assert run_gw(launched, "coordinate", "--once").returncode == 0
+    finally:
+        first.kill()
+    paused = start_coordinator(launched, "--ttl", "2s")
+    try:
+        os.kill(paused.pid, signal.SIGSTOP)
+        # While it is paused its lease binds (refused), until it expires: then another takes over.
+        poll(lambda: run_gw(launched, "coordinate", "--once").returncode == 0, "the paused one's lease to expire")
+        os.kill(paused.pid, signal.SIGCONT)
+        assert paused.wait(timeout=30) == 7  # it learns before acting that it was taken over, and stops
+        err = paused.stderr.read() if paused.stderr else ""
+        assert "was taken over" in err and "stopping" in err, err
+    finally:
+        paused.kill()
+
+
+@needs_tmux
+@pytest.mark.parametrize("step, settled", [("after-launching", "lost"), ("after-start", "running")])
+def test_the_coordinator_settles_a_run_killed_between_steps(launched: Path, step: str, settled: str) -> None:
+    crashed = run_gw(launched, "run", item_of(launched), "--as", "alice", "--id", "x-killed", "--", "cat",
+                     env={"GW_CRASH_AT": step})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    coordinate(launched)
+    assert [(r["execution"], r["state"]) for r in runs(launched)] == [("x-killed", settled)]
+    assert live_panes(launched) == (["x-killed"] if settled == "running" else [])

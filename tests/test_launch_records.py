@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import make_repo
+from conftest import Clock, make_repo
 from gitwork.errors import Held, Illegal, Invalid, Stale
 from gitwork.launch.build import current
 from gitwork.ops.executions import TRANSITIONS
@@ -112,3 +112,38 @@ def test_transitions_follow_the_table(tmp_path_factory: pytest.TempPathFactory, 
         from gitwork.launch.run import find
 
         assert find(wp, "x-model")["state"] == state
+
+
+
+# --- the coordinator lease: one gw coordinate per host ------------------------------------------------
+
+
+def test_the_coordinator_lease_admits_one_holder_per_host(repo: Path) -> None:
+    clock = Clock()
+    first, second = {"host": "h", "pid": "1", "start": "1"}, {"host": "h", "pid": "2", "start": "2"}
+    with Workplane(str(repo), agent="alice", now=clock) as wp:
+        wp.do("init")
+
+        def lease(action: str, holder: dict[str, str], **extra: Any) -> dict[str, Any]:
+            return wp.record("coord-lease", host="h", action=action, holder=holder, ttl=30, **extra).result
+
+        assert lease("take", first)["epoch"] == 1
+        with pytest.raises(Held, match="a coordinator runs on h already"):
+            lease("take", second)
+        # The caller saw the holder's process dead: it takes over at once, under a new epoch.
+        assert lease("take", second, over=1)["epoch"] == 2
+        with pytest.raises(Stale, match="taken over by pid 2"):
+            lease("renew", first, epoch=1)
+        assert lease("renew", second, epoch=2)["epoch"] == 2
+        # A live holder (a paused one, say) keeps it until it expires; then anyone may take it.
+        clock.advance(20)
+        with pytest.raises(Held):
+            lease("take", first)
+        clock.advance(11)
+        assert lease("take", first)["epoch"] == 3
+        with pytest.raises(Stale):
+            lease("release", second, epoch=2)
+        lease("release", first, epoch=3)
+        assert lease("take", second)["epoch"] == 4  # released: free at once
+        with pytest.raises(Invalid, match="bad host"):
+            wp.record("coord-lease", host="../x", action="take", holder=first, ttl=30)

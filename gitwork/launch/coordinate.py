@@ -29,7 +29,7 @@ from ..ops.executions import LIVE, coordinator_live, load_coordinator
 from . import backend as backends
 from .build import BuildMismatch, current as current_build
 from .paths import executions_dir
-from .run import _handle_of, _mark, host, host_name, launcher_alive, me, probe, runs
+from .run import _handle_of, _mark, find, host, host_name, launcher_alive, me, probe, runs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def tick(wp: Any, failures: int = 3, lease: CoordinatorLease | None = None) -> l
     for row in runs(wp):
         if row["state"] not in LIVE or row.get("host") != host():
             continue
-        record = {"id": row["execution"], **{k: v for k, v in row.items() if k not in ("execution", "existing")}}
+        record = find(wp, row["execution"]) or {}  # whole (a listed row lacks the launcher probe needs)
         entry = {"execution": record["id"], "item": record["item"]}
         if lease is not None:
             lease.keep()

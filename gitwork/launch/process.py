@@ -118,6 +118,8 @@ class Subprocess:
         for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
             try:
                 os.killpg(pid, sig)
+                if sig == signal.SIGTERM:
+                    os.killpg(pid, signal.SIGCONT)  # a paused (SIGSTOP) agent hears TERM only once continued
             except ProcessLookupError:
                 return
             deadline = time.monotonic() + wait
