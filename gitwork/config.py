@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "agents": (),  # identities that are agents: they act only on what they hold, may ask, never decide
     "remote": None,  # arbiter remote (several machines)
     "gates": (),  # commands that must pass before a merge is published
+    "tmux_socket": None,  # gw run's own tmux server; None: under the git common dir (docs/launch.md)
 }
 
 
@@ -42,6 +43,7 @@ class Settings:
     agents: tuple[str, ...]
     remote: str | None
     gates: tuple[str, ...]
+    tmux_socket: str | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -104,6 +106,7 @@ _ENV = {
     "GW_AGENT": "agent",
     "GW_LOCK_TIMEOUT": "lock_timeout",
     "GW_REMOTE": "remote",
+    "GW_TMUX_SOCKET": "tmux_socket",
 }
 
 

@@ -545,3 +545,23 @@ def test_the_coordinator_settles_a_run_killed_between_steps(launched: Path, step
     coordinate(launched)
     assert [(r["execution"], r["state"]) for r in runs(launched)] == [("x-killed", settled)]
     assert live_panes(launched) == (["x-killed"] if settled == "running" else [])
+
+
+@needs_tmux
+def test_the_tmux_socket_is_a_setting_and_gw_attach_knows_it(launched: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GW_TMUX_SOCKET")
+    (launched / ".workplane").write_text("tmux_socket: agents.sock\n")
+    socket = str(launched / "agents.sock")
+    try:
+        code, doc = gw_json(launched, "run", item_of(launched), "--as", "alice", "--id", "x-setting", "--", "cat")
+        assert code == 0, doc
+        listed = subprocess.run(["tmux", "-S", socket, "list-sessions", "-F", "#{session_name}"], capture_output=True,
+                                text=True)
+        assert listed.stdout.split() == ["x-setting"], listed.stderr
+        assert gw_json(launched, "attach", "x-setting")[1]["argv"][:3] == ["tmux", "-S", socket]
+        # The environment variable wins over the file.
+        elsewhere = str(launched / "env.sock")
+        argv = gw_json(launched, "attach", "x-setting", env={"GW_TMUX_SOCKET": elsewhere})[1]
+        assert argv["argv"][:3] == ["tmux", "-S", elsewhere], argv
+    finally:
+        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)

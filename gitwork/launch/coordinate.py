@@ -50,7 +50,7 @@ def _lease_ended(wp: Any, record: dict[str, Any]) -> str | None:
 
 
 def _kill(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     if handle:
         backend.kill(record["id"], handle)

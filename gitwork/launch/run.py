@@ -97,7 +97,7 @@ def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
     require_same(record.get("build"), f"execution {record['id']} was launched by a gw that", execution=record["id"])
     if state == "reserved":  # nothing was started before `launching` was recorded
         return _mark(wp, record, "lost", reason="launcher died before launching")
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     status, detail = backend.status(record["id"], handle) if handle else ("gone", None)
     if status == "running":
@@ -146,7 +146,7 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
     """Start ``command`` for ``item`` under a lease, at most once; the execution's record (a dict)."""
     command = list(command)
     cwd = wp.repo.toplevel or os.getcwd()
-    backend = backends.get(backend_kind, wp.repo)  # unknown backend: Invalid, nothing recorded
+    backend = backends.get(backend_kind, wp.repo, wp.settings)  # unknown backend: Invalid, nothing recorded
     startable(command, cwd)
     backend.check()
     coordinator = coordinator_holder(wp)
@@ -260,7 +260,7 @@ def _live_handle(wp: Any, execution_id: str) -> tuple[dict[str, Any], Any, str]:
     record = get_execution(wp, execution_id)
     if record.get("host") != host():
         raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
     if not handle:
         raise Invalid(f"execution {execution_id} was never started ({record['state']})", execution=execution_id)
@@ -288,7 +288,7 @@ def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any
         return result(record, existing=True)
     if record.get("host") != host():
         raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
     if handle:
         backend.kill(execution_id, handle)

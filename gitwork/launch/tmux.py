@@ -37,10 +37,11 @@ SOCKET_MAX = 100  # sun_path is 108 bytes on Linux
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
 
 
-def socket_path(repo: Repository) -> str:
-    given = os.environ.get("GW_TMUX_SOCKET")
+def socket_path(repo: Repository, configured: str | None = None) -> str:
+    """``GW_TMUX_SOCKET``, else the ``tmux_socket`` setting (relative: to the top level), else the default."""
+    given = os.environ.get("GW_TMUX_SOCKET") or configured
     if given:
-        return given
+        return os.path.join(repo.toplevel or repo.common_dir, given)  # an absolute path stays as it is
     path = os.path.join(repo.common_dir, "gitwork", "tmux", "sock")
     if len(path.encode()) <= SOCKET_MAX:
         return path
@@ -51,9 +52,9 @@ def socket_path(repo: Repository) -> str:
 class Tmux:
     kind = "tmux"
 
-    def __init__(self, repo: Repository) -> None:
+    def __init__(self, repo: Repository, socket: str | None = None) -> None:
         self.repo = repo
-        self.socket = socket_path(repo)
+        self.socket = socket_path(repo, socket)
         self.config = os.path.join(os.path.dirname(self.socket), "tmux.conf")
 
     def _tmux(self, *args: str) -> Completed:
