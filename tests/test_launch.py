@@ -565,3 +565,17 @@ def test_the_tmux_socket_is_a_setting_and_gw_attach_knows_it(launched: Path, mon
         assert argv["argv"][:3] == ["tmux", "-S", elsewhere], argv
     finally:
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
+
+
+def test_gw_demo_run_shows_one_agent_started_and_the_other_shell_told_which(tmp_path: Path) -> None:
+    done = subprocess.run(gw_cmd("demo", "run", "--json"), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [execution] = report["started"]
+    assert sorted((r["exit"], r["existing"]) for r in report["race"].values()) in (
+        [(0, False), (0, True)], [(0, False), (75, None)]), report["race"]
+    assert {r["execution"] for r in report["race"].values()} == {execution}
+    assert execution in report["captured"] and "agent shell-" in report["captured"]
+    assert not os.path.exists(report["repository"])  # thrown away, with its tmux server
+    bad = subprocess.run(gw_cmd("demo", "nope"), cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown demo" in bad.stderr

@@ -465,13 +465,18 @@ def status(json: Json = False, agent: As = None, path: Repo = None) -> None:
 
 @app.command()
 def demo(
+    what: Annotated[Optional[str], typer.Argument(metavar="[run]", help="run: the launch demo (two shells race gw "
+                                                                       "run on one item).", show_default=False)] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the demo repository.")] = False,
     json: Json = False,
 ) -> None:
-    """Run the demo on a throwaway repository: items, a two-process claim race, release, the log."""
-    from ..demo import run
+    """Run the demo on a throwaway repository: items, a two-process claim race, release, the log. `gw demo run`:
+    two shells race `gw run` on one item; one agent starts, the other is told which execution runs."""
+    from ..demo import run, run_launch
 
-    raise typer.Exit(run(keep=keep, as_json=json))
+    if what not in (None, "run"):
+        raise typer.BadParameter(f"unknown demo {what!r}; known: run", param_hint="'[run]'")
+    raise typer.Exit(run_launch(keep=keep, as_json=json) if what == "run" else run(keep=keep, as_json=json))
 
 
 # --- conversations (commands/messages.py) ---------------------------------------------------------
