@@ -579,3 +579,29 @@ def test_gw_demo_run_shows_one_agent_started_and_the_other_shell_told_which(tmp_
     assert not os.path.exists(report["repository"])  # thrown away, with its tmux server
     bad = subprocess.run(gw_cmd("demo", "nope"), cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown demo" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_running_coordinator_stops_an_agent_within_an_interval_of_its_lease_ending(launched: Path) -> None:
+    items = [item_of(launched)]
+    with Workplane(str(launched), agent="setup") as plane:
+        items.append(plane.do("new", title="second").result["item"])
+    started = []
+    for item in items:
+        code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", "cat")
+        assert code == 0, doc
+        started.append(doc)
+    loop = start_coordinator(launched, "--json")
+    try:
+        assert run_gw(launched, "revoke", items[0], "--reason", "reassigning", "--as", "carol").returncode == 0
+        revoked = time.monotonic()
+        poll(lambda: {r["execution"]: r["state"] for r in runs(launched)}[started[0]["execution"]] == "stopped",
+             "the coordinator to stop the revoked agent")
+        assert time.monotonic() - revoked < 5  # one 1 s interval, and a loaded machine's slack
+        assert loop.poll() is None  # still running, keeping the other one
+        states = {r["execution"]: r["state"] for r in runs(launched)}
+        assert states[started[1]["execution"]] == "running"
+    finally:
+        loop.terminate()
+    assert loop.wait(timeout=30) == 143
+    assert coordinator_record(launched)["state"] == "released"  # SIGTERM: it let its lease go

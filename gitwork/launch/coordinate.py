@@ -135,21 +135,22 @@ class CoordinatorLease:
             self.epoch = None
 
 
-def tick(wp: Any, failures: int = 3, lease: CoordinatorLease | None = None) -> list[dict[str, Any]]:
+def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
     """One pass over this host's live executions; what was done to each (``action``: exited, lost,
     failed, stopped, renewed, running, waiting, error, handed-off, refused). ``failures`` consecutive
     errors reconciling one execution hand its item off with reason ``reconcile-failure``. With
-    ``lease``, it is checked (and renewed) before each execution: Stale once another coordinator has it."""
+    ``coordinator``, its lease is checked (and renewed) before each execution: Stale once another
+    coordinator has it."""
     done: list[dict[str, Any]] = []
-    if lease is not None:
-        lease.keep()
+    if coordinator is not None:
+        coordinator.keep()
     for row in runs(wp):
         if row["state"] not in LIVE or row.get("host") != host():
             continue
         record = find(wp, row["execution"]) or {}  # whole (a listed row lacks the launcher probe needs)
         entry = {"execution": record["id"], "item": record["item"]}
-        if lease is not None:
-            lease.keep()
+        if coordinator is not None:
+            coordinator.keep()
         try:
             record = probe(wp, record)
             if record["state"] != "running":
