@@ -82,7 +82,8 @@ def main() -> None:
             items = [wp.do("new", title=f"item {n}").result["item"] for n in range(3 * args.runs + args.executions + 1)]
         # One warm-up of each, so the tmux server and the page cache are up before anything is timed.
         # (gw's own start of the server, so it runs with gitwork's tmux configuration).
-        subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
         times: dict[str, list[float]] = {"gw run (tmux)": [], "gw run (subprocess)": [], "tmux new-session": []}
         for n in range(args.runs):
             for case in times:
@@ -94,6 +95,12 @@ def main() -> None:
                 else:
                     argv = [*gw, "run", item, "--backend", case.split("(")[1].rstrip(")"), "--", "sh", "-c", AGENT]
                 times[case].append(first_output(argv, repo, mark))
+        versions = []
+        for _ in range(args.runs):  # the start-up floor of any gw process: interpreter plus entry point
+            t0 = time.perf_counter()
+            subprocess.run([*gw, "--version"], check=True, stdout=subprocess.DEVNULL)
+            versions.append(time.perf_counter() - t0)
+        times["gw --version"] = versions
         result: dict[str, object] = {"first_output": {case: summary(t) for case, t in times.items()}}
         # Stop the first-output agents, then start the live executions the coordinator passes over.
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)

@@ -144,6 +144,18 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
     done: list[dict[str, Any]] = []
     if coordinator is not None:
         coordinator.keep()
+    kinds: dict[str, Any] = {}
+
+    def backend_for(kind: str) -> Any:
+        """One backend of each kind per pass, asked once up front where it can be (tmux: one call
+        for every pane instead of one per execution)."""
+        if kind not in kinds:
+            backend = backends.get(kind, wp.repo, wp.settings)
+            if hasattr(backend, "prefetch"):
+                backend.prefetch()
+            kinds[kind] = backend
+        return kinds[kind]
+
     for row in runs(wp):
         if row["state"] not in LIVE or row.get("host") != host():
             continue
@@ -152,7 +164,7 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
         if coordinator is not None:
             coordinator.keep()
         try:
-            record = probe(wp, record)
+            record = probe(wp, record, backend_for(record["backend"]))
             if record["state"] != "running":
                 done.append({**entry, "action": record["state"] if record["state"] not in LIVE else "waiting",
                              "code": record.get("code")})

@@ -87,8 +87,9 @@ def _mark(wp: Any, record: dict[str, Any], to: str, **args: Any) -> dict[str, An
     return {"id": record["id"], **{k: v for k, v in applied.result.items() if k not in ("execution", "duplicate")}}
 
 
-def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
-    """Bring a live record up to date with its backend (when its launcher is gone); the new record."""
+def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any]:
+    """Bring a live record up to date with its backend (when its launcher is gone); the new record.
+    ``backend``: the record's backend, when the caller has one at hand (the coordinator's pass)."""
     state = record["state"]
     if state not in LIVE or (state != "running" and launcher_alive(record)):
         return record
@@ -97,7 +98,7 @@ def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
     require_same(record.get("build"), f"execution {record['id']} was launched by a gw that", execution=record["id"])
     if state == "reserved":  # nothing was started before `launching` was recorded
         return _mark(wp, record, "lost", reason="launcher died before launching")
-    backend = backends.get(record["backend"], wp.repo, wp.settings)
+    backend = backend or backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     status, detail = backend.status(record["id"], handle) if handle else ("gone", None)
     if status == "running":

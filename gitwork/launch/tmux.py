@@ -56,6 +56,7 @@ class Tmux:
         self.repo = repo
         self.socket = socket_path(repo, socket)
         self.config = os.path.join(os.path.dirname(self.socket), "tmux.conf")
+        self._running: set[str] | None = None  # see prefetch()
 
     def _tmux(self, *args: str) -> Completed:
         try:
@@ -94,12 +95,25 @@ class Tmux:
             raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
         return name, True
 
+    def prefetch(self) -> None:
+        """Ask the server once for every live pane, so that ``status`` of a running session needs no
+        tmux call of its own (the coordinator's pass over many executions); the rest are asked alone."""
+        done = self._tmux("list-panes", "-a", "-F", "#{session_name} #{pane_dead}")
+        if done.returncode == 0:
+            self._running = {line[:-2] for line in done.out.splitlines() if line.endswith(" 0")}
+        elif _no_server(done.err):
+            self._running = set()
+        else:
+            raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(done.err)}")
+
     def status(self, name: str, handle: str) -> tuple[str, object]:
         try:
             with open(os.path.join(executions_dir(self.repo), name, "code")) as read:
                 return "exited", int(read.read().strip())
         except (FileNotFoundError, ValueError):
             pass
+        if self._running is not None and handle in self._running:
+            return "running", None
         # tmux marks a pane dead at end-of-file on its terminal, which can come a moment before it has
         # reaped the process and knows the status: ask again, briefly, rather than record no code.
         deadline = time.monotonic() + 2.0
