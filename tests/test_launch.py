@@ -217,6 +217,12 @@ def test_bad_input_is_refused_and_records_nothing(launched: Path, args: list[str
     assert not (launched / ".git" / "gitwork" / "executions").exists()
 
 
+def test_runs_refuses_an_unknown_state(launched: Path) -> None:
+    done = run_gw(launched, "runs", "--state", "sleeping")
+    assert done.returncode == 5 and "unknown execution state" in done.stderr, done.stderr
+    assert run_gw(launched, "runs", "--state", "lost").returncode == 0
+
+
 def test_without_tmux_the_tmux_backend_says_so_and_records_nothing(launched: Path, tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

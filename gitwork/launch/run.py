@@ -243,8 +243,10 @@ def get_execution(wp: Any, execution_id: str) -> dict[str, Any]:
 
 def runs(wp: Any, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
     from ..codec import load_yaml
-    from ..ops.executions import EXECUTIONS
+    from ..ops.executions import EXECUTIONS, TERMINAL
 
+    if state is not None and state not in (*LIVE, *TERMINAL):
+        raise Invalid(f"unknown execution state {state[:40]!r}; known: {', '.join((*LIVE, *TERMINAL))}")
     snapshot = wp.context().snapshot
     item_id = wp.resolve(item) if item else None
     rows = []
