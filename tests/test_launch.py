@@ -611,3 +611,42 @@ def test_a_running_coordinator_stops_an_agent_within_an_interval_of_its_lease_en
         loop.terminate()
     assert loop.wait(timeout=30) == 143
     assert coordinator_record(launched)["state"] == "released"  # SIGTERM: it let its lease go
+
+
+def test_a_session_branch_gone_is_a_reconcile_failure_and_a_streak_hands_off(launched: Path) -> None:
+    item = item_of(launched)
+    (launched / "README").write_text("x\n")
+    subprocess.run(["git", "-C", str(launched), "add", "README"], check=True)
+    subprocess.run(["git", "-C", str(launched), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"],
+                   check=True)
+    code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", "cat")
+    assert code == 0, doc
+    started = run_gw(launched, "session", "start", item, "--as", "alice", "--json")
+    assert started.returncode == 0, started.stderr
+    session = json.loads(started.stdout)
+    assert [a["action"] for a in coordinate(launched, args=("--failures", "2"))] == ["running"]
+    subprocess.run(["git", "-C", str(launched), "update-ref", "-d", f"refs/heads/{session['branch']}"], check=True)
+    actions = coordinate(launched, args=("--failures", "2"))
+    assert [(a["action"], a["streak"]) for a in actions] == [("error", 1)] and "lost its branch" in actions[0]["message"]
+    actions = coordinate(launched, args=("--failures", "2"))
+    assert [a["action"] for a in actions] == ["handed-off"], actions
+    lease = json.loads(run_gw(launched, "show", item, "--json").stdout)["lease"]
+    assert (lease["state"], lease["reason"]) == ("handed-off", "reconcile-failure")
+    assert [r["state"] for r in runs(launched)] == ["stopped"]  # its lease gone, the agent was stopped at once
+
+
+def test_an_agent_whose_item_was_cancelled_is_stopped(launched: Path) -> None:
+    item = item_of(launched)
+    code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", "cat")
+    assert code == 0, doc
+    from conftest import replace_blob
+    from gitwork.layout import item_path, ITEM_FILE
+
+    path = item_path(item, ITEM_FILE)
+    text = subprocess.run(["git", "-C", str(launched), "show", f"refs/gitwork/state:{path}"], capture_output=True,
+                          text=True, check=True).stdout
+    # Closed by a hand edit of the state (an item is never closed through gw while a lease on it is live).
+    assert "status: in_progress" in text, text
+    replace_blob(launched, path, text.replace("status: in_progress", "status: cancelled").encode())
+    actions = coordinate(launched)
+    assert [(a["action"], a.get("reason")) for a in actions] == [("stopped", "its item is cancelled")], actions

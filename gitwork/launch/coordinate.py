@@ -10,7 +10,9 @@ Each tick, for every live execution recorded on this host:
   half of the lease's ttl is left (so an interval well under half the ttl never lets it lapse);
 - an execution that cannot be reconciled (its backend errs) ``failures`` passes in a row has its
   item handed off, fenced on its lease, with reason ``reconcile-failure``;
-- an execution another gitwork build launched is left alone (``refused``, ``build-mismatch``).
+- an execution another gitwork build launched is left alone (``refused``, ``build-mismatch``);
+- each pass also reconciles the item (a closed one stops its execution) and the session branches of
+  the execution's lease (an open session whose branch is gone is a reconcile failure).
 
 The coordinator itself is single per host: it holds the lease ``coordinators/<host>.yaml`` (op
 ``coord-lease``), checked before every execution it acts on and renewed once half of its ttl is
@@ -24,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..errors import GwError, Stale
+from ..errors import GwError, Invalid, Stale
 from ..ops.executions import LIVE, coordinator_live, load_coordinator
 from . import backend as backends
 from .build import BuildMismatch, current as current_build
@@ -47,6 +49,42 @@ def _lease_ended(wp: Any, record: dict[str, Any]) -> str | None:
     if not lease.live_for_holder(wp.now(), wp.settings.clock_margin):
         return "its lease expired"
     return None
+
+
+class Reconcile:
+    """What a pass compares besides the backend: the item's state and its session branches (read once
+    per pass). A closed item ends its execution like an ended lease; an open session of the
+    execution's lease whose branch is gone is a reconcile failure (it counts toward the hand-off)."""
+
+    def __init__(self, wp: Any) -> None:
+        self.wp = wp
+        self._sessions: list[Any] | None = None
+        self._branches: set[str] | None = None
+
+    def item_closed(self, record: dict[str, Any]) -> str | None:
+        from ..model import CLOSED
+
+        status = self.wp.context().item(record["item"]).status  # a corrupt item raises: a failure
+        return f"its item is {status}" if status in CLOSED else None
+
+    def check_sessions(self, record: dict[str, Any]) -> None:
+        from ..sessions import OPEN_STATES, all_sessions, main_worktree
+
+        if self._sessions is None:
+            self._sessions = all_sessions(main_worktree(self.wp.repo))
+        mine = [s for s in self._sessions if s.get("item") == record["item"] and s.get("fence") == record.get("fence")
+                and s.get("state") in OPEN_STATES]
+        if not mine:
+            return
+        if self._branches is None:
+            from ..gitcmd import run
+
+            listed = run(["-C", self.wp.repo.common_dir, "for-each-ref", "--format=%(refname)", "refs/heads/session/"])
+            self._branches = set(listed.out.split())
+        for session in mine:
+            if session.ref not in self._branches:
+                raise Invalid(f"session {session.id} of {record['item']} has lost its branch {session.branch}",
+                              session=session.id)
 
 
 def _kill(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
@@ -145,6 +183,7 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
     if coordinator is not None:
         coordinator.keep()
     kinds: dict[str, Any] = {}
+    checks = Reconcile(wp)
 
     def backend_for(kind: str) -> Any:
         """One backend of each kind per pass, asked once up front where it can be (tmux: one call
@@ -169,11 +208,12 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
                 done.append({**entry, "action": record["state"] if record["state"] not in LIVE else "waiting",
                              "code": record.get("code")})
                 continue
-            why = _lease_ended(wp, record)
+            why = _lease_ended(wp, record) or checks.item_closed(record)
             if why:
                 _kill(wp, record, why)
                 done.append({**entry, "action": "stopped", "reason": why})
                 continue
+            checks.check_sessions(record)
             lease = wp.lease(record["item"])
             left = (lease.expires() - wp.now()).total_seconds()
             if left < lease.ttl / 2:
