@@ -7,12 +7,14 @@ and prints the state ref's ``git log``. Everything runs through the real CLI in 
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 
 _QUIET = False
@@ -34,6 +36,19 @@ def _gw(repo: str, *args: str, show: bool = True) -> subprocess.CompletedProcess
             for line in stream.rstrip("\n").splitlines():
                 _say(f"  {line}")
     return done
+
+
+def _finish(repo: str, report: dict[str, object], as_json: bool) -> int:
+    """Show the state ref's log, and with ``as_json`` print the report (with that log) as one object."""
+    _say("$ git log --format='%h %an: %s' refs/gitwork/state")
+    log = subprocess.run(["git", "log", "--format=%h %an: %s", "refs/gitwork/state"], cwd=repo,
+                         capture_output=True, text=True).stdout
+    for line in log.splitlines():
+        _say(f"  {line}")
+    report["log"] = log.splitlines()
+    if as_json:
+        sys.stdout.write(json.dumps({"ok": True, **report}, indent=2) + "\n")
+    return 0
 
 
 def run(keep: bool = False, as_json: bool = False) -> int:
@@ -83,17 +98,7 @@ def run(keep: bool = False, as_json: bool = False) -> int:
         _gw(repo, "release", api, "--as", "agent-c")
 
         _say("\n# the audit trail: one commit per command on refs/gitwork/state")
-        _say("$ git log --format='%h %an: %s' refs/gitwork/state")
-        log = subprocess.run(["git", "log", "--format=%h %an: %s", "refs/gitwork/state"], cwd=repo,
-                             capture_output=True, text=True).stdout
-        for line in log.splitlines():
-            _say(f"  {line}")
-        report["log"] = log.splitlines()
-        if as_json:
-            import json
-
-            sys.stdout.write(json.dumps({"ok": True, **report}, indent=2) + "\n")
-        return 0
+        return _finish(repo, report, as_json)
     finally:
         if keep:
             _say(f"\n(kept {repo})")
@@ -112,6 +117,7 @@ def run_launch(keep: bool = False, as_json: bool = False) -> int:
     backend = "tmux" if shutil.which("tmux") else "subprocess"
     repo = tempfile.mkdtemp(prefix="gitwork-demo-run-")
     socket = os.path.join(repo, ".git", "demo-tmux.sock")
+    saved = os.environ.get("GW_TMUX_SOCKET")
     os.environ["GW_TMUX_SOCKET"] = socket  # children inherit it: the demo's agents never touch your tmux
     report: dict[str, object] = {"repository": repo, "backend": backend}
     try:
@@ -128,8 +134,6 @@ def run_launch(keep: bool = False, as_json: bool = False) -> int:
         race: dict[str, dict[str, object]] = {}
         for name, proc in racers.items():
             out, err = proc.communicate()
-            import json
-
             doc = json.loads(out) if out.strip() else {}
             execution = doc.get("execution") or (doc.get("details") or {}).get("execution")
             race[name] = {"exit": proc.returncode, "execution": execution, "existing": doc.get("existing")}
@@ -146,8 +150,6 @@ def run_launch(keep: bool = False, as_json: bool = False) -> int:
 
         _say("\n# what runs, and what its terminal shows")
         _gw(repo, "runs")
-        import time
-
         deadline = time.monotonic() + 10
         captured = ""
         while "agent " not in captured and time.monotonic() < deadline:
@@ -159,19 +161,14 @@ def run_launch(keep: bool = False, as_json: bool = False) -> int:
         report["captured"] = captured.strip()
         _gw(repo, "stop", execution, "--reason", "demo over")
         _say("\n# every step is a commit on refs/gitwork/state")
-        log = subprocess.run(["git", "log", "--format=%h %an: %s", "refs/gitwork/state"], cwd=repo,
-                             capture_output=True, text=True).stdout
-        for line in log.splitlines():
-            _say(f"  {line}")
-        report["log"] = log.splitlines()
-        if as_json:
-            import json
-
-            sys.stdout.write(json.dumps({"ok": True, **report}, indent=2) + "\n")
-        return 0
+        return _finish(repo, report, as_json)
     finally:
         if shutil.which("tmux"):
             subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
+        if saved is None:
+            os.environ.pop("GW_TMUX_SOCKET", None)
+        else:
+            os.environ["GW_TMUX_SOCKET"] = saved
         if keep:
             _say(f"\n(kept {repo})")
         else:
