@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 
-from .. import __version__
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -35,6 +33,13 @@ def gw_commit() -> str | None:
     return None
 
 
+def _gw_build() -> dict[str, Any]:
+    from .build import current  # asked once per process: gw run also records it in the execution
+
+    mine = current()
+    return {"version": mine["version"], "commit": None if mine["commit"] == "release" else mine["commit"]}
+
+
 def build(wp: Any, item: str, execution: str | None = None) -> dict[str, Any]:
     from ..conversations import messages
     from ..thread import cursors
@@ -53,7 +58,7 @@ def build(wp: Any, item: str, execution: str | None = None) -> dict[str, Any]:
                                              "state": lease.state, "expires_at": lease.expires_at},
         "for": who, "unread": len(unread), "unread_tail": unread[-TAIL:],
         "execution": execution, "state_commit": ctx.snapshot.commit,
-        "gw": {"version": __version__, "commit": gw_commit()},
+        "gw": _gw_build(),
     }
 
 
