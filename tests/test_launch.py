@@ -368,11 +368,12 @@ def test_the_tmux_socket_is_the_repositorys_own_and_short_enough(tmp_path: Path)
     assert fallback != socket_path(Repository.discover(str(make_repo(tmp_path / ("e" * 90)))))
 
 
-def test_a_command_that_cannot_start_is_recorded_failed_never_running(launched: Path) -> None:
+@pytest.mark.parametrize("backend", [pytest.param("tmux", marks=needs_tmux), "subprocess"])
+def test_a_command_that_cannot_start_is_recorded_failed_never_running(launched: Path, backend: str) -> None:
     agent = launched / "agent.sh"
     agent.write_text("#!/nonexistent/interpreter\necho never\n")
     agent.chmod(0o755)
-    done = run_gw(launched, "run", item_of(launched), "--backend", "subprocess", "--id", "x-badstart", "--",
+    done = run_gw(launched, "run", item_of(launched), "--backend", backend, "--id", "x-badstart", "--",
                   str(agent))
     assert done.returncode == 5 and "cannot start" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

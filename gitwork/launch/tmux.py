@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import sys
 import time
 
 from ..errors import Invalid
 from ..gitcmd import Completed, one_line, run_tool
 from .paths import executions_dir
+from .wrapper import outcome, wait_started
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,12 +29,11 @@ if TYPE_CHECKING:
 
     from ..store import Repository
 
-# The pane runs the agent under this shell, which writes its exit code (128+N for a signal) to the
-# execution's folder, written whole and renamed, as the subprocess backend's wrapper does: tmux can
-# show a pane dead for a while before it has reaped the process and knows its status. A pane killed
-# with its server (SIGHUP) writes nothing, and is lost.
-WRAPPER = ('d=$1; shift; c=0; "$@" || c=$?; printf "%s\\n" "$c" > "$d/.code.tmp" && mv -f "$d/.code.tmp" "$d/code"; '
-           'exit "$c"')
+# The pane runs the agent under the subprocess backend's wrapper (``wrapper.py``): it says when the
+# command started (or could not: then the execution is ``failed``, never ``running``) and writes its
+# exit code (128+N for a signal) to the execution's folder, whole and renamed; tmux can show a pane
+# dead for a while before it has reaped the process and knows its status. A pane killed with its
+# server (SIGHUP) writes nothing, and is lost.
 SOCKET_MAX = 100  # sun_path is 108 bytes on Linux
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
 
@@ -88,11 +89,12 @@ class Tmux:
         os.makedirs(folder, exist_ok=True)
         pairs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
         done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", *pairs, "--",
-                          "sh", "-c", WRAPPER, "gw-run", folder, *argv)
+                          sys.executable, "-m", "gitwork.launch.wrapper", folder, "--", *argv)
         if done.returncode != 0:
             if "duplicate session" in done.err:
                 return name, False
             raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
+        wait_started(folder, lambda: self._tmux("has-session", "-t", f"={name}").returncode != 0)
         return name, True
 
     def prefetch(self) -> None:
@@ -107,11 +109,9 @@ class Tmux:
             raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(done.err)}")
 
     def status(self, name: str, handle: str) -> tuple[str, object]:
-        try:
-            with open(os.path.join(executions_dir(self.repo), name, "code")) as read:
-                return "exited", int(read.read().strip())
-        except (FileNotFoundError, ValueError):
-            pass
+        ended = outcome(os.path.join(executions_dir(self.repo), name))
+        if ended is not None:
+            return ended
         if self._running is not None and handle in self._running:
             return "running", None
         # tmux marks a pane dead at end-of-file on its terminal, which can come a moment before it has
