@@ -217,9 +217,13 @@ def test_bad_input_is_refused_and_records_nothing(launched: Path, args: list[str
     assert not (launched / ".git" / "gitwork" / "executions").exists()
 
 
-def test_runs_refuses_an_unknown_state(launched: Path) -> None:
+def test_runs_refuses_an_unknown_state_and_coordinate_a_lease_shorter_than_two_passes(launched: Path) -> None:
     done = run_gw(launched, "runs", "--state", "sleeping")
     assert done.returncode == 5 and "unknown execution state" in done.stderr, done.stderr
+    before = tip(launched)
+    done = run_gw(launched, "coordinate", "--interval", "10s", "--ttl", "15s")
+    assert done.returncode == 5 and "shorter than two intervals" in done.stderr, done.stderr
+    assert tip(launched) == before
     assert run_gw(launched, "runs", "--state", "lost").returncode == 0
 
 

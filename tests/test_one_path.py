@@ -50,7 +50,7 @@ def test_the_ops_the_arbiter_decides_come_from_their_declarations() -> None:
     assert engine.declared("arbiter") == ARBITER_DECIDES
     assert engine.declared("roles") == ROLES_CHECKED
     assert engine.declared("internal") == {"session-start", "session-commit", "publish", "session-drop",
-                                           "exec-reserve", "exec-state"}
+                                           "exec-reserve", "exec-state", "coord-lease"}
     import gitwork.rolecheck
     import gitwork.sync
 
@@ -62,6 +62,7 @@ def test_the_ops_the_arbiter_decides_come_from_their_declarations() -> None:
 @pytest.fixture
 def test_ops() -> Iterator[None]:
     """Two ops declared by the test, alike but for ``arbiter=True``; the registry is restored after."""
+    engine.declared("arbiter")  # every op module loaded first: one loaded meanwhile would be lost by the restore
     before = dict(engine.OPS)
 
     def note(ctx: engine.Context) -> None:

@@ -102,11 +102,14 @@ def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int,
     import signal
 
     from ...codec import parse_duration
+    from ...errors import Invalid
     from ...launch.coordinate import default_ttl, loop, once as once_
     from ...launch.run import host
 
     seconds = parse_duration(interval)  # Invalid (exit 5) for a malformed one
     lease_ttl = parse_duration(ttl) if ttl else default_ttl(seconds)
+    if lease_ttl < 2 * seconds:  # renewed once half is gone, at a pass: a shorter one lapses between passes
+        raise Invalid(f"--ttl {ttl} is shorter than two intervals ({2 * seconds}s): the lease would lapse between passes")
 
     def report(actions: list[dict[str, Any]], stream: bool = True) -> None:
         if as_json:
