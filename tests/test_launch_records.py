@@ -34,6 +34,9 @@ def test_one_live_execution_per_item(plane: Any) -> None:
     with pytest.raises(Held) as refused:
         reserve(plane, plane.item_id, "x-two2")
     assert refused.value.details["execution"] == "x-one1"
+    with pytest.raises(Held) as again:  # the same id, reserved by a concurrent gw run: settle that one
+        reserve(plane, plane.item_id, "x-one1")
+    assert again.value.details["execution"] == "x-one1"
     plane.record("exec-state", execution="x-one1", to="failed", reason="gave up")
     assert reserve(plane, plane.item_id, "x-two2")["state"] == "reserved"
     with pytest.raises(Invalid, match="exists already"):

@@ -89,7 +89,12 @@ def exec_reserve(ctx: Context) -> None:
     execution_id = check_execution_id(ctx.cmd["execution"])
     if not ctx.cmd["command"] or not ctx.cmd["command"][0]:
         raise Invalid("an execution needs a command")
-    if load_execution(ctx, execution_id) is not None:
+    existing = load_execution(ctx, execution_id)
+    if existing is not None:
+        if existing.get("item") == item_id and existing.get("state") in LIVE:
+            # Another gw run with the same --id reserved it first: the caller settles that one (75).
+            raise Held(f"execution {execution_id} of {item_id} is being launched by another gw run", item=item_id,
+                       execution=execution_id, state=existing["state"])
         raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
     item = ctx.item(item_id)
     if item.status in CLOSED:
