@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "gates": (),  # commands that must pass before a merge is published
     "signing": None,  # "ssh": sign every state commit with gitwork.signingKey (docs/security.md)
     "sessions": None,  # multi-step session rules: operators, steps, chains (gitwork/sessions/rules.py)
+    "tmux_socket": None,  # gw run's own tmux server; None: under the git common dir (docs/launch.md)
 }
 
 
@@ -46,6 +47,7 @@ class Settings:
     gates: tuple[str, ...]
     signing: str | None
     sessions: dict[str, Any] | None
+    tmux_socket: str | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -108,6 +110,7 @@ _ENV = {
     "GW_AGENT": "agent",
     "GW_LOCK_TIMEOUT": "lock_timeout",
     "GW_REMOTE": "remote",
+    "GW_TMUX_SOCKET": "tmux_socket",
 }
 
 

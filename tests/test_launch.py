@@ -217,6 +217,16 @@ def test_bad_input_is_refused_and_records_nothing(launched: Path, args: list[str
     assert not (launched / ".git" / "gitwork" / "executions").exists()
 
 
+def test_runs_refuses_an_unknown_state_and_coordinate_a_lease_shorter_than_two_passes(launched: Path) -> None:
+    done = run_gw(launched, "runs", "--state", "sleeping")
+    assert done.returncode == 5 and "unknown execution state" in done.stderr, done.stderr
+    before = tip(launched)
+    done = run_gw(launched, "coordinate", "--interval", "10s", "--ttl", "15s")
+    assert done.returncode == 5 and "shorter than two intervals" in done.stderr, done.stderr
+    assert tip(launched) == before
+    assert run_gw(launched, "runs", "--state", "lost").returncode == 0
+
+
 def test_without_tmux_the_tmux_backend_says_so_and_records_nothing(launched: Path, tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -362,11 +372,12 @@ def test_the_tmux_socket_is_the_repositorys_own_and_short_enough(tmp_path: Path)
     assert fallback != socket_path(Repository.discover(str(make_repo(tmp_path / ("e" * 90)))))
 
 
-def test_a_command_that_cannot_start_is_recorded_failed_never_running(launched: Path) -> None:
+@pytest.mark.parametrize("backend", [pytest.param("tmux", marks=needs_tmux), "subprocess"])
+def test_a_command_that_cannot_start_is_recorded_failed_never_running(launched: Path, backend: str) -> None:
     agent = launched / "agent.sh"
     agent.write_text("#!/nonexistent/interpreter\necho never\n")
     agent.chmod(0o755)
-    done = run_gw(launched, "run", item_of(launched), "--backend", "subprocess", "--id", "x-badstart", "--",
+    done = run_gw(launched, "run", item_of(launched), "--backend", backend, "--id", "x-badstart", "--",
                   str(agent))
     assert done.returncode == 5 and "cannot start" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -397,3 +408,251 @@ def test_a_reconcile_failure_streak_hands_the_item_off_with_that_reason(launched
     # With tmux back, the next pass stops the process: its lease is gone.
     assert [a["action"] for a in coordinate(launched)] == ["stopped"]
     assert live_panes(launched) == []
+
+
+# --- attacks: a paused agent, concurrent retries of one id ---------------------------------------------
+
+
+def pane_pid(repo: Path, execution: str) -> int:
+    done = subprocess.run(["tmux", "-S", socket_of(repo), "list-panes", "-t", f"={execution}:", "-F", "#{pane_pid}"],
+                          capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[0])
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("backend", [pytest.param("tmux", marks=needs_tmux), "subprocess"])
+def test_a_paused_agent_whose_lease_was_taken_over_is_stopped_by_the_coordinator(launched: Path, backend: str) -> None:
+    item = item_of(launched)
+    code, doc = gw_json(launched, "run", item, "--backend", backend, "--as", "alice", "--ttl", "1m", "--", "cat")
+    assert code == 0, doc
+    group = pane_pid(launched, doc["execution"]) if backend == "tmux" else int(doc["handle"].partition("@")[0])
+    os.killpg(group, signal.SIGSTOP)  # the agent (and its wrapper) paused: it can neither exit nor be asked
+    # Its lease expires meanwhile, and bob takes the item over.
+    later = json.loads(run_gw(launched, "show", item, "--json").stdout)["lease"]["expires_at"]
+    future = (dt_parse(later) + __import__("datetime").timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    taken = run_gw(launched, "takeover", item, "--as", "bob", env={"GW_NOW": future})
+    assert taken.returncode == 0, taken.stderr
+    actions = coordinate(launched)
+    assert [(a["execution"], a["action"]) for a in actions] == [(doc["execution"], "stopped")], actions
+    assert "replaced by bob" in actions[0]["reason"]
+    poll(lambda: process_gone(group), "the paused agent to end", limit=10)
+    refused = run_gw(launched, "msg", item, "resumed", "--as", "alice", env={"GW_FENCE": str(doc["fence"])})
+    assert refused.returncode == 7, refused.stderr
+
+
+@needs_tmux
+@pytest.mark.slow
+def test_concurrent_retries_of_one_execution_id_start_one_process(launched: Path) -> None:
+    item = item_of(launched)
+    procs = [subprocess.Popen(gw_cmd("run", item, "--json", "--as", "alice", "--id", "x-same", "--", "cat"),
+                              cwd=launched, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(5)]
+    answers = [(proc.wait(timeout=120), json.loads(proc.communicate()[0])) for proc in procs]
+    for code, doc in answers:
+        assert code in (0, 75), answers
+        assert (doc["execution"] if code == 0 else doc["details"]["execution"]) == "x-same", answers
+    assert sum(1 for code, doc in answers if code == 0 and not doc["existing"]) == 1, answers
+    assert live_panes(launched) == ["x-same"]
+    assert [r["execution"] for r in runs(launched)] == ["x-same"]
+
+
+# --- one build: nothing acts on an execution another gitwork build launched ----------------------------
+
+
+def test_a_run_or_coordinator_of_another_build_refuses_to_act(launched: Path) -> None:
+    from gitwork.launch.build import current
+    from gitwork.launch.run import host
+
+    item = item_of(launched)
+    other = {**current(), "commit": "0" * 40}
+    with Workplane(str(launched), agent="alice") as plane:  # what an older gw run recorded, then died
+        fence = plane.do("claim", item=item).result["fence"]
+        plane.record("exec-reserve", item=item, execution="x-oldbuild", command=["cat"], backend="subprocess",
+                     host=host(), build=other, launcher={"host": host(), "pid": "999999999", "start": "1"})
+        plane.record("exec-state", execution="x-oldbuild", to="launching", fence=fence)
+    before = tip(launched)
+    for args in (("--id", "x-oldbuild"), ()):
+        done = run_gw(launched, "run", item, "--backend", "subprocess", "--as", "alice", *args, "--", "cat")
+        assert done.returncode == 9 and "build-mismatch" in done.stderr, done.stderr
+        assert "x-oldbuild" in done.stderr and "same build" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+    assert tip(launched) == before
+    actions = coordinate(launched)
+    assert [(a["execution"], a["action"], a["error"]) for a in actions] == [("x-oldbuild", "refused", "build-mismatch")]
+    assert [r["state"] for r in runs(launched)] == ["launching"]  # left as it was, for its own build to settle
+
+
+def test_gw_run_refuses_to_launch_beside_a_coordinator_of_another_build(launched: Path) -> None:
+    from gitwork.launch.build import current
+    from gitwork.launch.run import host_name, me
+
+    with Workplane(str(launched), agent="alice") as plane:  # a live coordinator (this test's process) of another build
+        plane.record("coord-lease", host=host_name(), action="take", holder=me(), ttl=600,
+                     build={**current(), "version": "0.0.1"})
+    before = tip(launched)
+    done = run_gw(launched, "run", item_of(launched), "--backend", "subprocess", "--", "cat")
+    assert done.returncode == 9 and "coordinator" in done.stderr and "gw 0.0.1" in done.stderr, done.stderr
+    assert tip(launched) == before and runs(launched) == []
+
+
+# --- the coordinator is single per host --------------------------------------------------------------
+
+
+def coordinator_record(repo: Path) -> dict[str, Any] | None:
+    from gitwork.launch.run import host_name
+    from gitwork.ops.executions import load_coordinator
+
+    with Workplane(str(repo)) as plane:
+        return load_coordinator(plane.context(), host_name())
+
+
+def start_coordinator(repo: Path, *args: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(gw_cmd("coordinate", "--interval", "1s", *args), cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    poll(lambda: (coordinator_record(repo) or {}).get("holder", {}).get("pid") == str(proc.pid), "the lease")
+    return proc
+
+
+@pytest.mark.slow
+def test_one_coordinator_per_host_a_killed_one_is_replaced_a_paused_one_stops(launched: Path) -> None:
+    first = start_coordinator(launched)
+    try:
+        for args in (("--once",), ("--interval", "1s")):
+            second = run_gw(launched, "coordinate", *args)
+            assert second.returncode == 75, second.stderr
+            assert f"a coordinator runs on" in second.stderr and f"pid {first.pid}" in second.stderr
+            assert len(second.stderr.strip().splitlines()) == 1
+        first.kill()  # kill -9: its lease is still live, but its process is gone from this host
+        first.wait()
+        assert run_gw(launched, "coordinate", "--once").returncode == 0
+    finally:
+        first.kill()
+    paused = start_coordinator(launched, "--ttl", "2s")
+    try:
+        os.kill(paused.pid, signal.SIGSTOP)
+        # While it is paused its lease binds (refused), until it expires: then another takes over.
+        poll(lambda: run_gw(launched, "coordinate", "--once").returncode == 0, "the paused one's lease to expire")
+        os.kill(paused.pid, signal.SIGCONT)
+        assert paused.wait(timeout=30) == 7  # it learns before acting that it was taken over, and stops
+        err = paused.stderr.read() if paused.stderr else ""
+        assert "was taken over" in err and "stopping" in err, err
+    finally:
+        paused.kill()
+
+
+@needs_tmux
+@pytest.mark.parametrize("step, settled", [("after-reserve", "lost"),  # after-claim takes the same path
+                                           ("after-launching", "lost"), ("after-start", "running")])
+def test_the_coordinator_settles_a_run_killed_between_steps(launched: Path, step: str, settled: str) -> None:
+    crashed = run_gw(launched, "run", item_of(launched), "--as", "alice", "--id", "x-killed", "--", "cat",
+                     env={"GW_CRASH_AT": step})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    coordinate(launched)
+    assert [(r["execution"], r["state"]) for r in runs(launched)] == [("x-killed", settled)]
+    assert live_panes(launched) == (["x-killed"] if settled == "running" else [])
+
+
+@needs_tmux
+def test_the_tmux_socket_is_a_setting_and_gw_attach_knows_it(launched: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GW_TMUX_SOCKET")
+    (launched / ".workplane").write_text("tmux_socket: agents.sock\n")
+    socket = str(launched / "agents.sock")
+    try:
+        code, doc = gw_json(launched, "run", item_of(launched), "--as", "alice", "--id", "x-setting", "--", "cat")
+        assert code == 0, doc
+        listed = subprocess.run(["tmux", "-S", socket, "list-sessions", "-F", "#{session_name}"], capture_output=True,
+                                text=True)
+        assert listed.stdout.split() == ["x-setting"], listed.stderr
+        assert gw_json(launched, "attach", "x-setting")[1]["argv"][:3] == ["tmux", "-S", socket]
+        # The environment variable wins over the file.
+        elsewhere = str(launched / "env.sock")
+        argv = gw_json(launched, "attach", "x-setting", env={"GW_TMUX_SOCKET": elsewhere})[1]
+        assert argv["argv"][:3] == ["tmux", "-S", elsewhere], argv
+    finally:
+        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
+
+
+def test_gw_demo_run_shows_one_agent_started_and_the_other_shell_told_which(tmp_path: Path) -> None:
+    done = subprocess.run(gw_cmd("demo", "run", "--json"), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [execution] = report["started"]
+    assert sorted((r["exit"], r["existing"]) for r in report["race"].values()) in (
+        [(0, False), (0, True)], [(0, False), (75, None)]), report["race"]
+    assert {r["execution"] for r in report["race"].values()} == {execution}
+    assert execution in report["captured"] and "agent shell-" in report["captured"]
+    assert not os.path.exists(report["repository"])  # thrown away, with its tmux server
+    bad = subprocess.run(gw_cmd("demo", "nope"), cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown demo" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_running_coordinator_stops_an_agent_within_an_interval_of_its_lease_ending(launched: Path) -> None:
+    items = [item_of(launched)]
+    with Workplane(str(launched), agent="setup") as plane:
+        items.append(plane.do("new", title="second").result["item"])
+    started = []
+    for item in items:
+        code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", "cat")
+        assert code == 0, doc
+        started.append(doc)
+    loop = start_coordinator(launched, "--json")
+    try:
+        assert run_gw(launched, "revoke", items[0], "--reason", "reassigning", "--as", "carol").returncode == 0
+        revoked = time.monotonic()
+        poll(lambda: {r["execution"]: r["state"] for r in runs(launched)}[started[0]["execution"]] == "stopped",
+             "the coordinator to stop the revoked agent")
+        assert time.monotonic() - revoked < 5  # one 1 s interval, and a loaded machine's slack
+        assert loop.poll() is None  # still running, keeping the other one
+        states = {r["execution"]: r["state"] for r in runs(launched)}
+        assert states[started[1]["execution"]] == "running"
+    finally:
+        loop.terminate()
+    assert loop.wait(timeout=30) == 143
+    assert coordinator_record(launched)["state"] == "released"  # SIGTERM: it let its lease go
+
+
+def test_a_session_branch_gone_is_a_reconcile_failure_and_a_streak_hands_off(launched: Path) -> None:
+    item = item_of(launched)
+    (launched / "README").write_text("x\n")
+    subprocess.run(["git", "-C", str(launched), "add", "README"], check=True)
+    subprocess.run(["git", "-C", str(launched), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"],
+                   check=True)
+    code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", "cat")
+    assert code == 0, doc
+    started = run_gw(launched, "session", "start", item, "--as", "alice", "--json")
+    assert started.returncode == 0, started.stderr
+    session = json.loads(started.stdout)
+    assert [a["action"] for a in coordinate(launched, args=("--failures", "2"))] == ["running"]
+    subprocess.run(["git", "-C", str(launched), "update-ref", "-d", f"refs/heads/{session['branch']}"], check=True)
+    actions = coordinate(launched, args=("--failures", "2"))
+    assert [(a["action"], a["streak"]) for a in actions] == [("error", 1)] and "lost its branch" in actions[0]["message"]
+    actions = coordinate(launched, args=("--failures", "2"))
+    assert [a["action"] for a in actions] == ["handed-off"], actions
+    lease = json.loads(run_gw(launched, "show", item, "--json").stdout)["lease"]
+    assert (lease["state"], lease["reason"]) == ("handed-off", "reconcile-failure")
+    assert [r["state"] for r in runs(launched)] == ["stopped"]  # its lease gone, the agent was stopped at once
+
+
+def test_an_agent_whose_item_was_cancelled_is_stopped(launched: Path) -> None:
+    item = item_of(launched)
+    code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", "cat")
+    assert code == 0, doc
+    from conftest import replace_blob
+    from gitwork.layout import item_path, ITEM_FILE
+
+    path = item_path(item, ITEM_FILE)
+    text = subprocess.run(["git", "-C", str(launched), "show", f"refs/gitwork/state:{path}"], capture_output=True,
+                          text=True, check=True).stdout
+    # Closed by a hand edit of the state (an item is never closed through gw while a lease on it is live).
+    assert "status: in_progress" in text, text
+    replace_blob(launched, path, text.replace("status: in_progress", "status: cancelled").encode())
+    actions = coordinate(launched)
+    assert [(a["action"], a.get("reason")) for a in actions] == [("stopped", "its item is cancelled")], actions

@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import make_repo
+from conftest import Clock, make_repo
 from gitwork.errors import Held, Illegal, Invalid, Stale
+from gitwork.launch.build import current
 from gitwork.ops.executions import TRANSITIONS
 from gitwork.workplane import Workplane
 
 
 def reserve(wp: Workplane, item: str, execution: str, **extra: Any) -> dict[str, Any]:
     return wp.record("exec-reserve", item=item, execution=execution, command=["cat"], backend="tmux", host="h",
-                     **extra).result
+                     build=current(), **extra).result
 
 
 @pytest.fixture
@@ -33,6 +34,9 @@ def test_one_live_execution_per_item(plane: Any) -> None:
     with pytest.raises(Held) as refused:
         reserve(plane, plane.item_id, "x-two2")
     assert refused.value.details["execution"] == "x-one1"
+    with pytest.raises(Held) as again:  # the same id, reserved by a concurrent gw run: settle that one
+        reserve(plane, plane.item_id, "x-one1")
+    assert again.value.details["execution"] == "x-one1"
     plane.record("exec-state", execution="x-one1", to="failed", reason="gave up")
     assert reserve(plane, plane.item_id, "x-two2")["state"] == "reserved"
     with pytest.raises(Invalid, match="exists already"):
@@ -82,7 +86,7 @@ def test_someone_elses_item_and_closed_items_are_not_reserved(plane: Any) -> Non
 ])
 def test_malformed_reservations_are_refused(plane: Any, doc: dict[str, Any], words: str) -> None:
     with pytest.raises(Invalid, match=words):
-        plane.record("exec-reserve", **{"item": plane.item_id, "command": ["cat"], "backend": "tmux", "host": "h",
+        plane.record("exec-reserve", **{"item": plane.item_id, "command": ["cat"], "backend": "tmux", "host": "h", "build": current(),
                                         **doc})
 
 
@@ -111,3 +115,38 @@ def test_transitions_follow_the_table(tmp_path_factory: pytest.TempPathFactory, 
         from gitwork.launch.run import find
 
         assert find(wp, "x-model")["state"] == state
+
+
+
+# --- the coordinator lease: one gw coordinate per host ------------------------------------------------
+
+
+def test_the_coordinator_lease_admits_one_holder_per_host(repo: Path) -> None:
+    clock = Clock()
+    first, second = {"host": "h", "pid": "1", "start": "1"}, {"host": "h", "pid": "2", "start": "2"}
+    with Workplane(str(repo), agent="alice", now=clock) as wp:
+        wp.do("init")
+
+        def lease(action: str, holder: dict[str, str], **extra: Any) -> dict[str, Any]:
+            return wp.record("coord-lease", host="h", action=action, holder=holder, ttl=30, **extra).result
+
+        assert lease("take", first)["epoch"] == 1
+        with pytest.raises(Held, match="a coordinator runs on h already"):
+            lease("take", second)
+        # The caller saw the holder's process dead: it takes over at once, under a new epoch.
+        assert lease("take", second, over=1)["epoch"] == 2
+        with pytest.raises(Stale, match="taken over by pid 2"):
+            lease("renew", first, epoch=1)
+        assert lease("renew", second, epoch=2)["epoch"] == 2
+        # A live holder (a paused one, say) keeps it until it expires; then anyone may take it.
+        clock.advance(20)
+        with pytest.raises(Held):
+            lease("take", first)
+        clock.advance(11)
+        assert lease("take", first)["epoch"] == 3
+        with pytest.raises(Stale):
+            lease("release", second, epoch=2)
+        lease("release", first, epoch=3)
+        assert lease("take", second)["epoch"] == 4  # released: free at once
+        with pytest.raises(Invalid, match="bad host"):
+            wp.record("coord-lease", host="../x", action="take", holder=first, ttl=30)

@@ -475,13 +475,18 @@ def status(json: Json = False, agent: As = None, path: Repo = None) -> None:
 
 @app.command()
 def demo(
+    what: Annotated[Optional[str], typer.Argument(metavar="[run]", help="run: the launch demo (two shells race gw "
+                                                                       "run on one item).", show_default=False)] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the demo repository.")] = False,
     json: Json = False,
 ) -> None:
-    """Run the demo on a throwaway repository: items, a two-process claim race, release, the log."""
-    from ..demo import run
+    """Run the demo on a throwaway repository: items, a two-process claim race, release, the log. `gw demo run`:
+    two shells race `gw run` on one item; one agent starts, the other is told which execution runs."""
+    from ..demo import run, run_launch
 
-    raise typer.Exit(run(keep=keep, as_json=json))
+    if what not in (None, "run"):
+        raise typer.BadParameter(f"unknown demo {what!r}; known: run", param_hint="'[run]'")
+    raise typer.Exit(run_launch(keep=keep, as_json=json) if what == "run" else run(keep=keep, as_json=json))
 
 
 # --- conversations (commands/messages.py) ---------------------------------------------------------
@@ -722,10 +727,13 @@ def coordinate(
     interval: Annotated[str, typer.Option("--interval", help="Time between passes, e.g. 5s.")] = "5s",
     failures: Annotated[int, typer.Option("--failures", help="Hand an item off (reason reconcile-failure) after this "
                                                             "many failed passes in a row.", min=1)] = 3,
+    ttl: Annotated[Optional[str], typer.Option("--ttl", help="The coordinator's own lease on this host (default: "
+                                                             "six intervals, at least 30s).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Keep this host's executions in step: record exits and lost ones, renew the leases of running ones, kill an
-    execution whose lease ended (taken over, revoked, expired), and hand off an item that cannot be reconciled."""
+    execution whose lease ended (taken over, revoked, expired), and hand off an item that cannot be reconciled.
+    One per host (a lease on coordinators/HOST): a second one exits 75."""
 
 
 @verb(launch.context)

@@ -13,6 +13,7 @@ TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings 
 if TYPE_CHECKING:
     from typing import Protocol, Sequence
 
+    from ..config import Settings
     from ..store import Repository
 
     class Backend(Protocol):
@@ -41,11 +42,12 @@ if TYPE_CHECKING:
 KINDS = ("tmux", "subprocess")  # a third (a JSON-RPC terminal server) is one more module and one more branch below
 
 
-def get(kind: str, repo: Repository) -> Backend:
+def get(kind: str, repo: Repository, settings: Settings | None = None) -> Backend:
+    """The backend ``kind`` for ``repo``; ``settings`` gives the tmux socket (setting ``tmux_socket``)."""
     if kind == "tmux":
         from .tmux import Tmux
 
-        return Tmux(repo)
+        return Tmux(repo, getattr(settings, "tmux_socket", None))
     if kind == "subprocess":
         from .process import Subprocess
 

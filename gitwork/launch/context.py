@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 
-from .. import __version__
+from .build import current, gw_commit  # noqa: F401  (gw_commit was here first; kept importable from here)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -22,17 +22,9 @@ if TYPE_CHECKING:
 TAIL = 20  # unread messages shown at most; the rest are one `gw thread` away
 
 
-def gw_commit() -> str | None:
-    """The commit of gitwork's own source, when it runs from a git checkout (an editable install)."""
-    from ..gitcmd import run
-
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = run(["-C", here, "rev-parse", "--show-toplevel", "HEAD"], check=False)
-    lines = done.out.split("\n") if done.returncode == 0 else []
-    # Only gitwork's own checkout: not some project repository a virtualenv happens to live in.
-    if len(lines) >= 2 and os.path.realpath(os.path.join(lines[0], "gitwork")) == os.path.realpath(here):
-        return lines[1].strip()
-    return None
+def _gw_build() -> dict[str, Any]:
+    mine = current()  # asked once per process: gw run also records it in the execution
+    return {"version": mine["version"], "commit": None if mine["commit"] == "release" else mine["commit"]}
 
 
 def build(wp: Any, item: str, execution: str | None = None) -> dict[str, Any]:
@@ -53,7 +45,7 @@ def build(wp: Any, item: str, execution: str | None = None) -> dict[str, Any]:
                                              "state": lease.state, "expires_at": lease.expires_at},
         "for": who, "unread": len(unread), "unread_tail": unread[-TAIL:],
         "execution": execution, "state_commit": ctx.snapshot.commit,
-        "gw": {"version": __version__, "commit": gw_commit()},
+        "gw": _gw_build(),
     }
 
 

@@ -9,7 +9,16 @@ Each tick, for every live execution recorded on this host:
 - a running one whose lease is live is renewed, as its holder and under its fence, once less than
   half of the lease's ttl is left (so an interval well under half the ttl never lets it lapse);
 - an execution that cannot be reconciled (its backend errs) ``failures`` passes in a row has its
-  item handed off, fenced on its lease, with reason ``reconcile-failure``.
+  item handed off, fenced on its lease, with reason ``reconcile-failure``;
+- an execution another gitwork build launched is left alone (``refused``, ``build-mismatch``);
+- each pass also reconciles the item (a closed one stops its execution) and the session branches of
+  the execution's lease (an open session whose branch is gone is a reconcile failure).
+
+The coordinator itself is single per host: it holds the lease ``coordinators/<host>.yaml`` (op
+``coord-lease``), checked before every execution it acts on and renewed once half of its ttl is
+gone. A second coordinator is refused (75) while that lease binds; a dead one's (its process gone on
+this host) is taken over at once, a paused one's once it expires, and the paused one, resumed, finds
+its lease taken over (7) and stops before it acts.
 """
 
 from __future__ import annotations
@@ -17,11 +26,12 @@ from __future__ import annotations
 import os
 import time
 
-from ..errors import GwError
-from ..ops.executions import LIVE
+from ..errors import GwError, Invalid, Stale
+from ..ops.executions import LIVE, coordinator_live, load_coordinator
 from . import backend as backends
+from .build import BuildMismatch, current as current_build
 from .paths import executions_dir
-from .run import _handle_of, _mark, host, probe, runs
+from .run import _handle_of, _mark, find, host, host_name, launcher_alive, me, probe, runs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,8 +51,44 @@ def _lease_ended(wp: Any, record: dict[str, Any]) -> str | None:
     return None
 
 
+class Reconcile:
+    """What a pass compares besides the backend: the item's state and its session branches (read once
+    per pass). A closed item ends its execution like an ended lease; an open session of the
+    execution's lease whose branch is gone is a reconcile failure (it counts toward the hand-off)."""
+
+    def __init__(self, wp: Any) -> None:
+        self.wp = wp
+        self._sessions: list[Any] | None = None
+        self._branches: set[str] | None = None
+
+    def item_closed(self, record: dict[str, Any]) -> str | None:
+        from ..model import CLOSED
+
+        status = self.wp.context().item(record["item"]).status  # a corrupt item raises: a failure
+        return f"its item is {status}" if status in CLOSED else None
+
+    def check_sessions(self, record: dict[str, Any]) -> None:
+        from ..sessions import OPEN_STATES, all_sessions, main_worktree
+
+        if self._sessions is None:
+            self._sessions = all_sessions(main_worktree(self.wp.repo))
+        mine = [s for s in self._sessions if s.get("item") == record["item"] and s.get("fence") == record.get("fence")
+                and s.get("state") in OPEN_STATES]
+        if not mine:
+            return
+        if self._branches is None:
+            from ..gitcmd import run
+
+            listed = run(["-C", self.wp.repo.common_dir, "for-each-ref", "--format=%(refname)", "refs/heads/session/"])
+            self._branches = set(listed.out.split())
+        for session in mine:
+            if session.ref not in self._branches:
+                raise Invalid(f"session {session.id} of {record['item']} has lost its branch {session.branch}",
+                              session=session.id)
+
+
 def _kill(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     if handle:
         backend.kill(record["id"], handle)
@@ -81,27 +127,93 @@ def _hand_off(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
     return {"action": "handed-off", "reason": why}
 
 
-def tick(wp: Any, failures: int = 3) -> list[dict[str, Any]]:
+class CoordinatorLease:
+    """This process's lease on ``coordinators/<host>``: the one coordinator of this host."""
+
+    def __init__(self, wp: Any, ttl: int) -> None:
+        self.wp, self.ttl, self.host = wp, ttl, host_name()
+        self.holder = me()
+        self.epoch: int | None = None
+
+    def _record(self, action: str, **extra: Any) -> dict[str, Any]:
+        return self.wp.record("coord-lease", host=self.host, action=action, holder=self.holder, ttl=self.ttl,
+                              build=current_build(), **extra).result
+
+    def take(self) -> None:
+        """Take it, or raise Held (75) naming the coordinator that runs. A holder whose process is gone
+        from this host is taken over at once; any other only once its lease has expired."""
+        record = load_coordinator(self.wp.context(), self.host)
+        over = None
+        if coordinator_live(record, self.wp.now()) and not launcher_alive({"launcher": record.get("holder")}):
+            over = record.get("epoch")  # killed (kill -9, a crash): its lease would only delay the next one
+        self.epoch = self._record("take", over=over)["epoch"]
+
+    def keep(self) -> None:
+        """Before acting: raise Stale (7) if another coordinator took the lease over; renew it when half
+        of its ttl is gone. A paused coordinator, resumed, learns here that it must stop."""
+        record = load_coordinator(self.wp.context(), self.host)
+        if record is None or record.get("epoch") != self.epoch or record.get("holder") != self.holder \
+                or record.get("state") == "released":
+            held = (record or {}).get("holder") or {}
+            raise Stale(f"this coordinator's lease on {self.host} (epoch {self.epoch}) was taken over"
+                        + (f" by pid {held.get('pid')} (epoch {record.get('epoch')})" if record else "")
+                        + "; stopping", host=self.host)
+        from ..clock import parse_instant
+
+        left = (parse_instant(str(record["expires_at"])) - self.wp.now()).total_seconds()
+        if left < self.ttl / 2:
+            self._record("renew", epoch=self.epoch)
+
+    def release(self) -> None:
+        if self.epoch is not None:
+            try:
+                self._record("release", epoch=self.epoch)
+            except GwError:
+                pass  # taken over meanwhile: nothing of ours to release
+            self.epoch = None
+
+
+def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
     """One pass over this host's live executions; what was done to each (``action``: exited, lost,
-    failed, stopped, renewed, running, waiting, error, handed-off). ``failures`` consecutive errors
-    reconciling one execution hand its item off with reason ``reconcile-failure``."""
+    failed, stopped, renewed, running, waiting, error, handed-off, refused). ``failures`` consecutive
+    errors reconciling one execution hand its item off with reason ``reconcile-failure``. With
+    ``coordinator``, its lease is checked (and renewed) before each execution: Stale once another
+    coordinator has it."""
     done: list[dict[str, Any]] = []
+    if coordinator is not None:
+        coordinator.keep()
+    kinds: dict[str, Any] = {}
+    checks = Reconcile(wp)
+
+    def backend_for(kind: str) -> Any:
+        """One backend of each kind per pass, asked once up front where it can be (tmux: one call
+        for every pane instead of one per execution)."""
+        if kind not in kinds:
+            backend = backends.get(kind, wp.repo, wp.settings)
+            if hasattr(backend, "prefetch"):
+                backend.prefetch()
+            kinds[kind] = backend
+        return kinds[kind]
+
     for row in runs(wp):
         if row["state"] not in LIVE or row.get("host") != host():
             continue
-        record = {"id": row["execution"], **{k: v for k, v in row.items() if k not in ("execution", "existing")}}
+        record = find(wp, row["execution"]) or {}  # whole (a listed row lacks the launcher probe needs)
         entry = {"execution": record["id"], "item": record["item"]}
+        if coordinator is not None:
+            coordinator.keep()
         try:
-            record = probe(wp, record)
+            record = probe(wp, record, backend_for(record["backend"]))
             if record["state"] != "running":
                 done.append({**entry, "action": record["state"] if record["state"] not in LIVE else "waiting",
                              "code": record.get("code")})
                 continue
-            why = _lease_ended(wp, record)
+            why = _lease_ended(wp, record) or checks.item_closed(record)
             if why:
                 _kill(wp, record, why)
                 done.append({**entry, "action": "stopped", "reason": why})
                 continue
+            checks.check_sessions(record)
             lease = wp.lease(record["item"])
             left = (lease.expires() - wp.now()).total_seconds()
             if left < lease.ttl / 2:
@@ -109,6 +221,9 @@ def tick(wp: Any, failures: int = 3) -> list[dict[str, Any]]:
                 done.append({**entry, "action": "renewed"})
             else:
                 done.append({**entry, "action": "running"})
+        except BuildMismatch as error:  # not ours to judge: the build that launched it must
+            done.append({**entry, "action": "refused", "error": error.kind, "message": error.message})
+            continue
         except GwError as error:
             if error.code == 7 and record.get("state") == "running":  # the renewal found the lease gone
                 _kill(wp, record, error.message)
@@ -127,9 +242,30 @@ def tick(wp: Any, failures: int = 3) -> list[dict[str, Any]]:
     return done
 
 
-def loop(wp: Any, interval: float, report: Any, failures: int = 3) -> None:
-    """Tick every ``interval`` seconds until interrupted; ``report(actions)`` after each tick."""
-    while True:
-        started = time.monotonic()
-        report(tick(wp, failures))
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+def default_ttl(interval: float) -> int:
+    """The coordinator lease's ttl: several passes long, so one slow pass never lets it lapse."""
+    return max(30, int(interval * 6))
+
+
+def once(wp: Any, failures: int = 3, ttl: int = 30) -> list[dict[str, Any]]:
+    """One pass under the coordinator lease (taken, then released): refused (75) while one runs."""
+    lease = CoordinatorLease(wp, ttl)
+    lease.take()
+    try:
+        return tick(wp, failures, lease)
+    finally:
+        lease.release()
+
+
+def loop(wp: Any, interval: float, report: Any, failures: int = 3, ttl: int | None = None) -> None:
+    """Tick every ``interval`` seconds until interrupted, under the coordinator lease (Held, 75, when
+    another coordinator has it; Stale, 7, once another took it over); ``report(actions)`` after each."""
+    lease = CoordinatorLease(wp, ttl or default_ttl(interval))
+    lease.take()
+    try:
+        while True:
+            started = time.monotonic()
+            report(tick(wp, failures, lease))
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    finally:
+        lease.release()

@@ -16,6 +16,7 @@ import time
 
 from ..errors import Invalid
 from .paths import executions_dir
+from .wrapper import outcome, wait_started
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,13 +71,7 @@ class Subprocess:
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                     start_new_session=True, close_fds=True)
         handle = f"{proc.pid}@{start_time(proc.pid) or 0}"
-        # Wait (bounded) until the wrapper has started the command or found it cannot: the launcher
-        # then records `running` only for a command that really started, `failed` otherwise.
-        deadline = time.monotonic() + 10.0
-        while not any(os.path.exists(os.path.join(folder, f)) for f in ("child", "failed", "code")):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
+        wait_started(folder, lambda: proc.poll() is not None)
         with open(os.path.join(folder, ".handle.tmp"), "w") as out:
             out.write(handle)
         os.replace(os.path.join(folder, ".handle.tmp"), os.path.join(folder, "handle"))
@@ -100,14 +95,9 @@ class Subprocess:
         return int(pid), start
 
     def status(self, name: str, handle: str) -> tuple[str, object]:
-        folder = self.folder(name)
-        for file, state in (("code", "exited"), ("failed", "failed")):
-            try:
-                with open(os.path.join(folder, file)) as read:
-                    text = read.read().strip()
-                return state, int(text) if state == "exited" else text
-            except (FileNotFoundError, ValueError):
-                pass
+        ended = outcome(self.folder(name))
+        if ended is not None:
+            return ended
         pid, start = self._split(handle)
         return ("running", None) if pid and alive(pid, start) else ("gone", None)
 
@@ -118,6 +108,8 @@ class Subprocess:
         for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
             try:
                 os.killpg(pid, sig)
+                if sig == signal.SIGTERM:
+                    os.killpg(pid, signal.SIGCONT)  # a paused (SIGSTOP) agent hears TERM only once continued
             except ProcessLookupError:
                 return
             deadline = time.monotonic() + wait

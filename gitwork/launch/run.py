@@ -23,6 +23,7 @@ from ..errors import GwError, Held, Invalid, NotFound
 from ..ops.executions import LIVE, check_execution_id, item_executions, load_execution
 from ..store import crash_point
 from . import backend as backends
+from .build import current as current_build, require_same
 from .paths import executions_dir
 from .process import alive, start_time
 
@@ -33,6 +34,23 @@ if TYPE_CHECKING:
 
 def host() -> str:
     return socket.gethostname().split(".")[0] or "host"
+
+
+def host_name() -> str:
+    """This host as a state-ref name (the coordinator lease's): letters, digits, ``_`` and ``-``."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_-]", "-", host())[:64].lstrip("-_") or "host"
+
+
+def coordinator_holder(wp: Any) -> dict[str, Any] | None:
+    """This host's coordinator lease while it binds and its process lives, else None."""
+    from ..ops.executions import coordinator_live, load_coordinator
+
+    record = load_coordinator(wp.context(), host_name())
+    if not coordinator_live(record, wp.now()):
+        return None
+    return record if launcher_alive({"launcher": (record or {}).get("holder")}) else None
 
 
 def mint() -> str:
@@ -69,16 +87,18 @@ def _mark(wp: Any, record: dict[str, Any], to: str, **args: Any) -> dict[str, An
     return {"id": record["id"], **{k: v for k, v in applied.result.items() if k not in ("execution", "duplicate")}}
 
 
-def probe(wp: Any, record: dict[str, Any]) -> dict[str, Any]:
-    """Bring a live record up to date with its backend (when its launcher is gone); the new record."""
+def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any]:
+    """Bring a live record up to date with its backend (when its launcher is gone); the new record.
+    ``backend``: the record's backend, when the caller has one at hand (the coordinator's pass)."""
     state = record["state"]
     if state not in LIVE or (state != "running" and launcher_alive(record)):
         return record
     if record.get("host") != host():
         return record  # another machine's process: its own gw (or coordinator) answers for it
+    require_same(record.get("build"), f"execution {record['id']} was launched by a gw that", execution=record["id"])
     if state == "reserved":  # nothing was started before `launching` was recorded
         return _mark(wp, record, "lost", reason="launcher died before launching")
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backend or backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     status, detail = backend.status(record["id"], handle) if handle else ("gone", None)
     if status == "running":
@@ -127,9 +147,12 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
     """Start ``command`` for ``item`` under a lease, at most once; the execution's record (a dict)."""
     command = list(command)
     cwd = wp.repo.toplevel or os.getcwd()
-    backend = backends.get(backend_kind, wp.repo)  # unknown backend: Invalid, nothing recorded
+    backend = backends.get(backend_kind, wp.repo, wp.settings)  # unknown backend: Invalid, nothing recorded
     startable(command, cwd)
     backend.check()
+    coordinator = coordinator_holder(wp)
+    if coordinator is not None:  # both must report the same build before work starts
+        require_same(coordinator.get("build"), f"this host's coordinator (pid {coordinator['holder'].get('pid')})")
     item_id = wp.resolve(item)
     if execution is not None:
         check_execution_id(execution)
@@ -154,7 +177,7 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
         new_id = execution or mint()
         try:
             wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
-                      host=host(), launcher=me())
+                      host=host(), launcher=me(), build=current_build())
         except Held as error:
             if error.details.get("execution"):
                 continue  # another gw run reserved first: settle that one on the next round
@@ -220,8 +243,10 @@ def get_execution(wp: Any, execution_id: str) -> dict[str, Any]:
 
 def runs(wp: Any, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
     from ..codec import load_yaml
-    from ..ops.executions import EXECUTIONS
+    from ..ops.executions import EXECUTIONS, TERMINAL
 
+    if state is not None and state not in (*LIVE, *TERMINAL):
+        raise Invalid(f"unknown execution state {state[:40]!r}; known: {', '.join((*LIVE, *TERMINAL))}")
     snapshot = wp.context().snapshot
     item_id = wp.resolve(item) if item else None
     rows = []
@@ -238,7 +263,7 @@ def _live_handle(wp: Any, execution_id: str) -> tuple[dict[str, Any], Any, str]:
     record = get_execution(wp, execution_id)
     if record.get("host") != host():
         raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
     if not handle:
         raise Invalid(f"execution {execution_id} was never started ({record['state']})", execution=execution_id)
@@ -266,7 +291,7 @@ def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any
         return result(record, existing=True)
     if record.get("host") != host():
         raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
-    backend = backends.get(record["backend"], wp.repo)
+    backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
     if handle:
         backend.kill(execution_id, handle)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import sys
 import time
 
 from ..errors import Invalid
 from ..gitcmd import Completed, one_line, run_tool
 from .paths import executions_dir
+from .wrapper import outcome, wait_started
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,20 +29,20 @@ if TYPE_CHECKING:
 
     from ..store import Repository
 
-# The pane runs the agent under this shell, which writes its exit code (128+N for a signal) to the
-# execution's folder, written whole and renamed, as the subprocess backend's wrapper does: tmux can
-# show a pane dead for a while before it has reaped the process and knows its status. A pane killed
-# with its server (SIGHUP) writes nothing, and is lost.
-WRAPPER = ('d=$1; shift; c=0; "$@" || c=$?; printf "%s\\n" "$c" > "$d/.code.tmp" && mv -f "$d/.code.tmp" "$d/code"; '
-           'exit "$c"')
+# The pane runs the agent under the subprocess backend's wrapper (``wrapper.py``): it says when the
+# command started (or could not: then the execution is ``failed``, never ``running``) and writes its
+# exit code (128+N for a signal) to the execution's folder, whole and renamed; tmux can show a pane
+# dead for a while before it has reaped the process and knows its status. A pane killed with its
+# server (SIGHUP) writes nothing, and is lost.
 SOCKET_MAX = 100  # sun_path is 108 bytes on Linux
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
 
 
-def socket_path(repo: Repository) -> str:
-    given = os.environ.get("GW_TMUX_SOCKET")
+def socket_path(repo: Repository, configured: str | None = None) -> str:
+    """``GW_TMUX_SOCKET``, else the ``tmux_socket`` setting (relative: to the top level), else the default."""
+    given = os.environ.get("GW_TMUX_SOCKET") or configured
     if given:
-        return given
+        return os.path.join(repo.toplevel or repo.common_dir, given)  # an absolute path stays as it is
     path = os.path.join(repo.common_dir, "gitwork", "tmux", "sock")
     if len(path.encode()) <= SOCKET_MAX:
         return path
@@ -51,10 +53,11 @@ def socket_path(repo: Repository) -> str:
 class Tmux:
     kind = "tmux"
 
-    def __init__(self, repo: Repository) -> None:
+    def __init__(self, repo: Repository, socket: str | None = None) -> None:
         self.repo = repo
-        self.socket = socket_path(repo)
+        self.socket = socket_path(repo, socket)
         self.config = os.path.join(os.path.dirname(self.socket), "tmux.conf")
+        self._running: set[str] | None = None  # see prefetch()
 
     def _tmux(self, *args: str) -> Completed:
         try:
@@ -86,19 +89,31 @@ class Tmux:
         os.makedirs(folder, exist_ok=True)
         pairs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
         done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", *pairs, "--",
-                          "sh", "-c", WRAPPER, "gw-run", folder, *argv)
+                          sys.executable, "-m", "gitwork.launch.wrapper", folder, "--", *argv)
         if done.returncode != 0:
             if "duplicate session" in done.err:
                 return name, False
             raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
+        wait_started(folder, lambda: self._tmux("has-session", "-t", f"={name}").returncode != 0)
         return name, True
 
+    def prefetch(self) -> None:
+        """Ask the server once for every live pane, so that ``status`` of a running session needs no
+        tmux call of its own (the coordinator's pass over many executions); the rest are asked alone."""
+        done = self._tmux("list-panes", "-a", "-F", "#{session_name} #{pane_dead}")
+        if done.returncode == 0:
+            self._running = {line[:-2] for line in done.out.splitlines() if line.endswith(" 0")}
+        elif _no_server(done.err):
+            self._running = set()
+        else:
+            raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(done.err)}")
+
     def status(self, name: str, handle: str) -> tuple[str, object]:
-        try:
-            with open(os.path.join(executions_dir(self.repo), name, "code")) as read:
-                return "exited", int(read.read().strip())
-        except (FileNotFoundError, ValueError):
-            pass
+        ended = outcome(os.path.join(executions_dir(self.repo), name))
+        if ended is not None:
+            return ended
+        if self._running is not None and handle in self._running:
+            return "running", None
         # tmux marks a pane dead at end-of-file on its terminal, which can come a moment before it has
         # reaped the process and knows the status: ask again, briefly, rather than record no code.
         deadline = time.monotonic() + 2.0

@@ -25,7 +25,10 @@ from __future__ import annotations
 import hashlib
 import re
 
+import datetime as _dt
+
 from .. import codec
+from ..clock import format_instant, parse_instant
 from ..engine import Context, op
 from ..errors import Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED
@@ -79,13 +82,19 @@ def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
 
 
 @op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True,
-    item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping")
+    item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping",
+    build="mapping!")
 def exec_reserve(ctx: Context) -> None:
     item_id = ctx.target()
     execution_id = check_execution_id(ctx.cmd["execution"])
     if not ctx.cmd["command"] or not ctx.cmd["command"][0]:
         raise Invalid("an execution needs a command")
-    if load_execution(ctx, execution_id) is not None:
+    existing = load_execution(ctx, execution_id)
+    if existing is not None:
+        if existing.get("item") == item_id and existing.get("state") in LIVE:
+            # Another gw run with the same --id reserved it first: the caller settles that one (75).
+            raise Held(f"execution {execution_id} of {item_id} is being launched by another gw run", item=item_id,
+                       execution=execution_id, state=existing["state"])
         raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
     item = ctx.item(item_id)
     if item.status in CLOSED:
@@ -100,7 +109,7 @@ def exec_reserve(ctx: Context) -> None:
                    item=item_id, holder=lease.holder, expires_at=lease.expires_at)
     record = {"id": execution_id, "item": item_id, "state": "reserved", "command": list(ctx.cmd["command"]),
               "backend": ctx.cmd["backend"], "host": ctx.cmd["host"], "by": ctx.actor, "created_at": ctx.when,
-              "launcher": ctx.cmd.get("launcher")}
+              "launcher": ctx.cmd.get("launcher"), "build": ctx.cmd["build"]}
     _save(ctx, {k: v for k, v in record.items() if v is not None}, backend=ctx.cmd["backend"], host=ctx.cmd["host"])
     ctx.say(f"exec-reserve {execution_id} on {item_id} by {ctx.actor} ({ctx.cmd['backend']} on {ctx.cmd['host']})",
             item_id, execution=execution_id)
@@ -143,3 +152,64 @@ def exec_state(ctx: Context) -> None:
     detail = f" (code {ctx.cmd['code']})" if to == "exited" else (f" ({ctx.cmd['reason']})" if ctx.cmd.get("reason") else "")
     ctx.say(f"exec-state {execution_id} on {item_id}: {now} -> {to}{detail}", item_id, execution=execution_id,
             fence=record.get("fence") if to == "launching" else None)
+
+
+# --- the coordinator's own lease: one `gw coordinate` per host ----------------------------------------
+
+COORDINATORS = "coordinators"
+HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+
+
+def coordinator_path(host: str) -> str:
+    if not HOST.match(host):
+        raise Invalid(f"bad host name {host[:70]!r} for a coordinator")
+    return f"{COORDINATORS}/{host}.yaml"
+
+
+def load_coordinator(ctx: Context, host: str) -> dict[str, Any] | None:
+    data = ctx.file(coordinator_path(host))
+    return codec.load_yaml(data, what=coordinator_path(host)) if data else None
+
+
+def coordinator_live(record: dict[str, Any] | None, now: _dt.datetime) -> bool:
+    """Does this lease still bind (not released, not expired)?"""
+    if record is None or record.get("state") == "released":
+        return False
+    try:
+        return parse_instant(str(record.get("expires_at"))) > now
+    except ValueError:
+        return False
+
+
+@op("coord-lease", "take, renew or release the lease that makes one gw coordinate per host", internal=True,
+    host="short!", action="take|renew|release!", holder="mapping!", ttl="duration!", epoch="int", over="int",
+    build="mapping")
+def coord_lease(ctx: Context) -> None:
+    """``take``: refused (75) while another holder's lease is live, unless ``over`` names its epoch (the
+    caller saw that holder's process dead on this host); each take is a new epoch. ``renew`` and
+    ``release`` need the caller's epoch and holder: a coordinator whose lease was taken over learns it
+    here (7) and stops."""
+    host, action, holder = ctx.cmd["host"], ctx.cmd["action"], ctx.cmd["holder"]
+    record = load_coordinator(ctx, host)
+    if action == "take":
+        if record is not None and coordinator_live(record, ctx.now) and record.get("holder") != holder \
+                and record.get("epoch") != ctx.cmd.get("over"):
+            held = record.get("holder") or {}
+            raise Held(f"a coordinator runs on {host} already (pid {held.get('pid')}, epoch {record.get('epoch')}, "
+                       f"lease until {record.get('expires_at')})", host=host, pid=held.get("pid"),
+                       epoch=record.get("epoch"))
+        epoch = int((record or {}).get("epoch") or 0) + 1
+        record = {"host": host, "epoch": epoch, "holder": holder, "taken_at": ctx.when, "build": ctx.cmd.get("build")}
+    else:
+        if record is None or record.get("epoch") != ctx.cmd.get("epoch") or record.get("holder") != holder \
+                or record.get("state") == "released":
+            now_held = (record or {}).get("holder") or {}
+            raise Stale(f"the coordinator lease of {host} (epoch {ctx.cmd.get('epoch')}) was taken over"
+                        + (f" by pid {now_held.get('pid')} (epoch {record.get('epoch')})" if record else ""),
+                        host=host, epoch=(record or {}).get("epoch"))
+    record["state"] = "released" if action == "release" else "held"
+    until = ctx.now if action == "release" else ctx.now + _dt.timedelta(seconds=ctx.cmd["ttl"])
+    record["expires_at"] = format_instant(until)
+    ctx.outcome.changes[coordinator_path(host)] = codec.dump_yaml({k: v for k, v in record.items() if v is not None})
+    ctx.outcome.result = dict(record)
+    ctx.say(f"coord-lease {action} {host} epoch {record['epoch']} (pid {holder.get('pid')})")

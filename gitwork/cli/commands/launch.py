@@ -96,13 +96,20 @@ def attach(wp: Any, as_json: bool, execution: str) -> None:
     os.execvp(argv[0], argv)
 
 
-def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int) -> None:
-    """One tick (``--once``: one JSON object), or a tick every interval (``--json``: one line per tick)."""
+def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int, ttl: str | None = None) -> None:
+    """One tick (``--once``: one JSON object), or a tick every interval (``--json``: one line per tick),
+    each under this host's coordinator lease."""
+    import signal
+
     from ...codec import parse_duration
-    from ...launch.coordinate import loop, tick
+    from ...errors import Invalid
+    from ...launch.coordinate import default_ttl, loop, once as once_
     from ...launch.run import host
 
     seconds = parse_duration(interval)  # Invalid (exit 5) for a malformed one
+    lease_ttl = parse_duration(ttl) if ttl else default_ttl(seconds)
+    if lease_ttl < 2 * seconds:  # renewed once half is gone, at a pass: a shorter one lapses between passes
+        raise Invalid(f"--ttl {ttl} is shorter than two intervals ({2 * seconds}s): the lease would lapse between passes")
 
     def report(actions: list[dict[str, Any]], stream: bool = True) -> None:
         if as_json:
@@ -120,9 +127,12 @@ def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int)
                                       if a.get(k) is not None))
 
     if once:
-        report(tick(wp, failures), stream=False)
+        report(once_(wp, failures, lease_ttl), stream=False)
         return
-    loop(wp, max(1, seconds), report, failures)
+    # SIGTERM ends the loop like Ctrl-C: the lease is released on the way out (kill -9 leaves it to
+    # the next coordinator, which takes over a dead holder's lease at once).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    loop(wp, max(1, seconds), report, failures, lease_ttl)
 
 
 def context(wp: Any, as_json: bool, item: str) -> None:
