@@ -31,6 +31,23 @@ def _row(row: tuple[Any, ...]) -> dict[str, Any]:
             "expires_at": row[EXPIRES] if active else None}
 
 
+def listing_json(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """``gw list --json`` / ``gw ready --json`` (and the REST listings): one object per summary row."""
+    from .index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+
+    return [{"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY], "labels": list(r[LABELS]),
+             "holder": r[HOLDER] if r[LEASE_STATE] == "active" else None,
+             "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None}
+            for r in rows]
+
+
+def show_json(view: dict[str, Any]) -> dict[str, Any]:
+    """``show --json`` (and ``GET /v1/items/ID``): the item's fields at the top level, its id under ``item``
+    as in every other command's output (never ``id``), and its lease (an object, or null)."""
+    fields = dict(view["item"])
+    return {"ok": True, "item": fields.pop("id"), **fields, "lease": view["lease"]}
+
+
 def _rows(wp: Any) -> tuple[Any, dict[str, dict[str, Any]], list[str]]:
     """``(context, id -> named row, ids best first)``."""
     from .queries import order_key

@@ -48,6 +48,8 @@ def new(wp: Any, as_json: bool, title: str | None, description: str | None, prio
 def show(wp: Any, as_json: bool, item: str) -> None:
     view = wp.show(item)
     if as_json:
+        from ...reports import show_json
+
         output.emit_json(show_json(view))
         return
     from ...codec import dump_yaml
@@ -56,13 +58,6 @@ def show(wp: Any, as_json: bool, item: str) -> None:
     if view["lease"]:
         doc["lease"] = view["lease"]
     sys.stdout.write(dump_yaml(doc).decode())
-
-
-def show_json(view: dict[str, Any]) -> dict[str, Any]:
-    """``show --json``: the item's fields at the top level, its id under ``item`` as in every other
-    command's output (never ``id``), and its lease (an object, or null)."""
-    fields = dict(view["item"])
-    return {"ok": True, "item": fields.pop("id"), **fields, "lease": view["lease"]}
 
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
@@ -106,15 +101,12 @@ def _select(wp: Any, as_json: bool, title: str, *, sort: str | None, limit: int 
 
 
 def _rows_view(short: dict[str, str], rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
-    from ...index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+    from ...index import HOLDER, ID, LEASE_STATE, PRIORITY, STATUS, TITLE
 
     if as_json:
-        output.emit_json([
-            {"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY], "labels": list(r[LABELS]),
-             "holder": r[HOLDER] if r[LEASE_STATE] == "active" else None,
-             "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None}
-            for r in rows
-        ])
+        from ...reports import listing_json
+
+        output.emit_json(listing_json(rows))
         return
     output.table(
         ("id", "status", "pri", "holder", "title"),
