@@ -229,7 +229,8 @@ def _ask(item_id: str, message: dict[str, Any]) -> str:
     return (f'<form data-op="decide" class="ask" data-seq="{esc(message["seq"])}"><p>#{esc(message["seq"])} '
             f'{esc(message.get("by"))} asks: <b>{esc(message.get("text"))}</b></p>'
             f'<input type="hidden" name="item" value="{esc(item_id)}">'
-            f'<input type="hidden" name="question" value="{esc(message["seq"])}" data-int>{choose}'
+            f'<input type="hidden" name="question" value="{esc(message["seq"])}" data-int>'
+            f'<input type="hidden" name="epoch" value="current">{choose}'
             '<input name="why" placeholder="why" required> <button type="submit">Decide</button></form>')
 
 
@@ -240,7 +241,8 @@ def _message(item_id: str, message: dict[str, Any]) -> str:
             f'{esc(message.get("by"))} {esc(message.get("kind"))}{extra}{choice}</small> '
             f'<form data-op="ack" class="inline"><input type="hidden" name="item" value="{esc(item_id)}">'
             f'<input type="hidden" name="upto" value="{esc(message["seq"])}" data-int>'
-            f'<input type="hidden" name="read" value="true" data-bool><button class="ack">ack</button></form>'
+            f'<input type="hidden" name="read" value="true" data-bool><input type="hidden" name="epoch" value="current">'
+            f'<button class="ack">ack</button></form>'
             f'<div class="text">{esc(message.get("text"))}</div></li>')
 
 

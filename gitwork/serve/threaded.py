@@ -1,0 +1,48 @@
+"""Run an application on a free port in a background thread, and stop it (tests, benchmarks, embedding).
+
+The socket is bound to port 0 before uvicorn starts, so two of these never race for a port (xdist),
+and :meth:`Running.stop` waits for the thread: nothing is left listening.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+
+class Running:
+    """``with Running(app) as url:`` serves ``app`` on ``url`` (``http://127.0.0.1:PORT``) for the block."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1") -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind((host, 0))
+        self.url = f"http://{host}:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1,
+                                lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def start(self, timeout: float = 20) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:  # bounded poll: uvicorn says when it listens
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the server did not start")
+            time.sleep(0.01)
+        return self.url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.server.force_exit = True  # open event streams would otherwise hold the graceful shutdown
+        self.thread.join(10)
+        self.sock.close()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
