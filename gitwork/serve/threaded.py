@@ -36,8 +36,7 @@ class Running:
         return self.url
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.server.force_exit = True  # open event streams would otherwise hold the graceful shutdown
+        self.server.should_exit = True  # open event streams are cut after timeout_graceful_shutdown
         self.thread.join(10)
         self.sock.close()
 
