@@ -90,6 +90,9 @@ CASES: dict[str, tuple[list[str], str]] = {
     "cache status": ([], "object"),
     "cache rebuild": ([], "object"),
     "cache drop": ([], "object"),
+    "serve token add": (["alice", "--role", "person"], "object"),
+    "serve token list": ([], "array"),
+    "serve token revoke": (["alice"], "object"),
 }
 # Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
 SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]],
