@@ -507,15 +507,12 @@ async def follow_thread(server: Server, who: Principal, item_id: str, since: int
 def serve(repo_path: str, host: str, port: int, *, cors_origins: Sequence[str] = (),
           ready: Callable[[str, int], None] | None = None) -> None:
     """Run the server until interrupted (``gw serve``); ``ready(host, port)`` once it listens."""
-    import socket
-
     import uvicorn
 
+    from .threaded import bound_socket
+
     app = create_app(repo_path, cors_origins=cors_origins)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))  # bound here, so port 0 picks a free port and we can say which
+    sock = bound_socket(host, port)  # bound here, so port 0 picks a free port and we can say which
     bound = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=os.environ.get("GW_SERVE_LOG", "warning"), access_log=False,
                             timeout_graceful_shutdown=2)

@@ -14,12 +14,25 @@ from typing import Any
 import uvicorn
 
 
+def bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``(host, port)`` (port 0: a free one), for uvicorn's ``sockets=``.
+
+    Created with ``IPPROTO_TCP`` spelled out: asyncio sets ``TCP_NODELAY`` only on sockets whose
+    ``proto`` says TCP, and accepted sockets inherit it. Without it every keep-alive response waits
+    for the client's delayed ACK (Nagle): 40 ms a request, measured (benchmarks/bench_serve.py).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
 class Running:
     """``with Running(app) as url:`` serves ``app`` on ``url`` (``http://127.0.0.1:PORT``) for the block."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1") -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind((host, 0))
+        self.sock = bound_socket(host, 0)
         self.url = f"http://{host}:{self.sock.getsockname()[1]}"
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1,
                                 lifespan="on")
