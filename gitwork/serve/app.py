@@ -54,7 +54,8 @@ HTTP_STATUS: dict[ExitCode, int] = {
     ExitCode.FORBIDDEN: 403,
 }
 RETRY_AFTER = {ExitCode.HELD: "1", ExitCode.LOCKED: "1"}
-MAX_BODY = 256 * 1024  # a command document is at most a 64 KiB text and a few fields
+MAX_BODY = 256 * 1024
+MAX_LIMIT = 2**31  # a page size SQLite takes as an integer (a larger LIMIT is a float to it: "datatype mismatch")  # a command document is at most a 64 KiB text and a few fields
 COOKIE = "gw_token"
 SortName = enum.Enum("SortName", {name: name for name in ("rank", "created", "id", "title")}, type=str)  # type: ignore[misc]
 StatusName = enum.Enum("StatusName", {name: name for name in STATUSES}, type=str)  # type: ignore[misc]
@@ -313,7 +314,7 @@ def api_router(server: Server, principal: Callable[..., Principal]) -> APIRouter
     def items(status: Optional[list[StatusName]] = Query(None), label: Optional[list[str]] = Query(None),  # type: ignore[valid-type]
               all: bool = False, holder: Optional[str] = None, owner: Optional[str] = None,
               priority: Optional[int] = Query(None, ge=0, le=4), sort: SortName = SortName.rank,  # type: ignore[valid-type,attr-defined]
-              limit: Optional[int] = Query(None, ge=0), who: Principal = Who) -> JSONResponse:
+              limit: Optional[int] = Query(None, ge=0, le=MAX_LIMIT), who: Principal = Who) -> JSONResponse:
         """Items, best first (open and active ones unless `all` or `status`): `gw list`."""
         return JSONResponse(listing(server, who, statuses=[s.value for s in status or ()] or None, closed=all,
                                     labels=label, holder=holder, owner=owner, priority=priority, sort=sort.value,
@@ -322,7 +323,7 @@ def api_router(server: Server, principal: Callable[..., Principal]) -> APIRouter
     @router.get("/ready", responses=_ok(_array(ROW), "As `gw ready --json`."))
     def ready(label: Optional[list[str]] = Query(None), owner: Optional[str] = None,
               priority: Optional[int] = Query(None, ge=0, le=4), sort: SortName = SortName.rank,  # type: ignore[valid-type,attr-defined]
-              limit: Optional[int] = Query(None, ge=0), who: Principal = Who) -> JSONResponse:
+              limit: Optional[int] = Query(None, ge=0, le=MAX_LIMIT), who: Principal = Who) -> JSONResponse:
         """Open, unleased items whose dependencies are done, best first: `gw ready`."""
         return JSONResponse(listing(server, who, ready=True, labels=label, owner=owner, priority=priority,
                                     sort=sort.value, limit=limit))
@@ -380,7 +381,7 @@ def api_router(server: Server, principal: Callable[..., Principal]) -> APIRouter
             return JSONResponse(list_sessions(wp))
 
     @router.get("/log", responses=_ok(_array(_OBJECT), "As `gw log --json`."))
-    def log(limit: Optional[int] = Query(None, ge=0), who: Principal = Who) -> JSONResponse:
+    def log(limit: Optional[int] = Query(None, ge=0, le=MAX_LIMIT), who: Principal = Who) -> JSONResponse:
         """The state ref's history, newest first: one commit per command (`gw log`)."""
         with server.plane(who) as wp:
             return JSONResponse(list(wp.log(limit or None)))
