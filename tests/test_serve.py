@@ -324,6 +324,25 @@ def test_event_streams_show_changes_made_by_gw_processes(world: World) -> None:
             assert seen[0] == "state"
 
 
+def test_the_event_stream_shows_what_gw_sync_brings_from_another_machine(machine_a: Path, url: str,
+                                                                          tmp_path: Path) -> None:
+    b = make_repo(tmp_path / "b")
+    subprocess.run(["git", "remote", "add", "origin", url], cwd=b, check=True)
+    assert cli(b, "init", "--remote", "origin", who="bob")[0] == 0
+    code, made = cli(b, "new", "made on machine b", who="bob")
+    assert code == 0 and cli(b, "sync", who="bob")[0] == 0
+    token = Tokens(Repository.discover(str(machine_a)).gitwork_dir()).add("alice", "person")[0]
+    auth = {"Authorization": f"Bearer {token}"}
+    with Running(create_app(str(machine_a))) as base, httpx.Client(base_url=base, headers=auth, timeout=20) as client:
+        with client.stream("GET", "/v1/events") as stream:
+            events = _events(stream)
+            assert next(events)[0] == "hello"
+            assert cli(machine_a, "sync", who="alice")[0] == 0  # adopts b's commit from the arbiter
+            event, data = next(events)
+            assert (event, data["commit"]) == ("state", tip(machine_a))
+        assert made["item"] in [row["item"] for row in client.get("/v1/items").json()]
+
+
 def test_gw_serve_listens_where_asked_says_where_and_refuses_other_hosts(world: World) -> None:
     refused = subprocess.run(gw_cmd("serve", "--bind", "0.0.0.0:0"), cwd=world.repo, capture_output=True, text=True,
                              timeout=60)
