@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -226,6 +225,7 @@ def test_roles_are_the_tokens_and_the_identity_is_the_tokens(world: World) -> No
 # --- the OpenAPI document, checked against the server -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_api_matches_its_own_openapi_document(world: World) -> None:
     """schemathesis, in-process: no 5xx, every status documented, every response matching its schema."""
     schemathesis = pytest.importorskip("schemathesis")

@@ -18,7 +18,7 @@ import contextlib
 import enum
 import json
 import os
-from typing import Any, AsyncIterator, Callable, Iterator, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,10 +29,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__, clock, engine
 from ..errors import ExitCode, Forbidden, GwError, UsageError
 from ..model import STATUSES
-from ..store import Repository
-from ..workplane import Workplane
 from . import schema
-from .tokens import Tokens
+from .server import Principal, Server, TooLarge, Unauthorized, listing, read_thread
 
 # The one table from an exit code to an HTTP status (docs/serve.md shows it; a test keeps them in step).
 HTTP_STATUS: dict[ExitCode, int] = {
@@ -54,21 +52,10 @@ HTTP_STATUS: dict[ExitCode, int] = {
     ExitCode.FORBIDDEN: 403,
 }
 RETRY_AFTER = {ExitCode.HELD: "1", ExitCode.LOCKED: "1"}
-MAX_BODY = 256 * 1024
-MAX_LIMIT = 2**31  # a page size SQLite takes as an integer (a larger LIMIT is a float to it: "datatype mismatch")  # a command document is at most a 64 KiB text and a few fields
-COOKIE = "gw_token"
+MAX_BODY = 256 * 1024  # a command document is at most a 64 KiB text and a few fields
+MAX_LIMIT = 2**31  # a page size SQLite takes as an integer (a larger LIMIT is a float to it: "datatype mismatch")
 SortName = enum.Enum("SortName", {name: name for name in ("rank", "created", "id", "title")}, type=str)  # type: ignore[misc]
 StatusName = enum.Enum("StatusName", {name: name for name in STATUSES}, type=str)  # type: ignore[misc]
-
-
-class Unauthorized(GwError):
-    """No bearer token, or one that is unknown or revoked (HTTP 401; no exit code of its own)."""
-
-    code, kind = ExitCode.FORBIDDEN, "unauthorized"
-
-
-class TooLarge(GwError):
-    code, kind = ExitCode.INVALID, "too-large"
 
 
 def error_response(error: GwError) -> JSONResponse:
@@ -79,110 +66,6 @@ def error_response(error: GwError) -> JSONResponse:
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     return JSONResponse({"ok": False, **error.to_json()}, status_code=status, headers=headers)
-
-
-class Principal:
-    """Who a request acts as: the token's identity and role."""
-
-    __slots__ = ("name", "role", "token_id")
-
-    def __init__(self, name: str, role: str, token_id: str) -> None:
-        self.name, self.role, self.token_id = name, role, token_id
-
-
-class Server:
-    """What the application keeps between requests: the repository, the token file, the ref watcher."""
-
-    def __init__(self, repo_path: str, *, now: Callable[[], Any], poll: float) -> None:
-        repo = Repository.discover(repo_path)
-        self.path = repo.toplevel or repo.git_dir
-        self.tokens = Tokens(repo.gitwork_dir())
-        self.now = now
-        self.watcher = RefWatcher(self.path, poll)
-
-    def authenticate(self, request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if not header:
-            token = request.cookies.get(COOKIE, "")  # the board's pages and their event streams
-        elif scheme.lower() != "bearer":
-            raise Unauthorized("use an 'Authorization: Bearer TOKEN' header (gw serve token add NAME)")
-        if not token:
-            raise Unauthorized("no bearer token: send 'Authorization: Bearer TOKEN' (gw serve token add NAME)")
-        entry = self.tokens.lookup(token.strip())
-        if entry is None:
-            raise Unauthorized("unknown or revoked token")
-        return Principal(entry["name"], entry["role"], entry["id"])
-
-    @contextlib.contextmanager
-    def plane(self, who: Principal) -> Iterator[Workplane]:
-        """A work plane acting as the token's identity, its role the token's (whatever the settings say)."""
-        wp = Workplane(self.path, agent=who.name, now=self.now)
-        try:
-            settings = wp.settings
-            admins = tuple(n for n in settings.admins if n != who.name) + ((who.name,) if who.role == "admin" else ())
-            agents = tuple(n for n in settings.agents if n != who.name) + ((who.name,) if who.role == "agent" else ())
-            wp.settings = wp.repo.settings = settings.replace(admins=admins, agents=agents)
-            yield wp
-        finally:
-            wp.close()
-
-
-class RefWatcher:
-    """Watches the state ref (a file read per look, no process) and wakes every event stream on a change,
-    whoever moved it: this server, a ``gw`` process, ``gw sync``."""
-
-    def __init__(self, path: str, poll: float) -> None:
-        self.path, self.poll = path, poll
-        self.tip: str | None = None
-        self.changed: asyncio.Condition | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        if self._task is None:
-            self.changed = asyncio.Condition()
-            self.tip = await asyncio.to_thread(self._read)
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def _read(self) -> str | None:
-        with Workplane(self.path) as wp:
-            return wp.store.tip()
-
-    async def _run(self) -> None:
-        from .. import gitdir
-
-        repo = Repository.discover(self.path)
-        ref = repo.settings.ref
-        while True:
-            await asyncio.sleep(self.poll)
-            try:
-                found = gitdir.read_ref(repo.common_dir, ref) if repo.fast_refs else False
-                tip = found if found is not False else await asyncio.to_thread(self._read)
-            except (GwError, OSError):
-                continue
-            if tip != self.tip:
-                self.tip = tip
-                assert self.changed is not None
-                async with self.changed:
-                    self.changed.notify_all()
-
-    async def wait(self, timeout: float) -> bool:
-        """Wait for the next change (``False`` on timeout)."""
-        await self.start()
-        assert self.changed is not None
-        async with self.changed:
-            try:
-                await asyncio.wait_for(self.changed.wait(), timeout)
-            except asyncio.TimeoutError:
-                return False
-        return True
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
 
 
 # --- the application --------------------------------------------------------------------------------
@@ -353,7 +236,7 @@ def api_router(server: Server, principal: Callable[..., Principal]) -> APIRouter
         "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
     async def thread_events(item: str, since: int = Query(0, ge=0), who: Principal = Who) -> StreamingResponse:
         """Follow a thread (`gw thread --follow`): every message after `since`, then each new one."""
-        item_id, first = await asyncio.to_thread(_thread, server, who, item, since)
+        item_id, first = await asyncio.to_thread(read_thread, server, who, item, since)
         return _stream(follow_thread(server, who, item_id, since, first))
 
     @router.get("/inbox", responses=_ok(RESULT, "As `gw inbox --json`."))
@@ -443,24 +326,6 @@ def submit(server: Server, who: Principal, document: Any) -> dict[str, Any]:
 # --- reads ------------------------------------------------------------------------------------------
 
 
-def listing(server: Server, who: Principal, *, sort: str, limit: int | None, priority: int | None,
-            **filters: Any) -> list[dict[str, Any]]:
-    """``gw list`` / ``gw ready``: SQL over the read cache (``queries.select``), rows as ``gw --json``."""
-    from ..queries import select
-    from ..reports import listing_json
-
-    with server.plane(who) as wp:
-        ctx = wp.context()
-        picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort, limit=limit, priority=priority,
-                        shorten=False, **filters)
-        return listing_json(picked.rows)
-
-
-def _thread(server: Server, who: Principal, item: str, since: int) -> tuple[str, list[dict[str, Any]]]:
-    with server.plane(who) as wp:
-        return wp.thread(item, since)
-
-
 KEEPALIVE = 15.0  # seconds between comments on an idle stream (proxies close silent connections)
 
 
@@ -499,7 +364,7 @@ async def follow_thread(server: Server, who: Principal, item_id: str, since: int
         if not await server.watcher.wait(KEEPALIVE):
             yield ": keep-alive\n\n"
             continue
-        _item, records = await asyncio.to_thread(_thread, server, who, item_id, last)
+        _item, records = await asyncio.to_thread(read_thread, server, who, item_id, last)
         for record in records:
             yield sse("message", record, record["seq"])
             last = record["seq"]

@@ -21,12 +21,9 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from ..errors import GwError
+from ..errors import ExitCode, GwError
 from ..model import STATUSES
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from .app import Principal, Server
+from .server import COOKIE, Principal, Server, Unauthorized, listing
 
 SHOWN_CLOSED = 50  # done and cancelled columns show the most recent ones (the count is of all)
 
@@ -36,15 +33,19 @@ def esc(value: Any) -> str:
 
 
 def board_router(server: Server, principal: Callable[..., Principal]) -> APIRouter:
-    from .app import COOKIE, Unauthorized
-
     router = APIRouter(include_in_schema=False)
 
-    def who_or_login(request: Request) -> Principal | Response:
+    def signed_in(request: Request, title: str, render: Callable[[Principal], str]) -> Response:
+        """The page ``render(who)`` makes, or the sign-in form for a browser without a live token."""
         try:
-            return principal(request)
+            who = principal(request)
         except Unauthorized:
             return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
+        try:
+            return page(title, render(who), who=who)
+        except GwError as error:
+            return page(error.kind, f'<p class="error">{esc(error.message)}</p>', who=who,
+                        status=404 if error.code == ExitCode.NOT_FOUND else 409)
 
     @router.get("/login")
     def login_form(next: str = "/") -> HTMLResponse:  # noqa: A002 - the query parameter's name
@@ -79,28 +80,15 @@ def board_router(server: Server, principal: Callable[..., Principal]) -> APIRout
 
     @router.get("/")
     def board(request: Request) -> Response:
-        who = who_or_login(request)
-        if isinstance(who, Response):
-            return who
-        return page("Board", render_board(server, who), who=who)
+        return signed_in(request, "Board", lambda who: render_board(server, who))
 
     @router.get("/items/{item}")
     def item_page(item: str, request: Request) -> Response:
-        who = who_or_login(request)
-        if isinstance(who, Response):
-            return who
-        try:
-            body = render_item(server, who, item)
-        except GwError as error:
-            return page("Not found", f'<p class="error">{esc(error.message)}</p>', who=who, status=404)
-        return page(item, body, who=who)
+        return signed_in(request, item, lambda who: render_item(server, who, item))
 
     @router.get("/executions")
     def executions_page(request: Request) -> Response:
-        who = who_or_login(request)
-        if isinstance(who, Response):
-            return who
-        return page("Executions", render_executions(server, who), who=who)
+        return signed_in(request, "Executions", lambda who: render_executions(server, who))
 
     @router.get("/board.js")
     def script() -> Response:
@@ -142,8 +130,6 @@ def _card(row: dict[str, Any], rank: int | None) -> str:
 
 
 def render_board(server: Server, who: Principal) -> str:
-    from .app import listing
-
     rows = listing(server, who, sort="rank", limit=None, priority=None, closed=True)
     ready = listing(server, who, ready=True, sort="rank", limit=None, priority=None)
     rank = {row["item"]: number for number, row in enumerate(ready, 1)}
