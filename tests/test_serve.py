@@ -23,6 +23,7 @@ import pytest
 pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip install -e '.[test]')")
 
 import httpx  # noqa: E402
+from fastapi import APIRouter, Depends, Request  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
 from gitwork import commands, engine  # noqa: E402
@@ -30,6 +31,7 @@ from gitwork.cli.main import main as gw_main  # noqa: E402
 from gitwork.errors import ExitCode  # noqa: E402
 from gitwork.serve import schema  # noqa: E402
 from gitwork.serve.app import HTTP_STATUS, MAX_BODY, create_app  # noqa: E402
+from gitwork.serve.server import principal  # noqa: E402
 from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402
 from gitwork.store import Repository  # noqa: E402
@@ -220,6 +222,49 @@ def test_roles_are_the_tokens_and_the_identity_is_the_tokens(world: World) -> No
     with Workplane(str(world.repo)) as wp:
         log = list(wp.log(3))
     assert [entry["author"].split(" <")[0] for entry in log[:2]] == ["root", "alice"]
+
+
+def test_extra_routers_are_mounted_with_the_same_authentication_and_errors(world: World) -> None:
+    router = APIRouter(prefix="/peer")
+
+    @router.get("/holder/{item}")
+    def holder(item: str, request: Request, who: Any = Depends(principal)) -> dict[str, Any]:
+        with request.app.state.server.plane(who) as wp:
+            lease = wp.lease(item)  # a bad id raises GwError: the app's own mapping answers
+            return {"who": who.name, "holder": lease.holder if lease else None}
+
+    item = world.new("peer")
+    app = create_app(str(world.repo), extra_routers=[router])
+    with TestClient(app, headers={"Authorization": f"Bearer {world.token['bot']}"}) as client:
+        assert client.get(f"/peer/holder/{item}").json() == {"who": "bot", "holder": None}
+        assert client.get("/peer/holder/w-0000000000000000").status_code == 404
+        assert client.get(f"/peer/holder/{item}", headers={"Authorization": "Bearer nope"}).status_code == 401
+
+
+def test_cors_is_off_unless_origins_are_given(world: World) -> None:
+    preflight = {"Origin": "https://board.example", "Access-Control-Request-Method": "POST"}
+    with TestClient(world.app) as plain:
+        assert "access-control-allow-origin" not in plain.options("/v1/commands", headers=preflight).headers
+    with TestClient(create_app(str(world.repo), cors_origins=["https://board.example"])) as allowing:
+        answer = allowing.options("/v1/commands", headers=preflight)
+    assert answer.headers["access-control-allow-origin"] == "https://board.example"
+
+
+def test_board_pages_need_a_sign_in_and_render_the_items(world: World) -> None:
+    item = world.new("on the board <script>")
+    with TestClient(world.app, follow_redirects=False) as browser:
+        assert browser.get("/").headers["location"].startswith("/login")
+        wrong = browser.post("/login", content=b"token=gwt_wrong", headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert wrong.status_code == 401
+        signed = browser.post("/login", content=f"token={world.token['alice']}&next=//evil.example".encode(),
+                              headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert (signed.status_code, signed.headers["location"]) == (303, "/")  # never off this server
+        assert "httponly" in signed.headers["set-cookie"].lower() and "samesite=strict" in signed.headers["set-cookie"].lower()
+        pages = [browser.get("/"), browser.get(f"/items/{item}"), browser.get("/executions")]
+        assert [p.status_code for p in pages] == [200, 200, 200]
+        assert "on the board &lt;script&gt;" in pages[0].text and "<script>" not in pages[0].text.replace(
+            '<script src="/board.js"></script>', "")
+        assert browser.get("/items/w-0000000000000000").status_code == 404
 
 
 # --- the OpenAPI document, checked against the server -------------------------------------------------------

@@ -30,7 +30,7 @@ from .. import __version__, clock, engine
 from ..errors import ExitCode, Forbidden, GwError, UsageError
 from ..model import STATUSES
 from . import schema
-from .server import Principal, Server, TooLarge, Unauthorized, listing, read_thread
+from .server import Principal, Server, TooLarge, Unauthorized, listing, principal, read_thread
 
 # The one table from an exit code to an HTTP status (docs/serve.md shows it; a test keeps them in step).
 HTTP_STATUS: dict[ExitCode, int] = {
@@ -94,8 +94,9 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
                now: Callable[[], Any] = clock.now, poll: float = 0.1, board: bool = True) -> FastAPI:
     """The application for the repository at ``repo_path``.
 
-    ``extra_routers`` are mounted as they are (delegation's peer endpoints, issue 15): a route can
-    authenticate with ``Depends(app.state.principal)`` and act with ``app.state.server.plane(who)``.
+    ``extra_routers`` are mounted as they are (delegation's peer endpoints, issue 15): a route
+    authenticates with ``Depends(gitwork.serve.server.principal)`` and acts through
+    ``request.app.state.server.plane(who)`` (a Workplane acting as the token's identity and role).
     CORS is off unless ``cors_origins`` names origins. ``now`` is the clock every command sees.
     """
     server = Server(repo_path, now=now, poll=poll)
@@ -110,11 +111,6 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
                               "`gw --json`. Every request carries `Authorization: Bearer TOKEN` "
                               "(`gw serve token add NAME --role agent|person|admin`). See docs/serve.md.")
     app.state.server = server
-
-    def principal(request: Request) -> Principal:
-        return server.authenticate(request)
-
-    app.state.principal = principal
 
     @app.exception_handler(GwError)
     async def _gw_error(_request: Request, error: GwError) -> JSONResponse:

@@ -148,3 +148,11 @@ def listing(server: Server, who: Principal, *, sort: str, limit: int | None, pri
 def read_thread(server: Server, who: Principal, item: str, since: int) -> tuple[str, list[dict[str, Any]]]:
     with server.plane(who) as wp:
         return wp.thread(item, since)
+
+
+def principal(request: Request) -> Principal:
+    """A FastAPI dependency for any route of the application (``Depends(principal)``): who the request's
+    token acts as; 401 without a live token. Routers mounted with ``create_app(extra_routers=...)`` use it,
+    and act through ``request.app.state.server.plane(who)``."""
+    server: Server = request.app.state.server
+    return server.authenticate(request)
