@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -265,6 +266,29 @@ def test_board_pages_need_a_sign_in_and_render_the_items(world: World) -> None:
         assert "on the board &lt;script&gt;" in pages[0].text and "<script>" not in pages[0].text.replace(
             '<script src="/board.js"></script>', "")
         assert browser.get("/items/w-0000000000000000").status_code == 404
+
+
+def test_the_executions_page_shows_a_running_agents_terminal(world: World) -> None:
+    from gitwork.launch.run import run, stop
+
+    item = world.new("launched")
+    with Workplane(str(world.repo), agent="alice") as wp:
+        started = run(wp, item, ["sh", "-c", "echo hello-from-the-agent; exec sleep 60"], "subprocess")
+        try:
+            with world.client("alice") as http:
+                listed = http.get("/v1/executions", params={"item": item}).json()
+                assert [(e["execution"], e["state"]) for e in listed] == [(started["execution"], "running")]
+                http.cookies.set("gw_token", world.token["alice"])
+
+                def page() -> str:
+                    return http.get("/executions").text
+
+                deadline = time.monotonic() + 20  # the agent's first line, polled (bounded)
+                while "hello-from-the-agent" not in page() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert "hello-from-the-agent" in page()
+        finally:
+            stop(wp, started["execution"], "test over")
 
 
 # --- the OpenAPI document, checked against the server -------------------------------------------------------
