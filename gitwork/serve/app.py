@@ -141,11 +141,11 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
 
-    app.include_router(api_router(server, principal))
+    app.include_router(api_router(server))
     if board:
         from .board import board_router
 
-        app.include_router(board_router(server, principal))
+        app.include_router(board_router(server))
     for router in extra_routers:
         app.include_router(router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
@@ -177,7 +177,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return doc
 
 
-def api_router(server: Server, principal: Callable[..., Principal]) -> APIRouter:
+def api_router(server: Server) -> APIRouter:
     router = APIRouter(prefix="/v1", tags=["v1"])
     Who = Depends(principal)
 

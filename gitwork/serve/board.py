@@ -23,7 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import ExitCode, GwError
 from ..model import STATUSES
-from .server import COOKIE, Principal, Server, Unauthorized, listing
+from .server import COOKIE, Principal, Server, Unauthorized, listing, principal
 
 SHOWN_CLOSED = 50  # done and cancelled columns show the most recent ones (the count is of all)
 
@@ -32,7 +32,7 @@ def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def board_router(server: Server, principal: Callable[..., Principal]) -> APIRouter:
+def board_router(server: Server) -> APIRouter:
     router = APIRouter(include_in_schema=False)
 
     def signed_in(request: Request, title: str, render: Callable[[Principal], str]) -> Response:
