@@ -190,16 +190,72 @@ def event_latency(rounds: int) -> dict[str, Any]:
     return {"median_ms": median_ms(latencies), "max_ms": round(max(latencies) * 1000, 1), "rounds": rounds}
 
 
+def history_walk(commands: int, runs: int) -> dict[str, Any]:
+    """The state ref's whole log (what ``GET /v1/log`` reads) in a warm process: gitwork's own reader
+    (loose objects inflated in Python, packs through ``cat-file --batch``) beside pygit2 doing the same
+    walk and message parsing, loose and after ``git gc``. Decides whether the server should use pygit2."""
+    try:
+        import pygit2
+    except ImportError:
+        return {"skipped": "pygit2 is not installed (pip install pygit2 to measure it)"}
+    from gitwork.statecommit import parse_command_from_message, split_author, trailers_of
+    from gitwork.workplane import Workplane
+
+    repo = c.scratch("serve-history")
+    c.make_repo(repo)
+    with Workplane(str(repo), agent="bench") as wp:
+        wp.do("init")
+        item = wp.do("new", title="walked").result["item"]
+        for _ in range(commands // 3):
+            for op in ("claim", "renew", "release"):
+                wp.do(op, item=item)
+    out: dict[str, Any] = {"commits": commands // 3 * 3 + 2}
+
+    def ours() -> int:
+        with Workplane(str(repo)) as wp:
+            return len(list(wp.log()))
+
+    def theirs() -> int:
+        git_repo = pygit2.Repository(str(repo))
+        commit = git_repo.revparse_single("refs/gitwork/state")
+        count = 0
+        while commit is not None:
+            message = commit.message
+            split_author(f"{commit.author.name} <{commit.author.email}> {commit.author.time} +0000")
+            parse_command_from_message(message)
+            trailers_of(message)
+            count += 1
+            commit = commit.parents[0] if commit.parents else None
+        return count
+
+    for layout in ("loose", "packed"):
+        if layout == "packed":
+            c.git(repo, "gc", "-q")
+        for name, walk in (("gitwork", ours), ("pygit2", theirs)):
+            walk()  # warm: the server's case
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                walk()
+                times.append(time.perf_counter() - t0)
+            out[f"{layout}_{name}_ms"] = median_ms(times)
+    shutil.rmtree(repo, ignore_errors=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--history", type=int, default=600, help="commands in the log walked (0: skip)")
     args = parser.parse_args()
     os.environ.setdefault("TMPDIR", tempfile.gettempdir())
     result: dict[str, Any] = {"machine": c.machine(), "lease_round_trips": lease_round_trips(args.rounds),
                               "event_latency": event_latency(args.rounds), "ready": []}
+    if args.history:
+        result["history_walk"] = history_walk(args.history, args.runs)
     for n in (int(s) for s in args.sizes.split(",") if s):
         result["ready"].append(ready_at(n, args.runs, browser=not args.no_browser and n <= 10_000))
     print(json.dumps(result, indent=2))
