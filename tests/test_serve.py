@@ -98,6 +98,23 @@ def test_openapi_command_schemas_are_the_public_ops_declared_fields(world: World
     assert set(body["discriminator"]["mapping"]) == set(engine.OPS) - internal
 
 
+def test_the_settled_mismatches_between_schema_and_validator(world: World) -> None:
+    """null is absent; the schema's maxLength is the byte bound (multi-byte text within it may still be
+    refused, 422); a cross-field rule is the engine's (422), never a 5xx."""
+    doc = world.app.openapi()["components"]["schemas"]["Command_new"]
+    assert {"type": "null"} in doc["properties"]["description"]["anyOf"]
+    assert doc["properties"]["title"]["maxLength"] == commands.MAX_TITLE
+    item = world.new("mismatches")
+    with world.client("alice") as http:
+        nulls = http.post("/v1/commands", json={"op": "new", "title": "with nulls", "description": None, "owner": None})
+        fits = http.post("/v1/commands", json={"op": "new", "title": "é" * (commands.MAX_TITLE // 2)})
+        too_many_bytes = http.post("/v1/commands", json={"op": "new", "title": "é" * (commands.MAX_TITLE // 2 + 1)})
+        cross = http.post("/v1/commands", json={"op": "ack", "item": item, "upto": 1, "responded": True})
+    assert (nulls.status_code, fits.status_code) == (200, 200)
+    assert (too_many_bytes.status_code, too_many_bytes.json()["error"]) == (422, "invalid")
+    assert cross.status_code in (404, 409, 422) and cross.json()["ok"] is False
+
+
 # --- writes: the same documents, the same JSON, the same statuses everywhere -------------------------
 
 
