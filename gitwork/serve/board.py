@@ -25,7 +25,9 @@ from ..errors import ExitCode, GwError
 from ..model import STATUSES
 from .server import COOKIE, Principal, Server, Unauthorized, listing, principal
 
-SHOWN_CLOSED = 50  # done and cancelled columns show the most recent ones (the count is of all)
+# Cards per column, best first (the count is of all): 7,000 cards took 2.7 s to render at 10,000 items.
+SHOWN = {"done": 50, "cancelled": 50}
+SHOWN_DEFAULT = 200
 
 
 def esc(value: Any) -> str:
@@ -136,7 +138,7 @@ def render_board(server: Server, who: Principal) -> str:
     columns = []
     for status in STATUSES:
         mine = [row for row in rows if row["status"] == status]
-        shown = mine if status not in ("done", "cancelled") else mine[-SHOWN_CLOSED:][::-1]
+        shown = mine[:SHOWN.get(status, SHOWN_DEFAULT)]
         cards = "".join(_card(row, rank.get(row["item"])) for row in shown)
         more = f'<li class="more">and {len(mine) - len(shown)} more</li>' if len(shown) < len(mine) else ""
         columns.append(f'<section class="column" data-status="{status}"><h2>{status.replace("_", " ")} '
