@@ -217,6 +217,15 @@ def test_requests_without_a_live_token_are_refused_and_write_nothing(world: Worl
     assert tip(world.repo) == before
 
 
+def test_tokens_are_stored_hashed_in_the_common_git_dir(world: World) -> None:
+    repo = Repository.discover(str(world.repo))
+    stored = Path(repo.common_dir) / "gitwork" / "serve-tokens.json"
+    text = stored.read_text()
+    assert stored.stat().st_mode & 0o077 == 0  # nobody else may read even the hashes
+    assert all(token not in text for token in world.token.values())
+    assert {entry["name"] for entry in json.loads(text)["tokens"]} >= set(world.token)
+
+
 def test_roles_are_the_tokens_and_the_identity_is_the_tokens(world: World) -> None:
     item = world.new("ask me")
     with world.client("bot") as bot, world.client("alice") as alice, world.client("root") as root:
