@@ -339,7 +339,7 @@ def test_the_api_matches_its_own_openapi_document(world: World) -> None:
         if operation.path in streams:
             continue
 
-        @settings(max_examples=15, deadline=None, database=None, derandomize=True,
+        @settings(max_examples=10, deadline=None, database=None, derandomize=True,
                   suppress_health_check=list(HealthCheck))
         @given(case=operation.as_strategy())
         def run(case: Any) -> None:
