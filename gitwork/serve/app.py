@@ -232,8 +232,8 @@ def api_router(server: Server) -> APIRouter:
         "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
     async def thread_events(item: str, since: int = Query(0, ge=0), who: Principal = Who) -> StreamingResponse:
         """Follow a thread (`gw thread --follow`): every message after `since`, then each new one."""
-        item_id, first = await asyncio.to_thread(read_thread, server, who, item, since)
-        return _stream(follow_thread(server, who, item_id, since, first))
+        item_id, _first = await asyncio.to_thread(read_thread, server, who, item, 0)  # 404 before streaming
+        return _stream(follow_thread(server, who, item_id, since))
 
     @router.get("/inbox", responses=_ok(RESULT, "As `gw inbox --json`."))
     def inbox(who: Principal = Who) -> JSONResponse:
@@ -337,33 +337,30 @@ def sse(event: str, data: Any, event_id: Any = None) -> str:
 
 async def follow_ref(server: Server) -> AsyncIterator[str]:
     await server.watcher.start()
-    seen = server.watcher.tip
+    version, seen = server.watcher.version, server.watcher.tip
     yield sse("hello", {"commit": seen})
     while True:
-        if not await server.watcher.wait(KEEPALIVE):
+        now = await server.watcher.changed_since(version, KEEPALIVE)
+        if now == version:
             yield ": keep-alive\n\n"
             continue
-        tip = server.watcher.tip
+        version, tip = now, server.watcher.tip
         if tip != seen:
             yield sse("state", {"commit": tip, "previous": seen}, tip)
             seen = tip
 
 
-async def follow_thread(server: Server, who: Principal, item_id: str, since: int,
-                        first: list[dict[str, Any]]) -> AsyncIterator[str]:
+async def follow_thread(server: Server, who: Principal, item_id: str, since: int) -> AsyncIterator[str]:
     await server.watcher.start()
     last = since
-    for record in first:
-        yield sse("message", record, record["seq"])
-        last = record["seq"]
     while True:
-        if not await server.watcher.wait(KEEPALIVE):
-            yield ": keep-alive\n\n"
-            continue
+        version = server.watcher.version  # before the read: a message landing after it wakes the wait
         _item, records = await asyncio.to_thread(read_thread, server, who, item_id, last)
         for record in records:
             yield sse("message", record, record["seq"])
             last = record["seq"]
+        if await server.watcher.changed_since(version, KEEPALIVE) == version:
+            yield ": keep-alive\n\n"
 
 
 def serve(repo_path: str, host: str, port: int, *, cors_origins: Sequence[str] = (),

@@ -77,19 +77,28 @@ class Server:
 
 class RefWatcher:
     """Watches the state ref (a file read per look, no process) and wakes every event stream on a change,
-    whoever moved it: this server, a ``gw`` process, ``gw sync``."""
+    whoever moved it: this server, a ``gw`` process, ``gw sync``.
+
+    ``version`` counts the changes seen; a stream remembers the version it has shown and waits for
+    another (:meth:`changed_since`), checked under the condition's lock, so no change is lost between
+    a stream's look and its wait.
+    """
 
     def __init__(self, path: str, poll: float) -> None:
         self.path, self.poll = path, poll
         self.tip: str | None = None
-        self.changed: asyncio.Condition | None = None
+        self.version = 0
+        self._changed: asyncio.Condition | None = None
+        self._ready: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        """Start watching (once per event loop; every stream calls it) and wait for the first look."""
         if self._task is None:
-            self.changed = asyncio.Condition()
-            self.tip = await asyncio.to_thread(self._read)
+            self._changed, self._ready = asyncio.Condition(), asyncio.Event()
             self._task = asyncio.get_running_loop().create_task(self._run())
+        assert self._ready is not None
+        await self._ready.wait()
 
     def _read(self) -> str | None:
         with Workplane(self.path) as wp:
@@ -98,8 +107,11 @@ class RefWatcher:
     async def _run(self) -> None:
         from .. import gitdir
 
+        assert self._changed is not None and self._ready is not None
         repo = Repository.discover(self.path)
         ref = repo.settings.ref
+        self.tip = await asyncio.to_thread(self._read)
+        self._ready.set()
         while True:
             await asyncio.sleep(self.poll)
             try:
@@ -108,21 +120,21 @@ class RefWatcher:
             except (GwError, OSError):
                 continue
             if tip != self.tip:
-                self.tip = tip
-                assert self.changed is not None
-                async with self.changed:
-                    self.changed.notify_all()
+                async with self._changed:
+                    self.tip = tip
+                    self.version += 1
+                    self._changed.notify_all()
 
-    async def wait(self, timeout: float) -> bool:
-        """Wait for the next change (``False`` on timeout)."""
+    async def changed_since(self, version: int, timeout: float) -> int:
+        """The watcher's version once it differs from ``version``, or ``version`` after ``timeout`` seconds."""
         await self.start()
-        assert self.changed is not None
-        async with self.changed:
+        assert self._changed is not None
+        async with self._changed:
             try:
-                await asyncio.wait_for(self.changed.wait(), timeout)
+                await asyncio.wait_for(self._changed.wait_for(lambda: self.version != version), timeout)
             except asyncio.TimeoutError:
-                return False
-        return True
+                pass
+            return self.version
 
     async def stop(self) -> None:
         if self._task is not None:
