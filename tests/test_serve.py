@@ -178,13 +178,14 @@ def test_malformed_bodies_are_refused_and_nothing_is_written(world: World) -> No
     before = tip(world.repo)
     with world.client("alice") as http:
         not_json = http.post("/v1/commands", content=b"{op: claim", headers={"Content-Type": "application/json"})
+        array = http.post("/v1/commands", json=[{"op": "init"}])
         form = http.post("/v1/commands", content=b"op=claim", headers={"Content-Type": "application/x-www-form-urlencoded"})
         too_big = http.post("/v1/commands", json={"op": "new", "title": "big", "description": "x" * (MAX_BODY + 1)})
         record = http.post("/v1/commands", json={"op": "session-start", "item": "w-1234", "session": "s-1"})
         listing = http.get("/v1/items?limit=minus")
         huge = http.get("/v1/items?limit=99999999999999999999")  # SQLite would take it as a float
     assert (not_json.status_code, not_json.json()["error"]) == (400, "usage")
-    assert form.status_code == 400
+    assert (form.status_code, array.status_code, array.json()["error"]) == (400, 400, "usage")
     assert (too_big.status_code, too_big.json()["error"]) == (413, "too-large")
     assert (record.status_code, record.json()["error"]) == (422, "invalid")
     assert "only gitwork itself" in record.json()["message"]

@@ -303,6 +303,8 @@ async def read_document(request: Request) -> Any:
         check_depth(document)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UsageError(f"the body is not a JSON command document: {str(exc).splitlines()[0][:200]}") from exc
+    if not isinstance(document, dict):
+        raise UsageError("a command document is a JSON object with an 'op'")
     return document
 
 
