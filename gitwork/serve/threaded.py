@@ -25,6 +25,9 @@ def bound_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    # Listening now, before uvicorn starts: a client told the address (gw serve --json) may connect at
+    # once and waits in the backlog instead of being refused.
+    sock.listen(2048)
     return sock
 
 
