@@ -27,6 +27,8 @@ DEFAULTS: dict[str, Any] = {
     "agents": (),  # identities that are agents: they act only on what they hold, may ask, never decide
     "remote": None,  # arbiter remote (several machines)
     "gates": (),  # commands that must pass before a merge is published
+    "signing": None,  # "ssh": sign every state commit with gitwork.signingKey (docs/security.md)
+    "sessions": None,  # multi-step session rules: operators, steps, chains (gitwork/sessions/rules.py)
 }
 
 
@@ -42,6 +44,8 @@ class Settings:
     agents: tuple[str, ...]
     remote: str | None
     gates: tuple[str, ...]
+    signing: str | None
+    sessions: dict[str, Any] | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -115,6 +119,12 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)  # `agent: 42` in YAML is a number; as a name it is "42"
         return None if value is None else check_identity(value, where)
+    if name == "sessions":
+        # Only its shape here (a mapping); gitwork/sessions/rules.py checks the rules when a session uses them,
+        # so a mistake there never stops the everyday commands.
+        if value is not None and not isinstance(value, dict):
+            raise Invalid(f"bad setting 'sessions' in {source}: a mapping of operators, steps and chains")
+        return value
     try:
         if name in _DURATIONS:
             return parse_duration(value) if name != "clock_margin" or str(value) != "0" else 0
@@ -128,6 +138,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return tuple(str(v) for v in value or ())
         if value is None:
             return None
+        if name == "signing":
+            if str(value) not in ("ssh", "none"):
+                raise ValueError("not ssh or none")
+            return None if str(value) == "none" else "ssh"
         return str(value)
     except (ValueError, Invalid) as exc:
         raise Invalid(f"bad setting {name!r} in {source}: {value!r}") from exc

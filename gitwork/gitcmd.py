@@ -83,10 +83,13 @@ def run(
     return done
 
 
-def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float | None = None) -> Completed:
-    """Run another program (``tmux``) as git is run: output captured, no stdin; the exit status is the
-    caller's to judge. ``FileNotFoundError`` (no such program) and ``TimeoutExpired`` propagate."""
-    proc = subprocess.run(tuple(cmd), capture_output=True, stdin=subprocess.DEVNULL, env=env, timeout=timeout)
+def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float | None = None,
+             input: bytes | None = None) -> Completed:
+    """Run another program (``tmux``, ``ssh-keygen``) as git is run: output captured, no stdin unless
+    ``input`` is given; the exit status is the caller's to judge. ``FileNotFoundError`` (no such
+    program) and ``TimeoutExpired`` propagate."""
+    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+    proc = subprocess.run(tuple(cmd), capture_output=True, env=env, timeout=timeout, **stdin)  # type: ignore[call-overload]
     return Completed(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
 
 

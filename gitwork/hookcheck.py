@@ -471,11 +471,43 @@ def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> li
         problems += _check_commit(git_dir, store, parts[0], parts[1] if len(parts) > 1 else None)
         if len(problems) >= 20:
             break
+    if not problems and store.repo.settings.signing == "ssh":  # signed by the acting identity's own key
+        problems += check_signatures(git_dir, store, [line.split()[0] for line in commits])
     if not problems:  # the roles, judged with this repository's settings (gitwork/rolecheck.py)
         from .rolecheck import check_commits
 
         pairs = [(parts[0], parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)]
         problems += check_commits(git_dir, ref, pairs)
+    return problems
+
+
+def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str]:
+    """Refusals for state commits not signed by the key the arbiter's allowed-signers file gives their
+    acting identity (the command's ``as``). ``ssh-keygen`` is asked for that very principal: a signature
+    by a key nobody is allowed, or by another identity's key, is refused (git's own ``%G?`` says ``G``
+    for any valid signature, even by an unknown key, and leaves the signer empty: not enough)."""
+    from . import statecommit
+    from .errors import GwError
+    from .sshsig import allowed_signers_path, split_signed_commit, verify
+
+    allowed = allowed_signers_path(store.repo.common_dir, store.repo.git_config)
+    problems: list[str] = []
+    for commit in commits:
+        payload, signature = split_signed_commit(_git("--git-dir", git_dir, "cat-file", "commit", commit,
+                                                      check=True).stdout)
+        command = statecommit.read(store, commit).command or {}
+        identity = command.get("as")
+        if signature is None:
+            problems.append(f"{commit[:12]}: unsigned; this arbiter takes only signed state commits (signing: ssh)")
+        elif not isinstance(identity, str):
+            problems.append(f"{commit[:12]}: no acting identity to check the signature against")
+        else:
+            try:
+                verify(payload, signature, allowed, "git", expect=identity)
+            except GwError as error:
+                problems.append(f"{commit[:12]}: signature refused for {identity}: {error.message}")
+        if len(problems) >= 20:
+            break
     return problems
 
 

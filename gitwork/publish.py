@@ -307,7 +307,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
 
 
 def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None = None, fence: int | None = None,
-           into: str | None = None, remote: str | None = None) -> dict[str, Any]:
+           into: str | None = None, remote: str | None = None, offline: bool = False) -> dict[str, Any]:
     """``gw done``: publish the holder's open session of ``item`` (marking it done), or just mark it done.
 
     The open sessions are read from the state ref (those started under the current lease and neither
@@ -327,7 +327,7 @@ def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None 
         rows = open_sessions(ctx, item_id, lease)
     closing = {"force": force or None, "reason": reason, "fence": fence}
     if not rows:
-        applied = wp.do("done", item=item_id, **closing)
+        applied = wp.do("done", item=item_id, offline=offline, **closing)
         return {**applied.to_json(), "published": None, "dead_sessions": _dead_sessions(wp, item_id)}
     if len(rows) > 1:
         raise Illegal(f"{item_id} has {len(rows)} open sessions, {describe(rows)}: publish them one by one "
@@ -335,6 +335,10 @@ def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None 
                       "(`gw session drop SESSION`); nothing was changed", item=item_id,
                       sessions=[r["session"] for r in rows])
     row = rows[0]
+    if offline:  # publishing moves a branch and needs the arbiter's word: it cannot be tentative
+        raise Illegal(f"{item_id} has the open session {row['session']}: done publishes it first, which cannot be "
+                      f"done --offline; run done online, or drop it (`gw session drop {row['session']}`); "
+                      "nothing was changed", item=item_id, sessions=[row["session"]])
     if not row["commit"]:
         raise Illegal(f"{item_id} has the open session {row['session']} with no commit yet: commit it "
                       f"(`gw session commit --file PATH... -m MSG`) and run done again, or drop it "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from .clock import parse_instant
+from .clock import format_instant, parse_instant
 from .index import CREATED, DEPS, EXPIRES, ID, LEASE_STATE, PRIORITY, STATUS, Index
 from .model import held_for_others
 
@@ -65,7 +65,8 @@ class Selection:
 
 
 def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False, statuses: Any = None,
-           closed: bool = False, labels: Any = (), owner: str | None = None, priority: int | None = None,
+           closed: bool = False, labels: Any = (), labels_any: Any = (), owner: str | None = None,
+           priority: int | None = None,
            holder: str | None = None, sort: str = "rank", limit: int | None = None,
            shorten: bool = True, use_cache: bool = True) -> Selection:
     """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
@@ -83,14 +84,24 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
                   "NOT EXISTS (SELECT 1 FROM dep d LEFT JOIN item j ON j.id = d.on_id"
                   " WHERE d.item = i.id AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL))"]
     elif statuses:
-        where.append(f"i.status IN ({', '.join('?' * len(statuses))})")
-        args += list(statuses)
+        # "expired" is not an item status but a lease past its expiry (gw list -s expired): either matches.
+        real = [s for s in statuses if s != "expired"]
+        either = [f"i.status IN ({', '.join('?' * len(real))})"] if real else []
+        args += real
+        if "expired" in statuses:
+            either.append("(i.lease_state = 'active' AND i.expires <= ?)")
+            args.append(format_instant(now))
+        where.append(f"({' OR '.join(either)})")
     elif not closed:
         where.append(f"i.status NOT IN ({', '.join('?' * len(CLOSED))})")
         args += list(CLOSED)
     for label in dict.fromkeys(labels or ()):
         where.append("EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label = ?)")
         args.append(label)
+    if labels_any:  # at least one of them (--label-any), beside every one of ``labels`` (--label)
+        where.append(f"EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label IN "
+                     f"({', '.join('?' * len(labels_any))}))")
+        args += list(labels_any)
     if owner is not None:
         where.append("i.owner = ?")
         args.append(owner)

@@ -31,14 +31,28 @@ def _row(row: tuple[Any, ...]) -> dict[str, Any]:
             "expires_at": row[EXPIRES] if active else None}
 
 
-def listing_json(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-    """``gw list --json`` / ``gw ready --json`` (and the REST listings): one object per summary row."""
-    from .index import EXPIRES, HOLDER, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+def lease_view(row: tuple[Any, ...], now: Any) -> tuple[str | None, bool]:
+    """``(holder, expired)`` of a row's lease: a lease past its expiry is shown as expired, not as held."""
+    from .index import EXPIRES, HOLDER, LEASE_STATE
 
-    return [{"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY], "labels": list(r[LABELS]),
-             "holder": r[HOLDER] if r[LEASE_STATE] == "active" else None,
-             "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None}
-            for r in rows]
+    if row[LEASE_STATE] != "active":
+        return None, False
+    return row[HOLDER], bool(row[EXPIRES]) and now >= parse_instant(row[EXPIRES])
+
+
+def listing_json(rows: list[tuple[Any, ...]], now: Any,
+                 matches: dict[str, list[dict[str, str]]] | None = None) -> list[dict[str, Any]]:
+    """``gw list --json`` / ``gw ready --json`` (and the REST listings): one object per summary row."""
+    from .index import EXPIRES, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+
+    out = []
+    for r in rows:
+        holder, expired = lease_view(r, now)
+        out.append({"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY],
+                    "labels": list(r[LABELS]), "holder": holder,
+                    "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None, "expired": expired,
+                    **({"matches": matches[r[ID]]} if matches is not None else {})})
+    return out
 
 
 def show_json(view: dict[str, Any]) -> dict[str, Any]:
@@ -249,40 +263,77 @@ def holding(wp: Any) -> list[dict[str, Any]]:
                     "description": item.description,
                     "criteria": [{"text": c.get("text"), "done": bool(c.get("checked"))}
                                  for c in item.criteria],
+                    "decisions": [{"text": d.get("text"), "why": d.get("rationale")} for d in item.decisions],
                     "waiting": item.waiting})
     return out
 
 
 LOOP = """\
-# gitwork (gw): how to work here
+# gitwork (gw): how to work in this repository
 
-You are `{identity}` (set GW_AGENT or pass --as NAME to act as someone else; every command records it).
-Work items, leases and conversations live on the git ref refs/gitwork/state; every gw command is one
-commit there. Add --json to any command for one JSON value on stdout; diagnostics go to stderr.
+Re-read this after any context reset: `gw prime` prints it again, with what you hold now.
+
+## Who you are
+You are `{identity}`{identity_note}. Every command records who ran it, and a lease belongs to one
+identity: a command run under another name is refused as "not the holder" (exit 7), and the refusal
+says who you are now. Keep one identity for the whole task (`export GW_AGENT=NAME` or `--as NAME`).
+
+Work items, leases (who works on what, until when) and conversations live on the git ref
+refs/gitwork/state; every gw command is one commit there (`gw log` shows them). Add `--json` to any
+command for one JSON value on stdout (`--json=item,title` picks fields, `--jq EXPR` filters);
+diagnostics and errors go to stderr, one line each.
 
 ## The loop
-1. `gw claim --next` claims the best ready item and prints its id.
-   Exit 0: yours. Exit 3: nothing is ready (wait, then retry). Exit 75: lost a race (retry now).
-   `gw claim --next --json` also gives the lease's `fence` (a fencing token) and `expires_at`.
-2. `gw show ID` for the description, acceptance criteria and decisions; `gw thread ID` for its talk.
-3. Work. Pass the fence with every write on the item: `--fence N` or `export GW_FENCE=N`. A stale
-   fence (someone took the item over after your lease expired) is refused: exit 7, stop working on it.
-4. `gw renew ID` before the lease expires (default 15m; `--ttl 30m`). `gw stale` lists expired leases.
-5. Talk: `gw msg ID "text"` (`--kind question`, `--to NAME`, `--reply-to SEQ`); `gw inbox` shows
-   what is addressed to you; `gw ack ID SEQ` marks it read (`--responded --by SEQ` once answered).
-   Need a person to decide? `gw ask ID "question" -o yes -o no --to NAME` (the item waits).
-6. Tick criteria as they pass: `gw check ID N`. Record choices: `gw decision ID "what" --why "why"`.
-7. Finish: commit in a session (`gw session start ID`, `gw session commit -f FILE -m MSG`), then
-   `gw done ID`: it publishes your open session first and releases the lease (or refuses, naming the
-   session). Never publish then re-claim. A dead session: `gw session drop SESSION`.
-   Cannot finish? `gw handoff ID --reason blocked -m "why"` or `gw release ID`.
+1. Find work: `gw claim --next` claims the best ready item and prints its id. Narrow it with
+   `--label L`, `--owner NAME`, `--priority N`. Exit 0: it is yours. Exit 3: nothing is ready (wait,
+   then retry). Exit 75: someone else won the race (retry now). `gw claim --next --json` also gives
+   the lease's `fence` (a fencing token) and `expires_at`. `gw ready` lists what could be claimed;
+   `gw ready --explain` and `gw blocked` say why the rest cannot.
+2. Read it: `gw show ID` (description, acceptance criteria, decisions, the lease) and
+   `gw thread ID` (its conversation). `gw dep tree ID` shows what it waits on and what waits on it.
+3. Work under the fence. Pass it with every write on the item: `--fence N`, or once
+   `export GW_FENCE=N`. If your lease expired and someone took the item over, your fence is stale:
+   the write is refused with exit 7 and nothing is written. Exit 7 means stop working on that item
+   (do not retry, do not claim it again to push through): go back to step 1.
+4. Keep the lease: leases last 15 minutes by default (`--ttl 30m` on claim or renew). Run
+   `gw renew ID` well before `expires_at`, e.g. every few minutes during long steps. A lease past
+   its expiry shows as `expired` in `gw list`; `gw stale` lists those and long-held ones.
+5. Talk on the item's thread: `gw msg ID "text"` (`--kind question`, `--to NAME`);
+   answer a message with `gw msg ID "answer" --reply-to SEQ` (it then leaves the asker's inbox).
+   `gw inbox` lists what is addressed to you or on items you hold: unread, then read but unanswered.
+   `gw ack ID SEQ` marks the thread read up to SEQ; `gw ack ID SEQ --responded --by REPLY_SEQ` once
+   you answered. Need a person to decide? `gw ask ID "question" -o yes -o no --to NAME`: the item
+   waits (status blocked) until `gw decide`; keep renewing, or hand it off.
+6. Record progress: tick acceptance criteria as they pass, `gw check ID N` (N as `gw show` numbers
+   them); record choices with `gw decision ID "what" --why "why"` (append-only).
+7. Finish (the finish line). Do your commits in a session: `gw session start ID` makes a branch and
+   worktree (it prints the path; work there), `gw session commit -f FILE... -m MSG` commits exactly
+   those files. Then `gw done ID`: it publishes your open session first (fast-forward or a clean
+   merge into the branch it started from), marks the item done and releases the lease, or refuses,
+   naming the session, with nothing changed. Unchecked criteria refuse too (exit 6): check them, or
+   `gw done ID --force --reason "why"`. Never publish and then claim the item again.
+   A session you will not publish (its lease ended, or the work is thrown away):
+   `gw session drop SESSION` says what it drops. `gw session list` shows sessions.
+8. Cannot finish? `gw handoff ID --reason blocked -m "why" [--to NAME]` lets the next claimant take
+   over at once; `gw release ID` just gives the lease up. Then go back to step 1.
 
 ## Exit codes worth branching on
-0 ok; 2 usage; 3 not found, or (claim --next) nothing ready; 6 not allowed from the item's state
-(e.g. unchecked criteria); 7 stale fence or lease ended: stop; 75 held by someone else or lost a race:
-retry later; 77 not allowed for your role; 12 outcome unknown: `gw retry CMD_ID`, never a new command.
-`gw blocked` says why an item is not ready; `gw dep tree ID` shows what it waits on and what waits
-on it; `gw summary` counts everything; `gw stale` lists expired leases.
+| code | meaning | what to do |
+|---|---|---|
+| 0 | done as asked | carry on |
+| 2 | the command line is malformed | fix it; retrying will not help |
+| 3 | no such item; after `claim --next`: nothing ready | check the id; or wait, then claim again |
+| 5 | input not acceptable (bad duration, empty title, ...) | fix the input |
+| 6 | not allowed from the item's state (unchecked criteria, closed item) | change the item first |
+| 7 | stale fence, not the holder, or your lease ended | stop work on that item; claim another |
+| 12 | the arbiter remote did not answer: outcome unknown | `gw retry CMD_ID` (the id is in the message); never a new command |
+| 13 | publishing needs a merge that cannot be made cleanly | stop; ask a person |
+| 75 | held by someone else, or lost a race | retry later, or claim something else |
+| 77 | not allowed for your role | ask the holder, an admin or the addressee |
+
+## Useful views
+`gw summary` counts everything; `gw list` (filters: `-s STATUS`, `-l LABEL`, `--owner`, `--holder`,
+`--text TEXT`, `--sort`, `-n N`); `gw search TEXT`; `gw history ID`; `gw inbox`.
 """
 
 
@@ -298,16 +349,17 @@ def prime(wp: Any) -> dict[str, Any]:
     me = wp.settings.identity()
     held = holding(wp)
     sessions = my_sessions(wp, me)
-    text = LOOP.format(identity=me) + "\n## What you hold now\n"
+    note = (" (the default: user@host/session, so a new terminal or agent process is a new identity)"
+            if wp.settings.agent is None else "")
+    text = LOOP.format(identity=me, identity_note=note) + "\n## What you hold now\n"
     if not held:
         text += "Nothing: start with `gw claim --next`.\n"
     for entry in held:
-        state = "EXPIRED: renew or stop" if entry["expired"] else f"until {entry['expires_at']}"
-        text += f"- {entry['item']} {entry['title']} (fence {entry['fence']}, {state})\n"
-        for number, criterion in enumerate(entry["criteria"], 1):
-            text += f"  [{'x' if criterion['done'] else ' '}] {number}. {criterion['text']}\n"
-        if entry["waiting"]:
-            text += f"  waits for a decision on #{entry['waiting'].get('seq')}: {entry['waiting'].get('question')}\n"
+        text += _held_lines(entry)
+    box = drop_answered(wp, wp.inbox())
+    if box["unread"] or box["unanswered"]:
+        text += (f"- inbox: {len(box['unread'])} unread, {len(box['unanswered'])} read but unanswered "
+                 "(`gw inbox`; answer with `gw msg ID TEXT --reply-to SEQ`)\n")
     for session in sessions:
         commit = f"commit {str(session['commit'])[:12]}" if session.get("commit") else "no commit yet"
         if session.get("live"):
@@ -317,7 +369,34 @@ def prime(wp: Any) -> dict[str, Any]:
             text += (f"- dead session {session['session']} of {session['item']} ({commit}; its lease ended): "
                      f"`gw session drop {session['session']}`\n")
     return {"ok": True, "item": held[0]["item"] if held else None, "identity": me, "holding": held,
-            "sessions": sessions, "text": text}
+            "sessions": sessions, "inbox": {"unread": len(box["unread"]), "unanswered": len(box["unanswered"])},
+            "text": text}
+
+
+DESCRIPTION_SHOWN = 600  # characters of a held item's description in prime (gw show ID has it whole)
+
+
+def _held_lines(entry: dict[str, Any]) -> str:
+    """One held item for prime: lease, description (cut), criteria, decisions, an awaited decision."""
+    item = entry["item"]
+    if entry["expired"]:
+        state = (f"EXPIRED: fence {entry['fence']} is stale and writes are refused; `gw claim {item}` again "
+                 "(a new fence) if nobody took it over, else stop")
+    else:
+        state = f"fence {entry['fence']}, until {entry['expires_at']}: `export GW_FENCE={entry['fence']}`"
+    text = f"- {item} {entry['title']} ({state})\n"
+    description = " ".join(str(entry["description"] or "").split())
+    if description:
+        cut = description[:DESCRIPTION_SHOWN] + (f"... (`gw show {item}`)" if len(description) > DESCRIPTION_SHOWN
+                                                 else "")
+        text += f"  {cut}\n"
+    for number, criterion in enumerate(entry["criteria"], 1):
+        text += f"  [{'x' if criterion['done'] else ' '}] {number}. {criterion['text']}\n"
+    for decision in entry["decisions"]:
+        text += f"  decided: {decision['text']} (why: {decision['why']})\n"
+    if entry["waiting"]:
+        text += f"  waits for a decision on #{entry['waiting'].get('seq')}: {entry['waiting'].get('question')}\n"
+    return text
 
 
 ONBOARD = """\
@@ -327,6 +406,8 @@ This repository tracks its work with gitwork: items, leases and conversations on
 `refs/gitwork/state`. At the start of every session, and after any context reset, run `gw prime`
 and follow what it prints (who you are, the claim/renew/done loop, what you hold).
 
+- Identity: `export GW_AGENT=<a name for you>` first; without it each terminal is a new identity and
+  cannot act on leases taken from another one.
 - Find work: `gw claim --next` (exit 3: nothing ready; 75: lost a race, retry). Why not ready: `gw blocked`.
 - Keep the lease: `gw renew ID`; pass `--fence N` (or GW_FENCE) on every write; exit 7 means stop.
 - Talk: `gw inbox`, `gw msg ID "..."`, `gw ask ID "..." -o A -o B` for a person's decision.
@@ -377,30 +458,20 @@ def _snippet(text: str, at: int, width: int = 60) -> str:
     return ("..." if start else "") + piece + ("..." if start + width < len(text) else "")
 
 
-def search(wp: Any, text: str, statuses: list[str] | None = None, include_closed: bool = False) -> list[dict[str, Any]]:
-    """Items whose title, description, criteria, decisions or thread contain ``text`` (case-insensitive),
-    best first, each with where it matched (field and a snippet).
+def search(wp: Any, ctx: Any, text: str, ids: list[str]) -> dict[str, list[dict[str, str]]]:
+    """Of ``ids``, those whose title, description, criteria, decisions or thread contain ``text``
+    (case-insensitive), each with where it matched (field and a snippet), in the order given.
 
-    Like ``gw list``: open and active items unless ``include_closed`` or ``statuses``. Reads each
-    candidate item and its thread, so it costs a read per item (the summary rows hold no text).
+    The listing filters (``gw list``'s) pick the candidates; this reads each candidate item and its
+    thread, so it costs a read per item (the summary rows hold no text).
     """
     from .errors import Invalid
-    from .model import CLOSED, STATUSES
 
     needle = text.casefold()
     if not needle.strip():
         raise Invalid("search for what? the text is empty")
-    unknown = [s for s in statuses or () if s not in STATUSES]
-    if unknown:
-        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
-    ctx, rows, order = _rows(wp)
-    out = []
-    for item_id in order:
-        status = rows[item_id]["status"]
-        if statuses and status not in statuses:
-            continue
-        if not statuses and not include_closed and status in CLOSED:
-            continue
+    out: dict[str, list[dict[str, str]]] = {}
+    for item_id in ids:
         item = ctx.item(item_id)
         fields: list[tuple[str, str]] = [("title", item.title), ("description", item.description or "")]
         fields += [(f"criterion {n}", str(c.get("text", ""))) for n, c in enumerate(item.criteria, 1)]
@@ -413,7 +484,7 @@ def search(wp: Any, text: str, statuses: list[str] | None = None, include_closed
             if at >= 0:
                 matches.append({"field": field, "text": _snippet(value, at)})
         if matches:
-            out.append({"item": item_id, "title": item.title, "status": status, "matches": matches})
+            out[item_id] = matches
     return out
 
 

@@ -10,8 +10,9 @@ engine answers :class:`Forbidden`: a revoke or decide by the wrong role, an ask 
 not hold the item, an agent acting on an item it does not hold. Other refusals are left to the other
 checks (a replayed command may be refused for reasons that are ``gw sync``'s to report).
 
-What it cannot do is know who really pushed: the command's ``as`` is what the client wrote. An
-authenticating face (the REST server, later) closes that gap; see docs/leases.md, "Roles".
+What it cannot do is know who really pushed: the command's ``as`` is what the client wrote, unless
+the arbiter requires signed state commits (``signing: ssh``: ``hookcheck.check_signatures`` binds
+``as`` to a key first; docs/security.md); see docs/leases.md, "Roles".
 """
 
 from __future__ import annotations

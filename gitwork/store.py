@@ -170,6 +170,12 @@ class Store:
     def close(self) -> None:
         self.cat.close()
 
+    def forget(self) -> None:
+        """Drop the trees and blobs read so far. A short-lived ``gw`` never needs to; a long-lived
+        process (``gw mcp``) calls it between commands, or every commit it ever read stays in memory."""
+        self._trees.clear()
+        self._blobs.clear()
+
     # --- reading ------------------------------------------------------------------------------
 
     def _reads_loose(self) -> bool:
@@ -290,7 +296,12 @@ class Store:
         tree = self._build(base.root, split) or self.writer.write_tree({})
         signature = f"{identity} {when} +0000"
         parents = [base.commit] if base.commit else []
-        return self.writer.write("commit", format_commit(tree, parents, signature, signature, message))
+        body = format_commit(tree, parents, signature, signature, message)
+        if self.repo.settings.signing == "ssh":  # docs/security.md: one ssh-keygen per commit
+            from .sshsig import sign_commit
+
+            body = sign_commit(body, self.repo.git_config.get("gitwork.signingkey"))
+        return self.writer.write("commit", body)
 
     def set_if_equals(self, old: str | None, new: str) -> bool:
         """Move the ref from ``old`` to ``new``; ``False`` if another writer moved it first."""

@@ -124,14 +124,22 @@ def test_dep_tree_of_an_unknown_item_is_not_found(plane: Path) -> None:
     assert tip(plane) == before
 
 
-def test_stale_lists_expired_and_long_held_leases(plane: Path) -> None:
-    at = {"GW_NOW": "2030-01-01T12:00:00Z"}
+AT = {"GW_NOW": "2030-01-01T12:00:00Z"}
+
+
+def two_leases(plane: Path) -> tuple[str, str]:
+    """Items "short" (a 10-minute lease from AT), "long" (3 hours) and "free" (none): short and long."""
     short = new(plane, "short")
     long = new(plane, "long")
     new(plane, "free")
-    gw_ok(plane, "claim", short, "--ttl", "10m", env=at)
-    gw_ok(plane, "claim", long, "--ttl", "3h", env=at)
-    assert gw_json(plane, "stale", env=at) == []
+    gw_ok(plane, "claim", short, "--ttl", "10m", env=AT)
+    gw_ok(plane, "claim", long, "--ttl", "3h", env=AT)
+    return short, long
+
+
+def test_stale_lists_expired_and_long_held_leases(plane: Path) -> None:
+    short, long = two_leases(plane)
+    assert gw_json(plane, "stale", env=AT) == []
     # 30 minutes on: short expired (and takeable past the margin); long held for 30m only.
     later = {"GW_NOW": "2030-01-01T12:30:00Z"}
     [expired] = gw_json(plane, "stale", env=later)  # type: ignore[misc]
@@ -171,15 +179,24 @@ def test_summary_counts(plane: Path) -> None:
 def test_prime_names_the_identity_the_loop_and_what_is_held(plane: Path) -> None:
     item = new(plane, "the task", "-c", "tests pass")
     text = gw_ok(plane, "prime")
-    for words in ("You are `alice`", "gw claim --next", "Exit 3", "--fence", "gw renew", "gw msg", "gw ack",
-                  "gw done", "Nothing: start with `gw claim --next`"):
+    for words in ("You are `alice`", "gw claim --next", "Exit 3", "--fence", "GW_FENCE", "gw renew", "gw msg",
+                  "--reply-to", "gw ack", "gw inbox", "gw ask", "gw session start", "gw session commit", "gw done",
+                  "gw session drop", "gw handoff", "| 7 |", "| 75 |", "| 12 |", "gw retry",
+                  "Nothing: start with `gw claim --next`"):
         assert words in text, words
-    assert 1000 < len(text) < 8000  # about 1-2k tokens at most
+    assert "the default" not in text, "alice was named: not the default identity"
+    assert 4000 < len(text) < 8000, "about 1-2k tokens (4 characters a token)"
+    default = json.loads(run_gw(plane, "prime", "--json").stdout)
+    assert "a new terminal or agent process is a new identity" in default["text"]
     claimed = gw_json(plane, "claim", item)
     text = gw_ok(plane, "prime")
     assert f"- {item} the task (fence {claimed['fence']}" in text and "[ ] 1. tests pass" in text  # type: ignore[index]
+    gw_ok(plane, "decision", item, "use tomllib", "--why", "standard library")
+    gw_ok(plane, "msg", item, "how is it going?", "--kind", "question", "--to", "alice", env={"GW_AGENT": "bob"})
     doc = gw_json(plane, "prime")
     assert doc["item"] == item and doc["identity"] == "alice"  # type: ignore[index]
+    assert "decided: use tomllib (why: standard library)" in doc["text"]  # type: ignore[index]
+    assert doc["inbox"] == {"unread": 1, "unanswered": 0} and "1 unread" in doc["text"]  # type: ignore[index]
     assert doc["holding"][0]["criteria"] == [{"text": "tests pass", "done": False}]  # type: ignore[index]
     # an open session of the held item is named, with how to finish it
     git(plane, "-c", "user.name=P", "-c", "user.email=p@example.com", "commit", "-q", "--allow-empty", "-m", "start")
@@ -249,14 +266,17 @@ def test_completion_scripts_and_item_ids(plane: Path) -> None:
     assert gw_bin.exists()
     program = ('eval "$(gw completion bash)"; COMP_WORDS=(gw sho); COMP_CWORD=1; _gw_completion gw; '
                'echo "${COMPREPLY[*]}"; COMP_WORDS=(gw show w-); COMP_CWORD=2; _gw_completion gw; '
-               'echo "${COMPREPLY[*]}"')
+               'echo "${COMPREPLY[*]}"; '
+               # from another directory, with git's -C before the verb
+               f'cd /; COMP_WORDS=(gw -C {plane} show w-); COMP_CWORD=4; _gw_completion gw; echo "${{COMPREPLY[*]}}"')
     import subprocess
 
     env = {**os.environ, **ALICE, "PATH": f"{gw_bin.parent}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run([bash, "-c", program], cwd=plane, capture_output=True, text=True, env=env, timeout=60)
-    verbs, ids = done.stdout.splitlines()
+    verbs, ids, elsewhere = done.stdout.splitlines()
     assert verbs.split() == ["show"]
     assert ids.split() == [item], "open items only, full ids"
+    assert elsewhere.split() == [item], "gw -C DIR show <TAB> completes DIR's ids"
 
 
 # --- text from stdin, a file or an editor (point 6) ------------------------------------------------
@@ -444,8 +464,8 @@ def test_search_titles_descriptions_criteria_decisions_and_threads(plane: Path) 
     assert "message #1: what about TOML?" in text
     empty = run_gw(plane, "search", "  ", env=ALICE)
     assert empty.returncode == 5 and empty.stdout == ""
-    bad = run_gw(plane, "search", "x", "-s", "expired", env=ALICE)
-    assert bad.returncode == 5 and "unknown status" in bad.stderr
+    bad = run_gw(plane, "search", "x", "-s", "finished", env=ALICE)
+    assert bad.returncode == 5 and "unknown status" in bad.stderr and "expired" in bad.stderr
 
 
 def test_ready_explain_says_why_each_open_item_is_not_ready(plane: Path) -> None:
@@ -473,3 +493,217 @@ def test_field_selection_with_several_ids_keeps_errors_whole(plane: Path) -> Non
     ok, error = json.loads(done.stdout)
     assert ok == {"ok": True, "item": a, "status": "cancelled"}
     assert error["ok"] is False and error["error"] == "not-found" and error["argument"] == "w-0000000000000000"
+
+
+# --- several ids on release and edit (point 8), through the fast path for release ------------------
+
+
+def test_release_and_edit_take_several_ids(plane: Path) -> None:
+    a, b, c = new(plane, "a"), new(plane, "b"), new(plane, "c")
+    for item in (a, b):
+        gw_ok(plane, "claim", item)
+    released = run_gw(plane, "release", a, "w-0000000000000000", b, "--json", env=ALICE)  # a real process
+    assert released.returncode == 3, "the first failure's exit code"
+    assert [r["ok"] for r in json.loads(released.stdout)] == [True, False, True]
+    assert {r["item"] for r in gw_json(plane, "ready")} == {a, b, c}  # type: ignore[union-attr]
+    gw_ok(plane, "edit", a, b, "--add-label", "ui", "--add-label", "web", "-p", "1")
+    rows = {r["item"]: r for r in gw_json(plane, "list")}  # type: ignore[union-attr]
+    assert rows[a]["labels"] == rows[b]["labels"] == ["ui", "web"] and rows[c]["labels"] == []
+    assert rows[a]["priority"] == rows[b]["priority"] == 1 and rows[c]["priority"] == 2
+    before = tip(plane)
+    several = run_gw(plane, "edit", a, b, "-e", env={**ALICE, "VISUAL": "true"})
+    assert several.returncode == 2 and len(several.stderr.splitlines()) == 1 and tip(plane) == before
+
+
+# --- expired leases are visible (point 2) ---------------------------------------------------------
+
+
+def test_list_and_ready_show_an_expired_lease_as_expired(plane: Path) -> None:
+    lapsed, live = two_leases(plane)
+    later = {"GW_NOW": "2030-01-01T12:30:00Z"}
+    rows = {r["item"]: r for r in gw_json(plane, "list", env=later)}  # type: ignore[union-attr]
+    assert rows[lapsed]["expired"] is True and rows[live]["expired"] is False
+    text = {line.split("\t")[-1]: line.split("\t") for line in gw_ok(plane, "list", env=later).splitlines()}
+    assert text["short"][1:4] == ["expired", "2", "alice"], "not in_progress alice"
+    assert text["long"][1] == "in_progress"
+    ready = {line.split("\t")[-1]: line.split("\t")[1] for line in gw_ok(plane, "ready", env=later).splitlines()}
+    assert ready == {"short": "expired", "free": "open"}
+    # -s expired lists exactly the leases past their expiry; it may be combined with a real status
+    assert [r["item"] for r in gw_json(plane, "list", "-s", "expired", env=later)] == [lapsed]  # type: ignore[union-attr]
+    assert gw_json(plane, "list", "-s", "expired", env=AT) == []
+    both = gw_json(plane, "list", "-s", "open", "-s", "expired", env=later)
+    assert {r["title"] for r in both} == {"short", "free"}  # type: ignore[union-attr]
+
+
+def test_an_unknown_status_is_refused_naming_the_known_ones(plane: Path) -> None:
+    new(plane, "a")
+    for verb in ("list", "search"):
+        args = [verb, *(["a"] if verb == "search" else []), "-s", "stale"]
+        done = run_gw(plane, *args, env=ALICE)
+        assert done.returncode == 5 and done.stdout == "", verb
+        assert "unknown status 'stale'" in done.stderr and "expired" in done.stderr and "in_progress" in done.stderr
+
+
+# --- list --text and search with the list filters (point 4) ---------------------------------------
+
+
+def test_list_text_and_search_take_the_list_filters(plane: Path) -> None:
+    ui = new(plane, "Toml in the UI", "-l", "ui", "-p", "1")
+    api = new(plane, "api", "-d", "parses toml", "-l", "api", "-p", "2")  # ui first: a better priority
+    new(plane, "unrelated", "-l", "ui")
+    gw_ok(plane, "claim", api, env={"GW_AGENT": "bob"})
+    assert [r["item"] for r in gw_json(plane, "list", "--text", "TOML")] == [ui, api]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "list", "--text", "toml", "-l", "ui")] == [ui]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "search", "toml", "--holder", "bob")] == [api]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "search", "toml", "-p", "1")] == [ui]  # type: ignore[union-attr]
+    rows = gw_json(plane, "list", "--text", "toml")
+    assert rows[1]["matches"] == [{"field": "description", "text": "parses toml"}]  # type: ignore[index]
+    cut = run_gw(plane, "search", "toml", "-n", "1", "--json", env=ALICE)
+    assert cut.returncode == 0 and [r["item"] for r in json.loads(cut.stdout)] == [ui]
+    assert "more match" in cut.stderr, "a cut listing says so"
+    assert "unrelated" not in gw_ok(plane, "list", "--text", "toml")
+    empty = run_gw(plane, "list", "--text", " ", env=ALICE)
+    assert empty.returncode == 5 and empty.stdout == ""
+
+
+# --- done and cancel --offline, replayed by gw sync (issue 8's leftover) ---------------------------
+
+
+def test_done_and_cancel_offline_are_tentative_until_sync(machine_a: Path, remote: Path) -> None:
+    a = machine_a
+    finish, drop = new(a, "finish"), new(a, "drop")
+    gw_ok(a, "claim", finish)
+    gw_ok(a, "sync")
+    published = tip(remote)
+    done = gw_json(a, "done", finish, "--offline")
+    cancelled = gw_json(a, "cancel", drop, "--offline")
+    assert tip(remote) == published, "the arbiter was not asked"
+    pending = [p["command_id"] for p in gw_json(a, "status")["pending"]]  # type: ignore[index]
+    assert pending == [done["command_id"], cancelled["command_id"]]  # type: ignore[index]
+    report = gw_json(a, "sync")
+    assert report["refused"] == [] and tip(remote) == tip(a)  # type: ignore[index]
+    statuses = {r["item"]: r["status"] for r in gw_json(a, "list", "--all")}  # type: ignore[union-attr]
+    assert statuses == {finish: "done", drop: "cancelled"}
+
+
+# --- a pager on a terminal, by git's rules (point 9) ----------------------------------------------
+
+
+def on_a_terminal(repo: Path, *args: str, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``gw`` with stdout on a pseudo-terminal (what a person sees); returns its exit code and screen."""
+    import os
+    import subprocess
+
+    from conftest import gw_cmd
+
+    controller, terminal = os.openpty()
+    full = {key: value for key, value in os.environ.items() if key not in ("PAGER", "LESS", "LV")}
+    try:
+        done = subprocess.run(gw_cmd(*args), cwd=repo, stdout=terminal, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL, env={**full, **ALICE, "COLUMNS": "100", **env}, timeout=60)
+    finally:
+        os.close(terminal)
+    screen = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the terminal's other end is closed and drained
+            break
+        if not chunk:
+            break
+        screen += chunk
+    os.close(controller)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, screen.decode()
+
+
+def test_a_pager_on_a_terminal_by_gits_rules(plane: Path, tmp_path: Path) -> None:
+    first = new(plane, "first item")
+    paged, seen = tmp_path / "paged", tmp_path / "less"
+    into = f'echo "$LESS $LV" > {seen}; cat > {paged}'
+    code, screen = on_a_terminal(plane, "list", env={"GIT_PAGER": into})
+    assert code == 0 and "first item" in paged.read_text() and "first item" not in screen
+    assert seen.read_text().split() == ["FRX", "-c"], "git's defaults for less"
+    paged.unlink()
+    on_a_terminal(plane, "list", env={"GIT_PAGER": into, "LESS": "S"})
+    assert seen.read_text().split() == ["S", "-c"], "a LESS of one's own is kept"
+    # --no-pager (before the verb, as in git), a piped stdout, a mutation, GIT_PAGER=cat: no pager
+    paged.unlink()
+    for off in ("--no-pager", "-P"):
+        code, screen = on_a_terminal(plane, off, "list", env={"GIT_PAGER": into})
+        assert code == 0 and "first item" in screen and not paged.exists()
+    piped = run_gw(plane, "list", env={**ALICE, "GIT_PAGER": into})
+    assert "first item" in piped.stdout and not paged.exists()
+    code, screen = on_a_terminal(plane, "new", "second", env={"GIT_PAGER": into})
+    assert code == 0 and screen.startswith("w-") and not paged.exists()
+    code, screen = on_a_terminal(plane, "list", env={"GIT_PAGER": "cat", "PAGER": into})
+    assert "first item" in screen and not paged.exists()
+    # core.pager comes before PAGER, and PAGER before the default
+    git(plane, "config", "core.pager", f"cat > {paged}")
+    on_a_terminal(plane, "list", env={"PAGER": f"cat > {tmp_path / 'other'}"})
+    assert "second" in paged.read_text() and not (tmp_path / "other").exists()
+    git(plane, "config", "--unset", "core.pager")
+    on_a_terminal(plane, "list", env={"PAGER": f"cat > {tmp_path / 'other'}"})
+    assert "second" in (tmp_path / "other").read_text()
+    # a person who quits the pager early: exit 0, nothing printed after it, no traceback
+    for n in range(3):
+        gw_ok(plane, "msg", first, f"message {n} " + "x" * 30000)  # past a pipe's 64 KiB
+    code, screen = on_a_terminal(plane, "thread", first, env={"GIT_PAGER": "head -c 10 >/dev/null"})
+    assert code == 0 and screen == ""
+
+
+# --- --jq EXPR (point 7) --------------------------------------------------------------------------
+
+
+def test_jq_filters_the_json_output(plane: Path) -> None:
+    a = new(plane, "alpha", "-l", "ui", "-p", "1")
+    new(plane, "beta")
+    assert gw_ok(plane, "list", "--jq", ".[].title").splitlines() == ["alpha", "beta"], "strings raw"
+    assert gw_ok(plane, "--jq=.[] | select(.labels == [\"ui\"]) | {item, priority}", "list").splitlines() == [
+        json.dumps({"item": a, "priority": 1})], "objects compact, one a line; --jq before the verb too"
+    assert gw_ok(plane, "show", a, "--jq", ".criteria | length") == "0\n"
+    before = tip(plane)
+    bad = run_gw(plane, "new", "gamma", "--jq", ".[", env=ALICE)
+    assert bad.returncode == 2 and json.loads(bad.stdout)["error"] == "usage" and len(bad.stderr.splitlines()) == 1
+    assert tip(plane) == before, "a malformed expression is refused before the command runs"
+    wrong = run_gw(plane, "list", "--jq", ".title", env=ALICE)
+    assert wrong.returncode == 5 and wrong.stdout == "" and "Cannot index array" in wrong.stderr
+    missing = run_gw(plane, "show", "w-0000000000000000", "--jq", ".title", env=ALICE)
+    assert missing.returncode == 3 and json.loads(missing.stdout)["error"] == "not-found", "an error as it is"
+    follow = run_gw(plane, "thread", a, "--follow", "--jq", ".", env=ALICE)
+    assert follow.returncode == 2 and "--follow" in follow.stderr
+
+
+# --- small truths: who you are now (point 10) -----------------------------------------------------
+
+
+def test_not_the_holder_names_who_you_are_and_how_to_be_the_holder(plane: Path) -> None:
+    item = new(plane, "held")
+    gw_ok(plane, "claim", item)
+    before = tip(plane)
+    fresh = run_gw(plane, "release", item)  # a new terminal: GW_AGENT unset, the default identity
+    assert fresh.returncode == 7 and len(fresh.stderr.splitlines()) == 1
+    assert "held by alice" in fresh.stderr and "(you are " in fresh.stderr
+    assert "export GW_AGENT=alice" in fresh.stderr, "says how to act as the holder"
+    named = run_gw(plane, "release", item, env={"GW_AGENT": "bob"})
+    assert named.returncode == 7 and "(you are bob)" in named.stderr and "GW_AGENT" not in named.stderr
+    assert tip(plane) == before
+
+
+# --- --label is all of them, --label-any is any of them (point 5) ----------------------------------
+
+
+def test_labels_and_or(plane: Path) -> None:
+    ui = new(plane, "ui", "-l", "ui", "-l", "web", "-p", "1")
+    api = new(plane, "api", "-l", "api", "-p", "2")
+    new(plane, "docs", "-l", "docs", "-p", "3")
+    assert [r["item"] for r in gw_json(plane, "list", "--label-any", "ui", "--label-any", "api")] == [ui, api]  # type: ignore[union-attr]
+    assert [r["item"] for r in gw_json(plane, "ready", "--label", "ui", "--label", "web")] == [ui]  # type: ignore[union-attr]
+    assert gw_json(plane, "ready", "--label", "ui", "--label", "api") == [], "--label repeated: all of them"
+    both = gw_json(plane, "search", "i", "--label-any", "api", "--label-any", "web", "--label", "web")
+    assert [r["item"] for r in both] == [ui]  # type: ignore[union-attr]
+    claimed = gw_json(plane, "claim", "--next", "--label-any", "docs", "--label-any", "api")
+    assert claimed["item"] == api  # type: ignore[index]
+    before = tip(plane)
+    alone = run_gw(plane, "claim", ui, "--label-any", "ui", env=ALICE)
+    assert alone.returncode == 5 and "--label-any" in alone.stderr and tip(plane) == before

@@ -81,7 +81,7 @@ def test_fast_table_covers_every_option_of_every_fast_verb() -> None:
         spellings: dict[str, tuple[str, str]] = {}
         for param in command.params:
             if param.param_type_name == "argument":
-                assert (param.name, bool(param.required)) in positionals, (verb, param.name)
+                assert (param.name, bool(param.required), param.nargs == -1) in positionals, (verb, param.name)
                 continue
             kind = ("flag" if param.is_flag else "multi" if param.multiple else
                     {"int": "int", "float": "float"}.get(param.type.name, "value"))
@@ -96,11 +96,14 @@ def test_fast_table_covers_every_option_of_every_fast_verb() -> None:
 def _exhaustive_cases() -> list[list[str]]:
     cases: list[list[str]] = []
     for verb, (_target, positionals, options, _defaults, _envvars) in VERBS.items():
-        required = [f"{name}-x" for name, needed in positionals if needed]
-        every = [f"{name}-x" for name, _needed in positionals]
+        required = [f"{name}-x" for name, needed, _many in positionals if needed]
+        every = [f"{name}-x" for name, _needed, _many in positionals]
         cases.append([verb, *required])
         if every != required:
             cases.append([verb, *every])
+        if positionals and positionals[-1][2]:  # several words for the last: a list, options between them
+            cases.append([verb, *every, "more-1", "more-2"])
+            cases.append([verb, *every, "--json", "more-1", "--", "-more-2"])
         for spelling, (_keyword, kind) in options.items():
             if kind == "flag":
                 cases.append([verb, *required, spelling])
@@ -135,6 +138,7 @@ SAMPLES = [
     ["thread", "w-3fa9", "--since", "10", "--follow", "--timeout", "1.5", "--poll", "0.1", "--json"],
     ["list", "--status", "open", "-s", "blocked", "-l", "ui", "--label", "api", "--holder", "bob"],
     ["log", "-n", "0", "--json", "-C", "/tmp"],
+    ["release", "w-1", "w-2", "--fence", "3", "w-3", "--offline"],
 ]
 
 
@@ -145,7 +149,7 @@ def test_fast_path_matches_typer_on_whole_command_lines(argv: list[str], monkeyp
 
 @pytest.mark.parametrize("argv", [
     ["claim", "--help"], ["claim", "--bogus"], ["renew"], ["renew", "w-1", "--fence", "x"],
-    ["claim", "--ttl"], ["claim", "--ttl", "--json"], ["release", "a", "b"], ["list", "x"], ["ready", "-n", "y"],
+    ["claim", "--ttl"], ["claim", "--ttl", "--json"], ["release"], ["release", "--json"], ["list", "x"], ["ready", "-n", "y"],
     ["msg", "w-1"], ["ack", "w-1", "3", "4"], ["thread", "w-1", "--since", "x"], ["inbox", "extra"],
     ["msg", "w-1", "x", "--kind"], ["inbox", "--help"], ["show"], ["show", "a", "b"], ["history", "-h"],
     ["log", "-n", "x"], ["log", "-n=5"], ["status", "x"], ["claim", "--json=1"], ["ready", "-n5"],
@@ -178,7 +182,8 @@ def test_the_fast_path_imports_no_typer_click_rich_inspect_or_typing(tmp_path: A
     script = (
         "import json, sys\nfrom gitwork.cli.main import main\n"
         "codes = [main([*argv, '-C', sys.argv[1], '--json']) for argv in json.loads(sys.argv[2])]\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', 'inspect', 'typing'))\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich', 'inspect', 'typing',\n"
+        "               'mcp', 'mcp_types', 'pydantic', 'anyio') or m.startswith('gitwork.mcp'))\n"
         "print(codes, heavy)\n"
     )
     result = subprocess.run([sys.executable, "-c", script, str(tmp_path), json.dumps(argvs)], capture_output=True,

@@ -90,10 +90,44 @@ CASES: dict[str, tuple[list[str], str]] = {
     "cache status": ([], "object"),
     "cache rebuild": ([], "object"),
     "cache drop": ([], "object"),
+    "mcp": (["--tools"], "object"),  # serving speaks MCP on stdio (tests/test_mcp.py); --tools prints the list
+    # multi-step sessions: the rules and items come from STEPS_SETUP below
+    "session create": (["{steps_item}", "--chain", "one"], "object"),
+    "session status": (["{steps}"], "object"),
+    "step next": (["{steps}"], "object"),
+    "step block": (["{steps}", "step-1/parallel-1", "--reason", "stuck"], "object"),
+    "step resume": (["{steps}"], "object"),
+    "step wait": (["{steps}", "step-2/parallel-1", "--timeout", "0"], "object"),
+    "step submit": (["{steps}", "step-2/parallel-1"], "object"),
+    "session stop": (["{steps}"], "object"),
+    "session done": (["{steps}", "--route", "user"], "object"),
     "serve token add": (["alice", "--role", "person"], "object"),
     "serve token list": ([], "array"),
     "serve token revoke": (["alice"], "object"),
 }
+STEPS_RULES = "sessions:\n  steps: {solo: {operator: user}}\n  chains: {one: [solo]}\n"
+
+
+def steps_setup(path: str, doc: dict[str, Any], project: Path, found: dict[str, str],
+                capsys: pytest.CaptureFixture[str]) -> None:
+    """The multi-step cases: rules and an item first; a person's responses between the verbs."""
+    def respond(folder: str, key: str) -> None:
+        (Path(folder) / key / "response" / "response.json").write_text('{"status": "done", "fields": {}}')
+
+    if path == "cache drop":
+        (project / ".workplane").write_text(STEPS_RULES)
+        found.update(steps_item=json.loads(gw_in_process(capsys, ["new", "steps", "-C", str(project), "--json"])[1])["item"])
+    elif path == "session create":
+        found.update(steps=doc["session"])
+    elif path == "step resume":
+        respond(doc["folder"], "step-2/parallel-1")
+    elif path == "session stop":  # a second session, finished, for `session done`
+        item = json.loads(gw_in_process(capsys, ["new", "steps 2", "-C", str(project), "--json"])[1])["item"]
+        made = json.loads(gw_in_process(capsys, ["session", "create", item, "--chain", "one", "-C", str(project),
+                                                 "--json"])[1])
+        respond(made["folder"], "step-1/parallel-1")
+        assert gw_in_process(capsys, ["step", "submit", made["session"], "step-1/parallel-1", "-C", str(project)])[0] == 0
+        found.update(steps=made["session"])
 # Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
 SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]],
                "reopen": [["claim", A], ["session", "start", A]]}
@@ -173,7 +207,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     git(repo, "remote", "add", "origin", str(remote))
     monkeypatch.setenv("GW_AGENT", "alice")
     monkeypatch.setenv("GW_NO_AUTO_GC", "1")
-    monkeypatch.setattr("gitwork.ids.mint", iter([A, B, C, "w-d000000000000004", "w-e000000000000005"]).__next__)
+    monkeypatch.setattr("gitwork.ids.mint", iter([A, B, C, "w-d000000000000004", "w-e000000000000005",
+                                                       "w-f000000000000006", "w-a000000000000007"]).__next__)
     return repo
 
 
@@ -194,6 +229,7 @@ def test_every_command_prints_one_json_value_by_the_convention(project: Path, tm
         if path == "session start":
             found.update(session=doc["session"], worktree=doc["worktree"])
             (Path(doc["worktree"]) / "new.txt").write_text("new\n")
+        steps_setup(path, doc, project, found, capsys)
         if path == "sync":  # a command whose outcome was unknown (exit 12) waits for `gw retry`
             from gitwork.sync import remember_unknown
             from gitwork.workplane import Workplane

@@ -50,7 +50,9 @@ def test_the_ops_the_arbiter_decides_come_from_their_declarations() -> None:
     assert engine.declared("arbiter") == ARBITER_DECIDES
     assert engine.declared("roles") == ROLES_CHECKED
     assert engine.declared("internal") == {"session-start", "session-commit", "publish", "session-drop",
-                                           "exec-reserve", "exec-state"}
+                                           "exec-reserve", "exec-state", "session-create", "session-branch",
+                                           "session-submit", "session-resume", "session-end",
+                                           "delegation-sent", "delegation-received"}
     import gitwork.rolecheck
     import gitwork.sync
 

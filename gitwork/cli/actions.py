@@ -31,6 +31,8 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
     except Failed as failed:  # already reported (several ids: each one's outcome printed)
         return failed.code
     except GwError as error:
+        if wp is not None and wp.settings.agent is None:
+            _default_identity_hint(error)
         return output.fail(error, as_json)
     except KeyboardInterrupt:
         return 130
@@ -44,6 +46,16 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
         _name_left_out()
         if wp is not None:
             wp.close()
+
+
+def _default_identity_hint(error: GwError) -> None:
+    """A refusal naming who you are and someone else as the holder, while you run under the default
+    identity (``user@host/s<session>``): a new terminal is a new identity, so say how to be the holder."""
+    holder, who = error.details.get("holder"), error.details.get("who")
+    if holder and who and holder != who:
+        error.message += (f"; you run under the default identity, new in each terminal: if you are {holder}, "
+                          f"export GW_AGENT={holder} (or pass --as {holder})")
+        error.args = (error.message,)
 
 
 def _name_left_out() -> None:

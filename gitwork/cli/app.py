@@ -108,6 +108,10 @@ def main(
     """gitwork: work items, fenced leases and conversations kept on a git ref."""
 
 
+LabelAny = Annotated[Optional[list[str]], typer.Option("--label-any", help="Only items with at least one of these "
+                                                                          "labels (repeatable; with --label: both).")]
+
+
 DescriptionFile = Annotated[
     Optional[str], typer.Option("--description-file", help="Read the description from this file ('-': stdin).")
 ]
@@ -151,23 +155,28 @@ def show(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None)
 
 @verb(items.list_items, "list")
 def list_(
-    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
-    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label.")] = None,
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable; "
+                                                                               "expired: a lease past its expiry).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
+    text: Annotated[Optional[str], typer.Option("--text", help="Only items whose title, description, criteria, "
+                                                               "decisions or thread hold this (as gw search).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """List items, best first (open and active ones unless --all or --status)."""
+    """List items, best first (open and active ones unless --all or --status; -s expired: leases past their expiry)."""
 
 
 @verb(items.ready)
 def ready(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
@@ -179,7 +188,7 @@ def ready(
 
 @verb(items.edit)
 def edit(
-    item: ItemArg,
+    item: ItemsArg,
     title: Annotated[Optional[str], typer.Option("--title")] = None,
     description: Annotated[Optional[str], typer.Option("-d", "--description", help="'-' reads it from stdin.")] = None,
     description_file: DescriptionFile = None,
@@ -195,8 +204,8 @@ def edit(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Change an item's fields (the holder only, while it is leased). -e edits the title and description in your
-    editor."""
+    """Change items' fields (the holder only, while it is leased). -e edits the title and description in your
+    editor (one item). Several ids: one command each (e.g. --add-label on many); exit code of the first failure."""
 
 
 @verb(items.check)
@@ -226,7 +235,7 @@ def done(
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
-    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+    fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Mark items done; publishes your open session of each first, and releases your lease (several ids: one
     command each; exit code of the first failure)."""
@@ -235,7 +244,7 @@ def done(
 @verb(items.cancel)
 def cancel(
     item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
-    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+    fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Cancel items (several ids: one command each; exit code of the first failure)."""
 
@@ -281,10 +290,18 @@ def blocked(json: Json = False, agent: As = None, path: Repo = None) -> None:
 def search(
     text: Annotated[str, typer.Argument(help="Text to find (case-insensitive).", show_default=False)],
     status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
+    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
+    priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
+    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched."""
+    """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched (the filters of
+    gw list)."""
 
 
 dep_app = typer.Typer(help="Dependencies between items.", no_args_is_help=True)
@@ -357,6 +374,7 @@ def claim(
     item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
     next: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="With --next: only items with this label (repeatable: all of them).")] = None,
+    label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="With --next: only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="With --next: only items of this priority.")] = None,
     ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
@@ -371,9 +389,9 @@ def renew(item: ItemArg, ttl: Ttl = None, fence: Fence = None, offline: Offline 
 
 
 @verb(leases.release)
-def release(item: ItemArg, fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None,
+def release(item: ItemsArg, fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None,
             path: Repo = None) -> None:
-    """Give your lease up."""
+    """Give your leases up (several ids: one command each; exit code of the first failure)."""
 
 
 @verb(leases.takeover)
@@ -725,6 +743,179 @@ def context(item: ItemArg, json: Json = False, agent: As = None, path: Repo = No
     and how to renew, report, ask, hand off and finish."""
 
 
+# --- the MCP server (commands/mcp.py; issue 17) ------------------------------------------------------
+
+
+from .commands import mcp as mcp_server  # noqa: E402  (kept in this block; it imports nothing of the SDK)
+
+
+@verb(mcp_server.mcp, "mcp")
+def mcp(
+    tools: Annotated[bool, typer.Option("--tools", help="Print the tool list an agent is given, and its size; "
+                                                      "serve nothing.")] = False,
+    json: Json = False, agent: As = None,
+    path: Annotated[Optional[str], typer.Option("-C", "--repo", help="The repository to serve (default: here).")] = None,
+) -> None:
+    """Serve this work plane to an MCP client over stdio, as one identity (--as, GW_AGENT or the default):
+    tools for the agent loop (ready, claim, check, msg, done ...), resources gitwork://item/ID. See docs/mcp.md."""
+
+# --- delegation to peers (commands/delegation.py): these commands exist only when a peer is configured ---
+
+PEER_VERBS = frozenset(("delegate", "delegations", "delegation", "receipts"))
+Peer = Annotated[str, typer.Option("--to", help="The peer (git config gitwork.peer.<name>.*).", show_default=False)]
+RequestId = Annotated[Optional[str], typer.Option("--id", help="Request id (d-...): the same id again re-sends the same "
+                                                               "signed request, answered by its original receipt.")]
+DelegationArg = Annotated[str, typer.Argument(metavar="DELEGATION", help="The delegated start (gw delegations).",
+                                              show_default=False)]
+
+
+def peer_app() -> typer.Typer:
+    """The delegation commands, on an app of their own: ``run_app`` uses it only for a delegation verb in a
+    repository with a peer configured (``delegation.peers.configured_at``); without one the verbs are unknown."""
+    from .commands import delegation
+
+    peers = typer.Typer(name="gw", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        context_settings={"help_option_names": ["-h", "--help"]}, rich_markup_mode=None)
+    delegation_app = typer.Typer(help="A delegated start on a peer: observe it, cancel it.", no_args_is_help=True)
+    peers.add_typer(delegation_app, name="delegation")
+    receipts_app = typer.Typer(help="Signed delegation receipts on the state ref.", no_args_is_help=True)
+    peers.add_typer(receipts_app, name="receipts")
+
+    @verb(delegation.delegate, group=peers)
+    def delegate(
+        item: ItemArg, to: Peer,
+        plan: Annotated[bool, typer.Option("--plan", help="Only ask what would run there (dry).")] = False,
+        test: Annotated[bool, typer.Option("--test", help="Only ask whether it could run there (backend, repository, build).")] = False,
+        ttl: Ttl = None, request_id: RequestId = None, json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Delegate an item to a peer: a signed request; the peer reserves, leases and launches, and answers a signed
+        receipt, recorded here and there. --plan or --test only ask."""
+
+    @verb(delegation.delegations, group=peers)
+    def delegations(
+        item: Annotated[Optional[str], typer.Option("--item", help="Only this item's delegations.")] = None,
+        json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Delegations recorded on the state ref (sent and received), oldest first."""
+
+    @verb(delegation.observe, "observe", group=delegation_app)
+    def delegation_observe(delegation_id: DelegationArg, request_id: RequestId = None, json: Json = False,
+                           agent: As = None, path: Repo = None) -> None:
+        """Ask the peer how a delegated start is doing: state, exit, terminal capture, thread (a signed receipt)."""
+
+    @verb(delegation.cancel, "cancel", group=delegation_app)
+    def delegation_cancel(
+        delegation_id: DelegationArg,
+        reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded on the peer).")] = None,
+        request_id: RequestId = None, json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Ask the peer to stop a delegated start (a signed receipt)."""
+
+    @verb(delegation.receipts_verify, "verify", group=receipts_app)
+    def receipts_verify(
+        item: Annotated[Optional[str], typer.Argument(help="Only this item's delegations.", show_default=False)] = None,
+        json: Json = False, agent: As = None, path: Repo = None,
+    ) -> None:
+        """Check every stored delegation record: both signatures and the chain request -> receipt (exit 8 if one fails)."""
+
+    return peers
+
+
+def _peer_target(argv: list[str]) -> typer.Typer | None:
+    """``peer_app()`` for a delegation verb in a repository with a peer configured, else ``None``: one git config
+    read, and only when the verb is a delegation one."""
+    if not argv or argv[0] not in PEER_VERBS:
+        return None
+    from ..delegation.peers import configured_at
+
+    where = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-C"]
+    return peer_app() if configured_at(where[-1] if where else None) else None
+# --- multi-step sessions (commands/sessions.py; gitwork/sessions/steps.py, docs/sessions.md) ---------
+
+step_app = typer.Typer(help="The branches of a multi-step session: what is open, submitting, waiting, blocking, "
+                            "resuming.", no_args_is_help=True)
+app.add_typer(step_app, name="step")
+StepSession = Annotated[str, typer.Argument(help="Multi-step session id (gw session list shows them).",
+                                            show_default=False)]
+StepBranch = Annotated[str, typer.Argument(help="Branch key: step-N/parallel-M, or step-N/parallel-M/EXCHANGE.",
+                                           show_default=False)]
+
+
+@verb(sessions.create, "create", group=session_app)
+def session_create(
+    item: ItemArg,
+    chain: Annotated[str, typer.Option("--chain", help="The chain to run (sessions.chains in .workplane).")],
+    project: Annotated[Optional[str], typer.Option("--project", help="Project name in the session id (default: "
+                                                                     "the main worktree's folder name).")] = None,
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Create a multi-step session for an item: record its manifest, take the lease, write the first requests."""
+
+
+@verb(sessions.status, "status", group=session_app)
+def session_status(session: StepSession, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """A multi-step session as recorded: its manifest, branches and their status."""
+
+
+@verb(sessions.session_done, "done", group=session_app)
+def session_done(
+    session: StepSession,
+    route: Annotated[str, typer.Option("--route", help="publish (default: publish source steps, mark the item done, "
+                                                       "delete the folder), user or external (hand it on).")] = "publish",
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """End a finished multi-step session: record the audit, then publish or route it; releases the lease."""
+
+
+@verb(sessions.session_stop, "stop", group=session_app)
+def session_stop(
+    session: StepSession,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why it stops (recorded).")] = None,
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Stop a multi-step session unfinished: recorded, lease released, folder kept."""
+
+
+@verb(sessions.step_next, "next", group=step_app)
+def step_next(
+    session: StepSession,
+    launch: Annotated[bool, typer.Option("--launch", help="Start each open agent branch with gw run (once).")] = False,
+    backend: Annotated[str, typer.Option("--backend", help="gw run backend for --launch: subprocess or tmux.")] = "subprocess",
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Record what is due (next requests, exchanges, resumes) and list the open branches with their paths."""
+
+
+@verb(sessions.step_submit, "submit", group=step_app)
+def step_submit(session: StepSession, branch: StepBranch, fence: Fence = None, json: Json = False, agent: As = None,
+                path: Repo = None) -> None:
+    """Submit a branch's response/response.json through both gates and the operator's validator; advances."""
+
+
+@verb(sessions.step_wait, "wait", group=step_app)
+def step_wait(
+    session: StepSession, branch: StepBranch,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the response (exit 75 after).")] = 60.0,
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Wait (bounded) for a branch's operator to write its response, then submit it."""
+
+
+@verb(sessions.step_block, "block", group=step_app)
+def step_block(
+    session: StepSession, branch: StepBranch,
+    reason: Annotated[str, typer.Option("--reason", help="Why the branch is blocked (recorded).")],
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Block an open branch (a blocked response with the reason): the session waits for gw step resume."""
+
+
+@verb(sessions.step_resume, "resume", group=step_app)
+def step_resume(session: StepSession, fence: Fence = None, json: Json = False, agent: As = None,
+                path: Repo = None) -> None:
+    """Resume a blocked session: each blocked operator re-enters at step-(N+1) with resume set."""
+
+
 # --- gw serve: the REST API and the board (commands/serve.py; issue 14) -----------------------------
 
 serve_app = typer.Typer(help="The REST API (OpenAPI at /docs) and the web board over this repository; "
@@ -782,7 +973,7 @@ def run_app(argv: list[str]) -> int:
 
         completion_init()
     try:
-        result = app(args=argv, prog_name="gw", standalone_mode=False)
+        result = (_peer_target(argv) or app)(args=argv, prog_name="gw", standalone_mode=False)
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 1)

@@ -31,6 +31,10 @@ stdout holds exactly one JSON value; a single result is one object with `"ok": t
 (`list`, `ready`, `history`, `log`, `thread`, `session list`) one array of objects, an error one
 object with `"ok": false`; only `thread --follow --json` streams, as JSON lines (one message per
 line). An item is always named by its full id under the key `item`. Diagnostics go to stderr.
+
+Global options, as in git and gh (docs/everyday.md): `-C DIR` and `--json` also before the verb,
+`--json=FIELDS` selects fields, `--jq EXPR` filters the JSON, and listings on a terminal go through a
+pager (`GW_PAGER`, `GIT_PAGER`, `core.pager`, `PAGER`, `less`) unless `gw --no-pager` (`-P`).
 """
 
 
@@ -66,15 +70,29 @@ def render() -> str:
 
     from .app import app
 
+    from .app import peer_app
+
     root = typer.main.get_command(app)
     pages = _walk(root, _context(root, PROG, None))
+    peers = typer.main.get_command(peer_app())
+    # Only the commands: the peer app's own root page would repeat the main one.
+    peer_pages = _walk(peers, _context(peers, PROG, None))[1:]
     out = [_HEADER]
-    for path, _text in pages[1:]:
+    for path, _text in pages[1:] + peer_pages:
         out.append(f"- [`{path}`](#{_anchor(path)})")
     out.append("")
     for path, text in pages:
         out += [f"## {path}", "", "```text", text.rstrip(), "```", ""]
+    out += ["## Present only when a peer is configured", "", _PEERS, ""]
+    for path, text in peer_pages:
+        out += [f"## {path}", "", "```text", text.rstrip(), "```", ""]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+_PEERS = """\
+The delegation commands below exist only in a repository whose local git config names a peer
+(`git config gitwork.peer.<name>.url|key|allow`; see [security.md](security.md)). Without one,
+`gw delegate` and the others are unknown commands (exit 2), as if gitwork had none."""
 
 
 def main(argv: list[str] | None = None) -> int:

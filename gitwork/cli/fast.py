@@ -68,13 +68,8 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
         else:
             given.append(arg)
         index += 1
-    required = sum(1 for _name, needed in positionals if needed)
-    if not required <= len(given) <= len(positionals):
+    if not _place(positionals, given, kwargs):
         return None
-    for (name, _needed), value in zip(positionals, given):
-        kwargs[name] = value
-    for name, _needed in positionals[len(given) :]:
-        kwargs[name] = None
     for keyword, env in envvars.items():
         if kwargs[keyword] is None and os.environ.get(env):
             kind = next(k for word, k in options.values() if word == keyword)
@@ -83,6 +78,24 @@ def parse(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
             except ValueError:
                 return None
     return target, kwargs
+
+
+def _place(positionals: tuple[tuple[str, bool, bool], ...], given: list[str], kwargs: dict[str, Any]) -> bool:
+    """Hand the words to the positionals as click does; ``False`` when their number does not fit.
+
+    A ``many`` positional (the last, ``nargs=-1``) takes every remaining word as a list; absent, it is
+    None (typer's value for an empty variadic argument), and required, it needs one word at least.
+    """
+    required = sum(1 for _name, needed, _many in positionals if needed)
+    many = bool(positionals) and positionals[-1][2]
+    if len(given) < required or (len(given) > len(positionals) and not many):
+        return False
+    for index, (name, _needed, variadic) in enumerate(positionals):
+        if variadic:
+            kwargs[name] = given[index:] or None
+        else:
+            kwargs[name] = given[index] if index < len(given) else None
+    return True
 
 
 def run(argv: list[str]) -> int | None:

@@ -7,19 +7,23 @@ import sys
 
 # Sub-command groups: their verb is two words (`gw session start`), so options moved from before the
 # verb go after both words.
-GROUPS = frozenset(("session", "remote", "hooks", "dep"))
+GROUPS = frozenset(("session", "remote", "hooks", "dep", "delegation", "receipts"))
+NO_PAGER = frozenset(("--no-pager", "-P"))  # git's spellings
 
 
 def hoist(args: list[str]) -> list[str]:
     """git's habit: options before the verb, ``gw -C DIR --json VERB ...``, are moved after the verb,
     where every command declares them (``-C``, ``--json``). Several ``-C`` combine as in git
-    (``-C a -C b`` is ``a/b``). The verb's own ``-C`` after it, if any, still wins (the last one)."""
+    (``-C a -C b`` is ``a/b``). The verb's own ``-C`` after it, if any, still wins (the last one).
+    ``--no-pager``/``-P`` (git's global option, only before the verb) is taken out: see :func:`no_pager`."""
     directory: str | None = None
     flags: list[str] = []
     index = 0
     while index < len(args):
         arg = args[index]
-        if arg == "-C" and index + 1 < len(args):
+        if arg in NO_PAGER:
+            index += 1
+        elif arg == "-C" and index + 1 < len(args):
             directory = os.path.join(directory, args[index + 1]) if directory else args[index + 1]
             index += 2
         elif arg.startswith("-C") and len(arg) > 2:
@@ -32,10 +36,31 @@ def hoist(args: list[str]) -> list[str]:
             break
     rest = args[index:]
     if index == 0 or not rest or rest[0].startswith("-"):
-        return args  # nothing before the verb, or no verb: the parser reports it as usual
+        # nothing before the verb, or no verb: the parser reports it as usual
+        return [arg for arg in args[:index] if arg not in NO_PAGER] + rest
     moved = flags + (["-C", directory] if directory is not None else [])
     at = 2 if rest[0] in GROUPS and len(rest) > 1 and not rest[1].startswith("-") else 1
     return rest[:at] + moved + rest[at:]
+
+
+def no_pager(args: list[str]) -> bool:
+    """``gw --no-pager VERB`` (or ``-P``): git's global option, before the verb (among the other global
+    options)."""
+    for arg in args:
+        if arg in NO_PAGER:
+            return True
+        if not arg.startswith("-") or arg == "--":
+            return False
+    return False
+
+
+def directory(args: list[str]) -> str | None:
+    """The last ``-C DIR`` of a hoisted command line (where ``core.pager`` is read)."""
+    found = None
+    for index, arg in enumerate(args[:-1]):
+        if arg == "-C":
+            found = args[index + 1]
+    return found
 
 
 def json_fields(args: list[str]) -> list[str] | None:
@@ -58,6 +83,19 @@ def json_fields(args: list[str]) -> list[str] | None:
     return out
 
 
+def jq_option(args: list[str]) -> tuple[list[str], str | None]:
+    """gh's ``--jq EXPR`` (or ``--jq=EXPR``): the command line with ``--json`` in its place, and EXPR.
+    ``None`` for EXPR when there is no ``--jq``; a ``--jq`` without EXPR is left for the parser."""
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--jq" and index + 1 < len(args):
+            return args[:index] + ["--json"] + args[index + 2:], args[index + 1]
+        if arg.startswith("--jq="):
+            return args[:index] + ["--json"] + args[index + 1:], arg[len("--jq="):]
+    return args, None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--version"]:
@@ -68,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     printer = sys.modules.get("gitwork.cli.output")
     if printer is not None:  # called again in one process (tests): no field selection left over
         printer.FIELDS = None
+        printer.PAGED = 0
     if any(arg.startswith("--json=") for arg in args):
         args = json_fields(args)
         if args is None:
@@ -76,7 +115,48 @@ def main(argv: list[str] | None = None) -> int:
 
             return fail(UsageError("--json=FIELDS takes names separated by commas, e.g. --json=item,title,status"),
                         True)
+    args, expression = jq_option(args)
+    paging = not no_pager(args) and sys.stdout.isatty()
     args = hoist(args)
+    pager = None
+    if paging:  # a terminal: git's pager rules (cli/pager.py), imported only here
+        from . import output, pager as pagers
+
+        pager = pagers.start(args, directory(args))
+        if pager is not None:
+            output.PAGED = pager.width
+    try:
+        if expression is not None:
+            from .jq import run_filtered
+
+            return run_filtered(expression, args, _run)
+        return _run(args)
+    finally:
+        if pager is not None:
+            pager.finish()
+
+
+def hoist_completion() -> None:
+    """A shell completing ``gw -C DIR show w-<TAB>``: the words it hands typer (bash: ``COMP_WORDS``;
+    zsh, fish: ``_TYPER_COMPLETE_ARGS``) get the same hoisting as a command line, so the item ids come
+    from DIR. Only when the word being completed is not the verb itself (the count of words, and so
+    ``COMP_CWORD``, is unchanged by the reordering)."""
+    import shlex
+
+    for name in ("COMP_WORDS", "_TYPER_COMPLETE_ARGS"):
+        value = os.environ.get(name)
+        try:
+            words = shlex.split(value) if value else []
+        except ValueError:
+            continue
+        moved = hoist(words[1:])
+        if len(words) > 1 and moved != words[1:] and (value.endswith(" ") or moved[-1] == words[-1]):
+            os.environ[name] = shlex.join([words[0], *moved]) + (" " if value.endswith(" ") else "")
+
+
+def _run(args: list[str]) -> int:
+    if "_GW_COMPLETE" in os.environ:
+        hoist_completion()
     if "_GW_COMPLETE" not in os.environ:  # a shell asking for completions goes to typer
         from .fast import run
 

@@ -18,8 +18,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# Output goes into a pager on a terminal (cli/pager.py): laid out for the terminal, this wide (0: not
+# paged), colours kept (less -R).
+PAGED = 0
+
+
 def _tty() -> bool:
-    return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    return bool(PAGED) or (sys.stdout.isatty() and os.environ.get("TERM") != "dumb")
 
 
 # ``--json=FIELDS`` (parsed in main.py): keep only these keys of each printed object, in this order, a
@@ -84,7 +89,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str |
             view.add_column(header, overflow="fold")
         for row in rows:
             view.add_row(*("" if v is None else str(v) for v in row))
-        Console(no_color=bool(os.environ.get("NO_COLOR")) or None).print(view)
+        Console(no_color=bool(os.environ.get("NO_COLOR")) or None, force_terminal=bool(PAGED) or None,
+                width=PAGED or None).print(view)
         return
     for row in rows:
         line("\t".join("" if v is None else str(v) for v in row))

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ("items", "leases", "messages", "sessions", "executions")
+MODULES = ("items", "leases", "messages", "sessions", "executions", "delegations")
 OP_MODULES = {
     **dict.fromkeys(("init", "new", "edit", "check", "decision", "done", "cancel", "reopen"), "items"),
     **dict.fromkeys(("claim", "takeover", "renew", "release", "revoke", "handoff"), "leases"),
     **dict.fromkeys(("msg", "ack", "ask", "decide"), "messages"),
-    **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop"), "sessions"),
+    **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop", "session-create",
+                      "session-branch", "session-submit", "session-resume", "session-end"), "sessions"),
     **dict.fromkeys(("exec-reserve", "exec-state"), "executions"),
+    **dict.fromkeys(("delegation-sent", "delegation-received"), "delegations"),
 }
 
 

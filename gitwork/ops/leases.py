@@ -39,7 +39,7 @@ def _next(ctx: Context) -> str:
     if len(_TRIES) > 256:
         _TRIES.clear()
     rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
-                  owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
+                  labels_any=ctx.cmd.get("labels_any") or (), owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
                   limit=1 if tries == 1 else SPREAD, shorten=False).rows
     if not rows:
         raise NotFound("no ready item to claim")
@@ -115,7 +115,8 @@ def _claimable(ctx: Context, item_id: str) -> Lease | None:
 
 
 @op("claim", "acquire the lease on an item, or on the best ready item", arbiter=True,
-    item="item", next="bool", ttl="duration", labels="labels", owner="name", priority="priority")
+    item="item", next="bool", ttl="duration", labels="labels", labels_any="labels", owner="name",
+    priority="priority")
 def claim(ctx: Context) -> None:
     if ctx.cmd.get("next"):
         if "item" in ctx.cmd:
@@ -124,12 +125,12 @@ def claim(ctx: Context) -> None:
         # The document in the commit names what was actually claimed: a replay on another tip
         # (sync) claims that item again rather than whatever is best there.
         ctx.cmd["item"] = item_id
-        for key in ("next", "labels", "owner", "priority"):
+        for key in ("next", "labels", "labels_any", "owner", "priority"):
             ctx.cmd.pop(key, None)
         _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
         return
-    if any(key in ctx.cmd for key in ("labels", "owner", "priority")):
-        raise Invalid("--label, --owner and --priority choose among ready items: use them with --next")
+    if any(key in ctx.cmd for key in ("labels", "labels_any", "owner", "priority")):
+        raise Invalid("--label, --label-any, --owner and --priority choose among ready items: use them with --next")
     if "item" not in ctx.cmd:
         raise Invalid("claim needs an item id, or --next")
     item_id = ctx.target()

@@ -1,4 +1,5 @@
-"""Session ops on the state ref: session-start, session-commit, publish and session-drop (docs/sessions.md).
+"""Session ops on the state ref: session-start, session-commit, publish and session-drop (docs/sessions.md),
+and the lifecycle of a multi-step session: session-create, -branch, -submit, -resume and -end.
 
 The git side (worktree, branch, commit, merge, push) is done by ``gitwork.sessions`` and
 ``gitwork.publish``; these ops are the fenced record of it. Each is a holder action: a session is
@@ -17,7 +18,8 @@ from ..engine import Context, op
 from ..errors import Illegal, Invalid, Stale
 from ..model import TRANSITIONS, Lease
 from .common import end_lease
-from .session_records import open_sessions, refuse_open_sessions
+from .session_records import (MAX_MANIFEST_BYTES, branch_path, canonical, check_schema, load_json, manifest_path,
+                              open_sessions, recorded_manifest, refuse_open_sessions, sha256)
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -186,3 +188,210 @@ def session_drop(ctx: Context) -> None:
             session=session)
     ctx.outcome.result = {"item": item_id, "session": session, "commit": commit, "live": live,
                           "branch": "kept" if ctx.cmd.get("keep_branch") else "deleted"}
+
+
+# --- multi-step sessions (docs/sessions.md, "Multi-step sessions") -----------------------------------
+#
+# Each lifecycle transition is one of these ops, so one commit: the command document carries the new
+# manifest (and the request or response it records), the op checks that the transition is legal from
+# the manifest the previous transition recorded, validates everything against the shipped schemas,
+# and writes the manifest, the request or response and an event in the item's history. The procedure
+# (``gitwork/sessions/steps.py``) mirrors the recorded manifest into the session folder afterwards.
+
+_ENDED = ("done", "stopped")
+
+
+def _step_start(ctx: Context, *, create: bool = False) -> tuple[str, Lease, dict[str, Any] | None, dict[str, Any]]:
+    """Common checks: the holder's lease, the session id, the recorded and the new manifest."""
+    item_id = ctx.target()
+    lease = _holder(ctx, item_id)
+    session = _session(ctx)
+    previous = recorded_manifest(ctx, session)
+    if create and previous is not None:
+        raise Illegal(f"session {session} already exists on the record", session=session, taken=True)
+    if not create and previous is None:
+        raise Invalid(f"no session {session} on the record")
+    new = check_schema("state", load_json(ctx.cmd["manifest"], "the new state.json", MAX_MANIFEST_BYTES),
+                       "the new state.json")
+    if new["id"] != session or new["item"] != item_id:
+        raise Invalid(f"the manifest names session {new['id']} of {new['item']}, not {session} of {item_id}")
+    if previous is not None:
+        if previous["status"] in _ENDED:
+            raise Illegal(f"session {session} is {previous['status']}: it takes no more transitions", session=session)
+        for key, digest in previous["requests"].items():
+            if new["requests"].get(key) != digest:
+                raise Illegal(f"the request of {key} was recorded and may not change", session=session, branch=key)
+        if new["chain"][: len(previous["chain"])] != previous["chain"]:
+            raise Illegal("a session's chain only grows", session=session)
+        for field in ("id", "project", "item", "holder", "chainName", "plan", "startedAt"):
+            if new[field] != previous[field]:
+                raise Illegal(f"a session's {field} never changes", session=session)
+    return item_id, lease, previous, new
+
+
+def _changed_branches(previous: dict[str, Any], new: dict[str, Any], allowed: set[str]) -> None:
+    """Only the branches this transition is about may change status or response."""
+    for key in set(previous["branches"]) | set(new["branches"]):
+        if key in allowed:
+            continue
+        if previous["branches"].get(key) != new["branches"].get(key) or \
+                previous["responses"].get(key) != new["responses"].get(key):
+            raise Illegal(f"this transition may not change branch {key}", branch=key)
+
+
+def _save_manifest(ctx: Context, item_id: str, new: dict[str, Any], kind: str, key: str | None = None,
+                   **data: Any) -> None:
+    session = new["id"]
+    ctx.outcome.changes[manifest_path(session)] = canonical(new)
+    ctx.event(item_id, kind, session=session, branch=key, status=new["status"], **data)
+    ctx.outcome.result = {"item": item_id, "session": session, "branch": key, "status": new["status"],
+                          "manifest": new}
+
+
+@op("session-create", "record a multi-step session's manifest before its first operator starts", internal=True,
+    item="item!", session="short!", chain="short!", manifest="text!")
+def session_create(ctx: Context) -> None:
+    item_id, lease, _previous, new = _step_start(ctx, create=True)
+    if new["status"] != "running" or new["chain"] or new["requests"] or new["branches"] or new["current"] != 0:
+        raise Invalid("a new session is running and has no branches yet")
+    if new["chainName"] != ctx.cmd["chain"]:
+        raise Invalid(f"the manifest is for chain {new['chainName']}, not {ctx.cmd['chain']}")
+    if new["leases"].get(ctx.actor, {}).get("fence") != lease.fence:
+        raise Invalid("the manifest must name the lease its holder acts under")
+    _save_manifest(ctx, item_id, new, "session-create", chain=ctx.cmd["chain"], fence=lease.fence)
+    ctx.say(f"session-create {new['id']} on {item_id} ({ctx.cmd['chain']}) by {ctx.actor}", item_id,
+            fence=lease.fence, session=new["id"])
+
+
+@op("session-branch", "record a session branch with its request, hashed into the manifest", internal=True,
+    item="item!", session="short!", key="short!", manifest="text!", request="text!")
+def session_branch(ctx: Context) -> None:
+    item_id, lease, previous, new = _step_start(ctx)
+    assert previous is not None
+    key = ctx.cmd["key"]
+    exchange = key.count("/") == 2  # a nested exchange may open while another branch blocks the session
+    if previous["status"] != "running" and not (exchange and previous["status"] == "blocked"):
+        raise Illegal(f"session {new['id']} is {previous['status']}: resume it first", session=new["id"])
+    if key in previous["requests"]:
+        raise Illegal(f"branch {key} already exists", branch=key)
+    data = ctx.cmd["request"].encode("utf-8")
+    request = check_schema("request", load_json(data, f"the request of {key}"), f"the request of {key}")
+    if request["branch"] != key or request["session"] != new["id"] or request["item"] != item_id:
+        raise Invalid(f"the request names {request['branch']} of {request['session']}, not {key} of {new['id']}")
+    if new["requests"].get(key) != sha256(data):
+        raise Invalid(f"the manifest's hash of {key}'s request does not match the request")
+    if new["steps"].get(key) != request["operator"] or new["branches"].get(key, {}).get("status") != "open":
+        raise Invalid(f"the manifest must map {key} to its operator {request['operator']}, open")
+    if new["status"] != previous["status"] or new["resumes"] != previous["resumes"]:
+        raise Invalid("a new branch changes neither the session's status nor its resumes")
+    resume = request.get("resume")
+    if resume is not None and previous["steps"].get(resume) != request["operator"]:
+        raise Invalid(f"resume names {resume}, which the manifest records for "
+                      f"{previous['steps'].get(resume) or 'no operator'}, not {request['operator']}", branch=key)
+    _changed_branches(previous, new, {key})
+    ctx.outcome.changes[branch_path(new["id"], key, "request", "request.json")] = data
+    _save_manifest(ctx, item_id, new, "session-branch", key, operator=request["operator"], request=sha256(data))
+    ctx.say(f"session-branch {new['id']} {key} for {request['operator']}", item_id, fence=lease.fence,
+            session=new["id"])
+
+
+@op("session-submit", "record a branch's response after both gates passed", internal=True,
+    item="item!", session="short!", key="short!", manifest="text!", response="text!", files="texts")
+def session_submit(ctx: Context) -> None:
+    item_id, lease, previous, new = _step_start(ctx)
+    assert previous is not None
+    key = ctx.cmd["key"]
+    branch = previous["branches"].get(key)
+    if branch is None:
+        raise Invalid(f"no branch {key} in session {new['id']}")
+    if branch["status"] != "open":
+        raise Illegal(f"branch {key} is {branch['status']}, not open: it takes no response now", branch=key)
+    data = ctx.cmd["response"].encode("utf-8")
+    response = check_schema("response", load_json(data, f"the response of {key}"), f"the response of {key}")
+    if key.count("/") == 2 and response["status"] == "waiting":
+        raise Invalid(f"{key} is a nested exchange: it answers done or blocked, it does not wait again")
+    if new["branches"].get(key, {}).get("status") != response["status"]:
+        raise Invalid(f"the manifest must mark {key} {response['status']}")
+    if new["resumes"] != previous["resumes"] or new["chain"] != previous["chain"]:
+        raise Invalid("a response changes neither the resumes nor the chain")
+    if new["responses"].get(key) != sha256(data):
+        raise Invalid(f"the manifest's hash of {key}'s response does not match the response")
+    allowed = {key}
+    parent = key.rpartition("/")[0] if key.count("/") == 2 else None
+    if response["status"] == "blocked":
+        if new["status"] != "blocked":
+            raise Invalid("a blocked response blocks the session")
+        if parent:
+            allowed.add(parent)  # an exchange that blocks blocks the branch that waits on it
+            if new["branches"].get(parent, {}).get("status") != "blocked":
+                raise Invalid(f"a blocked exchange blocks {parent}")
+    elif new["status"] != previous["status"]:
+        raise Invalid("only a blocked response changes the session's status")
+    _changed_branches(previous, new, allowed)
+    ctx.outcome.changes[branch_path(new["id"], key, "response", "response.json")] = data
+    listing = "".join(f"{line}\n" for line in ctx.cmd.get("files") or [])
+    ctx.outcome.changes[branch_path(new["id"], key, "response", "files.sha256")] = listing.encode("utf-8")
+    _save_manifest(ctx, item_id, new, "session-submit", key, answer=response["status"], response=sha256(data))
+    ctx.say(f"session-submit {new['id']} {key}: {response['status']}", item_id, fence=lease.fence, session=new["id"])
+
+
+@op("session-resume", "record a blocked session re-entered, or a waiting branch resumed after its exchange",
+    internal=True, item="item!", session="short!", key="short", reason="block|wait!", manifest="text!")
+def session_resume(ctx: Context) -> None:
+    item_id, lease, previous, new = _step_start(ctx)
+    assert previous is not None
+    added = new["resumes"][len(previous["resumes"]):]
+    if new["resumes"][: len(previous["resumes"])] != previous["resumes"] or not added:
+        raise Invalid("a resume appends to resumes and keeps the earlier ones")
+    if any(entry["reason"] != ctx.cmd["reason"] for entry in added):
+        raise Invalid(f"every added resume must say {ctx.cmd['reason']}")
+    if ctx.cmd["reason"] == "block":
+        if previous["status"] != "blocked" or new["status"] != "running":
+            raise Illegal(f"session {new['id']} is {previous['status']}: only a blocked session is resumed",
+                          session=new["id"])
+        for entry in added:
+            if previous["branches"].get(entry["from"], {}).get("status") != "blocked":
+                raise Invalid(f"{entry['from']} is not blocked")
+        _changed_branches(previous, new, set())
+        key = None
+    else:
+        key = ctx.cmd.get("key")
+        if not key or previous["branches"].get(key, {}).get("status") != "waiting":
+            raise Illegal(f"branch {key} is not waiting", branch=key)
+        if len(added) != 1 or added[0]["branch"] != key or not added[0]["from"].startswith(key + "/") or \
+                previous["branches"].get(added[0]["from"], {}).get("status") != "done":
+            raise Invalid(f"{key} resumes after its nested exchange is done")
+        if new["branches"][key]["status"] != "open" or new["status"] != previous["status"]:
+            raise Invalid(f"a resumed {key} is open again")
+        _changed_branches(previous, new, {key})
+    _save_manifest(ctx, item_id, new, "session-resume", key, reason=ctx.cmd["reason"])
+    ctx.say(f"session-resume {new['id']} ({ctx.cmd['reason']})" + (f" {key}" if key else ""), item_id,
+            fence=lease.fence, session=new["id"])
+
+
+@op("session-end", "record a multi-step session done (routed or published) or stopped", internal=True,
+    item="item!", session="short!", to="done|stopped!", route="user|external|publish", manifest="text!",
+    reason="short")
+def session_end(ctx: Context) -> None:
+    item_id, lease, previous, new = _step_start(ctx)
+    assert previous is not None
+    to = ctx.cmd["to"]
+    if new["status"] != to or not new.get("stoppedAt"):
+        raise Invalid(f"the final manifest says {to} and when")
+    _changed_branches(previous, new, set())
+    if to == "done":
+        if previous["status"] != "running":
+            raise Illegal(f"session {new['id']} is {previous['status']}: resume it before it is done",
+                          session=new["id"])
+        unfinished = [k for k, b in previous["branches"].items() if b["status"] in ("open", "waiting")]
+        last = [b for b in previous["branches"].values() if b["stage"] == previous["plan"][-1]]
+        if unfinished or not last or any(b["status"] != "done" for k, b in previous["branches"].items()
+                                         if k.startswith(f"step-{previous['current']}/")):
+            raise Illegal(f"session {new['id']} has not finished its chain"
+                          + (f" ({', '.join(sorted(unfinished))} still open)" if unfinished else ""),
+                          session=new["id"])
+        if new.get("route") != ctx.cmd.get("route"):
+            raise Invalid("the final manifest names the route")
+    _save_manifest(ctx, item_id, new, "session-end", to=to, route=ctx.cmd.get("route"), reason=ctx.cmd.get("reason"))
+    ctx.say(f"session-end {new['id']}: {to}" + (f" ({ctx.cmd['route']})" if ctx.cmd.get("route") else ""), item_id,
+            fence=lease.fence, session=new["id"])

@@ -55,7 +55,8 @@ RETRY_AFTER = {ExitCode.HELD: "1", ExitCode.LOCKED: "1"}
 MAX_BODY = 256 * 1024  # a command document is at most a 64 KiB text and a few fields
 MAX_LIMIT = 2**31  # a page size SQLite takes as an integer (a larger LIMIT is a float to it: "datatype mismatch")
 SortName = enum.Enum("SortName", {name: name for name in ("rank", "created", "id", "title")}, type=str)  # type: ignore[misc]
-StatusName = enum.Enum("StatusName", {name: name for name in STATUSES}, type=str)  # type: ignore[misc]
+# An item status, or "expired" (a lease past its expiry), as `gw list --status` takes them.
+StatusName = enum.Enum("StatusName", {name: name for name in (*STATUSES, "expired")}, type=str)  # type: ignore[misc]
 
 
 def error_response(error: GwError) -> JSONResponse:
@@ -78,7 +79,8 @@ ERROR = {"type": "object", "required": ["ok", "error", "code", "message"], "addi
 ROW = {"type": "object", "required": ["item", "title", "status", "priority", "labels", "holder", "expires_at"],
        "properties": {"item": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "string"},
                       "priority": {"type": "integer"}, "labels": {"type": "array", "items": {"type": "string"}},
-                      "holder": {"type": ["string", "null"]}, "expires_at": {"type": ["string", "null"]}}}
+                      "holder": {"type": ["string", "null"]}, "expires_at": {"type": ["string", "null"]},
+                      "expired": {"type": "boolean"}}}
 ERROR_STATUSES = ("400", "401", "403", "404", "409", "413", "422", "500", "502", "503", "504")
 
 
@@ -191,21 +193,22 @@ def api_router(server: Server) -> APIRouter:
 
     @router.get("/items", responses=_ok(_array(ROW), "As `gw list --json`."))
     def items(status: Optional[list[StatusName]] = Query(None), label: Optional[list[str]] = Query(None),  # type: ignore[valid-type]
-              all: bool = False, holder: Optional[str] = None, owner: Optional[str] = None,
+              label_any: Optional[list[str]] = Query(None), all: bool = False, holder: Optional[str] = None, owner: Optional[str] = None,
               priority: Optional[int] = Query(None, ge=0, le=4), sort: SortName = SortName.rank,  # type: ignore[valid-type,attr-defined]
               limit: Optional[int] = Query(None, ge=0, le=MAX_LIMIT), who: Principal = Who) -> JSONResponse:
         """Items, best first (open and active ones unless `all` or `status`): `gw list`."""
         return JSONResponse(listing(server, who, statuses=[s.value for s in status or ()] or None, closed=all,
-                                    labels=label, holder=holder, owner=owner, priority=priority, sort=sort.value,
-                                    limit=limit))
+                                    labels=label, labels_any=label_any, holder=holder, owner=owner, priority=priority,
+                                    sort=sort.value, limit=limit))
 
     @router.get("/ready", responses=_ok(_array(ROW), "As `gw ready --json`."))
-    def ready(label: Optional[list[str]] = Query(None), owner: Optional[str] = None,
+    def ready(label: Optional[list[str]] = Query(None), label_any: Optional[list[str]] = Query(None),
+              owner: Optional[str] = None,
               priority: Optional[int] = Query(None, ge=0, le=4), sort: SortName = SortName.rank,  # type: ignore[valid-type,attr-defined]
               limit: Optional[int] = Query(None, ge=0, le=MAX_LIMIT), who: Principal = Who) -> JSONResponse:
         """Open, unleased items whose dependencies are done, best first: `gw ready`."""
-        return JSONResponse(listing(server, who, ready=True, labels=label, owner=owner, priority=priority,
-                                    sort=sort.value, limit=limit))
+        return JSONResponse(listing(server, who, ready=True, labels=label, labels_any=label_any, owner=owner,
+                                    priority=priority, sort=sort.value, limit=limit))
 
     @router.get("/items/{item}", responses=_ok(RESULT, "As `gw show --json`."))
     def show(item: str, who: Principal = Who) -> JSONResponse:
@@ -372,7 +375,10 @@ def serve(repo_path: str, host: str, port: int, *, cors_origins: Sequence[str] =
 
     from .threaded import bound_socket
 
-    app = create_app(repo_path, cors_origins=cors_origins)
+    from ..delegation.peer_api import maybe_router
+
+    peer = maybe_router(repo_path)  # delegation's peer endpoints, only where a peer is configured
+    app = create_app(repo_path, cors_origins=cors_origins, extra_routers=[peer] if peer is not None else [])
     sock = bound_socket(host, port)  # bound here, so port 0 picks a free port and we can say which
     bound = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=os.environ.get("GW_SERVE_LOG", "warning"), access_log=False,

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sys
 
-from ...errors import Invalid, UsageError
+from ...errors import UsageError
 from .. import output
 from ..actions import done_line, each, submit
+from ..listing import check_limit, pick, rows_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,73 +63,48 @@ def show(wp: Any, as_json: bool, item: str) -> None:
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
-               limit: int | None = None) -> None:
-    from ...model import STATUSES
-
-    unknown = [s for s in status or () if s not in STATUSES]
-    if unknown:  # a typo must not look like an empty list
-        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(STATUSES)}")
-    _select(wp, as_json, "items", statuses=status, closed=all, labels=label, holder=holder, owner=owner,
-            priority=priority, sort=sort, limit=limit)
+               limit: int | None = None, text: str | None = None, label_any: list[str] | None = None) -> None:
+    picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
+                  limit=limit, text=text, label_any=label_any)
+    rows_view(picked, as_json, "items")
 
 
 def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
-          priority: int | None = None, sort: str | None = None, explain: bool = False) -> None:
+          priority: int | None = None, sort: str | None = None, explain: bool = False,
+          label_any: list[str] | None = None) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
         from .reports import explain_ready
 
-        _limit(limit)
+        check_limit(limit)
         return explain_ready(wp, as_json, limit)
-    _select(wp, as_json, "ready", ready=True, labels=label, owner=owner, priority=priority, sort=sort, limit=limit)
+    picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
+                  limit=limit)
+    rows_view(picked, as_json, "ready")
 
 
-def _select(wp: Any, as_json: bool, title: str, *, sort: str | None, limit: int | None, priority: int | None,
-            **filters: Any) -> None:
-    """One listing as SQL over the read cache (``queries.select``); a cut listing says so on stderr."""
-    from ...queries import SORTS, select
-
-    _limit(limit)
-    if sort is not None and sort not in SORTS:
-        raise Invalid(f"unknown --sort {sort!r}: use {', '.join(SORTS)}")
-    if priority is not None and priority < 0:
-        raise Invalid(f"--priority must be 0 or more, not {priority}")
-    ctx = wp.context()
-    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank", limit=limit,
-                    priority=priority, **filters)
-    _rows_view(picked.short, picked.rows, as_json, title)
-    if picked.cut:
-        output.info(f"showing the first {limit} {title}; more match (raise --limit, or 0 for all)")
-
-
-def _rows_view(short: dict[str, str], rows: list[tuple[Any, ...]], as_json: bool, title: str) -> None:
-    from ...index import HOLDER, ID, LEASE_STATE, PRIORITY, STATUS, TITLE
-
-    if as_json:
-        from ...reports import listing_json
-
-        output.emit_json(listing_json(rows))
-        return
-    output.table(
-        ("id", "status", "pri", "holder", "title"),
-        [(short[r[ID]], r[STATUS], r[PRIORITY], r[HOLDER] if r[LEASE_STATE] == "active" else "", r[TITLE])
-         for r in rows],
-        title=title,
-    )
-
-
-def _limit(limit: int | None) -> None:
-    if limit is not None and limit < 0:
-        raise Invalid(f"--limit must be 0 (no limit) or more, not {limit}")
-
-
-def edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
+def edit(wp: Any, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,
          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
          reason: str | None, fence: int | None, description_file: str | None = None,
          use_editor: bool = False) -> None:
-    from ..textinput import description as read_description, edit_form
+    """``gw edit ID... [changes]``: the same changes to each item, one command each (``actions.each``)."""
+    from ..textinput import description as read_description
 
-    description = read_description(description, description_file)
+    if use_editor and len(item) > 1:
+        raise UsageError("-e edits one item at a time; name one id, or give the changes as options")
+    description = read_description(description, description_file)  # read once (stdin), sent to each
+    changes = dict(title=title, description=description, priority=priority, add_label=add_label,
+                   remove_label=remove_label, add_dep=add_dep, remove_dep=remove_dep, add_criterion=add_criterion,
+                   owner=owner, status=status, reason=reason, fence=fence, use_editor=use_editor)
+    each(wp, as_json, item, lambda one: _edit(wp, as_json, one, **changes))
+
+
+def _edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
+          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
+          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
+          reason: str | None, fence: int | None, use_editor: bool) -> None:
+    from ..textinput import edit_form
+
     if use_editor:
         current = wp.item(item)
         wrote_title, wrote = edit_form(title or current.title, current.description if description is None
@@ -174,8 +150,10 @@ def _done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
                     f"published: gw session drop {dead['session']}")
 
 
-def cancel(wp: Any, as_json: bool, item: list[str], reason: str | None, fence: int | None) -> None:
-    each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence))
+def cancel(wp: Any, as_json: bool, item: list[str], reason: str | None, fence: int | None,
+           offline: bool = False) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence,
+                                               offline=offline))
 
 
 def reopen(wp: Any, as_json: bool, item: list[str], reason: str | None) -> None:
@@ -196,7 +174,7 @@ def history(wp: Any, as_json: bool, item: str) -> None:
 
 
 def log(wp: Any, as_json: bool, limit: int | None) -> None:
-    _limit(limit)
+    check_limit(limit)
     entries = list(wp.log(limit or None))
     if as_json:
         output.emit_json(entries)

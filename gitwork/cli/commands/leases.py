@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..actions import done_line, submit
+from ..actions import done_line, each, submit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -10,9 +10,10 @@ if TYPE_CHECKING:
 
 
 def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False,
-          label: list[str] | None = None, owner: str | None = None, priority: int | None = None) -> None:
+          label: list[str] | None = None, owner: str | None = None, priority: int | None = None,
+          label_any: list[str] | None = None) -> None:
     applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline, labels=label or None,
-                    owner=owner, priority=priority)
+                    labels_any=label_any or None, owner=owner, priority=priority)
     r = applied.result
     done_line(applied, as_json,
               f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}", data=r["item"])
@@ -22,8 +23,8 @@ def renew(wp: Any, as_json: bool, item: str, ttl: str | None, fence: int | None,
     submit(wp, as_json, "renew", item=item, ttl=ttl, fence=fence, offline=offline)
 
 
-def release(wp: Any, as_json: bool, item: str, fence: int | None, offline: bool) -> None:
-    submit(wp, as_json, "release", item=item, fence=fence, offline=offline)
+def release(wp: Any, as_json: bool, item: list[str], fence: int | None, offline: bool) -> None:
+    each(wp, as_json, item, lambda one: submit(wp, as_json, "release", item=one, fence=fence, offline=offline))
 
 
 def takeover(wp: Any, as_json: bool, item: str, ttl: str | None, offline: bool) -> None:

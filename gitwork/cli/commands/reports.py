@@ -91,20 +91,26 @@ def prime(wp: Any, as_json: bool) -> None:
     sys.stdout.write(doc["text"])
 
 
-def search(wp: Any, as_json: bool, text: str, status: list[str] | None, all: bool) -> None:
-    from ...reports import search as find
+def search(wp: Any, as_json: bool, text: str, **filters: Any) -> None:
+    """``gw search TEXT``: ``gw list --text TEXT`` printed with where each item matched."""
+    from ..listing import pick, said_cut
 
-    found = find(wp, text, status, all)
+    from ...index import ID, STATUS, TITLE
+
+    picked = pick(wp, text=text, **filters)
+    assert picked.matches is not None
+    entries = [{"item": r[ID], "title": r[TITLE], "status": r[STATUS], "matches": picked.matches[r[ID]]}
+               for r in picked.rows]
     if as_json:
-        output.emit_json(found)
-        return
-    short = _short(wp, [f["item"] for f in found])
-    for entry in found:
-        output.line(f"{short[entry['item']]}\t{entry['status']}\t{entry['title']}")
-        for match in entry["matches"]:
-            output.line(f"\t{match['field']}: {match['text']}")
-    if not found:
-        output.info(f"nothing matches {text!r}")
+        output.emit_json(entries)
+    else:
+        for entry in entries:
+            output.line(f"{picked.short[entry['item']]}\t{entry['status']}\t{entry['title']}")
+            for match in entry["matches"]:
+                output.line(f"\t{match['field']}: {match['text']}")
+        if not entries:
+            output.info(f"nothing matches {text!r}")
+    said_cut(picked, "matches")
 
 
 def explain_ready(wp: Any, as_json: bool, limit: int | None) -> None:

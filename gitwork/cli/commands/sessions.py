@@ -1,6 +1,8 @@
-"""Session branches and hooks: ``session start|commit|list|drop``, ``publish``, ``hooks install``.
+"""Sessions and hooks: ``session start|commit|list|drop``, ``publish``, ``hooks install``, and the
+multi-step lifecycle ``session create|status|done|stop`` and ``step next|submit|wait|block|resume``.
 
-Each calls one function of ``gitwork.sessions``, ``gitwork.publish`` or ``gitwork.hooks_install``;
+Each calls one function of ``gitwork.sessions`` (``gitwork.sessions.steps`` for the multi-step
+verbs), ``gitwork.publish`` or ``gitwork.hooks_install``;
 the state ref is only ever written through command documents those functions submit.
 """
 
@@ -42,18 +44,24 @@ def commit(wp: Any, as_json: bool, session: str | None, file: list[str] | None, 
 
 
 def list_sessions(wp: Any, as_json: bool) -> None:
+    """Commit-once session branches (``kind: branch``) and multi-step sessions (``kind: steps``)."""
     from ...sessions import list_sessions as list_
+    from ...sessions.steps import read_sessions
 
-    rows = list_(wp)
+    rows = [{"kind": "branch", **r} for r in list_(wp)]
+    rows += [{"kind": "steps", **r, "state": r["status"]} for r in read_sessions(wp)]
     if as_json:
         output.emit_json(rows)
         return
     output.table(("session", "item", "holder", "state", "lease", "commit", "into"),
                  [(r["session"], r["item"], r.get("holder"), r.get("state"), _lease_column(r),
-                   str(r.get("commit") or "")[:12], r.get("into") or "") for r in rows], title="sessions")
+                   str(r.get("commit") or "")[:12], r.get("into") or r.get("chain") or "") for r in rows],
+                 title="sessions")
 
 
 def _lease_column(row: dict[str, Any]) -> str:
+    if row.get("kind") == "steps":
+        return "" if row.get("state") in ("done", "stopped") else f"step {row.get('current')}"
     if row.get("state") in ("published", "dropped"):
         return ""
     return "live" if row.get("live") else "ended (drop it)"
@@ -122,3 +130,101 @@ def hooks_install(as_json: bool, path: str | None, server: str | None, use_hooks
         chained = f" (chains {hook['legacy']})" if hook["legacy"] else ""
         output.info(f"{hook['status']}: {hook['path']}{chained}")
     return int(ExitCode.OK)
+
+
+# --- multi-step sessions (gitwork/sessions/steps.py) ----------------------------------------------
+
+
+def _steps_report(info: dict[str, Any], as_json: bool, headline: str) -> None:
+    if as_json:
+        output.emit_json({"ok": True, **info})
+        return
+    output.line(info["session"])
+    made = ", ".join(f"{t['op']}" + (f" {t['branch']}" if t.get("branch") else "") for t in info.get("transitions", []))
+    output.info(f"{headline}: session {info['session']} of {info['item']} is {info['status']}"
+                + (f"; recorded {made}" if made else "; nothing to record")
+                + (f"; open: {', '.join(info['open'])}" if info.get("open") else "")
+                + ("; its chain is finished (gw session done)" if info.get("finished") and info["status"] == "running"
+                   else ""))
+
+
+def create(wp: Any, as_json: bool, item: str, chain: str, project: str | None, fence: int | None) -> None:
+    from ...sessions.steps import create as create_
+
+    info = create_(wp, item, chain, fence=fence, project=project)
+    _steps_report(info, as_json, "continued" if info.get("existing") else "created")
+    if not as_json and info.get("folder"):
+        output.info(f"folder: {info['folder']}")
+
+
+def status(wp: Any, as_json: bool, session: str) -> None:
+    from ...sessions.steps import read_session
+
+    info = read_session(wp, session)
+    if as_json:
+        output.emit_json({"ok": True, **info})
+        return
+    manifest = info["manifest"]
+    output.table(("branch", "operator", "stage", "status", "request"),
+                 [(key, manifest["steps"].get(key), b["stage"], b["status"], manifest["requests"].get(key, "")[:12])
+                  for key, b in sorted(manifest["branches"].items())],
+                 title=f"session {info['session']} ({manifest['chainName']}, {info['status']})")
+
+
+def step_next(wp: Any, as_json: bool, session: str, launch: bool, backend: str, fence: int | None) -> None:
+    from ...sessions.steps import next_step
+
+    info = next_step(wp, session, launch=launch, backend=backend, fence=fence)
+    if as_json:
+        output.emit_json({"ok": True, **info})
+        return
+    for row in info["branches"]:
+        started = f" (execution {row['execution']['execution']})" if row.get("execution") else ""
+        output.line(f"{row['branch']}\t{row['operator']}\t{row['kind']}\t{row['path']}{started}")
+    _steps_report(info, False, "next")
+
+
+def _answered(branch: str, info: dict[str, Any]) -> str:
+    return f"{branch}: " + ("recorded already" if info.get("already") else str(info.get("answer")))
+
+
+def step_submit(wp: Any, as_json: bool, session: str, branch: str, fence: int | None) -> None:
+    from ...sessions.steps import submit
+
+    info = submit(wp, session, branch, fence=fence)
+    _steps_report(info, as_json, _answered(branch, info))
+
+
+def step_wait(wp: Any, as_json: bool, session: str, branch: str, timeout: float, fence: int | None) -> None:
+    from ...sessions.steps import wait
+
+    info = wait(wp, session, branch, timeout=timeout, fence=fence)
+    _steps_report(info, as_json, _answered(branch, info))
+
+
+def step_block(wp: Any, as_json: bool, session: str, branch: str, reason: str, fence: int | None) -> None:
+    from ...sessions.steps import block
+
+    info = block(wp, session, branch, reason, fence=fence)
+    _steps_report(info, as_json, f"{branch}: blocked")
+
+
+def step_resume(wp: Any, as_json: bool, session: str, fence: int | None) -> None:
+    from ...sessions.steps import resume
+
+    info = resume(wp, session, fence=fence)
+    _steps_report(info, as_json, "resumed")
+
+
+def session_done(wp: Any, as_json: bool, session: str, route: str, fence: int | None) -> None:
+    from ...sessions.steps import done
+
+    info = done(wp, session, route=route, fence=fence)
+    _steps_report(info, as_json, f"done ({route})")
+
+
+def session_stop(wp: Any, as_json: bool, session: str, reason: str | None, fence: int | None) -> None:
+    from ...sessions.steps import stop
+
+    info = stop(wp, session, reason=reason, fence=fence)
+    _steps_report(info, as_json, "stopped")

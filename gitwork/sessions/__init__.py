@@ -24,17 +24,17 @@ from __future__ import annotations
 import os
 import re
 
-from . import clock, codec, gitcmd
-from .errors import GitFailed, GwError, Illegal, Invalid, NotFound, Stale
-from .hookcheck import PUBLISHED
-from .store import identity_signature
+from .. import clock, codec, gitcmd
+from ..errors import GitFailed, GwError, Illegal, Invalid, NotFound, Stale
+from ..hookcheck import PUBLISHED
+from ..store import identity_signature
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
 
-    from .store import Repository
-    from .workplane import Workplane
+    from ..store import Repository
+    from ..workplane import Workplane
 
 WORKTREES = ".worktrees"
 SESSIONS = "sessions"
@@ -52,13 +52,22 @@ def git(*args: str, cwd: str | None = None, check: bool = True, input: bytes | N
 # --- where things are ------------------------------------------------------------------------------
 
 
+_MAIN_WORKTREES: dict[str, str] = {}
+
+
 def main_worktree(repo: Repository) -> str:
-    """The repository's main worktree (sessions live there, whichever worktree ``gw`` runs in)."""
+    """The repository's main worktree (sessions live there, whichever worktree ``gw`` runs in).
+
+    Asked of git once per process and repository: a multi-step session reads it at every step."""
+    known = _MAIN_WORKTREES.get(repo.git_dir)
+    if known is not None:
+        return known
     listing = git("--git-dir", repo.git_dir, "worktree", "list", "--porcelain").out
     first = listing.split("\n\n", 1)[0].split("\n")
     if not first or not first[0].startswith("worktree ") or "bare" in first[1:]:
         raise Invalid("sessions need a repository with a working tree (this one is bare)")
-    return first[0][len("worktree "):]
+    _MAIN_WORKTREES[repo.git_dir] = first[0][len("worktree "):]
+    return _MAIN_WORKTREES[repo.git_dir]
 
 
 def sessions_dir(top: str) -> str:
@@ -262,7 +271,9 @@ def is_published(commit: str, cwd: str) -> bool:
 # --- session start -----------------------------------------------------------------------------
 
 
-def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | None = None) -> dict[str, Any]:
+def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | None = None,
+          session_id: str | None = None) -> dict[str, Any]:
+    """Start a commit-once session; ``session_id`` names it (a multi-step session's source-writing branch)."""
     repo = wp.repo
     here = repo.toplevel or repo.git_dir
     top = main_worktree(repo)
@@ -281,8 +292,8 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     ensure_ignored(top)
     now = wp.now()
     project = os.path.basename(top.rstrip(os.sep)) or "repo"
-    for attempt in range(50):
-        session = new_session_id(now, project, actor, attempt)
+    for attempt in range(1 if session_id else 50):
+        session = session_id or new_session_id(now, project, actor, attempt)
         folder = session_dir(top, session)
         if os.path.exists(folder):
             continue
@@ -418,7 +429,7 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
         raise Illegal(f"{record.branch} is at {new[:12]}, not one commit on its base {record['base'][:12]}")
     record.doc.update(state="committed", commit=new, committed_at=clock.format_instant(wp.now()), changes=changes)
     record.save()
-    from .ops.sessions import format_change
+    from ..ops.sessions import format_change
 
     try:
         applied = wp.record("session-commit", item=item_id, session=record.id, commit=new, base=record["base"],

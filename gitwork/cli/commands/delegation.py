@@ -1,0 +1,91 @@
+"""Delegation to peers: ``delegate``, ``delegations``, ``delegation observe|cancel``, ``receipts verify``.
+
+Declared in ``app.py`` only when a peer is configured (``peer_app``); each calls one function of
+``gitwork.delegation`` and prints its result.
+"""
+
+from __future__ import annotations
+
+from .. import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def _report(info: dict[str, Any], as_json: bool) -> None:
+    receipt = info["receipt"]
+    if as_json:
+        output.emit_json({"ok": True, **{k: v for k, v in info.items() if k != "receipt"}, "receipt": receipt})
+        return
+    result = receipt.get("result") or {}
+    output.line(info["delegation"])
+    lease = f" (epoch {receipt['epoch']}, fence {receipt['fence']})" if receipt.get("epoch") is not None else ""
+    state = f": {result['state']}" if result.get("state") else ""
+    again = " (answered before)" if info.get("duplicate") else ""
+    output.info(f"{info['op']} {info.get('item') or ''} on {info['peer']}: {receipt['outcome']}{state}{lease}{again}")
+
+
+def delegate(wp: Any, as_json: bool, item: str, to: str, plan: bool, test: bool, ttl: str | None,
+             request_id: str | None) -> None:
+    from ...delegation.client import delegate as send
+    from ...errors import UsageError
+
+    if plan and test:
+        raise UsageError("--plan and --test exclude each other")
+    _report(send(wp, item, to, "plan" if plan else "test" if test else "start", ttl, request_id), as_json)
+
+
+def delegations(wp: Any, as_json: bool, item: str | None) -> None:
+    from ...ops.delegations import records
+
+    item_id = wp.resolve(item) if item else None
+    rows = [{k: r.get(k) for k in ("request_id", "side", "peer", "op", "item", "outcome", "at", "execution", "epoch",
+                                  "fence")}
+            for r in records(wp.context().snapshot) if item_id is None or r.get("item") == item_id]
+    if as_json:
+        output.emit_json([{"delegation": r.pop("request_id"), **r} for r in rows])
+        return
+    output.table(("delegation", "side", "peer", "op", "item", "outcome", "at", "execution"),
+                 [(r["request_id"], r["side"], r["peer"], r["op"], r["item"] or "", r["outcome"], r["at"],
+                   r["execution"] or "") for r in rows], title="delegations")
+
+
+def observe(wp: Any, as_json: bool, delegation_id: str, request_id: str | None) -> None:
+    from ...delegation.client import follow_up
+
+    info = follow_up(wp, "observe", delegation_id, request_id=request_id)
+    if as_json:
+        _report(info, as_json)
+        return
+    result = info["receipt"].get("result") or {}
+    _report(info, as_json)
+    capture = str(result.get("capture") or "")
+    if capture:
+        output.line(capture.rstrip("\n"))
+
+
+def cancel(wp: Any, as_json: bool, delegation_id: str, reason: str | None, request_id: str | None) -> None:
+    from ...delegation.client import follow_up
+
+    _report(follow_up(wp, "cancel", delegation_id, reason, request_id), as_json)
+
+
+def receipts_verify(wp: Any, as_json: bool, item: str | None) -> None:
+    from ...delegation.receipts import failed, verify
+
+    rows = verify(wp, item)
+    if as_json:
+        output.emit_json(rows)
+    else:
+        for row in rows:
+            mark = "ok" if row["ok"] else "FAILED: " + "; ".join(row["problems"])
+            output.line(f"{row['delegation']}\t{row['side']}\t{row['peer']}\t{row['op']}\t{row['item'] or ''}\t{mark}")
+    error = failed(rows)
+    if error is not None:
+        if as_json:  # the array is the answer; the exit code says it failed
+            from ..actions import Failed
+
+            output.info(f"gw: {error.kind}: {error.message}")
+            raise Failed(int(error.code))
+        raise error

@@ -1,0 +1,93 @@
+"""Listings: ``list``, ``ready``, ``search`` (and ``list --text``) pick their rows here, as SQL over
+the read cache (``queries.select``), and print them; shared by ``commands/items.py`` and
+``commands/reports.py``."""
+
+from __future__ import annotations
+
+from ..errors import Invalid
+from . import output
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Picked:
+    """What a listing picked: summary rows (``index.py`` layout), short ids, the read time, whether
+    ``--limit`` cut it, and with ``--text`` where each row matched."""
+
+    def __init__(self, rows: list[tuple[Any, ...]], short: dict[str, str], now: Any, cut: bool, limit: int | None,
+                 matches: dict[str, list[dict[str, str]]] | None) -> None:
+        self.rows, self.short, self.now, self.cut, self.limit, self.matches = rows, short, now, cut, limit, matches
+
+
+def statuses(status: list[str] | None) -> list[str] | None:
+    """``--status`` values checked: an item status, or ``expired`` (a lease past its expiry)."""
+    from ..model import STATUSES
+
+    known = (*STATUSES, "expired")
+    unknown = [s for s in status or () if s not in known]
+    if unknown:  # a typo must not look like an empty list
+        raise Invalid(f"unknown status {unknown[0]!r}: use {', '.join(known)}")
+    return status
+
+
+def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
+         all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
+         sort: str | None = None, limit: int | None = None, text: str | None = None,
+         label_any: list[str] | None = None) -> Picked:
+    """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
+    whose text holds it (``reports.search``: reads each candidate, so the limit applies after)."""
+    from ..queries import SORTS, select
+
+    check_limit(limit)
+    if sort is not None and sort not in SORTS:
+        raise Invalid(f"unknown --sort {sort!r}: use {', '.join(SORTS)}")
+    if priority is not None and priority < 0:
+        raise Invalid(f"--priority must be 0 or more, not {priority}")
+    if text is not None and not text.strip():
+        raise Invalid("search for what? the text is empty")
+    ctx = wp.context()
+    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
+                    limit=None if text is not None else limit, priority=priority, ready=ready,
+                    statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
+                    owner=owner)
+    rows, cut, matches = picked.rows, picked.cut, None
+    if text is not None:
+        from ..index import ID
+        from ..reports import search
+
+        matches = search(wp, ctx, text, [r[ID] for r in rows])
+        rows = [r for r in rows if r[ID] in matches]
+        cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
+        rows = rows[:limit or None]
+    return Picked(rows, picked.short, ctx.now, cut, limit, matches)
+
+
+def said_cut(picked: Picked, title: str) -> None:
+    """Beads' silent truncation drew complaints: a cut listing says so on stderr."""
+    if picked.cut:
+        output.info(f"showing the first {picked.limit} {title}; more match (raise --limit, or 0 for all)")
+
+
+def rows_view(picked: Picked, as_json: bool, title: str) -> None:
+    from ..index import ID, PRIORITY, STATUS, TITLE
+    from ..reports import lease_view, listing_json  # the JSON is the REST listings' too (gw serve)
+
+    rows, short = picked.rows, picked.short
+    if as_json:
+        output.emit_json(listing_json(rows, picked.now, picked.matches))
+    else:
+        leases = [lease_view(r, picked.now) for r in rows]
+        output.table(
+            ("id", "status", "pri", "holder", "title"),
+            [(short[r[ID]], "expired" if expired else r[STATUS], r[PRIORITY], holder or "", r[TITLE])
+             for r, (holder, expired) in zip(rows, leases)],
+            title=title,
+        )
+    said_cut(picked, title)
+
+
+def check_limit(limit: int | None) -> None:
+    if limit is not None and limit < 0:
+        raise Invalid(f"--limit must be 0 (no limit) or more, not {limit}")

@@ -1,0 +1,170 @@
+"""The sender's side: ``gw delegate``, ``gw delegation observe|cancel``.
+
+One exchange: build the request, sign it with ``gitwork.signingKey``, keep the signed bytes in
+``<common git dir>/gitwork/delegations/<id>.json`` until an answer came, send it to the peer's
+``/delegation/<op>``, verify the receipt (the peer's signature with the key configured for it, and
+that it answers exactly this request), and only then record request and receipt on this state ref
+(``delegation-sent``). Anything that fails a check writes nothing. A peer that does not answer leaves
+the outcome unknown (exit 12): sending the same request id again re-sends the very same signed
+bytes, and the peer answers with its original receipt if it had acted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .. import __version__, clock
+from ..errors import (Ambiguous, Corrupt, Forbidden, GwError, Held, Illegal, Invalid, NotFound, RemoteError,
+                      Stale, UsageError)
+from ..ops.delegations import find
+from . import peers, protocol, signing
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+TIMEOUT = 60.0
+MAX_ANSWER = 256 * 1024
+_ERRORS = {int(cls.code): cls for cls in (UsageError, NotFound, Ambiguous, Invalid, Illegal, Stale, Corrupt, Held,
+                                          Forbidden)}
+
+
+def _pending_path(repo: Any, request_id: str) -> str:
+    folder = os.path.join(repo.gitwork_dir(), "delegations")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{protocol.check_request_id(request_id)}.json")
+
+
+def _signed(wp: Any, config: peers.Config, peer: peers.Peer, op: str, item: str | None, args: dict[str, Any],
+            request_id: str | None) -> tuple[str, str, str]:
+    """``(request id, text, signature)``: the stored bytes of a pending request, else a new request."""
+    request_id = request_id or protocol.new_request_id()
+    path = _pending_path(wp.repo, request_id)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            kept = json.load(handle)
+        req = protocol.parse_request(kept["request"])
+        if kept.get("peer") != peer.name or req["op"] != op or (item and req.get("item") != item):
+            raise Invalid(f"request {request_id} was a {req['op']} of {req.get('item')} to {kept.get('peer')}; "
+                          "use a new id", delegation=request_id)
+        return request_id, kept["request"], kept["signature"]
+    if find(wp.context().snapshot, "sent", request_id) is not None:
+        raise Invalid(f"request {request_id} was answered already (gw delegations); use a new id", delegation=request_id)
+    text = protocol.request(request_id, op, item, args, clock.format_instant(wp.now()), __version__)
+    signature = signing.sign(text.encode(), config.signing_key, peers.NAMESPACE)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump({"peer": peer.name, "request": text, "signature": signature}, out)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)  # kept before it is sent: a retry re-sends exactly these bytes
+    return request_id, text, signature
+
+
+def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 (http(s) only: peers.py)
+            status, raw = response.status, response.read(MAX_ANSWER + 1)
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read(MAX_ANSWER + 1)
+    except (OSError, ValueError) as error:  # refused, reset, timed out: what the peer did is unknown
+        raise RemoteError(f"the peer at {url} did not answer ({getattr(error, 'reason', error)}); the outcome is "
+                          "unknown: send the same request id again (--id)") from None
+    try:
+        return status, json.loads(raw[:MAX_ANSWER])
+    except ValueError:
+        raise RemoteError(f"the peer at {url} answered {status} without a JSON body; send the same request id again "
+                          "(--id)") from None
+
+
+def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: dict[str, Any] | None = None,
+             request_id: str | None = None) -> dict[str, Any]:
+    """Send one signed request to a configured peer; the verified receipt (a dict), recorded here."""
+    config = peers.load(wp.repo)
+    peer = config.peer(peer_name)  # not configured: refused, nothing sent
+    if op not in peer.allow:
+        raise Forbidden(f"peer {peer.name} is not to be asked for {op} (git config gitwork.peer.{peer.name}.allow: "
+                        f"{', '.join(sorted(peer.allow)) or 'nothing'})", reason="not-allowed")
+    if not peer.url or not peer.key:
+        raise Invalid(f"peer {peer.name} needs both gitwork.peer.{peer.name}.url and .key to be sent anything")
+    request_id, text, signature = _signed(wp, config, peer, op, item, args or {}, request_id)
+    status, body = _post(f"{peer.url.rstrip('/')}/delegation/{op}", {"request": text, "signature": signature})
+    if not isinstance(body, dict):
+        raise RemoteError(f"peer {peer.name} answered {status} with something that is not a receipt")
+    if "receipt" not in body:  # refused before it was even a request (no JSON, too large, no endpoints)
+        _drop(wp, request_id)
+        if status == 404 and "code" not in body:
+            raise NotFound(f"peer {peer.name} has no delegation endpoints at {peer.url} (is a peer configured there?)")
+        raise _error(body, f"peer {peer.name} refused the request: ")
+    receipt = verify_receipt(text, body.get("receipt"), body.get("signature"), peer)
+    if receipt["outcome"] != "done":
+        _drop(wp, request_id)  # answered: its nonce is spent, a new attempt needs a new request
+        raise _error(receipt.get("error") or {}, f"peer {peer.name} refused: ")
+    applied = wp.record("delegation-sent", peer=peer.name, request=text, request_signature=signature,
+                        receipt=body["receipt"], receipt_signature=body["signature"])
+    _drop(wp, request_id)  # only once recorded: until then a retry re-sends the same bytes
+    return {"delegation": request_id, "peer": peer.name, "op": op, "item": receipt.get("item"),
+            "duplicate": bool(body.get("duplicate")), "commit": applied.commit, "receipt": receipt}
+
+
+def verify_receipt(request_text: str, receipt_text: Any, signature: Any, peer: peers.Peer) -> dict[str, Any]:
+    """The receipt, once its signature is the peer's and it answers exactly this request; else 77."""
+    if not isinstance(receipt_text, str) or not isinstance(signature, str):
+        raise Forbidden(f"peer {peer.name} answered without a signed receipt", reason="bad-receipt")
+    try:
+        signing.verify(receipt_text.encode(), signature, [(peer.name, peer.key or "")], peers.NAMESPACE)
+    except Forbidden as error:
+        raise Forbidden(f"the receipt from {peer.name} does not verify: {error.message}", reason="bad-receipt") from None
+    try:
+        receipt = protocol.parse_receipt(receipt_text)
+    except Invalid as error:
+        raise Forbidden(f"the receipt from {peer.name} is malformed: {error.message}", reason="bad-receipt") from None
+    if not protocol.chained(request_text, receipt):
+        raise Forbidden(f"the receipt from {peer.name} answers another request (id or request digest differ)",
+                        reason="bad-receipt")
+    return receipt
+
+
+def _drop(wp: Any, request_id: str) -> None:
+    try:
+        os.unlink(_pending_path(wp.repo, request_id))
+    except FileNotFoundError:
+        pass
+
+
+def _error(doc: dict[str, Any], prefix: str) -> GwError:
+    cls = _ERRORS.get(doc.get("code") if isinstance(doc.get("code"), int) else -1, Forbidden)
+    message = str(doc.get("message") or doc.get("detail") or doc.get("error") or "no reason given")[:300]
+    details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
+    return cls(prefix + message, **{k: v for k, v in details.items() if isinstance(k, str)})
+
+
+def started(wp: Any, delegation: str) -> dict[str, Any]:
+    """The sent record of a start (for observe and cancel)."""
+    record = find(wp.context().snapshot, "sent", protocol.check_request_id(delegation))
+    if record is None or record.get("op") != "start":
+        raise NotFound(f"no delegated start {delegation} was sent from here (gw delegations)", delegation=delegation)
+    return record
+
+
+def delegate(wp: Any, item: str, peer_name: str, op: str = "start", ttl: str | None = None,
+             request_id: str | None = None) -> dict[str, Any]:
+    args = {"ttl": ttl} if ttl else {}
+    return exchange(wp, peer_name, op, wp.resolve(item), args, request_id)
+
+
+def follow_up(wp: Any, op: str, delegation: str, reason: str | None = None,
+              request_id: str | None = None) -> dict[str, Any]:
+    record = started(wp, delegation)
+    args: dict[str, Any] = {"delegation": record["request_id"]}
+    if reason:
+        args["reason"] = reason
+    return exchange(wp, record["peer"], op, record.get("item"), args, request_id)
+
+

@@ -1,0 +1,147 @@
+"""SSH signatures through ``ssh-keygen -Y sign|verify``: git's own SSH signing format.
+
+A signature is made over exact bytes under a *namespace* (``gitwork-delegation`` for delegation
+requests and receipts, ``git`` for commits, as git makes them), so a signature made for one purpose
+is never valid for another. Verification is against an allowed-signers list (``principal
+[namespaces="..."] keytype key``, ``ssh-keygen(1)``): the signer must be a known principal, not
+merely hold a valid key. Every run of ``ssh-keygen`` goes through gitwork's one subprocess helper
+(``gitcmd.run_tool``). A base module: the store signs state commits with it, the arbiter's hook and
+delegation verify with it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from . import gitcmd
+from .errors import Forbidden, Invalid
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
+
+MAX_SIGNATURE = 8 * 1024
+SIG_BEGIN = "-----BEGIN SSH SIGNATURE-----"
+
+
+def _keygen(args: list[str], data: bytes | None = None) -> gitcmd.Completed:
+    try:
+        return gitcmd.run_tool(["ssh-keygen", *args], input=data if data is not None else b"",
+                               env=gitcmd.git_env(), timeout=30)
+    except FileNotFoundError:
+        raise Invalid("ssh-keygen is not installed (it signs and verifies delegation requests)") from None
+
+
+def sign(data: bytes, key_path: str | None, namespace: str) -> str:
+    """The armored SSH signature of ``data`` by the private key at ``key_path``."""
+    if not key_path:
+        raise Invalid("no signing key: git config gitwork.signingKey ~/.ssh/id_ed25519 (see docs/security.md)")
+    key_path = os.path.expanduser(key_path)
+    if not os.path.isfile(key_path):
+        raise Invalid(f"the signing key {key_path} does not exist (git config gitwork.signingKey)")
+    done = _keygen(["-Y", "sign", "-q", "-f", key_path, "-n", namespace], data)
+    if done.returncode != 0 or SIG_BEGIN not in done.out:
+        raise Invalid(f"ssh-keygen could not sign with {key_path}: {gitcmd.one_line(done.err) or 'no signature'}")
+    return done.out
+
+
+def public_key(key_path: str | None) -> str:
+    """``type base64`` of the key at ``key_path`` (a private key, or its ``.pub``)."""
+    if not key_path:
+        raise Invalid("no signing key: git config gitwork.signingKey ~/.ssh/id_ed25519 (see docs/security.md)")
+    done = _keygen(["-y", "-f", key_path])
+    if done.returncode != 0:
+        raise Invalid(f"cannot read the public half of {key_path}: {gitcmd.one_line(done.err)}")
+    return " ".join(done.out.split()[:2])
+
+
+def allowed_line(principal: str, key: str, namespace: str | None = None) -> str:
+    option = f' namespaces="{namespace}"' if namespace else ""
+    return f"{principal}{option} {key}"
+
+
+def verify(data: bytes, signature: str, signers: Iterable[tuple[str, str]] | str, namespace: str,
+           expect: str | None = None) -> str:
+    """The principal whose key signed ``data`` under ``namespace``; refused (exit 77) otherwise.
+
+    ``signers``: ``(principal, public key)`` pairs, or the path of an allowed-signers file;
+    ``expect``: the principal that must have signed. The refusal says which check failed:
+    ``unknown-key`` (no allowed signer has this key), ``wrong-key`` (another principal's key),
+    ``wrong-namespace``, ``bad-signature`` (the data or the signature was changed).
+    """
+    if not isinstance(signature, str) or not signature.strip().startswith(SIG_BEGIN) or len(signature) > MAX_SIGNATURE:
+        raise Forbidden("not an SSH signature", reason="bad-signature")
+    with tempfile.TemporaryDirectory(prefix="gw-verify-") as tmp:
+        sig_path = os.path.join(tmp, "sig")
+        with open(sig_path, "w", encoding="ascii", errors="replace") as out:
+            out.write(signature)
+        if isinstance(signers, str):
+            allowed = signers
+            if not os.path.isfile(allowed):
+                raise Forbidden(f"no allowed-signers file at {allowed}", reason="unknown-key")
+        else:
+            allowed = os.path.join(tmp, "allowed_signers")
+            with open(allowed, "w", encoding="utf-8") as out:
+                out.writelines(allowed_line(p, k) + "\n" for p, k in signers)
+        found = _keygen(["-Y", "find-principals", "-s", sig_path, "-f", allowed])
+        principals = found.out.split() if found.returncode == 0 else []
+        if not principals:
+            raise Forbidden("signed by a key no allowed signer has", reason="unknown-key")
+        if expect is not None:
+            if expect not in principals:
+                raise Forbidden(f"signed with the key of {', '.join(principals)[:80]}, not of {expect}",
+                                reason="wrong-key")
+            principals = [expect]
+        errors = []
+        for principal in principals:
+            done = _keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig_path], data)
+            if done.returncode == 0:
+                return principal
+            errors.append(done.err)
+        if any("namespace" in err for err in errors):
+            raise Forbidden(f"signature made for another purpose (not namespace {namespace})", reason="wrong-namespace")
+        raise Forbidden(f"signature does not match the signed content (signer {principals[0]})",
+                        reason="bad-signature")
+
+
+
+
+# --- signed commits, as git writes and reads them ---------------------------------------------------
+
+COMMIT_NAMESPACE = "git"
+
+
+def sign_commit(body: bytes, key_path: str | None) -> bytes:
+    """``body`` (a commit object) with a ``gpgsig`` header holding its SSH signature, as ``git commit -S``
+    writes it with ``gpg.format=ssh``: after the committer line, continuation lines indented by one space."""
+    headers, sep, message = body.partition(b"\n\n")
+    signature = sign(body, key_path, COMMIT_NAMESPACE).rstrip("\n").replace("\n", "\n ")
+    return headers + b"\ngpgsig " + signature.encode("ascii") + b"\n" + sep[1:] + message
+
+
+def split_signed_commit(raw: bytes) -> tuple[bytes, str | None]:
+    """``(the signed payload, the signature or None)`` of a commit object: the object without its
+    ``gpgsig`` header is exactly what was signed (git's ``parse_signed_commit``)."""
+    headers, sep, message = raw.partition(b"\n\n")
+    kept: list[bytes] = []
+    signature: list[bytes] = []
+    inside = False
+    for line in headers.split(b"\n"):
+        if line.startswith(b"gpgsig "):
+            inside = True
+            signature.append(line[len(b"gpgsig "):])
+        elif inside and line.startswith(b" "):
+            signature.append(line[1:])
+        else:
+            inside = False
+            kept.append(line)
+    payload = b"\n".join(kept) + sep + message
+    return payload, (b"\n".join(signature).decode("ascii", "replace") + "\n") if signature else None
+
+
+def allowed_signers_path(common_dir: str, git_config: dict[str, str]) -> str:
+    """The allowed-signers file: git config ``gitwork.allowedSigners``, else
+    ``<common git dir>/gitwork/allowed_signers``. Local configuration only, never a tracked file."""
+    value = git_config.get("gitwork.allowedsigners")
+    return os.path.expanduser(value) if value else os.path.join(common_dir, "gitwork", "allowed_signers")
