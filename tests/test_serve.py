@@ -269,6 +269,21 @@ def test_extra_routers_are_mounted_with_the_same_authentication_and_errors(world
         assert client.get(f"/peer/holder/{item}", headers={"Authorization": "Bearer nope"}).status_code == 401
 
 
+def test_gw_serve_carries_the_delegation_endpoints_only_where_a_peer_is_configured(tmp_path: Path) -> None:
+    from gitwork.serve.app import serving_app
+
+    repo = make_repo(tmp_path / "peer")
+    with Workplane(str(repo)) as wp:
+        wp.do("init")
+
+    def paths() -> set[str]:
+        return set(serving_app(str(repo)).openapi()["paths"])
+
+    assert not any(path.startswith("/delegation/") for path in paths())
+    subprocess.run(["git", "config", "gitwork.peer.laptop.allow", "plan"], cwd=repo, check=True)
+    assert "/delegation/plan" in paths()
+
+
 def test_cors_is_off_unless_origins_are_given(world: World) -> None:
     preflight = {"Origin": "https://board.example", "Access-Control-Request-Method": "POST"}
     with TestClient(world.app) as plain:

@@ -368,6 +368,15 @@ async def follow_thread(server: Server, who: Principal, item_id: str, since: int
             yield ": keep-alive\n\n"
 
 
+def serving_app(repo_path: str, *, cors_origins: Sequence[str] = ()) -> FastAPI:
+    """The application ``gw serve`` runs: :func:`create_app` with delegation's peer endpoints mounted when a
+    peer is configured here (``gitwork.peer.<name>.*``; docs/security.md), none otherwise."""
+    from ..delegation.peer_api import maybe_router
+
+    peer = maybe_router(repo_path)
+    return create_app(repo_path, cors_origins=cors_origins, extra_routers=[peer] if peer is not None else [])
+
+
 def serve(repo_path: str, host: str, port: int, *, cors_origins: Sequence[str] = (),
           ready: Callable[[str, int], None] | None = None) -> None:
     """Run the server until interrupted (``gw serve``); ``ready(host, port)`` once it listens."""
@@ -375,10 +384,7 @@ def serve(repo_path: str, host: str, port: int, *, cors_origins: Sequence[str] =
 
     from .threaded import bound_socket
 
-    from ..delegation.peer_api import maybe_router
-
-    peer = maybe_router(repo_path)  # delegation's peer endpoints, only where a peer is configured
-    app = create_app(repo_path, cors_origins=cors_origins, extra_routers=[peer] if peer is not None else [])
+    app = serving_app(repo_path, cors_origins=cors_origins)
     sock = bound_socket(host, port)  # bound here, so port 0 picks a free port and we can say which
     bound = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level=os.environ.get("GW_SERVE_LOG", "warning"), access_log=False,
