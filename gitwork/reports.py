@@ -31,6 +31,37 @@ def _row(row: tuple[Any, ...]) -> dict[str, Any]:
             "expires_at": row[EXPIRES] if active else None}
 
 
+def lease_view(row: tuple[Any, ...], now: Any) -> tuple[str | None, bool]:
+    """``(holder, expired)`` of a row's lease: a lease past its expiry is shown as expired, not as held."""
+    from .index import EXPIRES, HOLDER, LEASE_STATE
+
+    if row[LEASE_STATE] != "active":
+        return None, False
+    return row[HOLDER], bool(row[EXPIRES]) and now >= parse_instant(row[EXPIRES])
+
+
+def listing_json(rows: list[tuple[Any, ...]], now: Any,
+                 matches: dict[str, list[dict[str, str]]] | None = None) -> list[dict[str, Any]]:
+    """``gw list --json`` / ``gw ready --json`` (and the REST listings): one object per summary row."""
+    from .index import EXPIRES, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+
+    out = []
+    for r in rows:
+        holder, expired = lease_view(r, now)
+        out.append({"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY],
+                    "labels": list(r[LABELS]), "holder": holder,
+                    "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None, "expired": expired,
+                    **({"matches": matches[r[ID]]} if matches is not None else {})})
+    return out
+
+
+def show_json(view: dict[str, Any]) -> dict[str, Any]:
+    """``show --json`` (and ``GET /v1/items/ID``): the item's fields at the top level, its id under ``item``
+    as in every other command's output (never ``id``), and its lease (an object, or null)."""
+    fields = dict(view["item"])
+    return {"ok": True, "item": fields.pop("id"), **fields, "lease": view["lease"]}
+
+
 def _rows(wp: Any) -> tuple[Any, dict[str, dict[str, Any]], list[str]]:
     """``(context, id -> named row, ids best first)``."""
     from .queries import order_key

@@ -9,6 +9,7 @@ while read -r command package; do
 done <<'PACKAGES'
 git git
 tmux tmux
+chromium chromium
 PACKAGES
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -105,6 +105,9 @@ CASES: dict[str, tuple[list[str], str]] = {
     "step submit": (["{steps}", "step-2/parallel-1"], "object"),
     "session stop": (["{steps}"], "object"),
     "session done": (["{steps}", "--route", "user"], "object"),
+    "serve token add": (["alice", "--role", "person"], "object"),
+    "serve token list": ([], "array"),
+    "serve token revoke": (["alice"], "object"),
 }
 STEPS_RULES = "sessions:\n  steps: {solo: {operator: user}}\n  chains: {one: [solo]}\n"
 

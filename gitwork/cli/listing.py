@@ -70,29 +70,15 @@ def said_cut(picked: Picked, title: str) -> None:
         output.info(f"showing the first {picked.limit} {title}; more match (raise --limit, or 0 for all)")
 
 
-def lease_view(row: tuple[Any, ...], now: Any) -> tuple[str | None, bool]:
-    """``(holder, expired)`` of a row's lease: a lease past its expiry is shown as expired, not as held."""
-    from ..clock import parse_instant
-    from ..index import EXPIRES, HOLDER, LEASE_STATE
-
-    if row[LEASE_STATE] != "active":
-        return None, False
-    return row[HOLDER], bool(row[EXPIRES]) and now >= parse_instant(row[EXPIRES])
-
-
 def rows_view(picked: Picked, as_json: bool, title: str) -> None:
-    from ..index import EXPIRES, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
+    from ..index import ID, PRIORITY, STATUS, TITLE
+    from ..reports import lease_view, listing_json  # the JSON is the REST listings' too (gw serve)
 
     rows, short = picked.rows, picked.short
-    leases = [lease_view(r, picked.now) for r in rows]
     if as_json:
-        output.emit_json([
-            {"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY], "labels": list(r[LABELS]),
-             "holder": holder, "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None, "expired": expired,
-             **({"matches": picked.matches[r[ID]]} if picked.matches is not None else {})}
-            for r, (holder, expired) in zip(rows, leases)
-        ])
+        output.emit_json(listing_json(rows, picked.now, picked.matches))
     else:
+        leases = [lease_view(r, picked.now) for r in rows]
         output.table(
             ("id", "status", "pri", "holder", "title"),
             [(short[r[ID]], "expired" if expired else r[STATUS], r[PRIORITY], holder or "", r[TITLE])

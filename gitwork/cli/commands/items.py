@@ -49,6 +49,8 @@ def new(wp: Any, as_json: bool, title: str | None, description: str | None, prio
 def show(wp: Any, as_json: bool, item: str) -> None:
     view = wp.show(item)
     if as_json:
+        from ...reports import show_json
+
         output.emit_json(show_json(view))
         return
     from ...codec import dump_yaml
@@ -57,13 +59,6 @@ def show(wp: Any, as_json: bool, item: str) -> None:
     if view["lease"]:
         doc["lease"] = view["lease"]
     sys.stdout.write(dump_yaml(doc).decode())
-
-
-def show_json(view: dict[str, Any]) -> dict[str, Any]:
-    """``show --json``: the item's fields at the top level, its id under ``item`` as in every other
-    command's output (never ``id``), and its lease (an object, or null)."""
-    fields = dict(view["item"])
-    return {"ok": True, "item": fields.pop("id"), **fields, "lease": view["lease"]}
 
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,

@@ -1,0 +1,122 @@
+"""Bearer tokens of ``gw serve``: created by ``gw serve token add``, stored hashed in the common git dir.
+
+The file is ``<git common dir>/gitwork/serve-tokens.json`` (mode 0600), one entry per token::
+
+    {"tokens": [{"id": "t-3fa9c2d1", "name": "alice", "role": "person", "sha256": "...",
+                 "created_at": "...", "revoked_at": null}]}
+
+Only the SHA-256 of a token is kept: a token is 32 random bytes, so a fast hash is as good as a slow
+one (nothing to guess), and the server can look a token up in one dictionary access. The server
+re-reads the file when its modification time changes, so a ``gw serve token revoke`` takes effect on
+the next request without a restart. Pure standard library: ``gw serve token ...`` imports no server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+
+from ..clock import format_instant, now
+from ..errors import Corrupt, Invalid, NotFound
+from ..ids import check_identity
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+ROLES = ("agent", "person", "admin")
+FILE = "serve-tokens.json"
+PREFIX = "gwt_"  # recognisable in logs and secret scanners
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Tokens:
+    """The token file of one repository (``gitwork_dir``: ``Repository.gitwork_dir()``)."""
+
+    def __init__(self, gitwork_dir: str) -> None:
+        self.path = os.path.join(gitwork_dir, FILE)
+        self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the file last read
+        self._by_hash: dict[str, dict[str, Any]] = {}
+
+    # --- the file ---------------------------------------------------------------------------------
+
+    def entries(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                doc = json.load(handle)
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            raise Corrupt(f"{self.path}: not a token file ({exc})") from exc
+        tokens = doc.get("tokens") if isinstance(doc, dict) else None
+        if not isinstance(tokens, list):
+            raise Corrupt(f"{self.path}: not a token file (no 'tokens' list)")
+        return tokens
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        # Temporary file + rename: a reader never sees half a file; 0600: hashes are nobody else's business.
+        temp = f"{self.path}.{os.getpid()}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"tokens": entries}, handle, indent=1)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, self.path)
+
+    # --- the verbs ------------------------------------------------------------------------------
+
+    def add(self, name: str, role: str = "agent") -> tuple[str, dict[str, Any]]:
+        """A new token for ``name``: ``(the token, its entry)``. The token is shown once, never stored."""
+        check_identity(name, "token name")
+        if role not in ROLES:
+            raise Invalid(f"unknown role {role!r}: use {', '.join(ROLES)}")
+        token = PREFIX + secrets.token_urlsafe(32)
+        entry = {"id": "t-" + secrets.token_hex(4), "name": name, "role": role, "sha256": digest(token),
+                 "created_at": format_instant(now()), "revoked_at": None}
+        entries = self.entries()
+        entries.append(entry)
+        self._write(entries)
+        return token, entry
+
+    def revoke(self, which: str) -> list[dict[str, Any]]:
+        """Revoke the token with id ``which``, or every live token of the identity ``which``."""
+        entries = self.entries()
+        hit = [e for e in entries if e.get("revoked_at") is None and which in (e.get("id"), e.get("name"))]
+        if not hit:
+            raise NotFound(f"no live token named or numbered {which!r} (gw serve token list)", token=which)
+        at = format_instant(now())
+        for entry in hit:
+            entry["revoked_at"] = at
+        self._write(entries)
+        return [public(e) for e in hit]
+
+    def listing(self) -> list[dict[str, Any]]:
+        return [public(e) for e in self.entries()]
+
+    # --- the server's side ----------------------------------------------------------------------
+
+    def lookup(self, token: str) -> dict[str, Any] | None:
+        """The live entry of ``token`` (``None``: unknown or revoked); re-reads a changed file."""
+        try:
+            st = os.stat(self.path)
+            seen: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            seen = None
+        if seen != self._seen:
+            self._by_hash = {e["sha256"]: e for e in self.entries() if isinstance(e, dict) and "sha256" in e}
+            self._seen = seen
+        entry = self._by_hash.get(digest(token))
+        if entry is None or entry.get("revoked_at") is not None or entry.get("role") not in ROLES:
+            return None
+        return entry
+
+
+def public(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry without its hash (what ``gw serve token list`` shows)."""
+    return {key: value for key, value in entry.items() if key != "sha256"}
