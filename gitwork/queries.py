@@ -114,7 +114,7 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
         args.append(holder)
     sql = (f"SELECT {', '.join('i.' + c.strip() for c in cache.ROW_COLUMNS.split(','))}, i.shown FROM item i"
            f" WHERE {' AND '.join(where)} ORDER BY {SORTS[sort]}")
-    if limit:
+    if limit and int(limit) < 2**62:  # SQLite's LIMIT is a 64-bit integer: a larger one is no limit at all
         sql += f" LIMIT {int(limit) + 1}"
 
     def live(expires: str | None) -> bool:

@@ -707,3 +707,11 @@ def test_labels_and_or(plane: Path) -> None:
     before = tip(plane)
     alone = run_gw(plane, "claim", ui, "--label-any", "ui", env=ALICE)
     assert alone.returncode == 5 and "--label-any" in alone.stderr and tip(plane) == before
+
+
+def test_a_limit_larger_than_sqlite_takes_means_no_limit(plane: Path) -> None:
+    """``-n`` of 20 digits overflowed SQLite's 64-bit LIMIT (an internal error): it is no limit at all."""
+    a, b = new(plane, "a"), new(plane, "b")
+    for verb in ("list", "ready"):
+        rows = gw_json(plane, verb, "-n", "99999999999999999999")
+        assert {row["item"] for row in rows} == {a, b}  # type: ignore[union-attr,index]
