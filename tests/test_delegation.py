@@ -175,11 +175,12 @@ def test_plan_test_start_observe_cancel_end_to_end_and_receipts_verify_on_both_r
 
 
 def signed(world: World, op: str, item: str | None, key: str = "laptop", namespace: str = peers.NAMESPACE,
-           at: str | None = None, args: dict[str, Any] | None = None) -> dict[str, str]:
+           at: str | None = None, args: dict[str, Any] | None = None, to: str = "gpu") -> dict[str, str]:
+    """A request signed with ``key``'s key, meant for the peer whose key is ``to``'s."""
     from gitwork import __version__, clock
 
     text = protocol.request(protocol.new_request_id(), op, item, args or {}, at or clock.format_instant(clock.now()),
-                            __version__)
+                            __version__, world.keys[to][1])
     return {"request": text, "signature": signing.sign(text.encode(), world.keys[key][0], namespace)}
 
 
@@ -201,6 +202,8 @@ def test_refused_requests_write_nothing_and_start_nothing(world: World) -> None:
         "wrong namespace": ("start", signed(world, "start", item, namespace="git"), 401, "wrong-namespace"),
         "stale request": ("start", signed(world, "start", item, at="2020-01-01T00:00:00Z"), 403, "replay"),
         "op not allowed for the signer": ("start", signed(world, "start", item, key="stranger"), 403, "not-allowed"),
+        # signed by a sender the peer trusts, but meant for another peer (the one whose key is "stranger")
+        "request meant for another peer": ("start", signed(world, "start", item, to="stranger"), 403, "wrong-peer"),
         "request sent to another op's endpoint": ("cancel", honest, 400, None),
     }
     for name, (op, body, status, reason) in cases.items():

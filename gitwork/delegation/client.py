@@ -51,7 +51,8 @@ def _signed(wp: Any, config: peers.Config, peer: peers.Peer, op: str, item: str 
         return request_id, kept["request"], kept["signature"]
     if find(wp.context().snapshot, "sent", request_id) is not None:
         raise Invalid(f"request {request_id} was answered already (gw delegations); use a new id", delegation=request_id)
-    text = protocol.request(request_id, op, item, args, clock.format_instant(wp.now()), __version__)
+    text = protocol.request(request_id, op, item, args, clock.format_instant(wp.now()), __version__,
+                            protocol.destination(peer.key or ""))
     signature = signing.sign(text.encode(), config.signing_key, peers.NAMESPACE)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as out:
