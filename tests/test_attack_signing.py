@@ -1,0 +1,72 @@
+"""Signing and delegation requests attacked: allowed-signers patterns, keys ssh-keygen will not use,
+key paths with spaces, requests that do not say where they are going. Real ``ssh-keygen``, real keys."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import scrubbed
+from gitwork import sshsig
+from gitwork.delegation import protocol
+from gitwork.errors import Forbidden, Invalid
+from test_signing import keygen
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    folder = tmp_path_factory.mktemp("attack keys") / "with space"  # a key path with spaces signs as well
+    folder.mkdir()
+    with scrubbed(tmp_path_factory):
+        return {name: keygen(folder / f"{name} key") for name in ("bots", "alice")}
+
+
+def test_allowed_signers_patterns_and_lists_are_honoured_for_the_expected_identity(
+        keys: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+    bots_key, bots_pub = keys["bots"]
+    alice_key, alice_pub = keys["alice"]
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f"agent-* {bots_pub}\nalice,carol {alice_pub}\n")  # ssh-keygen(1): patterns, lists
+    data = b"tree 0000\n\nstate commit\n"
+    by_bots = sshsig.sign(data, bots_key, "git")
+    assert sshsig.verify(data, by_bots, str(allowed), "git", expect="agent-7") == "agent-7"
+    assert sshsig.verify(data, sshsig.sign(data, alice_key, "git"), str(allowed), "git", expect="carol") == "carol"
+    refusals = {  # and each refusal still says which check failed
+        "wrong-key": (data, by_bots, "alice", "git"),  # the bots' key, on alice's commit
+        "bad-signature": (data + b"!", by_bots, "agent-7", "git"),  # one byte changed
+        "wrong-namespace": (data, sshsig.sign(data, bots_key, "gitwork-delegation"), "agent-7", "git"),
+    }
+    for reason, (payload, signature, expect, namespace) in refusals.items():
+        with pytest.raises(Forbidden) as caught:
+            sshsig.verify(payload, signature, str(allowed), namespace, expect=expect)
+        assert caught.value.details["reason"] == reason, (reason, caught.value.message)
+
+
+def test_a_signing_key_others_can_read_or_that_is_no_key_is_one_clear_line(keys: dict[str, tuple[str, str]],
+                                                                          tmp_path: Path) -> None:
+    private, _pub = keys["alice"]
+    loose = tmp_path / "loose key"
+    loose.write_bytes(Path(private).read_bytes())
+    loose.chmod(0o644)
+    with pytest.raises(Invalid) as caught:
+        sshsig.sign(b"x", str(loose), "git")
+    assert "chmod 600" in caught.value.message and "@" not in caught.value.message, caught.value.message
+    junk = tmp_path / "junk"
+    junk.write_text("not a key\n")
+    junk.chmod(0o600)
+    with pytest.raises(Invalid) as caught:
+        sshsig.sign(b"x", str(junk), "git")
+    assert "not an SSH private key" in caught.value.message and "\n" not in caught.value.message
+    assert os.path.exists(junk) and not list(tmp_path.glob("*.sig"))  # nothing written beside it
+
+
+def test_a_request_that_does_not_name_its_destination_is_refused(keys: dict[str, tuple[str, str]]) -> None:
+    text = protocol.request(protocol.new_request_id(), "plan", None, {}, "2030-01-01T00:00:00Z", "1",
+                            protocol.destination(keys["alice"][1] + " a comment"))
+    assert protocol.parse_request(text)["to"] == keys["alice"][1]
+    for to in (None, "", "alice", 7):
+        forged = protocol.canonical({**protocol.parse_request(text), "to": to})
+        with pytest.raises(Invalid, match="meant for"):
+            protocol.parse_request(forged)
