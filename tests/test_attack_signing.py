@@ -70,3 +70,20 @@ def test_a_request_that_does_not_name_its_destination_is_refused(keys: dict[str,
         forged = protocol.canonical({**protocol.parse_request(text), "to": to})
         with pytest.raises(Invalid, match="meant for"):
             protocol.parse_request(forged)
+
+
+def test_the_same_unanswered_request_again_is_a_retry_anything_else_with_its_nonce_a_replay(tmp_path: Path) -> None:
+    from gitwork.delegation.signing import Nonces
+
+    nonces = Nonces(str(tmp_path))
+    nonces.remember("n1", 1000.0, "sha256:aa")
+    nonces.remember("n1", 1001.0, "sha256:aa")  # the peer stopped before answering: the sender's retry
+    with pytest.raises(Forbidden, match="replayed"):
+        nonces.remember("n1", 1002.0, "sha256:bb")  # other bytes under that nonce
+    nonces.settle("n1", 1003.0)  # answered (refused) now
+    with pytest.raises(Forbidden, match="replayed"):
+        nonces.remember("n1", 1004.0, "sha256:aa")
+    nonces.remember("n2", 1005.0)
+    with pytest.raises(Forbidden, match="replayed"):  # no digest given: never a retry
+        nonces.remember("n2", 1006.0)
+    assert len((tmp_path / "delegation-nonces").read_text().splitlines()) == 2  # one entry per nonce

@@ -28,7 +28,7 @@ from gitwork.launch.run import runs
 from gitwork.workplane import Workplane
 from test_signing import keygen
 
-ITEMS = ("e2e", "retry", "refused", "limited", "forged", "missing-on-peer")
+ITEMS = ("e2e", "retry", "refused", "limited", "forged", "missing-on-peer", "crash-mid-start")
 ALL_OPS = "plan,test,start,observe,cancel"
 
 
@@ -306,6 +306,34 @@ def test_a_lost_answer_is_retried_under_the_same_id_and_starts_nothing_new(world
         with world.plane() as wp:  # and a third time: answered already, here
             with pytest.raises(Invalid, match="answered already"):
                 client.delegate(wp, item, "flaky", "start", request_id=request_id)
+    finally:
+        stop(crashy)
+
+
+def test_a_peer_killed_after_it_launched_but_before_it_recorded_answers_the_retry_and_starts_nothing_new(
+        world: World) -> None:
+    """The nonce was spent, the execution runs, no receipt was recorded: the same bytes again are the
+    sender's retry (not a replay), and the start settles on the execution its request id names."""
+    item = world.items["crash-mid-start"]
+    crashy, crashy_url = serve(world.peer, world.root, {"GW_CRASH_AT": "after-start"})
+    try:
+        git(world.sender, "config", "gitwork.peer.midway.url", crashy_url)
+        git(world.sender, "config", "gitwork.peer.midway.key", world.keys["gpu"][1])
+        git(world.sender, "config", "gitwork.peer.midway.allow", ALL_OPS)
+        request_id = protocol.new_request_id()
+        with world.plane() as wp:
+            with pytest.raises(RemoteError):
+                client.delegate(wp, item, "midway", "start", request_id=request_id)
+        assert crashy.wait(timeout=30) == -signal.SIGKILL
+        with world.plane("peer") as wp:
+            first = [r["execution"] for r in runs(wp, item)]
+        assert len(first) == 1
+        git(world.sender, "config", "gitwork.peer.midway.url", world.url)  # the peer is back
+        with world.plane() as wp:
+            again = client.delegate(wp, item, "midway", "start", request_id=request_id)
+        assert again["receipt"]["outcome"] == "done" and again["receipt"]["execution"] == first[0], again
+        with world.plane("peer") as wp:
+            assert [r["execution"] for r in runs(wp, item)] == first  # nothing new started
     finally:
         stop(crashy)
 
