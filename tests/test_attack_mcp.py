@@ -24,6 +24,7 @@ def line(message: dict[str, Any]) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
 
+@pytest.mark.slow
 def test_a_client_that_closes_the_connection_with_answers_owed_ends_the_server_cleanly(repo: Path) -> None:
     with Workplane(str(repo), agent="seeder") as wp:
         wp.do("init")

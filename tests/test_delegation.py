@@ -310,6 +310,7 @@ def test_a_lost_answer_is_retried_under_the_same_id_and_starts_nothing_new(world
         stop(crashy)
 
 
+@pytest.mark.slow
 def test_a_peer_killed_after_it_launched_but_before_it_recorded_answers_the_retry_and_starts_nothing_new(
         world: World) -> None:
     """The nonce was spent, the execution runs, no receipt was recorded: the same bytes again are the
