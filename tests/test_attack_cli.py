@@ -67,3 +67,15 @@ def test_release_with_one_item_named_twice_releases_it_once_and_succeeds(wp: Wor
     code, _out, err = gw_in(repo, "release", second, second)  # nothing held any more: one refusal, not two
     assert code == 7 and err.count("gw: stale") == 1, err
     assert tip(repo) == before
+
+
+@pytest.mark.parametrize("verb", [("list",), ("ready",), ("search", "x")])
+def test_a_malformed_label_filter_is_refused_not_an_empty_listing(wp: Workplane, repo: Path, verb: tuple[str, ...]) -> None:
+    wp.do("new", title="x marks", labels=["ok"])
+    before = tip(repo)
+    for option, value in (("--label", ""), ("--label-any", "a b"), ("--label-any", "ok\n")):
+        code, out, err = gw_in(repo, *verb, option, value)
+        assert code == 5 and out == "" and err.count("\n") == 1 and "bad label" in err, (verb, option, err)
+    assert tip(repo) == before
+    code, out, _err = gw_in(repo, *verb, "--label-any", "nope", "--label-any", "ok", "--json")
+    assert code == 0 and len(json.loads(out)) == 1
