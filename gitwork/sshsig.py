@@ -103,6 +103,9 @@ def verify(data: bytes, signature: str, signers: Iterable[tuple[str, str]] | str
         errors = []
         if expect is not None:
             intact = _keygen(["-Y", "check-novalidate", "-n", namespace, "-s", sig_path], data)
+            if intact.returncode == 0 and expect in principals:  # its line limits it (namespaces="...")
+                raise Forbidden(f"the allowed-signers line of {expect} does not allow namespace {namespace}",
+                                reason="wrong-namespace")
             if intact.returncode == 0:  # a sound signature, by a key the file gives to others only
                 raise Forbidden(f"signed with the key of {', '.join(principals)[:80]}, not of {expect}",
                                 reason="wrong-key")

@@ -20,7 +20,7 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]
     folder = tmp_path_factory.mktemp("attack keys") / "with space"  # a key path with spaces signs as well
     folder.mkdir()
     with scrubbed(tmp_path_factory):
-        return {name: keygen(folder / f"{name} key") for name in ("bots", "alice")}
+        return {name: keygen(folder / f"{name} key") for name in ("bots", "alice", "dave")}
 
 
 def test_allowed_signers_patterns_and_lists_are_honoured_for_the_expected_identity(
@@ -28,7 +28,8 @@ def test_allowed_signers_patterns_and_lists_are_honoured_for_the_expected_identi
     bots_key, bots_pub = keys["bots"]
     alice_key, alice_pub = keys["alice"]
     allowed = tmp_path / "allowed_signers"
-    allowed.write_text(f"agent-* {bots_pub}\nalice,carol {alice_pub}\n")  # ssh-keygen(1): patterns, lists
+    allowed.write_text(f"agent-* {bots_pub}\nalice,carol {alice_pub}\n"  # ssh-keygen(1): patterns, lists
+                       f'dave namespaces="gitwork-delegation" {keys["dave"][1]}\n')  # and options
     data = b"tree 0000\n\nstate commit\n"
     by_bots = sshsig.sign(data, bots_key, "git")
     assert sshsig.verify(data, by_bots, str(allowed), "git", expect="agent-7") == "agent-7"
@@ -37,11 +38,12 @@ def test_allowed_signers_patterns_and_lists_are_honoured_for_the_expected_identi
         "wrong-key": (data, by_bots, "alice", "git"),  # the bots' key, on alice's commit
         "bad-signature": (data + b"!", by_bots, "agent-7", "git"),  # one byte changed
         "wrong-namespace": (data, sshsig.sign(data, bots_key, "gitwork-delegation"), "agent-7", "git"),
+        "wrong-namespace ": (data, sshsig.sign(data, keys["dave"][0], "git"), "dave", "git"),  # dave's line allows delegation signatures only
     }
     for reason, (payload, signature, expect, namespace) in refusals.items():
         with pytest.raises(Forbidden) as caught:
             sshsig.verify(payload, signature, str(allowed), namespace, expect=expect)
-        assert caught.value.details["reason"] == reason, (reason, caught.value.message)
+        assert caught.value.details["reason"] == reason.strip(), (reason, caught.value.message)
 
 
 def test_a_signing_key_others_can_read_or_that_is_no_key_is_one_clear_line(keys: dict[str, tuple[str, str]],
