@@ -42,9 +42,15 @@ def _signed(wp: Any, config: peers.Config, peer: peers.Peer, op: str, item: str 
     request_id = request_id or protocol.new_request_id()
     path = _pending_path(wp.repo, request_id)
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            kept = json.load(handle)
-        req = protocol.parse_request(kept["request"])
+        try:
+            with open(path, encoding="utf-8") as handle:
+                kept = json.load(handle)
+            if not isinstance(kept, dict) or not isinstance(kept.get("signature"), str):
+                raise ValueError("not a kept request")
+            req = protocol.parse_request(kept.get("request"))
+        except (OSError, ValueError, RecursionError, Invalid):
+            raise Corrupt(f"the kept request {path} is unreadable; remove it and send a new request",
+                          delegation=request_id) from None
         if kept.get("peer") != peer.name or req["op"] != op or (item and req.get("item") != item):
             raise Invalid(f"request {request_id} was a {req['op']} of {req.get('item')} to {kept.get('peer')}; "
                           "use a new id", delegation=request_id)
@@ -79,7 +85,7 @@ def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
                           "unknown: send the same request id again (--id)") from None
     try:
         return status, json.loads(raw[:MAX_ANSWER])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise RemoteError(f"the peer at {url} answered {status} without a JSON body; send the same request id again "
                           "(--id)") from None
 
