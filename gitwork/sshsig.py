@@ -53,9 +53,20 @@ def sign(data: bytes, key_path: str | None, namespace: str) -> str:
 
 
 def public_key(key_path: str | None) -> str:
-    """``type base64`` of the key at ``key_path`` (a private key, or its ``.pub``)."""
+    """``type base64`` of the key at ``key_path`` (a private key, or its ``.pub``).
+
+    The ``.pub`` beside a private key is read when it is there, as ssh does: the private key may be
+    protected by a passphrase (and held by ssh-agent for signing), which ``ssh-keygen -y`` would ask for."""
     if not key_path:
         raise Invalid("no signing key: git config gitwork.signingKey ~/.ssh/id_ed25519 (see docs/security.md)")
+    key_path = os.path.expanduser(key_path)
+    try:
+        with open(key_path if key_path.endswith(".pub") else key_path + ".pub", encoding="ascii") as handle:
+            words = handle.read(16 * 1024).split()
+        if len(words) >= 2 and not words[0].startswith("-"):
+            return " ".join(words[:2])
+    except (OSError, UnicodeDecodeError):
+        pass
     done = _keygen(["-y", "-f", key_path])
     if done.returncode != 0:
         raise Invalid(f"cannot read the public half of {key_path}: {gitcmd.one_line(done.err)}")

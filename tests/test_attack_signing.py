@@ -89,3 +89,15 @@ def test_the_same_unanswered_request_again_is_a_retry_anything_else_with_its_non
     with pytest.raises(Forbidden, match="replayed"):  # no digest given: never a retry
         nonces.remember("n2", 1006.0)
     assert len((tmp_path / "delegation-nonces").read_text().splitlines()) == 2  # one entry per nonce
+
+
+def test_the_public_half_is_read_from_the_pub_beside_the_key_without_asking_for_a_passphrase(
+        keys: dict[str, tuple[str, str]], tmp_path: Path) -> None:
+    private, pub = keys["bots"]
+    locked = tmp_path / "locked key"  # stands for a key only ssh-agent can open: ssh-keygen -y cannot read it
+    locked.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nlocked\n-----END OPENSSH PRIVATE KEY-----\n")
+    locked.chmod(0o600)
+    (tmp_path / "locked key.pub").write_text(Path(private + ".pub").read_text())
+    assert sshsig.public_key(str(locked)) == pub
+    with pytest.raises(Invalid, match="cannot read the public half"):
+        sshsig.public_key(str(tmp_path / "locked key.pub.missing"))
