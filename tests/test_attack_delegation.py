@@ -82,3 +82,12 @@ def test_a_damaged_kept_request_is_reported_and_nothing_is_sent(sender: tuple[Pa
         with Workplane(str(repo)) as wp, pytest.raises(Corrupt, match="unreadable"):
             client.delegate(wp, item, "evil", "plan", request_id=request_id)
     assert Hostile.asked == [] and tip(repo) == before
+
+
+def test_a_peers_terminal_capture_reaches_this_terminal_without_escapes_or_controls() -> None:
+    from gitwork.cli.commands.delegation import printable
+
+    hostile = ("\x1b]52;c;cm0gLXJmIH4=\x07ok \x1b[31mred\x1b[0m\r\n"  # the clipboard, colours, a carriage return
+               "\x1b]0;title\x1b\\line\u202etwo\x9b2J\x07\n  indented")
+    shown = printable(hostile)
+    assert shown.split("\n") == ["ok red", "line two 2J", "  indented"], shown
