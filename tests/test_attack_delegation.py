@@ -7,6 +7,7 @@ answer badly) standing in for a peer that misbehaves.
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -15,7 +16,7 @@ import pytest
 
 from conftest import git, make_repo, tip
 from gitwork.delegation import client, protocol
-from gitwork.errors import Corrupt, RemoteError
+from gitwork.errors import Corrupt, Invalid, RemoteError
 from gitwork.workplane import Workplane
 from test_signing import keygen
 
@@ -91,3 +92,15 @@ def test_a_peers_terminal_capture_reaches_this_terminal_without_escapes_or_contr
                "\x1b]0;title\x1b\\line\u202etwo\x9b2J\x07\n  indented")
     shown = printable(hostile)
     assert shown.split("\n") == ["ok red", "line two 2J", "  indented"], shown
+
+
+def test_a_peers_refusal_message_is_one_clean_line(sender: tuple[Path, str]) -> None:
+    repo, item = sender
+    before = tip(repo)
+    Hostile.answer = json.dumps({"ok": False, "code": 5, "message": "no\x1b]0;owned\x07 way\n" + "x" * 5000}).encode()
+    with Workplane(str(repo)) as wp, pytest.raises(Invalid) as caught:
+        client.delegate(wp, item, "evil", "plan")
+    message = caught.value.message
+    assert message.startswith("peer evil refused the request: no way") and len(message) < 400, message
+    assert not any(ch < " " for ch in message), message
+    assert tip(repo) == before

@@ -146,8 +146,12 @@ def _drop(wp: Any, request_id: str) -> None:
 
 
 def _error(doc: dict[str, Any], prefix: str) -> GwError:
+    """The peer's refusal as this side's error. Its message was written on another machine: cleaned
+    (no escape sequences, controls or bidi marks) and cut, as a remote's hook output is."""
+    from ..sync import _clean
+
     cls = _ERRORS.get(doc.get("code") if isinstance(doc.get("code"), int) else -1, Forbidden)
-    message = str(doc.get("message") or doc.get("detail") or doc.get("error") or "no reason given")[:300]
+    message = _clean(str(doc.get("message") or doc.get("detail") or doc.get("error") or "no reason given"))
     details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
     return cls(prefix + message, **{k: v for k, v in details.items() if isinstance(k, str)})
 
