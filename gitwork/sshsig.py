@@ -40,16 +40,33 @@ def sign(data: bytes, key_path: str | None, namespace: str) -> str:
     key_path = os.path.expanduser(key_path)
     if not os.path.isfile(key_path):
         raise Invalid(f"the signing key {key_path} does not exist (git config gitwork.signingKey)")
+    mode = os.stat(key_path).st_mode & 0o077
+    if mode and not key_path.endswith(".pub"):  # ssh-keygen would refuse it in a banner of @ lines
+        raise Invalid(f"the signing key {key_path} is readable by others (mode {mode:03o} for group/other): "
+                      f"chmod 600 '{key_path}'")
     done = _keygen(["-Y", "sign", "-q", "-f", key_path, "-n", namespace], data)
     if done.returncode != 0 or SIG_BEGIN not in done.out:
-        raise Invalid(f"ssh-keygen could not sign with {key_path}: {gitcmd.one_line(done.err) or 'no signature'}")
+        said = [line for line in done.err.splitlines() if line.strip() and not line.startswith("@")]
+        reason = "not an SSH private key" if any("load" in line for line in said) else "; ".join(said)[:200]
+        raise Invalid(f"ssh-keygen could not sign with {key_path}: {reason or 'no signature'}")
     return done.out
 
 
 def public_key(key_path: str | None) -> str:
-    """``type base64`` of the key at ``key_path`` (a private key, or its ``.pub``)."""
+    """``type base64`` of the key at ``key_path`` (a private key, or its ``.pub``).
+
+    The ``.pub`` beside a private key is read when it is there, as ssh does: the private key may be
+    protected by a passphrase (and held by ssh-agent for signing), which ``ssh-keygen -y`` would ask for."""
     if not key_path:
         raise Invalid("no signing key: git config gitwork.signingKey ~/.ssh/id_ed25519 (see docs/security.md)")
+    key_path = os.path.expanduser(key_path)
+    try:
+        with open(key_path if key_path.endswith(".pub") else key_path + ".pub", encoding="ascii") as handle:
+            words = handle.read(16 * 1024).split()
+        if len(words) >= 2 and not words[0].startswith("-"):
+            return " ".join(words[:2])
+    except (OSError, UnicodeDecodeError):
+        pass
     done = _keygen(["-y", "-f", key_path])
     if done.returncode != 0:
         raise Invalid(f"cannot read the public half of {key_path}: {gitcmd.one_line(done.err)}")
@@ -84,17 +101,28 @@ def verify(data: bytes, signature: str, signers: Iterable[tuple[str, str]] | str
             allowed = os.path.join(tmp, "allowed_signers")
             with open(allowed, "w", encoding="utf-8") as out:
                 out.writelines(allowed_line(p, k) + "\n" for p, k in signers)
+        if expect is not None:
+            # ssh-keygen matches the name against the file's principals, patterns included (``agent-*``,
+            # ``*``): find-principals would print the pattern itself, never ``expect``.
+            done = _keygen(["-Y", "verify", "-f", allowed, "-I", expect, "-n", namespace, "-s", sig_path], data)
+            if done.returncode == 0:
+                return expect
         found = _keygen(["-Y", "find-principals", "-s", sig_path, "-f", allowed])
         principals = found.out.split() if found.returncode == 0 else []
         if not principals:
             raise Forbidden("signed by a key no allowed signer has", reason="unknown-key")
+        errors = []
         if expect is not None:
-            if expect not in principals:
+            intact = _keygen(["-Y", "check-novalidate", "-n", namespace, "-s", sig_path], data)
+            if intact.returncode == 0 and expect in principals:  # its line limits it (namespaces="...")
+                raise Forbidden(f"the allowed-signers line of {expect} does not allow namespace {namespace}",
+                                reason="wrong-namespace")
+            if intact.returncode == 0:  # a sound signature, by a key the file gives to others only
                 raise Forbidden(f"signed with the key of {', '.join(principals)[:80]}, not of {expect}",
                                 reason="wrong-key")
+            errors.append(intact.err)
             principals = [expect]
-        errors = []
-        for principal in principals:
+        for principal in principals if expect is None else ():
             done = _keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig_path], data)
             if done.returncode == 0:
                 return principal

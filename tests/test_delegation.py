@@ -28,7 +28,7 @@ from gitwork.launch.run import runs
 from gitwork.workplane import Workplane
 from test_signing import keygen
 
-ITEMS = ("e2e", "retry", "refused", "limited", "forged", "missing-on-peer")
+ITEMS = ("e2e", "retry", "refused", "limited", "forged", "missing-on-peer", "crash-mid-start")
 ALL_OPS = "plan,test,start,observe,cancel"
 
 
@@ -175,11 +175,12 @@ def test_plan_test_start_observe_cancel_end_to_end_and_receipts_verify_on_both_r
 
 
 def signed(world: World, op: str, item: str | None, key: str = "laptop", namespace: str = peers.NAMESPACE,
-           at: str | None = None, args: dict[str, Any] | None = None) -> dict[str, str]:
+           at: str | None = None, args: dict[str, Any] | None = None, to: str = "gpu") -> dict[str, str]:
+    """A request signed with ``key``'s key, meant for the peer whose key is ``to``'s."""
     from gitwork import __version__, clock
 
     text = protocol.request(protocol.new_request_id(), op, item, args or {}, at or clock.format_instant(clock.now()),
-                            __version__)
+                            __version__, world.keys[to][1])
     return {"request": text, "signature": signing.sign(text.encode(), world.keys[key][0], namespace)}
 
 
@@ -201,6 +202,8 @@ def test_refused_requests_write_nothing_and_start_nothing(world: World) -> None:
         "wrong namespace": ("start", signed(world, "start", item, namespace="git"), 401, "wrong-namespace"),
         "stale request": ("start", signed(world, "start", item, at="2020-01-01T00:00:00Z"), 403, "replay"),
         "op not allowed for the signer": ("start", signed(world, "start", item, key="stranger"), 403, "not-allowed"),
+        # signed by a sender the peer trusts, but meant for another peer (the one whose key is "stranger")
+        "request meant for another peer": ("start", signed(world, "start", item, to="stranger"), 403, "wrong-peer"),
         "request sent to another op's endpoint": ("cancel", honest, 400, None),
     }
     for name, (op, body, status, reason) in cases.items():
@@ -273,38 +276,54 @@ def test_receipts_verify_fails_on_a_record_whose_receipt_signature_is_not_the_pe
     assert "receipt" in bad[0]["problems"][0]
 
 
-def test_a_lost_answer_is_retried_under_the_same_id_and_starts_nothing_new(world: World) -> None:
-    item = world.items["retry"]
-    crashy, crashy_url = serve(world.peer, world.root, {"GW_CRASH_AT": "delegation-before-answer"})
+def crashed_start(world: World, item: str, peer_name: str, crash_at: str) -> tuple[str, list[str], dict[str, Any]]:
+    """A start of ``item`` sent to a peer server killed (-9) at ``crash_at``, then sent again under the
+    same request id once the peer is back: ``(request id, the peer's executions, the retry's answer)``.
+    Checks on the way that nothing was recorded without a receipt and that the retry started nothing new."""
+    crashy, crashy_url = serve(world.peer, world.root, {"GW_CRASH_AT": crash_at})
     try:
-        git(world.sender, "config", "gitwork.peer.flaky.url", crashy_url)
-        git(world.sender, "config", "gitwork.peer.flaky.key", world.keys["gpu"][1])
-        git(world.sender, "config", "gitwork.peer.flaky.allow", ALL_OPS)
+        for key, value in (("url", crashy_url), ("key", world.keys["gpu"][1]), ("allow", ALL_OPS)):
+            git(world.sender, "config", f"gitwork.peer.{peer_name}.{key}", value)
         request_id = protocol.new_request_id()
         sender_before = tip(world.sender)
         with world.plane() as wp:
-            with pytest.raises(RemoteError):  # the peer launched, recorded, and died before it answered
-                client.delegate(wp, item, "flaky", "start", request_id=request_id)
+            with pytest.raises(RemoteError):  # the peer died before it answered
+                client.delegate(wp, item, peer_name, "start", request_id=request_id)
         assert crashy.wait(timeout=30) == -signal.SIGKILL
         assert tip(world.sender) == sender_before  # nothing recorded without a receipt
-        with world.plane("peer") as wp:
-            first = [r["execution"] for r in runs(wp, item)]
-            assert len(first) == 1
-        git(world.sender, "config", "gitwork.peer.flaky.url", world.url)  # the peer is back
-        with world.plane() as wp:
-            again = client.delegate(wp, item, "flaky", "start", request_id=request_id)
-        assert again["duplicate"] and again["delegation"] == request_id
-        with world.plane("peer") as wp:
-            assert [r["execution"] for r in runs(wp, item)] == first  # nothing new started
-            from gitwork.ops.delegations import find
-
-            recorded = find(wp.context().snapshot, "received", request_id)
-        assert recorded is not None and json.loads(recorded["receipt"]) == again["receipt"]
-        with world.plane() as wp:  # and a third time: answered already, here
-            with pytest.raises(Invalid, match="answered already"):
-                client.delegate(wp, item, "flaky", "start", request_id=request_id)
     finally:
         stop(crashy)
+    with world.plane("peer") as wp:
+        first = [r["execution"] for r in runs(wp, item)]
+    assert len(first) == 1
+    git(world.sender, "config", f"gitwork.peer.{peer_name}.url", world.url)  # the peer is back
+    with world.plane() as wp:
+        again = client.delegate(wp, item, peer_name, "start", request_id=request_id)
+    with world.plane("peer") as wp:
+        assert [r["execution"] for r in runs(wp, item)] == first  # nothing new started
+    return request_id, first, again
+
+
+def test_a_lost_answer_is_retried_under_the_same_id_and_starts_nothing_new(world: World) -> None:
+    # the peer launched, recorded, and died before it answered
+    request_id, _first, again = crashed_start(world, world.items["retry"], "flaky", "delegation-before-answer")
+    assert again["duplicate"] and again["delegation"] == request_id
+    with world.plane("peer") as wp:
+        from gitwork.ops.delegations import find
+
+        recorded = find(wp.context().snapshot, "received", request_id)
+    assert recorded is not None and json.loads(recorded["receipt"]) == again["receipt"]
+    with world.plane() as wp:  # and a third time: answered already, here
+        with pytest.raises(Invalid, match="answered already"):
+            client.delegate(wp, world.items["retry"], "flaky", "start", request_id=request_id)
+
+
+def test_a_peer_killed_after_it_launched_but_before_it_recorded_answers_the_retry_and_starts_nothing_new(
+        world: World) -> None:
+    """The nonce was spent, the execution runs, no receipt was recorded: the same bytes again are the
+    sender's retry (not a replay), and the start settles on the execution its request id names."""
+    _request_id, first, again = crashed_start(world, world.items["crash-mid-start"], "midway", "after-start")
+    assert again["receipt"]["outcome"] == "done" and again["receipt"]["execution"] == first[0], again
 
 
 def test_without_a_peer_the_delegation_face_does_not_exist(tmp_path: Path) -> None:

@@ -92,6 +92,23 @@ def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, offline
     return applied
 
 
+def _distinct(wp: Any, items: list[str]) -> list[str]:
+    """The ids each naming another item (first mention kept): ``gw release A A`` or an id and its own
+    prefix is one command, not a second that fails because the first did its job. An id that does not
+    resolve is kept, for its command to report."""
+    seen: set[str] = set()
+    kept: list[str] = []
+    for item in items:
+        try:
+            key = wp.resolve(item)
+        except GwError:
+            key = item
+        if key not in seen:
+            seen.add(key)
+            kept.append(item)
+    return kept
+
+
 class Failed(Exception):
     """Exit with ``code``: the failure has been reported already (see :func:`each`)."""
 
@@ -103,13 +120,15 @@ class Failed(Exception):
 def each(wp: Any, as_json: bool, items: list[str], one: Callable[[str], None]) -> None:
     """Run ``one(item)`` for each of several ids, one command each, reporting every outcome.
 
-    One id: exactly the single command (its errors propagate as usual). Several: each is tried in
+    One id: exactly the single command (its errors propagate as usual). Several: each distinct item
+    (an id repeated, or given again by a prefix, counts once) is tried in
     order whatever happened to the ones before; with ``--json`` stdout holds one array, one result or
     error object per id, in order; the exit code is the first failure's (0 if none failed).
     """
     if len(items) == 1:
         one(items[0])
         return
+    items = _distinct(wp, items)  # still several ids: --json prints an array, however many are left
     import contextlib
     import io
     import json

@@ -2,7 +2,8 @@
 
 The command runs as with ``--json`` (``main.jq_option`` puts it in place of ``--jq EXPR``); its one
 JSON value is then handed to jq (the ``jq`` package, libjq's own bindings: the ``jq`` extra) and each
-result printed on its own line, a string raw and anything else as compact JSON (``jq -r``'s output).
+result printed on its own line as it is made (streamed, as jq does), a string raw and anything else
+as compact JSON (``jq -r``'s output).
 The expression is compiled before the command runs, so a malformed one changes nothing (exit 2).
 Only a successful command's output is filtered: an error object is printed as it is, with the
 command's exit code. ``--follow`` streams JSON lines as they land and is not filtered (exit 2).
@@ -50,10 +51,23 @@ def run_filtered(expression: str, args: list[str], run: Callable[[list[str]], in
     if code != 0:
         sys.stdout.write(text)
         return code
+    # Each result is printed as jq makes it, never all collected first: an expression with endless
+    # output (``repeat(.)``) streams into ``| head`` as jq's does, in bounded memory.
     try:
-        results = program.input_text(text).all()
+        for result in program.input_text(text):
+            sys.stdout.write((result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)) + "\n")
+        sys.stdout.flush()
     except ValueError as exc:  # the expression failed on this value (e.g. .title of an array)
         return output.fail(Invalid(f"--jq: {' '.join(str(exc).split())}"), False)
-    for result in results:
-        sys.stdout.write((result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)) + "\n")
+    except BrokenPipeError:  # the reader had enough (| head): not an error, and nothing more to print
+        _discard_stdout()
     return 0
+
+
+def _discard_stdout() -> None:
+    """Point fd 1 at the null device: the interpreter's flush at exit then has nowhere to fail."""
+    import os
+
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)

@@ -47,6 +47,10 @@ def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label
         raise Invalid(f"--priority must be 0 or more, not {priority}")
     if text is not None and not text.strip():
         raise Invalid("search for what? the text is empty")
+    if label or label_any:  # the rule claim --next applies: a typo must not look like an empty listing
+        from ..commands import parse_fields, validate
+
+        validate({"label": [*(label or ()), *(label_any or ())]}, parse_fields({"label": "labels"}))
     ctx = wp.context()
     picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
                     limit=None if text is not None else limit, priority=priority, ready=ready,

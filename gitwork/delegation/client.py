@@ -42,16 +42,23 @@ def _signed(wp: Any, config: peers.Config, peer: peers.Peer, op: str, item: str 
     request_id = request_id or protocol.new_request_id()
     path = _pending_path(wp.repo, request_id)
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
-            kept = json.load(handle)
-        req = protocol.parse_request(kept["request"])
+        try:
+            with open(path, encoding="utf-8") as handle:
+                kept = json.load(handle)
+            if not isinstance(kept, dict) or not isinstance(kept.get("signature"), str):
+                raise ValueError("not a kept request")
+            req = protocol.parse_request(kept.get("request"))
+        except (OSError, ValueError, RecursionError, Invalid):
+            raise Corrupt(f"the kept request {path} is unreadable; remove it and send a new request",
+                          delegation=request_id) from None
         if kept.get("peer") != peer.name or req["op"] != op or (item and req.get("item") != item):
             raise Invalid(f"request {request_id} was a {req['op']} of {req.get('item')} to {kept.get('peer')}; "
                           "use a new id", delegation=request_id)
         return request_id, kept["request"], kept["signature"]
     if find(wp.context().snapshot, "sent", request_id) is not None:
         raise Invalid(f"request {request_id} was answered already (gw delegations); use a new id", delegation=request_id)
-    text = protocol.request(request_id, op, item, args, clock.format_instant(wp.now()), __version__)
+    text = protocol.request(request_id, op, item, args, clock.format_instant(wp.now()), __version__,
+                            protocol.destination(peer.key or ""))
     signature = signing.sign(text.encode(), config.signing_key, peers.NAMESPACE)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as out:
@@ -78,7 +85,7 @@ def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
                           "unknown: send the same request id again (--id)") from None
     try:
         return status, json.loads(raw[:MAX_ANSWER])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         raise RemoteError(f"the peer at {url} answered {status} without a JSON body; send the same request id again "
                           "(--id)") from None
 
@@ -139,8 +146,12 @@ def _drop(wp: Any, request_id: str) -> None:
 
 
 def _error(doc: dict[str, Any], prefix: str) -> GwError:
+    """The peer's refusal as this side's error. Its message was written on another machine: cleaned
+    (no escape sequences, controls or bidi marks) and cut, as a remote's hook output is."""
+    from ..sync import _clean
+
     cls = _ERRORS.get(doc.get("code") if isinstance(doc.get("code"), int) else -1, Forbidden)
-    message = str(doc.get("message") or doc.get("detail") or doc.get("error") or "no reason given")[:300]
+    message = _clean(str(doc.get("message") or doc.get("detail") or doc.get("error") or "no reason given"))
     details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
     return cls(prefix + message, **{k: v for k, v in details.items() if isinstance(k, str)})
 

@@ -26,6 +26,7 @@ MAX_DOCUMENT = 32 * 1024
 OPS = ("plan", "test", "start", "observe", "cancel")
 REQUEST_ID = re.compile(r"d-[0-9a-f]{16}\Z")
 _NONCE = re.compile(r"[0-9a-f]{32}\Z")
+_KEY = re.compile(r"[a-z0-9@.-]{1,64} [A-Za-z0-9+/=]{16,4096}\Z")  # "type base64" of an SSH public key
 
 
 def canonical(doc: dict[str, Any]) -> str:
@@ -46,10 +47,18 @@ def check_request_id(value: str) -> str:
     return value
 
 
-def request(request_id: str, op: str, item: str | None, args: dict[str, Any], at: str, build: str) -> str:
-    """The canonical text of a new request (a fresh nonce each time)."""
+def request(request_id: str, op: str, item: str | None, args: dict[str, Any], at: str, build: str, to: str) -> str:
+    """The canonical text of a new request (a fresh nonce each time) for the peer whose public key is ``to``.
+
+    ``to`` names the destination inside the signed bytes: a peer refuses a request meant for another
+    peer, so a sender trusted by two peers cannot have its request to one replayed to the other."""
     return canonical({"kind": REQUEST, "v": VERSION, "id": check_request_id(request_id), "op": op, "item": item,
-                      "args": args, "at": at, "nonce": os.urandom(16).hex(), "build": build})
+                      "args": args, "at": at, "nonce": os.urandom(16).hex(), "build": build, "to": to})
+
+
+def destination(key: str) -> str:
+    """A public key as a request's ``to`` names it: ``type base64``, without a comment."""
+    return " ".join(str(key).split()[:2])
 
 
 def receipt(req: dict[str, Any], text: str, outcome: str, at: str, result: dict[str, Any] | None = None,
@@ -89,6 +98,8 @@ def parse_request(text: Any) -> dict[str, Any]:
         raise Invalid("a delegation request needs a nonce (32 hex digits)")
     if doc.get("item") is not None and not isinstance(doc["item"], str):
         raise Invalid("a delegation request's item must be an id")
+    if not isinstance(doc.get("to"), str) or not _KEY.match(doc["to"]):
+        raise Invalid("a delegation request needs to: the public key of the peer it is meant for")
     return doc
 
 

@@ -4,10 +4,12 @@ In this order, so that nothing is written and nothing is started unless every ch
 
 1. the request parses (bounded; else 400, unsigned) and its signature verifies against the keys of
    the configured peers (``unknown-key``, ``bad-signature``, ``wrong-namespace``: 401);
-2. the op is the endpoint's and the signer's ``allow`` list names it (403);
+2. the op is the endpoint's, the signer's ``allow`` list names it, and the request is meant for this
+   peer (its ``to`` is this peer's public key: ``wrong-peer``) (403);
 3. the request id: answered before with the very same bytes -> the original receipt, nothing new
    (a retry after a lost answer); the same id with other bytes -> refused (409);
-4. freshness and the nonce (``signing.Nonces``): a stale or replayed request is refused (403);
+4. freshness and the nonce (``signing.Nonces``): a stale or replayed request is refused (403), except
+   the very same bytes whose first arrival was never answered (the peer stopped while acting): a retry;
 5. the op itself (``plan``, ``test``, ``start``, ``observe``, ``cancel``);
 
 every refusal from step 1 on is answered with a receipt signed here (``outcome: refused``), not
@@ -97,6 +99,9 @@ def _decide(wp: Any, config: peers.Config, signer: str, route_op: str, req: dict
     if op not in config.peers[signer].allow:
         raise Forbidden(f"peer {signer} may not ask for {op} here (git config gitwork.peer.{signer}.allow)",
                         reason="not-allowed")
+    if req["to"] != protocol.destination(signing.public_key(config.signing_key)):
+        raise Forbidden("this request is meant for another peer (its to is not this peer's key): "
+                        f"check gitwork.peer.<name>.key at {signer}", reason="wrong-peer")
     earlier = find(wp.context().snapshot, "received", req["id"])
     if earlier is not None:
         if earlier.get("request") != text or earlier.get("peer") != signer:
@@ -110,8 +115,12 @@ def _decide(wp: Any, config: peers.Config, signer: str, route_op: str, req: dict
     except ValueError:
         raise Invalid("a delegation request's at must be an ISO-8601 instant") from None
     nonces.check_fresh(made, now)
-    nonces.remember(req["nonce"], now)
-    return ACTIONS[op](wp, config, signer, req)
+    nonces.remember(req["nonce"], now, protocol.digest(text))
+    try:
+        return ACTIONS[op](wp, config, signer, req)
+    except GwError:
+        nonces.settle(req["nonce"], now)  # answered with a refusal: the same bytes again are a replay
+        raise
 
 
 def _item(wp: Any, req: dict[str, Any]) -> str:

@@ -85,4 +85,21 @@ def serve(wp: Workplane) -> None:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    anyio.run(main)
+    try:
+        anyio.run(main)
+    except Exception as exc:
+        if not _client_gone(exc):
+            raise
+        # The client closed the connection before it read every answer: the end of the connection,
+        # as when it closes between calls. What a call wrote stays written, as for a killed CLI.
+
+
+_GONE = (BrokenPipeError, ConnectionResetError)
+
+
+def _client_gone(exc: BaseException) -> bool:
+    """Is ``exc`` (an exception group of the SDK's task groups, or one error) only the client having gone away?"""
+    leaves = getattr(exc, "exceptions", None)
+    if leaves is None:
+        return isinstance(exc, _GONE)
+    return bool(leaves) and all(_client_gone(leaf) for leaf in leaves)

@@ -62,7 +62,16 @@ def observe(wp: Any, as_json: bool, delegation_id: str, request_id: str | None) 
     _report(info, as_json)
     capture = str(result.get("capture") or "")
     if capture:
-        output.line(capture.rstrip("\n"))
+        output.line(printable(capture.rstrip("\n")))
+
+
+def printable(text: str) -> str:
+    """A peer's terminal capture as it may reach this terminal: written by a process on another machine,
+    so without escape sequences (a window title, the clipboard: OSC 52), controls and bidi marks, as
+    gw shows what a remote's hooks print (``sync.remote_said``); line breaks kept."""
+    from ...sync import _ESCAPE, _UNPRINTABLE
+
+    return "\n".join(_UNPRINTABLE.sub(" ", _ESCAPE.sub("", line)).rstrip() for line in text.split("\n"))
 
 
 def cancel(wp: Any, as_json: bool, delegation_id: str, reason: str | None, request_id: str | None) -> None:
