@@ -1,7 +1,7 @@
 """Delegation to peers end to end: two repositories, two peer servers on 127.0.0.1, real SSH keys.
 
-``serve`` is the one place a peer's server is started (``gitwork.delegation.devserver`` until
-``gw serve`` carries the delegation router; then only ``serve`` changes). The world (keys, the two
+``serve`` is the one place a peer's server is started: a real ``gw serve``, which carries the
+delegation endpoints because a peer is configured there. The world (keys, the two
 repositories, the peer's server) is built once per module; each test uses its own items.
 """
 
@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -33,16 +34,20 @@ ALL_OPS = "plan,test,start,observe,cancel"
 
 
 def serve(repo: Path, folder: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start a peer's server for ``repo`` on 127.0.0.1, on a free port; ``(process, base URL)``."""
-    portfile = folder / f"port-{time.monotonic_ns()}"
-    proc = subprocess.Popen([sys.executable, "-m", "gitwork.delegation.devserver", str(repo), str(portfile)],
-                            env={**os.environ, **(env or {})}, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while not portfile.exists():
-        assert proc.poll() is None, f"the peer server exited: {proc.stderr.read().decode() if proc.stderr else ''}"
-        assert time.monotonic() < deadline, "the peer server did not start"
-        time.sleep(0.02)
-    return proc, f"http://127.0.0.1:{portfile.read_text()}"
+    """Start ``gw serve`` for ``repo`` on 127.0.0.1, on a free port; ``(process, base URL)`` (its ``--json``
+    announcement names the URL once it listens)."""
+    proc = subprocess.Popen([sys.executable, "-m", "gitwork", "serve", "--bind", "127.0.0.1:0", "--repo", str(repo),
+                             "--json"], cwd=folder, env={**os.environ, **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    deadline, said = time.monotonic() + 30, b""
+    while True:
+        assert proc.poll() is None, f"gw serve exited: {proc.stderr.read().decode() if proc.stderr else ''}"
+        assert time.monotonic() < deadline, "gw serve did not start"
+        if select.select([proc.stdout], [], [], 0.05)[0]:
+            said += os.read(proc.stdout.fileno(), 65536)  # not readline: select cannot see Python's buffer
+            with contextlib.suppress(ValueError):
+                return proc, str(json.loads(said)["url"])
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -327,7 +332,7 @@ def test_a_peer_killed_after_it_launched_but_before_it_recorded_answers_the_retr
 
 
 def test_without_a_peer_the_delegation_face_does_not_exist(tmp_path: Path) -> None:
-    from gitwork.delegation.devserver import app_for
+    from gitwork.serve.app import serving_app
 
     repo = make_repo(tmp_path / "plain")
     with Workplane(str(repo)) as wp:
@@ -336,10 +341,10 @@ def test_without_a_peer_the_delegation_face_does_not_exist(tmp_path: Path) -> No
                  ["receipts", "verify"]):
         code, _out, err = gw_in(repo, *argv)
         assert code == 2 and "No such command" in err, (argv, err)
-    paths = app_for(str(repo)).openapi()["paths"]
+    paths = serving_app(str(repo)).openapi()["paths"]
     assert not any(path.startswith("/delegation") for path in paths)
     git(repo, "config", "gitwork.peer.gpu.url", "http://127.0.0.1:9")  # configured: they exist
-    assert set(app_for(str(repo)).openapi()["paths"]) >= {f"/delegation/{op}" for op in protocol.OPS}
+    assert set(serving_app(str(repo)).openapi()["paths"]) >= {f"/delegation/{op}" for op in protocol.OPS}
     assert gw_json(repo, "delegations") == (0, [])
 
 
