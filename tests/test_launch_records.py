@@ -43,6 +43,51 @@ def test_one_live_execution_per_item(plane: Any) -> None:
         reserve(plane, plane.item_id, "x-one1")
 
 
+SESSION = "20300101-120000-proj-bot"
+
+
+def branch(key: str) -> dict[str, str]:
+    return {"session": SESSION, "branch": key}
+
+
+def test_one_live_execution_per_session_branch(plane: Any) -> None:
+    item = plane.item_id
+    reserve(plane, item, "s-one1", **branch("step-1/parallel-1"))
+    assert reserve(plane, item, "s-two2", **branch("step-1/parallel-2"))["branch"] == "step-1/parallel-2"
+    with pytest.raises(Held) as same:  # a second execution of one branch: refused, naming the first
+        reserve(plane, item, "s-again", **branch("step-1/parallel-1"))
+    assert same.value.details["execution"] == "s-one1"
+    with pytest.raises(Held):  # a plain execution of the item excludes every branch
+        reserve(plane, item, "x-plain")
+    # A branch's execution that never launched (its gw run died first) is reserved again under its id;
+    # one that launched is never reserved again (a lost process may still run under its fence).
+    plane.record("exec-state", execution="s-one1", to="lost", reason="launcher died before launching")
+    assert reserve(plane, item, "s-one1", **branch("step-1/parallel-1"))["attempt"] == 2
+    fence = plane.do("claim", item=item).result["fence"]
+    plane.record("exec-state", execution="s-two2", to="launching", fence=fence)
+    plane.record("exec-state", execution="s-two2", to="lost")
+    with pytest.raises(Invalid, match="exists already"):
+        reserve(plane, item, "s-two2", **branch("step-1/parallel-2"))
+    plane.record("exec-state", execution="s-one1", to="stopped")
+    with pytest.raises(Invalid, match="exists already"):  # an id is never another branch's
+        reserve(plane, item, "s-one1", **branch("step-1/parallel-3"))
+    reserve(plane, item, "x-plain")
+    with pytest.raises(Held):  # and a live plain one excludes a branch
+        reserve(plane, item, "s-three", **branch("step-1/parallel-3"))
+    events = [e for e in plane.history(item) if e["type"] == "execution" and e["execution"] == "s-two2"]
+    assert {(e.get("session"), e.get("branch")) for e in events} == {(SESSION, "step-1/parallel-2")}
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"session": SESSION}, "both its session and its branch"),
+    ({"env": ["GW_FENCE"]}, "set by gw run itself"),
+    ({"env": ["1BAD"]}, "bad environment variable name"),
+])
+def test_malformed_lanes_and_environments_are_refused(plane: Any, extra: dict[str, Any], words: str) -> None:
+    with pytest.raises(Invalid, match=words):
+        reserve(plane, plane.item_id, "x-bad1", **extra)
+
+
 def test_launching_needs_the_lease_and_records_it(plane: Any) -> None:
     reserve(plane, plane.item_id, "x-lease1")
     with pytest.raises(Stale, match="no lease"):
