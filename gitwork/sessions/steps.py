@@ -672,7 +672,7 @@ def settle_operators(wp: Workplane, session: str, fence: int | None = None) -> l
         what = {"exited": f"exited with code {record.get('code')}", "failed": f"could not start ({record.get('reason')})",
                 "lost": "was lost (its process is gone)", "stopped": f"was stopped ({record.get('reason')})"
                 }.get(record["state"], record["state"])
-        why = f"operator {manifest['steps'].get(key)} {what} (execution {record['id']})"
+        why = f"operator {manifest['steps'].get(key)} {what}"
         if _read(where.response(key)) is not None:
             try:
                 info = submit(wp, session, key, fence=fence)
@@ -686,9 +686,10 @@ def settle_operators(wp: Workplane, session: str, fence: int | None = None) -> l
                 why += f" and its response was refused: {error.message}"
         else:
             why += " without a response"
-        info = block(wp, session, key, why[:1024], fence=fence)
+        why = f"{why[:900]} (execution {record['id']})"
+        info = block(wp, session, key, why, fence=fence)
         manifest = info["manifest"]
-        done.append({"branch": key, "action": "blocked", "reason": why[:1024], "execution": record["id"]})
+        done.append({"branch": key, "action": "blocked", "reason": why, "execution": record["id"]})
     return done
 
 
