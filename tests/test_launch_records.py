@@ -195,3 +195,23 @@ def test_the_coordinator_lease_admits_one_holder_per_host(repo: Path) -> None:
         assert lease("take", second)["epoch"] == 4  # released: free at once
         with pytest.raises(Invalid, match="bad host"):
             wp.record("coord-lease", host="../x", action="take", holder=first, ttl=30)
+
+
+def test_a_new_epoch_after_a_lost_branch_waits_for_the_other_branches(plane: Any) -> None:
+    """A lost execution forbids launching again under its epoch; the new epoch gw run would take
+    (release, claim) must not end the lease under another branch of the session that still runs."""
+    from gitwork.launch.run import run as launch_run
+
+    item = plane.item_id
+    lease = plane.do("claim", item=item).result
+    for name, key in (("s-lost1", "step-1/parallel-1"), ("s-runs1", "step-1/parallel-2")):
+        reserve(plane, item, name, **branch(key))
+        plane.record("exec-state", execution=name, to="launching", fence=lease["fence"])
+    plane.record("exec-state", execution="s-runs1", to="running", handle="0@0")
+    plane.record("exec-state", execution="s-lost1", to="lost")
+    with pytest.raises(Held, match="s-runs1 still runs") as refused:
+        launch_run(plane, item, ["cat"], backend_kind="subprocess", execution="s-next1", session=SESSION,
+                   branch="step-2/parallel-1")
+    assert refused.value.details["execution"] == "s-runs1"
+    now = plane.lease(item)
+    assert (now.epoch, now.fence, now.state) == (lease["epoch"], lease["fence"], "active")  # not released
