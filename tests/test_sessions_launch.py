@@ -13,13 +13,13 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
 from conftest import git, run_gw, tip
+from test_launch import poll
 from gitwork.launch.coordinate import once
 from gitwork.launch.process import alive
 from gitwork.launch.run import run as launch_run, runs
@@ -98,16 +98,6 @@ def project(tmp_path: Path) -> Iterator[Project]:
                 os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
             except (ProcessLookupError, PermissionError, ValueError):
                 pass
-
-
-def poll(condition: Any, what: str, limit: float = 30.0) -> Any:
-    deadline = time.monotonic() + limit
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def manifest(p: Project, session: str) -> dict[str, Any]:
