@@ -116,6 +116,9 @@ def test_parallel_branches_run_at_once_under_the_sessions_one_lease_and_a_retry_
         project: Project) -> None:
     p = project
     session = steps.create(p.wp, p.item, "feature")["session"]
+    plan = run_gw(p.root, "coordinate", "--once")  # the plan branch, launched by a coordinator process
+    assert plan.returncode == 0 and f"{session} step-1/parallel-1 s-" in plan.stderr, plan.stderr
+    assert f"({p.item}): launched" in plan.stderr
     # plan ran (and submitted itself; its process may still be on its way out), then both build branches
     running = [r for r in two_running(p, session, "build") if r["branch"].startswith("step-2/")]
     assert sorted(r["branch"] for r in running) == ["step-2/parallel-1", "step-2/parallel-2"], running
@@ -167,7 +170,9 @@ def test_an_operator_killed_mid_step_is_marked_and_the_session_blocks_with_the_r
     os.killpg(group, signal.SIGKILL)
     poll(lambda: (folders / running["step-1/parallel-1"]["execution"] / "code").exists(), "the wrapper's record")
     poll(lambda: not alive(group, running["step-1/parallel-2"]["handle"].partition("@")[2]), "the group to end")
-    actions = once(p.wp)
+    passed = run_gw(p.root, "coordinate", "--once", "--json")  # a real coordinator process this time
+    assert passed.returncode == 0, passed.stderr
+    actions = json.loads(passed.stdout)["actions"]
     by = {(a.get("branch") or a.get("execution"), a["action"]) for a in actions}
     assert (running["step-1/parallel-1"]["execution"], "exited") in by
     assert (running["step-1/parallel-2"]["execution"], "lost") in by
