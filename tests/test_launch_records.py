@@ -215,3 +215,40 @@ def test_a_new_epoch_after_a_lost_branch_waits_for_the_other_branches(plane: Any
     assert refused.value.details["execution"] == "s-runs1"
     now = plane.lease(item)
     assert (now.epoch, now.fence, now.state) == (lease["epoch"], lease["fence"], "active")  # not released
+
+
+LANES = (None, "step-1/parallel-1", "step-1/parallel-2")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(moves=st.lists(st.tuples(st.sampled_from(("reserve", "end")), st.sampled_from(LANES), st.integers(0, 5)),
+                      min_size=1, max_size=8))
+def test_a_reservation_is_refused_exactly_when_a_live_execution_shares_its_lane(
+        tmp_path_factory: pytest.TempPathFactory, moves: list[tuple[str, str | None, int]]) -> None:
+    from gitwork.ops.executions import same_lane
+
+    repo = make_repo(tmp_path_factory.mktemp("lanes"))
+    live: dict[str, tuple[str, str] | None] = {}  # the model: live execution -> its lane
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        item = wp.do("new", title="t").result["item"]
+        for number, (move, key, pick) in enumerate(moves):
+            name = f"x-move{number}"
+            if move == "end":
+                if live:
+                    ended = sorted(live)[pick % len(live)]
+                    wp.record("exec-state", execution=ended, to="stopped")
+                    del live[ended]
+                continue
+            lane = (SESSION, key) if key else None
+            conflict = [other for other, theirs in live.items() if same_lane(lane, theirs)]
+            try:
+                reserve(wp, item, name, **(branch(key) if key else {}))
+            except Held as refused:
+                assert refused.details["execution"] in conflict, (conflict, refused.message)
+                continue
+            assert not conflict, conflict
+            live[name] = lane
+        from gitwork.launch.run import runs
+
+        assert sorted(r["execution"] for r in runs(wp) if r["state"] == "reserved") == sorted(live)
