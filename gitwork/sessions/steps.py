@@ -715,10 +715,10 @@ def next_step(wp: Workplane, session: str, launch: bool = False, backend: str | 
             from ..launch.run import run as launch_run
 
             execution = branch_execution(run.manifest, key)
-            env.pop("GW_ITEM", None)  # gw run sets it, with the lease's other variables
+            extra = {k: v for k, v in env.items() if k != "GW_ITEM"}  # gw run sets it, with the lease's
             try:
                 started = launch_run(wp, run.manifest["item"], list(operator.command or []),
-                                     backend_kind=backend or run.rules.backend, execution=execution, env=env,
+                                     backend_kind=backend or run.rules.backend, execution=execution, env=extra,
                                      session=session, branch=key)
                 # A plain `gw run` of the item excludes every branch: it is what the branch waits for.
                 mine = started.get("execution") == execution
