@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -239,3 +241,29 @@ def test_a_launch_killed_between_steps_converges_to_one_operator_per_branch(proj
         pid, _, start = r["handle"].partition("@")
         assert alive(int(pid), start)
     assert len(runs(p.wp)) == 2  # the crashed launch's execution was settled and used again, never doubled
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+def test_with_the_tmux_backend_each_branch_has_its_own_tmux_session_and_stop_ends_them(
+        project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = project
+    socket = str(tmp_path / "tmux.sock")
+    monkeypatch.setenv("GW_TMUX_SOCKET", socket)
+    rules = p.root / ".workplane"
+    rules.write_text(rules.read_text().replace("backend: subprocess", "backend: tmux"))  # sessions.backend
+
+    def tmux_sessions() -> list[str]:
+        done = subprocess.run(["tmux", "-S", socket, "list-sessions", "-F", "#{session_name}"], capture_output=True,
+                              text=True)
+        return sorted(done.stdout.split()) if done.returncode == 0 else []
+
+    try:
+        session = steps.create(p.wp, p.item, "hang")["session"]
+        running = two_running(p, session, "hang")
+        assert {r["backend"] for r in running} == {"tmux"}
+        assert tmux_sessions() == sorted(r["execution"] for r in running)  # both panes live at once
+        steps.stop(p.wp, session, reason="enough")
+        assert sorted(r["state"] for r in runs(p.wp)) == ["stopped", "stopped"]
+        assert tmux_sessions() == []
+    finally:
+        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
