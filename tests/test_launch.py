@@ -138,6 +138,29 @@ def test_the_agent_gets_its_lease_in_its_environment_and_capture_shows_its_outpu
     assert tmux_sessions(launched) == []
 
 
+def test_extra_environment_reaches_the_agent_and_only_its_names_are_recorded(launched: Path) -> None:
+    from gitwork.errors import Invalid
+    from gitwork.launch.run import run as launch_run
+
+    item = item_of(launched)
+    with Workplane(str(launched), agent="alice") as plane:
+        before = tip(launched)
+        for env, words in (({"GW_FENCE": "1"}, "set by gw run itself"), ({"A B": "x"}, "bad environment variable"),
+                           ({"TOKEN": "a\0b"}, "without NUL")):
+            with pytest.raises(Invalid, match=words):
+                launch_run(plane, item, ["cat"], backend_kind="subprocess", env=env)
+        assert tip(launched) == before  # refused before anything was recorded
+        doc = launch_run(plane, item, ["sh", "-c", 'echo "token=$SECRET_TOKEN fence=$GW_FENCE"; cat'],
+                         backend_kind="subprocess", env={"SECRET_TOKEN": "hunter2-s3cr3t", "GW_OTHER": "o"})
+    assert doc["env"] == ["GW_OTHER", "SECRET_TOKEN"] and doc["command"][0] == "sh", doc
+    poll(lambda: f"token=hunter2-s3cr3t fence={doc['fence']}" in run_gw(launched, "capture", doc["execution"]).stdout,
+         "the agent to print its environment")
+    # The value is nowhere on the state ref: not in a file of any commit, not in a commit message.
+    shown = subprocess.run(["git", "log", "-p", "--format=%B", "refs/gitwork/state"], cwd=launched,
+                           capture_output=True, text=True, check=True).stdout
+    assert "SECRET_TOKEN" in shown and "hunter2" not in shown
+
+
 @pytest.mark.parametrize("backend", [pytest.param("tmux", marks=needs_tmux), "subprocess"])
 def test_exit_codes_are_recorded(launched: Path, backend: str) -> None:
     item = item_of(launched)

@@ -43,6 +43,51 @@ def test_one_live_execution_per_item(plane: Any) -> None:
         reserve(plane, plane.item_id, "x-one1")
 
 
+SESSION = "20300101-120000-proj-bot"
+
+
+def branch(key: str) -> dict[str, str]:
+    return {"session": SESSION, "branch": key}
+
+
+def test_one_live_execution_per_session_branch(plane: Any) -> None:
+    item = plane.item_id
+    reserve(plane, item, "s-one1", **branch("step-1/parallel-1"))
+    assert reserve(plane, item, "s-two2", **branch("step-1/parallel-2"))["branch"] == "step-1/parallel-2"
+    with pytest.raises(Held) as same:  # a second execution of one branch: refused, naming the first
+        reserve(plane, item, "s-again", **branch("step-1/parallel-1"))
+    assert same.value.details["execution"] == "s-one1"
+    with pytest.raises(Held):  # a plain execution of the item excludes every branch
+        reserve(plane, item, "x-plain")
+    # A branch's execution that never launched (its gw run died first) is reserved again under its id;
+    # one that launched is never reserved again (a lost process may still run under its fence).
+    plane.record("exec-state", execution="s-one1", to="lost", reason="launcher died before launching")
+    assert reserve(plane, item, "s-one1", **branch("step-1/parallel-1"))["attempt"] == 2
+    fence = plane.do("claim", item=item).result["fence"]
+    plane.record("exec-state", execution="s-two2", to="launching", fence=fence)
+    plane.record("exec-state", execution="s-two2", to="lost")
+    with pytest.raises(Invalid, match="exists already"):
+        reserve(plane, item, "s-two2", **branch("step-1/parallel-2"))
+    plane.record("exec-state", execution="s-one1", to="stopped")
+    with pytest.raises(Invalid, match="exists already"):  # an id is never another branch's
+        reserve(plane, item, "s-one1", **branch("step-1/parallel-3"))
+    reserve(plane, item, "x-plain")
+    with pytest.raises(Held):  # and a live plain one excludes a branch
+        reserve(plane, item, "s-three", **branch("step-1/parallel-3"))
+    events = [e for e in plane.history(item) if e["type"] == "execution" and e["execution"] == "s-two2"]
+    assert {(e.get("session"), e.get("branch")) for e in events} == {(SESSION, "step-1/parallel-2")}
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"session": SESSION}, "both its session and its branch"),
+    ({"env": ["GW_FENCE"]}, "set by gw run itself"),
+    ({"env": ["1BAD"]}, "bad environment variable name"),
+])
+def test_malformed_lanes_and_environments_are_refused(plane: Any, extra: dict[str, Any], words: str) -> None:
+    with pytest.raises(Invalid, match=words):
+        reserve(plane, plane.item_id, "x-bad1", **extra)
+
+
 def test_launching_needs_the_lease_and_records_it(plane: Any) -> None:
     reserve(plane, plane.item_id, "x-lease1")
     with pytest.raises(Stale, match="no lease"):
@@ -150,3 +195,60 @@ def test_the_coordinator_lease_admits_one_holder_per_host(repo: Path) -> None:
         assert lease("take", second)["epoch"] == 4  # released: free at once
         with pytest.raises(Invalid, match="bad host"):
             wp.record("coord-lease", host="../x", action="take", holder=first, ttl=30)
+
+
+def test_a_new_epoch_after_a_lost_branch_waits_for_the_other_branches(plane: Any) -> None:
+    """A lost execution forbids launching again under its epoch; the new epoch gw run would take
+    (release, claim) must not end the lease under another branch of the session that still runs."""
+    from gitwork.launch.run import run as launch_run
+
+    item = plane.item_id
+    lease = plane.do("claim", item=item).result
+    for name, key in (("s-lost1", "step-1/parallel-1"), ("s-runs1", "step-1/parallel-2")):
+        reserve(plane, item, name, **branch(key))
+        plane.record("exec-state", execution=name, to="launching", fence=lease["fence"])
+    plane.record("exec-state", execution="s-runs1", to="running", handle="0@0")
+    plane.record("exec-state", execution="s-lost1", to="lost")
+    with pytest.raises(Held, match="s-runs1 still runs") as refused:
+        launch_run(plane, item, ["cat"], backend_kind="subprocess", execution="s-next1", session=SESSION,
+                   branch="step-2/parallel-1")
+    assert refused.value.details["execution"] == "s-runs1"
+    now = plane.lease(item)
+    assert (now.epoch, now.fence, now.state) == (lease["epoch"], lease["fence"], "active")  # not released
+
+
+LANES = (None, "step-1/parallel-1", "step-1/parallel-2")
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(moves=st.lists(st.tuples(st.sampled_from(("reserve", "end")), st.sampled_from(LANES), st.integers(0, 5)),
+                      min_size=1, max_size=8))
+def test_a_reservation_is_refused_exactly_when_a_live_execution_shares_its_lane(
+        tmp_path_factory: pytest.TempPathFactory, moves: list[tuple[str, str | None, int]]) -> None:
+    from gitwork.ops.executions import same_lane
+
+    repo = make_repo(tmp_path_factory.mktemp("lanes"))
+    live: dict[str, tuple[str, str] | None] = {}  # the model: live execution -> its lane
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        item = wp.do("new", title="t").result["item"]
+        for number, (move, key, pick) in enumerate(moves):
+            name = f"x-move{number}"
+            if move == "end":
+                if live:
+                    ended = sorted(live)[pick % len(live)]
+                    wp.record("exec-state", execution=ended, to="stopped")
+                    del live[ended]
+                continue
+            lane = (SESSION, key) if key else None
+            conflict = [other for other, theirs in live.items() if same_lane(lane, theirs)]
+            try:
+                reserve(wp, item, name, **(branch(key) if key else {}))
+            except Held as refused:
+                assert refused.details["execution"] in conflict, (conflict, refused.message)
+                continue
+            assert not conflict, conflict
+            live[name] = lane
+        from gitwork.launch.run import runs
+
+        assert sorted(r["execution"] for r in runs(wp) if r["state"] == "reserved") == sorted(live)

@@ -12,7 +12,13 @@ Each tick, for every live execution recorded on this host:
   item handed off, fenced on its lease, with reason ``reconcile-failure``;
 - an execution another gitwork build launched is left alone (``refused``, ``build-mismatch``);
 - each pass also reconciles the item (a closed one stops its execution) and the session branches of
-  the execution's lease (an open session whose branch is gone is a reconcile failure).
+  the execution's lease (an open session whose branch is gone is a reconcile failure);
+- an execution of a multi-step session's branch whose session ended (stopped, done) is stopped;
+- then it drives this repository's multi-step sessions (docs/sessions.md), as their holder while the
+  holder's lease is live: a branch whose operator ended without a response is blocked with the
+  reason (one that left a response has it submitted), what is due is recorded, and each open agent
+  branch is launched (``gw step next --launch``: every branch in its own lane, so parallel branches
+  run at once under the session's one lease, and each once).
 
 The coordinator itself is single per host: it holds the lease ``coordinators/<host>.yaml`` (op
 ``coord-lease``), checked before every execution it acts on and renewed once half of its ttl is
@@ -60,6 +66,18 @@ class Reconcile:
         self.wp = wp
         self._sessions: list[Any] | None = None
         self._branches: set[str] | None = None
+
+    def session_ended(self, record: dict[str, Any]) -> str | None:
+        """Why a session branch's execution must stop: its multi-step session ended (stopped, done)."""
+        session = record.get("session")
+        if not session or not record.get("branch"):
+            return None
+        from ..ops.session_records import recorded_manifest
+
+        manifest = recorded_manifest(self.wp.context(), session)
+        if manifest is not None and manifest.get("status") in ("stopped", "done"):
+            return f"its session {session} is {manifest['status']}"
+        return None
 
     def item_closed(self, record: dict[str, Any]) -> str | None:
         from ..model import CLOSED
@@ -208,7 +226,7 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
                 done.append({**entry, "action": record["state"] if record["state"] not in LIVE else "waiting",
                              "code": record.get("code")})
                 continue
-            why = _lease_ended(wp, record) or checks.item_closed(record)
+            why = _lease_ended(wp, record) or checks.item_closed(record) or checks.session_ended(record)
             if why:
                 _kill(wp, record, why)
                 done.append({**entry, "action": "stopped", "reason": why})
@@ -239,6 +257,53 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
             done.append({**entry, "action": "error", "error": error.kind, "message": error.message, "streak": streak})
             continue
         _streak(wp, record["id"], False)
+    done += drive_sessions(wp, coordinator)
+    return done
+
+
+def drive_sessions(wp: Any, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
+    """One pass over this repository's running (and blocked) multi-step sessions whose folder is here:
+    as each one's holder, under the holder's live lease (a session whose lease ended is left alone:
+    its executions are stopped by the lease rule above), what ``gw step next --launch`` does. What was
+    done: ``launched`` (a branch's operator started), ``blocked``/``submitted`` (a branch whose
+    operator ended), ``error``."""
+    from ..sessions.steps import next_step, read_sessions
+
+    done: list[dict[str, Any]] = []
+    planes: dict[str, Any] = {}
+    try:
+        rows = read_sessions(wp)
+    except GwError as error:  # an unreadable record: the executions above were still looked after
+        return [{"action": "error", "error": error.kind, "message": error.message}]
+    try:
+        for row in rows:
+            if row["status"] not in ("running", "blocked") or not row["folder"]:
+                continue
+            lease = wp.lease(row["item"])
+            if lease is None or not lease.is_active() or lease.holder != row["holder"] \
+                    or not lease.live_for_holder(wp.now(), wp.settings.clock_margin):
+                continue
+            if coordinator is not None:
+                coordinator.keep()
+            entry = {"session": row["session"], "item": row["item"]}
+            if row["holder"] not in planes:  # the session's transitions are its holder's, fenced on its lease
+                planes[row["holder"]] = type(wp)(wp.repo.toplevel, now=wp.now, agent=row["holder"])
+            try:
+                info = next_step(planes[row["holder"]], row["session"], launch=True, fence=lease.fence)
+            except BuildMismatch as error:
+                done.append({**entry, "action": "refused", "error": error.kind, "message": error.message})
+                continue
+            except GwError as error:
+                if error.code == 7 and coordinator is not None:
+                    coordinator.keep()  # our own lease taken over: stop (Stale), else the session's lease ended
+                done.append({**entry, "action": "error", "error": error.kind, "message": error.message})
+                continue
+            done += [{**entry, **settled} for settled in info.get("settled", [])]
+            done += [{**entry, "branch": b["branch"], "action": "launched", "execution": b["execution"]["execution"]}
+                     for b in info["branches"] if b.get("execution") and not b["execution"].get("existing")]
+    finally:
+        for plane in planes.values():
+            plane.close()
     return done
 
 

@@ -20,7 +20,8 @@ import shutil
 import socket
 
 from ..errors import GwError, Held, Invalid, NotFound
-from ..ops.executions import LIVE, check_execution_id, item_executions, load_execution
+from ..ops.executions import (LIVE, check_env_names, check_execution_id, item_executions, lane,
+                              load_execution, same_lane)
 from ..store import crash_point
 from . import backend as backends
 from .build import current as current_build, require_same
@@ -142,13 +143,43 @@ def startable(argv: Sequence[str], cwd: str) -> None:
         raise Invalid(f"cannot start {program[:80]!r}: no such executable" + ("" if "/" in program else " on PATH"))
 
 
+MAX_ENV_BYTES = 64 * 1024
+
+
+def check_env(env: dict[str, str] | None) -> dict[str, str]:
+    """The extra environment of an agent: names the launcher does not set itself, text values without
+    NUL, 64 KiB in all (``Invalid`` otherwise, before anything is recorded)."""
+    env = dict(env or {})
+    check_env_names(list(env))
+    size = 0
+    for name, value in env.items():
+        if not isinstance(value, str) or "\0" in value:
+            raise Invalid(f"environment variable {name}: its value must be text without NUL")
+        size += len(name) + len(value.encode("utf-8", "surrogatepass")) + 2
+    if size > MAX_ENV_BYTES:
+        raise Invalid(f"the extra environment is too large ({size} bytes; at most {MAX_ENV_BYTES})")
+    return env
+
+
 def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", ttl: str | None = None,
-        execution: str | None = None) -> dict[str, Any]:
-    """Start ``command`` for ``item`` under a lease, at most once; the execution's record (a dict)."""
+        execution: str | None = None, env: dict[str, str] | None = None, session: str | None = None,
+        branch: str | None = None) -> dict[str, Any]:
+    """Start ``command`` for ``item`` under a lease, at most once; the execution's record (a dict).
+
+    ``env``: extra environment variables for the agent (their names are recorded, never their values;
+    ``GW_AGENT``, ``GW_ITEM``, ``GW_FENCE``, ``GW_EXECUTION`` and ``GW_CONTEXT`` are gw run's own).
+    ``session`` and ``branch``: the multi-step session branch the execution runs (its *lane*): branches
+    of one session run at once under its one lease, each at most once. An execution of a branch is
+    given by id, and a retry of it answers its record whatever became of it (a lost one is not started
+    again: the branch is settled by its session), except one that never launched."""
     command = list(command)
     cwd = wp.repo.toplevel or os.getcwd()
     backend = backends.get(backend_kind, wp.repo, wp.settings)  # unknown backend: Invalid, nothing recorded
     startable(command, cwd)
+    extra = check_env(env)
+    mine = (session, branch) if session and branch else None
+    if (session or branch) and (mine is None or execution is None):
+        raise Invalid("an execution of a session branch needs its session, its branch and an execution id")
     backend.check()
     coordinator = coordinator_holder(wp)
     if coordinator is not None:  # both must report the same build before work starts
@@ -160,30 +191,36 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
         if earlier is not None:
             if earlier["item"] != item_id:
                 raise Invalid(f"execution {execution} runs {earlier['item']}, not {item_id}", execution=execution)
+            if lane(earlier) != mine:
+                raise Invalid(f"execution {execution} is not of this session branch", execution=execution)
             answer = _settled(wp, earlier)
             if answer is not None:
                 return answer
             settled = find(wp, execution) or earlier
-            if settled["state"] != "lost":
+            if mine is not None and settled.get("fence") is None and settled["state"] in ("lost", "failed"):
+                pass  # a branch's execution that never launched (its gw run died first): reserved again
+            elif settled["state"] != "lost" or mine is not None:
                 return result(settled, existing=True)  # it ran and ended: that is the answer
-            execution = None  # lost: a new execution (under a new epoch) takes its place
+            else:
+                execution = None  # lost: a new execution (under a new epoch) takes its place
     for _attempt in range(3):
         ctx = wp.context()
         for other, event in item_executions(ctx, item_id).items():
-            if event["state"] in LIVE:
+            if event["state"] in LIVE and same_lane(mine, lane(event)):
                 answer = _settled(wp, load_execution(ctx, other) or {})
                 if answer is not None:
                     return answer
         new_id = execution or mint()
         try:
             wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
-                      host=host(), launcher=me(), build=current_build())
+                      host=host(), launcher=me(), build=current_build(), session=session, branch=branch,
+                      env=sorted(extra) or None)
         except Held as error:
             if error.details.get("execution"):
                 continue  # another gw run reserved first: settle that one on the next round
             raise
         crash_point("after-reserve")
-        return _launch(wp, backend, new_id, item_id, command, cwd, ttl)
+        return _launch(wp, backend, new_id, item_id, command, cwd, ttl, extra)
     raise Held(f"{item_id}: executions kept changing under this gw run; try again", item=item_id)
 
 
@@ -197,13 +234,17 @@ def _lease(wp: Any, item_id: str, ttl: str | None, execution_id: str) -> Any:
                 if e["state"] == "lost" and e.get("epoch") == lease.epoch]
         if not lost:
             return lease
+        others = [i for i, e in item_executions(wp.context(), item_id).items() if e["state"] in LIVE and i != execution_id]
+        if others:  # a new epoch would end their lease under them: launch once they have ended
+            raise Held(f"{item_id} needs a new lease epoch (execution {lost[0]['execution']} was lost under epoch "
+                       f"{lease.epoch}), and {others[0]} still runs under it", item=item_id, execution=others[0])
         wp.do("release", item=item_id, fence=lease.fence)  # a new epoch fences the lost process out
     wp.do("claim", item=item_id, ttl=ttl)
     return wp.lease(item_id)
 
 
 def _launch(wp: Any, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
-            ttl: str | None) -> dict[str, Any]:
+            ttl: str | None, extra: dict[str, str]) -> dict[str, Any]:
     try:
         lease = _lease(wp, item_id, ttl, execution_id)
     except GwError as error:
@@ -216,6 +257,7 @@ def _launch(wp: Any, backend: Any, execution_id: str, item_id: str, command: lis
 
     launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), build(wp, item_id, execution_id))
     env = dict(os.environ)
+    env.update(extra)  # the caller's (checked: none of the names below), never recorded with their values
     env.update(GW_AGENT=lease.holder, GW_ITEM=item_id, GW_FENCE=str(lease.fence), GW_EXECUTION=execution_id,
                GW_CONTEXT=launch_md)
     env.pop("GW_CRASH_AT", None)

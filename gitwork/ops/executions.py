@@ -13,8 +13,17 @@ it; a reservation only keeps two ``gw run`` of one clone from both getting as fa
 
 The rules the engine enforces, whatever the launcher does:
 
-- an item has at most one *live* execution (``reserved``, ``launching`` or ``running``): a second
-  ``exec-reserve`` is refused (75, naming it);
+- an item has at most one *live* execution (``reserved``, ``launching`` or ``running``) per *lane*:
+  a second ``exec-reserve`` in the same lane is refused (75, naming it). An execution's lane is its
+  multi-step session branch (``session`` and ``branch``: the parallel branches of one session run at
+  once under the session's one lease), or the whole item when it has none: a plain execution
+  conflicts with every live execution of the item, and a branch's with a plain one and with its
+  own branch's;
+- an id is reserved once, except a session branch's execution that ended without ever launching
+  (no fence: nothing ran under it), which its retry reserves again under the same id (a branch's
+  execution id is derived from the branch, so it has no other);
+- ``env``: only the *names* of the extra environment variables the launcher gave the agent are
+  recorded, never their values (they may be secrets; the state ref is shared);
 - ``launching`` needs the holder's live lease (the fencing rule) and records its epoch and fence;
   one lease epoch launches at most once after a ``lost`` one: a lost process may still be alive
   somewhere, so the next launch must run under a new epoch, whose fence the lost one lacks.
@@ -64,6 +73,33 @@ def load_execution(ctx: Context, execution_id: str) -> dict[str, Any] | None:
     return codec.load_yaml(data, what=execution_path(execution_id)) if data else None
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+RESERVED_ENV = ("GW_AGENT", "GW_ITEM", "GW_FENCE", "GW_EXECUTION", "GW_CONTEXT")  # the launcher sets these
+
+
+def lane(record: dict[str, Any]) -> tuple[str, str] | None:
+    """The lane of an execution (record or event): its session branch, or None for the whole item."""
+    if record.get("session") and record.get("branch"):
+        return (str(record["session"]), str(record["branch"]))
+    return None
+
+
+def same_lane(one: tuple[str, str] | None, other: tuple[str, str] | None) -> bool:
+    """Do two executions of one item exclude each other? A plain one excludes every other; branches
+    of a session exclude only their own branch."""
+    return one is None or other is None or one == other
+
+
+def check_env_names(names: list[str]) -> list[str]:
+    for name in names:
+        if not ENV_NAME.match(name):
+            raise Invalid(f"bad environment variable name {name[:70]!r}: letters, digits and _, not starting "
+                          "with a digit")
+        if name in RESERVED_ENV:
+            raise Invalid(f"{name} is set by gw run itself (the agent's lease): it cannot be given")
+    return sorted(set(names))
+
+
 def item_executions(ctx: Context, item_id: str) -> dict[str, dict[str, Any]]:
     """The item's executions, each id mapped to its latest ``execution`` event (oldest id first)."""
     found: dict[str, dict[str, Any]] = {}
@@ -77,31 +113,42 @@ def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
     record["updated_at"] = ctx.when
     ctx.outcome.changes[execution_path(record["id"])] = codec.dump_yaml(record)
     event.setdefault("epoch", record.get("epoch"))  # the "lost under this epoch" rule reads it here
+    event.setdefault("session", record.get("session"))  # and the one-live-execution-per-lane rule these
+    event.setdefault("branch", record.get("branch"))
     ctx.event(record["item"], "execution", execution=record["id"], state=record["state"], **event)
     ctx.outcome.result = {"execution": record["id"], **{k: v for k, v in record.items() if k != "id"}}
 
 
 @op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True,
     item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping",
-    build="mapping!")
+    build="mapping!", session="short", branch="short", env="texts")
 def exec_reserve(ctx: Context) -> None:
     item_id = ctx.target()
     execution_id = check_execution_id(ctx.cmd["execution"])
     if not ctx.cmd["command"] or not ctx.cmd["command"][0]:
         raise Invalid("an execution needs a command")
+    if bool(ctx.cmd.get("session")) != bool(ctx.cmd.get("branch")):
+        raise Invalid("an execution of a session branch names both its session and its branch")
+    mine = lane(ctx.cmd)
+    env = check_env_names(list(ctx.cmd.get("env") or []))
     existing = load_execution(ctx, execution_id)
+    attempt = 1
     if existing is not None:
         if existing.get("item") == item_id and existing.get("state") in LIVE:
             # Another gw run with the same --id reserved it first: the caller settles that one (75).
             raise Held(f"execution {execution_id} of {item_id} is being launched by another gw run", item=item_id,
                        execution=execution_id, state=existing["state"])
-        raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
+        if mine is None or existing.get("item") != item_id or existing.get("fence") is not None \
+                or lane(existing) != mine:
+            raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
+        attempt = int(existing.get("attempt") or 1) + 1  # it never launched: nothing ran under this id
     item = ctx.item(item_id)
     if item.status in CLOSED:
         raise Illegal(f"{item_id} is {item.status}; reopen it before running anything on it")
     for other, event in item_executions(ctx, item_id).items():
-        if event["state"] in LIVE:
-            raise Held(f"{item_id} already has execution {other} ({event['state']})", item=item_id,
+        if event["state"] in LIVE and same_lane(mine, lane(event)):
+            raise Held(f"{item_id} already has execution {other} ({event['state']})"
+                       + (f" of {event['session']} {event['branch']}" if lane(event) else ""), item=item_id,
                        execution=other, state=event["state"])
     lease = ctx.lease(item_id)
     if lease is not None and lease.holder != ctx.actor and not lease.takeable(ctx.now, ctx.settings.clock_margin):
@@ -109,7 +156,8 @@ def exec_reserve(ctx: Context) -> None:
                    item=item_id, holder=lease.holder, expires_at=lease.expires_at)
     record = {"id": execution_id, "item": item_id, "state": "reserved", "command": list(ctx.cmd["command"]),
               "backend": ctx.cmd["backend"], "host": ctx.cmd["host"], "by": ctx.actor, "created_at": ctx.when,
-              "launcher": ctx.cmd.get("launcher"), "build": ctx.cmd["build"]}
+              "launcher": ctx.cmd.get("launcher"), "build": ctx.cmd["build"], "session": ctx.cmd.get("session"),
+              "branch": ctx.cmd.get("branch"), "env": env or None, "attempt": attempt if attempt > 1 else None}
     _save(ctx, {k: v for k, v in record.items() if v is not None}, backend=ctx.cmd["backend"], host=ctx.cmd["host"])
     ctx.say(f"exec-reserve {execution_id} on {item_id} by {ctx.actor} ({ctx.cmd['backend']} on {ctx.cmd['host']})",
             item_id, execution=execution_id)

@@ -14,6 +14,7 @@
         review: {operator: user}
       chains:                         # a chain: a list of step keys, run in order
         feature: [plan, build, review]
+      backend: subprocess             # optional: where the coordinator launches operators (or tmux)
 
 Checked when a session uses them (``Invalid``, exit 5, naming the entry), never on everyday commands.
 """
@@ -53,9 +54,13 @@ class Step:
         self.name, self.operator, self.parallel, self.writes_source = name, operator, parallel, writes_source
 
 
+BACKENDS = ("subprocess", "tmux")
+
+
 class Rules:
-    def __init__(self, operators: dict[str, Operator], steps: dict[str, Step], chains: dict[str, list[str]]) -> None:
-        self.operators, self.steps, self.chains = operators, steps, chains
+    def __init__(self, operators: dict[str, Operator], steps: dict[str, Step], chains: dict[str, list[str]],
+                 backend: str = "subprocess") -> None:
+        self.operators, self.steps, self.chains, self.backend = operators, steps, chains, backend
 
     def chain(self, name: str) -> list[str]:
         if name not in self.chains:
@@ -130,7 +135,7 @@ def _operator(name: str, spec: Any) -> Operator:
 
 def load(settings: Any) -> Rules:
     doc = _mapping(getattr(settings, "sessions", None), "sessions")
-    unknown = set(doc) - {"operators", "steps", "chains"}
+    unknown = set(doc) - {"operators", "steps", "chains", "backend"}
     if unknown:
         raise _bad("sessions", f"unknown keys {', '.join(sorted(map(str, unknown)))}")
     operators = {name: _operator(name, spec) for name, spec in _mapping(doc.get("operators"), "operators").items()}
@@ -159,4 +164,7 @@ def load(settings: Any) -> Rules:
             if step not in steps:
                 raise _bad(f"chains.{name}", f"{step!r} is not a step (define it under sessions.steps)")
         chains[name] = list(spec)
-    return Rules(operators, steps, chains)
+    backend = doc.get("backend", "subprocess")
+    if backend not in BACKENDS:
+        raise _bad("sessions.backend", f"one of {', '.join(BACKENDS)}")
+    return Rules(operators, steps, chains, backend)

@@ -639,10 +639,68 @@ def create(wp: Workplane, item: str, chain: str, fence: int | None = None, proje
     return run.result(existing=False)
 
 
-def next_step(wp: Workplane, session: str, launch: bool = False, backend: str = "subprocess",
+def branch_execution(manifest: dict[str, Any], key: str) -> str:
+    """The execution id of a branch's operator, for its current entry (a resumed branch is a new entry):
+    derived from the session, the branch and its re-entry count, so a branch is never run twice."""
+    entries = sum(1 for r in manifest["resumes"] if r["branch"] == key)
+    return "s-" + sha256(f"{manifest['id']}/{key}/{entries}".encode())[:24]
+
+
+def settle_operators(wp: Workplane, session: str, fence: int | None = None) -> list[dict[str, Any]]:
+    """Branches whose launched operator ended while the branch is still open: the response it left is
+    submitted (the driver submits for it), and one that left none, or one the gates refuse, is
+    ``blocked`` with the reason (``exited with code N``, ``lost``, ``stopped``), so no branch hangs on
+    an operator that is gone. What was done, one entry per branch."""
+    from ..launch.run import find
+    from ..ops.executions import LIVE
+
+    where, manifest = load(wp, session)
+    if manifest["status"] not in ("running", "blocked"):
+        return []
+    ended = []
+    for key in sorted(k for k, b in manifest["branches"].items() if b["status"] == "open"):
+        record = find(wp, branch_execution(manifest, key))
+        if record is not None and record["state"] not in LIVE:
+            ended.append((key, record))
+    if not ended:
+        return []
+    done = []
+    _where, manifest = load(wp, session)  # read after the executions: a submit lands before its operator exits
+    for key, record in ended:
+        if manifest["branches"].get(key, {}).get("status") != "open":
+            continue
+        what = {"exited": f"exited with code {record.get('code')}", "failed": f"could not start ({record.get('reason')})",
+                "lost": "was lost (its process is gone)", "stopped": f"was stopped ({record.get('reason')})"
+                }.get(record["state"], record["state"])
+        why = f"operator {manifest['steps'].get(key)} {what}"
+        if _read(where.response(key)) is not None:
+            try:
+                info = submit(wp, session, key, fence=fence)
+                done.append({"branch": key, "action": "submitted", "answer": info.get("answer"),
+                             "execution": record["id"]})
+                manifest = info["manifest"]
+                continue
+            except GwError as error:
+                if error.code == 7:
+                    raise  # the lease is gone: nothing of this session is ours to settle
+                why += f" and its response was refused: {error.message}"
+        else:
+            why += " without a response"
+        why = f"{why[:900]} (execution {record['id']})"
+        info = block(wp, session, key, why, fence=fence)
+        manifest = info["manifest"]
+        done.append({"branch": key, "action": "blocked", "reason": why, "execution": record["id"]})
+    return done
+
+
+def next_step(wp: Workplane, session: str, launch: bool = False, backend: str | None = None,
               fence: int | None = None) -> dict[str, Any]:
-    """Finish what is due, then list the open branches; ``launch`` starts each agent operator's branch
-    through ``gw run`` (once: the execution id is the branch's), after the request gate."""
+    """Finish what is due (a branch whose operator ended is submitted or blocked), then list the open
+    branches; ``launch`` starts each agent operator's branch through ``gw run``, after the request
+    gate: each in its own lane (the branch), so parallel branches run at once under the session's one
+    lease, and each at most once (its execution id is the branch's). ``backend``: ``gw run``'s, else
+    the rules' ``sessions.backend``, else subprocess."""
+    settled = settle_operators(wp, session, fence) if launch else []
     run = _open_run(wp, session, fence)
     settle(run)
     rows = []
@@ -653,19 +711,37 @@ def next_step(wp: Workplane, session: str, launch: bool = False, backend: str = 
         row: dict[str, Any] = {"branch": key, "operator": operator.name,
                                "kind": "agent" if operator.launched else "person", "path": run.where.branch(key),
                                "request": run.where.request(key), "response": run.where.response_dir(key), "env": env}
-        if launch and operator.launched:
+        if launch and operator.launched and run.manifest["status"] in ("running", "blocked"):
             from ..launch.run import run as launch_run
 
-            entries = sum(1 for r in run.manifest["resumes"] if r["branch"] == key)
-            execution = "s-" + sha256(f"{session}/{key}/{entries}".encode())[:24]
-            command = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *(operator.command or [])]
-            started = launch_run(wp, run.manifest["item"], command, backend_kind=backend, execution=execution)
-            # gw run keeps one live execution per item: a parallel branch whose sibling still runs is
-            # launched by a later `gw step next --launch`, never twice (its execution id is its own).
-            row["execution"] = started if started.get("execution") == execution else None
-            row["waiting_for"] = None if row["execution"] else started.get("execution")
+            execution = branch_execution(run.manifest, key)
+            extra = {k: v for k, v in env.items() if k != "GW_ITEM"}  # gw run sets it, with the lease's
+            try:
+                started = launch_run(wp, run.manifest["item"], list(operator.command or []),
+                                     backend_kind=backend or run.rules.backend, execution=execution, env=extra,
+                                     session=session, branch=key)
+                # A plain `gw run` of the item excludes every branch: it is what the branch waits for.
+                mine = started.get("execution") == execution
+                row["execution"], row["waiting_for"] = (started, None) if mine else (None, started.get("execution"))
+            except Held as error:  # another driver is launching this very branch now
+                row["execution"] = None
+                row["waiting_for"] = error.details.get("execution") or execution
         rows.append(row)
-    return run.result(branches=rows)
+    return run.result(branches=rows, settled=settled)
+
+
+def stop_operators(wp: Workplane, session: str, reason: str) -> list[str]:
+    """Stop every live execution of the session's branches on this host (a session stopped, or done):
+    its operators must not go on writing into a session that has ended. The ids stopped."""
+    from ..launch.run import host, runs, stop as stop_execution
+    from ..ops.executions import LIVE
+
+    stopped = []
+    for row in runs(wp):
+        if row.get("session") == session and row["state"] in LIVE and row.get("host") == host():
+            stop_execution(wp, row["execution"], reason=reason)
+            stopped.append(row["execution"])
+    return stopped
 
 
 def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> dict[str, Any]:
@@ -858,6 +934,8 @@ def _end_sources(run: Run) -> None:
 
 def _finish(run: Run) -> dict[str, Any]:
     manifest = run.manifest
+    if manifest["status"] == "stopped":  # before the lease goes: its operators stop with the session
+        stop_operators(run.wp, manifest["id"], f"session {manifest['id']} stopped")
     _end_sources(run)
     lease = _lease_held(run.wp, manifest["item"])
     if lease is not None:

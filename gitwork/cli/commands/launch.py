@@ -122,7 +122,8 @@ def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int,
             return
         for a in actions:
             if a["action"] != "running":
-                output.info(f"{a['execution']} ({a['item']}): {a['action']}"
+                what = " ".join(str(a[k]) for k in ("session", "branch", "execution") if a.get(k)) or "coordinator"
+                output.info(f"{what} ({a.get('item', '-')}): {a['action']}"
                             + "".join(f" {k}={a[k]}" for k in ("code", "reason", "message", "streak")
                                       if a.get(k) is not None))
 

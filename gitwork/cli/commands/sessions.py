@@ -178,6 +178,9 @@ def step_next(wp: Any, as_json: bool, session: str, launch: bool, backend: str, 
     if as_json:
         output.emit_json({"ok": True, **info})
         return
+    for settled in info.get("settled", []):  # operators that ended with their branch open
+        output.info(f"{settled['branch']}: {settled['action']}"
+                    + (f" ({settled['reason']})" if settled.get("reason") else f" ({settled.get('answer')})"))
     for row in info["branches"]:
         started = f" (execution {row['execution']['execution']})" if row.get("execution") else ""
         output.line(f"{row['branch']}\t{row['operator']}\t{row['kind']}\t{row['path']}{started}")
