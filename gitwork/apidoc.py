@@ -256,7 +256,7 @@ def _commands() -> list[str]:
     out += ["",
             "Flags of an op: *decided by the arbiter* means that with an arbiter remote configured "
             f"(`gw init --remote`), the command succeeds only once its commit is on the remote's state ref "
-            "(exit {int(ExitCode.REMOTE)} when the outcome is unknown; docs/leases.md). *Roles re-checked by the arbiter* means "
+            f"(exit {int(ExitCode.REMOTE)} when the outcome is unknown; docs/leases.md). *Roles re-checked by the arbiter* means "
             "its rules depend on who acts, and the arbiter's pre-receive hook applies it again with the "
             "arbiter's own settings (docs/security.md).", ""]
     out += ["### Public ops", "", "Submitted by any face: `gw apply`, `Workplane.submit`/`do`, `POST /v1/commands`.", ""]
@@ -278,7 +278,7 @@ def _commands() -> list[str]:
     out += ["### Recorded only by gitwork", "",
             "Record ops say what gitwork itself did on the git side (a session branch made, a publish, an "
             f"execution started). No face can submit them: `gw apply`, `Workplane.submit`, `Workplane.do` and "
-            "`POST /v1/commands` refuse them (`invalid`, exit {int(ExitCode.INVALID)}); gitwork's own procedures write them through "
+            f"`POST /v1/commands` refuse them (`invalid`, exit {int(ExitCode.INVALID)}); gitwork's own procedures write them through "
             "`Workplane.submit_record`. They are listed because they appear in the state ref's history.", "",
             "| op | summary | arbiter | fields (`!`: required) |", "|---|---|---|---|"]
     for name in internal:
