@@ -178,7 +178,7 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
         return ctx.lease(ctx.resolve(text))
 
     def history(self, text: str) -> list[dict[str, Any]]:
-        """The item's event log, oldest first: one mapping per event (``seq``, ``at``, ``by``, ``event``, ...)."""
+        """The item's event log, oldest first: one mapping per event (``seq``, ``at``, ``by``, ``type``, ``cmd``, ...)."""
         ctx = self.context()
         return ctx.records(ctx.resolve(text))
 
