@@ -368,34 +368,15 @@ def render(doc: dict[str, Any] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    check = "--check" in args
-    rest = [a for a in args if a != "--check"]
-    if len(rest) > 1 or any(a.startswith("-") for a in rest):
-        sys.stderr.write("usage: python -m gitwork.apidoc [--check] [API_MD]\n")
-        return 2
-    path = Path(rest[0]) if rest else DEFAULT_PATH
-    spec_path = path.with_name(OPENAPI_NAME)
+    from .cli.docgen import generate
+
+    return generate(argv, "gitwork.apidoc", "API_MD", DEFAULT_PATH, build)
+
+
+def build(path: Path) -> dict[Path, str]:
+    """``{path: docs/api.md, the openapi.json beside it: the OpenAPI document}``, from one build of it."""
     doc = openapi()
-    wanted = {path: render(doc), spec_path: openapi_text(doc)}
-    if check:
-        stale = [str(p) for p, text in wanted.items() if _read(p) != text]
-        if stale:
-            sys.stderr.write(f"{', '.join(stale)} stale: run python -m gitwork.apidoc\n")
-            return 1
-        return 0
-    for target, text in wanted.items():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        sys.stderr.write(f"wrote {target}\n")
-    return 0
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
+    return {path: render(doc), path.with_name(OPENAPI_NAME): openapi_text(doc)}
 
 
 if __name__ == "__main__":
