@@ -242,7 +242,10 @@ def _commands() -> list[str]:
            "A command document is a mapping (JSON, or YAML for `gw apply`) with an `op` and that op's fields, "
            "for example `{\"op\": \"claim\", \"item\": \"w-3fa9\", \"ttl\": \"15m\"}`. A field given as `null` is "
            "absent. An unknown op, an unknown field, a field of the wrong kind or a missing required field is "
-           f"refused (`invalid`, exit {int(ExitCode.INVALID)}) before anything is read or written.", "",
+           f"refused (`invalid`, exit {int(ExitCode.INVALID)}) before anything is read or written. "
+           "Rules across fields or on the state are the op's own and are not in the tables below: `claim` "
+           "needs `item` or `next: true`; `done` with `force` needs a `reason`; `ack` with `responded` needs "
+           "`reply`; an item must exist and a prefix must be unique.", "",
            "Fields every op accepts:", "",
            "| field | kind | meaning |", "|---|---|---|",
            "| `op` | short | the op's name (required) |",
