@@ -255,7 +255,7 @@ def _commands() -> list[str]:
            "| `lease` | cmd_id | filled in by the engine: the grant command id of the lease a fenced command acted under |",
            ""]
     out += ["Field kinds (`gitwork/commands.py`, `KINDS`):", "", "| kind | accepts |", "|---|---|"]
-    out += [f"| {kind} | {kinds[kind]} |" for kind in commands.KINDS]
+    out += [f"| {kind} | {kinds[kind]} |" for kind in kinds]  # tests/test_api_docs.py: every kind of commands.py
     out += ["",
             "Flags of an op: *decided by the arbiter* means that with an arbiter remote configured "
             f"(`gw init --remote`), the command succeeds only once its commit is on the remote's state ref "
