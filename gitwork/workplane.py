@@ -60,7 +60,20 @@ class LocalRef(engine.CAS):
 
 
 class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
+    """The work plane of one repository: submit command documents, read items, leases and history.
+
+    Every write is one command document through :meth:`submit` (or :meth:`do`, which builds one); every
+    read looks at the state ref's current tip. A Workplane holds open git processes: close it, or use
+    it as a context manager.
+    """
+
     def __init__(self, path: str | None = None, *, now: Callable[[], Any] = clock.now, **overrides: Any) -> None:
+        """Open the work plane of the repository at or above ``path`` (the current directory if ``None``).
+
+        ``overrides`` replace settings of ``.workplane`` and git config for this object only, e.g.
+        ``agent="worker-1"`` (the acting identity, checked like ``--as``) or ``remote="origin"``.
+        ``now`` is the clock every command sees (tests pass a fixed one).
+        """
         agent = overrides.get("agent")
         if agent is not None:
             # --as (or GW_AGENT through the CLI, or agent= here) passes the same identity rule as every
@@ -75,6 +88,7 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
         self.now = now
 
     def close(self) -> None:
+        """End the git processes this object started. Leaving a ``with`` block does the same."""
         self.store.close()
 
     def __enter__(self) -> Workplane:
@@ -124,14 +138,21 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
     # --- reading ------------------------------------------------------------------------------
 
     def context(self) -> engine.Context:
+        """A read context on the current tip (the engine's view of one snapshot), after checking the
+        state's format version. The other reads use it; a caller making several reads of one
+        snapshot can use it directly (``item``, ``lease``, ``records``, ``index``)."""
         snapshot = self.store.snapshot()
         snapshot.check_format()
         return engine.Context(snapshot, {"op": "read", "id": "read"}, self.now(), self.settings)
 
     def resolve(self, text: str) -> str:
+        """The full item id for ``text``, an id or a unique prefix (``w-3fa9``, ``3fa9``); ``NotFound``
+        or ``Ambiguous`` otherwise."""
         return self.context().resolve(text)
 
     def show(self, text: str) -> dict[str, Any]:
+        """``{"item": fields, "lease": lease or None}``: the item as stored and its lease, with ``live``
+        on an active lease (``False`` once it expired by this clock, plus the clock margin)."""
         ctx = self.context()
         item_id = ctx.resolve(text)
         item = ctx.item(item_id)
@@ -147,22 +168,30 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
         return view
 
     def item(self, text: str) -> Item:
+        """The item ``text`` names (an id or unique prefix), as a ``gitwork.model.Item``."""
         ctx = self.context()
         return ctx.item(ctx.resolve(text))
 
     def lease(self, text: str) -> Lease | None:
+        """The item's lease record (``gitwork.model.Lease``, in any state), or ``None`` if it was never leased."""
         ctx = self.context()
         return ctx.lease(ctx.resolve(text))
 
     def history(self, text: str) -> list[dict[str, Any]]:
+        """The item's event log, oldest first: one mapping per event (``seq``, ``at``, ``by``, ``type``, ``cmd``, ...)."""
         ctx = self.context()
         return ctx.records(ctx.resolve(text))
 
     def rows(self) -> tuple[engine.Context, dict[str, tuple[Any, ...]]]:
+        """``(context, {item id: summary row})`` for every item at the current tip; the row's fields are
+        at the positions ``gitwork.index`` names (``ID``, ``TITLE``, ``STATUS``, ...)."""
         ctx = self.context()
         return ctx, ctx.index().items()
 
     def ready(self) -> list[tuple[Any, ...]]:
+        """The ready items, best first: open (or left in progress under an expired lease), no live lease,
+        every dependency done. Summary rows as :meth:`rows` gives them: ``row[0]`` is the id, ``row[1]``
+        the title."""
         from .queries import ready
 
         ctx = self.context()

@@ -27,7 +27,10 @@ def _epoch(epoch: int | None) -> int | str:
 
 
 class Conversations:
-    """Mixed into ``Workplane``, which provides ``context``, ``do``, ``store`` and ``settings``."""
+    """The conversation verbs: each write builds one command document (``msg``, ``ack``, ``ask``,
+    ``decide``) and submits it with ``do``; without ``epoch`` the op reads the item's lease epoch on
+    the tip it lands on. Mixed into ``Workplane``, which provides ``context``, ``do``, ``store`` and
+    ``settings``."""
 
     if TYPE_CHECKING:
         store: Store
@@ -73,7 +76,8 @@ class Conversations:
     # --- reading --------------------------------------------------------------------------------
 
     def thread(self, item: str, since: int = 0) -> tuple[str, list[dict[str, Any]]]:
-        """``(full item id, messages after since)``."""
+        """``(full item id, messages)``: the item's thread messages numbered after ``since``, oldest first,
+        each a mapping as ``gw thread --json`` prints it (``seq``, ``id``, ``kind``, ``by``, ``text``, ...)."""
         from .conversations import messages
 
         ctx = self.context()
@@ -81,13 +85,16 @@ class Conversations:
         return item_id, messages(ctx.snapshot, item_id, since)
 
     def follow(self, item_id: str, since: int, emit: Callable[[dict[str, Any]], None], **options: Any) -> int:
-        """Emit every message after ``since``, then each new one as it lands (see ``conversations.follow``)."""
+        """Call ``emit`` with every message after ``since``, then with each new one as it lands; returns the
+        last number seen. ``options``: ``timeout`` (seconds; none: follow until interrupted), ``poll``,
+        ``refresh`` and ``refresh_every`` (see ``conversations.follow``). ``item_id`` must be a full id."""
         from .conversations import follow
 
         return follow(self.store, item_id, since, emit, **options)
 
     def inbox(self, who: str | None = None) -> dict[str, Any]:
-        """``{who, unread, unanswered}``: see ``conversations.inbox``."""
+        """``{who, unread, unanswered}`` for ``who`` (default: the acting identity): messages addressed to it or
+        on items it holds, not its own, split into unread and read-but-not-responded-to, oldest first."""
         from .conversations import inbox
 
         return inbox(self.context().snapshot, who or self.settings.identity())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import os
 import shutil
 import subprocess
@@ -53,6 +54,7 @@ _planes: list[Workplane] = []
 _init_plane = Workplane.__init__
 
 
+@functools.wraps(_init_plane)  # keeps its signature and docstring for docs/api.md (tests/test_api_docs.py)
 def _recorded_init(self: Workplane, *args: Any, **kwargs: Any) -> None:
     _init_plane(self, *args, **kwargs)
     _planes.append(self)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 WIDTH = 100
 PROG = "gw"
@@ -96,27 +96,38 @@ The delegation commands below exist only in a repository whose local git config 
 
 
 def main(argv: list[str] | None = None) -> int:
+    return generate(argv, "gitwork.cli.docgen", "PATH", DEFAULT_PATH, lambda path: {path: render()})
+
+
+def generate(argv: list[str] | None, module: str, metavar: str, default: Path,
+             build: Callable[[Path], dict[Path, str]]) -> int:
+    """``python -m MODULE [--check] [PATH]``: write the files ``build(PATH)`` renders, or with ``--check``
+    only compare them and exit 1 when one is stale (also used by ``gitwork.apidoc``)."""
     args = sys.argv[1:] if argv is None else argv
     check = "--check" in args
     rest = [a for a in args if a != "--check"]
     if len(rest) > 1 or any(a.startswith("-") for a in rest):
-        sys.stderr.write("usage: python -m gitwork.cli.docgen [--check] [PATH]\n")
+        sys.stderr.write(f"usage: python -m {module} [--check] [{metavar}]\n")
         return 2
-    path = Path(rest[0]) if rest else DEFAULT_PATH
-    text = render()
+    wanted = build(Path(rest[0]) if rest else default)
     if check:
-        try:
-            current = path.read_text(encoding="utf-8")
-        except OSError:
-            current = None
-        if current != text:
-            sys.stderr.write(f"{path} is stale: run python -m gitwork.cli.docgen\n")
+        stale = [str(path) for path, text in wanted.items() if _read(path) != text]
+        if stale:
+            sys.stderr.write(f"{', '.join(stale)} is stale: run python -m {module}\n")
             return 1
         return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    sys.stderr.write(f"wrote {path}\n")
+    for path, text in wanted.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        sys.stderr.write(f"wrote {path}\n")
     return 0
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 if __name__ == "__main__":

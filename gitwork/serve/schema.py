@@ -70,10 +70,11 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
                "description": "A client-chosen command id: a retry with the same id lands once."},
     "msgref": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1, "maxLength": 300}],
                "description": "A message: its number (3 or #3) or its id."},
+    # A batch's members: each is a command document, validated by the engine as the batch runs it.
     "docs": {"type": "array", "minItems": 1, "maxItems": commands.MAX_BATCH,
              "items": {"type": "object", "required": ["op"], "properties": {"op": {"type": "string"}}},
-             "description": "A batch's member command documents, applied in order, one commit, all or nothing."},
-    "data": {"description": f"Plain JSON data the op checks itself, at most {commands.MAX_DATA} UTF-8 bytes."},
+             "description": f"At most {commands.MAX_BATCH} command documents, applied in order as one commit."},
+    "data": {"description": f"Plain JSON data the op checks itself, at most {commands.MAX_DATA} bytes as JSON."},
 }
 
 
