@@ -675,7 +675,6 @@ class ArbiterRef(engine.CAS):
         # processes differ; a test that fixes the id gets the same waits every run).
         self.draw = random.Random(seed)
         self.round_trip = BACKOFF_UNIT
-        self.learned: str | None = None  # the tracking ref's value when this command last fetched
 
     @property
     def limit(self) -> int:  # type: ignore[override]
@@ -684,14 +683,19 @@ class ArbiterRef(engine.CAS):
     def base(self) -> Snapshot:
         store = self.arbiter.store
         if self.turn.take():
-            # Our turn began: a sibling may have pushed or fetched meanwhile, and the tracking ref
-            # then holds a newer tip than the one this command last saw. If nobody moved it since
-            # our own lost round, our view is as old as that round: fetch it now, in our turn.
+            # Our turn began: a sibling may have pushed or fetched meanwhile, and the tracking ref then
+            # holds a newer tip than the one this command last saw (a lost round fetched it in its turn).
             known = self.arbiter.known_remote_tip()
-            if self.learned is not None and known == self.learned:
-                self.remote, self.fetched = self.arbiter.fetch(), True
-            elif known is not None:
+            if known is not None:
                 self.remote = known
+            round_trip = self.turn.won_by_sibling(known)
+            if round_trip is not None:
+                # This clone won the last round and knows the new tip at once, where the other clones'
+                # losers still fetch it: going first every time would starve them (measured: one clone
+                # took every grant). Give them the time of a fetch (one round trip, the winner's) and a
+                # random part of another.
+                self.round_trip = round_trip
+                time.sleep(round_trip + backoff(1, round_trip, self.draw))
         self.local = store.tip()
         base, _replayed, self.refused = self.arbiter.rebuild(self.local, self.remote)
         return store.snapshot(base) if base else Snapshot(store, None, None)
@@ -716,15 +720,18 @@ class ArbiterRef(engine.CAS):
             self.round_trip = time.monotonic() - started
 
     def lost(self, attempt: int) -> None:
-        # The push was made on a tip that is gone. The next attempt decides again on a fresh one:
-        # fetched at the start of our next turn, unless a sibling learned it meanwhile.
-        self.learned = self.arbiter.known_remote_tip()
+        # The push was made on a tip that is gone: fetch the new one still in our turn (the next
+        # sibling builds on it without a fetch of its own), then let others go for a random while.
+        self.turn.mark_lost()
+        self.remote, self.fetched = self.arbiter.fetch(), True
         self.turn.give()
         time.sleep(backoff(attempt, self.round_trip, self.draw))
 
     def landed(self, applied: Applied, moved: bool) -> Applied:
         # Pushed, or nothing to push (done before: the same id answered with its first result, from
         # what the remote holds): either way it becomes local, as after a pull.
+        if moved:
+            self.turn.mark_won(applied.commit, self.round_trip)
         self.turn.give()
         refused = _unique(self.refused + self.arbiter._adopt(self.local, applied.commit))
         return self.arbiter._answer(applied, refused)
@@ -748,9 +755,13 @@ FAIR_ROUNDS = 4
 
 
 def backoff(lost: int, round_trip: float, draw: random.Random) -> float:
-    """Seconds to wait after the ``lost``-th lost round in a row (full jitter, drawn from ``draw``)."""
+    """Seconds to wait after the ``lost``-th lost round in a row (full jitter, drawn from ``draw``).
+
+    The cap is a quarter of the round trip, doubling with each lost round up to one round trip; after
+    ``FAIR_ROUNDS`` lost rounds it falls to an eighth (the claimer that kept losing goes first).
+    """
     unit = min(max(round_trip, BACKOFF_UNIT), BACKOFF_CAP)
-    cap = unit / 2 if lost > FAIR_ROUNDS else unit * 2 ** (min(lost, FAIR_ROUNDS) - 1)
+    cap = unit / 8 if lost > FAIR_ROUNDS else unit / 4 * 2 ** (min(lost, 3) - 1)
     return draw.uniform(0.0, min(cap, BACKOFF_CAP))
 
 
@@ -788,6 +799,41 @@ class PushTurn:
                     return True
                 time.sleep(pause)  # a turn lasts one push and maybe one fetch
                 pause = min(pause * 2, 0.02)
+
+    # The turn file holds "<tip> <round trip> <losses>": the remote tip this clone's last winning push
+    # made, what that push took, and how contended the clone is (each lost round adds 2, each win takes 1
+    # off, at most 8). Read and written only by the process holding the turn.
+
+    def _read(self) -> tuple[str, float, int]:
+        assert self.handle is not None
+        fields = os.pread(self.handle, 100, 0).decode("ascii", "replace").split()
+        try:
+            return fields[0], min(max(float(fields[1]), BACKOFF_UNIT), BACKOFF_CAP), min(max(int(fields[2]), 0), 8)
+        except (IndexError, ValueError):
+            return "-", BACKOFF_UNIT, 0
+
+    def _write(self, tip: str, round_trip: float, losses: int) -> None:
+        assert self.handle is not None
+        os.ftruncate(self.handle, 0)
+        os.pwrite(self.handle, f"{tip} {round_trip:.3f} {losses}".encode("ascii"), 0)
+
+    def mark_lost(self) -> None:
+        if self.handle is not None:
+            tip, round_trip, losses = self._read()
+            self._write(tip, round_trip, min(losses + 2, 8))
+
+    def mark_won(self, tip: str, round_trip: float) -> None:
+        """Note that this clone's push made ``tip`` (and took ``round_trip``)."""
+        if self.handle is not None:
+            self._write(tip, round_trip, max(self._read()[2] - 1, 0))
+
+    def won_by_sibling(self, tip: str | None) -> float | None:
+        """The round trip of this clone's push that made ``tip`` (the remote tip we know), when other
+        clones contend too (this clone lost rounds lately); ``None`` otherwise: no reason to wait."""
+        if self.handle is None or tip is None:
+            return None
+        last, round_trip, losses = self._read()
+        return round_trip if last == tip and losses > 0 else None
 
     def give(self) -> None:
         if self.handle is not None:
