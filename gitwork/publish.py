@@ -30,7 +30,10 @@ from the target).
 
 Before anything moves, the record is tried on the state it will extend (:func:`_precheck`): with an
 arbiter remote configured that is the arbiter's state, fetched just now, so a lease revoked, released
-or taken over on the arbiter is exit 7 with nothing moved, locally or on the code remote.
+or taken over on the arbiter is exit 7 with nothing moved, locally or on the code remote. When the
+code remote is the arbiter, the branch and the record then go in one atomic push
+(:func:`_publish_with_record`), so an end of the lease that lands after the check cannot leave code
+published without its record; with two different remotes that window remains (docs/leases.md).
 
 :func:`finish` is ``gw done``: the one safe finish. It publishes the holder's one open session of the
 item (which marks it done), or marks the item done when it has none, or refuses naming the session
