@@ -77,6 +77,9 @@ def main() -> None:
             for clone in clones[1:]:
                 assert gw(clone, "sync").returncode == 0
             grants: list[tuple[float, float]] = []
+            per_worker = [0] * args.procs
+            last_grant = [0.0]
+            tail: list[float] = []  # per worker: from its last grant (or start) to "no ready item"
             errors: list[str] = []
             lock = threading.Lock()
 
@@ -90,8 +93,12 @@ def main() -> None:
                     if done.returncode == 0:
                         with lock:
                             grants.append((t1 - t0, t1 - since))
+                            per_worker[k] += 1
+                            last_grant[0] = max(last_grant[0], t1 - started)
                         since = t1
                     elif done.returncode == 3:
+                        with lock:
+                            tail.append(t1 - since)
                         return
                     elif done.returncode != 75:
                         with lock:
@@ -119,6 +126,8 @@ def main() -> None:
             "call_worst_s": round(max(calls), 3) if calls else None,
             "claim_median_s": round(statistics.median(waits), 3) if waits else None,
             "claim_worst_s": round(max(waits), 3) if waits else None,
+            "grants_per_worker": per_worker, "last_grant_s": round(last_grant[0], 2),
+            "longest_wait_ending_empty_s": round(max(tail), 2) if tail else None,
         }, indent=2))
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -30,7 +30,10 @@ from the target).
 
 Before anything moves, the record is tried on the state it will extend (:func:`_precheck`): with an
 arbiter remote configured that is the arbiter's state, fetched just now, so a lease revoked, released
-or taken over on the arbiter is exit 7 with nothing moved, locally or on the code remote.
+or taken over on the arbiter is exit 7 with nothing moved, locally or on the code remote. When the
+code remote is the arbiter, the branch and the record then go in one atomic push
+(:func:`_publish_with_record`), so an end of the lease that lands after the check cannot leave code
+published without its record; with two different remotes that window remains (docs/leases.md).
 
 :func:`finish` is ``gw done``: the one safe finish. It publishes the holder's one open session of the
 item (which marks it done), or marks the item done when it has none, or refuses naming the session
@@ -235,6 +238,74 @@ def _precheck(wp: Workplane, document: dict[str, Any]) -> None:
     engine.apply(snapshot, cmd, wp.now(), wp.settings)
 
 
+def _is_arbiter(top: str, remote: str, arbiter: str | None) -> bool:
+    """Whether the code remote is the arbiter: the same remote, or one that pushes to the same URL."""
+    if not arbiter:
+        return False
+    if remote == arbiter:
+        return True
+    urls = [git("remote", "get-url", "--push", "--", name, cwd=top, check=False).out.strip() for name in (remote, arbiter)]
+    return bool(urls[0]) and urls[0] == urls[1]
+
+
+def _publish_with_record(wp: Workplane, record: Session, remote: str, into: str,
+                         closing: dict[str, Any]) -> dict[str, Any]:
+    """Publish onto the arbiter, which is also the code remote: the branch and the publish record in
+    one ``git push --atomic`` (the branch CAS'd on the tip the decision was made on, the state ref on
+    the arbiter's tip the record was applied to). Either both land or neither: a revoke (or any end of
+    the lease) that reaches the arbiter first makes the state ref's CAS fail, the record is decided
+    again on the new tip and refused (exit 7), and the branch has not moved. A branch that moved
+    meanwhile is fetched and the decision made again; a state ref that moved is the arbiter's usual
+    lost race (fetch, re-decide the record, push both again).
+    """
+    from . import engine
+    from .errors import RemoteRefused
+    from .sync import Arbiter, Rider, RiderMoved
+
+    top, ref, source, item_id = record.top, f"refs/heads/{into}", record["commit"], record["item"]
+    arbiter = Arbiter(wp)
+    for _round in range(MAX_ROUNDS):
+        target = _remote_tip(top, remote, into)
+        if target is None:
+            raise Invalid(f"{remote} has no branch {into}")
+        new, mode, gates = _decide(record, target, into, wp)
+        args = {"item": item_id, "session": record.id, "source": source, "commit": new, "previous": target,
+                "into": into, "remote": remote, "mode": mode, "fence": record["fence"], **closing}
+        cmd = engine.validate_command({"op": "publish", **{k: v for k, v in args.items() if v is not None}},
+                                      internal=True)
+        cmd.setdefault("as", wp.settings.identity())
+        try:
+            applied = arbiter.submit(cmd, (Rider(ref, target, new),))
+        except RiderMoved:
+            continue  # someone else's push moved the branch: decide again on its new tip
+        except RemoteRefused as error:
+            said = "; ".join(error.details.get("said") or [])
+            if "stale fence" in said:
+                raise Stale(f"{remote} refused the publish: {said}", remote=remote) from error
+            raise
+        break
+    else:
+        raise NonFastForward(f"{into} kept moving while publishing session {record.id}; try again")
+    git("update-ref", f"refs/remotes/{remote}/{into}", new, cwd=top, check=False)
+    record.doc.update(state="published", published={
+        "into": into, "remote": remote, "mode": mode, "commit": new, "previous": target,
+        "at": clock.format_instant(wp.now()), "recorded": applied.commit})
+    record.save()
+    return _published(record, applied, new, mode, target, gates, None, closing)
+
+
+def _published(record: Session, applied: Any, new: str, mode: str, target: str, gates: list[dict[str, Any]],
+               worktree: str | None, closing: dict[str, Any]) -> dict[str, Any]:
+    """What ``publish`` answers once the branch moved and the record landed (the session cleaned up)."""
+    published = record.doc["published"]
+    warnings = _clean_up(record, record["commit"])
+    return {"session": record.id, "item": record["item"], "into": published["into"], "remote": published["remote"],
+            "mode": mode, "commit": new, "previous": target, "source": record["commit"], "gates": gates,
+            "worktree_updated": worktree, "released": not closing.get("keep_open"),
+            "status": applied.result.get("status"), "state_commit": applied.commit,
+            "command_id": applied.command["id"], "warnings": warnings}
+
+
 def publish(wp: Workplane, session: str | None, into: str | None = None, remote: str | None = None, *,
             keep_open: bool = False, force: bool = False, reason: str | None = None) -> dict[str, Any]:
     """Publish a session's commit into ``into`` (locally, or on ``remote``); record it, marking the item
@@ -268,6 +339,8 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     _precheck(wp, {"op": "publish", "item": item_id, "session": record.id, "source": source, "commit": source,
                    "into": into, "remote": remote, "mode": "fast-forward", "fence": record["fence"], **closing})
 
+    if remote and _is_arbiter(top, remote, wp.settings.remote):
+        return _publish_with_record(wp, record, remote, into, closing)
     worktree = None
     for _round in range(MAX_ROUNDS):
         if remote:
@@ -299,11 +372,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
                           **error.details) from error
     record.doc["published"]["recorded"] = applied.commit
     record.save()
-    warnings = _clean_up(record, source)
-    return {"session": record.id, "item": item_id, "into": into, "remote": remote, "mode": mode, "commit": new,
-            "previous": target, "source": source, "gates": gates, "worktree_updated": worktree,
-            "released": not keep_open, "status": applied.result.get("status"), "state_commit": applied.commit,
-            "command_id": applied.command["id"], "warnings": warnings}
+    return _published(record, applied, new, mode, target, gates, worktree, closing)
 
 
 def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None = None, fence: int | None = None,

@@ -72,6 +72,23 @@ _LINES = re.compile(r"\r\n|\r|\n")
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
+class Rider:
+    """A ref pushed together with the state ref (``git push --atomic``): moved from ``expected`` to ``new``."""
+
+    __slots__ = ("ref", "expected", "new")
+
+    def __init__(self, ref: str, expected: str | None, new: str) -> None:
+        self.ref, self.expected, self.new = ref, expected, new
+
+
+class RiderMoved(Exception):
+    """A rider's ref was no longer at its expected value on the remote: nothing landed, decide again."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(ref)
+        self.ref = ref
+
+
 def tracking_ref(remote: str, ref: str) -> str:
     return f"refs/remotes/{remote}/{ref.removeprefix('refs/')}"
 
@@ -155,20 +172,34 @@ class Arbiter:
         got = self.store.cat.get(self.tracking)
         return got[0] if got else None
 
-    def push(self, expected: str | None, new: str) -> bool:
+    def push(self, expected: str | None, new: str, riders: tuple[Rider, ...] = ()) -> bool:
         """CAS on the remote: move its state ref from ``expected`` to ``new``; False if it moved first.
+
+        ``riders`` are other refs (a published branch) moved in the same push, each CAS'd on its own
+        expected value, with ``git push --atomic``: all land or none does. A rider the remote no longer
+        holds at its expected value raises :class:`RiderMoved` (the caller decides again).
 
         Raises :class:`RemoteRefused` when the remote answered and turned the push down for a reason
         of its own (a hook, permissions): retrying would only ask the same question again.
         """
-        lease = f"--force-with-lease={self.store.ref}:{expected or ''}"
+        leases = [f"--force-with-lease={self.store.ref}:{expected or ''}"]
+        leases += [f"--force-with-lease={r.ref}:{r.expected or ''}" for r in riders]
+        specs = [f"{new}:{self.store.ref}", *(f"{r.new}:{r.ref}" for r in riders)]
         crash_point("before-push")
-        done = self._git("push", "--porcelain", lease, self.remote, f"{new}:{self.store.ref}")
-        status, summary = None, ""
+        done = self._git("push", "--porcelain", *(["--atomic"] if riders else []), *leases, self.remote, *specs)
+        said: dict[str, tuple[str, str]] = {}
         for line in done.out.splitlines():
             fields = line.split("\t")
-            if len(fields) >= 2 and fields[1].endswith(f":{self.store.ref}"):
-                status, summary = fields[0], (fields[2] if len(fields) > 2 else "")
+            if len(fields) >= 2 and ":" in fields[1]:
+                said[fields[1].rsplit(":", 1)[1]] = (fields[0], fields[2] if len(fields) > 2 else "")
+        for rider in riders:
+            flag, why = said.get(rider.ref, (None, ""))
+            if flag == "!" and _RACE.search(why):
+                raise RiderMoved(rider.ref)
+        status, summary = said.get(self.store.ref, (None, ""))
+        if status == "!" and riders and "atomic" in summary:
+            # The state ref itself was fine: a rider was turned down for a reason of its own (a hook).
+            summary = next((why for flag, why in said.values() if flag == "!" and "atomic" not in why), summary)
         if status == "!":
             if _RACE.search(summary):
                 self._unless_locked_for_good(done.err)
@@ -494,22 +525,32 @@ class Arbiter:
         return {"remote": self.remote, "tip": self.store.tip(), "remote_tip": self.known_remote_tip(),
                 "replayed": replayed, "refused": refused}
 
-    def submit(self, cmd: dict[str, Any]) -> Applied:
+    def submit(self, cmd: dict[str, Any], riders: tuple[Rider, ...] = ()) -> Applied:
         """Apply a command the arbiter decides so that it lands on the remote, or refuse it as the
         remote sees it: :func:`engine.run`, the one write loop, with :class:`ArbiterRef` as its CAS.
+
+        ``riders`` (other refs, such as the branch a publish moves) are pushed in the same atomic push:
+        the command lands with them or not at all (:meth:`push`).
 
         If the remote stops answering, the outcome is unknown (it may have landed): the document is
         kept so that ``gw retry ID`` can send it again under the same id, and the error names the id.
         """
+        cas = ArbiterRef(self, riders, seed=str(cmd.get("id", "")))
         try:
-            return engine.run(ArbiterRef(self), cmd, self.wp.now, self.wp.settings)
+            return engine.run(cas, cmd, self.wp.now, self.wp.settings)
         except RemoteError as error:
+            if riders:  # a record pushed together with a branch is sent again by its own procedure
+                raise RemoteError(f"{error.message}; outcome unknown: command {cmd['id']} ({cmd['op']}) and the "
+                                  f"refs pushed with it landed on {self.remote} together or not at all",
+                                  **{**error.details, "command_id": cmd["id"], "outcome": "unknown"}) from error
             remember_unknown(self.wp, cmd)
             raise RemoteError(
                 f"{error.message}; outcome unknown: command {cmd['id']} ({cmd['op']}) may have landed on "
                 f"{self.remote} or not; send it again with: gw retry {cmd['id']}",
                 **{**error.details, "command_id": cmd["id"], "outcome": "unknown"},
             ) from error
+        finally:
+            cas.turn.give()  # a refusal or an error ends the attempt too
 
     def _answer(self, applied: Applied, refused: list[dict[str, Any]]) -> Applied:
         """Record and report what the replay under this command refused (a ``refused`` list in the
@@ -612,14 +653,28 @@ class ArbiterRef(engine.CAS):
     Each attempt builds on the last known remote tip plus the local commands it has not seen
     (``rebuild``); a lost race, or a refusal made on a view that may be old, fetches the remote's tip
     and tries again. Once the push lands (or the answer is already there), the local ref adopts it.
+
+    A herd (many processes claiming at once) costs every loser a push and a fetch per round, and
+    only one push lands per round whatever the others asked for. So the processes of one clone take
+    turns (:class:`PushTurn`): each attempt (decide, push, and on a loss the fetch) runs while the
+    clone's turn file is held, and a process whose turn comes after a sibling's push or fetch
+    builds on the tip that sibling just learned. A clone then costs one push per round, not one per
+    process. Between attempts a loser waits a random time (:func:`backoff`), released, so that its
+    siblings and the other clones go first.
     """
 
-    def __init__(self, arbiter: Arbiter) -> None:
+    def __init__(self, arbiter: Arbiter, riders: tuple[Rider, ...] = (), seed: str = "") -> None:
         self.arbiter = arbiter
+        self.riders = riders
         self.remote = arbiter.known_remote_tip()  # no fetch until something says our view is old
         self.fetched = False
         self.local: str | None = None
         self.refused: list[dict[str, Any]] = []
+        self.turn = PushTurn(os.path.join(arbiter.wp.repo.gitwork_dir(), TURN_FILE))
+        # The waits are drawn from a sequence seeded by the command id (random per command, so
+        # processes differ; a test that fixes the id gets the same waits every run).
+        self.draw = random.Random(seed)
+        self.round_trip = BACKOFF_UNIT
 
     @property
     def limit(self) -> int:  # type: ignore[override]
@@ -627,6 +682,20 @@ class ArbiterRef(engine.CAS):
 
     def base(self) -> Snapshot:
         store = self.arbiter.store
+        if self.turn.take():
+            # Our turn began: a sibling may have pushed or fetched meanwhile, and the tracking ref then
+            # holds a newer tip than the one this command last saw (a lost round fetched it in its turn).
+            known = self.arbiter.known_remote_tip()
+            if known is not None:
+                self.remote = known
+            round_trip = self.turn.won_by_sibling(known)
+            if round_trip is not None:
+                # This clone won the last round and knows the new tip at once, where the other clones'
+                # losers still fetch it: going first every time would starve them (measured: one clone
+                # took every grant). Give them the time of a fetch (one round trip, the winner's) and a
+                # random part of another.
+                self.round_trip = round_trip
+                time.sleep(round_trip + backoff(1, round_trip, self.draw))
         self.local = store.tip()
         base, _replayed, self.refused = self.arbiter.rebuild(self.local, self.remote)
         return store.snapshot(base) if base else Snapshot(store, None, None)
@@ -646,24 +715,135 @@ class ArbiterRef(engine.CAS):
         # a command the arbiter decides is done only once it is on the arbiter.)
         started = time.monotonic()
         try:
-            return self.arbiter.push(old, new)
+            return self.arbiter.push(old, new, self.riders)
         finally:
             self.round_trip = time.monotonic() - started
 
     def lost(self, attempt: int) -> None:
-        # A crowd that lost to one winner spreads out: wait a random part of what a round trip costs
-        # (the push just made), growing with the attempt, at most a second, then fetch again.
-        time.sleep(random.uniform(0, min(getattr(self, "round_trip", 0.05) * min(attempt, 4), 1.0)))
+        # The push was made on a tip that is gone: fetch the new one still in our turn (the next
+        # sibling builds on it without a fetch of its own), then let others go for a random while.
+        self.turn.mark_lost()
         self.remote, self.fetched = self.arbiter.fetch(), True
+        self.turn.give()
+        time.sleep(backoff(attempt, self.round_trip, self.draw))
 
     def landed(self, applied: Applied, moved: bool) -> Applied:
         # Pushed, or nothing to push (done before: the same id answered with its first result, from
         # what the remote holds): either way it becomes local, as after a pull.
+        if moved:
+            self.turn.mark_won(applied.commit, self.round_trip)
+        self.turn.give()
         refused = _unique(self.refused + self.arbiter._adopt(self.local, applied.commit))
         return self.arbiter._answer(applied, refused)
 
     def gave_up(self) -> GwError:
         return Held(f"gave up after {MAX_ROUNDS} lost races on {self.arbiter.remote}", remote=self.arbiter.remote)
+
+
+# One clone's turn to push to the arbiter: a file in the common git directory, held with flock(2)
+# (the kernel drops it with the process, so a crash leaves nothing to clean up).
+TURN_FILE = "arbiter-turn.lock"
+# A turn is an optimisation, never needed for safety (the remote's CAS decides): a process that
+# cannot get it within this many seconds (a sibling stopped with SIGSTOP mid-push) pushes anyway.
+TURN_WAIT = 5.0
+# Back-off after a lost round: full jitter, uniform in [0, cap]. The cap is the last push's round
+# trip (at least BACKOFF_UNIT) times 2^(lost-1), at most BACKOFF_CAP; after FAIR_ROUNDS lost rounds
+# it drops to half a round trip, so a claimer that kept losing is back in line first (the worst case).
+BACKOFF_UNIT = 0.05
+BACKOFF_CAP = 1.0
+FAIR_ROUNDS = 4
+
+
+def backoff(lost: int, round_trip: float, draw: random.Random) -> float:
+    """Seconds to wait after the ``lost``-th lost round in a row (full jitter, drawn from ``draw``).
+
+    The cap is a quarter of the round trip, doubling with each lost round up to one round trip; after
+    ``FAIR_ROUNDS`` lost rounds it falls to an eighth (the claimer that kept losing goes first).
+    """
+    unit = min(max(round_trip, BACKOFF_UNIT), BACKOFF_CAP)
+    cap = unit / 8 if lost > FAIR_ROUNDS else unit / 4 * 2 ** (min(lost, 3) - 1)
+    return draw.uniform(0.0, min(cap, BACKOFF_CAP))
+
+
+class PushTurn:
+    """The clone's turn to push to the arbiter, taken by at most one process of the clone at a time.
+
+    ``take`` is idempotent within a process (True only when the turn was not held), ``give`` lets
+    the next process go. Waiting is bounded by ``TURN_WAIT``; a process that gives up waiting goes
+    on without the turn (and says so by returning True: it builds on a fresh view all the same).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.handle: int | None = None
+        self.waited = 0.0  # seconds this command has waited for turns so far
+
+    def take(self) -> bool:
+        import fcntl
+
+        if self.handle is not None:
+            return False
+        try:
+            handle = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return True  # no place for the file (a read-only repository): go without a turn
+        started = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.handle = handle
+                self.waited += time.monotonic() - started
+                return True
+            except BlockingIOError:
+                now = time.monotonic()
+                if now - started > TURN_WAIT:
+                    os.close(handle)
+                    self.waited += now - started
+                    return True
+                # flock(2) is not first come, first served: whoever asks first after the release gets
+                # it. A command that has waited long in all asks more often (measured: with a fixed
+                # pause one process of a clone went 26 s without a turn while fresh ones got it).
+                time.sleep(max(0.001, 0.02 / (1 + (self.waited + now - started) / 0.25)))
+
+    # The turn file holds "<tip> <round trip> <losses>": the remote tip this clone's last winning push
+    # made, what that push took, and how contended the clone is (each lost round adds 2, each win takes 1
+    # off, at most 8). Read and written only by the process holding the turn.
+
+    def _read(self) -> tuple[str, float, int]:
+        assert self.handle is not None
+        fields = os.pread(self.handle, 100, 0).decode("ascii", "replace").split()
+        try:
+            return fields[0], min(max(float(fields[1]), BACKOFF_UNIT), BACKOFF_CAP), min(max(int(fields[2]), 0), 8)
+        except (IndexError, ValueError):
+            return "-", BACKOFF_UNIT, 0
+
+    def _write(self, tip: str, round_trip: float, losses: int) -> None:
+        assert self.handle is not None
+        os.ftruncate(self.handle, 0)
+        os.pwrite(self.handle, f"{tip} {round_trip:.3f} {losses}".encode("ascii"), 0)
+
+    def mark_lost(self) -> None:
+        if self.handle is not None:
+            tip, round_trip, losses = self._read()
+            self._write(tip, round_trip, min(losses + 2, 8))
+
+    def mark_won(self, tip: str, round_trip: float) -> None:
+        """Note that this clone's push made ``tip`` (and took ``round_trip``)."""
+        if self.handle is not None:
+            self._write(tip, round_trip, max(self._read()[2] - 1, 0))
+
+    def won_by_sibling(self, tip: str | None) -> float | None:
+        """The round trip of this clone's push that made ``tip`` (the remote tip we know), when other
+        clones contend too (this clone lost rounds lately); ``None`` otherwise: no reason to wait."""
+        if self.handle is None or tip is None:
+            return None
+        last, round_trip, losses = self._read()
+        return round_trip if last == tip and losses > 0 else None
+
+    def give(self) -> None:
+        if self.handle is not None:
+            os.close(self.handle)  # closing the only descriptor releases the flock
+            self.handle = None
 
 
 # --- commands whose outcome is unknown ------------------------------------------------------------

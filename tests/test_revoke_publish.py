@@ -9,6 +9,7 @@ moved, neither the remote's branch nor the local one.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, make_repo, run_gw
+from conftest import Clock, git, gw_cmd, make_repo, run_gw
 from gitwork import sessions
 from gitwork.errors import Stale
 from gitwork.publish import publish
@@ -184,3 +185,94 @@ def test_done_with_remote_publishes_there_and_closes_the_item_on_the_arbiter(wor
     with Workplane(str(world.bare), now=world.clock) as on_arbiter:
         assert on_arbiter.item(world.item).status == "done"
         assert world.item not in [row[0] for row in on_arbiter.ready()]
+
+
+# --- a revoke racing the publish: the branch and the record land together or not at all ----------
+
+REVOKE_ON_MAIN = """#!{python}
+# post-receive: the moment the server's main has moved, an admin revokes the item (once), as a revoke
+# that reaches the arbiter between the publish's push of the code and its record would.
+import os, subprocess, sys
+lines = sys.stdin.read().split("\\n")
+if any(line.endswith(" refs/heads/main") for line in lines) and not os.path.exists({marker!r}):
+    open({marker!r}, "w").close()
+    env = {{k: v for k, v in os.environ.items() if not k.startswith("GIT_")}}
+    env.update(GW_AGENT="admin", GW_NOW="2030-01-01T12:00:00Z")
+    done = subprocess.run([sys.executable, "-m", "gitwork", "revoke", {item!r}, "--reason", "race"], cwd={admin!r},
+                          env=env, capture_output=True, text=True)
+    with open({marker!r}, "w") as out:
+        out.write(f"{{done.returncode}}\\n{{done.stderr}}")
+"""
+
+
+def lease_on_arbiter(world: World) -> Any:
+    with Workplane(str(world.bare), now=world.clock) as arbiter:
+        return arbiter.lease(world.item)
+
+
+def test_a_revoke_right_after_main_moves_on_the_arbiter_finds_the_publish_recorded(world: World,
+                                                                                   tmp_path: Path) -> None:
+    """Issue 8.3's window: before, the publish pushed main, the revoke landed, and the record was refused
+    (exit 7 with the code published under a revoked lease). Now both land in one atomic push."""
+    import sys
+
+    marker = tmp_path / "revoked"
+    hook = world.bare / "hooks" / "post-receive"
+    hook.write_text(REVOKE_ON_MAIN.format(python=sys.executable, marker=str(marker), item=world.item,
+                                          admin=str(world.admin.repo.toplevel)))
+    hook.chmod(0o755)
+    env = {"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:00:00Z"}
+
+    done = run_gw(world.repo, "publish", world.session["session"], "--remote", "origin", "--json", env=env)
+
+    assert marker.exists(), "the server's hook never saw main move"
+    revoke_exit = int(marker.read_text().split("\n", 1)[0])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert remote_ref(world.bare, "refs/heads/main") == world.commit
+    lease = lease_on_arbiter(world)
+    assert (lease.state, lease.reason) == ("released", "published")  # recorded with the code, not revoked
+    assert revoke_exit == 5  # the revoke came after: there was no active lease left to revoke
+
+
+def test_publish_racing_a_revoke_as_processes_never_leaves_code_under_a_revoked_lease(world: World) -> None:
+    env = {"GW_NOW": "2030-01-01T12:00:00Z"}
+    publishing = subprocess.Popen(gw_cmd("publish", world.session["session"], "--remote", "origin"),
+                                  cwd=world.repo, env={**os.environ, **env, "GW_AGENT": "alice"},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    revoking = subprocess.Popen(gw_cmd("revoke", world.item, "--reason", "race"), cwd=world.admin.repo.toplevel,
+                                env={**os.environ, **env, "GW_AGENT": "admin"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    published, _ = publishing.communicate(timeout=60)[1], revoking.communicate(timeout=60)
+    lease = lease_on_arbiter(world)
+    main = remote_ref(world.bare, "refs/heads/main")
+    if publishing.returncode == 0:  # the publish landed first: its record with it, the revoke found nothing
+        assert main == world.commit and (lease.state, lease.reason) == ("released", "published")
+        assert revoking.returncode == 5
+    else:  # the revoke landed first: nothing of the publish did
+        assert publishing.returncode == 7, published
+        assert main != world.commit and lease.state == "revoked" and revoking.returncode == 0
+
+
+def test_an_atomic_push_of_a_stale_fence_with_the_state_ref_lands_nothing(world: World) -> None:
+    """The server hook judges the code by the state ref as it was before the push, also when the same
+    atomic push moves the state ref: after a revoke, the code is refused and the state does not move."""
+    world.admin.do("revoke", item=world.item, reason="reassigned")
+    Arbiter(world.alice).sync()
+    world.alice.do("new", title="rides along", offline=True)  # a state commit the server would accept
+    state_before = remote_ref(world.bare, STATE)
+    local_state = git(world.repo, "rev-parse", STATE)
+    refused = push(world.repo, "--atomic", f"{world.commit}:refs/heads/main", f"{local_state}:{STATE}")
+    assert refused.returncode != 0 and "stale fence 1" in refused.stderr, refused.stderr
+    assert remote_ref(world.bare, STATE) == state_before
+    assert remote_ref(world.bare, "refs/heads/main") != world.commit
+
+
+def test_the_arbiter_is_the_code_remote_by_name_or_by_url(tmp_path: Path) -> None:
+    from gitwork.publish import _is_arbiter
+
+    repo = make_repo(tmp_path / "clone")
+    for name, url in [("origin", tmp_path / "a.git"), ("mirror", tmp_path / "a.git"), ("other", tmp_path / "b.git")]:
+        git(repo, "remote", "add", name, str(url))
+    top = str(repo)
+    assert _is_arbiter(top, "origin", "origin") and _is_arbiter(top, "mirror", "origin")
+    assert not _is_arbiter(top, "other", "origin") and not _is_arbiter(top, "origin", None)
