@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, init_state, make_repo, run_gw, tip
+from conftest import Clock, git, gw_here, init_state, make_repo, run_gw, tip
 from gitwork import layout
 from gitwork.errors import Illegal, Invalid, Stale
 from gitwork.workplane import Workplane
@@ -44,7 +44,8 @@ def new(wp: Workplane, title: str, **args: Any) -> str:
 
 
 def gw_json(repo: Path, *args: str, env: dict[str, str] | None = None) -> Any:
-    done = run_gw(repo, *args, "--json", env=env)
+    """``gw *args --json`` through the CLI's entry point in this process (``gw_here``)."""
+    done = gw_here(repo, *args, "--json", env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
