@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import io
 import os
 import shutil
 import subprocess
@@ -278,3 +279,27 @@ def environment(env: dict[str, str] | None) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def gw_here(repo: Path | str, *args: str, env: dict[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``gw *args`` in ``repo`` through the CLI's entry point (``gitwork.cli.main.main``, what ``python -m
+    gitwork`` runs) in this process: the same parsing, engine, git calls and output as ``run_gw``, with
+    its own working directory, environment, stdin, stdout and stderr, without a 0.1-0.3 s interpreter
+    start. For set-up and for invariants about what gw does to refs; where the invariant is about the
+    process (its exit, signals, kill -9, races between processes, a timeout), use ``run_gw``."""
+    from gitwork.cli.main import main
+
+    out, err, cwd, stdin = io.StringIO(), io.StringIO(), os.getcwd(), sys.stdin
+    try:
+        os.chdir(repo)
+        sys.stdin = io.StringIO(input or "")
+        with environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as stop:  # what the interpreter would turn into the exit status
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    finally:
+        sys.stdin = stdin
+        os.chdir(cwd)
+    return subprocess.CompletedProcess(["gw", *args], code, out.getvalue(), err.getvalue())

@@ -38,6 +38,34 @@ def accepts(port: int) -> bool:
         return False
 
 
+def in_group(group: int) -> list[tuple[int, int]]:
+    """The live processes of process group ``group``, as (pid, parent pid) (Linux: read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:
+            continue  # ended while we looked
+        if int(fields[2]) == group and fields[0] != b"Z":  # after "pid (comm)": state, ppid, pgrp; not a zombie
+            found.append((int(entry), int(fields[1])))
+    return found
+
+
+def commands(pids: list[int]) -> list[str]:
+    """Each process's command line, for a message."""
+    shown = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                shown.append(cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip())
+        except OSError:
+            pass
+    return shown
+
+
 class GitDaemon:
     """``git daemon --enable=receive-pack --export-all`` over ``base``; ``url(name)`` for ``base/name.git``."""
 
@@ -103,6 +131,21 @@ class GitDaemon:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait (bounded) until the daemon serves no connection: no process of its group but the listener.
+
+        A client killed mid-push leaves its server side (``receive-pack``, the hook) running until it
+        notices; while it moves the pushed objects out of quarantine, ``git fsck`` can see a commit
+        whose tree has not been moved yet. What a test checks on the repository is the state after."""
+        assert self.proc is not None, "daemon not running"
+        group = self.proc.pid
+        deadline = time.monotonic() + timeout
+        # `git daemon` (the group's leader) runs the listener `git-daemon` as its child; a connection is
+        # served by a fork of the listener and what that starts.
+        while serving := [pid for pid, parent in in_group(group) if pid != group and parent != group]:
+            assert time.monotonic() < deadline, f"git daemon still serving after {timeout} s: {commands(serving)}"
+            time.sleep(0.02)
 
     def __enter__(self) -> GitDaemon:
         self.start()

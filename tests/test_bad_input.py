@@ -10,20 +10,14 @@ with git plumbing, as another tool or a bad merge would leave it.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import environment, replace_blob, run_gw, tip
+from conftest import gw_here, replace_blob, run_gw, tip
 from gitwork import layout
-from gitwork.cli.main import main
 from gitwork.errors import ExitCode, Invalid
 from gitwork.workplane import Workplane
 
@@ -47,21 +41,6 @@ def state(repo: Path) -> dict[str, str]:
     return {"crit": crit, "closed": closed}
 
 
-
-
-def gw_here(repo: Path | str, *args: str, input: str | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``gw *args`` in ``repo`` through the CLI's entry point, in this process."""
-    out, err, cwd, stdin = io.StringIO(), io.StringIO(), os.getcwd(), sys.stdin
-    try:
-        os.chdir(repo)
-        sys.stdin = io.StringIO(input or "")
-        with environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    finally:
-        sys.stdin = stdin
-        os.chdir(cwd)
-    return subprocess.CompletedProcess(["gw", *args], code, out.getvalue(), err.getvalue())
 
 
 def refused(repo: Path | str, *args: str, code: ExitCode, says: str, input: str | None = None,

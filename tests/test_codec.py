@@ -56,6 +56,7 @@ def ruamel_load(data: bytes) -> Any:
     return YAML(typ="safe", pure=True).load(data.decode("utf-8"))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents(reserved_ok=False))
 @example({"a": ["x: y", {"b": "c\nd"}], "t": "line\n", "u": " lead\ntrail ", "e": "", "z": "\u2028\x85\r"})

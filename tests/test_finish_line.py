@@ -7,6 +7,8 @@
 - A session whose lease ended is dead: it does not stand in the way of a bare `gw publish`, and
   `gw session drop` ends it on the record, removes its worktree, deletes its branch and says what it
   threw away.
+
+The CLI cases run its entry point (what ``python -m gitwork`` runs) in this process (``gw_here``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, run_gw, tip
+from conftest import Clock, git, gw_here, tip
 from gitwork import hooks_install, sessions
 from gitwork.errors import Illegal, Stale
 from gitwork.publish import finish, publish
@@ -51,7 +53,7 @@ def test_cli_done_publishes_the_open_session_then_marks_done(repo: Path) -> None
     on_other_branch(repo)
     s = session_with_commit(repo, wp, item, {"a.txt": "alpha v2\n"}, from_ref="main")
 
-    done = run_gw(repo, "done", item, "--json", env=env())
+    done = gw_here(repo, "done", item, "--json", env=env())
 
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -76,7 +78,7 @@ def test_done_refuses_a_session_without_its_commit_naming_it(repo: Path) -> None
     wp, item = claimed(repo)
     s = sessions.start(wp, item)
     state = tip(repo)
-    done = run_gw(repo, "done", item, "--json", env=env())
+    done = gw_here(repo, "done", item, "--json", env=env())
     assert done.returncode == 6, done.stderr
     error = json.loads(done.stdout)
     assert s["session"] in error["message"] and "no commit yet" in error["message"]
@@ -95,7 +97,7 @@ def test_done_refuses_when_the_merge_conflicts_and_changes_nothing(repo: Path) -
     s = session_with_commit(repo, wp, item, {"a.txt": "alpha from the session\n"}, from_ref="main")
     main = move_main(repo, "a.txt", "alpha from main\n")
     state = tip(repo)
-    done = run_gw(repo, "done", item, "--json", env=env())
+    done = gw_here(repo, "done", item, "--json", env=env())
     assert done.returncode == 13, done.stderr
     error = json.loads(done.stdout)
     assert s["session"] in error["message"] and error["details"]["conflicts"] == ["a.txt"]
@@ -123,20 +125,20 @@ def test_publish_before_done_never_reoffers_the_item(repo: Path) -> None:
     wp, item = claimed(repo, clock=clock)
     on_other_branch(repo)
     s = session_with_commit(repo, wp, item, {"a.txt": "alpha v2\n"}, from_ref="main")
-    published = run_gw(repo, "publish", "--json", env=env())  # bare: alice's only live session
+    published = gw_here(repo, "publish", "--json", env=env())  # bare: alice's only live session
     assert published.returncode == 0, published.stderr
     assert json.loads(published.stdout)["status"] == "done"
     assert item not in ready_ids(wp)
     bob = Workplane(str(repo), now=clock, agent="bob")
     state = tip(repo)
-    claim = run_gw(repo, "claim", item, "--json", env=env("bob"))
+    claim = gw_here(repo, "claim", item, "--json", env=env("bob"))
     assert claim.returncode == 6, claim.stdout
     clock.advance(7200)
     assert item not in [row[0] for row in bob.ready()]
-    assert run_gw(repo, "claim", "--next", env=env("bob", "2030-01-01T14:00:00Z")).returncode == 3
+    assert gw_here(repo, "claim", "--next", env=env("bob", "2030-01-01T14:00:00Z")).returncode == 3
     assert tip(repo) == state
     # And `gw done` afterwards is harmless: the item is done already.
-    again = run_gw(repo, "done", item, "--json", env=env())
+    again = gw_here(repo, "done", item, "--json", env=env())
     assert again.returncode == 6 and git(repo, "rev-parse", "main") == s["commit"]
 
 
@@ -196,7 +198,7 @@ def test_dead_session_does_not_block_a_bare_publish_and_is_dropped_with_a_record
 
     wp.do("claim", item=item)
     live = session_with_commit(repo, wp, item, {"b.txt": "second try\n"}, from_ref="main")
-    published = run_gw(repo, "publish", "--json", env=env())
+    published = gw_here(repo, "publish", "--json", env=env())
     assert published.returncode == 0, published.stderr
     assert json.loads(published.stdout)["session"] == live["session"]
 
@@ -204,11 +206,11 @@ def test_dead_session_does_not_block_a_bare_publish_and_is_dropped_with_a_record
     assert listed[dead["session"]]["state"] == "committed" and listed[live["session"]]["state"] == "published"
     wp.do("reopen", item=item, reason="check the warning")
     wp.do("claim", item=item)
-    finished = run_gw(repo, "done", item, env=env())
+    finished = gw_here(repo, "done", item, env=env())
     assert finished.returncode == 0, finished.stderr
     assert f"warning: session {dead['session']}" in finished.stderr and dead["commit"][:12] in finished.stderr
 
-    dropped = run_gw(repo, "session", "drop", dead["session"], "--reason", "redone", env=env())
+    dropped = gw_here(repo, "session", "drop", dead["session"], "--reason", "redone", env=env())
     assert dropped.returncode == 0, dropped.stderr
     assert dead["commit"][:12] in dropped.stderr and "a.txt" in dropped.stderr and "scratch.txt" in dropped.stderr
     assert not Path(dead["worktree"]).exists()
@@ -217,7 +219,7 @@ def test_dead_session_does_not_block_a_bare_publish_and_is_dropped_with_a_record
     assert event["session"] == dead["session"] and event["commit"] == dead["commit"] and event["files"] == ["a.txt"]
     assert event["live"] is False and event["branch"] == "deleted" and event["reason"] == "redone"
     assert sessions.Session.load(str(repo), dead["session"])["state"] == "dropped"
-    again = run_gw(repo, "session", "abandon", dead["session"], "--json", env=env())
+    again = gw_here(repo, "session", "abandon", dead["session"], "--json", env=env())
     assert again.returncode == 0 and json.loads(again.stdout)["command_id"] is None  # already dropped: nothing new
 
 

@@ -42,6 +42,7 @@ def test_fast_config_reader_agrees_with_git(repo: Path, value: str) -> None:
     assert fast.get("gitwork.agent") == git_value(repo, "gitwork.agent")
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(alphabet=st.sampled_from(list('ab #;=\t\r"\\tn') + ["é"]), max_size=12),
        st.sampled_from(["gitwork", 'alias "x"', "alias"]))

@@ -44,7 +44,7 @@ def test_commands_trigger_git_gc_auto(repo: Path, monkeypatch: pytest.MonkeyPatc
         wp.do("new", title="the one that triggers it")
     deadline = time.monotonic() + 30
     while not list(packs.glob("*.pack")) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.02)
     assert list(packs.glob("*.pack")), "git gc --auto never packed the state objects"
     assert git(repo, "rev-parse", "refs/gitwork/state")  # and the state is intact
     assert len(git(repo, "rev-list", "refs/gitwork/state").split()) == 7

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, init_state, make_repo, run_gw, tip
+from conftest import Clock, git, gw_here, init_state, make_repo, run_gw, tip
 from gitwork import layout
 from gitwork.errors import Illegal, Invalid, Stale
 from gitwork.workplane import Workplane
@@ -44,7 +44,8 @@ def new(wp: Workplane, title: str, **args: Any) -> str:
 
 
 def gw_json(repo: Path, *args: str, env: dict[str, str] | None = None) -> Any:
-    done = run_gw(repo, *args, "--json", env=env)
+    """``gw *args --json`` through the CLI's entry point in this process (``gw_here``)."""
+    done = gw_here(repo, *args, "--json", env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -368,15 +369,15 @@ def test_no_command_touches_the_working_tree_index_or_head(repo: Path) -> None:
     (repo / "scratch.txt").write_text("untracked\n")
     before = _workspace_fingerprint(repo)
     env = {"GW_AGENT": "alice"}
-    assert run_gw(repo, "init", env=env).returncode == 0
-    item = run_gw(repo, "new", "touch nothing", "-c", "crit", env=env).stdout.strip()
+    assert gw_here(repo, "init", env=env).returncode == 0
+    item = gw_here(repo, "new", "touch nothing", "-c", "crit", env=env).stdout.strip()
     commands = [
         ("claim", item), ("renew", item), ("check", item, "1"), ("decision", item, "d", "--why", "w"),
         ("edit", item, "--title", "renamed"), ("show", item), ("list",), ("ready",), ("history", item),
         ("log",), ("done", item), ("reopen", item), ("claim", "--next"), ("release", item),
     ]
     for args in commands:
-        done = run_gw(repo, *args, env=env)
+        done = gw_here(repo, *args, env=env)
         assert done.returncode == 0, (args, done.stderr)
         assert _workspace_fingerprint(repo) == before, f"gw {args[0]} touched the workspace"
     assert int(git(repo, "rev-list", "--count", "refs/gitwork/state")) == 2 + len(commands) - 5
@@ -387,13 +388,13 @@ def test_a_linked_worktree_shares_the_one_state(repo: Path, tmp_path: Path) -> N
     linked = tmp_path / "linked"
     git(repo, "worktree", "add", "-q", "-b", "side", str(linked))
     init_state(repo)  # set-up, not under test: through the library
-    item = run_gw(linked, "new", "made in the worktree", "--as", "bob").stdout.strip()
+    item = gw_here(linked, "new", "made in the worktree", "--as", "bob").stdout.strip()
     assert item.startswith("w-")
     assert tip(repo) == tip(linked)
     assert gw_json(repo, "show", item)["title"] == "made in the worktree"
-    claimed = run_gw(repo, "claim", item, "--as", "alice")
+    claimed = gw_here(repo, "claim", item, "--as", "alice")
     assert claimed.returncode == 0, claimed.stderr
-    lost = run_gw(linked, "claim", item, "--as", "bob")
+    lost = gw_here(linked, "claim", item, "--as", "bob")
     assert lost.returncode == 75  # one state per repository, not per worktree
     assert git(linked, "rev-parse", "--abbrev-ref", "HEAD") == "side"
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") in ("master", "main")
@@ -402,8 +403,8 @@ def test_a_linked_worktree_shares_the_one_state(repo: Path, tmp_path: Path) -> N
 
 def test_works_in_a_bare_repository(tmp_path: Path) -> None:
     bare = make_repo(tmp_path / "bare.git", bare=True)
-    assert run_gw(bare, "init").returncode == 0
-    item = run_gw(bare, "new", "bare item", "--as", "alice").stdout.strip()
+    assert gw_here(bare, "init").returncode == 0
+    item = gw_here(bare, "new", "bare item", "--as", "alice").stdout.strip()
     assert gw_json(bare, "claim", item, "--as", "alice")["fence"] == 1
     assert [row["item"] for row in gw_json(bare, "list")] == [item]
     assert gw_json(bare, "release", item, "--as", "alice")["state"] == "released"
@@ -417,9 +418,9 @@ def test_works_in_a_bare_repository(tmp_path: Path) -> None:
 def test_no_git_identity_needed_and_commits_carry_the_holder(repo: Path) -> None:
     # conftest scrubs HOME and GIT_*: git has no user.name/user.email here, as on a CI machine.
     assert git(repo, "config", "user.name", check=False) == ""
-    assert run_gw(repo, "init", "--as", "ci-bot@example.org").returncode == 0
-    item = run_gw(repo, "new", "identity", env={"GW_AGENT": "agent-7"}).stdout.strip()
-    assert run_gw(repo, "claim", item, "--as", "worker/3").returncode == 0
+    assert gw_here(repo, "init", "--as", "ci-bot@example.org").returncode == 0
+    item = gw_here(repo, "new", "identity", env={"GW_AGENT": "agent-7"}).stdout.strip()
+    assert gw_here(repo, "claim", item, "--as", "worker/3").returncode == 0
     authors = git(repo, "log", "--format=%an|%ae|%cn", "refs/gitwork/state").splitlines()
     assert authors == [
         "worker/3|worker-3@gitwork.invalid|worker/3",

@@ -2,8 +2,9 @@
 
 gitwork reads and writes git's files itself to stay fast; whatever it reads or writes, it must read or
 write exactly as git would, or ask git. Each layout below is built with git itself; the real ``gw``
-runs the core commands in child processes (in the layout's environment: ``GIT_DIR``,
-``GIT_OBJECT_DIRECTORY`` ... as a person would have them), and every result is checked against what
+(its entry point, in this process; in a child where the layout changes the interpreter itself) runs
+the core commands in the layout's directory and environment (``GIT_DIR``, ``GIT_OBJECT_DIRECTORY`` ...
+as a person would have them), and every result is checked against what
 git reports: ``git fsck --full --strict``, ``git rev-list`` of the state ref, file modes, fsync calls.
 Each layout is built once, in its own test, so the matrix spreads over xdist workers.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gw_cmd
+from conftest import gw_cmd, gw_here
 from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
@@ -43,8 +44,13 @@ class Layout:
         return done.stdout.strip()
 
     def gw(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(gw_cmd(*args), cwd=self.cwd, capture_output=True, text=True, timeout=120,
-                              env={**os.environ, **self.env, **(env or {})})
+        """``gw`` in this layout's directory and environment: through the CLI's entry point in this
+        process, or in a child when the layout changes the interpreter itself (a sitecustomize on
+        PYTHONPATH, which only a new interpreter loads)."""
+        if "PYTHONPATH" in self.env:
+            return subprocess.run(gw_cmd(*args), cwd=self.cwd, capture_output=True, text=True, timeout=120,
+                                  env={**os.environ, **self.env, **(env or {})})
+        return gw_here(self.cwd, *args, env={**self.env, **(env or {})})
 
     def ok(self, *args: str, env: dict[str, str] | None = None) -> object:
         done = self.gw(*args, "--json", env=env)

@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
@@ -292,6 +293,7 @@ class LeaseMachine(RuleBasedStateMachine):
         assert self.fences_seen == sorted(set(self.fences_seen))
 
 
+@pytest.mark.slow
 def test_lease_state_machine_matches_the_model() -> None:
     run_state_machine_as_test(
         LeaseMachine,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from freezegun import freeze_time
 
-from conftest import git, gw_cmd, make_repo, run_gw, tip
+from conftest import git, gw_cmd, gw_here, make_repo, run_gw, tip
 from gitwork import thread as T
 from gitwork.errors import Forbidden, Illegal, Invalid, NotFound, Stale
 from gitwork.threads_index import LAST, MARKS, SEGMENTS, load_threads
@@ -40,7 +40,8 @@ def texts(wp: Workplane, item_id: str, since: int = 0) -> list[str]:
 
 
 def gw_json(repo: Path, *args: str, code: int = 0, env: dict[str, str] | None = None) -> dict:
-    done = run_gw(repo, *args, "--json", env=env)
+    """``gw *args --json`` through the CLI's entry point in this process (``gw_here``)."""
+    done = gw_here(repo, *args, "--json", env=env)
     assert done.returncode == code, f"gw {args} -> {done.returncode}: {done.stdout} {done.stderr}"
     return json.loads(done.stdout) if done.stdout.strip() else {}
 
@@ -481,13 +482,13 @@ def test_bad_input_is_refused_with_a_clear_error_and_nothing_written(repo, wp, i
         (("thread", item, "--since", "-1"), INVALID, "--since"),
     ]
     before = tip(repo)
-    for args, code, words in cases:
-        done = run_gw(repo, *args)
+    for args, code, words in cases:  # in this process; test_cli_round_trip and the follows start children
+        done = gw_here(repo, *args)
         assert done.returncode == code, (args, done.returncode, done.stderr)
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and words in lines[0], (args, done.stderr)
         assert done.stdout == ""
-        as_json = run_gw(repo, *args, "--json")
+        as_json = gw_here(repo, *args, "--json")
         assert as_json.returncode == code and json.loads(as_json.stdout)["code"] == code
         assert tip(repo) == before, args
 
@@ -546,7 +547,7 @@ def test_follow_stops_at_its_timeout(repo, item):
 def _machine(tmp: Path, name: str, url: str) -> Path:
     path = make_repo(tmp / name)
     git(path, "remote", "add", "origin", url)
-    assert run_gw(path, "init", "--remote", "origin").returncode == 0
+    assert gw_here(path, "init", "--remote", "origin").returncode == 0
     return path
 
 

@@ -31,7 +31,7 @@ from gitwork.queries import lease_is_live
 from gitwork.store import keeps_append_only
 from gitwork.workplane import LocalRef, Workplane
 
-from conftest import ROOT, Clock, bare_remote, git, make_repo, run_gw, tip
+from conftest import ROOT, Clock, bare_remote, git, gw_here, make_repo, tip
 
 STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
@@ -85,8 +85,8 @@ def test_arbiter_true_in_the_declaration_is_what_sends_an_op_to_the_arbiter(tmp_
     remote = bare_remote(tmp_path)
     repo = make_repo(tmp_path / "machine")
     git(repo, "remote", "add", "origin", f"file://{remote}")
-    assert run_gw(repo, "init", "--remote", "origin").returncode == 0
-    assert run_gw(repo, "sync").returncode == 0
+    assert gw_here(repo, "init", "--remote", "origin").returncode == 0
+    assert gw_here(repo, "sync").returncode == 0
     with Workplane(str(repo), agent="alice") as plane:
         item = plane.do("new", title="routed").result["item"]
         assert plane.do("test-local", item=item).commit == tip(repo)
@@ -180,8 +180,8 @@ def test_a_local_and_an_arbiter_write_of_one_command_are_the_same_commit(tmp_pat
         one.do("init", id="init-0001")
         item = one.do("new", title="same", id="new-00001").result["item"]
         git(arbitered, "fetch", "-q", str(alone), f"{STATE}:{STATE}")
-        assert run_gw(arbitered, "remote", "set", "origin").returncode == 0
-        assert run_gw(arbitered, "sync").returncode == 0
+        assert gw_here(arbitered, "remote", "set", "origin").returncode == 0
+        assert gw_here(arbitered, "sync").returncode == 0
         with Workplane(str(arbitered), now=clock, agent="alice") as two:
             here = one.do("claim", item=item, ttl="15m", id="claim-0001")
             there = two.do("claim", item=item, ttl="15m", id="claim-0001")

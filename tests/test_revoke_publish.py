@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, gw_cmd, make_repo, run_gw
+from conftest import Clock, git, gw_cmd, make_repo, run_gw, scrubbed
 from gitwork import sessions
 from gitwork.errors import Stale
 from gitwork.publish import publish
@@ -32,34 +33,53 @@ def remote_ref(bare: Path, ref: str) -> str | None:
     return git(bare, "rev-parse", "-q", "--verify", ref, check=False) or None
 
 
-@pytest.fixture
-def bare(tmp_path: Path) -> Path:
+def guarded_remote(path: Path) -> Path:
     """The arbiter and code remote, with the server hook installed as a user would (`gw hooks install --server`)."""
-    path = make_repo(tmp_path / "origin.git", bare=True)
-    done = run_gw(tmp_path, "hooks", "install", "--server", str(path))
+    make_repo(path, bare=True)
+    done = run_gw(path.parent, "hooks", "install", "--server", str(path))
     assert done.returncode == 0, done.stderr
     return path
 
 
-class World:
-    def __init__(self, tmp_path: Path, repo: Path, bare: Path) -> None:
-        self.clock = Clock(T0)
-        self.bare = bare
+def arbitered_by(path: Path, bare: Path, clock: Clock, agent: str) -> Workplane:
+    """``path``'s work plane, with ``origin`` (``bare``) as its arbiter."""
+    git(path, "remote", "set-url", "origin", str(bare))
+    plane = Workplane(str(path), now=clock, agent=agent)
+    configure_remote(plane, "origin")
+    return plane
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``origin.git`` (guarded), ``repo`` (alice's project, pushed, its item claimed through the arbiter)
+    and ``admin`` (a synced clone): built once per module, copied by each test's ``world``."""
+    with scrubbed(tmp_path_factory), pytest.MonkeyPatch.context() as monkeypatch:
+        for role in ("AUTHOR", "COMMITTER"):  # what the autouse person_identity gives each test
+            monkeypatch.setenv(f"GIT_{role}_NAME", "Person")
+            monkeypatch.setenv(f"GIT_{role}_EMAIL", "person@example.com")
+        base = tmp_path_factory.mktemp("guarded")
+        bare, repo, clock = guarded_remote(base / "origin.git"), make_repo(base / "repo"), Clock(T0)
         init_project(repo)
         git(repo, "remote", "add", "origin", str(bare))
         git(repo, "push", "-q", "origin", "main")
-        self.repo = repo
-        self.alice = Workplane(str(repo), now=self.clock, agent="alice")
-        configure_remote(self.alice, "origin")
-        self.alice.do("init")
-        self.item = self.alice.do("new", title="Remote work").result["item"]
-        Arbiter(self.alice).sync()
-        self.alice.do("claim", item=self.item)  # through the arbiter
-        admin_repo = tmp_path / "admin"
-        git(tmp_path, "clone", "-q", str(bare), str(admin_repo))
-        self.admin = Workplane(str(admin_repo), now=self.clock, agent="admin")
-        configure_remote(self.admin, "origin")
-        Arbiter(self.admin).sync()
+        with arbitered_by(repo, bare, clock, "alice") as alice:
+            alice.do("init")
+            item = alice.do("new", title="Remote work").result["item"]
+            Arbiter(alice).sync()
+            alice.do("claim", item=item)  # through the arbiter
+        git(base, "clone", "-q", str(bare), str(base / "admin"))
+        with arbitered_by(base / "admin", bare, clock, "admin") as admin:
+            Arbiter(admin).sync()
+    return base, item
+
+
+class World:
+    def __init__(self, tmp_path: Path, template: tuple[Path, str]) -> None:
+        self.clock = Clock(T0)
+        shutil.copytree(template[0], tmp_path, symlinks=True, dirs_exist_ok=True)
+        self.bare, self.repo, self.item = tmp_path / "origin.git", tmp_path / "repo", template[1]
+        self.alice = arbitered_by(self.repo, self.bare, self.clock, "alice")
+        self.admin = arbitered_by(tmp_path / "admin", self.bare, self.clock, "admin")
         self.session = sessions.start(self.alice, self.item)
         Path(self.session["worktree"], "a.txt").write_text("alice's change\n")
         self.commit = sessions.commit(self.alice, ["a.txt"], "alice's change", cwd=self.session["worktree"])["commit"]
@@ -72,8 +92,8 @@ class World:
 
 
 @pytest.fixture
-def world(tmp_path: Path, repo: Path, bare: Path) -> Iterator[World]:
-    built = World(tmp_path, repo, bare)
+def world(tmp_path: Path, template: tuple[Path, str]) -> Iterator[World]:
+    built = World(tmp_path, template)
     yield built
     built.alice.close()
     built.admin.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Clock, git, run_gw, tip
+from conftest import Clock, git, gw_here, run_gw, tip
 from gitwork.errors import ExitCode, Forbidden, Invalid, Stale
 from gitwork.workplane import Workplane
 
@@ -32,9 +32,10 @@ def plane(repo: Path, who: str, **kw) -> Workplane:  # type: ignore[no-untyped-d
 
 
 def refused(repo: Path, *args: str, code: int, says: tuple[str, ...]) -> str:
-    """Run ``gw``: refused with ``code``, one line on stderr holding every phrase of ``says``, nothing written."""
+    """Run ``gw`` (its entry point, in this process): refused with ``code``, one line on stderr holding
+    every phrase of ``says``, nothing written."""
     before = tip(repo)
-    done = run_gw(repo, *args)
+    done = gw_here(repo, *args)
     assert done.returncode == code, (args, done.returncode, done.stderr)
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gw: "), done.stderr

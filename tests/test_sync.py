@@ -1,7 +1,7 @@
 """Several machines through a file:// bare remote: the arbiter decides leases, offline work replays.
 
-Every "machine" is a separate clone driven by the real ``gw`` in child processes; the remote is a
-real bare repository. Nothing is mocked: what the tests read back is what git has on the refs.
+Every "machine" is a separate clone driven by the real ``gw`` (its entry point, in this process unless
+the invariant is about a process; see ``gw_ok``); the remote is a real bare repository. Nothing is mocked: what the tests read back is what git has on the refs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, make_repo, run_gw, tip
+from conftest import git, gw_here, make_repo, run_gw, tip
 from daemon import closed_port
 
 STATE = "refs/gitwork/state"
@@ -24,8 +24,15 @@ HELD, NOT_FOUND, REMOTE = 75, 3, 12
 # --- helpers shared with the other sync test files ---------------------------------------------
 
 
-def gw_ok(repo: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> dict:
-    done = run_gw(repo, *args, "--json", env=env, timeout=timeout)
+def gw_ok(repo: Path, *args: str, env: dict[str, str] | None = None, timeout: float | None = None) -> dict:
+    """``gw *args --json`` succeeded; its document. In this process (``gw_here``: the same entry point,
+    engine and git calls without an interpreter start), or in a child process when a ``timeout`` bounds
+    it. The invariants these files pin are about refs on the arbiter; the ones about processes (kill -9,
+    racing clones, crash points) start their own with ``run_gw`` or ``subprocess``."""
+    if timeout is None:
+        done = gw_here(repo, *args, "--json", env=env)
+    else:
+        done = run_gw(repo, *args, "--json", env=env, timeout=timeout)
     assert done.returncode == 0, f"gw {' '.join(args)} -> {done.returncode}: {done.stdout} {done.stderr}"
     return json.loads(done.stdout)
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Clock, git, replace_blob, run_gw, tip
+from conftest import Clock, git, gw_here, replace_blob, run_gw, tip
 from gitwork import codec, engine, layout
 from gitwork.config import default_identity
 from gitwork.errors import Corrupt, ExitCode, GwError, Invalid
@@ -61,10 +61,16 @@ def state(repo: Path) -> Path:
 
 
 def refused(repo: Path, *args: str, code: ExitCode, says: str, input: str | None = None,
-            env: dict[str, str] | None = None, timeout: float = 60) -> None:
-    """``gw *args``: refused with ``code``, one line on stderr, nothing on stdout, the ref unchanged."""
+            env: dict[str, str] | None = None, timeout: float | None = None) -> None:
+    """``gw *args``: refused with ``code``, one line on stderr, nothing on stdout, the ref unchanged.
+
+    Through the CLI's entry point in this process, or in a child process bounded by ``timeout`` where
+    the invariant is that the command ends."""
     before = tip(repo)
-    done = run_gw(repo, *args, input=input, env=env, timeout=timeout)
+    if timeout is None:
+        done = gw_here(repo, *args, input=input, env=env)
+    else:
+        done = run_gw(repo, *args, input=input, env=env, timeout=timeout)
     assert done.returncode == code, (args, done.returncode, done.stderr)
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("gw: "), done.stderr
