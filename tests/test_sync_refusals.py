@@ -20,13 +20,17 @@ from test_sync import command_ids, gw_ok, gw_refused, machine, new_item, show
 SYNC_REFUSED = 15
 
 
+def published_with_b(tmp_path: Path, url: str, a: Path, *titles: str) -> tuple[Path, list[str]]:
+    """Items made on ``a`` and synced, then machine ``b`` cloned from the arbiter: (b, the items' ids)."""
+    items = [new_item(a, title) for title in titles]
+    gw_ok(a, "sync")
+    return machine(tmp_path, "b", url), items
+
+
 def test_a_refused_offline_done_fails_the_sync_and_loses_nothing(tmp_path: Path, remote: Path, url: str,
                                                                  machine_a: Path) -> None:
     a = machine_a
-    x = new_item(a, "X")
-    other = new_item(a, "Other")
-    gw_ok(a, "sync")
-    b = machine(tmp_path, "b", url)
+    b, (x, other) = published_with_b(tmp_path, url, a, "X", "Other")
     gw_ok(a, "claim", x, "--ttl", "10m", "--as", "alice")  # decided by the arbiter: alice holds x there
 
     # Offline: work, then close the item tentatively.
@@ -77,9 +81,7 @@ def test_plain_sync_names_the_refused_command_on_stderr(tmp_path: Path, remote: 
                                                         machine_a: Path) -> None:
     """Without --json: exit 15 and one ``gw: sync-refused:`` line naming the command (nothing on stdout)."""
     a = machine_a
-    x = new_item(a, "X")
-    gw_ok(a, "sync")
-    b = machine(tmp_path, "b", url)
+    b, (x,) = published_with_b(tmp_path, url, a, "X")
     tentative = gw_ok(a, "claim", x, "--offline", "--as", "alice")
     gw_ok(b, "claim", x, "--as", "bob")
     done = run_gw(a, "pull")
