@@ -31,6 +31,7 @@ class ExitCode(enum.IntEnum):
     REMOTE = 12  # the arbiter remote could not be reached: the outcome is unknown (gw retry ID)
     NON_FAST_FORWARD = 13  # publishing needs a merge that cannot be made cleanly
     REMOTE_REFUSED = 14  # the arbiter remote refused the push itself (a hook, permissions): do not retry
+    SYNC_REFUSED = 15  # gw sync/push/pull landed, but the replay refused some of this clone's commands
     HELD = 75  # EX_TEMPFAIL: held by someone else, or lost the race; retry later
     FORBIDDEN = 77  # EX_NOPERM: your role (or not holding the item) does not allow this
 
@@ -103,6 +104,12 @@ class RemoteRefused(GwError):
     """The arbiter answered and refused the push for a reason of its own (its hook said why)."""
 
     code, kind = ExitCode.REMOTE_REFUSED, "remote-refused"
+
+
+class SyncRefused(GwError):
+    """A sync ran, but the arbiter's view refused some of this clone's queued commands (refused.jsonl)."""
+
+    code, kind = ExitCode.SYNC_REFUSED, "sync-refused"
 
 
 class NonFastForward(GwError):

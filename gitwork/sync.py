@@ -465,10 +465,14 @@ class Arbiter:
         raise Stale(f"the lease on {item} (fence {dry.get('fence')}) has ended on {self.remote} ({current}); "
                     "stop working on it", item=item, remote=self.remote)
 
-    def _record_refused(self, refused: list[dict[str, Any]]) -> None:
-        """Keep each refused command once in ``refused.jsonl`` (by command id, or commit)."""
+    def _record_refused(self, refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep each refused command once in ``refused.jsonl`` (by command id, or commit).
+
+        Returns the entries that were not there before: the refusals this run is the first to report
+        (``gw sync`` fails on those only, so a refusal already reported does not fail a later sync).
+        """
         if not refused:
-            return
+            return []
         import fcntl
 
         path = os.path.join(self.wp.repo.gitwork_dir(), "refused.jsonl")
@@ -484,12 +488,15 @@ class Arbiter:
                 if isinstance(entry, dict):
                     known.add(_refusal_key(entry))
             handle.seek(0, os.SEEK_END)
+            fresh = []
             for entry in refused:
                 key = _refusal_key(entry)
                 if key in known:
                     continue
                 known.add(key)
+                fresh.append(entry)
                 handle.write(json.dumps({"at": clock.format_instant(clock.now()), **entry}) + "\n")
+        return fresh
 
     # --- the entry points -----------------------------------------------------------------------
 
@@ -521,7 +528,9 @@ class Arbiter:
             break
         else:
             raise Held(f"gave up after {MAX_ROUNDS} lost races on {self.remote}", remote=self.remote)
-        self._record_refused(refused)
+        # ``refused`` lists only this run's news: a verdict already in refused.jsonl was reported by
+        # the run that recorded it (gw status still shows it), and must not fail this sync again.
+        refused = self._record_refused(refused)
         return {"remote": self.remote, "tip": self.store.tip(), "remote_tip": self.known_remote_tip(),
                 "replayed": replayed, "refused": refused}
 

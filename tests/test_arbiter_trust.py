@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gw_cmd, run_gw, tip
-from test_sync import STATE, TRACKING, command_ids, gw_ok, machine, new_item, show
+from test_sync import STATE, TRACKING, command_ids, gw_ok, gw_refused, machine, new_item, show
 
 REMOTE, REMOTE_REFUSED, NOT_FOUND, ILLEGAL, STALE, HELD = 12, 14, 3, 6, 7, 75
 
@@ -82,7 +82,7 @@ def test_offline_work_under_a_lost_grant_is_still_refused(tmp_path: Path, remote
     checked = gw_ok(a, "check", x, "1", "--as", "alice")
     gw_ok(b, "claim", x, "--as", "bob")
 
-    refused = refused_ids(gw_ok(a, "sync"))
+    refused = refused_ids(gw_refused(a, "sync"))
     assert set(refused) == {claimed["command_id"], checked["command_id"]}
     assert refused[checked["command_id"]]["error"] == "stale"
     assert not show(a, x)["criteria"][0].get("checked")
@@ -102,7 +102,7 @@ def test_reused_command_id_for_another_document_is_refused_at_sync(tmp_path: Pat
     gw_ok(a, "sync")
     from_b = gw_ok(b, "apply", "new.json")
 
-    report = gw_ok(b, "sync")
+    report = gw_refused(b, "sync")
     refused = refused_ids(report)
     assert set(refused) == {reused}
     assert refused[reused]["error"] == "conflict" and refused[reused]["code"] == 5
@@ -175,8 +175,8 @@ def test_each_refused_command_is_recorded_once(tmp_path: Path, remote: Path, url
     gw_ok(b, "claim", x, "--as", "bob")
     for _ in range(3):  # each attempt replays (and refuses) the tentative claim again
         assert run_gw(a, "claim", x, "--as", "alice").returncode == HELD
-    gw_ok(a, "sync")
-    gw_ok(a, "sync")
+    gw_refused(a, "sync")  # exit 15: reported by this run
+    gw_ok(a, "sync")  # already reported: exit 0
 
     lines = (a / ".git" / "gitwork" / "refused.jsonl").read_text().splitlines()
     recorded = [json.loads(line).get("command_id") for line in lines]

@@ -18,7 +18,7 @@ from daemon import closed_port
 
 STATE = "refs/gitwork/state"
 TRACKING = "refs/remotes/origin/gitwork/state"
-HELD, NOT_FOUND, REMOTE = 75, 3, 12
+HELD, NOT_FOUND, REMOTE, SYNC_REFUSED = 75, 3, 12, 15
 
 
 # --- helpers shared with the other sync test files ---------------------------------------------
@@ -35,6 +35,15 @@ def gw_ok(repo: Path, *args: str, env: dict[str, str] | None = None, timeout: fl
         done = run_gw(repo, *args, "--json", env=env, timeout=timeout)
     assert done.returncode == 0, f"gw {' '.join(args)} -> {done.returncode}: {done.stdout} {done.stderr}"
     return json.loads(done.stdout)
+
+
+def gw_refused(repo: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> dict:
+    """``gw sync``/``push``/``pull`` that refused some of this clone's commands: exit 15, the report on stdout."""
+    done = run_gw(repo, *args, "--json", env=env, timeout=timeout)
+    assert done.returncode == SYNC_REFUSED, f"gw {' '.join(args)} -> {done.returncode}: {done.stdout} {done.stderr}"
+    report = json.loads(done.stdout)
+    assert report["ok"] is False and report["error"] == "sync-refused" and report["refused"], report
+    return report
 
 
 def command_ids(git_dir: Path, ref: str = STATE) -> list[str]:
@@ -189,7 +198,7 @@ def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: 
     note_remote()
     assert tip(remote) == won["commit"]
 
-    report = gw_ok(a, "sync")
+    report = gw_refused(a, "sync")
     note_remote()
     refused = {entry["command_id"]: entry for entry in report["refused"]}
     replayed = {entry["command_id"] for entry in report["replayed"]}
@@ -240,7 +249,7 @@ def test_work_under_a_refused_tentative_lease_is_refused(tmp_path: Path, remote:
     won = gw_ok(b, "claim", contested, "--as", "bob")
     assert won["fence"] == tentative["fence"]  # both drew the next number from the same counter
 
-    report = gw_ok(a, "sync")
+    report = gw_refused(a, "sync")
     refused = {entry["command_id"]: entry for entry in report["refused"]}
     assert set(refused) == {tentative["command_id"], under_fence["command_id"]}
     assert refused[under_fence["command_id"]]["error"] == "stale"

@@ -29,7 +29,7 @@ from httpd import GitHTTPServer, http_server, served_repo  # noqa: F401 (a fixtu
 from test_sync import STATE, command_ids, gw_ok, machine, new_item
 from test_sync_daemon import gw_program
 
-OK, STALE, REMOTE, REMOTE_REFUSED, HELD = 0, 7, 12, 14, 75
+OK, STALE, REMOTE, REMOTE_REFUSED, SYNC_REFUSED, HELD = 0, 7, 12, 14, 15, 75
 ZERO = "0" * 40
 
 
@@ -272,8 +272,12 @@ def test_a_paused_holder_is_refused_after_a_takeover(tmp_path: Path, kind: str) 
         assert all(rc == STALE and doc.get("error") == "stale" for _verb, rc, doc in after[told:]), after
         assert len(after[told:]) >= 4
 
-        # Nothing it wrote lands on the arbiter under the superseded fence after the takeover.
-        gw_ok(a, "sync")
+        # Nothing it wrote lands on the arbiter under the superseded fence after the takeover: this sync
+        # refuses what is left of it (a msg written before it learned) and says so with exit 15, or
+        # finds nothing left to refuse (exit 0).
+        synced = run_gw(a, "sync", "--json")
+        assert synced.returncode in (OK, SYNC_REFUSED), synced.stdout + synced.stderr
+        assert all(e["code"] == STALE for e in json.loads(synced.stdout)["refused"])
         history = trailers(served.bare)
         at = next(n for n, c in enumerate(history) if c.get("Command-Id") == taken["command_id"])
         late = [c["command"] for c in history[at + 1:] if c["command"].get("as") == "alice"]

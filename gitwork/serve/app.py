@@ -48,6 +48,7 @@ HTTP_STATUS: dict[ExitCode, int] = {
     ExitCode.REMOTE: 504,  # the arbiter stopped answering: outcome unknown (gw retry ID)
     ExitCode.NON_FAST_FORWARD: 409,
     ExitCode.REMOTE_REFUSED: 502,
+    ExitCode.SYNC_REFUSED: 409,  # kind "sync-refused": some of this clone's queued commands did not land
     ExitCode.HELD: 409,  # kind "held": held by someone else or lost the race; with Retry-After
     ExitCode.FORBIDDEN: 403,
 }

@@ -34,20 +34,41 @@ def pull(wp: Any, as_json: bool) -> None:
 
 
 def _sync(wp: Any, as_json: bool, push: bool) -> None:
+    """Run a sync and report it; exit 15 (``sync-refused``) when this run refused a queued command.
+
+    A shell loop (``gw sync && ...``) must not take work the arbiter turned down for delivered. What
+    did land stays landed (the report lists it); each refused command is kept in ``refused.jsonl``
+    and reported by this run only: a later sync that refuses nothing new exits 0.
+    """
+    from ...errors import SyncRefused
     from ...sync import Arbiter
+    from ..actions import Failed
 
     report = Arbiter(wp).sync(push=push)
+    refused = report["refused"]
+    failure = SyncRefused(_refused_summary(refused, report["remote"])) if refused else None
     if as_json:
-        output.emit_json({"ok": True, **report})
-        return
-    for entry in report["replayed"]:
-        output.info(f"replayed {entry['command_id']} ({entry['op']} {entry.get('item') or ''})")
-    for entry in report["refused"]:
-        output.info(f"REFUSED {entry.get('command_id')} ({entry.get('op')} {entry.get('item') or ''}): "
-                    f"{entry.get('error')}: {entry.get('message')}")
-    tip = report["tip"][:12] if report["tip"] else "(none)"
-    output.info(f"{'synced with' if push else 'pulled from'} {report['remote']}: state at {tip}"
-                f" ({len(report['replayed'])} replayed, {len(report['refused'])} refused)")
+        # One object: the error's kind, code and message, and the report (what landed, what not).
+        output.emit_json({"ok": failure is None, **(failure.to_json() if failure else {}), **report})
+    else:
+        for entry in report["replayed"]:
+            output.info(f"replayed {entry['command_id']} ({entry['op']} {entry.get('item') or ''})")
+        for entry in refused:
+            output.info(f"REFUSED {entry.get('command_id')} ({entry.get('op')} {entry.get('item') or ''}): "
+                        f"{entry.get('error')}: {entry.get('message')}")
+        tip = report["tip"][:12] if report["tip"] else "(none)"
+        output.info(f"{'synced with' if push else 'pulled from'} {report['remote']}: state at {tip}"
+                    f" ({len(report['replayed'])} replayed, {len(refused)} refused)")
+    if failure is not None:
+        output.info(f"gw: {failure.kind}: {failure.message}")
+        raise Failed(int(failure.code))
+
+
+def _refused_summary(refused: list[dict[str, Any]], remote: str) -> str:
+    ids = ", ".join(f"{entry.get('command_id') or entry.get('commit')} ({entry.get('op')})" for entry in refused[:4])
+    more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+    return (f"{len(refused)} of this clone's commands did not land on {remote}: {ids}{more} "
+            "(kept in refused.jsonl, see gw status); everything else landed")
 
 
 def retry(wp: Any, as_json: bool, command_id: str) -> None:
