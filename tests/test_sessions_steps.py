@@ -198,6 +198,26 @@ def test_handoff_fans_out_and_joins(project: Path, plane: Workplane) -> None:
     check_invariants(project, session)
 
 
+def test_a_sibling_landing_while_a_branch_checks_is_not_an_outside_write(project: Path, plane: Workplane) -> None:
+    """Two parallel operators submit at once: the one that checks the folder against the record it read
+    before its sibling landed saw the sibling's new state.json as a write outside the open branches and
+    was refused (exit 5, about one run in three). The check is judged on the settled, newest record."""
+    session = steps.create(plane, new_item(plane), "feature")["session"]
+    folder = project / ".worktrees" / "sessions" / session
+    answer(folder, "step-1/parallel-1", {"status": "done", "fields": {}}, {"response.md": "planned\n"})
+    steps.submit(plane, session, "step-1/parallel-1")
+    before = steps._open_run(plane, session, None)  # what branch 1's submit read, before its sibling landed
+    for key in ("step-2/parallel-1", "step-2/parallel-2"):
+        answer(folder, key, {"status": "done", "fields": {}}, {"response.md": f"{key}\n"})
+    steps.submit(plane, session, "step-2/parallel-2")
+    assert steps.outside_writes(before) == ["state.json"]  # the stale view: what made the refusal
+    run, outside = steps._settled_outside_writes(plane, session, None, before)
+    assert outside == [] and run.manifest["branches"]["step-2/parallel-2"]["status"] == "done"
+    assert steps.submit(plane, session, "step-2/parallel-1")["open"] == ["step-3/parallel-1"]
+    (folder / "step-1/parallel-1/response/response.md").write_text("rewritten after it was recorded\n")
+    assert steps._settled_outside_writes(plane, session, None, run)[1] == ["step-1/parallel-1/response/response.md"]
+
+
 def test_waiting_runs_the_nested_exchange_then_resumes_the_same_branch(project: Path, plane: Workplane) -> None:
     session = steps.create(plane, new_item(plane), "feature")["session"]
     folder = project / ".worktrees" / "sessions" / session

@@ -448,6 +448,23 @@ def outside_writes(run: Run, writer: str | None = None) -> list[str]:
     return sorted(set(changed))
 
 
+def _settled_outside_writes(wp: Workplane, session: str, fence: int | None, run: Run) -> tuple[Run, list[str]]:
+    """:func:`outside_writes`, judged on a settled record: a sibling branch's submit that lands while this
+    one checks rewrites ``state.json`` (and may lay out the next step) just after its record moves, so a
+    difference is only believed once it is still there on the newest record a moment later. A real write
+    outside the open ``response/`` folders stays and is refused; only the refusal comes later."""
+    import time
+
+    outside = outside_writes(run)
+    for attempt in range(1, 9):  # at most ~1.8 s in all, only when something differs
+        if not outside:
+            break
+        time.sleep(0.05 * attempt)
+        run = _open_run(wp, session, fence)
+        outside = outside_writes(run)
+    return run, outside
+
+
 def _response_listing(folder: str) -> list[str]:
     """``<sha256> response/<path>`` for every file an operator left in its ``response/`` folder."""
     lines = []
@@ -763,7 +780,8 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
     if manifest["status"] not in ("running", "blocked"):
         raise Illegal(f"session {session} is {manifest['status']}: it takes no more transitions", session=session)
     check_request(run, key)
-    outside = outside_writes(run)
+    run, outside = _settled_outside_writes(wp, session, fence, run)
+    manifest = run.manifest
     if outside:
         raise Invalid(f"refused {key}: files outside the open branches' response/ changed: {', '.join(outside[:5])}"
                       + (f" and {len(outside) - 5} more" if len(outside) > 5 else ""), branch=key, paths=outside)
