@@ -679,3 +679,22 @@ def test_an_agent_whose_item_was_cancelled_is_stopped(launched: Path) -> None:
     replace_blob(launched, path, text.replace("status: in_progress", "status: cancelled").encode())
     actions = coordinate(launched)
     assert [(a["action"], a.get("reason")) for a in actions] == [("stopped", "its item is cancelled")], actions
+
+
+def test_gw_run_env_passes_values_to_the_agent_and_records_only_names(launched: Path) -> None:
+    """``gw run --env NAME=VALUE``: the CLI face of the launcher's ``env`` (a malformed pair or a name gw run
+    sets itself is exit 5 and nothing is recorded)."""
+    item = item_of(launched)
+    before = tip(launched)
+    for bad in ("NOEQUALS", "=x", "GW_FENCE=1"):
+        rc, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--env", bad, "--", "cat")
+        assert (rc, doc["error"]) == (5, "invalid"), (bad, doc)
+    assert tip(launched) == before
+    rc, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--env", "API_KEY=k3y-v4lue",
+                      "--env", "MODE=fast", "--", "sh", "-c", 'echo "key=$API_KEY mode=$MODE"; cat')
+    assert rc == 0 and doc["env"] == ["API_KEY", "MODE"], doc
+    poll(lambda: "key=k3y-v4lue mode=fast" in run_gw(launched, "capture", doc["execution"]).stdout,
+         "the agent to print its environment")
+    shown = subprocess.run(["git", "log", "-p", "--format=%B", "refs/gitwork/state"], cwd=launched,
+                           capture_output=True, text=True, check=True).stdout
+    assert "API_KEY" in shown and "k3y-v4lue" not in shown

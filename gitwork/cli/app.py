@@ -673,6 +673,9 @@ def run(
     ttl: Ttl = None,
     execution: Annotated[Optional[str], typer.Option("--id", help="Execution id (default: minted); a retry with the "
                                                                   "same id never starts a second run.")] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="NAME=VALUE for the agent's environment "
+                                                                   "(repeatable); only the names are recorded, so pass "
+                                                                   "secrets here, never in the command.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Run an agent on an item under its lease: reserve, claim (or use your live lease), record, launch; prints the

@@ -24,15 +24,30 @@ def _line(info: dict[str, Any]) -> str:
 
 
 def run(wp: Any, as_json: bool, item: str, command: list[str] | None, backend: str, ttl: str | None,
-        execution: str | None) -> None:
+        execution: str | None, env: list[str] | None) -> None:
     from ...launch.run import run as run_
 
-    info = run_(wp, item, command or [], backend, ttl=ttl, execution=execution)
+    info = run_(wp, item, command or [], backend, ttl=ttl, execution=execution, env=_environment(env))
     if as_json:
         output.emit_json({"ok": True, **info})
         return
     output.line(info["execution"])
     output.info(("already running: " if info["existing"] else "started ") + _line(info))
+
+
+def _environment(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--env NAME=VALUE`` words as a mapping (the launcher checks the names and values)."""
+    from ...errors import Invalid
+
+    if not pairs:
+        return None
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise Invalid(f"--env takes NAME=VALUE, not {pair[:60]!r}")
+        env[name] = value
+    return env
 
 
 def runs(wp: Any, as_json: bool, item: str | None, state: str | None) -> None:
