@@ -7,7 +7,9 @@ the invariant is about a process; see ``gw_ok``); the remote is a real bare repo
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -50,6 +52,21 @@ def command_ids(git_dir: Path, ref: str = STATE) -> list[str]:
     """Every Command-Id trailer on the ref's history (all parents), oldest first."""
     out = git(git_dir, "log", "--reverse", "--format=%(trailers:key=Command-Id,valueonly,separator=%x2C)", ref)
     return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def assert_sound(bare: Path) -> None:
+    """The remote is intact: ``fsck --full --strict`` clean, the whole state history passes the server check
+    (as if pushed from nothing), no command applied twice."""
+    fsck = subprocess.run(["git", "fsck", "--full", "--strict", "--no-dangling", "--no-progress"], cwd=bare,
+                          capture_output=True, text=True)
+    assert fsck.returncode == 0 and "error" not in (fsck.stdout + fsck.stderr).lower(), fsck.stdout + fsck.stderr
+    head = tip(bare)
+    assert head is not None
+    check = subprocess.run([sys.executable, "-m", "gitwork.statecheck"], cwd=bare, capture_output=True, text=True,
+                           input=f"{'0' * 40} {head} {STATE}\n", env={**os.environ, "GIT_DIR": str(bare)})
+    assert check.returncode == 0, check.stderr
+    duplicated = [i for i, n in Counter(command_ids(bare)).items() if n > 1]
+    assert duplicated == [], f"applied twice: {duplicated}"
 
 
 def is_ancestor(git_dir: Path, old: str, new: str) -> bool:

@@ -13,7 +13,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,29 +21,12 @@ import pytest
 
 from conftest import git, run_gw, tip
 from daemon import GitDaemon, bare_repo
-from test_sync import STATE, TRACKING, command_ids, gw_ok, machine, new_item, show
+from test_sync import STATE, assert_sound, TRACKING, command_ids, gw_ok, machine, new_item, show
 from test_sync_daemon import gw_program, parse_log
 from gitwork.workplane import Workplane
 
-ZERO = "0" * 40
 KILLED = -signal.SIGKILL
 REMOTE = 12
-
-
-def assert_sound(bare: Path) -> None:
-    """The remote is intact: fsck clean, the whole state history passes the server check, ids unique."""
-    fsck = subprocess.run(["git", "fsck", "--no-dangling", "--no-progress"], cwd=bare, capture_output=True, text=True)
-    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
-    assert "error" not in (fsck.stdout + fsck.stderr).lower(), fsck.stdout + fsck.stderr
-    head = tip(bare)
-    assert head is not None
-    # The same check a pre-receive hook runs, over the whole history (as if it were pushed from nothing).
-    check = subprocess.run([sys.executable, "-m", "gitwork.statecheck"], cwd=bare, capture_output=True, text=True,
-                           input=f"{ZERO} {head} {STATE}\n", env={**os.environ, "GIT_DIR": str(bare)})
-    assert check.returncode == 0, check.stderr
-    ids = command_ids(bare)
-    duplicated = [i for i, n in Counter(ids).items() if n > 1]
-    assert duplicated == [], f"applied twice: {duplicated}"
 
 
 def grants(bare: Path) -> Counter[str]:

@@ -26,11 +26,10 @@ import pytest
 from conftest import git, make_repo, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from httpd import GitHTTPServer, http_server, served_repo  # noqa: F401 (a fixture)
-from test_sync import STATE, command_ids, gw_ok, machine, new_item
+from test_sync import STATE, assert_sound, command_ids, gw_ok, machine, new_item
 from test_sync_daemon import gw_program
 
 OK, STALE, REMOTE, REMOTE_REFUSED, SYNC_REFUSED, HELD = 0, 7, 12, 14, 15, 75
-ZERO = "0" * 40
 
 
 class Served:
@@ -98,20 +97,6 @@ def trailers(bare: Path) -> list[dict]:
                 entry[key] = value.strip()
         commits.append(entry)
     return commits
-
-
-def assert_sound(bare: Path) -> None:
-    """fsck --full --strict clean, the whole history passes the server check, no command id twice."""
-    fsck = subprocess.run(["git", "fsck", "--full", "--strict", "--no-dangling", "--no-progress"], cwd=bare,
-                          capture_output=True, text=True)
-    assert fsck.returncode == 0 and "error" not in (fsck.stdout + fsck.stderr).lower(), fsck.stdout + fsck.stderr
-    head = tip(bare)
-    assert head is not None
-    check = subprocess.run([sys.executable, "-m", "gitwork.statecheck"], cwd=bare, capture_output=True, text=True,
-                           input=f"{ZERO} {head} {STATE}\n", env={**os.environ, "GIT_DIR": str(bare)})
-    assert check.returncode == 0, check.stderr
-    ids = command_ids(bare)
-    assert [i for i, n in Counter(ids).items() if n > 1] == []
 
 
 def assert_grants_linear(bare: Path) -> list[dict]:
