@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_repo
-from gitwork import sync
-from gitwork.sync import BACKOFF_CAP, FAIR_ROUNDS, PushTurn, backoff
+from gitwork import pushturn, sync
+from gitwork.pushturn import BACKOFF_CAP, PushTurn
+from gitwork.sync import FAIR_ROUNDS, backoff
 from gitwork.workplane import Workplane
 
 
@@ -40,10 +41,10 @@ def test_the_back_off_is_seeded_full_jitter_growing_then_shorter_for_a_long_lose
 def test_the_turn_says_wait_only_after_a_sibling_won_a_contended_round(tmp_path: Path) -> None:
     turn = PushTurn(str(tmp_path / "turn.lock"))
     assert turn.take() and not turn.take()  # taken once per process
-    turn.mark_won("a" * 40, 0.3)
+    turn.mark_won("a" * 40, 0.3, 0)
     assert turn.won_by_sibling("a" * 40) is None  # nobody else pushing: the next claim goes at once
     turn.mark_lost()
-    turn.mark_won("b" * 40, 0.3)
+    turn.mark_won("b" * 40, 0.3, 0)
     assert turn.won_by_sibling("b" * 40) == pytest.approx(0.3)  # other clones contend: let them go
     assert turn.won_by_sibling("c" * 40) is None  # the tip is not this clone's
     turn.give()
@@ -52,7 +53,7 @@ def test_the_turn_says_wait_only_after_a_sibling_won_a_contended_round(tmp_path:
 
 HOLD = """
 import sys
-from gitwork.sync import PushTurn
+from gitwork.pushturn import PushTurn
 turn = PushTurn(sys.argv[1])
 turn.take()
 print("held", flush=True)
@@ -69,13 +70,13 @@ def test_a_sibling_stuck_holding_the_turn_does_not_stop_the_clone(tmp_path: Path
         wp.do("init")
         item = wp.do("new", title="one").result["item"]
         sync.Arbiter(wp).sync()
-        path = str(Path(wp.repo.gitwork_dir(), sync.TURN_FILE))
+        path = str(Path(wp.repo.gitwork_dir(), pushturn.TURN_FILE))
         holder = subprocess.Popen([sys.executable, "-c", HOLD, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True)
         try:
             assert holder.stdout is not None and holder.stdout.readline() == "held\n"
             probe = PushTurn(path)
-            monkeypatch.setattr(sync, "TURN_WAIT", 0.05)
+            monkeypatch.setattr(pushturn, "TURN_WAIT", 0.05)
             assert probe.take() and probe.handle is None  # the turn is held: went on without it
             applied = wp.do("claim", item=item)  # through the arbiter, without the turn
         finally:
