@@ -730,7 +730,8 @@ class ArbiterRef(engine.CAS):
         finally:
             self.carry.withdraw(cmd["id"])
         self.fresh_turn = self.turn.handle is not None
-        self.alone = not self.fresh_turn  # waited TURN_WAIT for a holder that did not move: go alone
+        # No answer and no turn: the holder did not move for TURN_WAIT (stopped, paused): go alone.
+        self.alone = answer is None and not self.fresh_turn
         if answer is None or answer.get("own"):
             return None
         command, commit, result, summary = (answer.get("command"), answer.get("commit"), answer.get("result"),
