@@ -40,6 +40,8 @@ TURN_WAIT = 5.0
 # to be left in the queue at all (bigger ones, an import batch say, push on their own).
 CARRY_MOST = 16
 CARRY_BYTES = 256 * 1024
+# Seconds between a waiting process's looks at its answer (and at the turn).
+ANSWER_POLL = 0.01
 # An answer nobody collected (its process died while waiting) is removed after this many seconds.
 ANSWER_KEPT = 600.0
 BACKOFF_UNIT = 0.05
@@ -234,7 +236,9 @@ class Carry:
                 self.withdraw(command_id)  # the holder is stuck (stopped, paused): go alone
                 turn.waited += waited
                 return None
-            time.sleep(turn.poll(waited))
+            # A waiter needs the answer, not the turn (the holder carries it either way): a steady
+            # pace is enough, and twelve waiters asking every millisecond cost a core between them.
+            time.sleep(ANSWER_POLL)
 
     # --- the holder ---------------------------------------------------------------------------------
 

@@ -853,12 +853,13 @@ class ArbiterRef(engine.CAS):
         self.carried = []
 
     def lost(self, attempt: int) -> None:
-        # The push was made on a tip that is gone: fetch the new one still in our turn (the next
-        # sibling builds on it without a fetch of its own), then let others go for a random while.
+        # The push was made on a tip that is gone: fetch the new one and, after a random while (the
+        # other clones' pushers go first), push again, keeping the turn: the clone's waiting commands
+        # stay queued and ride on our next chain, so handing the turn to a sibling would only add the
+        # time it takes to pick it up.
         self.rounds += 1
         self.turn.mark_lost()
         self.remote, self.fetched = self.arbiter.fetch(), True
-        self.turn.give()
         time.sleep(backoff(self.rounds, self.round_trip, self.draw))
 
     def landed(self, applied: Applied, moved: bool) -> Applied:
@@ -868,14 +869,16 @@ class ArbiterRef(engine.CAS):
         if moved:
             assert top is not None
             self.turn.mark_won(top, self.round_trip, len(self.carried))
-            for entry, done in self.carried:
-                assert self.carry is not None
-                self.carry.answer(entry, {"command": done.command, "commit": done.commit, "result": done.result,
-                                          "summary": done.summary})
+        # Adopted before the carried commands are answered: a waiter that reads its answer finds its
+        # command in the local ref already (and has nothing to adopt itself).
+        refused = _unique(self.refused + self.arbiter._adopt(self.local, top))
+        for entry, done in self.carried if moved else ():
+            assert self.carry is not None
+            self.carry.answer(entry, {"command": done.command, "commit": done.commit, "result": done.result,
+                                      "summary": done.summary})
         self.carried = []
         self.turn.give()
         applied.attempts = self.rounds + 1
-        refused = _unique(self.refused + self.arbiter._adopt(self.local, top))
         return self.arbiter._answer(applied, refused)
 
     def gave_up(self) -> GwError:
