@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 TYPE_CHECKING = False
@@ -44,6 +45,8 @@ CARRY_BYTES = 256 * 1024
 ANSWER_POLL = 0.01
 # An answer nobody collected (its process died while waiting) is removed after this many seconds.
 ANSWER_KEPT = 600.0
+# A command id as the engine accepts it (commands._cmd_id): it names the queue's files, so nothing else does.
+_COMMAND_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{3,63}")
 BACKOFF_UNIT = 0.05
 BACKOFF_CAP = 1.0
 
@@ -267,18 +270,26 @@ class Carry:
                 continue
             try:
                 with open(path, encoding="utf-8") as handle:
-                    entry = json.loads(handle.read(CARRY_BYTES + 1))
+                    text = handle.read(CARRY_BYTES + 1)
                 since = os.stat(path).st_mtime
-            except (OSError, ValueError):
+            except OSError:
                 continue
-            if not isinstance(entry, dict) or entry.get("key") != self.key or not isinstance(entry.get("cmd"), dict):
+            try:
+                entry = json.loads(text)
+            except (ValueError, RecursionError):
+                entry = None  # written whole and renamed into place: unreadable means not ours
+            cmd = entry.get("cmd") if isinstance(entry, dict) else None
+            if not isinstance(cmd, dict) or cmd.get("id") != name[:-5] or not _COMMAND_ID.fullmatch(name[:-5]):
+                self._unlink(path)
                 continue
+            if entry.get("key") != self.key:
+                continue  # another host's or another configuration's: its own kind of holder carries it
             pid = entry.get("pid")
             if not isinstance(pid, int) or not _alive(pid):
                 self._unlink(path)
                 continue
             at = entry.get("at")
-            entries.append((since, Carried(path, entry["cmd"], at if isinstance(at, str) else None)))
+            entries.append((since, Carried(path, cmd, at if isinstance(at, str) else None)))
         entries.sort(key=lambda pair: pair[0])
         return [carried for _, carried in entries[:most]]
 

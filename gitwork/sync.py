@@ -737,11 +737,20 @@ class ArbiterRef(engine.CAS):
         command, commit, result, summary = (answer.get("command"), answer.get("commit"), answer.get("result"),
                                             answer.get("summary"))
         if not (isinstance(command, dict) and command.get("id") == cmd["id"] and isinstance(commit, str)
-                and isinstance(result, dict) and isinstance(summary, str)):
-            return None  # not an answer we can read: ask the arbiter ourselves (the id is answered once)
+                and isinstance(result, dict) and isinstance(summary, str) and self._holds(commit, cmd["id"])):
+            return None  # not an answer we can trust: ask the arbiter ourselves (the id is answered once)
         self.turn.give()
         refused = _unique(self.arbiter._adopt(self.arbiter.store.tip(), self.arbiter.known_remote_tip()))
         return self.arbiter._answer(engine.Applied(command, commit, result, summary, 1), refused)
+
+    def _holds(self, commit: str, command_id: str) -> bool:
+        """Whether ``commit`` (an answer's) is a state that records ``command_id``: an answer is
+        believed only when the objects say the command landed there."""
+        try:
+            snapshot = self.arbiter.store.snapshot(commit)
+            return snapshot.blob(layout.command_path(command_id)) is not None
+        except (GwError, ValueError):
+            return False
 
     def _pinned_time(self) -> str | None:
         """Our clock's reading when it is not the real clock (``GW_NOW``, an injected clock): the
@@ -837,7 +846,7 @@ class ArbiterRef(engine.CAS):
                 at = clock.parse_instant(entry.at) if entry.at else wp.now()
                 outcome = engine.apply(top, cmd, at, wp.settings)
                 commit = engine.land(store, top, cmd, outcome, at)
-            except (GwError, ValueError):
+            except Exception:  # noqa: BLE001 - whatever befalls another process's command is its own to meet
                 self.carry.answer(entry, {"own": True})
                 continue
             if commit:

@@ -209,3 +209,50 @@ def test_holders_killed_after_their_push_lose_no_grant_and_grant_nothing_twice(p
         sync.Arbiter(wp).sync()
     assert git(plane.clone, "fsck", "--no-progress", "--strict") == ""
     assert re.fullmatch(r"[0-9a-f]{40}", git(plane.bare, "rev-parse", REF))
+
+
+def test_hostile_queue_entries_are_dropped_or_handed_back_and_write_nothing_elsewhere(plane: Plane) -> None:
+    with Workplane(str(plane.clone), agent="alice") as wp:
+        key = f"{os.uname().nodename} {sync._carry_key(wp.settings)}"
+        plane.queue.mkdir(parents=True, exist_ok=True)
+
+        def entry(cmd: object) -> str:
+            return json.dumps({"key": key, "pid": os.getpid(), "at": None, "cmd": cmd})
+
+        (plane.queue / "c-aaaa.json").write_text(entry({"op": "claim", "next": True, "id": "../../escaped"}))
+        (plane.queue / "c-bbbb.json").write_text("[" * 200_000 + "]" * 200_000)  # deeper than json can go
+        (plane.queue / "c-cccc.json").write_text(entry({"op": "no-such-op", "id": "c-cccc"}))
+        (plane.queue / "c-dddd.json").write_text(entry({"op": "claim", "item": "w-none", "id": "c-dddd", "as": "x y"}))
+        before = plane.moves()
+        wp.do("claim", item=plane.items[0])
+    assert plane.moves() == before + 1
+    assert [who for _, _, who in plane.claims()] == ["alice"]
+    # the mismatched id and the garbage are gone; the two bad documents are handed back to their owners
+    assert sorted(os.listdir(plane.queue)) == ["c-cccc.answer", "c-dddd.answer"]
+    assert json.loads((plane.queue / "c-cccc.answer").read_text()) == {"own": True}
+    assert not (plane.gitwork_dir.parent.parent / "escaped.answer").exists()
+    assert not list(plane.gitwork_dir.parent.rglob("escaped*"))
+
+
+def test_a_forged_answer_is_not_believed(plane: Plane) -> None:
+    turn = plane.turn()
+    assert turn.try_take() is True
+    proc = plane.start("claim", "--next", "--as", "bob", "--json")
+    try:
+        plane.wait_for_entries(1, [proc])
+        [name] = plane.entries()
+        cmd = json.loads((plane.queue / name).read_text())["cmd"]
+        forged = {"command": cmd, "commit": git(plane.clone, "rev-parse", REF), "summary": "claimed",
+                  "result": {"item": "w-forged", "fence": 99}}
+        (plane.queue / f"{cmd['id']}.answer").write_text(json.dumps(forged))
+        deadline = time.monotonic() + 20
+        while (plane.queue / f"{cmd['id']}.answer").exists():  # it read the answer, and did not believe it
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert proc.poll() is None
+    finally:
+        turn.give()
+    [(code, out, err)] = finish([proc])
+    assert code == 0, err
+    assert json.loads(out)["item"] in plane.items
+    assert [(item, who) for _, item, who in plane.claims()] == [(json.loads(out)["item"], "bob")]
