@@ -61,6 +61,26 @@ class Plane:
                 assert proc.poll() is None, proc.communicate()
             time.sleep(0.01)
 
+    def waiting(self, count: int, env: dict[str, str] | None = None) -> tuple[PushTurn, list[subprocess.Popen[str]]]:
+        """Take the clone's turn, start ``count`` ``gw claim --next`` processes, and return once each of
+        them has left its command in the queue (the caller gives the turn back)."""
+        turn = self.turn()
+        assert turn.try_take() is True
+        procs = [self.start("claim", "--next", "--as", f"agent-{k}", "--json", env=env) for k in range(count)]
+        try:
+            self.wait_for_entries(count, procs)
+        except BaseException:
+            turn.give()
+            raise
+        return turn, procs
+
+    def hold(self, turn: PushTurn, doc: dict[str, object]) -> engine.Applied:
+        """Submit ``doc`` in this process as the holder of ``turn`` (taken by the test): it carries the queue."""
+        with Workplane(str(self.clone), agent=str(doc["as"])) as wp:
+            cas = sync.ArbiterRef(sync.Arbiter(wp), seed=f"{doc['as']}-1")
+            cas.turn, cas.fresh_turn = turn, True
+            return engine.run(cas, engine.validate_command(doc), wp.now, wp.settings)
+
     def claims(self) -> list[tuple[str, str, str]]:
         """(command id, item, author) of every claim on the arbiter, oldest first."""
         out = git(self.bare, "log", "--reverse", "--format=%an%x00%B%x01", REF)
@@ -96,14 +116,9 @@ def finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
 
 
 def test_commands_left_while_the_turn_is_taken_land_in_one_push_one_commit_each(plane: Plane) -> None:
-    turn = plane.turn()
-    assert turn.try_take() is True
-    procs = [plane.start("claim", "--next", "--as", f"agent-{k}", "--json") for k in range(3)]
-    try:
-        plane.wait_for_entries(3, procs)
-        before = plane.moves()
-    finally:
-        turn.give()
+    turn, procs = plane.waiting(3)
+    before = plane.moves()
+    turn.give()
     done = finish(procs)
     assert [code for code, _, _ in done] == [0, 0, 0], done
     granted = {json.loads(out)["item"] for _, out, _ in done}
@@ -118,19 +133,12 @@ def test_commands_left_while_the_turn_is_taken_land_in_one_push_one_commit_each(
 
 def test_a_holder_that_dies_after_its_push_leaves_no_waiter_unanswered(plane: Plane,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    turn = plane.turn()
-    assert turn.try_take() is True
-    procs = [plane.start("claim", "--next", "--as", f"agent-{k}", "--json") for k in range(2)]
+    turn, procs = plane.waiting(2)
+    before = plane.moves()
     try:
-        plane.wait_for_entries(2, procs)
-        before = plane.moves()
         # This process is the holder: it carries both, pushes, and "dies" before writing any answer.
         monkeypatch.setattr(Carry, "answer", lambda self, carried, answer: None)
-        with Workplane(str(plane.clone), agent="holder") as wp:
-            cas = sync.ArbiterRef(sync.Arbiter(wp), seed="holder-1")
-            cas.turn, cas.fresh_turn = turn, True
-            cmd = engine.validate_command({"op": "claim", "next": True, "as": "holder"})
-            mine = engine.run(cas, cmd, wp.now, wp.settings)
+        mine = plane.hold(turn, {"op": "claim", "next": True, "as": "holder"})
     finally:
         turn.give()
     done = finish(procs)
@@ -149,11 +157,7 @@ def test_a_carried_command_refused_on_the_chain_is_decided_by_its_own_process(pl
     proc = plane.start("claim", item, "--as", "bob", "--json")
     try:
         plane.wait_for_entries(1, [proc])
-        with Workplane(str(plane.clone), agent="alice") as wp:
-            cas = sync.ArbiterRef(sync.Arbiter(wp), seed="alice-1")
-            cas.turn, cas.fresh_turn = turn, True
-            mine = engine.run(cas, engine.validate_command({"op": "claim", "item": item, "as": "alice"}), wp.now,
-                              wp.settings)
+        mine = plane.hold(turn, {"op": "claim", "item": item, "as": "alice"})
     finally:
         turn.give()
     [(code, out, err)] = finish([proc])
@@ -188,14 +192,8 @@ def test_a_lone_claim_leaves_no_queue(plane: Plane) -> None:
 
 @pytest.mark.slow
 def test_holders_killed_after_their_push_lose_no_grant_and_grant_nothing_twice(plane: Plane) -> None:
-    turn = plane.turn()
-    assert turn.try_take() is True
-    crash = {"GW_CRASH_AT": "after-push"}  # whoever pushes dies right after its push landed
-    procs = [plane.start("claim", "--next", "--as", f"agent-{k}", "--json", env=crash) for k in range(4)]
-    try:
-        plane.wait_for_entries(4, procs)
-    finally:
-        turn.give()
+    turn, procs = plane.waiting(4, env={"GW_CRASH_AT": "after-push"})  # whoever pushes dies right after
+    turn.give()
     done = finish(procs)
     assert {code for code, _, _ in done} <= {0, -signal.SIGKILL}, done
     assert any(code == -signal.SIGKILL for code, _, _ in done)
