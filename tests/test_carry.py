@@ -254,3 +254,14 @@ def test_a_forged_answer_is_not_believed(plane: Plane) -> None:
     assert code == 0, err
     assert json.loads(out)["item"] in plane.items
     assert [(item, who) for _, item, who in plane.claims()] == [(json.loads(out)["item"], "bob")]
+
+
+def test_a_carried_command_is_decided_at_its_own_process_s_pinned_clock(plane: Plane) -> None:
+    turn, [proc] = plane.waiting(1, env={"GW_NOW": "2030-01-01T00:00:00Z"})
+    try:
+        plane.hold(turn, {"op": "claim", "next": True, "as": "holder"})  # on the real clock
+    finally:
+        turn.give()
+    [(code, out, err)] = finish([proc])
+    assert code == 0, err
+    assert json.loads(out)["expires_at"] == "2030-01-01T00:15:00Z", out  # GW_NOW + the default 15 minutes
