@@ -776,10 +776,9 @@ class ArbiterRef(engine.CAS):
             if round_trip is not None:
                 # This clone won the last round and knows the new tip at once, where the other clones'
                 # losers still fetch it: going first every time would starve them (measured: one clone
-                # took every grant). Give them the time of a fetch (one round trip, the winner's) and a
-                # random part of another.
+                # took every grant). Give them the time to hear of their loss and fetch.
                 self.round_trip = round_trip
-                time.sleep(round_trip + backoff(1, round_trip, self.draw))
+                time.sleep(after_a_win(round_trip, self.draw))
         self.local = store.tip()
         base, _replayed, self.refused = self.arbiter.rebuild(self.local, self.remote)
         return store.snapshot(base) if base else Snapshot(store, None, None)
@@ -901,21 +900,24 @@ class _LostRound(GwError):
     that was old): the next round goes on. Never leaves :mod:`sync`."""
 
 
-# Back-off after a lost round: full jitter, uniform in [0, cap]. The cap is the last push's round
-# trip (at least BACKOFF_UNIT) times 2^(lost-1), at most BACKOFF_CAP; after FAIR_ROUNDS lost rounds
-# it drops to half a round trip, so a claimer that kept losing is back in line first (the worst case).
-FAIR_ROUNDS = 4
-
-
 def backoff(lost: int, round_trip: float, draw: random.Random) -> float:
-    """Seconds to wait after the ``lost``-th lost round in a row (full jitter, drawn from ``draw``).
+    """Seconds a loser waits after the ``lost``-th lost round in a row (full jitter, from ``draw``).
 
-    The cap is a quarter of the round trip, doubling with each lost round up to one round trip; after
-    ``FAIR_ROUNDS`` lost rounds it falls to an eighth (the claimer that kept losing goes first).
+    With one pusher per clone (the turn) the herd is the clones' pushers, and what matters is who
+    goes next: the cap is half the last round trip (at least BACKOFF_UNIT, at most BACKOFF_CAP) and
+    halves with each further lost round, so the pusher that kept losing is back first (measured with
+    a cap that grew instead: one clone lost round after round while its four processes waited).
     """
     unit = min(max(round_trip, BACKOFF_UNIT), BACKOFF_CAP)
-    cap = unit / 8 if lost > FAIR_ROUNDS else unit / 4 * 2 ** (min(lost, 3) - 1)
-    return draw.uniform(0.0, min(cap, BACKOFF_CAP))
+    return draw.uniform(0.0, unit / 2 ** min(max(lost, 1), 8))
+
+
+def after_a_win(round_trip: float, draw: random.Random) -> float:
+    """Seconds a clone whose last push won waits before its next one while other clones contend: two
+    round trips of that push (the losers hear of their loss about one round trip late, then fetch)
+    and a random part of a third."""
+    unit = min(max(round_trip, BACKOFF_UNIT), BACKOFF_CAP)
+    return 2 * unit + draw.uniform(0.0, unit / 2)
 
 
 def _carry_key(settings: Any) -> str:

@@ -19,23 +19,25 @@ import pytest
 from conftest import git, make_repo
 from gitwork import pushturn, sync
 from gitwork.pushturn import BACKOFF_CAP, PushTurn
-from gitwork.sync import FAIR_ROUNDS, backoff
+from gitwork.sync import after_a_win, backoff
 from gitwork.workplane import Workplane
 
 
-def test_the_back_off_is_seeded_full_jitter_growing_then_shorter_for_a_long_loser() -> None:
+def test_the_back_off_is_seeded_full_jitter_shorter_for_a_longer_loser_and_a_winner_waits_longest() -> None:
     round_trip = 0.4
     first = [backoff(lost, round_trip, random.Random("c-0001")) for lost in range(1, 12)]
     again = [backoff(lost, round_trip, random.Random("c-0001")) for lost in range(1, 12)]
     assert first == again  # the same command id draws the same waits: no wall clock in it
     assert first != [backoff(lost, round_trip, random.Random("c-0002")) for lost in range(1, 12)]
     draws = random.Random(7)
-    for lost, cap in [(1, round_trip / 4), (2, round_trip / 2), (3, round_trip), (FAIR_ROUNDS, round_trip),
-                      (FAIR_ROUNDS + 1, round_trip / 8), (50, round_trip / 8)]:
+    for lost, cap in [(1, round_trip / 2), (2, round_trip / 4), (3, round_trip / 8), (50, round_trip / 256)]:
         waits = [backoff(lost, round_trip, draws) for _ in range(400)]
         assert all(0 <= w <= cap for w in waits), (lost, max(waits))
         assert max(waits) > cap * 0.9  # full jitter: the whole range up to the cap is used
-    assert all(backoff(3, 60.0, draws) <= BACKOFF_CAP for _ in range(100))  # a slow remote: capped
+    assert all(backoff(1, 60.0, draws) <= BACKOFF_CAP for _ in range(100))  # a slow remote: capped
+    # A clone that just won waits longer than any loser, so the losers' pushes go first.
+    wins = [after_a_win(round_trip, draws) for _ in range(400)]
+    assert min(wins) >= 2 * round_trip > round_trip / 2 and max(wins) <= 2.5 * round_trip
 
 
 def test_the_turn_says_wait_only_after_a_sibling_won_a_contended_round(tmp_path: Path) -> None:
@@ -47,6 +49,11 @@ def test_the_turn_says_wait_only_after_a_sibling_won_a_contended_round(tmp_path:
     turn.mark_won("b" * 40, 0.3, 0)
     assert turn.won_by_sibling("b" * 40) == pytest.approx(0.3)  # other clones contend: let them go
     assert turn.won_by_sibling("c" * 40) is None  # the tip is not this clone's
+    fresh = PushTurn(str(tmp_path / "fresh.lock"))
+    assert fresh.take()
+    fresh.mark_won("d" * 40, 0.2, 3)  # never lost, but its push carried three waiting commands: a herd
+    assert fresh.won_by_sibling("d" * 40) == pytest.approx(0.2)
+    fresh.give()
     turn.give()
     assert turn.won_by_sibling("b" * 40) is None  # read only while holding the turn
 
