@@ -708,7 +708,9 @@ class ArbiterRef(engine.CAS):
     # engine.run makes one attempt per call (``limit``): between rounds :meth:`Arbiter.submit` hands
     # the command to the clone's turn holder when there is one (``hand_over``), so a process that
     # lost a round waits in the queue, carried by whoever pushes next, not for a turn of its own.
-    limit = 1
+    @property
+    def limit(self) -> int:  # type: ignore[override]
+        return 1 if self.rounds < MAX_ROUNDS else 0
 
     # --- a waiting process: hand the command to the turn holder -----------------------------------
 
