@@ -1,15 +1,18 @@
-"""``claim --next`` under contention through a real ``git daemon`` arbiter.
+"""``claim --next`` under contention through a real ``git daemon`` or smart-HTTP arbiter.
 
-    python benchmarks/bench_herd.py [--procs 12] [--clones 3] [--items 60]
+    python benchmarks/bench_herd.py [--procs 12] [--clones 3] [--items 60] [--transport daemon|http]
 
-One bare arbiter served by ``git daemon`` (tests/daemon.py), ``--clones`` machines that ran
+One bare arbiter served by ``git daemon`` (tests/daemon.py) or by ``git http-backend`` behind a
+local HTTP server (tests/httpd.py), ``--clones`` machines that ran
 ``gw init --remote origin``, and ``--procs`` processes spread over them, each looping
 ``gw claim --next`` until gw answers "no ready item" (exit 3), retrying on exit 75. Per granted
 claim: the wall time of the call that got it, and the time since that worker's previous grant (so a
 75 and its retry count against the claim). Afterwards the arbiter's history is checked: every item
-granted exactly once. Prints one JSON object (median and worst of both) on stdout.
+granted exactly once. Prints one JSON object (median and worst of both, how many pushes moved the
+arbiter's ref, and the CPU time of every process the herd started, servers included) on stdout.
 
-Runs ``python -m gitwork`` from the interpreter running this script (the worktree's venv).
+Runs ``python -m gitwork`` from the interpreter running this script (the worktree's venv), with
+bytecode written and read as a normal install has it (this machine sets PYTHONDONTWRITEBYTECODE).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -30,13 +34,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from daemon import GitDaemon, bare_repo  # noqa: E402
+from httpd import GitHTTPServer, served_repo  # noqa: E402
 
 REF = "refs/gitwork/state"
 
 
 def gw(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     return subprocess.run([sys.executable, "-m", "gitwork", *args], cwd=repo, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+                          env={**base, **(env or {})})
 
 
 def git(repo: Path, *args: str) -> str:
@@ -58,14 +64,22 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=12)
     parser.add_argument("--clones", type=int, default=3)
     parser.add_argument("--items", type=int, default=60)
+    parser.add_argument("--transport", choices=("daemon", "http"), default="daemon")
+    parser.add_argument("--calls", help="write every call as [worker, start s, seconds, exit code] to this JSON file")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="gw-herd-"))
     os.environ.update({"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "bench",
                        "GIT_COMMITTER_EMAIL": "b@x"})
     try:
-        bare_repo(base, "arbiter")
-        with GitDaemon(base) as daemon:
-            url = daemon.url("arbiter")
+        if args.transport == "daemon":
+            arbiter = bare_repo(base, "arbiter")
+            server: GitDaemon | GitHTTPServer = GitDaemon(base)
+        else:
+            arbiter = served_repo(base, "arbiter")
+            server = GitHTTPServer(base)
+        git(arbiter, "config", "core.logAllRefUpdates", "always")  # one reflog line per push that moved it
+        with server:
+            url = server.url("arbiter")
             first = machine(base, "m0", url)
             from gitwork.workplane import Workplane
 
@@ -81,6 +95,7 @@ def main() -> None:
             last_grant = [0.0]
             tail: list[float] = []  # per worker: from its last grant (or start) to "no ready item"
             errors: list[str] = []
+            calls_log: list[tuple[int, float, float, int]] = []
             lock = threading.Lock()
 
             def worker(k: int) -> None:
@@ -90,6 +105,8 @@ def main() -> None:
                     t0 = time.monotonic()
                     done = gw(repo, "claim", "--next", "--ttl", "1h", "--as", f"agent-{k}")
                     t1 = time.monotonic()
+                    with lock:
+                        calls_log.append((k, round(t0 - started, 3), round(t1 - t0, 3), done.returncode))
                     if done.returncode == 0:
                         with lock:
                             grants.append((t1 - t0, t1 - since))
@@ -105,6 +122,8 @@ def main() -> None:
                             errors.append(f"agent-{k}: exit {done.returncode}: {done.stderr.strip()}")
                         return
 
+            moves_before = len(git(arbiter, "reflog", "show", "--format=%H", REF).split())
+            cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.monotonic()
             threads = [threading.Thread(target=worker, args=(k,)) for k in range(args.procs)]
             for thread in threads:
@@ -112,14 +131,17 @@ def main() -> None:
             for thread in threads:
                 thread.join()
             wall = time.monotonic() - started
-        arbiter = base / "arbiter.git"
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the server is stopped (and reaped) now
+        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
+        pushes = len(git(arbiter, "reflog", "show", "--format=%H", REF).split()) - moves_before
         log = git(arbiter, "log", "--format=%B", REF)
         claimed = re.findall(r'Command: \{.*?"item": "(w-[0-9a-f]+)".*?"op": "claim"', log)
         counts = {i: claimed.count(i) for i in set(claimed)}
         calls = [g[0] for g in grants]
         waits = [g[1] for g in grants]
         print(json.dumps({
-            "procs": args.procs, "clones": args.clones, "items": args.items, "granted": len(grants),
+            "transport": args.transport, "procs": args.procs, "clones": args.clones, "items": args.items,
+            "granted": len(grants), "pushes": pushes, "cpu_s": round(cpu, 2),
             "granted_once_each": len(counts) == args.items and set(counts.values()) == {1},
             "errors": errors, "wall_s": round(wall, 2),
             "call_median_s": round(statistics.median(calls), 3) if calls else None,
@@ -128,7 +150,12 @@ def main() -> None:
             "claim_worst_s": round(max(waits), 3) if waits else None,
             "grants_per_worker": per_worker, "last_grant_s": round(last_grant[0], 2),
             "longest_wait_ending_empty_s": round(max(tail), 2) if tail else None,
+            # every call, the last "no ready item" and the 75s included: what a shell loop waits for at once
+            "any_call_worst_s": round(max(c[2] for c in calls_log), 3) if calls_log else None,
         }, indent=2))
+        if args.calls:
+            with open(args.calls, "w", encoding="utf-8") as handle:
+                json.dump(calls_log, handle)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

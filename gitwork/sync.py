@@ -34,6 +34,7 @@ import time
 
 from . import clock, engine, gitcmd, layout
 from .errors import Corrupt, GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
+from .pushturn import BACKOFF_CAP, BACKOFF_UNIT, TURN_FILE, Carried, Carry, PushTurn
 from .store import Snapshot, crash_point
 
 TYPE_CHECKING = False
@@ -546,7 +547,14 @@ class Arbiter:
         """
         cas = ArbiterRef(self, riders, seed=str(cmd.get("id", "")))
         try:
-            return engine.run(cas, cmd, self.wp.now, self.wp.settings)
+            while True:  # one round per pass: ours to push, or carried by the sibling whose turn it is
+                answered = cas.hand_over(cmd)
+                if answered is not None:
+                    return answered
+                try:
+                    return engine.run(cas, cmd, self.wp.now, self.wp.settings)
+                except _LostRound:
+                    continue
         except RemoteError as error:
             if riders:  # a record pushed together with a branch is sent again by its own procedure
                 raise RemoteError(f"{error.message}; outcome unknown: command {cmd['id']} ({cmd['op']}) and the "
@@ -665,11 +673,13 @@ class ArbiterRef(engine.CAS):
 
     A herd (many processes claiming at once) costs every loser a push and a fetch per round, and
     only one push lands per round whatever the others asked for. So the processes of one clone take
-    turns (:class:`PushTurn`): each attempt (decide, push, and on a loss the fetch) runs while the
-    clone's turn file is held, and a process whose turn comes after a sibling's push or fetch
-    builds on the tip that sibling just learned. A clone then costs one push per round, not one per
-    process. Between attempts a loser waits a random time (:func:`backoff`), released, so that its
-    siblings and the other clones go first.
+    turns (:mod:`pushturn`): each attempt (decide, push, and on a loss the fetch) runs while the
+    clone's turn file is held, and a process whose turn comes after a sibling's push or fetch builds
+    on the tip that sibling just learned. A process that finds the turn taken leaves its command in
+    the clone's queue instead, and the holder carries it: its push is a chain of its own commit and
+    one commit per waiting command, so one winning round grants every waiting process of the clone.
+    Between attempts a loser waits a random time (:func:`backoff`), released, so that its siblings
+    and the other clones go first.
     """
 
     def __init__(self, arbiter: Arbiter, riders: tuple[Rider, ...] = (), seed: str = "") -> None:
@@ -679,19 +689,86 @@ class ArbiterRef(engine.CAS):
         self.fetched = False
         self.local: str | None = None
         self.refused: list[dict[str, Any]] = []
-        self.turn = PushTurn(os.path.join(arbiter.wp.repo.gitwork_dir(), TURN_FILE))
+        gitwork_dir = arbiter.wp.repo.gitwork_dir()
+        self.turn = PushTurn(os.path.join(gitwork_dir, TURN_FILE))
+        self.fresh_turn = False  # the turn was taken before the first attempt (while handing over)
+        # Commands pushed together with a branch (publish) go alone: the chain is theirs. Signed state
+        # commits go alone too: each process signs its own commits with its own key.
+        settings = arbiter.wp.settings
+        self.carry = None if riders or settings.signing else Carry(gitwork_dir, _carry_key(settings))
+        self.carried: list[tuple[Carried, Applied]] = []  # what this attempt's chain carries
+        self.top: str | None = None  # the top of the chain this attempt pushed
         # The waits are drawn from a sequence seeded by the command id (random per command, so
         # processes differ; a test that fixes the id gets the same waits every run).
         self.draw = random.Random(seed)
         self.round_trip = BACKOFF_UNIT
+        self.rounds = 0  # rounds lost so far (a lost race, or a refusal on an old view asked again)
+        self.alone = False  # waiting for the turn is over (a holder stuck): this round goes without it
 
+    # engine.run makes one attempt per call (``limit``): between rounds :meth:`Arbiter.submit` hands
+    # the command to the clone's turn holder when there is one (``hand_over``), so a process that
+    # lost a round waits in the queue, carried by whoever pushes next, not for a turn of its own.
     @property
     def limit(self) -> int:  # type: ignore[override]
-        return MAX_ROUNDS
+        return 1 if self.rounds < MAX_ROUNDS else 0
+
+    # --- a waiting process: hand the command to the turn holder -----------------------------------
+
+    def hand_over(self, cmd: dict[str, Any]) -> Applied | None:
+        """When another process of this clone holds the turn, leave ``cmd`` for it to carry and wait
+        for its answer. None: go on alone (the turn is free and now ours, the holder did not carry
+        it, or waiting is over), with nothing of ``cmd`` left in the queue."""
+        self.alone = False
+        if self.carry is None or self.turn.handle is not None:
+            return None  # ours alone (a publish, signed commits), or still our turn (a refusal asked again)
+        got = self.turn.try_take()
+        if got is not False:
+            self.fresh_turn = got is True
+            return None
+        if not self.carry.leave(cmd, self._pinned_time()):
+            return None
+        try:
+            answer = self.carry.wait(self.turn, cmd["id"])
+        finally:
+            self.carry.withdraw(cmd["id"])
+        self.fresh_turn = self.turn.handle is not None
+        # No answer and no turn: the holder did not move for TURN_WAIT (stopped, paused): go alone.
+        self.alone = answer is None and not self.fresh_turn
+        if answer is None or answer.get("own"):
+            return None
+        command, commit, result, summary = (answer.get("command"), answer.get("commit"), answer.get("result"),
+                                            answer.get("summary"))
+        if not (isinstance(command, dict) and command.get("id") == cmd["id"] and isinstance(commit, str)
+                and isinstance(result, dict) and isinstance(summary, str) and self._holds(commit, cmd["id"])):
+            return None  # not an answer we can trust: ask the arbiter ourselves (the id is answered once)
+        self.turn.give()
+        refused = _unique(self.arbiter._adopt(self.arbiter.store.tip(), self.arbiter.known_remote_tip()))
+        return self.arbiter._answer(engine.Applied(command, commit, result, summary, 1), refused)
+
+    def _holds(self, commit: str, command_id: str) -> bool:
+        """Whether ``commit`` (an answer's) is a state that records ``command_id``: an answer is
+        believed only when the objects say the command landed there."""
+        try:
+            snapshot = self.arbiter.store.snapshot(commit)
+            return snapshot.blob(layout.command_path(command_id)) is not None
+        except (GwError, ValueError):
+            return False
+
+    def _pinned_time(self) -> str | None:
+        """Our clock's reading when it is not the real clock (``GW_NOW``, an injected clock): the
+        holder then decides our command at our time, not its own."""
+        wp = self.arbiter.wp
+        if wp.now is clock.now and "GW_NOW" not in os.environ:
+            return None
+        return clock.format_instant(wp.now())
+
+    # --- the attempts -----------------------------------------------------------------------------
 
     def base(self) -> Snapshot:
         store = self.arbiter.store
-        if self.turn.take():
+        newly = self.fresh_turn or self.alone or self.turn.take()
+        self.fresh_turn = self.alone = False
+        if newly:
             # Our turn began: a sibling may have pushed or fetched meanwhile, and the tracking ref then
             # holds a newer tip than the one this command last saw (a lost round fetched it in its turn).
             known = self.arbiter.known_remote_tip()
@@ -701,10 +778,9 @@ class ArbiterRef(engine.CAS):
             if round_trip is not None:
                 # This clone won the last round and knows the new tip at once, where the other clones'
                 # losers still fetch it: going first every time would starve them (measured: one clone
-                # took every grant). Give them the time of a fetch (one round trip, the winner's) and a
-                # random part of another.
+                # took every grant). Give them the time to hear of their loss and fetch.
                 self.round_trip = round_trip
-                time.sleep(round_trip + backoff(1, round_trip, self.draw))
+                time.sleep(after_a_win(round_trip, self.draw))
         self.local = store.tip()
         base, _replayed, self.refused = self.arbiter.rebuild(self.local, self.remote)
         return store.snapshot(base) if base else Snapshot(store, None, None)
@@ -715,6 +791,7 @@ class ArbiterRef(engine.CAS):
     def again(self, error: GwError) -> bool:
         if self.fetched:
             return False
+        self.rounds += 1
         # Our view of the remote may be old: refuse only on what the remote says now.
         self.remote, self.fetched = self.arbiter.fetch(), True
         return True
@@ -723,136 +800,136 @@ class ArbiterRef(engine.CAS):
         # (An answer found among local commands the remote has not seen is pushed like a new commit:
         # a command the arbiter decides is done only once it is on the arbiter.)
         started = time.monotonic()
+        top = self._carry_on(new)
         try:
-            return self.arbiter.push(old, new, self.riders)
+            try:
+                won = self.arbiter.push(old, top, self.riders)
+            except RemoteRefused:
+                if top == new:
+                    raise
+                # The remote turned the chain down, perhaps for a carried command: each carried
+                # command asks for itself, and ours goes alone.
+                self._hand_back()
+                top = new
+                won = self.arbiter.push(old, top, self.riders)
+            except RemoteError:
+                self._hand_back()  # outcome unknown for the chain: each asks (and finds out) itself
+                raise
         finally:
             self.round_trip = time.monotonic() - started
+        self.top = top if won else None
+        if not won:
+            self.carried = []  # still queued: the next holder (maybe us) lays them on the new tip
+        return won
+
+    def _carry_on(self, new: str) -> str:
+        """Lay the commands waiting in the clone's queue on top of ``new``, one commit each; the top.
+
+        A carried command is decided here exactly as its own process would decide it on this tip; one
+        refused here is handed back unanswered ("ask yourself"): its process takes the turn and gets
+        the arbiter's answer on a fresh view, as every refusal through the arbiter is given.
+        """
+        self.carried, self.top = [], None
+        if self.carry is None or self.turn.handle is None:
+            return new  # without the turn another process may be carrying them
+        entries = self.carry.pending()
+        if not entries:
+            return new
+        wp = self.arbiter.wp
+        own_time = self._pinned_time() is None
+        store = self.arbiter.store
+        top = store.snapshot(new)
+        for entry in entries:
+            if entry.at is None and not own_time:
+                continue  # it runs on the real clock and ours is pinned: it goes alone
+            try:
+                cmd = engine.validate_command(entry.cmd)
+                at = clock.parse_instant(entry.at) if entry.at else wp.now()
+                outcome = engine.apply(top, cmd, at, wp.settings)
+                commit = engine.land(store, top, cmd, outcome, at)
+            except Exception:  # noqa: BLE001 - whatever befalls another process's command is its own to meet
+                self.carry.answer(entry, {"own": True})
+                continue
+            if commit:
+                top = store.snapshot(commit)
+            self.carried.append((entry, engine.Applied(cmd, top.commit, outcome.result, outcome.summary, 1)))
+        assert top.commit is not None
+        return top.commit
+
+    def _hand_back(self) -> None:
+        assert self.carry is not None or not self.carried
+        for entry, _ in self.carried:
+            self.carry.answer(entry, {"own": True})  # type: ignore[union-attr]
+        self.carried = []
 
     def lost(self, attempt: int) -> None:
-        # The push was made on a tip that is gone: fetch the new one still in our turn (the next
-        # sibling builds on it without a fetch of its own), then let others go for a random while.
+        # The push was made on a tip that is gone: fetch the new one and, after a random while (the
+        # other clones' pushers go first), push again, keeping the turn: the clone's waiting commands
+        # stay queued and ride on our next chain, so handing the turn to a sibling would only add the
+        # time it takes to pick it up.
+        self.rounds += 1
         self.turn.mark_lost()
         self.remote, self.fetched = self.arbiter.fetch(), True
-        self.turn.give()
-        time.sleep(backoff(attempt, self.round_trip, self.draw))
+        time.sleep(backoff(self.rounds, self.round_trip, self.draw))
 
     def landed(self, applied: Applied, moved: bool) -> Applied:
         # Pushed, or nothing to push (done before: the same id answered with its first result, from
         # what the remote holds): either way it becomes local, as after a pull.
+        top = (self.top or applied.commit) if moved else applied.commit
         if moved:
-            self.turn.mark_won(applied.commit, self.round_trip)
+            assert top is not None
+            self.turn.mark_won(top, self.round_trip, len(self.carried))
+        # Adopted before the carried commands are answered: a waiter that reads its answer finds its
+        # command in the local ref already (and has nothing to adopt itself).
+        refused = _unique(self.refused + self.arbiter._adopt(self.local, top))
+        for entry, done in self.carried if moved else ():
+            assert self.carry is not None
+            self.carry.answer(entry, {"command": done.command, "commit": done.commit, "result": done.result,
+                                      "summary": done.summary})
+        self.carried = []
         self.turn.give()
-        refused = _unique(self.refused + self.arbiter._adopt(self.local, applied.commit))
+        applied.attempts = self.rounds + 1
         return self.arbiter._answer(applied, refused)
 
     def gave_up(self) -> GwError:
+        if self.rounds < MAX_ROUNDS:
+            return _LostRound("lost a round")
         return Held(f"gave up after {MAX_ROUNDS} lost races on {self.arbiter.remote}", remote=self.arbiter.remote)
 
 
-# One clone's turn to push to the arbiter: a file in the common git directory, held with flock(2)
-# (the kernel drops it with the process, so a crash leaves nothing to clean up).
-TURN_FILE = "arbiter-turn.lock"
-# A turn is an optimisation, never needed for safety (the remote's CAS decides): a process that
-# cannot get it within this many seconds (a sibling stopped with SIGSTOP mid-push) pushes anyway.
-TURN_WAIT = 5.0
-# Back-off after a lost round: full jitter, uniform in [0, cap]. The cap is the last push's round
-# trip (at least BACKOFF_UNIT) times 2^(lost-1), at most BACKOFF_CAP; after FAIR_ROUNDS lost rounds
-# it drops to half a round trip, so a claimer that kept losing is back in line first (the worst case).
-BACKOFF_UNIT = 0.05
-BACKOFF_CAP = 1.0
-FAIR_ROUNDS = 4
+class _LostRound(GwError):
+    """One round of :meth:`Arbiter.submit` ended without an answer (a lost race, a refusal on a view
+    that was old): the next round goes on. Never leaves :mod:`sync`."""
 
 
 def backoff(lost: int, round_trip: float, draw: random.Random) -> float:
-    """Seconds to wait after the ``lost``-th lost round in a row (full jitter, drawn from ``draw``).
+    """Seconds a loser waits after the ``lost``-th lost round in a row (full jitter, from ``draw``).
 
-    The cap is a quarter of the round trip, doubling with each lost round up to one round trip; after
-    ``FAIR_ROUNDS`` lost rounds it falls to an eighth (the claimer that kept losing goes first).
+    With one pusher per clone (the turn) the herd is the clones' pushers, and what matters is who
+    goes next: the cap is half the last round trip (at least BACKOFF_UNIT, at most BACKOFF_CAP) and
+    halves with each further lost round, so the pusher that kept losing is back first (measured with
+    a cap that grew instead: one clone lost round after round while its four processes waited).
     """
     unit = min(max(round_trip, BACKOFF_UNIT), BACKOFF_CAP)
-    cap = unit / 8 if lost > FAIR_ROUNDS else unit / 4 * 2 ** (min(lost, 3) - 1)
-    return draw.uniform(0.0, min(cap, BACKOFF_CAP))
+    return draw.uniform(0.0, unit / 2 ** min(max(lost, 1), 8))
 
 
-class PushTurn:
-    """The clone's turn to push to the arbiter, taken by at most one process of the clone at a time.
+def after_a_win(round_trip: float, draw: random.Random) -> float:
+    """Seconds a clone whose last push won waits before its next one while other clones contend: two
+    round trips of that push (the losers hear of their loss about one round trip late, then fetch)
+    and a random part of a third."""
+    unit = min(max(round_trip, BACKOFF_UNIT), BACKOFF_CAP)
+    return 2 * unit + draw.uniform(0.0, unit / 2)
 
-    ``take`` is idempotent within a process (True only when the turn was not held), ``give`` lets
-    the next process go. Waiting is bounded by ``TURN_WAIT``; a process that gives up waiting goes
-    on without the turn (and says so by returning True: it builds on a fresh view all the same).
-    """
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.handle: int | None = None
-        self.waited = 0.0  # seconds this command has waited for turns so far
+def _carry_key(settings: Any) -> str:
+    """What a carried command's outcome depends on besides its document and the state: the settings
+    the engine reads (``GW_*`` variables may differ between two processes of one clone)."""
+    import hashlib
 
-    def take(self) -> bool:
-        import fcntl
-
-        if self.handle is not None:
-            return False
-        try:
-            handle = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError:
-            return True  # no place for the file (a read-only repository): go without a turn
-        started = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.handle = handle
-                self.waited += time.monotonic() - started
-                return True
-            except BlockingIOError:
-                now = time.monotonic()
-                if now - started > TURN_WAIT:
-                    os.close(handle)
-                    self.waited += now - started
-                    return True
-                # flock(2) is not first come, first served: whoever asks first after the release gets
-                # it. A command that has waited long in all asks more often (measured: with a fixed
-                # pause one process of a clone went 26 s without a turn while fresh ones got it).
-                time.sleep(max(0.001, 0.02 / (1 + (self.waited + now - started) / 0.25)))
-
-    # The turn file holds "<tip> <round trip> <losses>": the remote tip this clone's last winning push
-    # made, what that push took, and how contended the clone is (each lost round adds 2, each win takes 1
-    # off, at most 8). Read and written only by the process holding the turn.
-
-    def _read(self) -> tuple[str, float, int]:
-        assert self.handle is not None
-        fields = os.pread(self.handle, 100, 0).decode("ascii", "replace").split()
-        try:
-            return fields[0], min(max(float(fields[1]), BACKOFF_UNIT), BACKOFF_CAP), min(max(int(fields[2]), 0), 8)
-        except (IndexError, ValueError):
-            return "-", BACKOFF_UNIT, 0
-
-    def _write(self, tip: str, round_trip: float, losses: int) -> None:
-        assert self.handle is not None
-        os.ftruncate(self.handle, 0)
-        os.pwrite(self.handle, f"{tip} {round_trip:.3f} {losses}".encode("ascii"), 0)
-
-    def mark_lost(self) -> None:
-        if self.handle is not None:
-            tip, round_trip, losses = self._read()
-            self._write(tip, round_trip, min(losses + 2, 8))
-
-    def mark_won(self, tip: str, round_trip: float) -> None:
-        """Note that this clone's push made ``tip`` (and took ``round_trip``)."""
-        if self.handle is not None:
-            self._write(tip, round_trip, max(self._read()[2] - 1, 0))
-
-    def won_by_sibling(self, tip: str | None) -> float | None:
-        """The round trip of this clone's push that made ``tip`` (the remote tip we know), when other
-        clones contend too (this clone lost rounds lately); ``None`` otherwise: no reason to wait."""
-        if self.handle is None or tip is None:
-            return None
-        last, round_trip, losses = self._read()
-        return round_trip if last == tip and losses > 0 else None
-
-    def give(self) -> None:
-        if self.handle is not None:
-            os.close(self.handle)  # closing the only descriptor releases the flock
-            self.handle = None
+    names = ("ref", "default_ttl", "clock_margin", "admins", "agents", "remote", "signing", "sessions")
+    text = json.dumps([getattr(settings, name) for name in names] + [settings.extra], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 # --- commands whose outcome is unknown ------------------------------------------------------------
