@@ -678,8 +678,9 @@ class ArbiterRef(engine.CAS):
     on the tip that sibling just learned. A process that finds the turn taken leaves its command in
     the clone's queue instead, and the holder carries it: its push is a chain of its own commit and
     one commit per waiting command, so one winning round grants every waiting process of the clone.
-    Between attempts a loser waits a random time (:func:`backoff`), released, so that its siblings
-    and the other clones go first.
+    Between attempts a loser fetches and waits a random time (:func:`backoff`, shorter for a longer
+    loser) still holding the turn: its siblings' commands ride on its next chain, and the other
+    clones' pushers go first. A clone that just won waits longer (:func:`after_a_win`).
     """
 
     def __init__(self, arbiter: Arbiter, riders: tuple[Rider, ...] = (), seed: str = "") -> None:
