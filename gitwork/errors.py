@@ -130,3 +130,20 @@ class GitFailed(GwError):
     """git itself failed in a way we did not expect; carries the command and its output."""
 
     code, kind = ExitCode.INTERNAL, "git-failed"
+
+
+# The refusals a process may hand to another as an answer (``pushturn``: a turn holder answering a
+# command it carried): the engine's verdicts on a state, rebuilt from ``to_json`` by their kind.
+_VERDICTS = {cls.kind: cls for cls in (NotFound, Ambiguous, Invalid, Illegal, Stale, Held, Forbidden)}
+
+
+def verdict_from_json(doc: Any) -> GwError | None:
+    """The refusal ``doc`` (a :meth:`GwError.to_json`) describes, or None if it is not one of the
+    engine's verdicts (a transport failure, a malformed document: the caller asks for itself)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("message"), str):
+        return None
+    cls = _VERDICTS.get(doc.get("error"))  # type: ignore[arg-type]
+    details = doc.get("details", {})
+    if cls is None or not isinstance(details, dict) or not all(isinstance(k, str) for k in details):
+        return None
+    return cls(doc["message"][:4000], **details)

@@ -33,7 +33,8 @@ import subprocess
 import time
 
 from . import clock, engine, gitcmd, layout
-from .errors import Corrupt, GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError
+from .errors import (Corrupt, GitFailed, GwError, Held, Locked, NotFound, RemoteError, RemoteRefused, Stale, UsageError,
+                     verdict_from_json)
 from .pushturn import BACKOFF_CAP, BACKOFF_UNIT, TURN_FILE, Carried, Carry, PushTurn
 from .store import Snapshot, crash_point
 
@@ -547,14 +548,7 @@ class Arbiter:
         """
         cas = ArbiterRef(self, riders, seed=str(cmd.get("id", "")))
         try:
-            while True:  # one round per pass: ours to push, or carried by the sibling whose turn it is
-                answered = cas.hand_over(cmd)
-                if answered is not None:
-                    return answered
-                try:
-                    return engine.run(cas, cmd, self.wp.now, self.wp.settings)
-                except _LostRound:
-                    continue
+            return cas.submit(cmd)
         except RemoteError as error:
             if riders:  # a record pushed together with a branch is sent again by its own procedure
                 raise RemoteError(f"{error.message}; outcome unknown: command {cmd['id']} ({cmd['op']}) and the "
@@ -698,6 +692,9 @@ class ArbiterRef(engine.CAS):
         settings = arbiter.wp.settings
         self.carry = None if riders or settings.signing else Carry(gitwork_dir, _carry_key(settings))
         self.carried: list[tuple[Carried, Applied]] = []  # what this attempt's chain carries
+        self.declined: list[tuple[Carried, GwError]] = []  # what it refused: answered if the chain lands
+        self.fresh_view = False  # the remote tip was fetched for this attempt: its refusals are final
+        self.fresh_base: Snapshot | None = None
         self.top: str | None = None  # the top of the chain this attempt pushed
         # The waits are drawn from a sequence seeded by the command id (random per command, so
         # processes differ; a test that fixes the id gets the same waits every run).
@@ -712,6 +709,18 @@ class ArbiterRef(engine.CAS):
     @property
     def limit(self) -> int:  # type: ignore[override]
         return 1 if self.rounds < MAX_ROUNDS else 0
+
+    def submit(self, cmd: dict[str, Any]) -> Applied:
+        """Rounds until ``cmd`` is answered: each is ours to push, or carried by the sibling whose
+        turn it is (the turn is left to the caller to give back on an error)."""
+        while True:
+            answered = self.hand_over(cmd)
+            if answered is not None:
+                return answered
+            try:
+                return engine.run(self, cmd, self.arbiter.wp.now, self.arbiter.wp.settings)
+            except _LostRound:
+                continue
 
     # --- a waiting process: hand the command to the turn holder -----------------------------------
 
@@ -737,6 +746,12 @@ class ArbiterRef(engine.CAS):
         self.alone = answer is None and not self.fresh_turn
         if answer is None or answer.get("own"):
             return None
+        if "error" in answer:
+            refusal = verdict_from_json(answer["error"])
+            if refusal is None:
+                return None  # not a verdict we can take over: ask the arbiter ourselves
+            self.turn.give()
+            raise refusal  # the arbiter's verdict, reached on the chain that landed (or a view just fetched)
         command, commit, result, summary = (answer.get("command"), answer.get("commit"), answer.get("result"),
                                             answer.get("summary"))
         if not (isinstance(command, dict) and command.get("id") == cmd["id"] and isinstance(commit, str)
@@ -784,18 +799,40 @@ class ArbiterRef(engine.CAS):
                 time.sleep(after_a_win(round_trip, self.draw))
         self.local = store.tip()
         base, _replayed, self.refused = self.arbiter.rebuild(self.local, self.remote)
-        return store.snapshot(base) if base else Snapshot(store, None, None)
+        snapshot = store.snapshot(base) if base else Snapshot(store, None, None)
+        self.fresh_base, self.fresh_view = (snapshot if self.fresh_view else None), False
+        return snapshot
 
     def expected(self, base: Snapshot) -> str | None:
         return self.remote
 
     def again(self, error: GwError) -> bool:
         if self.fetched:
+            if self.fresh_base is not None:
+                self._decide_queue(self.fresh_base)
             return False
         self.rounds += 1
         # Our view of the remote may be old: refuse only on what the remote says now.
-        self.remote, self.fetched = self.arbiter.fetch(), True
+        self.remote, self.fetched, self.fresh_view = self.arbiter.fetch(), True, True
         return True
+
+    def _decide_queue(self, base: Snapshot) -> None:
+        """Our own command is refused on a view just fetched: answer the waiting commands that view
+        refuses too (at the end of a herd every waiter's ``claim --next`` finds nothing ready, and
+        each would otherwise take the turn in its own turn to fetch and hear the same). A waiting
+        command the view accepts stays queued for the next holder."""
+        if self.carry is None or self.turn.handle is None or base.commit is None:
+            return
+        for entry in self.carry.pending():
+            try:
+                cmd = engine.validate_command(entry.cmd)
+                at = clock.parse_instant(entry.at) if entry.at else self.arbiter.wp.now()
+                engine.apply(base, cmd, at, self.arbiter.wp.settings)
+            except GwError as refusal:
+                if verdict_from_json(refusal.to_json()) is not None:
+                    self.carry.answer(entry, {"error": refusal.to_json()})
+            except Exception:  # noqa: BLE001 - whatever befalls another process's command is its own to meet
+                self.carry.answer(entry, {"own": True})
 
     def swap(self, old: str | None, new: str) -> bool:
         # (An answer found among local commands the remote has not seen is pushed like a new commit:
@@ -820,7 +857,7 @@ class ArbiterRef(engine.CAS):
             self.round_trip = time.monotonic() - started
         self.top = top if won else None
         if not won:
-            self.carried = []  # still queued: the next holder (maybe us) lays them on the new tip
+            self.carried, self.declined = [], []  # still queued: the next holder (maybe us) decides again
         return won
 
     def _carry_on(self, new: str) -> str:
@@ -830,7 +867,7 @@ class ArbiterRef(engine.CAS):
         refused here is handed back unanswered ("ask yourself"): its process takes the turn and gets
         the arbiter's answer on a fresh view, as every refusal through the arbiter is given.
         """
-        self.carried, self.top = [], None
+        self.carried, self.declined, self.top = [], [], None
         if self.carry is None or self.turn.handle is None:
             return new  # without the turn another process may be carrying them
         entries = self.carry.pending()
@@ -848,6 +885,12 @@ class ArbiterRef(engine.CAS):
                 at = clock.parse_instant(entry.at) if entry.at else wp.now()
                 outcome = engine.apply(top, cmd, at, wp.settings)
                 commit = engine.land(store, top, cmd, outcome, at)
+            except GwError as refusal:
+                if verdict_from_json(refusal.to_json()) is None:
+                    self.carry.answer(entry, {"own": True})
+                else:
+                    self.declined.append((entry, refusal))  # the arbiter's verdict once the chain lands
+                continue
             except Exception:  # noqa: BLE001 - whatever befalls another process's command is its own to meet
                 self.carry.answer(entry, {"own": True})
                 continue
@@ -858,10 +901,10 @@ class ArbiterRef(engine.CAS):
         return top.commit
 
     def _hand_back(self) -> None:
-        assert self.carry is not None or not self.carried
-        for entry, _ in self.carried:
+        assert self.carry is not None or not (self.carried or self.declined)
+        for entry in [entry for entry, _ in self.carried] + [entry for entry, _ in self.declined]:
             self.carry.answer(entry, {"own": True})  # type: ignore[union-attr]
-        self.carried = []
+        self.carried, self.declined = [], []
 
     def lost(self, attempt: int) -> None:
         # The push was made on a tip that is gone: fetch the new one and, after a random while (the
@@ -870,7 +913,7 @@ class ArbiterRef(engine.CAS):
         # time it takes to pick it up.
         self.rounds += 1
         self.turn.mark_lost()
-        self.remote, self.fetched = self.arbiter.fetch(), True
+        self.remote, self.fetched, self.fresh_view = self.arbiter.fetch(), True, True
         time.sleep(backoff(self.rounds, self.round_trip, self.draw))
 
     def landed(self, applied: Applied, moved: bool) -> Applied:
@@ -887,7 +930,10 @@ class ArbiterRef(engine.CAS):
             assert self.carry is not None
             self.carry.answer(entry, {"command": done.command, "commit": done.commit, "result": done.result,
                                       "summary": done.summary})
-        self.carried = []
+        for entry, refusal in self.declined if moved else ():
+            assert self.carry is not None
+            self.carry.answer(entry, {"error": refusal.to_json()})  # decided on what the arbiter now holds
+        self.carried, self.declined = [], []
         self.turn.give()
         applied.attempts = self.rounds + 1
         return self.arbiter._answer(applied, refused)

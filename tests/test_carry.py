@@ -23,6 +23,7 @@ import pytest
 
 from conftest import git, gw_cmd, make_repo
 from gitwork import engine, pushturn, sync
+from gitwork.errors import NotFound
 from gitwork.pushturn import Carry, PushTurn
 from gitwork.workplane import Workplane
 
@@ -79,7 +80,7 @@ class Plane:
         with Workplane(str(self.clone), agent=str(doc["as"])) as wp:
             cas = sync.ArbiterRef(sync.Arbiter(wp), seed=f"{doc['as']}-1")
             cas.turn, cas.fresh_turn = turn, True
-            return engine.run(cas, engine.validate_command(doc), wp.now, wp.settings)
+            return cas.submit(engine.validate_command(doc))
 
     def claims(self) -> list[tuple[str, str, str]]:
         """(command id, item, author) of every claim on the arbiter, oldest first."""
@@ -110,8 +111,8 @@ def plane(tmp_path: Path) -> Iterator[Plane]:
     yield Plane(bare, clone, items)
 
 
-def finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str, str]]:
-    outputs = [proc.communicate(timeout=60) for proc in procs]
+def finish(procs: list[subprocess.Popen[str]], timeout: float = 60) -> list[tuple[int, str, str]]:
+    outputs = [proc.communicate(timeout=timeout) for proc in procs]
     return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
 
 
@@ -225,9 +226,10 @@ def test_hostile_queue_entries_are_dropped_or_handed_back_and_write_nothing_else
         wp.do("claim", item=plane.items[0])
     assert plane.moves() == before + 1
     assert [who for _, _, who in plane.claims()] == ["alice"]
-    # the mismatched id and the garbage are gone; the two bad documents are handed back to their owners
+    # the mismatched id and the garbage are gone; the two bad documents get the engine's verdict
     assert sorted(os.listdir(plane.queue)) == ["c-cccc.answer", "c-dddd.answer"]
-    assert json.loads((plane.queue / "c-cccc.answer").read_text()) == {"own": True}
+    assert json.loads((plane.queue / "c-cccc.answer").read_text())["error"]["error"] == "invalid"
+    assert json.loads((plane.queue / "c-dddd.answer").read_text())["error"]["error"] == "invalid"
     assert not (plane.gitwork_dir.parent.parent / "escaped.answer").exists()
     assert not list(plane.gitwork_dir.parent.rglob("escaped*"))
 
@@ -265,3 +267,39 @@ def test_a_carried_command_is_decided_at_its_own_process_s_pinned_clock(plane: P
     [(code, out, err)] = finish([proc])
     assert code == 0, err
     assert json.loads(out)["expires_at"] == "2030-01-01T00:15:00Z", out  # GW_NOW + the default 15 minutes
+
+
+def test_a_refusal_on_the_chain_that_landed_is_the_answer_the_waiter_prints(plane: Plane,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    item = plane.items[1]
+    turn = plane.turn()
+    assert turn.try_take() is True
+    proc = plane.start("claim", item, "--as", "bob")
+    try:
+        plane.wait_for_entries(1, [proc])
+        monkeypatch.setattr(turn, "give", lambda: None)  # the holder keeps the turn after it landed...
+        plane.hold(turn, {"op": "claim", "item": item, "as": "alice"})
+        # ...so bob can only finish on the answer it left: going alone it would first wait TURN_WAIT.
+        [(code, _, err)] = finish([proc], timeout=pushturn.TURN_WAIT - 0.5)
+    finally:
+        PushTurn.give(turn)
+    assert code == 75 and "held by alice" in err, err
+
+
+def test_at_the_end_of_a_herd_the_holder_answers_every_waiter_s_no_ready_item(plane: Plane) -> None:
+    with Workplane(str(plane.clone), agent="admin") as wp:
+        for item in plane.items:
+            wp.do("claim", item=item)  # nothing left ready
+    turn, procs = plane.waiting(3)
+    before = plane.moves()
+    try:
+        with pytest.raises(NotFound):
+            plane.hold(turn, {"op": "claim", "next": True, "as": "holder"})  # refused after a fetch
+        # Still holding the turn: the waiters can only finish on the answers the holder left (going
+        # alone, each would first wait TURN_WAIT for the turn).
+        done = finish(procs, timeout=pushturn.TURN_WAIT - 0.5)
+    finally:
+        turn.give()
+    assert [code for code, _, _ in done] == [3, 3, 3], done
+    assert all("no ready item" in err or "ready" in err for _, _, err in done), done
+    assert plane.moves() == before
