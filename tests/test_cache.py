@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -376,6 +377,20 @@ def test_cache_status_rebuild_and_drop(repo: Path) -> None:
         assert rebuilt["items"] == 3 and rebuilt["commit"] == tip_now and rebuilt["bytes"] > 0
         assert json.loads(run_gw(repo, "cache", "status", "--json").stdout)["healthy"] is True
         assert answers(wp) == expected and tip(repo) == tip_now
+
+
+def test_cache_verbs_take_the_options_given_before_the_group(repo: Path, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """git's habit, ``gw -C DIR --json cache status``: the options go after both words of the verb."""
+    from gitwork.cli.main import main
+
+    with _populated(repo):
+        monkeypatch.chdir(tmp_path)  # not a repository: only -C can find it
+        assert main(["-C", str(repo), "--json", "cache", "rebuild"]) == 0
+        assert json.loads(capsys.readouterr().out)["items"] == 3
+        assert main(["-C", str(repo), "cache", "status", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["current"] is True
 
 
 def test_claim_next_filters_choose_among_ready_items_and_are_not_recorded(repo: Path) -> None:
