@@ -17,6 +17,7 @@ in-memory database.
 
 from __future__ import annotations
 
+import gc
 import marshal
 import os
 import sqlite3
@@ -180,19 +181,42 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     work = [(name, entry) for name, entry in tip.items() if known.get(name) != entry.oid]
     # A rebuild (or a pull that moved many shards) reads its folders in bulk, a chunk of shards at a
     # time, through one pipelined `git cat-file --batch`; a command touches one shard, read as it is.
-    chunk = _BULK_SHARDS if len(work) >= _BULK_SHARDS else max(1, len(work))
-    for start in range(0, len(work), chunk):
-        part = work[start:start + chunk]
-        members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
-        before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
-        folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
-                   if before[name].get(item_id) != folder.oid]
-        bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)
-        view = _Prefetched(snapshot, folders) if bulk else snapshot
-        for name, entry in part:
-            _shard(db, view, name, entry.oid, members[name], before[name], touched, summarise, thread_entry)
+    many = len(work) >= _BULK_SHARDS
+    chunk = _BULK_SHARDS if many else max(1, len(work))
+    # A rebuild makes 100,000s of tuples and dicts that live until the end (rows, the store's trees):
+    # the cyclic collector would walk all of them again and again (10-15 % of a 100,000-item rebuild's
+    # CPU) to find no cycle. Nothing here makes one, so it is paused for the loop.
+    paused = many and gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        for start in range(0, len(work), chunk):
+            part = work[start:start + chunk]
+            _chunk(db, snapshot, part, touched, summarise, thread_entry)
+            if many:
+                # Each folder and file is read once: the store's memo of them would only hold
+                # every item of the repository in memory (and in the collector's way) afterwards.
+                forget = getattr(snapshot.store, "forget", None)
+                if forget is not None:
+                    forget()
+    finally:
+        if paused:
+            gc.enable()
     _reshorten(db, touched)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
+
+
+def _chunk(db: sqlite3.Connection, snapshot: Snapshot, part: list[tuple[str, Any]], touched: set[str],
+           summarise: Any, thread_entry: Any) -> None:
+    """Bring the shards in ``part`` (``(name, tree entry)``) to their trees; packed folders in bulk."""
+    members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
+    before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
+    folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
+               if before[name].get(item_id) != folder.oid]
+    bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)
+    view = _Prefetched(snapshot, folders) if bulk else snapshot
+    for name, entry in part:
+        _shard(db, view, name, entry.oid, members[name], before[name], touched, summarise, thread_entry)
 
 
 _PREV = "SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1"
@@ -258,10 +282,12 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         except Corrupt as error:
             thread, thread_problem = None, error.message
         has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
+        # A folder with neither a thread nor cursors (most items) keeps no thread summary: reading it
+        # again starts from none, which is all that summary would say (fields: threads_index.Entry).
+        kept = thread is not None and (thread[1] is not None or thread[2] is not None)
         values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
         rows.append((values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
-                     name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem,
-                     has_thread))
+                     name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread))
         if row is not None:
             deps.extend((item_id, d) for d in row[5])
             labels.extend((item_id, x) for x in row[4])
