@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 3  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids
+SCHEMA = 4  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
+# 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill)
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -52,10 +53,8 @@ CREATE TABLE IF NOT EXISTS item (
     shown INTEGER
 );
 CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS dep_item ON dep (item);
-CREATE INDEX IF NOT EXISTS label_item ON label (item);
+CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL, PRIMARY KEY (item, on_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL, PRIMARY KEY (item, label)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS label_label ON label (label, item);
 CREATE INDEX IF NOT EXISTS item_shard ON item (shard);
 CREATE INDEX IF NOT EXISTS item_problem ON item (id) WHERE problem IS NOT NULL;
@@ -264,7 +263,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
     if gone:
         for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
             db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
-    rows: list[tuple[Any, ...]] = []
+    rows: list[list[Any]] = []  # lists: the shortest form is set in place once the shard is read
     deps: list[tuple[str, str]] = []
     labels: list[tuple[str, str]] = []
     for item_id, folder in members.items():
@@ -286,11 +285,13 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         # again starts from none, which is all that summary would say (fields: threads_index.Entry).
         kept = thread is not None and (thread[1] is not None or thread[2] is not None)
         values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
-        rows.append((values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
-                     name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread))
+        rows.append([values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
+                     name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None])
         if row is not None:
-            deps.extend((item_id, d) for d in row[5])
-            labels.extend((item_id, x) for x in row[4])
+            if row[5]:
+                deps.extend([(item_id, d) for d in row[5]])
+            if row[4]:
+                labels.extend([(item_id, x) for x in row[4]])
     if not before:
         # A shard read whole (a rebuild): its ids' shortest forms are known now (ids of other shards
         # differ in their first two digits, fewer than are always shown), so none is left to fix.
@@ -299,9 +300,9 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         sound = sorted(r[0] for r in rows if r[15] is None)
         touched.difference_update(r[0] for r in rows)
         shown = dict(zip(sound, shown_lengths(sound)))
-        rows = [(*r, shown.get(r[0])) for r in rows]
-    else:
-        rows = [(*r, None) for r in rows]  # set by _reshorten once every shard is in
+        for r in rows:
+            r[19] = shown.get(r[0])
+    # (otherwise the shortest forms are set by _reshorten once every shard is in)
     # One statement per table and shard (a rebuild writes 100,000 rows): the re-read items' old
     # dependency and label rows go first, then every new row.
     again = [(r[0],) for r in rows if r[0] in before]
@@ -312,8 +313,9 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
         " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-    db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", deps)
-    db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", labels)
+    # (A value listed twice in one item is one row: the queries only ask whether one exists.)
+    db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
+    db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)
     db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, tree))
 
 
