@@ -367,11 +367,11 @@ class _Prefetched:
 
 
 def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
-    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch``, fed by a thread
-    while the answers are read (pipelined: no round trip per object). A missing object is left out:
-    the store's own read then names it."""
+    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch``, fed while the answers
+    are read (pipelined: no round trip per object) and cut out of its whole output (a chunk's folders
+    or files: a few MB), not read object by object. A missing object is left out: the store's own read
+    then names it."""
     import subprocess
-    import threading
 
     from .gitcmd import git_env
 
@@ -379,33 +379,29 @@ def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
         return {}
     proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch"), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
-    assert proc.stdin is not None and proc.stdout is not None
-    request = "".join(f"{oid}\n" for oid in oids).encode()
-
-    def feed() -> None:
-        try:
-            proc.stdin.write(request)  # type: ignore[union-attr]
-            proc.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass  # git went away: what was read so far is kept, the store reads the rest
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    out: dict[str, tuple[str, bytes]] = {}
-    readline, read = proc.stdout.readline, proc.stdout.read
     try:
-        for oid in oids:
-            header = readline().split()
-            if len(header) != 3:
-                if len(header) == 2:
-                    continue  # "<name> missing"
-                break
-            data = read(int(header[2]) + 1)
-            out[oid] = (header[1].decode(), data[:-1])
-    finally:
-        feeder.join()
-        proc.stdout.close()
+        data, _ = proc.communicate("".join(f"{oid}\n" for oid in oids).encode())
+    except OSError:
+        proc.kill()
         proc.wait()
+        return {}  # git went away: the store reads each object itself
+    out: dict[str, tuple[str, bytes]] = {}
+    at, end = 0, len(data)
+    for oid in oids:
+        line_end = data.find(b"\n", at)
+        if line_end < 0:
+            break
+        header = data[at:line_end].split()
+        at = line_end + 1
+        if len(header) != 3:
+            if len(header) == 2:
+                continue  # "<name> missing"
+            break
+        body_end = at + int(header[2])
+        if body_end > end:
+            break
+        out[oid] = (header[1].decode(), data[at:body_end])
+        at = body_end + 1
     return out
 
 

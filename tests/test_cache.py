@@ -494,3 +494,15 @@ def test_threads_of_one_process_read_through_the_cache_at_once(repo: Path) -> No
         for thread in threads:
             thread.join()
         assert failures == [] and cache_file(repo).stat().st_ino == inode
+
+
+def test_a_bulk_read_cuts_every_object_out_of_the_batch_output_and_skips_missing_ones(repo: Path) -> None:
+    """``cache._read_batch`` reads one ``git cat-file --batch`` output whole and cuts it by the headers: each
+    object exactly (newlines and empty contents included), a missing one left out for the store to name."""
+    contents = [b"", b"\n", b"two\nlines\n", os.urandom(70_000), b"last"]
+    oids = [git(repo, "hash-object", "-w", "--stdin", input=c) for c in contents]
+    absent = "0" * 40
+    asked = [absent, *oids[:2], absent, *oids[2:], absent]
+    got = cache._read_batch(str(repo / ".git"), asked)
+    assert got == {oid: ("blob", content) for oid, content in zip(oids, contents)}
+    assert cache._read_batch(str(repo / ".git"), []) == {}
