@@ -1,7 +1,7 @@
 """The read cache (gitwork/cache.py) at scale: ``gw ready --limit 20``, full listings, cold rebuild,
 incremental update after one command, cache size; each beside its floor in the same run.
 
-    python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10]
+    python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10] [--rebuilds 3] [--rebuild-only]
 
 States are built by ``_common.build_state`` (one commit; a fifth of the items done, a tenth depend on
 an earlier item, so about three quarters are ready). Runs ``python -m gitwork`` from the interpreter
@@ -9,7 +9,10 @@ running this script. Figures: medians of ``--runs`` process runs (start to exit)
 the floors: ``gw --version`` (interpreter plus gw's entry point) and, for the rebuild, streaming
 every item.yaml through ``git cat-file --batch`` and parsing it. Besides wall times, ``cpu`` holds
 the median CPU time (user + system, children included) of each figure: steadier than wall time
-when other work shares the cores. Prints one JSON object per size.
+when other work shares the cores. The cold rebuild is measured three ways, interleaved ``--rebuilds``
+times: ``gw cache rebuild`` as a process, the floor, and ``index.rebuild`` in this process (after
+``cache.drop``); ``ratios`` divides each median by the floor's. ``--rebuild-only`` stops there.
+Prints one JSON object per size.
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def main() -> None:
             cache_file = c.common_dir(repo) / "gitwork" / "cache.sqlite"
             c.log("cold rebuild")
             cpu: dict[str, float] = {}
-            colds, inprocess, floors, size = [], [], [], 0
+            colds, inprocess, floors, size, closed = [], [], [], 0, 0
             for _ in range(args.rebuilds):  # interleaved with the floor, so all see the same load
                 c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
                 rebuilt = subprocess.run([*gw, "cache", "rebuild", "--json"], cwd=repo, capture_output=True,
@@ -113,6 +116,7 @@ def main() -> None:
                 colds.append((time.perf_counter() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0))
                 assert rebuilt.returncode == 0, rebuilt.stderr
                 size = json.loads(rebuilt.stdout)["bytes"]
+                closed = os.path.getsize(cache_file)  # after the process's last close checkpointed the WAL
                 floors.append((stream_floor(repo, cpu), cpu["floor_stream_parse_s"]))
                 inprocess.append(rebuild_in_process(repo))
             cold = round(statistics.median(w for w, _c in colds), 2)
@@ -128,7 +132,7 @@ def main() -> None:
                 print(json.dumps({
                     "items": n, "cold_rebuild_s": cold, "floor_stream_parse_s": floor_stream,
                     "in_process_rebuild_s": round(statistics.median(w for w, _c in inprocess), 2),
-                    "cache_bytes": size, "cpu": cpu, "ratios": ratios,
+                    "cache_bytes": size, "cache_bytes_closed": closed, "cpu": cpu, "ratios": ratios,
                     "each": {"process": colds, "in_process": inprocess, "floor": floors},
                     "load": os.getloadavg()}), flush=True)
                 continue
