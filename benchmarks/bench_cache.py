@@ -1,7 +1,7 @@
 """The read cache (gitwork/cache.py) at scale: ``gw ready --limit 20``, full listings, cold rebuild,
 incremental update after one command, cache size; each beside its floor in the same run.
 
-    python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10] [--rebuilds 3] [--rebuild-only]
+    python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10] [--rebuilds 3] [--rebuild-only] [--packed]
 
 States are built by ``_common.build_state`` (one commit; a fifth of the items done, a tenth depend on
 an earlier item, so about three quarters are ready). Runs ``python -m gitwork`` from the interpreter
@@ -95,6 +95,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rebuilds", type=int, default=1, help="cold rebuilds, each beside a floor run")
+    parser.add_argument("--packed", action="store_true",
+                        help="pack the state (git gc) before measuring: a repository after housekeeping")
     parser.add_argument("--rebuild-only", action="store_true",
                         help="only the cold rebuild (process and in-process) beside its floor")
     args = parser.parse_args()
@@ -105,6 +107,9 @@ def main() -> None:
             repo = c.make_repo(root / "repo")
             c.log(f"building {n} items")
             built = c.build_state(repo, n)
+            if args.packed:
+                c.log("git gc")
+                c.git(repo, "gc", "-q")
             cache_file = c.common_dir(repo) / "gitwork" / "cache.sqlite"
             c.log("cold rebuild")
             cpu: dict[str, float] = {}
@@ -130,7 +135,7 @@ def main() -> None:
                       "in_process_wall": round(statistics.median(w for w, _c in inprocess) / floor_stream, 2)}
             if args.rebuild_only:
                 print(json.dumps({
-                    "items": n, "cold_rebuild_s": cold, "floor_stream_parse_s": floor_stream,
+                    "items": n, "packed": args.packed, "cold_rebuild_s": cold, "floor_stream_parse_s": floor_stream,
                     "in_process_rebuild_s": round(statistics.median(w for w, _c in inprocess), 2),
                     "cache_bytes": size, "cache_bytes_closed": closed, "cpu": cpu, "ratios": ratios,
                     "each": {"process": colds, "in_process": inprocess, "floor": floors},

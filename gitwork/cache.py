@@ -342,7 +342,6 @@ class _Prefetched:
 
         self._snapshot = snapshot
         self._real = snapshot.store
-        self.store = self
         hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
         self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
                        _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
@@ -350,6 +349,12 @@ class _Prefetched:
                  if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
         self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
                        if kind == "blob"}
+
+    @property
+    def store(self) -> _Prefetched:
+        # Itself, as a property, not an attribute: no reference cycle, so a chunk's objects are freed
+        # when it ends even while a rebuild pauses the cyclic collector.
+        return self
 
     def __getattr__(self, name: str) -> Any:  # the snapshot's (commit, tree(), ...), then the store's (repo, ...)
         try:
@@ -377,7 +382,7 @@ def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
 
     if not oids:
         return {}
-    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch"), stdin=subprocess.PIPE,
+    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch", "--buffer"), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
     try:
         data, _ = proc.communicate("".join(f"{oid}\n" for oid in oids).encode())

@@ -506,3 +506,29 @@ def test_a_bulk_read_cuts_every_object_out_of_the_batch_output_and_skips_missing
     got = cache._read_batch(str(repo / ".git"), asked)
     assert got == {oid: ("blob", content) for oid, content in zip(oids, contents)}
     assert cache._read_batch(str(repo / ".git"), []) == {}
+
+
+def test_a_bulk_rebuild_gives_the_collector_back_even_when_it_fails(repo: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild pauses Python's cyclic collector while it reads every folder (``cache._update``): it is
+    running again afterwards, whether the rebuild ended or failed half-way (and then nothing was kept)."""
+    import gc
+
+    from gitwork.index import rebuild
+
+    monkeypatch.setattr(cache, "_BULK_SHARDS", 1)  # a bulk rebuild of these few shards
+    with _populated(repo) as wp:
+        expected = answers(wp)
+        snapshot = wp.context().snapshot
+        cache.drop(str(cache_file(repo)))
+        seen: list[bool] = []
+
+        def failing(snap: object, item_id: str, folder: str) -> object:
+            seen.append(gc.isenabled())
+            raise OSError("the disk went away")
+
+        with pytest.raises(OSError):
+            cache._at(cache._open(":memory:"), snapshot, lambda db: None, failing, lambda *a: None)
+        assert seen == [False] and gc.isenabled()
+        assert rebuild(snapshot)[1] == 3 and gc.isenabled()
+        assert answers(wp) == expected
