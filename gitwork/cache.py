@@ -17,7 +17,6 @@ in-memory database.
 
 from __future__ import annotations
 
-import gc
 import marshal
 import os
 import sqlite3
@@ -182,25 +181,14 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     # time, through one pipelined `git cat-file --batch`; a command touches one shard, read as it is.
     many = len(work) >= _BULK_SHARDS
     chunk = _BULK_SHARDS if many else max(1, len(work))
-    # A rebuild makes 100,000s of tuples and dicts that live until the end (rows, the store's trees):
-    # the cyclic collector would walk all of them again and again (10-15 % of a 100,000-item rebuild's
-    # CPU) to find no cycle. Nothing here makes one, so it is paused for the loop.
-    paused = many and gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        for start in range(0, len(work), chunk):
-            part = work[start:start + chunk]
-            _chunk(db, snapshot, part, touched, summarise, thread_entry)
-            if many:
-                # Each folder and file is read once: the store's memo of them would only hold
-                # every item of the repository in memory (and in the collector's way) afterwards.
-                forget = getattr(snapshot.store, "forget", None)
-                if forget is not None:
-                    forget()
-    finally:
-        if paused:
-            gc.enable()
+    forget = getattr(snapshot.store, "forget", None) if many else None
+    for start in range(0, len(work), chunk):
+        _chunk(db, snapshot, work[start:start + chunk], touched, summarise, thread_entry)
+        if forget is not None:
+            # Each folder and file is read once: the store's memo would otherwise keep every item of
+            # the repository in memory (max RSS of a 100,000-item rebuild: 240 MB with it, 86 without)
+            # for the collector to walk over and over.
+            forget()
     _reshorten(db, touched)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 
@@ -352,8 +340,8 @@ class _Prefetched:
 
     @property
     def store(self) -> _Prefetched:
-        # Itself, as a property, not an attribute: no reference cycle, so a chunk's objects are freed
-        # when it ends even while a rebuild pauses the cyclic collector.
+        # Itself, as a property, not an attribute: no reference cycle, so a chunk's trees and files are
+        # freed as soon as it ends, not at the collector's next full pass.
         return self
 
     def __getattr__(self, name: str) -> Any:  # the snapshot's (commit, tree(), ...), then the store's (repo, ...)
@@ -382,8 +370,8 @@ def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
 
     if not oids:
         return {}
-    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch", "--buffer"), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
+    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch", "--buffer"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
     try:
         data, _ = proc.communicate("".join(f"{oid}\n" for oid in oids).encode())
     except OSError:
