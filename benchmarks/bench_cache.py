@@ -1,7 +1,7 @@
 """The read cache (gitwork/cache.py) at scale: ``gw ready --limit 20``, full listings, cold rebuild,
 incremental update after one command, cache size; each beside its floor in the same run.
 
-    python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10]
+    python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10] [--rebuilds 3] [--rebuild-only] [--packed]
 
 States are built by ``_common.build_state`` (one commit; a fifth of the items done, a tenth depend on
 an earlier item, so about three quarters are ready). Runs ``python -m gitwork`` from the interpreter
@@ -9,7 +9,10 @@ running this script. Figures: medians of ``--runs`` process runs (start to exit)
 the floors: ``gw --version`` (interpreter plus gw's entry point) and, for the rebuild, streaming
 every item.yaml through ``git cat-file --batch`` and parsing it. Besides wall times, ``cpu`` holds
 the median CPU time (user + system, children included) of each figure: steadier than wall time
-when other work shares the cores. Prints one JSON object per size.
+when other work shares the cores. The cold rebuild is measured three ways, interleaved ``--rebuilds``
+times: ``gw cache rebuild`` as a process, the floor, and ``index.rebuild`` in this process (after
+``cache.drop``); ``ratios`` divides each median by the floor's. ``--rebuild-only`` stops there.
+Prints one JSON object per size.
 """
 
 from __future__ import annotations
@@ -71,11 +74,31 @@ def stream_floor(repo: Path, cpu: dict[str, float] | None = None) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
+def rebuild_in_process(repo: Path) -> tuple[float, float]:
+    """``index.rebuild`` after ``cache.drop`` in this process: (wall s, CPU s, git's included)."""
+    from gitwork import cache
+    from gitwork.index import rebuild
+    from gitwork.workplane import Workplane
+
+    with Workplane(str(repo), agent="bench") as wp:
+        snapshot = wp.context().snapshot
+        cache.drop(cache.path_for(snapshot))
+        c0 = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        rebuild(snapshot)
+        return (round(time.perf_counter() - t0, 3),
+                round(_cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - c0, 3))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rebuilds", type=int, default=1, help="cold rebuilds, each beside a floor run")
+    parser.add_argument("--packed", action="store_true",
+                        help="pack the state (git gc) before measuring: a repository after housekeeping")
+    parser.add_argument("--rebuild-only", action="store_true",
+                        help="only the cold rebuild (process and in-process) beside its floor")
     args = parser.parse_args()
     gw = [sys.executable, "-m", "gitwork"]
     for n in (int(s) for s in args.sizes.split(",")):
@@ -84,22 +107,40 @@ def main() -> None:
             repo = c.make_repo(root / "repo")
             c.log(f"building {n} items")
             built = c.build_state(repo, n)
+            if args.packed:
+                c.log("git gc")
+                c.git(repo, "gc", "-q")
             cache_file = c.common_dir(repo) / "gitwork" / "cache.sqlite"
             c.log("cold rebuild")
             cpu: dict[str, float] = {}
-            colds, floors, size = [], [], 0
-            for _ in range(args.rebuilds):  # interleaved with the floor, so both see the same load
+            colds, inprocess, floors, size, closed = [], [], [], 0, 0
+            for _ in range(args.rebuilds):  # interleaved with the floor, so all see the same load
                 c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
                 rebuilt = subprocess.run([*gw, "cache", "rebuild", "--json"], cwd=repo, capture_output=True,
                                          text=True)
                 colds.append((time.perf_counter() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0))
                 assert rebuilt.returncode == 0, rebuilt.stderr
                 size = json.loads(rebuilt.stdout)["bytes"]
+                closed = os.path.getsize(cache_file)  # after the process's last close checkpointed the WAL
                 floors.append((stream_floor(repo, cpu), cpu["floor_stream_parse_s"]))
+                inprocess.append(rebuild_in_process(repo))
             cold = round(statistics.median(w for w, _c in colds), 2)
             floor_stream = round(statistics.median(w for w, _c in floors), 2)
             cpu["cold_rebuild_s"] = round(statistics.median(c for _w, c in colds), 2)
             cpu["floor_stream_parse_s"] = round(statistics.median(c for _w, c in floors), 2)
+            cpu["in_process_rebuild_s"] = round(statistics.median(c for _w, c in inprocess), 2)
+            ratios = {"process_cpu": round(cpu["cold_rebuild_s"] / cpu["floor_stream_parse_s"], 2),
+                      "in_process_cpu": round(cpu["in_process_rebuild_s"] / cpu["floor_stream_parse_s"], 2),
+                      "process_wall": round(cold / floor_stream, 2),
+                      "in_process_wall": round(statistics.median(w for w, _c in inprocess) / floor_stream, 2)}
+            if args.rebuild_only:
+                print(json.dumps({
+                    "items": n, "packed": args.packed, "cold_rebuild_s": cold, "floor_stream_parse_s": floor_stream,
+                    "in_process_rebuild_s": round(statistics.median(w for w, _c in inprocess), 2),
+                    "cache_bytes": size, "cache_bytes_closed": closed, "cpu": cpu, "ratios": ratios,
+                    "each": {"process": colds, "in_process": inprocess, "floor": floors},
+                    "load": os.getloadavg()}), flush=True)
+                continue
             ready_all = subprocess.run([*gw, "ready"], cwd=repo, capture_output=True, text=True).stdout.count("\n")
             c.log("warm reads")
             figures = {

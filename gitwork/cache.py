@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 3  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids
+SCHEMA = 4  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
+# 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill)
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -51,10 +52,8 @@ CREATE TABLE IF NOT EXISTS item (
     shown INTEGER
 );
 CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS dep_item ON dep (item);
-CREATE INDEX IF NOT EXISTS label_item ON label (item);
+CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL, PRIMARY KEY (item, on_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL, PRIMARY KEY (item, label)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS label_label ON label (label, item);
 CREATE INDEX IF NOT EXISTS item_shard ON item (shard);
 CREATE INDEX IF NOT EXISTS item_problem ON item (id) WHERE problem IS NOT NULL;
@@ -180,19 +179,31 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     work = [(name, entry) for name, entry in tip.items() if known.get(name) != entry.oid]
     # A rebuild (or a pull that moved many shards) reads its folders in bulk, a chunk of shards at a
     # time, through one pipelined `git cat-file --batch`; a command touches one shard, read as it is.
-    chunk = _BULK_SHARDS if len(work) >= _BULK_SHARDS else max(1, len(work))
+    many = len(work) >= _BULK_SHARDS
+    chunk = _BULK_SHARDS if many else max(1, len(work))
+    forget = getattr(snapshot.store, "forget", None) if many else None
     for start in range(0, len(work), chunk):
-        part = work[start:start + chunk]
-        members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
-        before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
-        folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
-                   if before[name].get(item_id) != folder.oid]
-        bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)
-        view = _Prefetched(snapshot, folders) if bulk else snapshot
-        for name, entry in part:
-            _shard(db, view, name, entry.oid, members[name], before[name], touched, summarise, thread_entry)
+        _chunk(db, snapshot, work[start:start + chunk], touched, summarise, thread_entry)
+        if forget is not None:
+            # Each folder and file is read once: the store's memo would otherwise keep every item of
+            # the repository in memory (max RSS of a 100,000-item rebuild: 240 MB with it, 86 without)
+            # for the collector to walk over and over.
+            forget()
     _reshorten(db, touched)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
+
+
+def _chunk(db: sqlite3.Connection, snapshot: Snapshot, part: list[tuple[str, Any]], touched: set[str],
+           summarise: Any, thread_entry: Any) -> None:
+    """Bring the shards in ``part`` (``(name, tree entry)``) to their trees; packed folders in bulk."""
+    members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
+    before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
+    folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
+               if before[name].get(item_id) != folder.oid]
+    bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)
+    view = _Prefetched(snapshot, folders) if bulk else snapshot
+    for name, entry in part:
+        _shard(db, view, name, entry.oid, members[name], before[name], touched, summarise, thread_entry)
 
 
 _PREV = "SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1"
@@ -240,7 +251,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
     if gone:
         for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
             db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
-    rows: list[tuple[Any, ...]] = []
+    rows: list[list[Any]] = []  # lists: the shortest form is set in place once the shard is read
     deps: list[tuple[str, str]] = []
     labels: list[tuple[str, str]] = []
     for item_id, folder in members.items():
@@ -258,13 +269,17 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         except Corrupt as error:
             thread, thread_problem = None, error.message
         has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
+        # A folder with neither a thread nor cursors (most items) keeps no thread summary: reading it
+        # again starts from none, which is all that summary would say (fields: threads_index.Entry).
+        kept = thread is not None and (thread[1] is not None or thread[2] is not None)
         values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
-        rows.append((values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
-                     name, problem, marshal.dumps(thread) if thread is not None else None, thread_problem,
-                     has_thread))
+        rows.append([values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
+                     name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None])
         if row is not None:
-            deps.extend((item_id, d) for d in row[5])
-            labels.extend((item_id, x) for x in row[4])
+            if row[5]:
+                deps.extend([(item_id, d) for d in row[5]])
+            if row[4]:
+                labels.extend([(item_id, x) for x in row[4]])
     if not before:
         # A shard read whole (a rebuild): its ids' shortest forms are known now (ids of other shards
         # differ in their first two digits, fewer than are always shown), so none is left to fix.
@@ -273,9 +288,9 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         sound = sorted(r[0] for r in rows if r[15] is None)
         touched.difference_update(r[0] for r in rows)
         shown = dict(zip(sound, shown_lengths(sound)))
-        rows = [(*r, shown.get(r[0])) for r in rows]
-    else:
-        rows = [(*r, None) for r in rows]  # set by _reshorten once every shard is in
+        for r in rows:
+            r[19] = shown.get(r[0])
+    # (otherwise the shortest forms are set by _reshorten once every shard is in)
     # One statement per table and shard (a rebuild writes 100,000 rows): the re-read items' old
     # dependency and label rows go first, then every new row.
     again = [(r[0],) for r in rows if r[0] in before]
@@ -286,8 +301,9 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
         " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown)"
         " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-    db.executemany("INSERT INTO dep (item, on_id) VALUES (?, ?)", deps)
-    db.executemany("INSERT INTO label (item, label) VALUES (?, ?)", labels)
+    # (A value listed twice in one item is one row: the queries only ask whether one exists.)
+    db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
+    db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)
     db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, tree))
 
 
@@ -314,7 +330,6 @@ class _Prefetched:
 
         self._snapshot = snapshot
         self._real = snapshot.store
-        self.store = self
         hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
         self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
                        _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
@@ -322,6 +337,12 @@ class _Prefetched:
                  if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
         self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
                        if kind == "blob"}
+
+    @property
+    def store(self) -> _Prefetched:
+        # Itself, as a property, not an attribute: no reference cycle, so a chunk's trees and files are
+        # freed as soon as it ends, not at the collector's next full pass.
+        return self
 
     def __getattr__(self, name: str) -> Any:  # the snapshot's (commit, tree(), ...), then the store's (repo, ...)
         try:
@@ -339,45 +360,41 @@ class _Prefetched:
 
 
 def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
-    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch``, fed by a thread
-    while the answers are read (pipelined: no round trip per object). A missing object is left out:
-    the store's own read then names it."""
+    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch``, fed while the answers
+    are read (pipelined: no round trip per object) and cut out of its whole output (a chunk's folders
+    or files: a few MB), not read object by object. A missing object is left out: the store's own read
+    then names it."""
     import subprocess
-    import threading
 
     from .gitcmd import git_env
 
     if not oids:
         return {}
-    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch"), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
-    assert proc.stdin is not None and proc.stdout is not None
-    request = "".join(f"{oid}\n" for oid in oids).encode()
-
-    def feed() -> None:
-        try:
-            proc.stdin.write(request)  # type: ignore[union-attr]
-            proc.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass  # git went away: what was read so far is kept, the store reads the rest
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    out: dict[str, tuple[str, bytes]] = {}
-    readline, read = proc.stdout.readline, proc.stdout.read
+    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch", "--buffer"),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
     try:
-        for oid in oids:
-            header = readline().split()
-            if len(header) != 3:
-                if len(header) == 2:
-                    continue  # "<name> missing"
-                break
-            data = read(int(header[2]) + 1)
-            out[oid] = (header[1].decode(), data[:-1])
-    finally:
-        feeder.join()
-        proc.stdout.close()
+        data, _ = proc.communicate("".join(f"{oid}\n" for oid in oids).encode())
+    except OSError:
+        proc.kill()
         proc.wait()
+        return {}  # git went away: the store reads each object itself
+    out: dict[str, tuple[str, bytes]] = {}
+    at, end = 0, len(data)
+    for oid in oids:
+        line_end = data.find(b"\n", at)
+        if line_end < 0:
+            break
+        header = data[at:line_end].split()
+        at = line_end + 1
+        if len(header) != 3:
+            if len(header) == 2:
+                continue  # "<name> missing"
+            break
+        body_end = at + int(header[2])
+        if body_end > end:
+            break
+        out[oid] = (header[1].decode(), data[at:body_end])
+        at = body_end + 1
     return out
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from gitwork.cli import actions, fast, fastgen
 from gitwork.cli.app import app
-from gitwork.cli.fast_table import VERBS
+from gitwork.cli.fast_table import GROUPS, VERBS
 
 SAMPLE = {"int": "7", "float": "1.5", "value": "v-1", "multi": "m-1"}
 
@@ -38,7 +38,16 @@ def _root() -> Any:
 
 
 def _click_command(verb: str) -> Any:
-    return _root().commands[verb]
+    """The click command of a verb, or of a group's verb given as two words (``"cache rebuild"``)."""
+    found = _root()
+    for word in verb.split():
+        found = found.commands[word]
+    return found
+
+
+# Every fast verb's words and table row: the one-word verbs, then the verbs of sub-command groups.
+ROWS = [([verb], row) for verb, row in VERBS.items()] + [
+    ([group, verb], row) for group, verbs in GROUPS.items() for verb, row in verbs.items()]
 
 
 def _typer_call(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[str, object]]:
@@ -76,7 +85,10 @@ def test_fast_table_is_generated_from_the_typer_declarations() -> None:
 def test_fast_table_covers_every_option_of_every_fast_verb() -> None:
     """Independent of the generator: every spelling click knows is in the table, with the right kind."""
     assert set(VERBS) == set(fastgen.FAST)
-    for verb, (_target, positionals, options, defaults, envvars) in VERBS.items():
+    assert {group: set(verbs) for group, verbs in GROUPS.items()} == {
+        group: set(verbs) for group, verbs in fastgen.FAST_GROUPS.items()}
+    for words, (_target, positionals, options, defaults, envvars) in ROWS:
+        verb = " ".join(words)
         command = _click_command(verb)
         spellings: dict[str, tuple[str, str]] = {}
         for param in command.params:
@@ -95,30 +107,30 @@ def test_fast_table_covers_every_option_of_every_fast_verb() -> None:
 
 def _exhaustive_cases() -> list[list[str]]:
     cases: list[list[str]] = []
-    for verb, (_target, positionals, options, _defaults, _envvars) in VERBS.items():
+    for words, (_target, positionals, options, _defaults, _envvars) in ROWS:
         required = [f"{name}-x" for name, needed, _many in positionals if needed]
         every = [f"{name}-x" for name, _needed, _many in positionals]
-        cases.append([verb, *required])
+        cases.append([*words, *required])
         if every != required:
-            cases.append([verb, *every])
+            cases.append([*words, *every])
         if positionals and positionals[-1][2]:  # several words for the last: a list, options between them
-            cases.append([verb, *every, "more-1", "more-2"])
-            cases.append([verb, *every, "--json", "more-1", "--", "-more-2"])
+            cases.append([*words, *every, "more-1", "more-2"])
+            cases.append([*words, *every, "--json", "more-1", "--", "-more-2"])
         for spelling, (_keyword, kind) in options.items():
             if kind == "flag":
-                cases.append([verb, *required, spelling])
-                cases.append([verb, spelling, *required])
+                cases.append([*words, *required, spelling])
+                cases.append([*words, spelling, *required])
                 continue
             value = SAMPLE[kind]
-            cases.append([verb, *required, spelling, value])
+            cases.append([*words, *required, spelling, value])
             if spelling.startswith("--"):
-                cases.append([verb, spelling + "=" + value, *required])
+                cases.append([*words, spelling + "=" + value, *required])
             if kind == "multi":
-                cases.append([verb, spelling, "m-1", *required, spelling, "m-2"])
+                cases.append([*words, spelling, "m-1", *required, spelling, "m-2"])
             else:  # given twice: the last one wins in both parsers
-                cases.append([verb, spelling, value, *required, spelling, value + "0"])
+                cases.append([*words, spelling, value, *required, spelling, value + "0"])
         if required:
-            cases.append([verb, "--", *required])
+            cases.append([*words, "--", *required])
     return cases
 
 
@@ -158,6 +170,14 @@ def test_fast_path_leaves_anything_unusual_to_typer(argv: list[str]) -> None:
     assert fast.parse(argv) is None
 
 
+@pytest.mark.parametrize("argv", [
+    ["cache"], ["cache", "--help"], ["cache", "bogus"], ["cache", "rebuild", "--help"], ["cache", "rebuild", "x"],
+    ["cache", "status", "--bogus"], ["cache", "drop", "--as"],
+])
+def test_the_fast_path_leaves_anything_unusual_in_a_group_to_typer(argv: list[str]) -> None:
+    assert fast.parse(argv) is None
+
+
 def test_environment_defaults_are_read_like_typer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GW_FENCE", "12")
     monkeypatch.setenv("GW_AGENT", "carol")
@@ -177,8 +197,10 @@ def test_the_fast_path_imports_no_typer_click_rich_inspect_or_typing(tmp_path: A
                           capture_output=True, text=True).stdout.strip()
     argvs = [["ready"], ["list"], ["log"], ["status"], ["show", item], ["history", item], ["claim", item],
              ["msg", item, "hi"], ["ack", item, "1"], ["thread", item], ["inbox"], ["renew", item],
-             ["release", item]]
-    assert {argv[0] for argv in argvs} == set(VERBS)
+             ["release", item], ["cache", "status"], ["cache", "rebuild"], ["cache", "drop"]]
+    assert {argv[0] for argv in argvs if argv[0] not in GROUPS} == set(VERBS)
+    assert {(argv[0], argv[1]) for argv in argvs if argv[0] in GROUPS} == {
+        (group, verb) for group, verbs in GROUPS.items() for verb in verbs}
     script = (
         "import json, sys\nfrom gitwork.cli.main import main\n"
         "codes = [main([*argv, '-C', sys.argv[1], '--json']) for argv in json.loads(sys.argv[2])]\n"

@@ -131,6 +131,19 @@ def test_loose_objects_are_deflated_at_gits_level(repo: Path, setting: str | Non
     assert path.read_bytes() == ours
 
 
+def test_loose_objects_of_any_size_are_read_as_git_wrote_them(repo: Path) -> None:
+    """The direct reader of loose files (``LooseObjects.read``, read in 64 KiB parts) against objects git
+    wrote itself, around the part size: a file of one part exactly, one byte fewer, one byte more."""
+    objects = Repository.discover(repo).objects()
+    seen: set[int] = set()  # random bytes do not compress: the file grows a byte per byte of content
+    for n in [0, 1, 300, *range(65440, 65560), 200_000]:
+        content = os.urandom(n)
+        oid = git(repo, "hash-object", "-w", "--stdin", input=content)
+        seen.add((repo / ".git" / "objects" / oid[:2] / oid[2:]).stat().st_size)
+        assert objects.read(oid) == ("blob", content), n
+    assert {65535, 65536, 65537} <= seen
+
+
 # --- core.fsync, as git parses it ---------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from .fast_table import VERBS
+from .fast_table import GROUPS, VERBS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,12 +26,15 @@ _CONVERT = {"int": int, "float": float}
 def parse(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
     """Return ``(topic:function, keyword arguments)`` or ``None`` to let typer handle it."""
     verb = VERBS.get(argv[0]) if argv else None
+    words = 1
+    if verb is None and len(argv) > 1 and argv[0] in GROUPS:  # a group's verb: two words, `cache rebuild`
+        verb, words = GROUPS[argv[0]].get(argv[1]), 2
     if verb is None:
         return None
     target, positionals, options, defaults, envvars = verb
     kwargs: dict[str, Any] = dict(defaults)
     given: list[str] = []
-    args = argv[1:]
+    args = argv[words:]
     index = 0
     while index < len(args):
         arg = args[index]

@@ -199,3 +199,20 @@ VERBS = {'claim': ('leases:claim',
             {'--json': ('json', 'flag'), '--as': ('agent', 'value'), '-C': ('path', 'value')},
             {'json': False, 'agent': None, 'path': None},
             {'agent': 'GW_AGENT'})}
+
+# group -> verb -> row: the two-word verbs (``gw cache rebuild``).
+GROUPS = {'cache': {'status': ('cache:status',
+                      (),
+                      {'--json': ('json', 'flag'), '--as': ('agent', 'value'), '-C': ('path', 'value')},
+                      {'json': False, 'agent': None, 'path': None},
+                      {'agent': 'GW_AGENT'}),
+           'rebuild': ('cache:rebuild',
+                       (),
+                       {'--json': ('json', 'flag'), '--as': ('agent', 'value'), '-C': ('path', 'value')},
+                       {'json': False, 'agent': None, 'path': None},
+                       {'agent': 'GW_AGENT'}),
+           'drop': ('cache:drop',
+                    (),
+                    {'--json': ('json', 'flag'), '--as': ('agent', 'value'), '-C': ('path', 'value')},
+                    {'json': False, 'agent': None, 'path': None},
+                    {'agent': 'GW_AGENT'})}}

@@ -7,7 +7,7 @@ import sys
 
 # Sub-command groups: their verb is two words (`gw session start`), so options moved from before the
 # verb go after both words.
-GROUPS = frozenset(("session", "remote", "hooks", "dep", "delegation", "receipts"))
+GROUPS = frozenset(("session", "remote", "hooks", "dep", "delegation", "receipts", "cache"))
 NO_PAGER = frozenset(("--no-pager", "-P"))  # git's spellings
 
 
