@@ -133,15 +133,15 @@ class PushTurn:
         if self.handle is not None:
             self._write(tip, round_trip, max(self._read()[2] - 1, 0), carried)
 
-    def won_by_sibling(self, tip: str | None) -> float | None:
-        """The round trip of this clone's push that made ``tip`` (the remote tip we know), when others
-        may be waiting for their turn on the remote: this clone lost rounds lately, or is itself a herd
-        (that push carried waiting commands, so other clones' herds are likely too). ``None``
-        otherwise (one process claiming alone): no reason to wait."""
+    def won_by_sibling(self, tip: str | None) -> tuple[float, bool] | None:
+        """``(round trip, herd)`` of this clone's push that made ``tip`` (the remote tip we know), when
+        others may be waiting for their turn on the remote: this clone lost rounds lately, or is itself
+        a herd (``herd``: that push carried waiting commands, so other clones' herds are likely too).
+        ``None`` otherwise (one process claiming alone): no reason to wait."""
         if self.handle is None or tip is None:
             return None
         last, round_trip, losses, herd = self._read()
-        return round_trip if last == tip and (losses > 0 or herd > 0) else None
+        return (round_trip, herd > 0) if last == tip and (losses > 0 or herd > 0) else None
 
     def give(self) -> None:
         if self.handle is not None:

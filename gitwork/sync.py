@@ -790,13 +790,13 @@ class ArbiterRef(engine.CAS):
             known = self.arbiter.known_remote_tip()
             if known is not None:
                 self.remote = known
-            round_trip = self.turn.won_by_sibling(known)
-            if round_trip is not None:
+            won = self.turn.won_by_sibling(known)
+            if won is not None:
                 # This clone won the last round and knows the new tip at once, where the other clones'
                 # losers still fetch it: going first every time would starve them (measured: one clone
                 # took every grant). Give them the time to hear of their loss and fetch.
-                self.round_trip = round_trip
-                time.sleep(after_a_win(round_trip, self.draw))
+                self.round_trip = won[0]
+                time.sleep(after_a_win(*won, self.draw))
         self.local = store.tip()
         base, _replayed, self.refused = self.arbiter.rebuild(self.local, self.remote)
         snapshot = store.snapshot(base) if base else Snapshot(store, None, None)
@@ -961,12 +961,18 @@ def backoff(lost: int, round_trip: float, draw: random.Random) -> float:
     return draw.uniform(0.0, unit / 2 ** min(max(lost, 1), 8))
 
 
-def after_a_win(round_trip: float, draw: random.Random) -> float:
-    """Seconds a clone whose last push won waits before its next one while other clones contend: two
-    round trips of that push (the losers hear of their loss about one round trip late, then fetch)
-    and a random part of a third."""
+def after_a_win(round_trip: float, herd: bool, draw: random.Random) -> float:
+    """Seconds a clone whose last push won waits before its next one while other clones contend.
+
+    A herd (the winning push carried other processes' commands): two round trips of that push (the
+    other clones' losers hear of their loss about one round trip late, then fetch) and a random part
+    of a third. Otherwise (the clone only lost rounds lately: one process looping, say) one round
+    trip and a random quarter of another, which costs a lone looper little after a lost round.
+    """
     unit = min(max(round_trip, BACKOFF_UNIT), BACKOFF_CAP)
-    return 2 * unit + draw.uniform(0.0, unit / 2)
+    if herd:
+        return 2 * unit + draw.uniform(0.0, unit / 2)
+    return unit + draw.uniform(0.0, unit / 4)
 
 
 def _carry_key(settings: Any) -> str:

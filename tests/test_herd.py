@@ -36,8 +36,10 @@ def test_the_back_off_is_seeded_full_jitter_shorter_for_a_longer_loser_and_a_win
         assert max(waits) > cap * 0.9  # full jitter: the whole range up to the cap is used
     assert all(backoff(1, 60.0, draws) <= BACKOFF_CAP for _ in range(100))  # a slow remote: capped
     # A clone that just won waits longer than any loser, so the losers' pushes go first.
-    wins = [after_a_win(round_trip, draws) for _ in range(400)]
+    wins = [after_a_win(round_trip, True, draws) for _ in range(400)]
     assert min(wins) >= 2 * round_trip > round_trip / 2 and max(wins) <= 2.5 * round_trip
+    alone = [after_a_win(round_trip, False, draws) for _ in range(400)]  # no herd: lost rounds only
+    assert min(alone) >= round_trip > round_trip / 2 and max(alone) <= 1.25 * round_trip
 
 
 def test_the_turn_says_wait_only_after_a_sibling_won_a_contended_round(tmp_path: Path) -> None:
@@ -47,12 +49,12 @@ def test_the_turn_says_wait_only_after_a_sibling_won_a_contended_round(tmp_path:
     assert turn.won_by_sibling("a" * 40) is None  # nobody else pushing: the next claim goes at once
     turn.mark_lost()
     turn.mark_won("b" * 40, 0.3, 0)
-    assert turn.won_by_sibling("b" * 40) == pytest.approx(0.3)  # other clones contend: let them go
+    assert turn.won_by_sibling("b" * 40) == (pytest.approx(0.3), False)  # other clones contend: let them go
     assert turn.won_by_sibling("c" * 40) is None  # the tip is not this clone's
     fresh = PushTurn(str(tmp_path / "fresh.lock"))
     assert fresh.take()
     fresh.mark_won("d" * 40, 0.2, 3)  # never lost, but its push carried three waiting commands: a herd
-    assert fresh.won_by_sibling("d" * 40) == pytest.approx(0.2)
+    assert fresh.won_by_sibling("d" * 40) == (pytest.approx(0.2), True)
     fresh.give()
     turn.give()
     assert turn.won_by_sibling("b" * 40) is None  # read only while holding the turn
