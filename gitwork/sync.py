@@ -202,6 +202,11 @@ class Arbiter:
         if status == "!" and riders and "atomic" in summary:
             # The state ref itself was fine: a rider was turned down for a reason of its own (a hook).
             summary = next((why for flag, why in said.values() if flag == "!" and "atomic" not in why), summary)
+            race = _RACE.search(done.err)
+            if "atomic" in summary and race and f"'{self.store.ref}'" in done.err:
+                # Every ref says "atomic transaction failed" and the server says why: another push moved
+                # the state ref between its check and its lock ("cannot lock ref ... but expected").
+                summary = race.group(0)
         if status == "!":
             if _RACE.search(summary):
                 self._unless_locked_for_good(done.err)
