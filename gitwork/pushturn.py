@@ -143,6 +143,13 @@ class PushTurn:
         last, round_trip, losses, herd = self._read()
         return (round_trip, herd > 0) if last == tip and (losses > 0 or herd > 0) else None
 
+    def idle(self) -> float:
+        """Seconds since a holder last wrote the turn file (a round lost or won)."""
+        try:
+            return time.time() - os.stat(self.path).st_mtime
+        except OSError:
+            return float("inf")
+
     def give(self) -> None:
         if self.handle is not None:
             os.close(self.handle)  # closing the only descriptor releases the flock
@@ -202,17 +209,12 @@ class Carry:
         self._unlink(path)
         try:
             answer = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return answer if isinstance(answer, dict) else None
 
     def withdraw(self, command_id: str) -> None:
         self._unlink(self._path(command_id, ".json"))
-
-    def forget(self, command_id: str) -> None:
-        """Drop what is left of ``command_id`` in the queue: its entry and an answer come too late."""
-        self.withdraw(command_id)
-        self._unlink(self._path(command_id, ".answer"))
 
     def wait(self, turn: PushTurn, command_id: str) -> dict[str, Any] | None:
         """Wait until the holder answers ``command_id`` or the turn is ours (or waiting is over).
@@ -235,8 +237,10 @@ class Carry:
                 self.withdraw(command_id)
                 return None
             waited = time.monotonic() - started
-            if waited > TURN_WAIT:
-                self.withdraw(command_id)  # the holder is stuck (stopped, paused): go alone
+            if waited > TURN_WAIT and turn.idle() > TURN_WAIT:
+                # The holder has not lost or won a round for TURN_WAIT (stopped, paused): go alone. A
+                # holder losing round after round to other clones still carries us: keep waiting.
+                self.withdraw(command_id)
                 turn.waited += waited
                 return None
             # A waiter needs the answer, not the turn (the holder carries it either way): a steady
