@@ -303,3 +303,34 @@ def test_at_the_end_of_a_herd_the_holder_answers_every_waiter_s_no_ready_item(pl
     assert [code for code, _, _ in done] == [3, 3, 3], done
     assert all("no ready item" in err or "ready" in err for _, _, err in done), done
     assert plane.moves() == before
+
+
+def test_threads_of_one_process_carry_each_other_like_processes(plane: Plane) -> None:
+    """`gw serve` and `gw mcp` submit from threads of one process: the turn is a flock per open file,
+    so threads wait for it as processes do, and a thread holding it carries its siblings' commands."""
+    import threading
+
+    results: dict[int, object] = {}
+
+    def claim(k: int) -> None:
+        try:
+            with Workplane(str(plane.clone), agent=f"thread-{k}") as wp:
+                results[k] = wp.do("claim", next=True).result["item"]
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            results[k] = error
+
+    turn = plane.turn()
+    assert turn.try_take() is True
+    threads = [threading.Thread(target=claim, args=(k,)) for k in range(3)]
+    try:
+        for thread in threads:
+            thread.start()
+        plane.wait_for_entries(3, [])
+        before = plane.moves()
+    finally:
+        turn.give()
+    for thread in threads:
+        thread.join(60)
+    assert all(isinstance(item, str) for item in results.values()) and len(set(results.values())) == 3, results
+    assert plane.moves() == before + 1
+    assert sorted(who for _, _, who in plane.claims()) == ["thread-0", "thread-1", "thread-2"]
