@@ -836,15 +836,29 @@ class ArbiterRef(engine.CAS):
         if self.carry is None or self.turn.handle is None or base.commit is None:
             return
         for entry in self.carry.pending():
-            try:
-                cmd = engine.validate_command(entry.cmd)
-                at = clock.parse_instant(entry.at) if entry.at else self.arbiter.wp.now()
-                engine.apply(base, cmd, at, self.arbiter.wp.settings)
-            except GwError as refusal:
-                if verdict_from_json(refusal.to_json()) is not None:
-                    self.carry.answer(entry, {"error": refusal.to_json()})
-            except Exception:  # noqa: BLE001 - whatever befalls another process's command is its own to meet
-                self.carry.answer(entry, {"own": True})
+            decided = self._decide(entry, base)
+            if isinstance(decided, GwError):
+                self.carry.answer(entry, {"error": decided.to_json()})
+
+    def _decide(self, entry: Carried, base: Snapshot) -> tuple[dict[str, Any], Any, Any] | GwError | None:
+        """Decide a waiting command on ``base`` exactly as its own process would: ``(document, time,
+        outcome)``, or the engine's verdict refusing it, or None when it is not ours to decide (left
+        queued: it runs on the real clock and ours is pinned; or handed back to its own process)."""
+        assert self.carry is not None
+        wp = self.arbiter.wp
+        if entry.at is None and self._pinned_time() is not None:
+            return None
+        try:
+            cmd = engine.validate_command(entry.cmd)
+            at = clock.parse_instant(entry.at) if entry.at else wp.now()
+            return cmd, at, engine.apply(base, cmd, at, wp.settings)
+        except GwError as refusal:
+            if verdict_from_json(refusal.to_json()) is not None:
+                return refusal
+        except Exception:  # noqa: BLE001 - whatever befalls another process's command is its own to meet
+            pass
+        self.carry.answer(entry, {"own": True})
+        return None
 
     def swap(self, old: str | None, new: str) -> bool:
         # (An answer found among local commands the remote has not seen is pushed like a new commit:
@@ -875,9 +889,8 @@ class ArbiterRef(engine.CAS):
     def _carry_on(self, new: str) -> str:
         """Lay the commands waiting in the clone's queue on top of ``new``, one commit each; the top.
 
-        A carried command is decided here exactly as its own process would decide it on this tip; one
-        refused here is handed back unanswered ("ask yourself"): its process takes the turn and gets
-        the arbiter's answer on a fresh view, as every refusal through the arbiter is given.
+        Each is decided as its own process would decide it on the chain (:meth:`_decide`); a refusal
+        is its answer only once the chain has landed (``declined``, answered by :meth:`landed`).
         """
         self.carried, self.declined, self.top = [], [], None
         if self.carry is None or self.turn.handle is None:
@@ -885,27 +898,17 @@ class ArbiterRef(engine.CAS):
         entries = self.carry.pending()
         if not entries:
             return new
-        wp = self.arbiter.wp
-        own_time = self._pinned_time() is None
         store = self.arbiter.store
         top = store.snapshot(new)
         for entry in entries:
-            if entry.at is None and not own_time:
-                continue  # it runs on the real clock and ours is pinned: it goes alone
-            try:
-                cmd = engine.validate_command(entry.cmd)
-                at = clock.parse_instant(entry.at) if entry.at else wp.now()
-                outcome = engine.apply(top, cmd, at, wp.settings)
-                commit = engine.land(store, top, cmd, outcome, at)
-            except GwError as refusal:
-                if verdict_from_json(refusal.to_json()) is None:
-                    self.carry.answer(entry, {"own": True})
-                else:
-                    self.declined.append((entry, refusal))  # the arbiter's verdict once the chain lands
+            decided = self._decide(entry, top)
+            if decided is None:
                 continue
-            except Exception:  # noqa: BLE001 - whatever befalls another process's command is its own to meet
-                self.carry.answer(entry, {"own": True})
+            if isinstance(decided, GwError):
+                self.declined.append((entry, decided))  # the arbiter's verdict once the chain lands
                 continue
+            cmd, at, outcome = decided
+            commit = engine.land(store, top, cmd, outcome, at)
             if commit:
                 top = store.snapshot(commit)
             self.carried.append((entry, engine.Applied(cmd, top.commit, outcome.result, outcome.summary, 1)))

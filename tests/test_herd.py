@@ -1,7 +1,7 @@
 """The loss path of a claim through the arbiter: the back-off a loser waits, and the clone's push turn.
 
 A herd of claimers costs every loser a push and a fetch per round; `sync.ArbiterRef` makes the
-processes of one clone take turns (`sync.PushTurn`, a flock in the common git directory) and draws a
+processes of one clone take turns (`pushturn.PushTurn`, a flock in the common git directory) and draws a
 loser's wait from a sequence seeded by its command id (`sync.backoff`). The turn is an optimisation,
 never a condition of safety: a sibling stopped while holding it must not stop the clone.
 (The herd itself, every item granted once across 3 clones x 4 processes, is tests/test_sync_daemon.py.)
