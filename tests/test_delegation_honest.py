@@ -270,8 +270,8 @@ def test_receipts_verify_names_every_unsigned_field_edited_with_plain_git(world:
         assert gw_json(repo, "receipts", "verify", item)[0] == 0
         path = record_path(side, request_id)
         for field, value in edits.items():
-            if side == "received" and field == "peer":
-                value = "intern"
+            if side == "received" and field in ("peer", "side"):
+                value = {"peer": "intern", "side": "sent"}[field]
             old = rewrite(repo, path, lambda doc: doc.__setitem__(field, value))
             rc, rows = gw_json(repo, "receipts", "verify", item)
             git(repo, "update-ref", "refs/gitwork/state", old)

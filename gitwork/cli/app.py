@@ -831,8 +831,15 @@ def _peer_target(argv: list[str]) -> typer.Typer | None:
         return None
     from ..delegation.peers import configured_at
 
-    where = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-C"]
-    return peer_app() if configured_at(where[-1] if where else None) else None
+    where = None  # the command's -C, spelt "-C DIR" or "-CDIR" (the last one wins, as for the parser)
+    for index, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == "-C" and index + 1 < len(argv):
+            where = argv[index + 1]
+        elif arg.startswith("-C") and len(arg) > 2 and (index == 0 or argv[index - 1] != "-C"):
+            where = arg[2:]
+    return peer_app() if configured_at(where) else None
 # --- multi-step sessions (commands/sessions.py; gitwork/sessions/steps.py, docs/sessions.md) ---------
 
 step_app = typer.Typer(help="The branches of a multi-step session: what is open, submitting, waiting, blocking, "

@@ -4,9 +4,10 @@ One exchange: build the request, sign it with ``gitwork.signingKey``, keep the s
 ``<common git dir>/gitwork/delegations/<id>.json`` until an answer came, send it to the peer's
 ``/delegation/<op>``, verify the receipt (the peer's signature with the key configured for it, and
 that it answers exactly this request), and only then record request and receipt on this state ref
-(``delegation-sent``). Anything that fails a check writes nothing. A peer that does not answer leaves
-the outcome unknown (exit 12): sending the same request id again re-sends the very same signed
-bytes, and the peer answers with its original receipt if it had acted.
+(``delegation-sent``). Anything that fails a check writes nothing. An answer that is not a receipt
+signed by the peer (none at all, a reset, a proxy's 504, an unsigned refusal, garbage) leaves the
+outcome unknown (exit 12) and the request kept: sending the same request id again re-sends the very
+same signed bytes, and the peer answers with its original receipt if it had acted.
 """
 
 from __future__ import annotations
@@ -69,7 +70,12 @@ def _signed(wp: Any, config: peers.Config, peer: peers.Peer, op: str, item: str 
     return request_id, text, signature
 
 
+class _NoAnswer(Exception):
+    """No answer that could be a receipt came back: why, in a few words."""
+
+
 def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -79,20 +85,34 @@ def _post(url: str, body: dict[str, Any]) -> tuple[int, Any]:
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310 (http(s) only: peers.py)
             status, raw = response.status, response.read(MAX_ANSWER + 1)
     except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read(MAX_ANSWER + 1)
-    except (OSError, ValueError) as error:  # refused, reset, timed out: what the peer did is unknown
-        raise RemoteError(f"the peer at {url} did not answer ({getattr(error, 'reason', error)}); the outcome is "
-                          "unknown: send the same request id again (--id)") from None
+        try:
+            status, raw = error.code, error.read(MAX_ANSWER + 1)
+        except (OSError, ValueError) as cut:  # the body was cut short
+            raise _NoAnswer(f"answered {error.code}, then {getattr(cut, 'reason', cut)}") from None
+    except (OSError, ValueError, http.client.HTTPException) as error:  # refused, reset, timed out: what the peer did is unknown
+        raise _NoAnswer(f"did not answer ({getattr(error, 'reason', error)})") from None
     try:
         return status, json.loads(raw[:MAX_ANSWER])
     except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
-        raise RemoteError(f"the peer at {url} answered {status} without a JSON body; send the same request id again "
-                          "(--id)") from None
+        raise _NoAnswer(f"answered {status} without a JSON body") from None
+
+
+def _unknown(peer: peers.Peer, request_id: str, why: str) -> RemoteError:
+    """No signed receipt came back: the peer may or may not have acted. The request stays kept (``gw
+    delegations`` lists it as sent and unanswered); sending the same id again re-sends the same bytes."""
+    from ..sync import _clean
+
+    return RemoteError(f"peer {peer.name} {_clean(why)[:300]}; the outcome is unknown: the request is kept, send it "
+                       f"again with --id {request_id}", peer=peer.name, delegation=request_id)
 
 
 def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: dict[str, Any] | None = None,
              request_id: str | None = None) -> dict[str, Any]:
-    """Send one signed request to a configured peer; the verified receipt (a dict), recorded here."""
+    """Send one signed request to a configured peer; the verified receipt (a dict), recorded here.
+
+    Only a receipt signed by the peer's key counts as an answer. Anything else (no answer, a reset
+    connection, no JSON, a proxy's 504, an unsigned refusal: whoever sits on the way can say those) is
+    "outcome unknown" (exit 12) and leaves the signed request kept for a retry under the same id."""
     config = peers.load(wp.repo)
     peer = config.peer(peer_name)  # not configured: refused, nothing sent
     if op not in peer.allow:
@@ -100,16 +120,18 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
                         f"{', '.join(sorted(peer.allow)) or 'nothing'})", reason="not-allowed")
     if not peer.url or not peer.key:
         raise Invalid(f"peer {peer.name} needs both gitwork.peer.{peer.name}.url and .key to be sent anything")
+    config.history(wp.now())  # a rotated key is noted before anything is signed or verified with the new one
     request_id, text, signature = _signed(wp, config, peer, op, item, args or {}, request_id)
-    status, body = _post(f"{peer.url.rstrip('/')}/delegation/{op}", {"request": text, "signature": signature})
-    if not isinstance(body, dict):
-        raise RemoteError(f"peer {peer.name} answered {status} with something that is not a receipt")
-    if "receipt" not in body:  # refused before it was even a request (no JSON, too large, no endpoints)
-        _drop(wp, request_id)
-        if status == 404 and "code" not in body:
-            raise NotFound(f"peer {peer.name} has no delegation endpoints at {peer.url} (is a peer configured there?)")
-        raise _error(body, f"peer {peer.name} refused the request: ")
-    receipt = verify_receipt(text, body.get("receipt"), body.get("signature"), peer)
+    try:
+        status, body = _post(f"{peer.url.rstrip('/')}/delegation/{op}", {"request": text, "signature": signature})
+    except _NoAnswer as error:
+        raise _unknown(peer, request_id, str(error)) from None
+    if not isinstance(body, dict) or not isinstance(body.get("receipt"), str) \
+            or not isinstance(body.get("signature"), str):
+        said = body.get("message") or body.get("detail") or body.get("error") if isinstance(body, dict) else None
+        raise _unknown(peer, request_id, f"answered {status} without a signed receipt"
+                       + (f" ({str(said)[:200]})" if said else ""))
+    receipt = verify_receipt(text, body["receipt"], body["signature"], peer)  # 77; the request stays kept
     if receipt["outcome"] != "done":
         _drop(wp, request_id)  # answered: its nonce is spent, a new attempt needs a new request
         raise _error(receipt.get("error") or {}, f"peer {peer.name} refused: ")
@@ -118,6 +140,25 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
     _drop(wp, request_id)  # only once recorded: until then a retry re-sends the same bytes
     return {"delegation": request_id, "peer": peer.name, "op": op, "item": receipt.get("item"),
             "duplicate": bool(body.get("duplicate")), "commit": applied.commit, "receipt": receipt}
+
+
+def pending(wp: Any) -> list[dict[str, Any]]:
+    """The requests kept here without an answer (sent, outcome unknown), as ``gw delegations`` rows."""
+    folder = os.path.join(wp.repo.gitwork_dir(), "delegations")
+    rows = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+        if not name.endswith(".json") or not protocol.REQUEST_ID.match(name[:-5]):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                kept = json.load(handle)
+            req = protocol.parse_request(kept.get("request"))
+        except (OSError, ValueError, RecursionError, AttributeError, Invalid):
+            req, kept = {"id": name[:-5], "op": None, "at": None}, {}
+        rows.append({"request_id": req["id"], "side": "sent", "peer": kept.get("peer"), "op": req.get("op"),
+                     "item": req.get("item"), "outcome": "unanswered", "at": req.get("at"), "execution": None,
+                     "epoch": None, "fence": None})
+    return rows
 
 
 def verify_receipt(request_text: str, receipt_text: Any, signature: Any, peer: peers.Peer) -> dict[str, Any]:
@@ -157,11 +198,24 @@ def _error(doc: dict[str, Any], prefix: str) -> GwError:
 
 
 def started(wp: Any, delegation: str) -> dict[str, Any]:
-    """The sent record of a start (for observe and cancel)."""
+    """The sent start ``delegation`` (for observe and cancel): ``{request_id, peer, item}`` from its
+    signed request, the peer being one whose key (now or before) the request was meant for."""
+    from . import keyring
+
     record = find(wp.context().snapshot, "sent", protocol.check_request_id(delegation))
-    if record is None or record.get("op") != "start":
-        raise NotFound(f"no delegated start {delegation} was sent from here (gw delegations)", delegation=delegation)
-    return record
+    missing = NotFound(f"no delegated start {delegation} was sent from here (gw delegations)", delegation=delegation)
+    if record is None:
+        raise missing
+    try:
+        request = protocol.parse_request(record.get("request"))
+    except Invalid:
+        raise missing from None
+    peer = str(record.get("peer"))
+    history = peers.load(wp.repo).history(wp.now())
+    if request["id"] != delegation or request["op"] != "start" or request["to"] not in keyring.ever(
+            history, f"peer:{peer}"):
+        raise missing
+    return {"request_id": request["id"], "peer": peer, "item": request.get("item")}
 
 
 def delegate(wp: Any, item: str, peer_name: str, op: str = "start", ttl: str | None = None,

@@ -12,8 +12,10 @@ A peer is declared in the repository's own git config (``.git/config``, never th
     gitwork.delegation.command  what a delegated start runs here (the sender never chooses it)
     gitwork.delegation.backend  where it runs: subprocess (default) or tmux
 
-Peers and the delegation command are read from the ``local`` (and ``worktree``) scopes only: a
-peer in ``~/.gitconfig`` would make every repository of that user trust it.
+Peers and the delegation command are read from the repository's own config file (``.git/config``,
+and ``config.worktree`` when worktree config is on) only, by path: a peer in ``~/.gitconfig`` would
+make every repository of that user trust it, and one in ``GIT_CONFIG*`` or ``git -c`` whoever sets
+this process's environment.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ DEFAULT_ALLOW = frozenset(("plan", "test", "observe"))  # the dry and read-only 
 PEER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 _KEY = re.compile(r"(ssh-ed25519|ecdsa-sha2-nistp\d+|ssh-rsa|sk-ssh-ed25519@openssh\.com|"
                   r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/=]{16,}\Z")
-_LOCAL = ("local", "worktree", "command")
+_LOCAL = ("local", "worktree")
 
 
 class Peer:
@@ -96,6 +98,21 @@ class Config:
                            f"configured: {known})", peer=name[:64])
         return found
 
+    def history(self, now: Any = None) -> dict[str, list[dict[str, Any]]]:
+        """Note the keys configured now in the key history (``keyring.note``: a rotated key is kept, with
+        when it was valid) and return the whole history."""
+        from ..errors import GwError
+        from . import keyring
+        from .signing import public_key
+
+        current = {f"peer:{p.name}": p.key for p in self.peers.values() if p.key}
+        if self.signing_key:
+            try:
+                current[keyring.SELF] = public_key(self.signing_key)
+            except GwError:
+                pass  # no readable key: nothing to note (signing with it fails on its own)
+        return keyring.note(os.path.join(self.common_dir, "gitwork"), current, now)
+
     def by_key(self) -> list[tuple[str, str]]:
         """``(principal, public key)`` for every peer with a key: the signers a request may come from."""
         return [(p.name, p.key) for p in self.peers.values() if p.key]
@@ -129,25 +146,53 @@ def _peer(name: str, values: dict[str, list[str]]) -> Peer:
     return Peer(name, url, key, allow)
 
 
-_PATTERN = r"^gitwork\.(peer\..*|signingkey|allowedsigners|delegation\..*)$"
+_LOCAL_PATTERN = r"^(gitwork\.(peer|delegation)\..*|extensions\.worktreeconfig)$"
+_ANY_SCOPE_PATTERN = r"^gitwork\.(signingkey|allowedsigners)$"
+_WORKTREE_CONFIG = "extensions.worktreeconfig"
 
 
-def read(git_dir: str) -> dict[str, list[tuple[str, str]]]:
-    """Every delegation key of the repository's config, each value with its scope, in git's order."""
-    done = gitcmd.run(["--git-dir", git_dir, "config", "--show-scope", "-z", "--get-regexp", _PATTERN], check=False)
+def _entries(args: list[str], pattern: str, scope: str | None) -> list[tuple[str, str, str]]:
+    """``(scope, key, value)`` of ``git config ARGS -z --get-regexp PATTERN``: ``scope`` given, or git's own."""
+    done = gitcmd.run([*args, *(() if scope else ("--show-scope",)), "-z", "--get-regexp", pattern], check=False)
     if done.returncode not in (0, 1):  # 1: no such key
         raise GitFailed(f"git config failed (exit {done.returncode}): {gitcmd.one_line(done.err)}")
+    tokens = done.stdout.decode("utf-8", "replace").split("\0")
+    # with --show-scope: scope NUL key LF value NUL, repeated; else key LF value NUL
+    pairs = list(zip(tokens[0::2], tokens[1::2])) if scope is None else [(scope, t) for t in tokens if t]
+    return [(where, *entry.partition("\n")[::2]) for where, entry in pairs]  # type: ignore[misc]
+
+
+def read_local(git_dir: str, common_dir: str) -> dict[str, list[tuple[str, str]]]:
+    """Peers and ``gitwork.delegation.*`` from the repository's own config files, by path (``git config
+    --file``): ``<common dir>/config``, and this worktree's ``config.worktree`` when
+    ``extensions.worktreeConfig`` is on. git's other sources (``~/.gitconfig``, ``/etc/gitconfig``,
+    ``GIT_CONFIG``, ``GIT_CONFIG_COUNT``/``_KEY_n``/``_VALUE_n``, ``git -c`` passed down in
+    ``GIT_CONFIG_PARAMETERS``, include directives) are never looked at."""
     values: dict[str, list[tuple[str, str]]] = {}
-    tokens = done.stdout.decode("utf-8", "replace").split("\0")  # scope NUL key LF value NUL, repeated
-    for scope, entry in zip(tokens[0::2], tokens[1::2]):
-        key, _nl, value = entry.partition("\n")
-        # git lower-cases section and key names, never the subsection (the peer's name)
+    files = [("local", os.path.join(common_dir, "config")), ("worktree", os.path.join(git_dir, "config.worktree"))]
+    for scope, path in files:
+        if scope == "worktree" and (values.pop(_WORKTREE_CONFIG, None) or [("", "")])[-1][1].lower() not in (
+                "true", "yes", "on", "1"):
+            break
+        if os.path.isfile(path):
+            for where, key, value in _entries(["config", "--file", path], _LOCAL_PATTERN, scope):
+                # git lower-cases section and key names, never the subsection (the peer's name)
+                values.setdefault(key, []).append((where, value))
+    values.pop(_WORKTREE_CONFIG, None)
+    return values
+
+
+def read(git_dir: str, common_dir: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Every delegation key, each value with its scope: :func:`read_local`, plus the signing key from
+    any scope (it is the user's own key)."""
+    values = read_local(git_dir, common_dir or git_dir)
+    for scope, key, value in _entries(["--git-dir", git_dir, "config"], _ANY_SCOPE_PATTERN, None):
         values.setdefault(key, []).append((scope, value))
     return values
 
 
 def load(repo: Any) -> Config:
-    return Config(repo.common_dir, read(repo.git_dir))
+    return Config(repo.common_dir, read(repo.git_dir, repo.common_dir))
 
 
 def configured(repo: Any) -> bool:
@@ -162,6 +207,6 @@ def configured_at(path: str | None) -> bool:
 
     try:
         where = discover(os.path.abspath(path or os.getcwd()))
-        return any(k.startswith("gitwork.peer.") for k in local_keys(read(where.git_dir)))
+        return any(k.startswith("gitwork.peer.") for k in read_local(where.git_dir, where.common_dir))
     except GwError:
         return False

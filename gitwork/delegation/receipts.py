@@ -1,64 +1,116 @@
 """``gw receipts verify [ITEM]``: every stored delegation record, checked again from its bytes.
 
-For each record on this state ref: the request's signature (by this side's key for a request sent
-from here, by the peer's configured key for one received), the receipt's signature (the peer's, or
-this side's), and the chain: the receipt names the request by id and by the digest of its bytes.
+For each record on this state ref:
+
+- the request's signature (by this side's key for a request sent from here, by the peer's key for
+  one received), and the receipt's (the peer's, or this side's), each with the key that side had
+  when the document was signed (its signed ``at``; the key history, ``keyring``): a key rotated out
+  since still verifies what it signed while it was current;
+- the chain: the receipt names the request by id and by the digest of its bytes;
+- every other field of the record (``outcome``, ``item``, ``execution``, ``at``, ``op``, ``epoch``,
+  ``fence``, ``request_id``...) against what the signed documents say, ``side`` against the folder the
+  record is stored in, and the file's name against the request id: a field edited with plain git
+  fails, named. For a request sent from here, the peer named is the one the request was meant for
+  (its signed ``to`` is one of that peer's keys).
 """
 
 from __future__ import annotations
 
 from ..errors import Corrupt, GwError
-from ..ops.delegations import records
-from . import peers, protocol, signing
+from ..ops.delegations import derive, record_path, stored
+from . import keyring, peers, protocol, signing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-SELF = "self"
 
-
-def check(record: dict[str, Any], config: peers.Config, own_key: str | None) -> list[str]:
-    """What is wrong with one record (empty: it verifies)."""
-    problems: list[str] = []
-    peer = config.peers.get(str(record.get("peer")))
-    peer_signers = [(peer.name, peer.key)] if peer is not None and peer.key else []
-    own_signers = [(SELF, own_key)] if own_key else []
-    request_signers, receipt_signers = ((own_signers, peer_signers) if record.get("side") == "sent"
-                                        else (peer_signers, own_signers))
-    for what, text, signature, signers in (
-            ("request", record.get("request"), record.get("request_signature"), request_signers),
-            ("receipt", record.get("receipt"), record.get("receipt_signature"), receipt_signers)):
-        if not signers:
-            problems.append(f"{what}: no key to check it with ({'this side' if signers is own_signers else 'peer ' + str(record.get('peer'))})")
-            continue
-        try:
-            signing.verify(str(text).encode(), str(signature), signers, peers.NAMESPACE)
-        except GwError as error:
-            problems.append(f"{what}: {error.message}")
+def _signed_by(what: str, text: Any, signature: Any, at: Any, name: str, who: str,
+               history: dict[str, list[dict[str, Any]]]) -> list[str]:
+    keys = keyring.valid_at(history, name, at)
+    if not keys:
+        known = "no key known" if not history.get(name) else f"no key valid at {str(at)[:40]}"
+        return [f"{what}: {known} for {who}"]
     try:
-        receipt = protocol.parse_receipt(record.get("receipt"))
-        if not protocol.chained(str(record.get("request")), receipt):
-            problems.append("chain: the receipt answers another request (id or request digest differ)")
+        signing.verify(str(text).encode(), str(signature), [(name, key) for key in keys], peers.NAMESPACE)
     except GwError as error:
-        problems.append(f"receipt: {error.message}")
+        return [f"{what}: not signed by {who} ({error.message})"]
+    return []
+
+
+def _signer(text: str, signature: Any, at: Any, history: dict[str, list[dict[str, Any]]], but: str) -> str | None:
+    """Which other peer's key (valid at ``at``) signed ``text``, if one did: names an edited ``peer`` field."""
+    signers = [(name.partition(":")[2], key) for name in history if name.startswith("peer:") and name != but
+               for key in keyring.valid_at(history, name, at)]
+    if not signers:
+        return None
+    try:
+        return f"peer {signing.verify(text.encode(), str(signature), signers, peers.NAMESPACE)}"
+    except GwError:
+        return None
+
+
+def check(path: str, record: dict[str, Any], history: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """What is wrong with one record (empty: it verifies)."""
+    from .. import codec
+
+    side = path.split("/")[1]
+    peer = str(record.get("peer"))
+    try:
+        request = protocol.parse_request(record.get("request"))
+        receipt = protocol.parse_receipt(record.get("receipt"))
+        expected = derive(side, peer, record["request"], str(record.get("request_signature")), record["receipt"],
+                          str(record.get("receipt_signature")))
+    except (GwError, KeyError) as error:
+        return [f"receipt: {getattr(error, 'message', error)}"]
+    mine, theirs = (keyring.SELF, "this side"), (f"peer:{peer}", f"peer {peer}")
+    request_by, receipt_by = (mine, theirs) if side == "sent" else (theirs, mine)
+    problems = [*_signed_by("request", record["request"], record.get("request_signature"), request["at"],
+                            *request_by, history),
+                *_signed_by("receipt", record["receipt"], record.get("receipt_signature"), receipt["at"],
+                            *receipt_by, history)]
+    if problems and (side == "sent" and any(p.startswith("receipt:") for p in problems)
+                     or side == "received" and any(p.startswith("request:") for p in problems)):
+        text, signature, at = ((record["receipt"], record.get("receipt_signature"), receipt["at"]) if side == "sent"
+                               else (record["request"], record.get("request_signature"), request["at"]))
+        other = _signer(text, signature, at, history, f"peer:{peer}")
+        if other:
+            problems.append(f"peer: recorded {peer[:64]!r}, but {other} signed it")
+    if side == "sent" and request["to"] not in keyring.ever(history, f"peer:{peer}"):
+        problems.append(f"peer: the request was meant for another peer than {peer} (its signed to is not a key "
+                        f"{peer} ever had here)")
+    expected = codec.load_yaml(codec.dump_yaml(expected))  # as stored: the same YAML round trip
+    for field in sorted(set(record) | set(expected)):
+        if field not in expected:
+            problems.append(f"{field}: not a field of a delegation record (nothing signed says it)")
+        elif record.get(field) != expected[field]:
+            problems.append(f"{field}: recorded {str(record.get(field))[:60]!r}, the signed documents say "
+                            f"{str(expected[field])[:60]!r}")
+    if path != record_path(side, request["id"]):
+        problems.append(f"request_id: stored as {path}, the signed request is {request['id']}")
     return problems
 
 
 def verify(wp: Any, item: str | None = None) -> list[dict[str, Any]]:
     """One row per record (``ok`` and ``problems``); raises nothing: the caller decides the exit."""
-    config = peers.load(wp.repo)
-    own_key = signing.public_key(config.signing_key) if config.signing_key else None
+    history = peers.load(wp.repo).history(wp.now())
     item_id = wp.resolve(item) if item else None
     rows = []
-    for record in records(wp.context().snapshot):
-        if item_id is not None and record.get("item") != item_id:
-            continue
-        problems = check(record, config, own_key)
+    for path, record in stored(wp.context().snapshot):
+        if item_id is not None and item_id not in (record.get("item"), _signed_item(record)):
+            continue  # the item the signed request names counts too: an edited item field hides nothing
+        problems = check(path, record, history)
         rows.append({"delegation": record.get("request_id"), "side": record.get("side"), "peer": record.get("peer"),
                      "op": record.get("op"), "item": record.get("item"), "outcome": record.get("outcome"),
                      "ok": not problems, "problems": problems})
     return rows
+
+
+def _signed_item(record: dict[str, Any]) -> Any:
+    try:
+        return protocol.parse_request(record.get("request")).get("item")
+    except GwError:
+        return None
 
 
 def failed(rows: list[dict[str, Any]]) -> Corrupt | None:

@@ -68,6 +68,7 @@ def _answer(wp: Any, route_op: str, body: Any) -> tuple[int, dict[str, Any]]:
         # Checked before anything is done: a peer that cannot sign its receipt must not act.
         raise Invalid("this peer has no signing key to sign receipts with (git config gitwork.signingKey)")
     req = protocol.parse_request(text)  # bounded; what does not parse as a request gets no receipt
+    config.history(wp.now())  # a rotated key (its own or a peer's) is noted before it signs or verifies anything
     try:
         signer = signing.verify(text.encode("utf-8", "surrogatepass"), signature, config.by_key(), peers.NAMESPACE)
         result = _decide(wp, config, signer, route_op, req, text)
@@ -94,29 +95,33 @@ class _Answered(GwError):
 def _decide(wp: Any, config: peers.Config, signer: str, route_op: str, req: dict[str, Any],
             text: str) -> dict[str, Any]:
     op = req["op"]
-    if op != route_op:
-        raise Invalid(f"a {op} request sent to /delegation/{route_op}")
-    if op not in config.peers[signer].allow:
-        raise Forbidden(f"peer {signer} may not ask for {op} here (git config gitwork.peer.{signer}.allow)",
-                        reason="not-allowed")
-    if req["to"] != protocol.destination(signing.public_key(config.signing_key)):
-        raise Forbidden("this request is meant for another peer (its to is not this peer's key): "
-                        f"check gitwork.peer.<name>.key at {signer}", reason="wrong-peer")
     earlier = find(wp.context().snapshot, "received", req["id"])
-    if earlier is not None:
-        if earlier.get("request") != text or earlier.get("peer") != signer:
-            raise Invalid(f"request id {req['id']} was used for another request; use a new id", reason="reused")
+    if earlier is not None and earlier.get("request") == text and earlier.get("peer") == signer:
         raise _Answered("answered before", answer={"ok": True, "duplicate": True, "receipt": earlier["receipt"],
                                                    "signature": earlier["receipt_signature"]})
     nonces = signing.Nonces(wp.repo.gitwork_dir())
     now = wp.now().timestamp()
     try:
-        made = clock.parse_instant(req["at"]).timestamp()
+        made: float | None = clock.parse_instant(req["at"]).timestamp()
     except ValueError:
-        raise Invalid("a delegation request's at must be an ISO-8601 instant") from None
-    nonces.check_fresh(made, now)
-    nonces.remember(req["nonce"], now, protocol.digest(text))
+        made = None
+    # The nonce is spent first, before any other check: whatever refuses this request from here on, the
+    # same bytes again are a replay, even once the reason is gone (the allow list grew, the clock caught up).
+    nonces.remember(req["nonce"], now, protocol.digest(text), until=made)
     try:
+        if earlier is not None:
+            raise Invalid(f"request id {req['id']} was used for another request; use a new id", reason="reused")
+        if op != route_op:
+            raise Invalid(f"a {op} request sent to /delegation/{route_op}")
+        if op not in config.peers[signer].allow:
+            raise Forbidden(f"peer {signer} may not ask for {op} here (git config gitwork.peer.{signer}.allow)",
+                            reason="not-allowed")
+        if req["to"] != protocol.destination(signing.public_key(config.signing_key)):
+            raise Forbidden("this request is meant for another peer (its to is not this peer's key): "
+                            f"check gitwork.peer.<name>.key at {signer}", reason="wrong-peer")
+        if made is None:
+            raise Invalid("a delegation request's at must be an ISO-8601 instant")
+        nonces.check_fresh(made, now)
         return ACTIONS[op](wp, config, signer, req)
     except GwError:
         nonces.settle(req["nonce"], now)  # answered with a refusal: the same bytes again are a replay
@@ -179,24 +184,48 @@ def start(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> di
     return {k: v for k, v in info.items() if k not in ("launcher", "command_id")}
 
 
-def _started(wp: Any, signer: str, req: dict[str, Any]) -> dict[str, Any]:
-    """The start this observe or cancel is about: one this same peer asked for, and that was done."""
+def _started(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> str:
+    """The execution of the start this observe or cancel is about: one this same signer asked for, and
+    that was done here. Only signed fields count: the stored request (its op, and its signature by the
+    signer's key of the time) and the receipt this peer signed (its outcome and execution); the
+    record's plain fields could have been edited with git."""
+    from . import keyring
+
     started = req["args"].get("delegation")
     if not isinstance(started, str):
         raise Invalid("observe and cancel name the delegated start: args.delegation")
     record = find(wp.context().snapshot, "received", protocol.check_request_id(started))
-    if record is None or record.get("op") != "start" or record.get("peer") != signer:
-        raise NotFound(f"no start {started} by {signer} was received here", delegation=started)
-    if not record.get("execution"):
+    missing = NotFound(f"no start {started} by {signer} was received here", delegation=started)
+    if record is None:
+        raise missing
+    try:
+        request = protocol.parse_request(record.get("request"))
+        receipt = protocol.parse_receipt(record.get("receipt"))
+    except Invalid:
+        raise missing from None
+    if request["id"] != started or request["op"] != "start" or not protocol.chained(record["request"], receipt):
+        raise missing
+    history = config.history(wp.now())
+    for text, signature, at, name in ((record["request"], record.get("request_signature"), request["at"],
+                                       f"peer:{signer}"),
+                                      (record["receipt"], record.get("receipt_signature"), receipt["at"], keyring.SELF)):
+        keys = keyring.valid_at(history, name, at)
+        try:
+            if not keys:
+                raise missing
+            signing.verify(text.encode(), str(signature), [(name.rpartition(":")[2], k) for k in keys],
+                           peers.NAMESPACE)
+        except GwError:
+            raise missing from None
+    if receipt["outcome"] != "done" or not isinstance(receipt.get("execution"), str):
         raise NotFound(f"start {started} launched nothing", delegation=started)
-    return record
+    return receipt["execution"]
 
 
 def observe(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
     from ..launch.run import capture, get_execution, probe, result
 
-    record = _started(wp, signer, req)
-    execution = probe(wp, get_execution(wp, record["execution"]))
+    execution = probe(wp, get_execution(wp, _started(wp, config, signer, req)))
     shown = result(execution, existing=True)
     try:
         text = capture(wp, execution["id"], 40)
@@ -210,9 +239,9 @@ def observe(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> 
 def cancel(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
     from ..launch.run import stop
 
-    record = _started(wp, signer, req)
+    execution = _started(wp, config, signer, req)
     reason = req["args"].get("reason")
-    info = stop(wp, record["execution"], f"cancelled by {signer}" + (f": {reason}" if isinstance(reason, str) else ""))
+    info = stop(wp, execution, f"cancelled by {signer}" + (f": {reason}" if isinstance(reason, str) else ""))
     return {k: v for k, v in info.items() if k != "launcher"}
 
 

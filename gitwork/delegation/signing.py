@@ -36,7 +36,7 @@ class Nonces:
             raise Forbidden(f"request made {int(now - made_at)}s from this peer's clock (window {WINDOW}s): "
                             "stale or replayed", reason="replay")
 
-    def remember(self, nonce: str, now: float, digest: str = "") -> None:
+    def remember(self, nonce: str, now: float, digest: str = "", until: float | None = None) -> None:
         """Record ``nonce`` (of the request whose bytes have ``digest``); refused (exit 77) if it was
         seen before, 75 if the store is full.
 
@@ -50,7 +50,7 @@ class Nonces:
                 raise Forbidden("this request was seen before (same nonce): replayed", reason="replay")
             if not same and len(kept) >= MAX_NONCES:
                 raise Held(f"more than {MAX_NONCES} requests in {2 * WINDOW}s; try again later")
-            return kept if same else [*kept, {"n": nonce, "t": now, "d": digest}]
+            return kept if same else [*kept, {"n": nonce, "t": max(now, until or now), "d": digest}]
 
         self._update(now, seen)
 

@@ -33,19 +33,30 @@ def record_path(side: str, request_id: str) -> str:
     return f"{DELEGATIONS}/{side}/{shard}/{request_id}.yaml"
 
 
-def _record(ctx: Context, side: str) -> None:
-    request = protocol.parse_request(ctx.cmd["request"])
-    receipt = protocol.parse_receipt(ctx.cmd["receipt"])
-    if not protocol.chained(ctx.cmd["request"], receipt):
+def derive(side: str, peer: str, request_text: str, request_signature: str, receipt_text: str,
+           receipt_signature: str) -> dict[str, Any]:
+    """The record of one exchange, every field taken from the signed request and receipt (``side`` and
+    ``peer`` excepted: the folder it is stored in, and whose key signed). ``gw receipts verify``
+    derives it again from a stored record's texts and compares every field."""
+    request = protocol.parse_request(request_text)
+    receipt = protocol.parse_receipt(receipt_text)
+    if not protocol.chained(request_text, receipt):
         raise Invalid(f"the receipt does not answer request {request['id']} (id or request digest differ)")
-    path = record_path(side, request["id"])
-    record = {"request_id": request["id"], "side": side, "peer": ctx.cmd["peer"], "op": request["op"],
+    record = {"request_id": request["id"], "side": side, "peer": peer, "op": request["op"],
               "item": request.get("item"), "outcome": receipt["outcome"], "at": receipt["at"],
               "execution": receipt.get("execution") or request["args"].get("execution"),
               "epoch": receipt.get("epoch"), "fence": receipt.get("fence"),
-              "request": ctx.cmd["request"], "request_signature": ctx.cmd["request_signature"],
-              "receipt": ctx.cmd["receipt"], "receipt_signature": ctx.cmd["receipt_signature"]}
-    record = {k: v for k, v in record.items() if v is not None}
+              "request": request_text, "request_signature": request_signature,
+              "receipt": receipt_text, "receipt_signature": receipt_signature}
+    return {k: v for k, v in record.items() if v is not None}
+
+
+def _record(ctx: Context, side: str) -> None:
+    record = derive(side, ctx.cmd["peer"], ctx.cmd["request"], ctx.cmd["request_signature"], ctx.cmd["receipt"],
+                    ctx.cmd["receipt_signature"])
+    request = protocol.parse_request(ctx.cmd["request"])
+    receipt = protocol.parse_receipt(ctx.cmd["receipt"])
+    path = record_path(side, request["id"])
     earlier = ctx.file(path)
     if earlier is not None:
         if codec.load_yaml(earlier, what=path) == record:
@@ -75,15 +86,22 @@ def delegation_received(ctx: Context) -> None:
     _record(ctx, "received")
 
 
-def records(snapshot: Any, side: str | None = None) -> list[dict[str, Any]]:
-    """Every delegation record at ``snapshot`` (``side``: only ``sent`` or ``received``), oldest first."""
+def stored(snapshot: Any, side: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """``(path, record)`` of every delegation record at ``snapshot`` (``side``: only ``sent`` or
+    ``received``), oldest first."""
     rows = []
     for each in (side,) if side else ("sent", "received"):
         for shard, entry in snapshot.tree(f"{DELEGATIONS}/{each}").items():
             for name, blob in snapshot.store.read_tree(entry.oid).items():
-                rows.append(codec.load_yaml(snapshot.store.read_blob(blob.oid), what=f"{DELEGATIONS}/{each}/{shard}/{name}"))
-    rows.sort(key=lambda r: (str(r.get("at")), r.get("request_id", "")))
+                path = f"{DELEGATIONS}/{each}/{shard}/{name}"
+                rows.append((path, codec.load_yaml(snapshot.store.read_blob(blob.oid), what=path)))
+    rows.sort(key=lambda r: (str(r[1].get("at")), str(r[1].get("request_id", ""))))
     return rows
+
+
+def records(snapshot: Any, side: str | None = None) -> list[dict[str, Any]]:
+    """Every delegation record at ``snapshot`` (``side``: only ``sent`` or ``received``), oldest first."""
+    return [record for _path, record in stored(snapshot, side)]
 
 
 def find(snapshot: Any, side: str, request_id: str) -> dict[str, Any] | None:

@@ -37,18 +37,23 @@ def delegate(wp: Any, as_json: bool, item: str, to: str, plan: bool, test: bool,
 
 
 def delegations(wp: Any, as_json: bool, item: str | None) -> None:
+    from ...delegation.client import pending
     from ...ops.delegations import records
 
     item_id = wp.resolve(item) if item else None
+    answered = records(wp.context().snapshot)
+    recorded = {r.get("request_id") for r in answered if r.get("side") == "sent"}
+    # a request kept here without an answer (outcome unknown, exit 12): sent, "unanswered", until --id retries it
     rows = [{k: r.get(k) for k in ("request_id", "side", "peer", "op", "item", "outcome", "at", "execution", "epoch",
                                   "fence")}
-            for r in records(wp.context().snapshot) if item_id is None or r.get("item") == item_id]
+            for r in [*answered, *(p for p in pending(wp) if p["request_id"] not in recorded)]
+            if item_id is None or r.get("item") == item_id]
     if as_json:
         output.emit_json([{"delegation": r.pop("request_id"), **r} for r in rows])
         return
     output.table(("delegation", "side", "peer", "op", "item", "outcome", "at", "execution"),
-                 [(r["request_id"], r["side"], r["peer"], r["op"], r["item"] or "", r["outcome"], r["at"],
-                   r["execution"] or "") for r in rows], title="delegations")
+                 [(r["request_id"], r["side"], r["peer"] or "", r["op"] or "", r["item"] or "", r["outcome"],
+                   r["at"] or "", r["execution"] or "") for r in rows], title="delegations")
 
 
 def observe(wp: Any, as_json: bool, delegation_id: str, request_id: str | None) -> None:
