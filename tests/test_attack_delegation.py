@@ -16,7 +16,7 @@ import pytest
 
 from conftest import git, make_repo, tip
 from gitwork.delegation import client, protocol
-from gitwork.errors import Corrupt, Invalid, RemoteError
+from gitwork.errors import Corrupt, RemoteError
 from gitwork.workplane import Workplane
 from test_signing import keygen
 
@@ -94,13 +94,18 @@ def test_a_peers_terminal_capture_reaches_this_terminal_without_escapes_or_contr
     assert shown.split("\n") == ["ok red", "line two 2J", "  indented"], shown
 
 
-def test_a_peers_refusal_message_is_one_clean_line(sender: tuple[Path, str]) -> None:
+def test_an_unsigned_refusal_is_outcome_unknown_in_one_clean_line_and_the_request_is_kept(
+        sender: tuple[Path, str]) -> None:
+    """An unsigned refusal could come from anything on the way (a proxy, a captive portal): it is not the
+    peer's word, so not a refusal: exit 12, the request kept for ``--id``; its text shown cleaned, cut."""
     repo, item = sender
     before = tip(repo)
     Hostile.answer = json.dumps({"ok": False, "code": 5, "message": "no\x1b]0;owned\x07 way\n" + "x" * 5000}).encode()
-    with Workplane(str(repo)) as wp, pytest.raises(Invalid) as caught:
+    with Workplane(str(repo)) as wp, pytest.raises(RemoteError) as caught:
         client.delegate(wp, item, "evil", "plan")
     message = caught.value.message
-    assert message.startswith("peer evil refused the request: no way") and len(message) < 400, message
+    assert message.startswith("peer evil answered 200 without a signed receipt (no way") and len(message) < 400, message
     assert not any(ch < " " for ch in message), message
+    request_id = caught.value.details["delegation"]
+    assert (repo / ".git" / "gitwork" / "delegations" / f"{request_id}.json").is_file()
     assert tip(repo) == before

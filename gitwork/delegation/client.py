@@ -102,7 +102,7 @@ def _unknown(peer: peers.Peer, request_id: str, why: str) -> RemoteError:
     delegations`` lists it as sent and unanswered); sending the same id again re-sends the same bytes."""
     from ..sync import _clean
 
-    return RemoteError(f"peer {peer.name} {_clean(why)[:300]}; the outcome is unknown: the request is kept, send it "
+    return RemoteError(f"peer {peer.name} {_clean(why)[:200]}; the outcome is unknown: the request is kept, send it "
                        f"again with --id {request_id}", peer=peer.name, delegation=request_id)
 
 
@@ -130,7 +130,7 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
             or not isinstance(body.get("signature"), str):
         said = body.get("message") or body.get("detail") or body.get("error") if isinstance(body, dict) else None
         raise _unknown(peer, request_id, f"answered {status} without a signed receipt"
-                       + (f" ({str(said)[:200]})" if said else ""))
+                       + (f" ({str(said)[:120]})" if said else ""))
     receipt = verify_receipt(text, body["receipt"], body["signature"], peer)  # 77; the request stays kept
     if receipt["outcome"] != "done":
         _drop(wp, request_id)  # answered: its nonce is spent, a new attempt needs a new request
