@@ -799,7 +799,8 @@ def peer_app() -> typer.Typer:
         item: Annotated[Optional[str], typer.Option("--item", help="Only this item's delegations.")] = None,
         json: Json = False, agent: As = None, path: Repo = None,
     ) -> None:
-        """Delegations recorded on the state ref (sent and received), oldest first."""
+        """Delegations recorded on the state ref (sent and received), oldest first, and requests kept here without a
+        signed answer yet (outcome unanswered: send them again with gw delegate --id)."""
 
     @verb(delegation.observe, "observe", group=delegation_app)
     def delegation_observe(delegation_id: DelegationArg, request_id: RequestId = None, json: Json = False,
