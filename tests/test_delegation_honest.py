@@ -301,6 +301,38 @@ def test_the_peer_observes_and_cancels_only_what_the_signed_receipt_names(world:
         rewrite(world.peer, path, lambda doc: doc.__setitem__("execution", a))
     assert old  # the edit was made
 
+    # A's record given B's (validly signed) receipt, or a request signature that is not the asker's:
+    # the peer finds no start of A it signed for, and refuses (3), changing and stopping nothing.
+    other = codec.load_yaml(git(world.peer, "cat-file", "blob",
+                                f"refs/gitwork/state:{record_path('received', second['delegation'])}") + "\n")
+    for name, change in (("B's receipt", lambda doc: doc.update(receipt=other["receipt"],
+                                                                receipt_signature=other["receipt_signature"])),
+                         ("B's request signature", lambda doc: doc.update(
+                             request_signature=other["request_signature"]))):
+        old = rewrite(world.peer, path, change)
+        before = world.state()
+        code, _out, err = gw_in(world.sender, "delegation", "cancel", first["delegation"])
+        assert code == 3 and err.count("\n") == 1 and "no start" in err, (name, err)
+        assert world.state() == before, name
+        git(world.peer, "update-ref", "refs/gitwork/state", old)
+    with world.plane("peer") as wp:
+        assert {r["execution"]: r["state"] for r in runs(wp)}[b] == "running"
+
+
+def test_a_damaged_key_history_is_reported_by_verify_never_overwritten_and_stops_no_work(world: World) -> None:
+    history = world.sender / ".git" / "gitwork" / "delegation-keys.json"
+    kept = history.read_text()
+    history.write_text('{"peer:gpu": [')
+    try:
+        with world.plane() as wp:
+            assert client.delegate(wp, world.items["nonce"], "gpu", "plan")["receipt"]["outcome"] == "done"
+        code, _out, err = gw_in(world.sender, "receipts", "verify")
+        assert code == 8 and err.count("\n") == 1 and "key history" in err and "damaged" in err, err
+        assert history.read_text() == '{"peer:gpu": ['  # never rewritten over
+    finally:
+        history.write_text(kept)
+    assert gw_json(world.sender, "receipts", "verify")[0] == 0
+
 
 # --- 4. peers from the repository's local config file only --------------------------------------------
 

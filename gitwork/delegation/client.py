@@ -120,7 +120,7 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
                         f"{', '.join(sorted(peer.allow)) or 'nothing'})", reason="not-allowed")
     if not peer.url or not peer.key:
         raise Invalid(f"peer {peer.name} needs both gitwork.peer.{peer.name}.url and .key to be sent anything")
-    config.history(wp.now())  # a rotated key is noted before anything is signed or verified with the new one
+    config.keys(wp.now())  # a rotated key is noted before anything is signed or verified with the new one
     request_id, text, signature = _signed(wp, config, peer, op, item, args or {}, request_id)
     try:
         status, body = _post(f"{peer.url.rstrip('/')}/delegation/{op}", {"request": text, "signature": signature})
@@ -211,7 +211,7 @@ def started(wp: Any, delegation: str) -> dict[str, Any]:
     except Invalid:
         raise missing from None
     peer = str(record.get("peer"))
-    history = peers.load(wp.repo).history(wp.now())
+    history = peers.load(wp.repo).keys(wp.now())
     if request["id"] != delegation or request["op"] != "start" or request["to"] not in keyring.ever(
             history, f"peer:{peer}"):
         raise missing

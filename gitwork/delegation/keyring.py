@@ -21,6 +21,7 @@ import json
 import os
 
 from .. import clock
+from ..errors import Corrupt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,13 +36,18 @@ def _path(gitwork_dir: str) -> str:
     return os.path.join(gitwork_dir, FILE)
 
 
-def _load(handle: Any) -> dict[str, list[dict[str, Any]]]:
+def _load(path: str) -> dict[str, list[dict[str, Any]]]:
     try:
-        doc = json.loads(handle.read() or "{}")
-    except ValueError:
-        return {}  # a torn write: the current keys are noted again below
-    if not isinstance(doc, dict):
+        with open(path, encoding="utf-8") as handle:
+            doc = json.load(handle)
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError, RecursionError) as error:
+        # Never rewritten over: it may hold the only trace of a rotated-out key.
+        raise Corrupt(f"the delegation key history {path} is damaged ({error}); repair it or move it away "
+                      "(records signed by rotated-out keys then no longer verify)") from None
+    if not isinstance(doc, dict):
+        raise Corrupt(f"the delegation key history {path} is not a JSON object; repair it or move it away")
     return {k: [e for e in v if isinstance(e, dict) and isinstance(e.get("key"), str)]
             for k, v in doc.items() if isinstance(k, str) and isinstance(v, list)}
 
@@ -51,16 +57,20 @@ def note(gitwork_dir: str, current: dict[str, str], now: Any = None) -> dict[str
 
     A name whose key changed gets its old entry closed (``until`` now) and a new one opened (``from``
     now); a name no longer configured keeps its history (its records still verify). Written only when
-    something changed, under the file's lock."""
+    something changed, under a lock, by atomic replacement (a crash leaves the old history whole)."""
     import fcntl
 
     stamp = clock.format_instant(now or clock.now())
+    path = _path(gitwork_dir)
     os.makedirs(gitwork_dir, exist_ok=True)
-    fd = os.open(_path(gitwork_dir), os.O_RDWR | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "r+", encoding="utf-8") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
-        history = _load(handle)
-        changed = False
+    history = _load(path)
+    if all(history.get(name) and history[name][-1].get("until") is None and history[name][-1]["key"] == key
+           for name, key in current.items()):
+        return history  # the usual case: nothing rotated, no lock, no write
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        history = _load(path)  # again, under the lock
         for name, key in current.items():
             entries = history.setdefault(name, [])
             if entries and entries[-1].get("until") is None and entries[-1]["key"] == key:
@@ -68,13 +78,12 @@ def note(gitwork_dir: str, current: dict[str, str], now: Any = None) -> dict[str
             if entries and entries[-1].get("until") is None:
                 entries[-1]["until"] = stamp
             entries.append({"key": key, "from": stamp if entries else None, "until": None})
-            changed = True
-        if changed:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(json.dumps(history, sort_keys=True, indent=1) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(json.dumps(history, sort_keys=True, indent=1) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
     return history
 
 

@@ -113,6 +113,22 @@ class Config:
                 pass  # no readable key: nothing to note (signing with it fails on its own)
         return keyring.note(os.path.join(self.common_dir, "gitwork"), current, now)
 
+    def keys(self, now: Any = None) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`history`, or only the keys configured now when the history file is damaged: where a
+        peer answers or a sender follows up, a damaged history must not stop the work
+        (``gw receipts verify`` reports it, exit 8)."""
+        from ..errors import Corrupt
+        from . import keyring
+        from .signing import public_key
+
+        try:
+            return self.history(now)
+        except Corrupt:
+            current = {f"peer:{p.name}": p.key for p in self.peers.values() if p.key}
+            if self.signing_key and os.path.isfile(self.signing_key):
+                current[keyring.SELF] = public_key(self.signing_key)
+            return {name: [{"key": key, "from": None, "until": None}] for name, key in current.items()}
+
     def by_key(self) -> list[tuple[str, str]]:
         """``(principal, public key)`` for every peer with a key: the signers a request may come from."""
         return [(p.name, p.key) for p in self.peers.values() if p.key]

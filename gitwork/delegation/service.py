@@ -68,7 +68,7 @@ def _answer(wp: Any, route_op: str, body: Any) -> tuple[int, dict[str, Any]]:
         # Checked before anything is done: a peer that cannot sign its receipt must not act.
         raise Invalid("this peer has no signing key to sign receipts with (git config gitwork.signingKey)")
     req = protocol.parse_request(text)  # bounded; what does not parse as a request gets no receipt
-    config.history(wp.now())  # a rotated key (its own or a peer's) is noted before it signs or verifies anything
+    config.keys(wp.now())  # a rotated key (its own or a peer's) is noted before it signs or verifies anything
     try:
         signer = signing.verify(text.encode("utf-8", "surrogatepass"), signature, config.by_key(), peers.NAMESPACE)
         result = _decide(wp, config, signer, route_op, req, text)
@@ -205,7 +205,7 @@ def _started(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) ->
         raise missing from None
     if request["id"] != started or request["op"] != "start" or not protocol.chained(record["request"], receipt):
         raise missing
-    history = config.history(wp.now())
+    history = config.keys(wp.now())
     for text, signature, at, name in ((record["request"], record.get("request_signature"), request["at"],
                                        f"peer:{signer}"),
                                       (record["receipt"], record.get("receipt_signature"), receipt["at"], keyring.SELF)):
