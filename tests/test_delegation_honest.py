@@ -272,7 +272,7 @@ def test_receipts_verify_names_every_unsigned_field_edited_with_plain_git(world:
         for field, value in edits.items():
             if side == "received" and field in ("peer", "side"):
                 value = {"peer": "intern", "side": "sent"}[field]
-            old = rewrite(repo, path, lambda doc: doc.__setitem__(field, value))
+            old = rewrite(repo, path, lambda doc, field=field, value=value: doc.__setitem__(field, value))
             rc, rows = gw_json(repo, "receipts", "verify", item)
             git(repo, "update-ref", "refs/gitwork/state", old)
             assert rc == 8, (side, field, rows)
@@ -367,7 +367,7 @@ def test_peers_come_only_from_the_local_config_file_not_from_the_environment_or_
     config = peers.load(Repository.discover(local))
     assert list(config.peers) == ["gpu"] and config.command == ["sleep", "1"]
     done = subprocess.run([sys.executable, "-m", "gitwork", "delegations", "-C", str(plain)], capture_output=True,
-                          text=True, env={**os.environ, **env})
+                          text=True, env={**os.environ, **env}, check=False)
     assert done.returncode == 2 and "No such command" in done.stderr, done.stderr
 
 
@@ -389,7 +389,8 @@ def test_delegations_and_receipts_verify_honour_dash_c_from_another_cwd(world: W
 
 
 def run(cwd: Path, argv: list[str]) -> Any:
-    done = subprocess.run([sys.executable, "-m", "gitwork", *argv], cwd=cwd, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "gitwork", *argv], cwd=cwd, capture_output=True, text=True,
+                          check=False)
     assert done.returncode == 0, (argv, done.stderr)
     return json.loads(done.stdout)
 
