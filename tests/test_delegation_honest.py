@@ -163,12 +163,13 @@ def test_an_answer_that_is_not_a_signed_receipt_is_outcome_unknown_and_the_same_
     request_id = protocol.new_request_id()
     flags = {"plan": ["--plan"], "test": ["--test"], "start": []}[op]
     Proxy.mode, Proxy.forwarded = mode, []
-    sender_before = tip(world.sender)
+    sender_before, peer_before = tip(world.sender), tip(world.peer)
     code, out, err = gw_in(world.sender, "delegate", item, "--to", "proxied", *flags, "--id", request_id)
     assert code == 12, (code, out, err)
     assert err.count("\n") == 1 and "unknown" in err and request_id in err, err
     assert Proxy.forwarded == ([f"/delegation/{op}"] if forwarded else [])
     assert tip(world.sender) == sender_before  # nothing recorded without a verified receipt
+    assert forwarded or tip(world.peer) == peer_before  # the peer was never asked: it wrote nothing either
     kept = world.sender / ".git" / "gitwork" / "delegations" / f"{request_id}.json"
     assert kept.is_file()
     sent_bytes = json.loads(kept.read_text())["request"]
@@ -238,13 +239,18 @@ def test_a_refused_nonce_stays_spent_across_a_restart_after_allow_grew(world: Wo
 # --- 3. every field of a record is checked against what was signed; the peer acts only on signed fields --
 
 def rewrite(repo: Path, path: str, change: Any) -> str:
-    """Commit, with plain git, the state ref with the YAML file ``path`` changed by ``change(doc)``;
-    the previous tip."""
+    """Commit, with plain git, the state ref with the YAML file ``path`` changed by ``change(doc)`` (or,
+    for a file that is not YAML, its text by ``change(text)``); the previous tip."""
     old = tip(repo)
     assert old is not None
-    doc = codec.load_yaml(git(repo, "cat-file", "blob", f"{old}:{path}") + "\n")
-    change(doc)
-    blob = git(repo, "hash-object", "-w", "--stdin", input=codec.dump_yaml(doc))
+    text = git(repo, "cat-file", "blob", f"{old}:{path}") + "\n"
+    if path.endswith(".yaml"):
+        doc = codec.load_yaml(text)
+        change(doc)
+        data = codec.dump_yaml(doc)
+    else:
+        data = change(text).encode()
+    blob = git(repo, "hash-object", "-w", "--stdin", input=data)
     index = repo / ".git" / "edit-index"
     env = {**os.environ, "GIT_INDEX_FILE": str(index)}
     for args in (["read-tree", old], ["update-index", "--cacheinfo", f"100644,{blob},{path}"]):
@@ -278,6 +284,15 @@ def test_receipts_verify_names_every_unsigned_field_edited_with_plain_git(world:
             assert rc == 8, (side, field, rows)
             problems = [p for row in rows if not row["ok"] for p in row["problems"]]
             assert any(p.startswith(f"{field}:") for p in problems), (side, field, problems)
+        # the item's own copy of the outcome, in its events.log, edited the same way
+        events = f"items/{item[2:4]}/{item}/events.log"
+        assert f'"delegation":"{request_id}","side":"{side}"' in git(repo, "cat-file", "blob", f"refs/gitwork/state:{events}")
+        old = rewrite(repo, events, lambda text: text.replace(
+            f'"delegation":"{request_id}","side":"{side}"', f'"delegation":"{request_id}","side":"{side}","x":1').replace(
+            '"outcome":"done"', '"outcome":"refused"'))
+        rc, rows = gw_json(repo, "receipts", "verify", item)
+        git(repo, "update-ref", "refs/gitwork/state", old)
+        assert rc == 8 and any(p.startswith("event outcome:") for row in rows for p in row["problems"]), rows
         assert gw_json(repo, "receipts", "verify", item)[0] == 0
 
 

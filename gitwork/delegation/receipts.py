@@ -9,8 +9,8 @@ For each record on this state ref:
 - the chain: the receipt names the request by id and by the digest of its bytes;
 - every other field of the record (``outcome``, ``item``, ``execution``, ``at``, ``op``, ``epoch``,
   ``fence``, ``request_id``...) against what the signed documents say, ``side`` against the folder the
-  record is stored in, and the file's name against the request id: a field edited with plain git
-  fails, named. For a request sent from here, the peer named is the one the request was meant for
+  record is stored in, the file's name against the request id, and the copy of those fields in the
+  item's ``delegation`` events: a field edited with plain git fails, named. For a request sent from here, the peer named is the one the request was meant for
   (its signed ``to`` is one of that peer's keys).
 """
 
@@ -50,8 +50,26 @@ def _signer(text: str, signature: Any, at: Any, history: dict[str, list[dict[str
         return None
 
 
-def check(path: str, record: dict[str, Any], history: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """What is wrong with one record (empty: it verifies)."""
+EVENT_FIELDS = {"peer": "peer", "delegated": "op", "outcome": "outcome", "epoch": "epoch", "fence": "fence"}
+
+
+def _event_problems(events: list[dict[str, Any]], expected: dict[str, Any]) -> list[str]:
+    """The item's ``delegation`` events of this exchange (its copy of the record's fields in events.log)
+    against the signed documents: an event edited with plain git fails too."""
+    problems = []
+    for event in events:
+        if event.get("delegation") != expected["request_id"] or event.get("side") != expected["side"]:
+            continue
+        for name, field in EVENT_FIELDS.items():
+            if event.get(name) != expected.get(field):
+                problems.append(f"event {name}: the item's events.log says {str(event.get(name))[:60]!r}, the "
+                                f"signed documents say {str(expected.get(field))[:60]!r}")
+    return problems
+
+
+def check(path: str, record: dict[str, Any], history: dict[str, list[dict[str, Any]]],
+          events: list[dict[str, Any]] | None = None) -> list[str]:
+    """What is wrong with one record (empty: it verifies); ``events``: the item's ``delegation`` events."""
     from .. import codec
 
     side = path.split("/")[1]
@@ -86,6 +104,7 @@ def check(path: str, record: dict[str, Any], history: dict[str, list[dict[str, A
         elif record.get(field) != expected[field]:
             problems.append(f"{field}: recorded {str(record.get(field))[:60]!r}, the signed documents say "
                             f"{str(expected[field])[:60]!r}")
+    problems += _event_problems(events or [], expected)
     if path != record_path(side, request["id"]):
         problems.append(f"request_id: stored as {path}, the signed request is {request['id']}")
     return problems
@@ -95,11 +114,19 @@ def verify(wp: Any, item: str | None = None) -> list[dict[str, Any]]:
     """One row per record (``ok`` and ``problems``); raises nothing: the caller decides the exit."""
     history = peers.load(wp.repo).history(wp.now())
     item_id = wp.resolve(item) if item else None
+    ctx = wp.context()
+    events: dict[str, list[dict[str, Any]]] = {}
     rows = []
-    for path, record in stored(wp.context().snapshot):
-        if item_id is not None and item_id not in (record.get("item"), _signed_item(record)):
+    for path, record in stored(ctx.snapshot):
+        signed_item = _signed_item(record)
+        if item_id is not None and item_id not in (record.get("item"), signed_item):
             continue  # the item the signed request names counts too: an edited item field hides nothing
-        problems = check(path, record, history)
+        if isinstance(signed_item, str) and signed_item not in events:
+            try:
+                events[signed_item] = [e for e in ctx.records(signed_item) if e.get("type") == "delegation"]
+            except GwError:
+                events[signed_item] = []  # not an item here (a start of an item only the peer has)
+        problems = check(path, record, history, events.get(signed_item) if isinstance(signed_item, str) else None)
         rows.append({"delegation": record.get("request_id"), "side": record.get("side"), "peer": record.get("peer"),
                      "op": record.get("op"), "item": record.get("item"), "outcome": record.get("outcome"),
                      "ok": not problems, "problems": problems})
