@@ -140,3 +140,63 @@ def test_export_json_needs_a_file_and_leaves_the_state_alone(source: Path) -> No
     done = run_gw(source, "export", "--json")
     assert done.returncode == 2 and "needs --output" in done.stderr
     assert tip(source) == before
+
+
+# --- beads round trips (issue 24, point 7) ------------------------------------------------------------
+
+REALISTIC = Path(__file__).parent / "fixtures" / "import" / "beads-realistic.jsonl"
+
+
+def _export_beads(wp: Workplane, path: Path) -> list[dict]:
+    from gitwork.importers.export import write
+
+    with open(path, "w", encoding="utf-8") as handle:
+        write(wp, "beads", handle)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_beads_export_keeps_status_times_and_every_dependency(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    given = {line["id"]: line for line in map(json.loads, REALISTIC.read_text().splitlines())}
+    with Workplane(str(repo), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        out = {line["id"]: line for line in _export_beads(wp, tmp_path / "out.jsonl")}
+    live = {k for k, v in given.items() if v.get("status") != "tombstone"}
+    assert live <= set(out)
+    for name in live:
+        theirs, ours = given[name], out[name]
+        for key in ("status", "created_at", "updated_at", "closed_at", "title", "priority", "issue_type"):
+            assert ours.get(key) == theirs.get(key), (name, key)
+        edges = lambda line: sorted((d["depends_on_id"], d.get("type", "blocks"))  # noqa: E731
+                                    for d in line.get("dependencies", []) if d.get("issue_id", line["id"]) == line["id"])
+        assert edges(ours) == edges(theirs), name  # those on ids outside the file included
+
+
+def test_beads_export_then_import_changes_nothing_and_is_a_fixed_point(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with Workplane(str(repo), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        first = _export_beads(wp, tmp_path / "first.jsonl")
+        before = tip(repo)
+        result = importers.run(wp, "beads", str(tmp_path / "first.jsonl"))
+        assert tip(repo) == before, result  # export -> import of the same file: ref unchanged
+        # Work done in gitwork goes out in the export; importing that export is then a fixed point.
+        api = importers.item_id("beads", "gw-api")
+        lease = wp.do("claim", item=api).result
+        wp.do("done", item=api, fence=lease["fence"])
+        second = _export_beads(wp, tmp_path / "second.jsonl")
+        assert next(line for line in second if line["id"] == "gw-api")["status"] == "closed"
+        importers.run(wp, "beads", str(tmp_path / "second.jsonl"))
+        assert wp.item(api).status == "done"
+        third = _export_beads(wp, tmp_path / "third.jsonl")
+        settled = tip(repo)
+        importers.run(wp, "beads", str(tmp_path / "third.jsonl"))
+        assert tip(repo) == settled and _export_beads(wp, tmp_path / "fourth.jsonl") == third
+    # A fresh repository: import -> export -> import -> export gives the same file.
+    fresh = make_repo(tmp_path / "fresh")
+    with Workplane(str(fresh), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(tmp_path / "first.jsonl"))
+        assert _export_beads(wp, tmp_path / "again.jsonl") == first

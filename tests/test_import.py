@@ -205,20 +205,6 @@ def test_an_id_that_collides_with_an_item_from_elsewhere_is_refused(tmp_path: Pa
     assert tip(repo) == before and wp.item(native).title == "made here"
 
 
-def test_an_item_someone_holds_is_not_closed_by_a_reimport(tmp_path: Path, repo: Path, wp: Workplane) -> None:
-    source = tmp_path / "issues.jsonl"
-    source.write_text('{"id": "bd-1", "title": "t"}\n')
-    importers.run(wp, "beads", str(source))
-    with Workplane(str(repo), agent="carol") as carol:
-        carol.do("claim", item=bead("bd-1"))
-    before = tip(repo)
-    assert importers.run(wp, "beads", str(source))["commits"] == []  # open there, held here: no change
-    source.write_text('{"id": "bd-1", "title": "t", "status": "closed"}\n')
-    with pytest.raises(Exception, match="held by carol"):
-        importers.run(wp, "beads", str(source))
-    assert tip(repo) == before
-
-
 def test_a_progress_bar_on_a_terminal_only(repo: Path, wp: Workplane) -> None:
     import os
     import pty
