@@ -185,7 +185,7 @@ def test_beads_export_then_import_changes_nothing_and_is_a_fixed_point(tmp_path:
         # Work done in gitwork goes out in the export; importing that export is then a fixed point.
         api = importers.item_id("beads", "gw-api")
         lease = wp.do("claim", item=api).result
-        wp.do("done", item=api, fence=lease["fence"])
+        wp.do("done", item=api, fence=lease["fence"], force=True, reason="shipped")
         second = _export_beads(wp, tmp_path / "second.jsonl")
         assert next(line for line in second if line["id"] == "gw-api")["status"] == "closed"
         importers.run(wp, "beads", str(tmp_path / "second.jsonl"))

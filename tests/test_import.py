@@ -37,7 +37,7 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     assert (result["created"], len(result["commits"]), result["comments"]) == (5, 1, 2)
     epic, token, store, audit, gone, deferred = (bead(f"bd-a{n}") for n in range(1, 7))
     item = wp.item(token)
-    assert item.title == "Token endpoint" and item.status == "open" and item.owner == "alice"
+    assert item.title == "Token endpoint" and item.status == "in_progress" and item.owner == "alice"
     assert item.depends_on == [store]  # blocks → dependency
     assert item.extra["parent"] == epic  # parent-child → parent link
     assert item.extra["links"] == [{"kind": "related", "item": audit}]  # blocks nothing
@@ -45,8 +45,13 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     assert item.created_at == "2025-01-09T12:01:00Z"
     prov = item.provenance
     assert prov["source"] == {"kind": "beads", "ref": "bd-a2"}
-    assert prov["fields"] == {"issue_type": "task", "status": "in_progress", "updated_at": "2025-01-10T17:30:00Z",
-                              "estimated_minutes": 90}
+    assert prov["fields"] == {"issue_type": "task", "updated_at": "2025-01-10T17:30:00Z", "estimated_minutes": 90,
+                              "dependencies": [
+                                  {"issue_id": "bd-a2", "depends_on_id": "bd-a1", "type": "parent-child",
+                                   "created_at": "2025-01-09T12:05:00Z"},
+                                  {"issue_id": "bd-a2", "depends_on_id": "bd-a3", "type": "blocks",
+                                   "created_at": "2025-01-09T12:06:00Z"},
+                                  {"issue_id": "bd-a2", "depends_on_id": "bd-a4", "type": "related"}]}
     assert wp.item(audit).extra["links"] == [{"kind": "discovered-from", "item": token}]
     assert wp.item(store).status == "done" and wp.item(store).closed_reason == "Merged in #12"
     assert wp.item(epic).provenance["fields"]["design"] == "OAuth2 with PKCE\nsee RFC 7636"
@@ -67,7 +72,7 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     wp.do("edit", item=token, add_labels=["kept"])  # another op rewrites item.yaml: parent and links stay
     assert wp.item(token).extra == {"parent": epic, "links": [{"kind": "related", "item": audit}]}
     ready = {row[0] for row in wp.ready()}
-    assert ready == {epic, token, audit}  # store is done (so token's blocker is met); deferred is blocked
+    assert ready == {epic, audit}  # token is in progress in beads, deferred is blocked, store is done
 
 
 @pytest.mark.parametrize("kind, name, mapping", [("beads", "beads.jsonl", None), ("github", "github.json", None),
