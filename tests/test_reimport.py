@@ -184,3 +184,42 @@ def test_three_way_merge_of_a_set(base: set, ours: set, theirs: set) -> None:
     assert not ((base - ours) & result)  # removed here: stays out
     assert result <= ours | theirs
     assert merge_set(sorted(theirs), merged, sorted(theirs)) == merged  # again: no change
+
+
+def test_a_batch_refused_after_a_race_midway_names_its_line_and_a_rerun_finishes(
+        tmp_path: Path, repo: Path, wp: Workplane, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "issues.jsonl"
+    lines = [{"id": f"bd-{n}", "title": f"item {n}"} for n in range(1, 11)]
+    write(source, lines)
+    importers.run(wp, "beads", str(source))
+    for line in lines:
+        line["status"] = "closed"
+    write(source, lines)
+    real = wp.submit
+    sent: list[int] = []
+
+    def racing(doc: dict):  # type: ignore[no-untyped-def]
+        sent.append(len(doc["ops"]))
+        if len(sent) == 2:  # between batch 1 and batch 2, carol claims an item of batch 2
+            with Workplane(str(repo), agent="carol") as carol:
+                carol.do("claim", item=bead("bd-8"))
+        return real(doc)
+
+    monkeypatch.setattr(wp, "submit", racing)
+    with pytest.raises(Exception, match=r"issues\.jsonl:8: .*held by carol.*1 of 2 batches landed.*run it again"):
+        importers.run(wp, "beads", str(source), size=5, prefer="source")
+    assert [wp.item(bead(f"bd-{n}")).status for n in (1, 5, 6)] == ["done", "done", "open"]
+    monkeypatch.setattr(wp, "submit", real)
+    with Workplane(str(repo), agent="carol") as carol:
+        carol.do("release", item=bead("bd-8"))
+    again = importers.run(wp, "beads", str(source), size=5, prefer="source")  # idempotent: finishes it
+    assert again["updated"] == 5 and {wp.item(bead(f"bd-{n}")).status for n in range(1, 11)} == {"done"}
+
+
+def test_prefer_must_be_gitwork_or_source(tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    source = tmp_path / "issues.jsonl"
+    write(source, base_lines())
+    before = tip(repo)
+    done = run_gw(repo, "import", "beads", str(source), "--prefer", "theirs")
+    assert done.returncode == 2 and "--prefer must be one of gitwork, source" in done.stderr
+    assert done.stderr.count("\n") == 1 and tip(repo) == before
