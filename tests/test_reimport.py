@@ -223,3 +223,33 @@ def test_prefer_must_be_gitwork_or_source(tmp_path: Path, repo: Path, wp: Workpl
     done = run_gw(repo, "import", "beads", str(source), "--prefer", "theirs")
     assert done.returncode == 2 and "--prefer must be one of gitwork, source" in done.stderr
     assert done.stderr.count("\n") == 1 and tip(repo) == before
+
+
+def test_a_multi_batch_reimport_sends_only_the_documents_that_change_something(
+        tmp_path: Path, repo: Path, wp: Workplane, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "issues.jsonl"
+    lines = [{"id": f"bd-{n}", "title": f"item {n}"} for n in range(1, 13)]
+    write(source, lines)
+    first = importers.run(wp, "beads", str(source), size=5)
+    assert (first["created"], first["batches"], len(first["commits"])) == (12, 3, 3)
+    real = wp.submit
+    sent: list[list[str]] = []
+    def counting(doc: dict, **options: object):  # type: ignore[no-untyped-def]
+        if doc["op"] == "batch":
+            sent.append([m["external"] for m in doc["ops"]])
+        return real(doc, **options)
+
+    monkeypatch.setattr(wp, "submit", counting)
+    before = tip(repo)
+    again = importers.run(wp, "beads", str(source), size=5)
+    assert sent == [] and again["unchanged"] == 12 and tip(repo) == before
+    lines[2]["title"] = "item 3, renamed"
+    lines[10]["title"] = "item 11, renamed"
+    write(source, lines)
+    wp.do("edit", item=bead("bd-7"), title="ours")
+    lines[6]["title"] = "theirs"  # a conflict: reported from the check, nothing sent for it
+    write(source, lines)
+    result = importers.run(wp, "beads", str(source), size=5)
+    assert sent == [["bd-3", "bd-11"]]
+    assert (result["updated"], result["unchanged"], len(result["commits"])) == (2, 10, 1)
+    assert [(c["external"], c["field"]) for c in result["conflicts"]] == [("bd-7", "title")]

@@ -235,15 +235,24 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
             doc["prefer"] = "source"
     lines = {r["external"]: r["line"] for r in records}
     chunks = batches(docs, size)
-    if len(chunks) > 1:
-        _check(wp, docs, lines, path)
     actions: dict[str, str] = {}
     conflicts: dict[tuple[str, str], dict[str, Any]] = {}
     comments = 0
     commits: list[str] = []
     done = 0
+    if len(chunks) > 1:
+        # Several commits: decide them all first. A document the check finds changes nothing (the
+        # item is as the merge leaves it, no new comment) is not sent: it would change nothing in a
+        # batch either, so an unchanged re-import costs one pass, not two.
+        results = _check(wp, docs, lines, path)
+        needed = [doc for doc, result in zip(docs, results) if result.get("action", "unchanged") != "unchanged"]
+        for doc, result in zip(docs, results):
+            if result.get("action", "unchanged") == "unchanged":
+                _tally(result, actions, conflicts)
+        done = len(docs) - len(needed)
+        chunks = batches(needed, size)
     if progress:
-        progress(0, len(docs))
+        progress(done, len(docs))
     for number, chunk in enumerate(chunks, 1):
         try:
             applied = wp.submit({"op": "batch", "ops": chunk})
@@ -253,15 +262,7 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
                 "the import is idempotent: run it again to finish)")
             raise _at_line(error, chunk, lines, path, landed) from error
         for result in applied.result.get("ops", ()):
-            # An item sent twice (its forward links in a second document) counts once, as its
-            # strongest action: created over updated over unchanged.
-            action = result.get("action", "unchanged")
-            before = actions.get(result["item"], "unchanged")
-            actions[result["item"]] = action if _RANK[action] > _RANK[before] else before
-            comments += result.get("comments", 0)
-            for conflict in result.get("conflicts", ()):
-                conflicts[(result["item"], conflict["field"])] = {
-                    "item": result["item"], "external": result["external"], **conflict}
+            comments += _tally(result, actions, conflicts)
         if applied.result.get("changed") and applied.commit not in commits:
             commits.append(applied.commit)
         done += len(chunk)
@@ -273,18 +274,34 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
             "conflicts": list(conflicts.values())}
 
 
-def _check(wp: Any, docs: list[dict[str, Any]], lines: dict[str, int], path: str) -> None:
+def _tally(result: dict[str, Any], actions: dict[str, str], conflicts: dict[tuple[str, str], dict[str, Any]]) -> int:
+    """Count one document's result; how many comments it posted."""
+    # An item sent twice (its forward links in a second document) counts once, as its strongest
+    # action: created over updated over unchanged.
+    action = result.get("action", "unchanged")
+    before = actions.get(result["item"], "unchanged")
+    actions[result["item"]] = action if _RANK[action] > _RANK[before] else before
+    for conflict in result.get("conflicts", ()):
+        conflicts[(result["item"], conflict["field"])] = {"item": result["item"], "external": result["external"],
+                                                           **conflict}
+    return int(result.get("comments", 0))
+
+
+def _check(wp: Any, docs: list[dict[str, Any]], lines: dict[str, int], path: str) -> list[dict[str, Any]]:
     """Decide every document on the current tip as one batch, in memory, committing nothing: the
-    first refusal anywhere in the file is raised (naming its line) before any batch is sent."""
+    first refusal anywhere in the file is raised (naming its line) before any batch is sent. The
+    result of each document, in order."""
     from .. import engine, ids
 
     snapshot = wp.store.snapshot()
     snapshot.check_format()
     cmd = {"op": "batch", "id": ids.command_id(), "as": wp.settings.identity(), "ops": docs}
     try:
-        engine.apply(snapshot, cmd, wp.now(), wp.settings)
+        outcome = engine.apply(snapshot, cmd, wp.now(), wp.settings)
     except GwError as error:
         raise _at_line(error, docs, lines, path, "") from error
+    results = outcome.result.get("ops", [])
+    return results if len(results) == len(docs) else [{"action": "created"} for _ in docs]
 
 
 _MEMBER = re.compile(r"#\d+ \([^)]*\): ")
