@@ -230,6 +230,17 @@ def _theirs(ctx: Context, item_id: str) -> dict[str, Any]:
     return out
 
 
+def _sorted(value: Any) -> Any:
+    """``value`` with every mapping's keys in sorted order: the item file must not depend on the key
+    order the document happened to have (the recorded ``Command:`` line sorts them, and a replay of
+    it must write the same bytes)."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
 def _held_by_another(ctx: Context, item_id: str) -> str | None:
     lease = ctx.lease(item_id)
     if lease is None or not lease.is_active() or lease.takeable(ctx.now, ctx.settings.clock_margin):
@@ -286,7 +297,7 @@ def _wanted(ctx: Context, item_id: str, current: Item | None) -> tuple[Item, lis
             if not isinstance(cmd[key], dict):
                 raise Invalid(f"{key} must be a mapping")
             if cmd[key]:
-                prov[key] = cmd[key]
+                prov[key] = _sorted(cmd[key])
             else:
                 prov.pop(key, None)
     if base:
