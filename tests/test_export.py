@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_repo, run_gw, tip
+from conftest import git, make_repo, run_gw, tip
 from gitwork import importers
 from gitwork.importers.export import items as exported_items
 from gitwork.workplane import Workplane
@@ -200,3 +200,29 @@ def test_beads_export_then_import_changes_nothing_and_is_a_fixed_point(tmp_path:
         wp.do("init")
         importers.run(wp, "beads", str(tmp_path / "first.jsonl"))
         assert _export_beads(wp, tmp_path / "again.jsonl") == first
+
+
+def test_a_tombstone_and_a_cancel_survive_the_beads_round_trip(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    lines = [json.loads(line) for line in REALISTIC.read_text().splitlines()]
+    with Workplane(str(repo), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        pin = next(line for line in lines if line["id"] == "gw-pin")
+        pin.update(status="tombstone", deleted_at="2025-03-05T00:00:00Z", deleted_by="maria")
+        later = tmp_path / "later.jsonl"
+        later.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        importers.run(wp, "beads", str(later))
+        assert wp.item(importers.item_id("beads", "gw-pin")).status == "cancelled"
+        wp.do("cancel", item=importers.item_id("beads", "gw-wait"), reason="vendor dropped")
+        out = {line["id"]: line for line in _export_beads(wp, tmp_path / "out.jsonl")}
+        assert out["gw-pin"]["status"] == "tombstone" and out["gw-wait"]["status"] == "closed"
+        # The cancel is work done here: importing the export records it once (gitwork's close time
+        # becomes the source's), then importing it again changes nothing.
+        importers.run(wp, "beads", str(tmp_path / "out.jsonl"))
+        before = tip(repo)
+        result = importers.run(wp, "beads", str(tmp_path / "out.jsonl"))
+        assert tip(repo) == before, (result, git(repo, "diff", before, "refs/gitwork/state"))
+        # beads has one closed state: gitwork's cancel comes back as "closed", a conflict left alone.
+        assert [(c["external"], c["field"], c["gitwork"]) for c in result["conflicts"]] == [
+            ("gw-wait", "status", "cancelled")]

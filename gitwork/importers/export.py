@@ -89,6 +89,9 @@ def _beads_status(doc: dict[str, Any], fields: dict[str, Any]) -> str:
     from .beads import STATUS, UNKNOWN_STATUS
 
     given = fields.get("status")
+    base = (doc.get("provenance") or {}).get("imported") or {}
+    if doc["status"] == "cancelled" and base.get("status") == "cancelled":
+        return "tombstone"  # cancelled by the source's own deletion: deleted there, as beads says it
     if isinstance(given, str) and STATUS.get(given, UNKNOWN_STATUS) == doc["status"]:
         return given  # hooked, pinned, deferred, a custom status: as beads had it
     return BEADS_STATUS.get(doc["status"], "open")
