@@ -226,3 +226,22 @@ def test_a_tombstone_and_a_cancel_survive_the_beads_round_trip(tmp_path: Path) -
         # beads has one closed state: gitwork's cancel comes back as "closed", a conflict left alone.
         assert [(c["external"], c["field"], c["gitwork"]) for c in result["conflicts"]] == [
             ("gw-wait", "status", "cancelled")]
+
+
+def test_items_made_in_gitwork_come_back_from_their_beads_export_unchanged(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        schema = wp.do("new", title="Native schema", criteria=["reviewed"], labels=["db"]).result["item"]
+        api = wp.do("new", title="Native API", depends_on=[schema, importers.item_id("beads", "gw-api")]).result["item"]
+        lease = wp.do("claim", item=schema).result
+        wp.do("check", item=schema, criterion=1, fence=lease["fence"])
+        wp.post(schema, "a note")
+        out = {line["id"]: line for line in _export_beads(wp, tmp_path / "out.jsonl")}
+        assert out[schema]["status"] == "in_progress" and "assignee" not in out[schema]
+        assert {d["depends_on_id"] for d in out[api]["dependencies"]} == {schema, "gw-api"}
+        items = len(wp.rows()[1])
+        before = tip(repo)
+        result = importers.run(wp, "beads", str(tmp_path / "out.jsonl"))
+        assert tip(repo) == before and len(wp.rows()[1]) == items and result["conflicts"] == []

@@ -14,6 +14,7 @@ in the item's provenance.
 
 from __future__ import annotations
 
+from .. import ids
 from .source import Problems, instant, message_id, parse_lines
 from .fields import criteria_from_text, short_text, take_common
 
@@ -43,6 +44,8 @@ def _record(raw: dict[str, Any], line: int, problems: Problems) -> dict[str, Any
         problems.add(line, "no 'id'")
         return None
     record: dict[str, Any] = {"external": external, "line": line}
+    if ids.is_full(external):
+        record["item"] = external  # an item made in gitwork, back from its beads export: its own id
     fields = {k: v for k, v in raw.items() if k not in _USED}
     status = raw.get("status") or "open"
     if not isinstance(status, str):

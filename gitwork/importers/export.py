@@ -120,7 +120,9 @@ def _beads(docs: list[dict[str, Any]]) -> Any:
         if not settled:
             out["updated_at"] = doc.get("updated_at")
             out.pop("closed_at", None)
-        owner = original.get("owner") or doc.get("owner") or doc.get("held_by")
+        # Not a lease's holder: a lease is gitwork's, and importing the export back would make the
+        # holder the item's owner. The status (in_progress) says someone works on it.
+        owner = original.get("owner") or doc.get("owner")
         if owner:
             out["assignee"] = owner
         labels = original.get("labels") or {}

@@ -230,6 +230,10 @@ def _theirs(ctx: Context, item_id: str) -> dict[str, Any]:
     return out
 
 
+def _ticks(criteria: Any) -> list[tuple[Any, Any]]:
+    return [(c.get("text"), bool(c.get("checked"))) for c in criteria or () if isinstance(c, dict)]
+
+
 def _sorted(value: Any) -> Any:
     """``value`` with every mapping's keys in sorted order: the item file must not depend on the key
     order the document happened to have (the recorded ``Command:`` line sorts them, and a replay of
@@ -248,7 +252,8 @@ def _held_by_another(ctx: Context, item_id: str) -> str | None:
     return lease.holder if lease.holder != ctx.actor else None
 
 
-def _wanted(ctx: Context, item_id: str, current: Item | None) -> tuple[Item, list[dict[str, Any]]]:
+def _wanted(ctx: Context, item_id: str, current: Item | None, native: bool = False
+            ) -> tuple[Item, list[dict[str, Any]]]:
     """The item as the merge of the document into the current one leaves it (or a new one), and the
     conflicts found (each left as gitwork has it, unless ``prefer: source``)."""
     cmd = ctx.cmd
@@ -277,6 +282,9 @@ def _wanted(ctx: Context, item_id: str, current: Item | None) -> tuple[Item, lis
                 _put(item, field, merge_set(list(old.get(field) or []), list(ours), list(value)))  # no base: []
                 base[field] = value
                 continue
+            if field == "criteria" and _ticks(ours) == _ticks(value):
+                base[field] = value
+                continue  # who ticked a criterion here, and when, is no difference from the source
             merged, conflict = merge_value(old.get(field, _DEFAULTS.get(field)), ours, value, prefer_source=prefer,
                                            has_base=isinstance(known, dict))
             if field == "status" and holder and merged != ours and not prefer:
@@ -290,6 +298,8 @@ def _wanted(ctx: Context, item_id: str, current: Item | None) -> tuple[Item, lis
             _put(item, field, merged)
     if item.status not in CLOSED:
         item.closed_reason = None
+    if native:
+        return item, conflicts
     prov = dict(item.provenance)
     prov["source"] = {"kind": cmd["source"], "ref": cmd["external"], **({"url": cmd["url"]} if "url" in cmd else {})}
     for key in ("fields", "original"):
@@ -341,7 +351,12 @@ def import_item(ctx: Context) -> None:
         _instant(cmd["created_at"], "created_at")
     current = ctx.item(item_id) if ctx.file(layout.item_path(item_id, layout.ITEM_FILE)) else None
     source, external = cmd["source"], cmd["external"]
-    if current is not None and not _same_source(current, source, external):
+    # An item made here, back from gitwork's own beads export (which names it by its gitwork id):
+    # gitwork is its source of truth. Nothing about it is recorded as imported, no comment is posted,
+    # and a field that differs is a conflict (there is no base), taken only with prefer: source.
+    native = (source == "beads" and current is not None and external == item_id
+              and not (isinstance(current.provenance, dict) and current.provenance.get("source")))
+    if current is not None and not native and not _same_source(current, source, external):
         raise Invalid(f"{item_id} exists and was not imported from {source} {external!r}: the ids collide",
                       item=item_id)
     if cmd.get("tombstone"):
@@ -350,7 +365,7 @@ def import_item(ctx: Context) -> None:
             ctx.outcome.result = {"item": item_id, "external": external, "action": "unchanged"}
             return
         cmd.update(status="cancelled", closed_reason=cmd.get("closed_reason") or f"deleted in {source}")
-    wanted, conflicts = _wanted(ctx, item_id, current)
+    wanted, conflicts = _wanted(ctx, item_id, current, native=native)
     changed = _changes(current, wanted) if current is not None else ["created"]
     if current is not None and "status" in changed:
         lease = ctx.require_holder(item_id)  # someone else's live lease: refused (exit 7), not overridden
@@ -358,7 +373,7 @@ def import_item(ctx: Context) -> None:
             end_lease(ctx, lease, "released", reason=wanted.status)
     if "depends_on" in changed and current is not None:
         check_cycle(ctx, item_id, [d for d in wanted.depends_on if d not in current.depends_on])
-    posted = _post(ctx, item_id, _comments(cmd.get("comments", [])))
+    posted = 0 if native else _post(ctx, item_id, _comments(cmd.get("comments", [])))
     if changed:
         ctx.save_item(wanted)
         ctx.memo("_import_parents")[item_id] = wanted.extra.get("parent")
