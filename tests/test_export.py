@@ -168,9 +168,12 @@ def test_beads_export_keeps_status_times_and_every_dependency(tmp_path: Path) ->
         theirs, ours = given[name], out[name]
         for key in ("status", "created_at", "updated_at", "closed_at", "title", "priority", "issue_type"):
             assert ours.get(key) == theirs.get(key), (name, key)
-        edges = lambda line: sorted((d["depends_on_id"], d.get("type", "blocks"))  # noqa: E731
-                                    for d in line.get("dependencies", []) if d.get("issue_id", line["id"]) == line["id"])
-        assert edges(ours) == edges(theirs), name  # those on ids outside the file included
+        assert _edges_of(ours) == _edges_of(theirs), name  # those on ids outside the file included
+
+
+def _edges_of(line: dict) -> list[tuple[str, str]]:
+    return sorted((d["depends_on_id"], d.get("type", "blocks"))
+                  for d in line.get("dependencies", []) if d.get("issue_id", line["id"]) == line["id"])
 
 
 def test_beads_export_then_import_changes_nothing_and_is_a_fixed_point(tmp_path: Path) -> None:

@@ -321,15 +321,17 @@ def _same_source(item: Item, kind: str, external: str) -> bool:
     return isinstance(source, dict) and source.get("kind") == kind and source.get("ref") == external
 
 
+def _but_base(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (doc.get("provenance") or {}).items() if k != "imported"}
+
+
 def _changes(before: Item, after: Item) -> list[str]:
     """The fields that differ (the merge base alone changing reads as ``provenance``)."""
     old, new = before.to_doc(), after.to_doc()
     keys = sorted((set(old) | set(new)) - {"updated_at"})
     changed = [key for key in keys if old.get(key) != new.get(key)]
-    if "provenance" in changed and len(changed) > 1:
-        strip = lambda prov: {k: v for k, v in (prov or {}).items() if k != "imported"}  # noqa: E731
-        if strip(old.get("provenance")) == strip(new.get("provenance")):
-            changed.remove("provenance")
+    if "provenance" in changed and len(changed) > 1 and _but_base(old) == _but_base(new):
+        changed.remove("provenance")
     return changed
 
 
