@@ -313,7 +313,7 @@ def _at_line(error: GwError, docs: list[dict[str, Any]], lines: dict[str, int], 
     position = error.details.get("position")
     if type(position) is not int or not 1 <= position <= len(docs):
         return error
-    line = lines.get(docs[position - 1].get("external"))
+    line = lines.get(str(docs[position - 1].get("external")))
     if line is None:
         return error
     message = _MEMBER.sub("", error.message, count=1)

@@ -178,7 +178,8 @@ def _edges(doc: dict[str, Any], own: str, names: dict[str, str], fields: dict[st
             links.remove((kind, target))
             out.append(edge)
         # else: removed in gitwork since the import
-    types = fields.get("dependency_types") if isinstance(fields.get("dependency_types"), dict) else {}
+    known = fields.get("dependency_types")
+    types: dict[str, str] = known if isinstance(known, dict) else {}
     out += [{"issue_id": own, "depends_on_id": names.get(d, d), "type": types.get(names.get(d, d), "blocks")}
             for d in deps]
     if parent:
