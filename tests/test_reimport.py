@@ -299,3 +299,36 @@ def dt_from(epoch: str):  # type: ignore[no-untyped-def]
     import datetime as dt
 
     return dt.datetime.fromtimestamp(int(epoch), tz=dt.timezone.utc)
+
+
+def test_an_item_imported_before_bases_were_kept_reports_differences_as_conflicts(
+        tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """No base (an older gitwork imported it): which side changed a field cannot be known, so a
+    difference is a conflict, never a silent overwrite; --prefer source settles it and records a base."""
+    from conftest import git
+    from gitwork import codec, layout
+    from gitwork.store import identity_signature
+
+    source = tmp_path / "issues.jsonl"
+    lines = base_lines()
+    write(source, lines)
+    importers.run(wp, "beads", str(source))
+    lease = wp.do("claim", item=bead("bd-1")).result
+    wp.do("done", item=bead("bd-1"), fence=lease["fence"])
+    # What an older gitwork left: the same item without provenance.imported (a commit made with the store).
+    for name in ("bd-1", "bd-3"):
+        doc = wp.item(bead(name)).to_doc()
+        doc["provenance"].pop("imported")
+        snapshot = wp.store.snapshot()
+        path = layout.item_path(bead(name), layout.ITEM_FILE)
+        commit = wp.store.write_commit(snapshot, {path: codec.dump_yaml(doc)}, "older import\n",
+                                       identity_signature("lead"), 1_700_000_000)
+        git(repo, "update-ref", "refs/gitwork/state", commit, snapshot.commit)
+    lines[2]["title"] = "Docs (theirs)"
+    write(source, lines)
+    result = importers.run(wp, "beads", str(source))
+    assert {(c["external"], c["field"]) for c in result["conflicts"]} == {("bd-1", "status"), ("bd-3", "title")}
+    assert "base" not in result["conflicts"][0]
+    assert wp.item(bead("bd-1")).status == "done" and wp.item(bead("bd-3")).title == "Docs"
+    importers.run(wp, "beads", str(source), prefer="source")
+    assert wp.item(bead("bd-3")).title == "Docs (theirs)" and "imported" in wp.item(bead("bd-3")).provenance
