@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_repo, run_gw, tip
+from conftest import git, make_repo, run_gw, tip
 from gitwork import importers
 from gitwork.importers.export import items as exported_items
 from gitwork.workplane import Workplane
@@ -140,3 +140,111 @@ def test_export_json_needs_a_file_and_leaves_the_state_alone(source: Path) -> No
     done = run_gw(source, "export", "--json")
     assert done.returncode == 2 and "needs --output" in done.stderr
     assert tip(source) == before
+
+
+# --- beads round trips (issue 24, point 7) ------------------------------------------------------------
+
+REALISTIC = Path(__file__).parent / "fixtures" / "import" / "beads-realistic.jsonl"
+
+
+def _export_beads(wp: Workplane, path: Path) -> list[dict]:
+    from gitwork.importers.export import write
+
+    with open(path, "w", encoding="utf-8") as handle:
+        write(wp, "beads", handle)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_beads_export_keeps_status_times_and_every_dependency(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    given = {line["id"]: line for line in map(json.loads, REALISTIC.read_text().splitlines())}
+    with Workplane(str(repo), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        out = {line["id"]: line for line in _export_beads(wp, tmp_path / "out.jsonl")}
+    live = {k for k, v in given.items() if v.get("status") != "tombstone"}
+    assert live <= set(out)
+    for name in live:
+        theirs, ours = given[name], out[name]
+        for key in ("status", "created_at", "updated_at", "closed_at", "title", "priority", "issue_type"):
+            assert ours.get(key) == theirs.get(key), (name, key)
+        assert _edges_of(ours) == _edges_of(theirs), name  # those on ids outside the file included
+
+
+def _edges_of(line: dict) -> list[tuple[str, str]]:
+    return sorted((d["depends_on_id"], d.get("type", "blocks"))
+                  for d in line.get("dependencies", []) if d.get("issue_id", line["id"]) == line["id"])
+
+
+def test_beads_export_then_import_changes_nothing_and_is_a_fixed_point(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with Workplane(str(repo), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        first = _export_beads(wp, tmp_path / "first.jsonl")
+        before = tip(repo)
+        result = importers.run(wp, "beads", str(tmp_path / "first.jsonl"))
+        assert tip(repo) == before, result  # export -> import of the same file: ref unchanged
+        # Work done in gitwork goes out in the export; importing that export is then a fixed point.
+        api = importers.item_id("beads", "gw-api")
+        lease = wp.do("claim", item=api).result
+        wp.do("done", item=api, fence=lease["fence"], force=True, reason="shipped")
+        second = _export_beads(wp, tmp_path / "second.jsonl")
+        assert next(line for line in second if line["id"] == "gw-api")["status"] == "closed"
+        importers.run(wp, "beads", str(tmp_path / "second.jsonl"))
+        assert wp.item(api).status == "done"
+        third = _export_beads(wp, tmp_path / "third.jsonl")
+        settled = tip(repo)
+        importers.run(wp, "beads", str(tmp_path / "third.jsonl"))
+        assert tip(repo) == settled and _export_beads(wp, tmp_path / "fourth.jsonl") == third
+    # A fresh repository: import -> export -> import -> export gives the same file.
+    fresh = make_repo(tmp_path / "fresh")
+    with Workplane(str(fresh), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(tmp_path / "first.jsonl"))
+        assert _export_beads(wp, tmp_path / "again.jsonl") == first
+
+
+def test_a_tombstone_and_a_cancel_survive_the_beads_round_trip(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    lines = [json.loads(line) for line in REALISTIC.read_text().splitlines()]
+    with Workplane(str(repo), agent="importer") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        pin = next(line for line in lines if line["id"] == "gw-pin")
+        pin.update(status="tombstone", deleted_at="2025-03-05T00:00:00Z", deleted_by="maria")
+        later = tmp_path / "later.jsonl"
+        later.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        importers.run(wp, "beads", str(later))
+        assert wp.item(importers.item_id("beads", "gw-pin")).status == "cancelled"
+        wp.do("cancel", item=importers.item_id("beads", "gw-wait"), reason="vendor dropped")
+        out = {line["id"]: line for line in _export_beads(wp, tmp_path / "out.jsonl")}
+        assert out["gw-pin"]["status"] == "tombstone" and out["gw-wait"]["status"] == "closed"
+        # The cancel is work done here: importing the export records it once (gitwork's close time
+        # becomes the source's), then importing it again changes nothing.
+        importers.run(wp, "beads", str(tmp_path / "out.jsonl"))
+        before = tip(repo)
+        result = importers.run(wp, "beads", str(tmp_path / "out.jsonl"))
+        assert tip(repo) == before, (result, git(repo, "diff", before, "refs/gitwork/state"))
+        # beads has one closed state: gitwork's cancel comes back as "closed", a conflict left alone.
+        assert [(c["external"], c["field"], c["gitwork"]) for c in result["conflicts"]] == [
+            ("gw-wait", "status", "cancelled")]
+
+
+def test_items_made_in_gitwork_come_back_from_their_beads_export_unchanged(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        importers.run(wp, "beads", str(REALISTIC))
+        schema = wp.do("new", title="Native schema", criteria=["reviewed"], labels=["db"]).result["item"]
+        api = wp.do("new", title="Native API", depends_on=[schema, importers.item_id("beads", "gw-api")]).result["item"]
+        lease = wp.do("claim", item=schema).result
+        wp.do("check", item=schema, criterion=1, fence=lease["fence"])
+        wp.post(schema, "a note")
+        out = {line["id"]: line for line in _export_beads(wp, tmp_path / "out.jsonl")}
+        assert out[schema]["status"] == "in_progress" and "assignee" not in out[schema]
+        assert {d["depends_on_id"] for d in out[api]["dependencies"]} == {schema, "gw-api"}
+        items = len(wp.rows()[1])
+        before = tip(repo)
+        result = importers.run(wp, "beads", str(tmp_path / "out.jsonl"))
+        assert tip(repo) == before and len(wp.rows()[1]) == items and result["conflicts"] == []

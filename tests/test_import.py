@@ -37,7 +37,7 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     assert (result["created"], len(result["commits"]), result["comments"]) == (5, 1, 2)
     epic, token, store, audit, gone, deferred = (bead(f"bd-a{n}") for n in range(1, 7))
     item = wp.item(token)
-    assert item.title == "Token endpoint" and item.status == "open" and item.owner == "alice"
+    assert item.title == "Token endpoint" and item.status == "in_progress" and item.owner == "alice"
     assert item.depends_on == [store]  # blocks → dependency
     assert item.extra["parent"] == epic  # parent-child → parent link
     assert item.extra["links"] == [{"kind": "related", "item": audit}]  # blocks nothing
@@ -45,8 +45,13 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     assert item.created_at == "2025-01-09T12:01:00Z"
     prov = item.provenance
     assert prov["source"] == {"kind": "beads", "ref": "bd-a2"}
-    assert prov["fields"] == {"issue_type": "task", "status": "in_progress", "updated_at": "2025-01-10T17:30:00Z",
-                              "estimated_minutes": 90}
+    assert prov["fields"] == {"issue_type": "task", "updated_at": "2025-01-10T17:30:00Z", "estimated_minutes": 90,
+                              "dependencies": [
+                                  {"issue_id": "bd-a2", "depends_on_id": "bd-a1", "type": "parent-child",
+                                   "created_at": "2025-01-09T12:05:00Z"},
+                                  {"issue_id": "bd-a2", "depends_on_id": "bd-a3", "type": "blocks",
+                                   "created_at": "2025-01-09T12:06:00Z"},
+                                  {"issue_id": "bd-a2", "depends_on_id": "bd-a4", "type": "related"}]}
     assert wp.item(audit).extra["links"] == [{"kind": "discovered-from", "item": token}]
     assert wp.item(store).status == "done" and wp.item(store).closed_reason == "Merged in #12"
     assert wp.item(epic).provenance["fields"]["design"] == "OAuth2 with PKCE\nsee RFC 7636"
@@ -67,7 +72,7 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     wp.do("edit", item=token, add_labels=["kept"])  # another op rewrites item.yaml: parent and links stay
     assert wp.item(token).extra == {"parent": epic, "links": [{"kind": "related", "item": audit}]}
     ready = {row[0] for row in wp.ready()}
-    assert ready == {epic, token, audit}  # store is done (so token's blocker is met); deferred is blocked
+    assert ready == {epic, audit}  # token is in progress in beads, deferred is blocked, store is done
 
 
 @pytest.mark.parametrize("kind, name, mapping", [("beads", "beads.jsonl", None), ("github", "github.json", None),
@@ -131,7 +136,9 @@ def test_the_cli_imports_with_json_and_no_progress_bar_when_not_a_terminal(repo:
     done = run_gw(repo, "import", "beads", str(FIXTURES / "beads.jsonl"), "--json", "--batch", "2")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["created"] == 5 and result["batches"] == 4 and len(result["commits"]) == 4
+    # 7 documents (6 lines, one item's forward links); the tombstone of an item never imported changes
+    # nothing, so the whole-file check leaves it out: 6 sent, in 3 batches of 2.
+    assert result["created"] == 5 and result["batches"] == 3 and len(result["commits"]) == 3
     assert "importing" not in done.stderr
 
 
@@ -203,20 +210,6 @@ def test_an_id_that_collides_with_an_item_from_elsewhere_is_refused(tmp_path: Pa
     with pytest.raises(Invalid, match="ids collide"):
         importers.run(wp, "jsonl", str(source))
     assert tip(repo) == before and wp.item(native).title == "made here"
-
-
-def test_an_item_someone_holds_is_not_closed_by_a_reimport(tmp_path: Path, repo: Path, wp: Workplane) -> None:
-    source = tmp_path / "issues.jsonl"
-    source.write_text('{"id": "bd-1", "title": "t"}\n')
-    importers.run(wp, "beads", str(source))
-    with Workplane(str(repo), agent="carol") as carol:
-        carol.do("claim", item=bead("bd-1"))
-    before = tip(repo)
-    assert importers.run(wp, "beads", str(source))["commits"] == []  # open there, held here: no change
-    source.write_text('{"id": "bd-1", "title": "t", "status": "closed"}\n')
-    with pytest.raises(Exception, match="held by carol"):
-        importers.run(wp, "beads", str(source))
-    assert tip(repo) == before
 
 
 def test_a_progress_bar_on_a_terminal_only(repo: Path, wp: Workplane) -> None:

@@ -949,9 +949,12 @@ def import_(
     batch: Annotated[int, typer.Option("--batch", help="Items per batch (one commit each).")] = 500,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="A progress bar on stderr when it is "
                                                                             "a terminal.")] = True,
+    prefer: Annotated[str, typer.Option("--prefer", help="A field changed on both sides since the last import: "
+                                                         "gitwork (keep gitwork's value, report the conflict) or "
+                                                         "source (take the source's).")] = "gitwork",
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Import another tracker's export: idempotent (a second import changes only what changed), provenance kept."""
+    """Import another tracker's export: a re-import takes only what the source changed since the last one."""
 
 
 @verb(transfer.export)

@@ -14,9 +14,10 @@ An item's gitwork id is derived from the source kind and its external id
 from __future__ import annotations
 
 import json
+import re
 
 from ..commands import MAX_TEXT
-from ..errors import Invalid, UsageError
+from ..errors import GwError, Invalid, UsageError
 from . import names
 from .source import MAX_FILE, MAX_LINE, Problems, clean, instant, item_id, message_id, read_text  # noqa: F401
 
@@ -214,27 +215,54 @@ def batches(docs: list[dict[str, Any]], size: int = BATCH) -> list[list[dict[str
     return out
 
 
+PREFER = ("gitwork", "source")
+
+
 def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int = BATCH,
-        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Import ``path`` (an export of ``kind``) into the work plane: read, plan, send in batches."""
+        progress: Callable[[int, int], None] | None = None, prefer: str = "gitwork") -> dict[str, Any]:
+    """Import ``path`` (an export of ``kind``) into the work plane: read, plan, check, send in batches.
+
+    All or nothing over the whole file: every document is decided on the current tip before the first
+    batch is sent (a refusal names the file's line and nothing is committed). A batch that loses a
+    race to another writer midway leaves the batches before it landed; the import is idempotent, so
+    running it again finishes it (docs/shadow.md, "Re-importing")."""
+    if prefer not in PREFER:
+        raise UsageError(f"--prefer must be one of {', '.join(PREFER)}")
     records = read(kind, path, mapping)
     docs = plan(kind, records, path)
+    if prefer == "source":
+        for doc in docs:
+            doc["prefer"] = "source"
+    lines = {r["external"]: r["line"] for r in records}
     chunks = batches(docs, size)
     actions: dict[str, str] = {}
+    conflicts: dict[tuple[str, str], dict[str, Any]] = {}
     comments = 0
     commits: list[str] = []
     done = 0
+    if len(chunks) > 1:
+        # Several commits: decide them all first. A document the check finds changes nothing (the
+        # item is as the merge leaves it, no new comment) is not sent: it would change nothing in a
+        # batch either, so an unchanged re-import costs one pass, not two.
+        results = _check(wp, docs, lines, path)
+        needed = [doc for doc, result in zip(docs, results) if result.get("action", "unchanged") != "unchanged"]
+        for doc, result in zip(docs, results):
+            if result.get("action", "unchanged") == "unchanged":
+                _tally(result, actions, conflicts)
+        done = len(docs) - len(needed)
+        chunks = batches(needed, size)
     if progress:
-        progress(0, len(docs))
-    for chunk in chunks:
-        applied = wp.submit({"op": "batch", "ops": chunk})
+        progress(done, len(docs))
+    for number, chunk in enumerate(chunks, 1):
+        try:
+            applied = wp.submit({"op": "batch", "ops": chunk})
+        except GwError as error:
+            landed = "" if number == 1 else (
+                f" ({number - 1} of {len(chunks)} batches landed before another writer moved the state; "
+                "the import is idempotent: run it again to finish)")
+            raise _at_line(error, chunk, lines, path, landed) from error
         for result in applied.result.get("ops", ()):
-            # An item sent twice (its forward links in a second document) counts once, as its
-            # strongest action: created over updated over unchanged.
-            action = result.get("action", "unchanged")
-            before = actions.get(result["item"], "unchanged")
-            actions[result["item"]] = action if _RANK[action] > _RANK[before] else before
-            comments += result.get("comments", 0)
+            comments += _tally(result, actions, conflicts)
         if applied.result.get("changed") and applied.commit not in commits:
             commits.append(applied.commit)
         done += len(chunk)
@@ -242,7 +270,56 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
             progress(done, len(docs))
     counts = {name: sum(1 for a in actions.values() if a == name) for name in _RANK}
     return {"ok": True, "source": kind, "file": path, "items": len(records), "documents": len(docs),
-            "batches": len(chunks), "commits": commits, **counts, "comments": comments}
+            "batches": len(chunks), "commits": commits, **counts, "comments": comments,
+            "conflicts": list(conflicts.values())}
+
+
+def _tally(result: dict[str, Any], actions: dict[str, str], conflicts: dict[tuple[str, str], dict[str, Any]]) -> int:
+    """Count one document's result; how many comments it posted."""
+    # An item sent twice (its forward links in a second document) counts once, as its strongest
+    # action: created over updated over unchanged.
+    action = result.get("action", "unchanged")
+    before = actions.get(result["item"], "unchanged")
+    actions[result["item"]] = action if _RANK[action] > _RANK[before] else before
+    for conflict in result.get("conflicts", ()):
+        conflicts[(result["item"], conflict["field"])] = {"item": result["item"], "external": result["external"],
+                                                           **conflict}
+    return int(result.get("comments", 0))
+
+
+def _check(wp: Any, docs: list[dict[str, Any]], lines: dict[str, int], path: str) -> list[dict[str, Any]]:
+    """Decide every document on the current tip as one batch, in memory, committing nothing: the
+    first refusal anywhere in the file is raised (naming its line) before any batch is sent. The
+    result of each document, in order."""
+    from .. import engine, ids
+
+    snapshot = wp.store.snapshot()
+    snapshot.check_format()
+    cmd = {"op": "batch", "id": ids.command_id(), "as": wp.settings.identity(), "ops": docs}
+    try:
+        outcome = engine.apply(snapshot, cmd, wp.now(), wp.settings)
+    except GwError as error:
+        raise _at_line(error, docs, lines, path, "") from error
+    results = outcome.result.get("ops", [])
+    return results if len(results) == len(docs) else [{"action": "created"} for _ in docs]
+
+
+_MEMBER = re.compile(r"#\d+ \([^)]*\): ")
+
+
+def _at_line(error: GwError, docs: list[dict[str, Any]], lines: dict[str, int], path: str, more: str) -> GwError:
+    """The same refusal (same class: the same exit code), naming the file's line instead of the
+    batch member: ``issues.jsonl:205: ...``."""
+    position = error.details.get("position")
+    if type(position) is not int or not 1 <= position <= len(docs):
+        return error
+    line = lines.get(str(docs[position - 1].get("external")))
+    if line is None:
+        return error
+    message = _MEMBER.sub("", error.message, count=1)
+    details = {k: v for k, v in error.details.items() if k != "position"}
+    return type(error)(f"{path}:{line}: {message}; nothing was imported{more}" if not more
+                       else f"{path}:{line}: {message}{more}", **details, line=line)
 
 
 _RANK = {"unchanged": 0, "updated": 1, "created": 2}

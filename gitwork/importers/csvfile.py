@@ -25,7 +25,8 @@ FIELDS = ("external", "title", "description", "status", "priority", "owner", "la
           "criteria", "closed_reason", "created_at", "url")
 DEFAULT_MAP = {"external": "id", **{f: f for f in FIELDS if f != "external"}}
 STATUS = {
-    **dict.fromkeys(("open", "todo", "to do", "new", "backlog", "in progress", "in_progress", "doing", ""), "open"),
+    **dict.fromkeys(("open", "todo", "to do", "new", "backlog", ""), "open"),
+    **dict.fromkeys(("in progress", "in_progress", "doing", "started"), "in_progress"),  # someone works on it
     **dict.fromkeys(("blocked", "on hold", "deferred", "waiting"), "blocked"),
     **dict.fromkeys(("done", "closed", "resolved", "complete", "completed", "fixed"), "done"),
     **dict.fromkeys(("cancelled", "canceled", "wontfix", "won't fix", "not planned", "duplicate"), "cancelled"),
@@ -117,7 +118,7 @@ def _record(row: dict[str, str], mapping: dict[str, str], line: int, problems: P
         return None
     status = raw.get("status", "").strip()
     if status.lower() not in STATUS:
-        problems.add(line, f"unknown status {status[:30]!r} (open, blocked, done, cancelled or a common synonym)")
+        problems.add(line, f"unknown status {status[:30]!r} (open, in_progress, blocked, done, cancelled or a common synonym)")
         return None
     record["status"] = STATUS[status.lower()]
     if status and status != record["status"]:

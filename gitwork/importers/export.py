@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 
 from .. import layout
+from ..model import CLOSED
 from ..thread import replay
+from .source import instant
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ FORMATS = ("jsonl", "beads", "csv")
 CSV_COLUMNS = ("id", "title", "description", "status", "priority", "owner", "labels", "depends_on", "parent",
                "criteria", "closed_reason", "created_at", "url")
 _INTERNAL_FIELDS = ("status", "unresolved", "dependency_types", "provenance", "acceptance_criteria", "title",
-                    "close_reason")
+                    "close_reason", "dependencies", "created_at")
 
 
 def items(wp: Any) -> list[dict[str, Any]]:
@@ -68,6 +70,33 @@ def _source(doc: dict[str, Any], kind: str) -> str | None:
     return source.get("ref") if source.get("kind") == kind else None
 
 
+# gitwork status -> beads status when the item does not still carry the beads status it came with.
+BEADS_STATUS = {"open": "open", "in_progress": "in_progress", "blocked": "blocked", "done": "closed",
+                "cancelled": "closed"}
+
+
+def _unchanged_since_import(doc: dict[str, Any]) -> bool:
+    """Whether every field the last import merged still has the value it left (nothing done here
+    since): then the source's own times are still the truth about the item."""
+    base = (doc.get("provenance") or {}).get("imported")
+    if not isinstance(base, dict):
+        return False
+    now = {**doc, "links": doc.get("links") or []}
+    return all(now.get(field) == value for field, value in base.items())
+
+
+def _beads_status(doc: dict[str, Any], fields: dict[str, Any]) -> str:
+    from .beads import STATUS, UNKNOWN_STATUS
+
+    given = fields.get("status")
+    base = (doc.get("provenance") or {}).get("imported") or {}
+    if doc["status"] == "cancelled" and base.get("status") == "cancelled":
+        return "tombstone"  # cancelled by the source's own deletion: deleted there, as beads says it
+    if isinstance(given, str) and STATUS.get(given, UNKNOWN_STATUS) == doc["status"]:
+        return given  # hooked, pinned, deferred, a custom status: as beads had it
+    return BEADS_STATUS.get(doc["status"], "open")
+
+
 def _beads(docs: list[dict[str, Any]]) -> Any:
     names = {d["id"]: _source(d, "beads") or d["id"] for d in docs}
 
@@ -76,38 +105,87 @@ def _beads(docs: list[dict[str, Any]]) -> Any:
         fields = dict(prov.get("fields") or {})
         original = prov.get("original") or {}
         own = names[doc["id"]]
-        status = {"done": "closed", "cancelled": "closed"}.get(doc["status"], doc["status"])
-        if doc["status"] == "blocked" and fields.get("status") == "deferred":
-            status = "deferred"
+        from_beads = _source(doc, "beads") is not None
+        settled = _unchanged_since_import(doc)
         out: dict[str, Any] = {k: v for k, v in fields.items() if k not in _INTERNAL_FIELDS}
-        out.update(id=own, title=fields.get("title") or doc["title"], description=doc.get("description", ""),
-                   status=status, priority=doc.get("priority", 2), issue_type=fields.get("issue_type", "task"),
-                   created_at=doc.get("created_at"), updated_at=doc.get("updated_at"))
-        owner = original.get("owner") or doc.get("owner") or doc.get("held_by")
+        title = fields.get("title") if settled and isinstance(fields.get("title"), str) else doc["title"]
+        out.update(id=own, title=title, description=doc.get("description", ""),
+                   status=_beads_status(doc, fields), priority=doc.get("priority", 2),
+                   created_at=fields["created_at"] if instant(fields.get("created_at")) == doc.get("created_at")
+                   else doc.get("created_at"))
+        if not from_beads:
+            out.setdefault("issue_type", "task")
+        # While nothing was done here since the import, the source's own times and texts are still the
+        # truth about the item: written back as given. Once something was, gitwork's.
+        if not settled:
+            out["updated_at"] = doc.get("updated_at")
+            out.pop("closed_at", None)
+        # Not a lease's holder: a lease is gitwork's, and importing the export back would make the
+        # holder the item's owner. The status (in_progress) says someone works on it.
+        owner = original.get("owner") or doc.get("owner")
         if owner:
             out["assignee"] = owner
         labels = original.get("labels") or {}
         out["labels"] = [labels.get(label, label) for label in doc.get("labels", [])]
-        if doc.get("criteria"):
+        if settled and isinstance(fields.get("acceptance_criteria"), str):
+            out["acceptance_criteria"] = fields["acceptance_criteria"]
+        elif doc.get("criteria"):
             out["acceptance_criteria"] = "\n".join(
                 f"- [{'x' if c.get('checked') else ' '}] {c['text']}" for c in doc["criteria"])
-        if doc["status"] in ("done", "cancelled"):
-            out["close_reason"] = fields.get("close_reason") or doc.get("closed_reason") or doc["status"]
-            out.setdefault("closed_at", doc.get("updated_at"))
-        deps = [{"issue_id": own, "depends_on_id": names.get(d, d), "type": "blocks"} for d in doc.get("depends_on", [])]
-        if doc.get("parent"):
-            deps.append({"issue_id": own, "depends_on_id": names.get(doc["parent"], doc["parent"]), "type": "parent-child"})
-        deps += [{"issue_id": own, "depends_on_id": names.get(link["item"], link["item"]), "type": link["kind"]}
-                 for link in doc.get("links", [])]
+        if settled and fields.get("close_reason"):
+            out["close_reason"] = fields["close_reason"]
+        elif doc["status"] in CLOSED and doc.get("closed_reason"):
+            out["close_reason"] = doc["closed_reason"]
+        if doc["status"] in CLOSED and not settled:
+            out["closed_at"] = doc.get("updated_at")  # closed here: its last change is the close
+        deps = _edges(doc, own, names, fields)
         if deps:
             out["dependencies"] = deps
-        comments = [{"id": n, "issue_id": own, "author": m.get("author") or m.get("by"), "text": m.get("text"),
-                     "created_at": m.get("written_at") or m.get("at")} for n, m in enumerate(doc["thread"], 1)]
+        comments = [{"id": m.get("ref", n), "issue_id": own, "author": m.get("author") or m.get("by"),
+                     "text": m.get("text"), "created_at": m.get("given_at") or m.get("written_at") or m.get("at")}
+                    for n, m in enumerate(doc["thread"], 1)]
         if comments:
             out["comments"] = comments
         return out
 
     return convert
+
+
+def _edges(doc: dict[str, Any], own: str, names: dict[str, str], fields: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every dependency of the item in beads' form: each edge as the source gave it while gitwork still
+    has it (or cannot have it: its target is not an item here), then the edges made in gitwork."""
+    from .beads import BLOCKING
+
+    ids = {name: item for item, name in names.items()}
+    deps = list(doc.get("depends_on", []))
+    parent = doc.get("parent")
+    links = [(link["kind"], link["item"]) for link in doc.get("links", [])]
+    out: list[dict[str, Any]] = []
+    given = fields.get("dependencies")
+    for edge in given if isinstance(given, list) else ():
+        if not isinstance(edge, dict) or not isinstance(edge.get("depends_on_id"), str):
+            continue
+        target, kind = ids.get(edge["depends_on_id"]), edge.get("type") or "blocks"
+        if target is None:
+            out.append(edge)  # on an id outside this state: kept as given
+        elif kind in BLOCKING and target in deps:
+            deps.remove(target)
+            out.append(edge)
+        elif kind == "parent-child" and target == parent:
+            parent = None
+            out.append(edge)
+        elif (kind, target) in links:
+            links.remove((kind, target))
+            out.append(edge)
+        # else: removed in gitwork since the import
+    known = fields.get("dependency_types")
+    types: dict[str, str] = known if isinstance(known, dict) else {}
+    out += [{"issue_id": own, "depends_on_id": names.get(d, d), "type": types.get(names.get(d, d), "blocks")}
+            for d in deps]
+    if parent:
+        out.append({"issue_id": own, "depends_on_id": names.get(parent, parent), "type": "parent-child"})
+    out += [{"issue_id": own, "depends_on_id": names.get(item, item), "type": kind} for kind, item in links]
+    return out
 
 
 def _csv(docs: list[dict[str, Any]], out: TextIO) -> None:
@@ -119,7 +197,7 @@ def _csv(docs: list[dict[str, Any]], out: TextIO) -> None:
         source = (doc.get("provenance") or {}).get("source") or {}
         writer.writerow([
             doc["id"], doc["title"], doc.get("description", ""),
-            "open" if doc["status"] == "in_progress" else doc["status"], doc.get("priority", 2),
+            doc["status"], doc.get("priority", 2),
             doc.get("owner") or "", ";".join(doc.get("labels", [])), ";".join(doc.get("depends_on", [])),
             doc.get("parent") or "",
             "\n".join(f"[{'x' if c.get('checked') else ' '}] {c['text']}" for c in doc.get("criteria", [])),

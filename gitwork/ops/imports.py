@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 SOURCES = ("beads", "github", "csv", "gitwork")
 _MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{4,64}\Z")
 _INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)\Z")
-# Item fields an import document sets directly when it carries them.
-_PLAIN = ("title", "description", "priority", "owner", "closed_reason")
 
 
 def _short(value: Any, field: str) -> str:
@@ -136,31 +134,82 @@ def _comments(value: Any) -> list[dict[str, Any]]:
             clean["to"] = ids.check_identity(entry["to"], f"{where} to")
         if type(entry.get("reply_to")) is int and entry["reply_to"] >= 1:
             clean["reply_to"] = entry["reply_to"]
-        for key in ("author", "choice"):
+        for key in ("author", "choice", "given_at"):  # given_at: the source's time, as written there
             if entry.get(key) is not None:
                 clean[key] = _short(entry[key], f"{where} {key}")
+        if type(entry.get("ref")) is int or isinstance(entry.get("ref"), str):  # the source's comment id
+            clean["ref"] = entry["ref"] if type(entry["ref"]) is int else _short(entry["ref"], f"{where} ref")
         out.append(clean)
     return out
 
 
-def _wanted(ctx: Context, item_id: str, current: Item | None) -> Item:
-    """The item as the document says it should be: the current one (or a new one) with the
-    document's fields set."""
-    cmd = ctx.cmd
-    if current is None:
-        if "title" not in cmd:
-            raise Invalid(f"importing {cmd['source']} {cmd['external']} creates {item_id}: it needs a title")
-        item = Item(id=item_id, title=cmd["title"], created_at=cmd.get("created_at") or ctx.when,
-                    provenance={"by": ctx.actor, "at": ctx.when})
+# --- the three-way merge (docs/shadow.md, "Re-importing") ------------------------------------------
+#
+# The base is what the last import took from the source, field by field (``provenance.imported``);
+# "ours" is the item now, "theirs" the document. A field changes only when the source changed it since
+# the last import: gitwork's own work (an item done here, a dependency added here) is never undone.
+
+
+def merge_value(base: Any, ours: Any, theirs: Any, *, prefer_source: bool = False,
+                has_base: bool = True) -> tuple[Any, bool]:
+    """The merged value and whether it is a conflict (both sides changed it, differently).
+
+    Without a base (an item imported before bases were kept) any difference is a conflict: which
+    side changed it cannot be known, and guessing could undo work done here."""
+    if ours == theirs:
+        return ours, False
+    if has_base and theirs == base:
+        return ours, False
+    if has_base and ours == base:
+        return theirs, False
+    return (theirs if prefer_source else ours), True
+
+
+def merge_set(base: list[Any], ours: list[Any], theirs: list[Any]) -> list[Any]:
+    """Ours, minus what the source removed since the base, plus what it added (ours' order first).
+
+    Never a conflict: an element added on either side is kept, one removed on either side goes."""
+    removed = [x for x in base if x not in theirs]
+    added = [x for x in theirs if x not in base]
+    out = [x for x in ours if x not in removed]
+    return out + [x for x in added if x not in out]
+
+
+_SCALARS = ("title", "description", "priority", "owner", "closed_reason", "created_at", "status", "criteria",
+            "decisions", "parent", "links")
+_SETS = ("labels", "depends_on")
+# A field missing from a base: the source did not carry it then, so it stood at the item's default.
+_DEFAULTS: dict[str, Any] = {"description": "", "priority": 2, "status": "open", "criteria": [], "decisions": [],
+                             "links": [], "labels": [], "depends_on": []}
+
+
+def _get(item: Item, field: str) -> Any:
+    if field == "parent":
+        return item.extra.get("parent")
+    if field == "links":
+        return item.extra.get("links") or []
+    return getattr(item, field)
+
+
+def _put(item: Item, field: str, value: Any) -> None:
+    if field in ("parent", "links"):
+        if value:
+            item.extra[field] = value
+        else:
+            item.extra.pop(field, None)
     else:
-        item = Item.from_doc(current.to_doc())
-    for key in _PLAIN:
+        setattr(item, field, value)
+
+
+def _theirs(ctx: Context, item_id: str) -> dict[str, Any]:
+    """The document's fields, checked and resolved (full ids), as the item would hold them."""
+    cmd = ctx.cmd
+    out: dict[str, Any] = {}
+    for key in ("title", "description", "priority", "owner", "closed_reason", "created_at", "status"):
         if key in cmd:
-            setattr(item, key, cmd[key])
-    if "created_at" in cmd:
-        item.created_at = cmd["created_at"]
+            out[key] = cmd[key]
     if "labels" in cmd:
-        item.labels = sorted(set(cmd["labels"]))
+        out["labels"] = sorted(set(cmd["labels"]))
     if "depends_on" in cmd:
         deps = []
         for dep in cmd["depends_on"]:
@@ -169,25 +218,88 @@ def _wanted(ctx: Context, item_id: str, current: Item | None) -> Item:
                 raise Invalid(f"{item_id} cannot depend on itself")
             if full not in deps:
                 deps.append(full)
-        cmd["depends_on"] = deps  # recorded resolved
-        item.depends_on = deps
+        cmd["depends_on"] = out["depends_on"] = deps  # recorded resolved
     if "criteria" in cmd:
-        item.criteria = _criteria(cmd["criteria"])
+        out["criteria"] = _criteria(cmd["criteria"])
     if "decisions" in cmd:
-        item.decisions = _decisions(cmd["decisions"])
+        out["decisions"] = _decisions(cmd["decisions"])
     if "parent" in cmd:
-        item.extra["parent"] = cmd["parent"] = _parent(ctx, item_id, cmd["parent"])
+        out["parent"] = cmd["parent"] = _parent(ctx, item_id, cmd["parent"])
     if "links" in cmd:
-        links = _links(ctx, item_id, cmd["links"])
-        cmd["links"] = links
-        if links:
-            item.extra["links"] = links
-        else:
-            item.extra.pop("links", None)
-    if "status" in cmd and not (cmd["status"] == "open" and item.status == "in_progress"):
-        item.status = cmd["status"]  # an item someone holds here is "open" to the source: not a change
+        out["links"] = cmd["links"] = _links(ctx, item_id, cmd["links"])
+    return out
+
+
+def _ticks(criteria: Any) -> list[tuple[Any, Any]]:
+    return [(c.get("text"), bool(c.get("checked"))) for c in criteria or () if isinstance(c, dict)]
+
+
+def _sorted(value: Any) -> Any:
+    """``value`` with every mapping's keys in sorted order: the item file must not depend on the key
+    order the document happened to have (the recorded ``Command:`` line sorts them, and a replay of
+    it must write the same bytes)."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _held_by_another(ctx: Context, item_id: str) -> str | None:
+    lease = ctx.lease(item_id)
+    if lease is None or not lease.is_active() or lease.takeable(ctx.now, ctx.settings.clock_margin):
+        return None
+    return lease.holder if lease.holder != ctx.actor else None
+
+
+def _wanted(ctx: Context, item_id: str, current: Item | None, native: bool = False
+            ) -> tuple[Item, list[dict[str, Any]]]:
+    """The item as the merge of the document into the current one leaves it (or a new one), and the
+    conflicts found (each left as gitwork has it, unless ``prefer: source``)."""
+    cmd = ctx.cmd
+    theirs = _theirs(ctx, item_id)
+    conflicts: list[dict[str, Any]] = []
+    if current is None:
+        if "title" not in cmd:
+            raise Invalid(f"importing {cmd['source']} {cmd['external']} creates {item_id}: it needs a title")
+        item = Item(id=item_id, title=cmd["title"], created_at=cmd.get("created_at") or ctx.when,
+                    provenance={"by": ctx.actor, "at": ctx.when})
+        for field, value in theirs.items():
+            _put(item, field, value)
+        # Every merged field, carried or not: a field the source sets later (an assignee, the links a
+        # second document brings) then merges against what this import left, not against nothing.
+        base: dict[str, Any] = {field: _get(item, field) for field in _SCALARS + _SETS}
+    else:
+        item = Item.from_doc(current.to_doc())
+        known = item.provenance.get("imported") if isinstance(item.provenance, dict) else None
+        old = known if isinstance(known, dict) else {}
+        base = dict(old)
+        prefer = cmd.get("prefer") == "source"
+        holder = _held_by_another(ctx, item_id)
+        for field, value in theirs.items():
+            ours = _get(item, field)
+            if field in _SETS:
+                _put(item, field, merge_set(list(old.get(field) or []), list(ours), list(value)))  # no base: []
+                base[field] = value
+                continue
+            if field == "criteria" and _ticks(ours) == _ticks(value):
+                base[field] = value
+                continue  # who ticked a criterion here, and when, is no difference from the source
+            merged, conflict = merge_value(old.get(field, _DEFAULTS.get(field)), ours, value, prefer_source=prefer,
+                                           has_base=isinstance(known, dict))
+            if field == "status" and holder and merged != ours and not prefer:
+                merged, conflict = ours, True  # someone holds it here: the source cannot take it away
+            if conflict:
+                conflicts.append({"field": field, "gitwork": ours, "source": value,
+                                  **({"base": old.get(field, _DEFAULTS.get(field))} if isinstance(known, dict) else {}),
+                                  **({"holder": holder} if field == "status" and holder else {})})
+            if not conflict or prefer:
+                base[field] = value
+            _put(item, field, merged)
     if item.status not in CLOSED:
         item.closed_reason = None
+    if native:
+        return item, conflicts
     prov = dict(item.provenance)
     prov["source"] = {"kind": cmd["source"], "ref": cmd["external"], **({"url": cmd["url"]} if "url" in cmd else {})}
     for key in ("fields", "original"):
@@ -195,11 +307,13 @@ def _wanted(ctx: Context, item_id: str, current: Item | None) -> Item:
             if not isinstance(cmd[key], dict):
                 raise Invalid(f"{key} must be a mapping")
             if cmd[key]:
-                prov[key] = cmd[key]
+                prov[key] = _sorted(cmd[key])
             else:
                 prov.pop(key, None)
+    if base:
+        prov["imported"] = base
     item.provenance = prov
-    return item
+    return item, conflicts
 
 
 def _same_source(item: Item, kind: str, external: str) -> bool:
@@ -207,17 +321,26 @@ def _same_source(item: Item, kind: str, external: str) -> bool:
     return isinstance(source, dict) and source.get("kind") == kind and source.get("ref") == external
 
 
+def _but_base(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in (doc.get("provenance") or {}).items() if k != "imported"}
+
+
 def _changes(before: Item, after: Item) -> list[str]:
+    """The fields that differ (the merge base alone changing reads as ``provenance``)."""
     old, new = before.to_doc(), after.to_doc()
     keys = sorted((set(old) | set(new)) - {"updated_at"})
-    return [key for key in keys if old.get(key) != new.get(key)]
+    changed = [key for key in keys if old.get(key) != new.get(key)]
+    if "provenance" in changed and len(changed) > 1 and _but_base(old) == _but_base(new):
+        changed.remove("provenance")
+    return changed
 
 
-@op("import", "create or update an item from another tracker's export (idempotent)", roles=True,
-    item="item!", source="|".join(SOURCES) + "!", external="short!", url="short", title="title",
-    description="text", status="open|blocked|done|cancelled", priority="priority", labels="labels", owner="name",
-    depends_on="items", parent="item", links="data", criteria="data", decisions="data", closed_reason="short",
-    created_at="short", comments="data", fields="data", original="data", tombstone="bool")
+@op("import", "create or update an item from another tracker's export (idempotent; a three-way merge)",
+    roles=True, item="item!", source="|".join(SOURCES) + "!", external="short!", url="short", title="title",
+    description="text", status="open|in_progress|blocked|done|cancelled", priority="priority", labels="labels",
+    owner="name", depends_on="items", parent="item", links="data", criteria="data", decisions="data",
+    closed_reason="short", created_at="short", comments="data", fields="data", original="data", tombstone="bool",
+    prefer="source|gitwork")
 def import_item(ctx: Context) -> None:
     cmd = ctx.cmd
     item_id = cmd["item"]
@@ -230,7 +353,12 @@ def import_item(ctx: Context) -> None:
         _instant(cmd["created_at"], "created_at")
     current = ctx.item(item_id) if ctx.file(layout.item_path(item_id, layout.ITEM_FILE)) else None
     source, external = cmd["source"], cmd["external"]
-    if current is not None and not _same_source(current, source, external):
+    # An item made here, back from gitwork's own beads export (which names it by its gitwork id):
+    # gitwork is its source of truth. Nothing about it is recorded as imported, no comment is posted,
+    # and a field that differs is a conflict (there is no base), taken only with prefer: source.
+    native = (source == "beads" and current is not None and external == item_id
+              and not (isinstance(current.provenance, dict) and current.provenance.get("source")))
+    if current is not None and not native and not _same_source(current, source, external):
         raise Invalid(f"{item_id} exists and was not imported from {source} {external!r}: the ids collide",
                       item=item_id)
     if cmd.get("tombstone"):
@@ -239,7 +367,7 @@ def import_item(ctx: Context) -> None:
             ctx.outcome.result = {"item": item_id, "external": external, "action": "unchanged"}
             return
         cmd.update(status="cancelled", closed_reason=cmd.get("closed_reason") or f"deleted in {source}")
-    wanted = _wanted(ctx, item_id, current)
+    wanted, conflicts = _wanted(ctx, item_id, current, native=native)
     changed = _changes(current, wanted) if current is not None else ["created"]
     if current is not None and "status" in changed:
         lease = ctx.require_holder(item_id)  # someone else's live lease: refused (exit 7), not overridden
@@ -247,21 +375,23 @@ def import_item(ctx: Context) -> None:
             end_lease(ctx, lease, "released", reason=wanted.status)
     if "depends_on" in changed and current is not None:
         check_cycle(ctx, item_id, [d for d in wanted.depends_on if d not in current.depends_on])
-    posted = _post(ctx, item_id, _comments(cmd.get("comments", [])))
+    posted = 0 if native else _post(ctx, item_id, _comments(cmd.get("comments", [])))
     if changed:
         ctx.save_item(wanted)
         ctx.memo("_import_parents")[item_id] = wanted.extra.get("parent")
         if current is None:
             ctx.event(item_id, "imported", source=source, external=external, title=wanted.title)
         else:
-            ctx.event(item_id, "import-updated", source=source, external=external, changes=changed)
+            ctx.event(item_id, "import-updated", source=source, external=external, changes=changed,
+                      **({"conflicts": [c["field"] for c in conflicts]} if conflicts else {}))
+    found = {"conflicts": conflicts} if conflicts else {}
     if not changed and not posted:
-        ctx.outcome.result = {"item": item_id, "external": external, "action": "unchanged"}
+        ctx.outcome.result = {"item": item_id, "external": external, "action": "unchanged", **found}
         return
     action = "created" if current is None else "updated"
     ctx.say(f"import {source} {external} as {item_id}: {action}", item_id)
     ctx.outcome.result = {"item": item_id, "external": external, "action": action,
-                          "changed": [c for c in changed if c != "created"], "comments": posted}
+                          "changed": [c for c in changed if c != "created"], "comments": posted, **found}
 
 
 def _post(ctx: Context, item_id: str, comments: list[dict[str, Any]]) -> int:
@@ -280,7 +410,7 @@ def _post(ctx: Context, item_id: str, comments: list[dict[str, Any]]) -> int:
     for comment in comments:
         if comment["id"] in known:
             continue
-        extra = {k: comment[k] for k in ("by", "written_at", "author", "choice") if k in comment}
+        extra = {k: comment[k] for k in ("by", "written_at", "author", "choice", "ref", "given_at") if k in comment}
         post_message(ctx, item_id, comment["kind"], comment["text"], epoch=epoch, to=comment.get("to"),
                      reply_to=comment.get("reply_to"), msg_id=comment["id"], **extra)
         posted += 1

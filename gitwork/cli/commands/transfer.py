@@ -110,17 +110,25 @@ def _progress(enabled: bool) -> Any:
 
 
 def import_(wp: Any, as_json: bool, kind: str, source: str, mapping: str | None = None, batch: int = 500,
-            progress: bool = True) -> None:
+            progress: bool = True, prefer: str = "gitwork") -> None:
     from ... import importers
 
     if not 1 <= batch <= 1000:
         raise UsageError("--batch must be 1 to 1000 items")
-    result = importers.run(wp, kind, source, mapping=mapping, size=batch, progress=_progress(progress))
+    result = importers.run(wp, kind, source, mapping=mapping, size=batch, progress=_progress(progress),
+                           prefer=prefer)
     if as_json:
         output.emit_json(result)
         return
+    conflicts = result["conflicts"]
+    for c in conflicts[:50]:
+        kept = "took the source's" if prefer == "source" else "kept gitwork's"
+        output.info(f"conflict: {c['external']} ({c['item']}) {c['field']}: gitwork {c['gitwork']!r}, "
+                    f"source {c['source']!r}; {kept}")
+    more = f" (and {len(conflicts) - 50} more: --json lists them)" if len(conflicts) > 50 else ""
+    shown = f", {len(conflicts)} conflict{'' if len(conflicts) == 1 else 's'}{more}" if conflicts else ""
     output.info(f"import {kind} {source}: {result['created']} created, {result['updated']} updated, "
-                f"{result['unchanged']} unchanged, {result['comments']} comments; "
+                f"{result['unchanged']} unchanged, {result['comments']} comments{shown}; "
                 f"{len(result['commits'])} commit{'' if len(result['commits']) == 1 else 's'}")
 
 
