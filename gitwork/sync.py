@@ -403,16 +403,24 @@ class Arbiter:
                                 **error.to_json()})
         return chain.commit, replayed, refused
 
-    def _adopt(self, local: str | None, new: str | None) -> list[dict[str, Any]]:
-        """Make the local ref hold ``new`` (a chain the arbiter accepted, or will be offered).
+    def _adopt(self, local: str | None, new: str | None, *, built_on_local: bool = True) -> list[dict[str, Any]]:
+        """Make the local ref hold ``new`` (a chain the arbiter accepted, or will be offered), never
+        dropping a local command: nothing moves the local ref backwards over an acknowledged commit.
 
-        If another command in this clone moved the local ref meanwhile, its commands are replayed on
-        top of ``new`` and the CAS is tried again: a grant the arbiter accepted is always adopted
-        (otherwise the holder's next fenced command would be told its live lease was never granted).
-        Returns the local commands that replay refused.
+        ``built_on_local``: ``new`` was built by :meth:`rebuild` from exactly ``local`` (it holds
+        every command of ``local``), so the local ref may swap from ``local`` to it. Otherwise ``new``
+        is only the arbiter's tip (what a carried waiter, or anyone reading the tracking ref, knows):
+        ``local``'s commands it has not seen are replayed on it first. Either way the swap is a
+        compare-and-swap against the exact local tip that was replayed: if another command in this
+        clone moved the local ref meanwhile, its commands are replayed on top of ``new`` and the CAS
+        is tried again. A grant the arbiter accepted is always adopted (otherwise the holder's next
+        fenced command would be told its live lease was never granted). Returns the local commands
+        that replay refused (reported and kept in ``refused.jsonl``, never dropped silently).
         """
         refused: list[dict[str, Any]] = []
         target = new
+        if not built_on_local and new is not None:
+            target, _replayed, refused = self.rebuild(local, new)
         for _ in range(MAX_ROUNDS):
             if target is None or local == target or self.store.set_if_equals(local, target):
                 return refused
@@ -770,7 +778,10 @@ class ArbiterRef(engine.CAS):
                 and isinstance(result, dict) and isinstance(summary, str) and self._holds(commit, cmd["id"])):
             return None  # not an answer we can trust: ask the arbiter ourselves (the id is answered once)
         self.turn.give()
-        refused = _unique(self.arbiter._adopt(self.arbiter.store.tip(), self.arbiter.known_remote_tip()))
+        # The holder adopted the chain before answering; a local command may have landed since (a
+        # ``gw msg`` in this clone): the arbiter's tip is replayed onto, never swapped over, the local ref.
+        refused = _unique(self.arbiter._adopt(self.arbiter.store.tip(), self.arbiter.known_remote_tip(),
+                                              built_on_local=False))
         return self.arbiter._answer(engine.Applied(command, commit, result, summary, 1), refused)
 
     def _holds(self, commit: str, command_id: str) -> bool:
