@@ -117,6 +117,52 @@ def test_a_carried_waiter_does_not_adopt_the_arbiter_tip_over_a_local_command(tm
         assert_sound(bare)
 
 
+@pytest.mark.parametrize("same_item", [False, True], ids=["other-item", "claimed-item"])
+def test_a_local_command_landing_while_the_holder_s_push_is_in_the_server_is_replayed_not_dropped(
+        tmp_path: Path, same_item: bool) -> None:
+    """alice's claim is held inside the server after its chain was built on A's local tip; dave's
+    ``gw msg`` lands on that tip meanwhile. When the push wins, alice's adoption finds the local ref
+    moved: the CAS from the tip her chain was built on fails, and the message is replayed on top of
+    her claim. On another item it stays and ``gw sync`` brings it to the arbiter once; on the item
+    alice just claimed, replay finds it stale (written on epoch 0, the item is at epoch 1 now): that
+    verdict is reported by command id (alice's result, ``refused.jsonl``), never a silent loss."""
+    served = tmp_path / "served"
+    served.mkdir()
+    bare = bare_repo(served, "plane")
+    with GitDaemon(served) as daemon:
+        a = machine(tmp_path, "a", daemon.url("plane"), publish=True)
+        x, y = new_item(a, "item x"), new_item(a, "item y")
+        gw_ok(a, "sync")
+        gate, arrived, release = tmp_path / "gate", tmp_path / "arrived", tmp_path / "release"
+        hook = bare / "hooks" / "pre-receive"
+        hook.write_text(HOLD_ONE_PUSH.format(gate=gate, arrived=arrived, release=release))
+        hook.chmod(0o755)
+        gate.touch()
+        alice = start(a, "claim", x, "--as", "alice")
+        try:
+            wait_until(arrived.exists, "alice's push to reach the server", [alice])
+            posted = gw_ok(a, "msg", x if same_item else y, "posted while the claim was in the server", "--as",
+                           "dave", timeout=60)["command_id"]
+        finally:
+            release.touch()
+        out, err = alice.communicate(timeout=60)
+        assert alice.returncode == 0, (out, err)
+        claimed = json.loads(out)
+        assert tip(bare) == claimed["commit"]  # the claim landed without the message (built before it)
+        assert git(a, "merge-base", "--is-ancestor", claimed["commit"], STATE) == ""  # adopted
+        if same_item:
+            assert [(r["command_id"], r["error"]) for r in claimed["refused"]] == [(posted, "stale")]
+            assert [r["command_id"] for r in status(a)["refused"]] == [posted]
+            assert posted not in local_ids(a)
+        else:
+            assert "refused" not in claimed
+            assert posted in local_ids(a)  # replayed on top of the claim
+        gw_ok(a, "sync", timeout=60)
+        assert tip(a) == tip(bare)
+        assert Counter(command_ids(bare))[posted] == (0 if same_item else 1)
+        assert_sound(bare)
+
+
 def status(clone: Path) -> dict:
     done = run_gw(clone, "status", "--json")
     assert done.returncode == 0, done.stderr
