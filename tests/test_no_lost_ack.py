@@ -199,6 +199,7 @@ def one_op(rng: random.Random, clone: Path, items: list[str], n: int) -> list[st
     return ["claim", "--next", "--as", who]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_every_acknowledged_command_reaches_the_arbiter_once_whatever_the_interleaving(tmp_path: Path,
                                                                                        seed: int) -> None:
