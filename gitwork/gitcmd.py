@@ -72,7 +72,8 @@ def run(
         if keep is not None:
             returncode, stdout, stderr = _run_kept(cmd, keep, timeout, cwd, git_env(env))
         else:
-            proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, env=git_env(env), timeout=timeout)
+            proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, env=git_env(env), timeout=timeout,
+                                  check=False)
             returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except FileNotFoundError as exc:  # no git binary at all
         raise GitFailed("git is not installed or not on PATH") from exc

@@ -79,7 +79,7 @@ class Round:
     """What one round of :class:`ArbiterRef` (one attempt of :func:`engine.run`) knows: made when the
     round begins, dropped when the next one does, so nothing of a lost round leaks into the next."""
 
-    __slots__ = ("attempt", "turn_began", "local", "refused", "fresh_base", "carried", "declined", "top")
+    __slots__ = ("attempt", "carried", "declined", "fresh_base", "local", "refused", "top", "turn_began")
 
     def __init__(self, attempt: int) -> None:
         self.attempt = attempt
