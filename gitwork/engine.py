@@ -422,13 +422,19 @@ def land(store: Store, snapshot: Snapshot, cmd: dict[str, Any], outcome: Outcome
 class CAS:
     """How :func:`run` moves a ref: the only thing a local write and an arbiter write differ in.
 
-    ``base()`` is the snapshot the next attempt builds on; ``expected(base)`` the value the ref must
-    still have for ``swap(expected, new)`` to move it (``False``: someone moved it first); ``lost``
-    waits before the next attempt; ``again(error)`` says whether a refusal is worth another attempt
-    (a remote's view may be old); ``landed`` finishes the write (``moved``: the ref was swapped).
+    :func:`run` drives it round by round, passing each round its number: ``begin(cmd, attempt)``
+    starts a round (and may return the command's answer when another writer already decided it: a
+    sibling process that carried it); ``base()`` is the snapshot the round builds on;
+    ``expected(base)`` the value the ref must still have for ``swap(expected, new)`` to move it
+    (``False``: someone moved it first); ``lost(attempt)`` ends a lost round (fetch, wait);
+    ``again(error)`` says whether a refusal is worth another round (a remote's view may be old);
+    ``landed`` finishes the write (``moved``: the ref was swapped). ``limit`` bounds the rounds.
     """
 
     limit = 1
+
+    def begin(self, cmd: dict[str, Any], attempt: int) -> Applied | None:
+        return None
 
     def base(self) -> Snapshot:
         raise NotImplementedError
@@ -459,6 +465,9 @@ def run(cas: CAS, cmd: dict[str, Any], now: Callable[[], _dt.datetime], settings
     ``--next`` picked) in the document, and a retry must start from what the caller sent.
     """
     for attempt in range(1, cas.limit + 1):
+        answered = cas.begin(cmd, attempt)
+        if answered is not None:
+            return answered  # decided by another writer this round (a sibling carried it)
         base = cas.base()
         base.check_format()
         at = now()

@@ -47,6 +47,10 @@ def one_line(text: str) -> str:
     return "; ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+class TimedOut(GitFailed):
+    """A git run went past its ``timeout`` (git was killed): the caller says what that means."""
+
+
 def run(
     args: Sequence[str],
     *,
@@ -55,32 +59,96 @@ def run(
     check: bool = True,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    keep: int | None = None,
 ) -> Completed:
-    """Run ``git *args``; raise :class:`GitFailed` (with cmd, rc, output) unless ``check`` is off."""
+    """Run ``git *args``; raise :class:`GitFailed` (with cmd, rc, output) unless ``check`` is off.
+
+    A run past ``timeout`` raises :class:`TimedOut` (a :class:`GitFailed`). ``keep``: git talks to a
+    server whose output is not ours to bound (a hook's stderr, relayed): only the first and the last
+    ``keep`` bytes of each stream are kept, with a mark where the middle went, and stdin is closed.
+    """
     cmd = ("git", *args)
     try:
-        proc = subprocess.run(
-            cmd,
-            cwd=cwd,
-            input=input,
-            capture_output=True,
-            env=git_env(env),
-            timeout=timeout,
-        )
+        if keep is not None:
+            returncode, stdout, stderr = _run_kept(cmd, keep, timeout, cwd, git_env(env))
+        else:
+            proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, env=git_env(env), timeout=timeout,
+                                  check=False)
+            returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except FileNotFoundError as exc:  # no git binary at all
         raise GitFailed("git is not installed or not on PATH") from exc
     except subprocess.TimeoutExpired as exc:
-        raise GitFailed(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
-    done = Completed(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
-    if check and proc.returncode != 0:
+        raise TimedOut(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
+    done = Completed(tuple(cmd), returncode, stdout, stderr)
+    if check and returncode != 0:
         raise GitFailed(
-            f"git {' '.join(args)} failed (exit {proc.returncode}): {one_line(done.err or done.out)}",
+            f"git {' '.join(args)} failed (exit {returncode}): {one_line(done.err or done.out)}",
             cmd=list(cmd),
-            returncode=proc.returncode,
+            returncode=returncode,
             stdout=done.out,
             stderr=done.err,
         )
     return done
+
+
+class _Kept:
+    """The first and the last ``most`` bytes of a stream, with a mark where the middle went."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.most - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        if len(self.tail) > self.most:
+            self.dropped += len(self.tail) - self.most
+            del self.tail[: len(self.tail) - self.most]
+
+    def value(self) -> bytes:
+        middle = b"\n[... %d bytes left out ...]\n" % self.dropped if self.dropped else b""
+        return bytes(self.head) + middle + bytes(self.tail)
+
+
+def _run_kept(cmd: tuple[str, ...], most: int, timeout: float | None, cwd: str | os.PathLike[str] | None,
+              env: dict[str, str]) -> tuple[int, bytes, bytes]:
+    """Run ``cmd`` keeping only the ends of each stream; kill it and raise ``TimeoutExpired`` past ``timeout``."""
+    import selectors
+    import time
+
+    proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = _Kept(most), _Kept(most)
+    kept = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+    with proc, selectors.DefaultSelector() as selector:
+        for stream in (proc.stdout, proc.stderr):
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                proc.kill()
+                proc.wait()
+                raise subprocess.TimeoutExpired(cmd, timeout or 0.0)
+            for key, _events in selector.select(None if left == float("inf") else left):
+                chunk = os.read(key.fd, 65536)
+                if chunk:
+                    kept[key.fd].add(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+        try:
+            proc.wait(timeout=None if timeout is None else max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    return proc.returncode, out.value(), err.value()
 
 
 def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeout: float | None = None,

@@ -354,7 +354,7 @@ def test_giving_up_after_lost_races_is_exit_75_locally_and_on_the_arbiter(
     new_item(a, "X")
     before = tip(a)
     monkeypatch.setattr(workplane, "MAX_ATTEMPTS", 0)  # every race lost: the bound is reached at once
-    monkeypatch.setattr(sync, "MAX_ROUNDS", 0)
+    monkeypatch.setattr(sync.replay, "MAX_ROUNDS", 0)
     with workplane.Workplane(str(a), agent="alice") as plane:
         for give_up in (lambda: plane.do("new", title="never"), lambda: plane.do("claim", next=True),
                         lambda: sync.Arbiter(plane).sync()):

@@ -79,7 +79,7 @@ class Plane:
         """Submit ``doc`` in this process as the holder of ``turn`` (taken by the test): it carries the queue."""
         with Workplane(str(self.clone), agent=str(doc["as"])) as wp:
             cas = sync.ArbiterRef(sync.Arbiter(wp), seed=f"{doc['as']}-1")
-            cas.turn, cas.fresh_turn = turn, True
+            cas.turn = turn  # already ours: no round waits for it
             return cas.submit(engine.validate_command(doc))
 
     def claims(self) -> list[tuple[str, str, str]]:

@@ -1,6 +1,6 @@
 """Crashes and outages while talking to the arbiter: no torn state, a retry completes, nothing twice.
 
-The faults are real: ``kill -9`` of the gw process (at the crash points in ``sync.py`` and at random
+The faults are real: ``kill -9`` of the gw process (at the crash points in ``gitwork/sync/`` and at random
 moments of a looping claimer) and a ``git daemon`` stopped while a push is inside the server.
 After each, the remote must hold a valid commit that passes the server-side state check, ``git
 fsck`` must report no error, and every command id must appear on the remote at most once.

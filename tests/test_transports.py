@@ -509,7 +509,7 @@ def test_a_paused_server_is_outcome_unknown_not_an_internal_error(
     x = new_item(a, "X")
     gw_ok(a, "sync")
     before, local = tip(http.bare), tip(a)
-    monkeypatch.setattr(sync, "REMOTE_TIMEOUT", 2.0)
+    monkeypatch.setattr(sync.transport, "REMOTE_TIMEOUT", 2.0)
     assert http.server is not None and http.server.proc is not None
     server_group = http.server.proc.pid
     os.killpg(server_group, signal.SIGSTOP)  # our own server's group
