@@ -330,3 +330,47 @@ def doc_table() -> list[tuple[int | None, str, int]]:
             for kind in found[2].replace("`", "").split(","):
                 rows.append((code, kind.strip(), int(found[3])))
     return rows
+
+
+# --- 2. the board's cookie: this origin only, and the session's CSRF token for writes --------------------
+
+
+def test_the_boards_cookie_acts_only_from_this_origin_with_the_sessions_csrf_token(live: Live) -> None:
+    here = f"http://{live.host}:{live.port}"
+    elsewhere = f"http://{live.host}:{live.port + 1 if live.port < 65535 else live.port - 1}"
+    with httpx.Client(base_url=live.url, timeout=20, follow_redirects=False) as browser:
+        signed = browser.post("/login", content=f"token={live.token['alice']}".encode(),
+                              headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": here})
+        assert signed.status_code == 303
+        page = browser.get("/", headers={"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "navigate"}).text
+        csrf = re.search(r'<meta name="gw-csrf" content="([0-9a-f]{64})">', page)
+        assert csrf is not None, "the page carries no CSRF token"
+        before = tip(live.repo)
+        doc = {"op": "new", "title": "by cookie"}
+        refused = [
+            browser.post("/v1/commands", json=doc),  # no Origin: a browser always sends one on a POST
+            browser.post("/v1/commands", json=doc, headers={"Origin": elsewhere, "X-CSRF-Token": csrf[1]}),
+            browser.post("/v1/commands", json=doc, headers={"Sec-Fetch-Site": "same-site", "X-CSRF-Token": csrf[1]}),
+            browser.post("/v1/commands", json=doc, headers={"Origin": here}),  # no CSRF token
+            browser.post("/v1/commands", json=doc, headers={"Origin": here, "X-CSRF-Token": "0" * 64}),
+            browser.get("/v1/whoami", headers={"Origin": elsewhere}),
+            browser.get("/v1/whoami", headers={"Sec-Fetch-Site": "cross-site"}),
+            browser.post("/logout", headers={"Origin": elsewhere}),
+            browser.post("/logout", headers={"Origin": here}),  # without the form's CSRF field
+            browser.post("/login", content=f"token={live.token['root']}".encode(),
+                         headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": elsewhere}),
+        ]
+        assert [r.status_code for r in refused] == [403] * len(refused), [r.text for r in refused]
+        assert all(r.json()["error"] == "forbidden" and r.json()["code"] == 77 for r in refused)
+        assert "set-cookie" not in refused[-1].headers and "set-cookie" not in refused[-2].headers
+        assert tip(live.repo) == before
+        fine = [browser.post("/v1/commands", json=doc, headers={"Origin": here, "X-CSRF-Token": csrf[1]}),
+                browser.post("/v1/commands", json=doc, headers={"Sec-Fetch-Site": "same-origin", "X-CSRF-Token": csrf[1]}),
+                browser.get("/v1/whoami", headers={"Sec-Fetch-Site": "same-origin"})]
+        assert [r.status_code for r in fine] == [200, 200, 200], [r.text for r in fine]
+        out = browser.post("/logout", content=f"csrf={csrf[1]}".encode(),
+                           headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": here})
+        assert out.status_code == 303 and "gw_token=" in out.headers["set-cookie"]
+    # A token in the Authorization header is not the browser's to attach: no origin rule applies.
+    with live.client("alice") as api:
+        assert api.post("/v1/commands", json=doc, headers={"Origin": elsewhere}).status_code == 200
