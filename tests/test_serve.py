@@ -169,6 +169,7 @@ def test_refusals_carry_the_cli_error_and_their_documented_status(world: World) 
 
 def test_the_status_table_in_docs_is_the_one_the_server_uses() -> None:
     text = (ROOT / "docs" / "serve.md").read_text()
+    text = text[text.index("### Exit codes and HTTP statuses"):text.index("Statuses outside that table")]
     rows = dict(re.findall(r"^\| (\d+) [^|]*\|[^|]*\| (\d{3})", text, re.M))
     assert {int(code): int(status) for code, status in rows.items()} == {int(c): s for c, s in HTTP_STATUS.items()}
     assert set(HTTP_STATUS) == set(ExitCode) - {ExitCode.OK}

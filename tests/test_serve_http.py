@@ -374,3 +374,142 @@ def test_the_boards_cookie_acts_only_from_this_origin_with_the_sessions_csrf_tok
     # A token in the Authorization header is not the browser's to attach: no origin rule applies.
     with live.client("alice") as api:
         assert api.post("/v1/commands", json=doc, headers={"Origin": elsewhere}).status_code == 200
+
+
+def _item_path(repo: Path, item: str) -> str:
+    names = subprocess.run(["git", "ls-tree", "-r", "--name-only", "refs/gitwork/state"], cwd=repo,
+                           capture_output=True, text=True, check=True).stdout.split()
+    return next(name for name in names if f"/{item}/" in name and name.endswith("item.yaml"))
+
+
+def _served(repo: Path, token: str) -> Iterator[httpx.Client]:
+    with Running(serving_app(str(repo))) as url, httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as client:
+        yield client
+
+
+def _own_repo(tmp_path: Path, name: str) -> tuple[Path, str]:
+    repo = make_repo(tmp_path / name)
+    with Workplane(str(repo), agent="root") as wp:
+        wp.do("init")
+    return repo, Tokens(Repository.discover(str(repo)).gitwork_dir()).add("root", "admin")[0]
+
+
+def test_every_status_docs_serve_md_lists_is_answered_with_its_documented_code(
+        live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each row of docs/serve.md's two tables, triggered: over the live server where the state allows it,
+    over a repository broken for the purpose (corrupt, newer format, gone, locked, an arbiter that refuses
+    or is gone, a HEAD git cannot read) otherwise. Three kinds have no trigger a client can pull (a publish whose merge conflicts,
+    a sync's queued refusals, a bug): a mounted router (create_app's extension point) raises the
+    library's own error there, and the app maps it like any other."""
+    import shutil
+
+    from fastapi import APIRouter
+
+    from gitwork import errors
+    from gitwork.serve.app import create_app
+
+    rows = doc_table()
+    assert len(rows) >= 25, rows
+    got: dict[tuple[int | None, str, int], httpx.Response] = {}
+
+    def record(response: httpx.Response) -> None:
+        body = response.json()
+        got[(body.get("code"), body.get("error"), response.status_code)] = response
+
+    a, b = live.new("documented a"), live.new("documented b")
+    with live.client("alice") as alice, live.client("bot") as bot, live.client("root") as root:
+        record(alice.post("/v1/commands", content=b"{op: claim", headers={"Content-Type": "application/json"}))
+        record(alice.get("/v1/items/w-0000000000000000"))
+        ids = [row["item"] for row in root.get("/v1/items", params={"all": True}).json()]
+        while True:  # a one-digit prefix two items share
+            firsts = [i[2] for i in ids]
+            shared = next((d for d in set(firsts) if firsts.count(d) > 1), None)
+            if shared is not None:
+                break
+            ids.append(live.new("one more"))
+        record(alice.get(f"/v1/items/w-{shared}"))
+        record(alice.post("/v1/commands", json={"op": "new", "title": "x", "priority": 9}))
+        record(alice.post("/v1/commands", json={"op": "reopen", "item": a}))
+        assert alice.post("/v1/commands", json={"op": "claim", "item": a}).status_code == 200
+        record(alice.post("/v1/commands", json={"op": "renew", "item": a, "fence": 999_999}))
+        record(bot.post("/v1/commands", json={"op": "claim", "item": a}))
+        record(bot.post("/v1/commands", json={"op": "msg", "item": b, "text": "hi", "as": "alice"}))
+        record(httpx.get(f"{live.url}/v1/whoami", headers={"Authorization": "Bearer gwt_nope"}))
+        record(alice.get("/no/such/path"))
+        record(alice.delete("/v1/commands"))
+        record(alice.post("/v1/commands", content=b"x" * (300 * 1024), headers={"Content-Type": "application/json"}))
+        record(alice.post("/v1/commands", content=b'{"op": "new"}', headers={"Content-Type": "text/plain"}))
+        record(alice.post("/v1/commands", content=b'{"op": "new", "title": "\\ud800"}',
+                          headers={"Content-Type": "application/json"}))
+    with httpx.Client(base_url=live.url, timeout=20, cookies={"gw_token": live.token["alice"]}) as cookie:
+        record(cookie.post("/v1/commands", json={"op": "new", "title": "x"}, headers={"Origin": "http://evil.example"}))
+
+    corrupt, token = _own_repo(tmp_path, "corrupt")
+    with Workplane(str(corrupt), agent="root") as wp:
+        bad = wp.do("new", title="to break").result["item"]
+    from conftest import replace_blob
+
+    replace_blob(corrupt, _item_path(corrupt, bad), b"priority: [high\n")
+    for client in _served(corrupt, token):
+        record(client.get(f"/v1/items/{bad}"))
+
+    newer, token = _own_repo(tmp_path, "newer")
+    replace_blob(newer, "format.yaml", b"format: 999\n")
+    for client in _served(newer, token):
+        record(client.get("/v1/items"))
+
+    gone, token = _own_repo(tmp_path, "gone")
+    for client in _served(gone, token):
+        shutil.rmtree(gone / ".git" / "objects")  # no longer a repository (the token file stays)
+        record(client.get("/v1/items"))
+
+    headless, token = _own_repo(tmp_path, "headless")
+    for client in _served(headless, token):
+        (headless / ".git" / "HEAD").write_text("garbage\n")  # git itself now fails on it
+        record(client.post("/v1/commands", json={"op": "new", "title": "on a broken repository"}))
+
+    locked, token = _own_repo(tmp_path, "locked")
+    monkeypatch.setenv("GW_LOCK_TIMEOUT", "0.3")
+    lock = locked / ".git" / "refs" / "gitwork" / "state.lock"
+    lock.write_text("")
+    for client in _served(locked, token):
+        record(client.post("/v1/commands", json={"op": "new", "title": "behind a lock"}))
+    lock.unlink()
+    monkeypatch.delenv("GW_LOCK_TIMEOUT")
+
+    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
+    clone, token = _own_repo(tmp_path, "clone")
+    subprocess.run(["git", "remote", "add", "origin", str(arbiter)], cwd=clone, check=True)
+    pushed = subprocess.run(gw_cmd("remote", "set", "origin"), cwd=clone, capture_output=True, text=True, timeout=60)
+    assert pushed.returncode == 0, pushed.stderr
+    synced = subprocess.run(gw_cmd("sync"), cwd=clone, capture_output=True, text=True, timeout=60)
+    assert synced.returncode == 0, synced.stderr
+    with Workplane(str(clone), agent="root") as wp:
+        item = wp.do("new", title="decided by the arbiter").result["item"]
+    hook = arbiter / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'closed for the night' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    for client in _served(clone, token):
+        record(client.post("/v1/commands", json={"op": "claim", "item": item}))
+        subprocess.run(["git", "remote", "set-url", "origin", str(tmp_path / "nowhere.git")], cwd=clone, check=True)
+        record(client.post("/v1/commands", json={"op": "claim", "item": item}))
+
+    router = APIRouter(prefix="/raise")
+    for kind, cls in {"non-fast-forward": errors.NonFastForward, "sync-refused": errors.SyncRefused}.items():
+        def raising(cls: type[errors.GwError] = cls) -> None:
+            raise cls(f"raised as the library raises {cls.kind}")
+        router.add_api_route(f"/{kind}", raising, methods=["GET"])
+
+    def bug() -> None:
+        raise ZeroDivisionError("a bug")
+
+    router.add_api_route("/internal", bug, methods=["GET"])
+    with Running(create_app(str(live.repo), extra_routers=[router])) as url:
+        for kind in ("non-fast-forward", "sync-refused", "internal"):
+            record(httpx.get(f"{url}/raise/{kind}", timeout=20))
+
+    missing = [row for row in rows if row not in got]
+    assert not missing, f"documented but not answered so: {missing}; answered: {sorted(got, key=str)}"
+    unlisted = [key for key in got if key not in rows]
+    assert not unlisted, f"answered but not documented: {unlisted}"
