@@ -513,3 +513,19 @@ def test_every_status_docs_serve_md_lists_is_answered_with_its_documented_code(
     assert not missing, f"documented but not answered so: {missing}; answered: {sorted(got, key=str)}"
     unlisted = [key for key in got if key not in rows]
     assert not unlisted, f"answered but not documented: {unlisted}"
+
+
+def test_a_batch_member_naming_another_identity_is_refused(live: Live) -> None:
+    """The token's identity holds inside a batch too: a member's `as` is the token's or absent."""
+    item = live.new("impersonated in a batch")
+    before = tip(live.repo)
+    member = {"op": "msg", "item": item, "text": "I am alice", "epoch": "current"}
+    with live.client("bot") as bot:
+        refused = [bot.post("/v1/commands", json={"op": "batch", "ops": [{**member, "as": "alice"}]}),
+                   bot.post("/v1/commands", json={"op": "batch", "ops": [member, {**member, "as": "root"}]})]
+        assert [(r.status_code, r.json()["error"]) for r in refused] == [(403, "forbidden")] * 2, [r.text for r in refused]
+        assert tip(live.repo) == before
+        fine = bot.post("/v1/commands", json={"op": "batch", "ops": [member, {**member, "as": "bot"}]})
+        assert fine.status_code == 200, fine.text
+    with Workplane(str(live.repo)) as wp:
+        assert {m["by"] for m in wp.thread(item, 0)[1]} == {"bot"}

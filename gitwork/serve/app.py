@@ -189,8 +189,21 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     components["schemas"].pop("HTTPValidationError", None)
     components["schemas"].pop("ValidationError", None)
+    from ..launch.run import LIVE
+    from ..ops.executions import TERMINAL
+
+    # The parameters the engine validates, described as it validates them (the engine stays the validator,
+    # answering 422 as for a document): an item id's shape, an execution state's names.
+    described = {"item": {"type": "string", "pattern": schema.ITEM_PATTERN},
+                 "state": {"type": "string", "enum": [*LIVE, *TERMINAL]}}
     for path, methods in doc.get("paths", {}).items():
         for operation in methods.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter.get("name") in described and (path.startswith("/v1/items/") or path == "/v1/executions"):
+                    parameter["schema"] = {**described[parameter["name"]], "title": parameter["name"].title()}
+                    if not parameter.get("required"):
+                        parameter["schema"] = {"anyOf": [parameter["schema"], {"type": "null"}],
+                                               "title": parameter["name"].title()}
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for status in ERROR_STATUSES:
@@ -338,14 +351,25 @@ async def read_document(request: Request) -> Any:
     return document
 
 
+def _as_token(document: dict[str, Any], who: Principal, where: str = "the document") -> dict[str, Any]:
+    """``document`` acting as the token's identity: its ``as`` absent or the token's own (403 otherwise),
+    and so for every member of a batch (each member names its own ``as``)."""
+    claimed = document.get("as")
+    if claimed is not None and claimed != who.name:
+        raise Forbidden(f"this token acts as {who.name}, not {claimed!r} ({where}): leave 'as' out",
+                        who=who.name)
+    document = {**document, "as": who.name}
+    members = document.get("ops") if document.get("op") == "batch" else None
+    if isinstance(members, list):
+        document["ops"] = [_as_token(m, who, f"batch member #{n}") if isinstance(m, dict) else m
+                           for n, m in enumerate(members, 1)]
+    return document
+
+
 def submit(server: Server, who: Principal, document: Any) -> dict[str, Any]:
     """One command through the library's write path, as the token's identity."""
     if isinstance(document, dict):
-        claimed = document.get("as")
-        if claimed is not None and claimed != who.name:
-            raise Forbidden(f"this token acts as {who.name}, not {claimed!r}: leave 'as' out of the document",
-                             who=who.name)
-        document = {**document, "as": who.name}
+        document = _as_token(document, who)
     engine.validate_command(document, internal=False)  # refused here: nothing opened, nothing written
     with server.plane(who) as wp:
         return wp.submit(document).to_json()  # type: ignore[no-any-return]

@@ -32,7 +32,9 @@ _INT: dict[str, Any] = {"anyOf": [{"type": "integer", "minimum": -commands.MAX_I
                                    {"type": "string", "pattern": r"^\s*-?[0-9]{1,16}\s*$"}]}
 _IDENTITY = {"type": "string", "pattern": f"^[A-Za-z0-9_][{ids.IDENTITY_CHARS}]{{0,{ids.IDENTITY_MAX - 1}}}$",
              "description": "An identity: letters, digits and ._@/+-"}
-_ITEM = {"type": "string", "minLength": 1, "maxLength": 200, "description": "An item id or unique prefix (w-3fa9)."}
+# What ids.normalise_prefix takes: w- (optional) and 1-16 hex digits, any case, around whitespace.
+ITEM_PATTERN = r"^\s*(?:[wW]-)?[0-9a-fA-F]{1,16}\s*$"
+_ITEM = {"type": "string", "pattern": ITEM_PATTERN, "description": "An item id or unique prefix (w-3fa9)."}
 _SHORT = {"type": "string", "minLength": 1, "maxLength": commands.MAX_SHORT}
 _LABEL = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}$"}
 
@@ -68,7 +70,9 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "mapping": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
     "cmd_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:-]{3,63}$",
                "description": "A client-chosen command id: a retry with the same id lands once."},
-    "msgref": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1, "maxLength": 300}],
+    # A number from 1 (3, "#3") or a message id; "ITEM:N" and "ITEM:ID" are ids of this shape too.
+    "msgref": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": commands.MAX_INT},
+                         {"type": "string", "pattern": r"^\s*(?!#?0+\s*$)(#?[0-9]{1,16}|[A-Za-z0-9_.:-]{4,64})\s*$"}],
                "description": "A message: its number (3 or #3) or its id."},
     # A batch's members: each is a command document, validated by the engine as the batch runs it.
     "docs": {"type": "array", "minItems": 1, "maxItems": commands.MAX_BATCH,
