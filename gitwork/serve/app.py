@@ -201,9 +201,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             for parameter in operation.get("parameters", ()):
                 if parameter.get("name") in described and (path.startswith("/v1/items/") or path == "/v1/executions"):
                     parameter["schema"] = {**described[parameter["name"]], "title": parameter["name"].title()}
-                    if not parameter.get("required"):
-                        parameter["schema"] = {"anyOf": [parameter["schema"], {"type": "null"}],
-                                               "title": parameter["name"].title()}
+                # A query string has no null: an optional parameter is absent, never null (FastAPI says
+                # "anyOf [X, null]" for Optional; the parameter's schema is X).
+                alternatives = parameter.get("schema", {}).get("anyOf")
+                if parameter.get("in") == "query" and isinstance(alternatives, list) and {"type": "null"} in alternatives:
+                    rest = [alt for alt in alternatives if alt != {"type": "null"}]
+                    if len(rest) == 1:
+                        parameter["schema"] = {**rest[0], "title": parameter["schema"].get("title", parameter["name"])}
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for status in ERROR_STATUSES:
@@ -342,13 +346,27 @@ async def read_document(request: Request) -> Any:
     from ..codec import check_depth
 
     try:
-        document = json.loads(bytes(body).decode("utf-8"))
+        document = json.loads(bytes(body).decode("utf-8"), parse_float=_json_number, parse_constant=_not_json)
         check_depth(document)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UsageError(f"the body is not a JSON command document: {str(exc).splitlines()[0][:200]}") from exc
     if not isinstance(document, dict):
         raise UsageError("a command document is a JSON object with an 'op'")
     return document
+
+
+def _json_number(text: str) -> int | float:
+    """A JSON number with a fraction: the integer it equals when it has none (``3.0``, ``1e2``), as JSON
+    Schema counts it an integer, so the OpenAPI document's integers are exactly the server's."""
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) <= MAX_INT_EXACT else value
+
+
+def _not_json(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")  # Python's json reads NaN and Infinity; JSON has neither
+
+
+MAX_INT_EXACT = 2**53
 
 
 def _as_token(document: dict[str, Any], who: Principal, where: str = "the document") -> dict[str, Any]:

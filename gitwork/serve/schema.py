@@ -35,7 +35,14 @@ _IDENTITY = {"type": "string", "pattern": f"^[A-Za-z0-9_][{ids.IDENTITY_CHARS}]{
 # What ids.normalise_prefix takes: w- (optional) and 1-16 hex digits, any case, around whitespace.
 ITEM_PATTERN = r"^\s*(?:[wW]-)?[0-9a-fA-F]{1,16}\s*$"
 _ITEM = {"type": "string", "pattern": ITEM_PATTERN, "description": "An item id or unique prefix (w-3fa9)."}
-_SHORT = {"type": "string", "minLength": 1, "maxLength": commands.MAX_SHORT}
+# commands.check_text: no control characters (tab and, in multi-line text, newlines are fine); one line
+# with something in it besides whitespace. The "not" refuses the one string a "$" would let through: a
+# single newline at the end (Python's "$" matches before it).
+_CONTROLS = "\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f\\ufffe\\uffff"
+_MULTI_LINE = {"pattern": f"^[^{_CONTROLS}]*$"}
+_ONE_LINE = {"allOf": [{"pattern": f"^[^{_CONTROLS}\\n\\r]*$"}, {"pattern": "\\S"}],
+             "not": {"pattern": "\\n$"}}
+_SHORT = {"type": "string", "minLength": 1, "maxLength": commands.MAX_SHORT, **_ONE_LINE}
 _LABEL = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}$"}
 
 
@@ -45,9 +52,9 @@ def _one_or_many(each: dict[str, Any]) -> dict[str, Any]:
 
 # One JSON Schema per kind of commands.KINDS (the bounds are the validator's; see the module's docstring).
 KIND_SCHEMAS: dict[str, dict[str, Any]] = {
-    "title": {"type": "string", "minLength": 1, "maxLength": commands.MAX_TITLE,
+    "title": {"type": "string", "minLength": 1, "maxLength": commands.MAX_TITLE, **_ONE_LINE,
               "description": f"One line, at most {commands.MAX_TITLE} UTF-8 bytes."},
-    "text": {"type": "string", "maxLength": commands.MAX_TEXT,
+    "text": {"type": "string", "maxLength": commands.MAX_TEXT, **_MULTI_LINE,
              "description": f"Text, at most {commands.MAX_TEXT} UTF-8 bytes."},
     "short": {**_SHORT, "description": f"One line, at most {commands.MAX_SHORT} UTF-8 bytes."},
     "name": _IDENTITY,
@@ -67,7 +74,7 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "labels": _one_or_many(_LABEL),
     "texts": _one_or_many(_SHORT),
     "ints": _one_or_many(_INT),
-    "mapping": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
+    "mapping": {"type": "object", "propertyNames": _SHORT, "additionalProperties": {"anyOf": [_SHORT, {"type": "null"}]}},
     "cmd_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:-]{3,63}$",
                "description": "A client-chosen command id: a retry with the same id lands once."},
     # A number from 1 (3, "#3") or a message id; "ITEM:N" and "ITEM:ID" are ids of this shape too.
@@ -82,8 +89,15 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+def _members() -> dict[str, Any]:
+    """A batch's members: each one public op's document, any but ``batch`` (a batch holds no batch)."""
+    return {**KIND_SCHEMAS["docs"], "items": {"oneOf": [
+        {"$ref": f"#/components/schemas/Command_{spec.name.replace('-', '_')}"}
+        for spec in public_ops() if spec.name != "batch"]}}
+
+
 def field_schema(field: commands.Field) -> dict[str, Any]:
-    schema = dict(KIND_SCHEMAS[field.kind])
+    schema = _members() if field.kind == "docs" else dict(KIND_SCHEMAS[field.kind])
     if field.choices:
         schema = {"type": "string", "enum": list(field.choices)}
     if not field.required:  # null is absent (the validator skips it)
