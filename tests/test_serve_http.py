@@ -529,3 +529,22 @@ def test_a_batch_member_naming_another_identity_is_refused(live: Live) -> None:
         assert fine.status_code == 200, fine.text
     with Workplane(str(live.repo)) as wp:
         assert {m["by"] for m in wp.thread(item, 0)[1]} == {"bot"}
+
+
+def test_numbers_are_jsons_integral_numbers_are_integers_and_nan_is_not_json(live: Live) -> None:
+    """The schema's `integer` is JSON Schema's (3.0 is one), so the server takes 3.0 as 3; NaN and
+    Infinity, which Python's json reads but JSON does not have, are malformed (400)."""
+    before = tip(live.repo)
+    with live.client() as http:
+        for body in (b'{"op": "new", "title": "x", "priority": NaN}', b'{"op": "new", "title": "x", "priority": Infinity}',
+                     b'{"op": "new", "title": "x", "priority": -Infinity}'):
+            answer = http.post("/v1/commands", content=body, headers={"Content-Type": "application/json"})
+            assert (answer.status_code, answer.json()["error"]) == (400, "usage"), answer.text
+        assert tip(live.repo) == before
+        for body in (b'{"op": "new", "title": "two", "priority": 2.0}', b'{"op": "new", "title": "two", "priority": 2e0}'):
+            answer = http.post("/v1/commands", content=body, headers={"Content-Type": "application/json"})
+            assert answer.status_code == 200, answer.text
+            assert http.get(f"/v1/items/{answer.json()['item']}").json()["priority"] == 2
+        half = http.post("/v1/commands", content=b'{"op": "new", "title": "x", "priority": 2.5}',
+                         headers={"Content-Type": "application/json"})
+        assert (half.status_code, half.json()["error"]) == (422, "invalid")
