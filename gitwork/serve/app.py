@@ -194,7 +194,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
     # The parameters the engine validates, described as it validates them (the engine stays the validator,
     # answering 422 as for a document): an item id's shape, an execution state's names.
-    described = {"item": {"type": "string", "pattern": schema.ITEM_PATTERN},
+    described: dict[str, dict[str, Any]] = {"item": {"type": "string", "pattern": schema.ITEM_PATTERN},
                  "state": {"type": "string", "enum": [*LIVE, *TERMINAL]}}
     for path, methods in doc.get("paths", {}).items():
         for operation in methods.values():

@@ -146,8 +146,8 @@ class Guard:
         """Whether the request's method and path are an operation whose documented body is JSON (the
         application's own OpenAPI document: the API, and every mounted router's documented routes)."""
         if self._json_routes is None:
-            app = scope.get("app")
-            doc = app.openapi() if hasattr(app, "openapi") else {}
+            app: Any = scope.get("app")
+            doc = app.openapi() if app is not None and hasattr(app, "openapi") else {}
             self._json_routes = [
                 (method.upper(), re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path)) + "$"))
                 for path, methods in doc.get("paths", {}).items() for method, operation in methods.items()

@@ -149,7 +149,8 @@ class RefWatcher:
             tokens = self._stat_tokens()
             try:
                 found = gitdir.read_ref(repo.common_dir, ref) if repo.fast_refs else False
-                tip = found if found is not False else await asyncio.to_thread(self._read)
+                tip: str | None = (found if isinstance(found, str) or found is None
+                                   else await asyncio.to_thread(self._read))
             except (GwError, OSError):
                 tip = self.tip
             if tip != self.tip or tokens != self._tokens_seen:
