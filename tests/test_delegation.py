@@ -367,7 +367,8 @@ def test_a_malformed_or_oversized_body_is_refused_unread(world: World) -> None:
 
     before = world.state()
     for data, status in ((b"{not json", 400), (b"x" * (70 * 1024), 413), (b'{"request": 1}', 400)):
-        request = urllib.request.Request(f"{world.url}/delegation/start", data=data, method="POST")
+        request = urllib.request.Request(f"{world.url}/delegation/start", data=data, method="POST",
+                                         headers={"Content-Type": "application/json"})  # else 415 (docs/serve.md)
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=30)
         assert caught.value.code == status, data[:20]

@@ -159,3 +159,84 @@ def test_a_decision_made_on_the_page_lands_on_the_state_ref(board: Board) -> Non
         assert next(wp.log(1))["command"]["op"] == "decide"
     page.wait_for_selector("ol.decisions li:has-text('self-hosted')")
     assert page.locator("form.ask").count() == 0
+
+
+ATTACK = """<!doctype html><html><body><h1>another origin</h1>
+<iframe name="sink1"></iframe><iframe name="sink2"></iframe><iframe name="sink3"></iframe>
+<form id="json" method="post" action="BOARD/v1/commands" enctype="text/plain" target="sink1">
+  <input name='{"op": "new", "title": "csrf-form", "x": "' value='"}'></form>
+<form id="logout" method="post" action="BOARD/logout" target="sink2"></form>
+<form id="login" method="post" action="BOARD/login" target="sink3">
+  <input name="token" value="MALLORY"><input name="next" value="/"></form>
+<script>
+  var loaded = 0;
+  document.querySelectorAll('iframe').forEach(function (f) {
+    f.addEventListener('load', function () { loaded += 1; window.framesLoaded = loaded; });
+  });
+  var doc = JSON.stringify({op: 'new', title: 'csrf-fetch'});
+  var tries = [
+    // No Content-Type at all (a Blob without a type): a "simple" request the browser sends without asking.
+    fetch('BOARD/v1/commands', {method: 'POST', mode: 'no-cors', credentials: 'include', body: new Blob([doc])}),
+    fetch('BOARD/v1/commands', {method: 'POST', mode: 'no-cors', credentials: 'include',
+                                headers: {'Content-Type': 'text/plain'}, body: doc}),
+    // application/json needs a CORS preflight, which the server does not grant.
+    fetch('BOARD/v1/commands', {method: 'POST', credentials: 'include',
+                                headers: {'Content-Type': 'application/json'}, body: doc}),
+  ];
+  Promise.allSettled(tries).then(function () { window.fetchesDone = true; });
+  document.getElementById('json').submit();
+  document.getElementById('logout').submit();
+  document.getElementById('login').submit();
+</script></body></html>"""
+
+
+def test_a_page_of_another_origin_can_neither_write_nor_sign_out_nor_sign_in(board: Board) -> None:
+    """Another port of 127.0.0.1 is another origin but the same site: its page gets the board's
+    SameSite=Strict cookie sent along. Its forms and fetches must fail and change nothing; the board's
+    own forms still work afterwards."""
+    import http.server
+    import threading
+
+    mallory = Tokens(Repository.discover(str(board.repo)).gitwork_dir()).add("mallory", "admin")[0]
+    html = ATTACK.replace("BOARD", board.url).replace("MALLORY", mallory).encode()
+
+    class Hostile(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    before = subprocess.run(["git", "rev-parse", "refs/gitwork/state"], cwd=board.repo, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    hostile = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
+    thread = threading.Thread(target=hostile.serve_forever, daemon=True)
+    thread.start()
+    try:
+        other = f"http://127.0.0.1:{hostile.server_address[1]}/"
+        assert other.rsplit(":", 1)[0] == board.url.rsplit(":", 1)[0] and other != board.url + "/"
+        attack = board.page  # the signed-in tab wanders off to the other origin: the board's cookie is there
+        attack.goto(other)
+        attack.wait_for_function("window.fetchesDone === true && window.framesLoaded >= 3", timeout=15_000)
+    finally:
+        hostile.shutdown()
+        hostile.server_close()
+    after = subprocess.run(["git", "rev-parse", "refs/gitwork/state"], cwd=board.repo, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert after == before, "a page of another origin changed the state"
+    page = board.page
+    page.goto(f"{board.url}/items/{board.items['docs']}")
+    assert page.inner_text("span.who") == "alice (person)"  # neither signed out nor signed in as mallory
+    page.fill("section.post textarea", "posted from the board itself")
+    page.click("section.post button[type=submit]")
+
+    def posted() -> bool:
+        with board.plane() as wp:
+            return any(m["text"] == "posted from the board itself" and m["by"] == "alice"
+                       for m in wp.thread(board.items["docs"], 0)[1])
+
+    poll(posted, what="the board's own post on the state ref")

@@ -1035,11 +1035,12 @@ def serve_token_list(json: Json = False, agent: As = None, path: Repo = None) ->
 
 @verb(serving.token_revoke, "revoke", group=token_app)
 def serve_token_revoke(
-    which: Annotated[str, typer.Argument(metavar="NAME|ID", help="A token id, or an identity (all its tokens).",
+    which: Annotated[str, typer.Argument(metavar="NAME|ID", help="A token id (or a prefix of one), or an identity "
+                                         "with one live token; naming several is refused (exit 4).",
                                          show_default=False)],
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Revoke a token (or every token of an identity): the server refuses it from the next request."""
+    """Revoke one token: the server refuses it from the next request and ends its open event streams."""
 
 
 def run_app(argv: list[str]) -> int:

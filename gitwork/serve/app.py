@@ -30,7 +30,9 @@ from .. import __version__, clock, engine
 from ..errors import ExitCode, Forbidden, GwError, UsageError
 from ..model import STATUSES
 from . import schema
+from .guard import Guard
 from .server import Principal, Server, TooLarge, Unauthorized, listing, principal, read_thread
+from .streams import follow_ref, follow_thread, last_event_id, stream
 
 # The one table from an exit code to an HTTP status (docs/serve.md shows it; a test keeps them in step).
 HTTP_STATUS: dict[ExitCode, int] = {
@@ -126,11 +128,17 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
         return error_response(UsageError(f"{where or 'request'}: {first.get('msg', 'invalid')}"))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         kind = {404: "not-found", 405: "usage"}.get(error.status_code, "usage")
         code = ExitCode.NOT_FOUND if error.status_code == 404 else ExitCode.USAGE
-        return JSONResponse({"ok": False, "error": kind, "code": int(code), "message": str(error.detail)},
-                            status_code=error.status_code)
+        headers = dict(error.headers or {})
+        message = str(error.detail)
+        if error.status_code == 405:  # every method some route takes on this path (Starlette names only one)
+            allowed = allowed_methods(app, request)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"{request.method} is not allowed on {request.url.path}: use {' or '.join(allowed)}"
+        return JSONResponse({"ok": False, "error": kind, "code": int(code), "message": message},
+                            status_code=error.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _internal(_request: Request, exc: Exception) -> JSONResponse:
@@ -144,6 +152,7 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
 
+    app.add_middleware(Guard)  # outermost but for CORS: refusals before any route (guard.py)
     app.include_router(api_router(server))
     if board:
         from .board import board_router
@@ -153,6 +162,21 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
         app.include_router(router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """The methods some route of ``app`` answers on the request's path (the ``Allow`` of a 405)."""
+    from starlette.routing import Match
+
+    found = []
+    for method in METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            found.append(method)
+    return found
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -165,8 +189,25 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     components["schemas"].pop("HTTPValidationError", None)
     components["schemas"].pop("ValidationError", None)
+    from ..launch.run import LIVE
+    from ..ops.executions import TERMINAL
+
+    # The parameters the engine validates, described as it validates them (the engine stays the validator,
+    # answering 422 as for a document): an item id's shape, an execution state's names.
+    described: dict[str, dict[str, Any]] = {"item": {"type": "string", "pattern": schema.ITEM_PATTERN},
+                 "state": {"type": "string", "enum": [*LIVE, *TERMINAL]}}
     for path, methods in doc.get("paths", {}).items():
         for operation in methods.values():
+            for parameter in operation.get("parameters", ()):
+                if parameter.get("name") in described and (path.startswith("/v1/items/") or path == "/v1/executions"):
+                    parameter["schema"] = {**described[parameter["name"]], "title": parameter["name"].title()}
+                # A query string has no null: an optional parameter is absent, never null (FastAPI says
+                # "anyOf [X, null]" for Optional; the parameter's schema is X).
+                alternatives = parameter.get("schema", {}).get("anyOf")
+                if parameter.get("in") == "query" and isinstance(alternatives, list) and {"type": "null"} in alternatives:
+                    rest = [alt for alt in alternatives if alt != {"type": "null"}]
+                    if len(rest) == 1:
+                        parameter["schema"] = {**rest[0], "title": parameter["schema"].get("title", parameter["name"])}
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for status in ERROR_STATUSES:
@@ -234,10 +275,13 @@ def api_router(server: Server) -> APIRouter:
     @router.get("/items/{item}/thread/events", responses={200: {
         "description": "Server-Sent Events: `event: message`, one per message after `since`, as they land.",
         "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
-    async def thread_events(item: str, since: int = Query(0, ge=0), who: Principal = Who) -> StreamingResponse:
-        """Follow a thread (`gw thread --follow`): every message after `since`, then each new one."""
+    async def thread_events(request: Request, item: str, since: int = Query(0, ge=0),
+                            who: Principal = Who) -> StreamingResponse:
+        """Follow a thread (`gw thread --follow`): every message after `since` (after `Last-Event-ID`, when a
+        reconnecting EventSource sends it), then each new one."""
+        start = last_event_id(request.headers.get("last-event-id"), since)
         item_id, _first = await asyncio.to_thread(read_thread, server, who, item, 0)  # 404 before streaming
-        return _stream(follow_thread(server, who, item_id, since))
+        return stream(follow_thread(server, who, item_id, start))
 
     @router.get("/inbox", responses=_ok(RESULT, "As `gw inbox --json`."))
     def inbox(who: Principal = Who) -> JSONResponse:
@@ -270,11 +314,12 @@ def api_router(server: Server) -> APIRouter:
             return JSONResponse(list(wp.log(limit or None)))
 
     @router.get("/events", responses={200: {
-        "description": "Server-Sent Events: `event: state` with `{commit, previous}` each time the state ref moves.",
+        "description": "Server-Sent Events: `event: state` with `{commit, previous, range, moves}` each time the "
+                   "state ref moves (`range` is `previous..commit`: every move it covers).",
         "content": {"text/event-stream": {"schema": {"type": "string"}}}}})
     async def events(who: Principal = Who) -> StreamingResponse:
         """Every move of the state ref, by anyone (this server, `gw`, `gw sync`)."""
-        return _stream(follow_ref(server))
+        return stream(follow_ref(server, who))
 
     @router.get("/whoami", responses=_ok(RESULT, "The token's identity and role."))
     def whoami(who: Principal = Who) -> JSONResponse:
@@ -297,13 +342,11 @@ async def read_document(request: Request) -> Any:
         body += chunk
         if len(body) > MAX_BODY:
             raise TooLarge(f"the body is more than {MAX_BODY} bytes")
-    kind = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise UsageError(f"send the command document as application/json, not {kind}")
+    # The content type, UTF-8 and lone surrogates were checked by guard.Guard before this route ran.
     from ..codec import check_depth
 
     try:
-        document = json.loads(bytes(body).decode("utf-8"))
+        document = json.loads(bytes(body).decode("utf-8"), parse_float=_json_number, parse_constant=_not_json)
         check_depth(document)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UsageError(f"the body is not a JSON command document: {str(exc).splitlines()[0][:200]}") from exc
@@ -312,61 +355,45 @@ async def read_document(request: Request) -> Any:
     return document
 
 
+def _json_number(text: str) -> int | float:
+    """A JSON number with a fraction: the integer it equals when it has none (``3.0``, ``1e2``), as JSON
+    Schema counts it an integer, so the OpenAPI document's integers are exactly the server's."""
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) <= MAX_INT_EXACT else value
+
+
+def _not_json(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")  # Python's json reads NaN and Infinity; JSON has neither
+
+
+MAX_INT_EXACT = 2**53
+
+
+def _as_token(document: dict[str, Any], who: Principal, where: str = "the document") -> dict[str, Any]:
+    """``document`` acting as the token's identity: its ``as`` absent or the token's own (403 otherwise),
+    and so for every member of a batch (each member names its own ``as``)."""
+    claimed = document.get("as")
+    if claimed is not None and claimed != who.name:
+        raise Forbidden(f"this token acts as {who.name}, not {claimed!r} ({where}): leave 'as' out",
+                        who=who.name)
+    document = {**document, "as": who.name}
+    members = document.get("ops") if document.get("op") == "batch" else None
+    if isinstance(members, list):
+        document["ops"] = [_as_token(m, who, f"batch member #{n}") if isinstance(m, dict) else m
+                           for n, m in enumerate(members, 1)]
+    return document
+
+
 def submit(server: Server, who: Principal, document: Any) -> dict[str, Any]:
     """One command through the library's write path, as the token's identity."""
     if isinstance(document, dict):
-        claimed = document.get("as")
-        if claimed is not None and claimed != who.name:
-            raise Forbidden(f"this token acts as {who.name}, not {claimed!r}: leave 'as' out of the document",
-                             who=who.name)
-        document = {**document, "as": who.name}
+        document = _as_token(document, who)
     engine.validate_command(document, internal=False)  # refused here: nothing opened, nothing written
     with server.plane(who) as wp:
         return wp.submit(document).to_json()  # type: ignore[no-any-return]
 
 
-# --- reads ------------------------------------------------------------------------------------------
-
-
-KEEPALIVE = 15.0  # seconds between comments on an idle stream (proxies close silent connections)
-
-
-def _stream(events: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(events, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-
-
-def sse(event: str, data: Any, event_id: Any = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-async def follow_ref(server: Server) -> AsyncIterator[str]:
-    await server.watcher.start()
-    version, seen = server.watcher.version, server.watcher.tip
-    yield sse("hello", {"commit": seen})
-    while True:
-        now = await server.watcher.changed_since(version, KEEPALIVE)
-        if now == version:
-            yield ": keep-alive\n\n"
-            continue
-        version, tip = now, server.watcher.tip
-        if tip != seen:
-            yield sse("state", {"commit": tip, "previous": seen}, tip)
-            seen = tip
-
-
-async def follow_thread(server: Server, who: Principal, item_id: str, since: int) -> AsyncIterator[str]:
-    await server.watcher.start()
-    last = since
-    while True:
-        version = server.watcher.version  # before the read: a message landing after it wakes the wait
-        _item, records = await asyncio.to_thread(read_thread, server, who, item_id, last)
-        for record in records:
-            yield sse("message", record, record["seq"])
-            last = record["seq"]
-        if await server.watcher.changed_since(version, KEEPALIVE) == version:
-            yield ": keep-alive\n\n"
+# --- running ----------------------------------------------------------------------------------------
 
 
 def serving_app(repo_path: str, *, cors_origins: Sequence[str] = ()) -> FastAPI:

@@ -8,8 +8,10 @@ it from the form), so the board has no write path of its own. The page listens t
 re-renders its live part when the state ref moves, whoever moved it.
 
 The browser authenticates with the token once (``/login``): the token is kept in an HttpOnly,
-SameSite=Strict cookie, which the API accepts in place of the ``Authorization`` header; commands must
-be ``application/json``, which a cross-site form cannot send.
+SameSite=Strict cookie, which the API accepts in place of the ``Authorization`` header. SameSite does
+not separate two ports of one host, so a request the cookie authenticates must also come from this
+origin, and one that changes anything must carry the session's CSRF token, which each page holds in
+``<meta name="gw-csrf">`` (``guard.check_cookie_request``); sign-in and sign-out check the origin too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from ..errors import ExitCode, GwError
 from ..model import STATUSES
+from .guard import CSRF_FIELD, CrossOrigin, same_origin
 from .server import COOKIE, Principal, Server, Unauthorized, listing, principal
 
 # Cards per column, best first (the count is of all): 7,000 cards took 2.7 s to render at 10,000 items.
@@ -59,8 +62,14 @@ def board_router(server: Server) -> APIRouter:
   <button type="submit">Sign in</button>
 </form>""", who=None)
 
+    def from_here(request: Request) -> None:
+        """A sign-in or sign-out posted by a page of another origin is refused (login CSRF)."""
+        if same_origin(request.headers) is False:
+            raise CrossOrigin("sign in and out from this server's own pages")
+
     @router.post("/login")
     async def login(request: Request) -> Response:
+        from_here(request)
         body = (await request.body())[:4096].decode("utf-8", "replace")
         form = {key: values[0] for key, values in parse_qs(body).items()}
         token = form.get("token", "").strip()
@@ -75,7 +84,14 @@ def board_router(server: Server) -> APIRouter:
         return response
 
     @router.post("/logout")
-    def logout() -> Response:
+    async def logout(request: Request) -> Response:
+        from_here(request)
+        body = (await request.body())[:4096].decode("utf-8", "replace")
+        form = {key: values[0] for key, values in parse_qs(body).items()}
+        try:
+            server.authenticate(request, form_csrf=form.get(CSRF_FIELD))  # the session's own sign-out form only
+        except Unauthorized:
+            pass  # no live token: clearing the cookie is all there is to do
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
@@ -103,14 +119,17 @@ def board_router(server: Server) -> APIRouter:
 
 
 def page(title: str, body: str, *, who: Principal | None, status: int = 200) -> HTMLResponse:
-    nav = ""
+    nav = meta = ""
     if who is not None:
+        csrf = esc(who.csrf or "")
+        meta = f'<meta name="gw-csrf" content="{csrf}">'
         nav = (f'<nav><a href="/">Board</a> <a href="/executions">Executions</a> '
                f'<span class="who">{esc(who.name)} ({esc(who.role)})</span>'
-               '<form method="post" action="/logout" class="inline"><button>Sign out</button></form></nav>')
+               f'<form method="post" action="/logout" class="inline"><input type="hidden" name="{CSRF_FIELD}" '
+               f'value="{csrf}"><button>Sign out</button></form></nav>')
     return HTMLResponse(f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>{esc(title)} · gitwork</title><style>{STYLE}</style></head>
+{meta}<title>{esc(title)} · gitwork</title><style>{STYLE}</style></head>
 <body><header><h1><a href="/">gitwork</a></h1>{nav}</header>
 <div id="flash" role="status"></div>
 {body}
@@ -325,8 +344,10 @@ SCRIPT = r"""
       if (!input.name || ((input.type === 'radio' || input.type === 'checkbox') && !input.checked)) return;
       doc[input.name] = value(input);
     });
+    var csrf = document.querySelector('meta[name=gw-csrf]');
     fetch('/v1/commands', {method: 'POST', credentials: 'same-origin',
-                           headers: {'Content-Type': 'application/json'}, body: JSON.stringify(doc)})
+                           headers: {'Content-Type': 'application/json', 'X-CSRF-Token': csrf ? csrf.content : ''},
+                           body: JSON.stringify(doc)})
       .then(function (r) { return r.json().then(function (body) { return [r.status, body]; }); })
       .then(function (answer) {
         var body = answer[1];

@@ -31,10 +31,24 @@ if TYPE_CHECKING:
 _INT: dict[str, Any] = {"anyOf": [{"type": "integer", "minimum": -commands.MAX_INT, "maximum": commands.MAX_INT},
                                    {"type": "string", "pattern": r"^\s*-?[0-9]{1,16}\s*$"}]}
 _IDENTITY = {"type": "string", "pattern": f"^[A-Za-z0-9_][{ids.IDENTITY_CHARS}]{{0,{ids.IDENTITY_MAX - 1}}}$",
-             "description": "An identity: letters, digits and ._@/+-"}
-_ITEM = {"type": "string", "minLength": 1, "maxLength": 200, "description": "An item id or unique prefix (w-3fa9)."}
-_SHORT = {"type": "string", "minLength": 1, "maxLength": commands.MAX_SHORT}
-_LABEL = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}$"}
+             "not": {"pattern": "\n"}, "description": "An identity: letters, digits and ._@/+-"}
+# What ids.normalise_prefix takes: w- (optional) and 1-16 hex digits, any case, around whitespace.
+ITEM_PATTERN = r"^\s*(?:[wW]-)?[0-9a-fA-F]{1,16}\s*$"
+_ITEM = {"type": "string", "pattern": ITEM_PATTERN, "description": "An item id or unique prefix (w-3fa9)."}
+# commands.check_text: no control characters (tab and, in multi-line text, newlines are fine); one line
+# with something in it besides whitespace.
+_CONTROLS = "\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f\\ufffe\\uffff"
+# Said as "no forbidden character anywhere" (a negated search) rather than a pattern over the whole
+# string: a generator (hypothesis) draws text and drops the few that fail, instead of building the
+# complement of the forbidden set over all of Unicode for every field (ten times slower). "\S": a
+# one-line text has something besides whitespace (Python's strip and regex agree on what is space).
+_MULTI_LINE = {"not": {"pattern": f"[{_CONTROLS}]"}}
+_ONE_LINE = {"pattern": "\\S", "not": {"pattern": f"[{_CONTROLS}\\n\\r]"}}
+_SHORT = {"type": "string", "minLength": 1, "maxLength": commands.MAX_SHORT, **_ONE_LINE}
+# A pattern's "$" also matches before a final newline (Python's re, as ECMA's does not); the validator's
+# rules end at the end (\Z, fullmatch), so the names and labels whose characters exclude a newline say so.
+_NO_NEWLINE = {"not": {"pattern": "\n"}}
+_LABEL = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}$", **_NO_NEWLINE}
 
 
 def _one_or_many(each: dict[str, Any]) -> dict[str, Any]:
@@ -43,9 +57,9 @@ def _one_or_many(each: dict[str, Any]) -> dict[str, Any]:
 
 # One JSON Schema per kind of commands.KINDS (the bounds are the validator's; see the module's docstring).
 KIND_SCHEMAS: dict[str, dict[str, Any]] = {
-    "title": {"type": "string", "minLength": 1, "maxLength": commands.MAX_TITLE,
+    "title": {"type": "string", "minLength": 1, "maxLength": commands.MAX_TITLE, **_ONE_LINE,
               "description": f"One line, at most {commands.MAX_TITLE} UTF-8 bytes."},
-    "text": {"type": "string", "maxLength": commands.MAX_TEXT,
+    "text": {"type": "string", "maxLength": commands.MAX_TEXT, **_MULTI_LINE,
              "description": f"Text, at most {commands.MAX_TEXT} UTF-8 bytes."},
     "short": {**_SHORT, "description": f"One line, at most {commands.MAX_SHORT} UTF-8 bytes."},
     "name": _IDENTITY,
@@ -65,10 +79,12 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "labels": _one_or_many(_LABEL),
     "texts": _one_or_many(_SHORT),
     "ints": _one_or_many(_INT),
-    "mapping": {"type": "object", "additionalProperties": {"type": ["string", "null"]}},
-    "cmd_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:-]{3,63}$",
+    "mapping": {"type": "object", "propertyNames": _SHORT, "additionalProperties": {"anyOf": [_SHORT, {"type": "null"}]}},
+    "cmd_id": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:-]{3,63}$", **_NO_NEWLINE,
                "description": "A client-chosen command id: a retry with the same id lands once."},
-    "msgref": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "minLength": 1, "maxLength": 300}],
+    # A number from 1 (3, "#3") or a message id; "ITEM:N" and "ITEM:ID" are ids of this shape too.
+    "msgref": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": commands.MAX_INT},
+                         {"type": "string", "pattern": r"^\s*(?!#?0+\s*$)(#?[0-9]{1,16}|[A-Za-z0-9_.:-]{4,64})\s*$"}],
                "description": "A message: its number (3 or #3) or its id."},
     # A batch's members: each is a command document, validated by the engine as the batch runs it.
     "docs": {"type": "array", "minItems": 1, "maxItems": commands.MAX_BATCH,
@@ -78,8 +94,15 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+def _members() -> dict[str, Any]:
+    """A batch's members: each one public op's document, any but ``batch`` (a batch holds no batch)."""
+    return {**KIND_SCHEMAS["docs"], "items": {"oneOf": [
+        {"$ref": f"#/components/schemas/Command_{spec.name.replace('-', '_')}"}
+        for spec in public_ops() if spec.name != "batch"]}}
+
+
 def field_schema(field: commands.Field) -> dict[str, Any]:
-    schema = dict(KIND_SCHEMAS[field.kind])
+    schema = _members() if field.kind == "docs" else dict(KIND_SCHEMAS[field.kind])
     if field.choices:
         schema = {"type": "string", "enum": list(field.choices)}
     if not field.required:  # null is absent (the validator skips it)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import secrets
 from typing import Any, Callable, Iterator
 
 from fastapi import Request
@@ -13,6 +15,7 @@ from fastapi import Request
 from ..errors import ExitCode, GwError
 from ..store import Repository
 from ..workplane import Workplane
+from .guard import check_cookie_request, csrf_token
 from .tokens import Tokens
 
 COOKIE = "gw_token"  # the board's session cookie: the token, HttpOnly, SameSite=Strict
@@ -31,10 +34,11 @@ class TooLarge(GwError):
 class Principal:
     """Who a request acts as: the token's identity and role."""
 
-    __slots__ = ("name", "role", "token_id")
+    __slots__ = ("name", "role", "token_id", "csrf")
 
-    def __init__(self, name: str, role: str, token_id: str) -> None:
+    def __init__(self, name: str, role: str, token_id: str, csrf: str | None = None) -> None:
         self.name, self.role, self.token_id = name, role, token_id
+        self.csrf = csrf  # the session's CSRF token when the board's cookie authenticated the request
 
 
 class Server:
@@ -45,21 +49,36 @@ class Server:
         self.path = repo.toplevel or repo.git_dir
         self.tokens = Tokens(repo.gitwork_dir())
         self.now = now
-        self.watcher = RefWatcher(self.path, poll)
+        self.secret = secrets.token_bytes(32)  # the key of the board's CSRF tokens, new at each start
+        self.watcher = RefWatcher(self.path, poll, self.tokens.path)
 
-    def authenticate(self, request: Request) -> Principal:
+    def authenticate(self, request: Request, form_csrf: str | None = None) -> Principal:
+        """Who the request acts as. A token from the board's cookie (not from an ``Authorization`` header)
+        also needs the request to come from this origin, with the session's CSRF token when it changes
+        anything (``guard.check_cookie_request``; ``form_csrf``: the token a plain HTML form posted)."""
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if not header:
+        by_cookie = not header
+        if by_cookie:
             token = request.cookies.get(COOKIE, "")  # the board's pages and their event streams
         elif scheme.lower() != "bearer":
             raise Unauthorized("use an 'Authorization: Bearer TOKEN' header (gw serve token add NAME)")
         if not token:
             raise Unauthorized("no bearer token: send 'Authorization: Bearer TOKEN' (gw serve token add NAME)")
-        entry = self.tokens.lookup(token.strip())
+        token = token.strip()
+        entry = self.tokens.lookup(token)
         if entry is None:
             raise Unauthorized("unknown or revoked token")
-        return Principal(entry["name"], entry["role"], entry["id"])
+        csrf = None
+        if by_cookie:
+            csrf = csrf_token(self.secret, token)
+            check_cookie_request(request.method, request.headers, csrf, form_csrf)
+        return Principal(entry["name"], entry["role"], entry["id"], csrf)
+
+    def live(self, who: Principal) -> bool:
+        """Whether the token ``who`` acts under is still live (an open stream asks after each change of
+        the token file)."""
+        return self.tokens.live(who.token_id)
 
     @contextlib.contextmanager
     def plane(self, who: Principal) -> Iterator[Workplane]:
@@ -77,17 +96,20 @@ class Server:
 
 class RefWatcher:
     """Watches the state ref (a file read per look, no process) and wakes every event stream on a change,
-    whoever moved it: this server, a ``gw`` process, ``gw sync``.
+    whoever moved it: this server, a ``gw`` process, ``gw sync``. It also watches the token file, so an
+    open stream learns within one poll that its token was revoked.
 
-    ``version`` counts the changes seen; a stream remembers the version it has shown and waits for
-    another (:meth:`changed_since`), checked under the condition's lock, so no change is lost between
-    a stream's look and its wait.
+    ``version`` counts the changes of the ref seen, ``tokens`` those of the token file; a stream remembers
+    the pair it has shown and waits for another (:meth:`changed_since`), checked under the condition's
+    lock, so no change is lost between a stream's look and its wait.
     """
 
-    def __init__(self, path: str, poll: float) -> None:
-        self.path, self.poll = path, poll
+    def __init__(self, path: str, poll: float, tokens_path: str | None = None) -> None:
+        self.path, self.poll, self.tokens_path = path, poll, tokens_path
         self.tip: str | None = None
         self.version = 0
+        self.tokens = 0
+        self._tokens_seen: tuple[int, int, int] | None = None
         self._changed: asyncio.Condition | None = None
         self._ready: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -104,6 +126,15 @@ class RefWatcher:
         with Workplane(self.path) as wp:
             return wp.store.tip()
 
+    def _stat_tokens(self) -> tuple[int, int, int] | None:
+        if self.tokens_path is None:
+            return None
+        try:
+            st = os.stat(self.tokens_path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)  # a rename (how the file is written) changes the inode
+
     async def _run(self) -> None:
         from .. import gitdir
 
@@ -111,27 +142,36 @@ class RefWatcher:
         repo = Repository.discover(self.path)
         ref = repo.settings.ref
         self.tip = await asyncio.to_thread(self._read)
+        self._tokens_seen = self._stat_tokens()
         self._ready.set()
         while True:
             await asyncio.sleep(self.poll)
+            tokens = self._stat_tokens()
             try:
                 found = gitdir.read_ref(repo.common_dir, ref) if repo.fast_refs else False
-                tip = found if found is not False else await asyncio.to_thread(self._read)
+                tip: str | None = (found if isinstance(found, str) or found is None
+                                   else await asyncio.to_thread(self._read))
             except (GwError, OSError):
-                continue
-            if tip != self.tip:
+                tip = self.tip
+            if tip != self.tip or tokens != self._tokens_seen:
                 async with self._changed:
-                    self.tip = tip
-                    self.version += 1
+                    if tip != self.tip:
+                        self.tip = tip
+                        self.version += 1
+                    if tokens != self._tokens_seen:
+                        self._tokens_seen = tokens
+                        self.tokens += 1
                     self._changed.notify_all()
 
-    async def changed_since(self, version: int, timeout: float) -> int:
-        """The watcher's version once it differs from ``version``, or ``version`` after ``timeout`` seconds."""
+    async def changed_since(self, version: int, timeout: float, tokens: int | None = None) -> int:
+        """The watcher's version once it differs from ``version`` (or the token file's count differs from
+        ``tokens``, when given), or ``version`` after ``timeout`` seconds."""
         await self.start()
         assert self._changed is not None
         async with self._changed:
             try:
-                await asyncio.wait_for(self._changed.wait_for(lambda: self.version != version), timeout)
+                await asyncio.wait_for(self._changed.wait_for(
+                    lambda: self.version != version or (tokens is not None and self.tokens != tokens)), timeout)
             except asyncio.TimeoutError:
                 pass
             return self.version

@@ -19,7 +19,7 @@ import os
 import secrets
 
 from ..clock import format_instant, now
-from ..errors import Corrupt, Invalid, NotFound
+from ..errors import Ambiguous, Corrupt, Invalid, NotFound
 from ..ids import check_identity
 
 TYPE_CHECKING = False
@@ -40,7 +40,7 @@ class Tokens:
 
     def __init__(self, gitwork_dir: str) -> None:
         self.path = os.path.join(gitwork_dir, FILE)
-        self._seen: tuple[int, int] | None = None  # (mtime_ns, size) of the file last read
+        self._seen: tuple[int, int, int] | None = None  # (mtime_ns, size, inode) of the file last read
         self._by_hash: dict[str, dict[str, Any]] = {}
 
     # --- the file ---------------------------------------------------------------------------------
@@ -85,14 +85,18 @@ class Tokens:
         return token, entry
 
     def revoke(self, which: str) -> list[dict[str, Any]]:
-        """Revoke the token with id ``which``, or every live token of the identity ``which``."""
+        """Revoke the one live token whose id is ``which`` (or starts with it), or the one live token of the
+        identity ``which``. Refused, nothing written: no such token (3), or ``which`` names several (4)."""
         entries = self.entries()
-        hit = [e for e in entries if e.get("revoked_at") is None and which in (e.get("id"), e.get("name"))]
+        hit = [e for e in entries if e.get("revoked_at") is None and isinstance(e.get("id"), str)
+               and (e["id"].startswith(which) or which == e.get("name"))] if which else []
         if not hit:
             raise NotFound(f"no live token named or numbered {which!r} (gw serve token list)", token=which)
-        at = format_instant(now())
-        for entry in hit:
-            entry["revoked_at"] = at
+        if len(hit) > 1:
+            ids = ", ".join(f"{e['id']} ({e.get('name')})" for e in hit)
+            raise Ambiguous(f"{which!r} names {len(hit)} live tokens: {ids}; revoke one by its id",
+                            token=which, matches=[e["id"] for e in hit])
+        hit[0]["revoked_at"] = format_instant(now())
         self._write(entries)
         return [public(e) for e in hit]
 
@@ -101,16 +105,25 @@ class Tokens:
 
     # --- the server's side ----------------------------------------------------------------------
 
-    def lookup(self, token: str) -> dict[str, Any] | None:
-        """The live entry of ``token`` (``None``: unknown or revoked); re-reads a changed file."""
+    def _refresh(self) -> None:
         try:
             st = os.stat(self.path)
-            seen: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+            seen: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)  # written by rename
         except FileNotFoundError:
             seen = None
         if seen != self._seen:
             self._by_hash = {e["sha256"]: e for e in self.entries() if isinstance(e, dict) and "sha256" in e}
             self._seen = seen
+
+    def live(self, token_id: str) -> bool:
+        """Whether the token with id ``token_id`` is live now (re-reads a changed file)."""
+        self._refresh()
+        return any(e.get("id") == token_id and e.get("revoked_at") is None and e.get("role") in ROLES
+                   for e in self._by_hash.values())
+
+    def lookup(self, token: str) -> dict[str, Any] | None:
+        """The live entry of ``token`` (``None``: unknown or revoked); re-reads a changed file."""
+        self._refresh()
         entry = self._by_hash.get(digest(token))
         if entry is None or entry.get("revoked_at") is not None or entry.get("role") not in ROLES:
             return None
