@@ -165,12 +165,16 @@ def exec_reserve(ctx: Context) -> None:
 
 @op("exec-state", "record an execution's next state: launching (fenced), running, exited, failed, lost, stopped",
     internal=True, execution="short!", to="launching|running|exited|failed|lost|stopped!", handle="short",
-    code="int", reason="short", launcher="mapping")
+    code="int", reason="short", launcher="mapping", item="item")
 def exec_state(ctx: Context) -> None:
+    """``item`` is the execution's, recorded in the document (sync follows a fenced command's lease by
+    its item): declared, so the recorded document validates again when it is replayed on a later tip."""
     execution_id = check_execution_id(ctx.cmd["execution"])
     record = load_execution(ctx, execution_id)
     if record is None:
         raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    if ctx.cmd.get("item") not in (None, record["item"]):
+        raise Invalid(f"execution {execution_id} runs {record['item']}, not {ctx.cmd['item']}", execution=execution_id)
     ctx.cmd["item"] = item_id = record["item"]
     to, now = ctx.cmd["to"], record["state"]
     if to not in TRANSITIONS.get(now, ()):
