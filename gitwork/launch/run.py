@@ -102,6 +102,13 @@ def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any
     backend = backend or backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     status, detail = backend.status(record["id"], handle) if handle else ("gone", None)
+    if status == "gone":
+        # Nothing answers by its handle; something of it may still run (the agent of a wrapper killed
+        # alone, a wrapper whose handle was never written): end it before the execution is said lost.
+        killed = _kill_survivors(wp, record["id"])
+        if killed:
+            return _mark(wp, record, "lost", reason=f"the backend has no such process; killed {killed} process "
+                                                    "group(s) of it that still ran")
     if status == "running":
         return record if state == "running" else _mark(wp, record, "running", handle=handle)
     if status == "exited":
@@ -114,12 +121,23 @@ def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any
 def _handle_of(backend: Any, execution_id: str) -> str | None:
     if backend.kind == "tmux":
         return execution_id
-    path = os.path.join(executions_dir(backend.repo), execution_id, "handle")  # written by Subprocess.start
+    path = os.path.join(executions_dir(backend.repo), execution_id, "handle")  # written by the wrapper, then start
     try:
         with open(path) as read:
             return read.read().strip()
     except FileNotFoundError:
-        return None
+        return backend.find(execution_id)  # forked, killed before either wrote it: found by its command line
+
+
+def _kill_survivors(wp: Any, execution_id: str) -> int:
+    """Kill, by process group, whatever of execution ``execution_id`` still runs on this host; how
+    many groups there were."""
+    from .wrapper import kill_groups, survivors
+
+    groups = survivors(os.path.join(executions_dir(wp.repo), execution_id))
+    if groups:
+        kill_groups(groups)
+    return len(groups)
 
 
 def _settled(wp: Any, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -174,6 +192,10 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
     again: the branch is settled by its session), except one that never launched."""
     command = list(command)
     cwd = wp.repo.toplevel or os.getcwd()
+    if ttl is not None:  # a bad --ttl is refused before anything is recorded (the claim would fail too late)
+        from ..codec import parse_duration
+
+        parse_duration(ttl)
     backend = backends.get(backend_kind, wp.repo, wp.settings)  # unknown backend: Invalid, nothing recorded
     startable(command, cwd)
     extra = check_env(env)
@@ -328,15 +350,26 @@ def send(wp: Any, execution_id: str, text: str, keys: Sequence[str] = ()) -> Non
 
 
 def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+    """Stop a live execution. One whose agent already ended is recorded as it ended (``exited`` with
+    its code, or ``failed``), its pane and output kept for ``gw capture``; a ``lost`` one (of this
+    host) has whatever of it may still run killed, by process group; any other ended one is left."""
     record = get_execution(wp, execution_id)
     if record["state"] not in LIVE:
+        if record["state"] == "lost" and record.get("host") == host():
+            return {**result(record, existing=True), "killed": _kill_survivors(wp, execution_id)}
         return result(record, existing=True)
     if record.get("host") != host():
         raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
+    status, detail = backend.status(execution_id, handle) if handle else ("gone", None)
+    if status == "exited":
+        return result(_mark(wp, record, "exited", code=int(detail), handle=handle), existing=True)  # type: ignore[arg-type]
+    if status == "failed":
+        return result(_mark(wp, record, "failed", reason=str(detail)[:200], handle=handle), existing=True)
     if handle:
         backend.kill(execution_id, handle)
+    _kill_survivors(wp, execution_id)  # what the handle did not reach (no handle yet, a wrapper gone)
     return result(_mark(wp, record, "stopped", reason=reason or "stopped by gw stop"), existing=True)
 
 
