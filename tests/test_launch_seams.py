@@ -133,3 +133,48 @@ def test_a_bad_ttl_is_refused_before_anything_is_written(launched: Path, ttl: st
     assert tip(launched) == before
     assert not (launched / ".git" / "gitwork" / "executions").exists() or \
         not any((launched / ".git" / "gitwork" / "executions").iterdir())
+
+
+# --- 3: two clones of one arbiter on one host --------------------------------------------------------
+
+
+@needs_tmux
+@pytest.mark.slow
+def test_two_clones_on_one_host_each_judge_and_coordinate_only_their_own(tmp_path: Path, machine_a: Path,
+                                                                         url: str) -> None:
+    from conftest import gw_cmd
+
+    a, b = machine_a, tmp_path / "b"
+    subprocess.run(["git", "clone", "-q", url, str(b)], check=True, capture_output=True)
+    env_a, env_b = {"GW_TMUX_SOCKET": str(tmp_path / "a.sock")}, {"GW_TMUX_SOCKET": str(tmp_path / "b.sock")}
+    loop = None
+    try:
+        assert run_gw(b, "init", "--remote", "origin").returncode == 0
+        code, made = gw_json(b, "new", "B's work")
+        assert code == 0, made
+        code, doc = gw_json(b, "run", made["item"], "--as", "bob", "--", "sleep", "600", env=env_b)
+        assert code == 0 and doc["state"] == "running", doc
+        for repo in (b, a):
+            assert run_gw(repo, "sync").returncode == 0
+        # a's coordinator sees b's execution on this host, and leaves it to b's: a's tmux server has no
+        # such session, and that is no evidence about a process b started.
+        code, done = gw_json(a, "coordinate", "--once", env=env_a)
+        assert code == 0, done
+        assert [r["state"] for r in runs(a) if r["execution"] == doc["execution"]] == ["running"]
+        assert not [x for x in done.get("actions", []) if x.get("execution") == doc["execution"]], done
+        # a's coordinator runs, its lease reaches b through the arbiter: b's own coordinator still runs.
+        loop = subprocess.Popen(gw_cmd("coordinate", "--interval", "1s"), cwd=a, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, **env_a})
+        poll(lambda: "coord-lease" in subprocess.run(["git", "log", "--format=%s", "-5", "refs/gitwork/state"],
+                                                     cwd=a, capture_output=True, text=True).stdout, "a's lease")
+        for repo in (a, b):
+            assert run_gw(repo, "sync").returncode == 0
+        done_b = run_gw(b, "coordinate", "--once", env=env_b)
+        assert done_b.returncode == 0, done_b.stderr
+        assert [r["state"] for r in runs(b) if r["execution"] == doc["execution"]] == ["running"]
+    finally:
+        if loop is not None:
+            loop.kill()
+            loop.wait()
+        for sock in ("a.sock", "b.sock"):
+            subprocess.run(["tmux", "-S", str(tmp_path / sock), "kill-server"], capture_output=True)

@@ -25,7 +25,7 @@ from ..ops.executions import (LIVE, check_env_names, check_execution_id, item_ex
 from ..store import crash_point
 from . import backend as backends
 from .build import current as current_build, require_same
-from .paths import executions_dir
+from .paths import clone_id, executions_dir
 from .process import alive, start_time
 
 TYPE_CHECKING = False
@@ -44,11 +44,24 @@ def host_name() -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", host())[:64].lstrip("-_") or "host"
 
 
+def ours(wp: Any, record: dict[str, Any]) -> bool:
+    """Is this execution this host's and this clone's to judge? One recorded before clones were told
+    apart (no ``clone``) is its host's, as it always was."""
+    return record.get("host") == host() and record.get("clone") in (None, clone_id(wp.repo))
+
+
+def elsewhere(wp: Any, record: dict[str, Any]) -> str:
+    """Where an execution that is not ours runs, for an error message."""
+    if record.get("host") != host():
+        return str(record.get("host"))
+    return f"another clone on this host ({record.get('clone')})"
+
+
 def coordinator_holder(wp: Any) -> dict[str, Any] | None:
-    """This host's coordinator lease while it binds and its process lives, else None."""
+    """This host's and clone's coordinator lease while it binds and its process lives, else None."""
     from ..ops.executions import coordinator_live, load_coordinator
 
-    record = load_coordinator(wp.context(), host_name())
+    record = load_coordinator(wp.context(), host_name(), clone_id(wp.repo))
     if not coordinator_live(record, wp.now()):
         return None
     return record if launcher_alive({"launcher": (record or {}).get("holder")}) else None
@@ -94,8 +107,8 @@ def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any
     state = record["state"]
     if state not in LIVE or (state != "running" and launcher_alive(record)):
         return record
-    if record.get("host") != host():
-        return record  # another machine's process: its own gw (or coordinator) answers for it
+    if not ours(wp, record):
+        return record  # another machine's or clone's process: its own gw (or coordinator) answers for it
     require_same(record.get("build"), f"execution {record['id']} was launched by a gw that", execution=record["id"])
     if state == "reserved":  # nothing was started before `launching` was recorded
         return _mark(wp, record, "lost", reason="launcher died before launching")
@@ -235,7 +248,8 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
         new_id = execution or mint()
         try:
             wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
-                      host=host(), launcher=me(), build=current_build(), session=session, branch=branch,
+                      host=host(), clone=clone_id(wp.repo), launcher=me(), build=current_build(), session=session,
+                      branch=branch,
                       env=sorted(extra) or None)
         except Held as error:
             if error.details.get("execution"):
@@ -325,8 +339,8 @@ def runs(wp: Any, item: str | None = None, state: str | None = None) -> list[dic
 
 def _live_handle(wp: Any, execution_id: str) -> tuple[dict[str, Any], Any, str]:
     record = get_execution(wp, execution_id)
-    if record.get("host") != host():
-        raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
+    if not ours(wp, record):
+        raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
     if not handle:
@@ -355,11 +369,11 @@ def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any
     host) has whatever of it may still run killed, by process group; any other ended one is left."""
     record = get_execution(wp, execution_id)
     if record["state"] not in LIVE:
-        if record["state"] == "lost" and record.get("host") == host():
+        if record["state"] == "lost" and ours(wp, record):
             return {**result(record, existing=True), "killed": _kill_survivors(wp, execution_id)}
         return result(record, existing=True)
-    if record.get("host") != host():
-        raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
+    if not ours(wp, record):
+        raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
     status, detail = backend.status(execution_id, handle) if handle else ("gone", None)
