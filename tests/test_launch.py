@@ -574,7 +574,7 @@ def test_one_coordinator_per_host_a_killed_one_is_replaced_a_paused_one_stops(la
 
 @needs_tmux
 @pytest.mark.parametrize("step, settled", [("after-reserve", "lost"),  # after-claim takes the same path
-                                           ("after-launching", "lost"), ("after-start", "running")])
+                                           ("after-launching", "failed"), ("after-start", "running")])
 def test_the_coordinator_settles_a_run_killed_between_steps(launched: Path, step: str, settled: str) -> None:
     crashed = run_gw(launched, "run", item_of(launched), "--as", "alice", "--id", "x-killed", "--", "cat",
                      env={"GW_CRASH_AT": step})

@@ -87,6 +87,27 @@ def test_a_wrapper_killed_alone_has_its_agent_killed_before_the_execution_is_los
     assert [r["state"] for r in runs(launched)] == ["lost"]
 
 
+# --- 5: a retry by execution id (a delegated start's, made from its request id) ---------------------
+
+
+@pytest.mark.parametrize("step", ["after-reserve", "after-claim", "after-launching", "after-fork"])
+def test_a_retry_by_id_after_a_crash_runs_one_agent_under_that_id(launched: Path, step: str) -> None:
+    item, execution = item_of(launched), "x-" + "7" * 16  # as delegation.service.execution_for makes it
+    crashed = run_gw(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--id", execution, "--",
+                     *agent(launched), env={"GW_CRASH_AT": step})
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--id", execution, "--",
+                        *agent(launched))
+    assert code == 0, doc
+    assert doc["execution"] == execution and doc["state"] == "running", doc
+    assert doc["existing"] is (step == "after-fork")  # forked: adopted; else started now, under its own id
+    first = poll(lambda: pids(launched / "agents.log"), "the agent")
+    time.sleep(0.5)
+    assert pids(launched / "agents.log") == first and len(first) == 1
+    assert [(r["execution"], r["state"]) for r in runs(launched)] == [(execution, "running")]
+    assert doc["epoch"] == 1, doc  # nothing was lost under epoch 1: no new epoch was needed
+
+
 # --- 6: gw stop of a run that already exited; --env on tmux; a bad --ttl ---------------------------
 
 

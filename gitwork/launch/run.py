@@ -21,7 +21,7 @@ import socket
 
 from ..errors import GwError, Held, Invalid, NotFound
 from ..ops.executions import (LIVE, check_env_names, check_execution_id, item_executions, lane,
-                              load_execution, same_lane)
+                              load_execution, never_ran, same_lane)
 from ..store import crash_point
 from . import backend as backends
 from .build import current as current_build, require_same
@@ -122,6 +122,11 @@ def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any
         if killed:
             return _mark(wp, record, "lost", reason=f"the backend has no such process; killed {killed} process "
                                                     "group(s) of it that still ran")
+        if state == "launching" and not record.get("handle") and not _any_trace(wp, record["id"]):
+            # Its launcher died before it started anything (no wrapper ever ran: it writes its handle
+            # first): nothing ran, so nothing is lost and no new epoch is needed; a retry under this
+            # id (a delegated start's) launches it again.
+            return _mark(wp, record, "failed", reason="its launcher died before it started anything")
     if status == "running":
         return record if state == "running" else _mark(wp, record, "running", handle=handle)
     if status == "exited":
@@ -140,6 +145,13 @@ def _handle_of(backend: Any, execution_id: str) -> str | None:
             return read.read().strip()
     except FileNotFoundError:
         return backend.find(execution_id)  # forked, killed before either wrote it: found by its command line
+
+
+def _any_trace(wp: Any, execution_id: str) -> bool:
+    """Did a backend ever start a process for this execution here? (The subprocess backend's
+    ``started``, or any file a wrapper writes.)"""
+    folder = os.path.join(executions_dir(wp.repo), execution_id)
+    return any(os.path.exists(os.path.join(folder, name)) for name in ("started", "handle", "child", "code", "failed"))
 
 
 def _kill_survivors(wp: Any, execution_id: str) -> int:
@@ -232,8 +244,8 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
             if answer is not None:
                 return answer
             settled = find(wp, execution) or earlier
-            if mine is not None and settled.get("fence") is None and settled["state"] in ("lost", "failed"):
-                pass  # a branch's execution that never launched (its gw run died first): reserved again
+            if never_ran(settled):
+                pass  # nothing ran under it (its gw run died first): reserved again under its own id
             elif settled["state"] != "lost" or mine is not None:
                 return result(settled, existing=True)  # it ran and ended: that is the answer
             else:

@@ -19,9 +19,10 @@ The rules the engine enforces, whatever the launcher does:
   once under the session's one lease), or the whole item when it has none: a plain execution
   conflicts with every live execution of the item, and a branch's with a plain one and with its
   own branch's;
-- an id is reserved once, except a session branch's execution that ended without ever launching
-  (no fence: nothing ran under it), which its retry reserves again under the same id (a branch's
-  execution id is derived from the branch, so it has no other);
+- an id is reserved once, except an execution under which nothing ever ran (ended before
+  ``launching``, or ``failed`` without a handle), which its retry reserves again under the same id, in the same lane of the same item
+  (a branch's execution id is derived from the branch, a delegated start's from its request id: a
+  retry must find its execution under that id, not under a new random one);
 - ``env``: only the *names* of the extra environment variables the launcher gave the agent are
   recorded, never their values (they may be secrets; the state ref is shared);
 - ``launching`` needs the holder's live lease (the fencing rule) and records its epoch and fence;
@@ -56,6 +57,13 @@ TRANSITIONS = {
     "launching": ("running", "exited", "failed", "lost", "stopped"),
     "running": ("exited", "lost", "stopped"),
 }
+
+
+def never_ran(record: dict[str, Any]) -> bool:
+    """Did nothing ever run under this ended execution? Ended before ``launching`` (no fence), or
+    ``failed`` with no handle (its launcher died, or its backend refused, before any process started)."""
+    return record.get("state") in ("lost", "failed") and (
+        record.get("fence") is None or (record.get("state") == "failed" and not record.get("handle")))
 
 
 def execution_path(execution_id: str) -> str:
@@ -138,8 +146,7 @@ def exec_reserve(ctx: Context) -> None:
             # Another gw run with the same --id reserved it first: the caller settles that one (75).
             raise Held(f"execution {execution_id} of {item_id} is being launched by another gw run", item=item_id,
                        execution=execution_id, state=existing["state"])
-        if mine is None or existing.get("item") != item_id or existing.get("fence") is not None \
-                or lane(existing) != mine:
+        if existing.get("item") != item_id or not never_ran(existing) or lane(existing) != mine:
             raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
         attempt = int(existing.get("attempt") or 1) + 1  # it never launched: nothing ran under this id
     item = ctx.item(item_id)
