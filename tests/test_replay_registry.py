@@ -22,6 +22,7 @@ import pytest
 from conftest import git, run_gw, tip
 from gitwork import engine
 from gitwork.delegation import protocol
+from gitwork.errors import GwError
 from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
@@ -30,16 +31,20 @@ ITEM = "w-" + "5" * 16
 # Ops whose representative document needs a flow this file does not build (real session branches,
 # signed peers); each stays a gap of this test until a case is written for it.
 NOT_HERE = {
-    "session-start": "needs a real session branch (gitwork.sessions); covered by tests/test_sessions*.py only",
-    "session-commit": "needs a real session branch",
-    "publish": "needs a real session branch and a target branch",
-    "session-drop": "needs a real session branch",
-    "session-create": "needs a multi-step session manifest",
-    "session-branch": "needs a multi-step session manifest",
-    "session-submit": "needs a multi-step session manifest",
-    "session-resume": "needs a multi-step session manifest",
-    "session-end": "needs a multi-step session manifest",
+    # Decided by the arbiter and never tentative (gw publish/done --offline is refused: publishing
+    # moves a branch and needs the arbiter's word), so no clone's gw sync ever replays its record.
+    "publish": "an arbiter op with no offline form: never replayed by sync",
 }
+RULES = """sessions:
+  operators:
+    planner: {command: [python3, plan.py]}
+    coder: {command: [python3, code.py]}
+  steps:
+    plan: {operator: planner}
+    build: {operator: coder, parallel: 2}
+  chains:
+    feature: [plan, build]
+"""
 
 
 def _delegation(op: str) -> Callable[[Workplane, dict[str, str]], None]:
@@ -114,6 +119,53 @@ def _imports(wp: Workplane, items: dict[str, str]) -> None:
     wp.do("shadow-report", shadow="gh", report={"compared": 2, "agree": 1, "counts": {"agree": 1, "differ": 1}})
 
 
+def _session(wp: Workplane, items: dict[str, str]) -> None:
+    from gitwork import sessions
+
+    item, top = items["session"], Path(wp.repo.toplevel or "")
+    wp.do("claim", item=item, ttl="1h", offline=True)
+    source = Path(sessions.start(wp, item)["worktree"])
+    (source / "a.txt").write_text("changed\n")
+    sessions.commit(wp, ["a.txt"], "change a", cwd=str(source))
+    wp.do("claim", item=items["dropped"], ttl="1h", offline=True)
+    dropped = sessions.start(wp, items["dropped"])["session"]
+    sessions.drop(wp, dropped, reason="not needed")
+    assert top.is_dir()
+
+
+def _steps(wp: Workplane, items: dict[str, str]) -> None:
+    from gitwork.sessions import steps
+
+    item = items["steps"]
+    wp.do("claim", item=item, ttl="1h", offline=True)
+    session = steps.create(wp, item, "feature")["session"]
+    folder = Path(wp.repo.toplevel or "") / ".worktrees" / "sessions" / session
+
+    def answer(key: str, doc: dict[str, Any], files: dict[str, str]) -> None:
+        out = folder / key / "response"
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (out / name).write_text(text)
+        (out / "response.json").write_text(json.dumps(doc))
+
+    answer("step-1/parallel-1", {"status": "done", "fields": {"plan": "response/plan.md"}}, {"plan.md": "p"})
+    steps.submit(wp, session, "step-1/parallel-1")
+    steps.block(wp, session, "step-2/parallel-2", "stuck")
+    answer("step-2/parallel-1", {"status": "done", "fields": {}}, {"response.md": "x"})
+    steps.submit(wp, session, "step-2/parallel-1")
+    steps.resume(wp, session)
+    # Ending a session releases its lease on the arbiter, which would push the whole local chain: the
+    # arbiter is out of reach meanwhile (a partition), so session-end stays a local command to replay.
+    top = wp.repo.toplevel or ""
+    url = git(top, "remote", "get-url", "origin")
+    git(top, "remote", "set-url", "origin", "file:///nonexistent/arbiter.git")
+    try:
+        with pytest.raises(GwError):
+            steps.stop(wp, session, reason="enough")
+    finally:
+        git(top, "remote", "set-url", "origin", url)
+
+
 CASES: dict[str, Callable[[Workplane, dict[str, str]], None]] = {
     "init": lambda wp, items: wp.do("init"),  # a no-op on existing state, first and on replay
     "new": lambda wp, items: wp.do("new", title="Made offline", criteria=["one"]),
@@ -127,6 +179,9 @@ CASES: dict[str, Callable[[Workplane, dict[str, str]], None]] = {
     "exec-reserve": _executions, "exec-state": _executions,
     "coord-lease": _coordinator,
     "delegation-sent": _delegation("delegation-sent"), "delegation-received": _delegation("delegation-received"),
+    "session-start": _session, "session-commit": _session, "session-drop": _session,
+    "session-create": _steps, "session-branch": _steps, "session-submit": _steps, "session-resume": _steps,
+    "session-end": _steps,
 }
 
 
@@ -173,17 +228,24 @@ def replayed(tmp_path: Path, machine_a: Path, url: str) -> tuple[Path, dict[str,
     of each command id, the op of each, and the sync report."""
     a = machine_a
     b = tmp_path / "b"
-    subprocess.run(["git", "clone", "-q", url, str(b)], check=True)
+    subprocess.run(["git", "clone", "-q", url, str(b)], check=True, capture_output=True)
     assert run_gw(b, "init", "--remote", "origin").returncode == 0
+    (a / ".workplane").write_text(RULES)  # a project with sessions, on a published branch
+    (a / "a.txt").write_text("alpha\n")
+    git(a, "checkout", "-q", "-b", "main")
+    git(a, "add", ".workplane", "a.txt")
+    git(a, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
     with Workplane(str(a)) as wp:
         items = {name: wp.do("new", title=name, criteria=["one"]).result["item"] for name in
-                 ("main", "lease", "close", "run")}
+                 ("main", "lease", "close", "run", "session", "dropped", "steps")}
     assert run_gw(a, "sync").returncode == 0
     published = tip(a)
     with Workplane(str(a)) as wp:
         for case in dict.fromkeys(CASES.values()):  # each case function once
             case(wp, items)
-    assert tip(url.removeprefix("file://")) == published, "every case must be local, for sync to replay it"
+    remote = url.removeprefix("file://")
+    assert tip(remote) == published, ("every case must be local, for sync to replay it; on the arbiter: "
+                                      + git(remote, "log", "--format=%s", f"{published}..{STATE}"))
     first: dict[str, dict[str, str]] = {}
     ops: dict[str, str] = {}
     for commit in git(a, "rev-list", "--first-parent", f"{published}..{STATE}").split():
