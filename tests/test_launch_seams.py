@@ -199,3 +199,38 @@ def test_two_clones_on_one_host_each_judge_and_coordinate_only_their_own(tmp_pat
             loop.wait()
         for sock in ("a.sock", "b.sock"):
             subprocess.run(["tmux", "-S", str(tmp_path / sock), "kill-server"], capture_output=True)
+
+
+# --- 2: launch x sync: the clone's execution records survive another clone moving the arbiter ----------
+
+
+@pytest.mark.slow
+def test_after_another_clone_moved_the_arbiter_sync_keeps_the_running_agent_and_run_adopts_it(
+        tmp_path: Path, machine_a: Path, url: str) -> None:
+    a, b = machine_a, tmp_path / "b"
+    subprocess.run(["git", "clone", "-q", url, str(b)], check=True, capture_output=True)
+    assert run_gw(b, "init", "--remote", "origin").returncode == 0
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    try:
+        code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
+        assert code == 0 and doc["state"] == "running", doc
+        first = poll(lambda: pids(a / "agents.log"), "the agent")[0]
+        assert gw_json(b, "new", "Elsewhere")[0] == 0 and run_gw(b, "sync").returncode == 0  # b moves the arbiter
+        synced = run_gw(a, "sync", "--json")
+        assert synced.returncode == 0, synced.stdout + synced.stderr  # exec-state replays on b's tip
+        code, done = gw_json(a, "coordinate", "--once")
+        assert code == 0, done
+        assert [r["state"] for r in runs(a)] == ["running"]
+        code, again = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
+        assert code == 0 and again["existing"] is True and again["execution"] == doc["execution"], again
+        time.sleep(0.5)
+        assert pids(a / "agents.log") == [first]
+        assert run_gw(a, "sync").returncode == 0 and run_gw(b, "sync").returncode == 0
+        assert [r["state"] for r in runs(b) if r["execution"] == doc["execution"]] == ["running"]
+    finally:
+        for handle in (a / ".git" / "gitwork" / "executions").glob("*/handle"):
+            try:
+                os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, ValueError):
+                pass
