@@ -15,9 +15,9 @@ import sys
 import time
 
 from ..errors import Invalid
+from . import wrapper as _wrapper
 from .paths import executions_dir
 from .wrapper import outcome, start_time, wait_started, write_env
-from . import wrapper as _wrapper
 
 __all__ = ["Subprocess", "alive", "start_time"]
 
