@@ -390,7 +390,7 @@ def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any
     handle = record.get("handle") or _handle_of(backend, execution_id)
     status, detail = backend.status(execution_id, handle) if handle else ("gone", None)
     if status == "exited":
-        return result(_mark(wp, record, "exited", code=int(detail), handle=handle), existing=True)  # type: ignore[arg-type]
+        return result(_mark(wp, record, "exited", code=int(str(detail)), handle=handle), existing=True)
     if status == "failed":
         return result(_mark(wp, record, "failed", reason=str(detail)[:200], handle=handle), existing=True)
     if handle:

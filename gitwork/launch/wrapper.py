@@ -114,10 +114,13 @@ def survivors(folder: str) -> list[int]:
     wrapper = os.path.abspath(__file__).encode()
     mark = f"GW_CONTEXT={os.path.join(folder, 'launch.md')}".encode()
     groups: set[int] = set()
+    uid = os.getuid()
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue  # another user's: not ours, and its environment is not readable anyway
             with open(f"/proc/{name}/cmdline", "rb") as read:
                 argv = read.read().split(b"\0")
             ours = wrapper in argv and folder.encode() in argv
