@@ -156,7 +156,9 @@ def _mapping(value: Any, field: str) -> dict[str, Any]:
         _short(str(key), f"{field} key")
         if inner is not None:
             _short(str(inner), f"{field}.{key}")
-    return {str(k): (str(v) if v is not None else None) for k, v in value.items()}
+    # In key order: the recorded document is JSON with sorted keys, so a replay of it must build the
+    # same record as the first application did (an op may store the mapping as it is).
+    return {str(k): (str(v) if v is not None else None) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
 
 
 _SEQ_REF = re.compile(r"#?(\d+)\Z")
@@ -221,6 +223,16 @@ def _data(value: Any, field: str) -> Any:
         raise Invalid(f"{field} must be plain data (mappings, lists, text, numbers)") from exc
     if size > MAX_DATA:
         raise Invalid(f"{field} is too large ({size} bytes; at most {MAX_DATA})")
+    return _sorted(value)
+
+
+def _sorted(value: Any) -> Any:
+    """``value`` with every mapping's keys in order: what the recorded (key-sorted JSON) document
+    gives a replay, so an op storing the data builds the same bytes the first time and on replay."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
     return value
 
 

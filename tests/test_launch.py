@@ -514,10 +514,11 @@ def test_a_run_or_coordinator_of_another_build_refuses_to_act(launched: Path) ->
 
 def test_gw_run_refuses_to_launch_beside_a_coordinator_of_another_build(launched: Path) -> None:
     from gitwork.launch.build import current
+    from gitwork.launch.paths import clone_id
     from gitwork.launch.run import host_name, me
 
     with Workplane(str(launched), agent="alice") as plane:  # a live coordinator (this test's process) of another build
-        plane.record("coord-lease", host=host_name(), action="take", holder=me(), ttl=600,
+        plane.record("coord-lease", host=host_name(), clone=clone_id(plane.repo), action="take", holder=me(), ttl=600,
                      build={**current(), "version": "0.0.1"})
     before = tip(launched)
     done = run_gw(launched, "run", item_of(launched), "--backend", "subprocess", "--", "cat")
@@ -530,10 +531,11 @@ def test_gw_run_refuses_to_launch_beside_a_coordinator_of_another_build(launched
 
 def coordinator_record(repo: Path) -> dict[str, Any] | None:
     from gitwork.launch.run import host_name
+    from gitwork.launch.paths import clone_id
     from gitwork.ops.executions import load_coordinator
 
     with Workplane(str(repo)) as plane:
-        return load_coordinator(plane.context(), host_name())
+        return load_coordinator(plane.context(), host_name(), clone_id(plane.repo))
 
 
 def start_coordinator(repo: Path, *args: str) -> subprocess.Popen[str]:
@@ -572,7 +574,7 @@ def test_one_coordinator_per_host_a_killed_one_is_replaced_a_paused_one_stops(la
 
 @needs_tmux
 @pytest.mark.parametrize("step, settled", [("after-reserve", "lost"),  # after-claim takes the same path
-                                           ("after-launching", "lost"), ("after-start", "running")])
+                                           ("after-launching", "failed"), ("after-start", "running")])
 def test_the_coordinator_settles_a_run_killed_between_steps(launched: Path, step: str, settled: str) -> None:
     crashed = run_gw(launched, "run", item_of(launched), "--as", "alice", "--id", "x-killed", "--", "cat",
                      env={"GW_CRASH_AT": step})

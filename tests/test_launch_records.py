@@ -39,8 +39,11 @@ def test_one_live_execution_per_item(plane: Any) -> None:
     assert again.value.details["execution"] == "x-one1"
     plane.record("exec-state", execution="x-one1", to="failed", reason="gave up")
     assert reserve(plane, plane.item_id, "x-two2")["state"] == "reserved"
-    with pytest.raises(Invalid, match="exists already"):
+    with pytest.raises(Held) as lane_taken:  # x-one1 never launched: its id comes back, once its lane is free
         reserve(plane, plane.item_id, "x-one1")
+    assert lane_taken.value.details["execution"] == "x-two2"
+    plane.record("exec-state", execution="x-two2", to="lost", reason="launcher died before launching")
+    assert reserve(plane, plane.item_id, "x-one1")["attempt"] == 2
 
 
 SESSION = "20300101-120000-proj-bot"

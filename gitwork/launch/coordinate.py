@@ -36,8 +36,8 @@ from ..errors import GwError, Invalid, Stale
 from ..ops.executions import LIVE, coordinator_live, load_coordinator
 from . import backend as backends
 from .build import BuildMismatch, current as current_build
-from .paths import executions_dir
-from .run import _handle_of, _mark, find, host, host_name, launcher_alive, me, probe, runs
+from .paths import clone_id, executions_dir
+from .run import _handle_of, _mark, find, host, host_name, launcher_alive, me, ours, probe, runs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -149,18 +149,18 @@ class CoordinatorLease:
     """This process's lease on ``coordinators/<host>``: the one coordinator of this host."""
 
     def __init__(self, wp: Any, ttl: int) -> None:
-        self.wp, self.ttl, self.host = wp, ttl, host_name()
+        self.wp, self.ttl, self.host, self.clone = wp, ttl, host_name(), clone_id(wp.repo)
         self.holder = me()
         self.epoch: int | None = None
 
     def _record(self, action: str, **extra: Any) -> dict[str, Any]:
-        return self.wp.record("coord-lease", host=self.host, action=action, holder=self.holder, ttl=self.ttl,
-                              build=current_build(), **extra).result
+        return self.wp.record("coord-lease", host=self.host, clone=self.clone, action=action, holder=self.holder,
+                              ttl=self.ttl, build=current_build(), **extra).result
 
     def take(self) -> None:
         """Take it, or raise Held (75) naming the coordinator that runs. A holder whose process is gone
         from this host is taken over at once; any other only once its lease has expired."""
-        record = load_coordinator(self.wp.context(), self.host)
+        record = load_coordinator(self.wp.context(), self.host, self.clone)
         over = None
         if coordinator_live(record, self.wp.now()) and not launcher_alive({"launcher": record.get("holder")}):
             over = record.get("epoch")  # killed (kill -9, a crash): its lease would only delay the next one
@@ -169,7 +169,7 @@ class CoordinatorLease:
     def keep(self) -> None:
         """Before acting: raise Stale (7) if another coordinator took the lease over; renew it when half
         of its ttl is gone. A paused coordinator, resumed, learns here that it must stop."""
-        record = load_coordinator(self.wp.context(), self.host)
+        record = load_coordinator(self.wp.context(), self.host, self.clone)
         if record is None or record.get("epoch") != self.epoch or record.get("holder") != self.holder \
                 or record.get("state") == "released":
             held = (record or {}).get("holder") or {}
@@ -214,8 +214,8 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
         return kinds[kind]
 
     for row in runs(wp):
-        if row["state"] not in LIVE or row.get("host") != host():
-            continue
+        if row["state"] not in LIVE or not ours(wp, row):
+            continue  # another host's or another clone's: judged only by the gw that started it
         record = find(wp, row["execution"]) or {}  # whole (a listed row lacks the launcher probe needs)
         entry = {"execution": record["id"], "item": record["item"]}
         if coordinator is not None:

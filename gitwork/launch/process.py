@@ -15,27 +15,17 @@ import sys
 import time
 
 from ..errors import Invalid
+from . import wrapper as _wrapper
 from .paths import executions_dir
-from .wrapper import outcome, wait_started
+from .wrapper import outcome, start_time, wait_started, write_env
+
+__all__ = ["Subprocess", "alive", "start_time"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Sequence
 
     from ..store import Repository
-
-
-def start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            data = stat.read()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2:].split()
-    if fields[0] == b"Z":  # a zombie has finished
-        return None
-    return fields[19].decode()
 
 
 def alive(pid: int, start: str | None) -> bool:
@@ -66,19 +56,27 @@ class Subprocess:
         fifo = os.path.join(folder, "stdin")
         if not os.path.exists(fifo):
             os.mkfifo(fifo, 0o600)
+        env_file = write_env(folder, env)  # the agent's environment: a 0600 file the wrapper reads and removes
         with open(os.path.join(folder, "output.log"), "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "gitwork.launch.wrapper", folder, "--", *argv],
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+            proc = subprocess.Popen([sys.executable, os.path.abspath(_wrapper.__file__), folder, "--env", env_file,
+                                     "--", *argv],
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+                                    env={k: v for k, v in os.environ.items() if k != "GW_CRASH_AT"},
                                     start_new_session=True, close_fds=True)
+        from ..store import crash_point
+
+        crash_point("after-fork")  # the wrapper writes its own handle before it starts the agent
         handle = f"{proc.pid}@{start_time(proc.pid) or 0}"
         wait_started(folder, lambda: proc.poll() is not None)
+        _wrapper.remove(env_file)  # read and removed by the wrapper, unless it never got that far
         with open(os.path.join(folder, ".handle.tmp"), "w") as out:
             out.write(handle)
         os.replace(os.path.join(folder, ".handle.tmp"), os.path.join(folder, "handle"))
         return handle, True
 
     def _wait_handle(self, folder: str) -> str:
-        """Another launcher made ``started``: its handle follows at once, unless it died in between."""
+        """Another launcher made ``started``: its handle follows at once, unless it died in between
+        (then the wrapper, if it was forked, is found by its command line)."""
         deadline = time.monotonic() + 2.0
         while True:
             try:
@@ -86,8 +84,18 @@ class Subprocess:
                     return read.read().strip()
             except FileNotFoundError:
                 if time.monotonic() > deadline:
-                    return "0@0"  # never started: status() says gone
+                    return self.find(os.path.basename(folder)) or "0@0"  # never started: status() says gone
                 time.sleep(0.01)
+
+    def find(self, name: str) -> str | None:
+        """The handle of execution ``name``'s wrapper when its ``handle`` file is missing (its launcher
+        was killed between the fork and the write, and the wrapper before it wrote its own): found by
+        its command line in /proc; None when no such process runs."""
+        for group in _wrapper.survivors(self.folder(name)):
+            start = start_time(group)
+            if start is not None:
+                return f"{group}@{start}"
+        return None
 
     @staticmethod
     def _split(handle: str) -> tuple[int, str]:

@@ -21,11 +21,11 @@ import socket
 
 from ..errors import GwError, Held, Invalid, NotFound
 from ..ops.executions import (LIVE, check_env_names, check_execution_id, item_executions, lane,
-                              load_execution, same_lane)
+                              load_execution, never_ran, same_lane)
 from ..store import crash_point
 from . import backend as backends
 from .build import current as current_build, require_same
-from .paths import executions_dir
+from .paths import clone_id, executions_dir
 from .process import alive, start_time
 
 TYPE_CHECKING = False
@@ -44,11 +44,24 @@ def host_name() -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", host())[:64].lstrip("-_") or "host"
 
 
+def ours(wp: Any, record: dict[str, Any]) -> bool:
+    """Is this execution this host's and this clone's to judge? One recorded before clones were told
+    apart (no ``clone``) is its host's, as it always was."""
+    return record.get("host") == host() and record.get("clone") in (None, clone_id(wp.repo))
+
+
+def elsewhere(wp: Any, record: dict[str, Any]) -> str:
+    """Where an execution that is not ours runs, for an error message."""
+    if record.get("host") != host():
+        return str(record.get("host"))
+    return f"another clone on this host ({record.get('clone')})"
+
+
 def coordinator_holder(wp: Any) -> dict[str, Any] | None:
-    """This host's coordinator lease while it binds and its process lives, else None."""
+    """This host's and clone's coordinator lease while it binds and its process lives, else None."""
     from ..ops.executions import coordinator_live, load_coordinator
 
-    record = load_coordinator(wp.context(), host_name())
+    record = load_coordinator(wp.context(), host_name(), clone_id(wp.repo))
     if not coordinator_live(record, wp.now()):
         return None
     return record if launcher_alive({"launcher": (record or {}).get("holder")}) else None
@@ -94,14 +107,26 @@ def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any
     state = record["state"]
     if state not in LIVE or (state != "running" and launcher_alive(record)):
         return record
-    if record.get("host") != host():
-        return record  # another machine's process: its own gw (or coordinator) answers for it
+    if not ours(wp, record):
+        return record  # another machine's or clone's process: its own gw (or coordinator) answers for it
     require_same(record.get("build"), f"execution {record['id']} was launched by a gw that", execution=record["id"])
     if state == "reserved":  # nothing was started before `launching` was recorded
         return _mark(wp, record, "lost", reason="launcher died before launching")
     backend = backend or backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     status, detail = backend.status(record["id"], handle) if handle else ("gone", None)
+    if status == "gone":
+        # Nothing answers by its handle; something of it may still run (the agent of a wrapper killed
+        # alone, a wrapper whose handle was never written): end it before the execution is said lost.
+        killed = _kill_survivors(wp, record["id"])
+        if killed:
+            return _mark(wp, record, "lost", reason=f"the backend has no such process; killed {killed} process "
+                                                    "group(s) of it that still ran")
+        if state == "launching" and not record.get("handle") and not _any_trace(wp, record["id"]):
+            # Its launcher died before it started anything (no wrapper ever ran: it writes its handle
+            # first): nothing ran, so nothing is lost and no new epoch is needed; a retry under this
+            # id (a delegated start's) launches it again.
+            return _mark(wp, record, "failed", reason="its launcher died before it started anything")
     if status == "running":
         return record if state == "running" else _mark(wp, record, "running", handle=handle)
     if status == "exited":
@@ -114,12 +139,30 @@ def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any
 def _handle_of(backend: Any, execution_id: str) -> str | None:
     if backend.kind == "tmux":
         return execution_id
-    path = os.path.join(executions_dir(backend.repo), execution_id, "handle")  # written by Subprocess.start
+    path = os.path.join(executions_dir(backend.repo), execution_id, "handle")  # written by the wrapper, then start
     try:
         with open(path) as read:
             return read.read().strip()
     except FileNotFoundError:
-        return None
+        return backend.find(execution_id)  # forked, killed before either wrote it: found by its command line
+
+
+def _any_trace(wp: Any, execution_id: str) -> bool:
+    """Did a backend ever start a process for this execution here? (The subprocess backend's
+    ``started``, or any file a wrapper writes.)"""
+    folder = os.path.join(executions_dir(wp.repo), execution_id)
+    return any(os.path.exists(os.path.join(folder, name)) for name in ("started", "handle", "child", "code", "failed"))
+
+
+def _kill_survivors(wp: Any, execution_id: str) -> int:
+    """Kill, by process group, whatever of execution ``execution_id`` still runs on this host; how
+    many groups there were."""
+    from .wrapper import kill_groups, survivors
+
+    groups = survivors(os.path.join(executions_dir(wp.repo), execution_id))
+    if groups:
+        kill_groups(groups)
+    return len(groups)
 
 
 def _settled(wp: Any, record: dict[str, Any]) -> dict[str, Any] | None:
@@ -174,6 +217,10 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
     again: the branch is settled by its session), except one that never launched."""
     command = list(command)
     cwd = wp.repo.toplevel or os.getcwd()
+    if ttl is not None:  # a bad --ttl is refused before anything is recorded (the claim would fail too late)
+        from ..codec import parse_duration
+
+        parse_duration(ttl)
     backend = backends.get(backend_kind, wp.repo, wp.settings)  # unknown backend: Invalid, nothing recorded
     startable(command, cwd)
     extra = check_env(env)
@@ -197,8 +244,8 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
             if answer is not None:
                 return answer
             settled = find(wp, execution) or earlier
-            if mine is not None and settled.get("fence") is None and settled["state"] in ("lost", "failed"):
-                pass  # a branch's execution that never launched (its gw run died first): reserved again
+            if never_ran(settled):
+                pass  # nothing ran under it (its gw run died first): reserved again under its own id
             elif settled["state"] != "lost" or mine is not None:
                 return result(settled, existing=True)  # it ran and ended: that is the answer
             else:
@@ -213,7 +260,8 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
         new_id = execution or mint()
         try:
             wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
-                      host=host(), launcher=me(), build=current_build(), session=session, branch=branch,
+                      host=host(), clone=clone_id(wp.repo), launcher=me(), build=current_build(), session=session,
+                      branch=branch,
                       env=sorted(extra) or None)
         except Held as error:
             if error.details.get("execution"):
@@ -303,8 +351,8 @@ def runs(wp: Any, item: str | None = None, state: str | None = None) -> list[dic
 
 def _live_handle(wp: Any, execution_id: str) -> tuple[dict[str, Any], Any, str]:
     record = get_execution(wp, execution_id)
-    if record.get("host") != host():
-        raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
+    if not ours(wp, record):
+        raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
     if not handle:
@@ -328,15 +376,26 @@ def send(wp: Any, execution_id: str, text: str, keys: Sequence[str] = ()) -> Non
 
 
 def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+    """Stop a live execution. One whose agent already ended is recorded as it ended (``exited`` with
+    its code, or ``failed``), its pane and output kept for ``gw capture``; a ``lost`` one (of this
+    host) has whatever of it may still run killed, by process group; any other ended one is left."""
     record = get_execution(wp, execution_id)
     if record["state"] not in LIVE:
+        if record["state"] == "lost" and ours(wp, record):
+            return {**result(record, existing=True), "killed": _kill_survivors(wp, execution_id)}
         return result(record, existing=True)
-    if record.get("host") != host():
-        raise Invalid(f"execution {execution_id} runs on {record.get('host')}, not here", execution=execution_id)
+    if not ours(wp, record):
+        raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, execution_id)
+    status, detail = backend.status(execution_id, handle) if handle else ("gone", None)
+    if status == "exited":
+        return result(_mark(wp, record, "exited", code=int(str(detail)), handle=handle), existing=True)
+    if status == "failed":
+        return result(_mark(wp, record, "failed", reason=str(detail)[:200], handle=handle), existing=True)
     if handle:
         backend.kill(execution_id, handle)
+    _kill_survivors(wp, execution_id)  # what the handle did not reach (no handle yet, a wrapper gone)
     return result(_mark(wp, record, "stopped", reason=reason or "stopped by gw stop"), existing=True)
 
 

@@ -87,14 +87,22 @@ class Tmux:
             os.replace(tmp, self.config)
         folder = os.path.join(executions_dir(self.repo), name)
         os.makedirs(folder, exist_ok=True)
-        pairs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
-        done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", *pairs, "--",
-                          sys.executable, "-m", "gitwork.launch.wrapper", folder, "--", *argv)
+        # The environment goes through a 0600 file the wrapper reads and removes: never `-e NAME=VALUE`
+        # words, which a tmux client's command line (readable in /proc) would show, and which tmux
+        # refuses above about 16 KiB. The wrapper is started by its path: the pane has the tmux
+        # server's environment, which need not find gitwork.
+        from . import wrapper
+
+        env_file = wrapper.write_env(folder, env)
+        done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", "--",
+                          sys.executable, os.path.abspath(wrapper.__file__), folder, "--env", env_file, "--", *argv)
         if done.returncode != 0:
+            wrapper.remove(env_file)
             if "duplicate session" in done.err:
                 return name, False
             raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
         wait_started(folder, lambda: self._tmux("has-session", "-t", f"={name}").returncode != 0)
+        wrapper.remove(env_file)  # read and removed by the wrapper, unless it never got that far
         return name, True
 
     def prefetch(self) -> None:

@@ -1,21 +1,37 @@
-"""The tiny wrapper both backends run: ``python -m gitwork.launch.wrapper DIR -- CMD ARGS...``.
+"""The tiny wrapper both backends run: ``python .../gitwork/launch/wrapper.py DIR [--env FILE] -- CMD ARGS...``.
 
-It runs the command (stdin from ``DIR/stdin``, a FIFO ``gw send`` writes to, when the subprocess
-backend made one; else its own, a tmux pane's terminal), writes ``DIR/child`` once it has started,
-and writes its exit code
-to ``DIR/code`` (128+N for a signal), or ``DIR/failed`` when the command cannot start, each written
-to a temporary file and renamed, so a reader sees the whole file or none. A wrapper killed with the
-process group writes nothing: the execution is then stopped (if gw stopped it) or lost.
+It is started by its path, not as a module, and imports nothing but the standard library: a tmux pane
+runs it with the tmux server's environment, which need not find gitwork.
+
+In order, so that a ``kill -9`` of the launcher at any point leaves something the next pass finds:
+
+1. it writes ``DIR/handle`` (``PID@START``, its own process group: it is a session leader under both
+   backends) before it starts anything, so an agent never runs without a handle on disk, whether or
+   not the launcher lived to write it (the launcher writes the same);
+2. it reads the agent's environment from ``FILE`` (``DIR/env.PID``, written 0600 by the launcher) and removes the
+   file at once: secrets and large environments never travel on a command line (a tmux client's is
+   world-readable in /proc, and limited to about 16 KiB);
+3. it runs the command (stdin from ``DIR/stdin``, a FIFO ``gw send`` writes to, when the subprocess
+   backend made one; else its own, a tmux pane's terminal), writes ``DIR/child`` once it has started,
+   and its exit code to ``DIR/code`` (128+N for a signal), or ``DIR/failed`` when the command cannot
+   start, each written to a temporary file and renamed, so a reader sees the whole file or none.
+
+A wrapper killed with the process group writes nothing: the execution is then stopped (if gw stopped
+it) or lost. The agent's environment carries ``GW_CONTEXT`` (a path inside ``DIR``), by which
+``survivors`` finds what may still run of an execution whose wrapper is gone.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
 
 STARTED = ("child", "failed", "code")  # one of these exists once the command started, or could not
+ENV_FILE = "env"  # DIR/env.<launcher pid>
 
 
 def outcome(folder: str) -> tuple[str, object] | None:
@@ -43,6 +59,106 @@ def wait_started(folder: str, gone: object = None, limit: float = 10.0) -> None:
         time.sleep(0.005)
 
 
+def write_env(folder: str, env: dict[str, str]) -> str:
+    """The agent's whole environment into a file of this launcher's own in ``DIR`` (``env.PID``):
+    created 0600 (never readable by others, not even for a moment), written, renamed into place; its
+    path goes to the wrapper (``--env PATH``), which removes it once read."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{ENV_FILE}.{os.getpid()}")
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(env, out)
+    os.replace(tmp, path)
+    return path
+
+
+def remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _read_env(path: str) -> dict[str, str]:
+    try:
+        with open(path) as read:
+            env = json.load(read)
+    except FileNotFoundError:
+        return {}
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat`` field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            data = stat.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()
+    if fields[0] == b"Z":  # a zombie has finished
+        return None
+    return fields[19].decode()
+
+
+def survivors(folder: str) -> list[int]:
+    """The process groups on this host that belong to the execution of ``folder``: its wrapper (by
+    its command line) and whatever runs with its ``GW_CONTEXT`` (the agent and its children, even
+    once the wrapper is gone). Processes of other users cannot be read, and are not ours."""
+    wrapper = os.path.abspath(__file__).encode()
+    mark = f"GW_CONTEXT={os.path.join(folder, 'launch.md')}".encode()
+    groups: set[int] = set()
+    uid = os.getuid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue  # another user's: not ours, and its environment is not readable anyway
+            with open(f"/proc/{name}/cmdline", "rb") as read:
+                argv = read.read().split(b"\0")
+            ours = wrapper in argv and folder.encode() in argv
+            if not ours:
+                with open(f"/proc/{name}/environ", "rb") as read:
+                    ours = mark in read.read().split(b"\0")
+            if ours and start_time(int(name)) is not None:
+                groups.add(os.getpgid(int(name)))
+        except (OSError, ValueError):
+            continue
+    return sorted(groups)
+
+
+def kill_groups(groups: list[int], wait: float = 2.0) -> None:
+    """TERM (and CONT, for a paused one), then KILL, each process group."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+                if sig == signal.SIGTERM:
+                    os.killpg(group, signal.SIGCONT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
+            time.sleep(0.01)
+        if not any(_group_alive(g) for g in groups):
+            return
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def _write(folder: str, name: str, text: str) -> None:
     tmp = os.path.join(folder, f".{name}.tmp")
     with open(tmp, "w") as out:
@@ -51,13 +167,21 @@ def _write(folder: str, name: str, text: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    folder, sep, command = argv[0], argv[1], argv[2:]
+    folder, argv = argv[0], argv[1:]
+    env_file = None
+    if argv[:1] == ["--env"]:
+        env_file, argv = argv[1], argv[2:]
+    sep, command = argv[0], argv[1:]
     assert sep == "--" and command
+    pid = os.getpid()
+    if os.getpgrp() == pid:  # first: an agent never runs without a handle on disk
+        _write(folder, "handle", f"{pid}@{start_time(pid) or 0}")
+    env = {**os.environ, **(_read_env(env_file) if env_file else {})}
     fifo = os.path.join(folder, "stdin")
     # Read-write, so the agent never sees end-of-file between two `gw send`s, and opening never blocks.
     stdin = os.open(fifo, os.O_RDWR) if os.path.exists(fifo) else None
     try:
-        child = subprocess.Popen(command, stdin=stdin)
+        child = subprocess.Popen(command, stdin=stdin, env=env)
     except OSError as exc:
         _write(folder, "failed", f"cannot start {command[0]}: {exc.strerror or exc}")
         return 127

@@ -19,9 +19,10 @@ The rules the engine enforces, whatever the launcher does:
   once under the session's one lease), or the whole item when it has none: a plain execution
   conflicts with every live execution of the item, and a branch's with a plain one and with its
   own branch's;
-- an id is reserved once, except a session branch's execution that ended without ever launching
-  (no fence: nothing ran under it), which its retry reserves again under the same id (a branch's
-  execution id is derived from the branch, so it has no other);
+- an id is reserved once, except an execution under which nothing ever ran (ended before
+  ``launching``, or ``failed`` without a handle), which its retry reserves again under the same id, in the same lane of the same item
+  (a branch's execution id is derived from the branch, a delegated start's from its request id: a
+  retry must find its execution under that id, not under a new random one);
 - ``env``: only the *names* of the extra environment variables the launcher gave the agent are
   recorded, never their values (they may be secrets; the state ref is shared);
 - ``launching`` needs the holder's live lease (the fencing rule) and records its epoch and fence;
@@ -56,6 +57,13 @@ TRANSITIONS = {
     "launching": ("running", "exited", "failed", "lost", "stopped"),
     "running": ("exited", "lost", "stopped"),
 }
+
+
+def never_ran(record: dict[str, Any]) -> bool:
+    """Did nothing ever run under this ended execution? Ended before ``launching`` (no fence), or
+    ``failed`` with no handle (its launcher died, or its backend refused, before any process started)."""
+    return record.get("state") in ("lost", "failed") and (
+        record.get("fence") is None or (record.get("state") == "failed" and not record.get("handle")))
 
 
 def execution_path(execution_id: str) -> str:
@@ -121,7 +129,7 @@ def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
 
 @op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True,
     item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping",
-    build="mapping!", session="short", branch="short", env="texts")
+    build="mapping!", session="short", branch="short", env="texts", clone="short")
 def exec_reserve(ctx: Context) -> None:
     item_id = ctx.target()
     execution_id = check_execution_id(ctx.cmd["execution"])
@@ -138,8 +146,7 @@ def exec_reserve(ctx: Context) -> None:
             # Another gw run with the same --id reserved it first: the caller settles that one (75).
             raise Held(f"execution {execution_id} of {item_id} is being launched by another gw run", item=item_id,
                        execution=execution_id, state=existing["state"])
-        if mine is None or existing.get("item") != item_id or existing.get("fence") is not None \
-                or lane(existing) != mine:
+        if existing.get("item") != item_id or not never_ran(existing) or lane(existing) != mine:
             raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
         attempt = int(existing.get("attempt") or 1) + 1  # it never launched: nothing ran under this id
     item = ctx.item(item_id)
@@ -157,7 +164,8 @@ def exec_reserve(ctx: Context) -> None:
     record = {"id": execution_id, "item": item_id, "state": "reserved", "command": list(ctx.cmd["command"]),
               "backend": ctx.cmd["backend"], "host": ctx.cmd["host"], "by": ctx.actor, "created_at": ctx.when,
               "launcher": ctx.cmd.get("launcher"), "build": ctx.cmd["build"], "session": ctx.cmd.get("session"),
-              "branch": ctx.cmd.get("branch"), "env": env or None, "attempt": attempt if attempt > 1 else None}
+              "branch": ctx.cmd.get("branch"), "env": env or None, "attempt": attempt if attempt > 1 else None,
+              "clone": check_clone(ctx.cmd["clone"]) if ctx.cmd.get("clone") else None}
     _save(ctx, {k: v for k, v in record.items() if v is not None}, backend=ctx.cmd["backend"], host=ctx.cmd["host"])
     ctx.say(f"exec-reserve {execution_id} on {item_id} by {ctx.actor} ({ctx.cmd['backend']} on {ctx.cmd['host']})",
             item_id, execution=execution_id)
@@ -165,12 +173,16 @@ def exec_reserve(ctx: Context) -> None:
 
 @op("exec-state", "record an execution's next state: launching (fenced), running, exited, failed, lost, stopped",
     internal=True, execution="short!", to="launching|running|exited|failed|lost|stopped!", handle="short",
-    code="int", reason="short", launcher="mapping")
+    code="int", reason="short", launcher="mapping", item="item")
 def exec_state(ctx: Context) -> None:
+    """``item`` is the execution's, recorded in the document (sync follows a fenced command's lease by
+    its item): declared, so the recorded document validates again when it is replayed on a later tip."""
     execution_id = check_execution_id(ctx.cmd["execution"])
     record = load_execution(ctx, execution_id)
     if record is None:
         raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    if ctx.cmd.get("item") not in (None, record["item"]):
+        raise Invalid(f"execution {execution_id} runs {record['item']}, not {ctx.cmd['item']}", execution=execution_id)
     ctx.cmd["item"] = item_id = record["item"]
     to, now = ctx.cmd["to"], record["state"]
     if to not in TRANSITIONS.get(now, ()):
@@ -208,15 +220,23 @@ COORDINATORS = "coordinators"
 HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 
 
-def coordinator_path(host: str) -> str:
+def check_clone(clone: str) -> str:
+    if not HOST.match(clone):
+        raise Invalid(f"bad clone id {clone[:70]!r}: letters, digits, _ and -")
+    return clone
+
+
+def coordinator_path(host: str, clone: str | None = None) -> str:
+    """``coordinators/<host>.yaml``, or per clone ``coordinators/<host>/<clone>.yaml``: two clones on
+    one host each have their own coordinator (each judges only its own executions)."""
     if not HOST.match(host):
         raise Invalid(f"bad host name {host[:70]!r} for a coordinator")
-    return f"{COORDINATORS}/{host}.yaml"
+    return f"{COORDINATORS}/{host}/{check_clone(clone)}.yaml" if clone else f"{COORDINATORS}/{host}.yaml"
 
 
-def load_coordinator(ctx: Context, host: str) -> dict[str, Any] | None:
-    data = ctx.file(coordinator_path(host))
-    return codec.load_yaml(data, what=coordinator_path(host)) if data else None
+def load_coordinator(ctx: Context, host: str, clone: str | None = None) -> dict[str, Any] | None:
+    data = ctx.file(coordinator_path(host, clone))
+    return codec.load_yaml(data, what=coordinator_path(host, clone)) if data else None
 
 
 def coordinator_live(record: dict[str, Any] | None, now: _dt.datetime) -> bool:
@@ -229,16 +249,16 @@ def coordinator_live(record: dict[str, Any] | None, now: _dt.datetime) -> bool:
         return False
 
 
-@op("coord-lease", "take, renew or release the lease that makes one gw coordinate per host", internal=True,
-    host="short!", action="take|renew|release!", holder="mapping!", ttl="duration!", epoch="int", over="int",
-    build="mapping")
+@op("coord-lease", "take, renew or release the lease that makes one gw coordinate per host and clone",
+    internal=True, host="short!", action="take|renew|release!", holder="mapping!", ttl="duration!", epoch="int",
+    over="int", build="mapping", clone="short")
 def coord_lease(ctx: Context) -> None:
     """``take``: refused (75) while another holder's lease is live, unless ``over`` names its epoch (the
     caller saw that holder's process dead on this host); each take is a new epoch. ``renew`` and
     ``release`` need the caller's epoch and holder: a coordinator whose lease was taken over learns it
     here (7) and stops."""
-    host, action, holder = ctx.cmd["host"], ctx.cmd["action"], ctx.cmd["holder"]
-    record = load_coordinator(ctx, host)
+    host, action, holder, clone = ctx.cmd["host"], ctx.cmd["action"], ctx.cmd["holder"], ctx.cmd.get("clone")
+    record = load_coordinator(ctx, host, clone)
     if action == "take":
         if record is not None and coordinator_live(record, ctx.now) and record.get("holder") != holder \
                 and record.get("epoch") != ctx.cmd.get("over"):
@@ -247,7 +267,8 @@ def coord_lease(ctx: Context) -> None:
                        f"lease until {record.get('expires_at')})", host=host, pid=held.get("pid"),
                        epoch=record.get("epoch"))
         epoch = int((record or {}).get("epoch") or 0) + 1
-        record = {"host": host, "epoch": epoch, "holder": holder, "taken_at": ctx.when, "build": ctx.cmd.get("build")}
+        record = {"host": host, "clone": clone, "epoch": epoch, "holder": holder, "taken_at": ctx.when,
+                  "build": ctx.cmd.get("build")}
     else:
         if record is None or record.get("epoch") != ctx.cmd.get("epoch") or record.get("holder") != holder \
                 or record.get("state") == "released":
@@ -258,6 +279,6 @@ def coord_lease(ctx: Context) -> None:
     record["state"] = "released" if action == "release" else "held"
     until = ctx.now if action == "release" else ctx.now + _dt.timedelta(seconds=ctx.cmd["ttl"])
     record["expires_at"] = format_instant(until)
-    ctx.outcome.changes[coordinator_path(host)] = codec.dump_yaml({k: v for k, v in record.items() if v is not None})
+    ctx.outcome.changes[coordinator_path(host, clone)] = codec.dump_yaml({k: v for k, v in record.items() if v is not None})
     ctx.outcome.result = dict(record)
     ctx.say(f"coord-lease {action} {host} epoch {record['epoch']} (pid {holder.get('pid')})")
