@@ -295,9 +295,11 @@ def check_sound(world: World, ledger: Ledger) -> None:
     for n, clone in enumerate(world.clones):
         mine = world.tip(clone)
         if mine != arbiter:
-            ahead = git_out(clone, "rev-list", "--count", f"{arbiter}..{mine}").strip() if mine and arbiter else "?"
-            ledger.violate("I5", f"clone{n} is at {str(mine)[:12]}, the arbiter at {str(arbiter)[:12]} "
-                                 f"({ahead} local commits not on the arbiter)")
+            counts = git_out(clone, "rev-list", "--left-right", "--count", f"{mine}...{arbiter}").split() \
+                if mine and arbiter else []
+            where = (f"{counts[0]} local commits not on the arbiter, {counts[1]} of the arbiter's not here"
+                     if len(counts) == 2 else "unrelated histories")
+            ledger.violate("I5", f"clone{n} is at {str(mine)[:12]}, the arbiter at {str(arbiter)[:12]} ({where})")
 
 
 def json_or_none(text: str) -> Any:
