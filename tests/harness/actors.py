@@ -62,7 +62,10 @@ class Actor(threading.Thread):
     def gw(self, clone: int, *args: str, env: dict[str, str] | None = None, kind: str = "cli",
            timeout: float = GW_TIMEOUT) -> tuple[int, Any, str]:
         """``gw ARGS --json`` in clone ``clone``: (exit code, its JSON or None, stderr)."""
-        proc = self.world.procs.spawn(f"{self.name}-{args[0]}", kind, gw_argv(*args, "--json"),
+        # --json goes before a `--` (gw run's agent command line is everything after it)
+        cut = args.index("--") if "--" in args else len(args)
+        argv = gw_argv(*args[:cut], "--json", *args[cut:])
+        proc = self.world.procs.spawn(f"{self.name}-{args[0]}", kind, argv,
                                       self.world.clones[clone], env=env, clone=clone, stdout=subprocess.PIPE)
         try:
             out, _ = proc.popen.communicate(timeout=timeout)
