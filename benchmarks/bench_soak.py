@@ -23,6 +23,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -50,6 +51,9 @@ def main() -> None:
     parser.add_argument("--off", default="", help="actors and faults to switch off (GW_HARNESS_OFF)")
     parser.add_argument("--keep", help="keep each run's world under this folder")
     args = parser.parse_args()
+    # SIGTERM ends the run the way Ctrl-C does: through the harness's teardown (every process it
+    # started killed by group), never leaving the world running.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     off = args.off
     base = Path(tempfile.mkdtemp(prefix="gw-soak-"))
     scrub(base / "home")
