@@ -79,6 +79,7 @@ class Monitor(threading.Thread):
         self.stale_for: dict[int, float] = collections.defaultdict(float)  # pid -> coordinator-up seconds stale
         self.overlap: dict[tuple[int, int], float] = collections.defaultdict(float)
         self.max_stale = 0.0
+        self.seen: set[int] = set()
         self.max_agents = 0
         self.error: BaseException | None = None
 
@@ -100,6 +101,15 @@ class Monitor(threading.Thread):
     def check(self, readers: list[LeaseReader], dt: float) -> None:
         live = [r for r in agent_records(self.world.agents) if proc_alive(r["pid"]) and is_agent(r["pid"])]
         self.max_agents = max(self.max_agents, len(live))
+        alive = {r["pid"] for r in live}
+        for pid in [pid for pid in self.stale_for if pid not in alive]:
+            # a stale agent that ended (killed by its coordinator, or by a fault): I2 held for it
+            self.ledger.count("I2:stale-agent-ended")
+            del self.stale_for[pid]
+        for agent in live:
+            if agent["pid"] not in self.seen:
+                self.seen.add(agent["pid"])
+                self.ledger.count("agents-started")
         by_item: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
         for agent in live:
             by_item[agent["item"]].append(agent)
@@ -107,7 +117,6 @@ class Monitor(threading.Thread):
             if clone is None:
                 continue
             if is_current(readers[clone].lease(agent["item"]), int(agent["fence"])):
-                self.stale_for.pop(agent["pid"], None)
                 continue
             if self.up(clone) and proc_state(agent["pid"]) != "T":
                 self.stale_for[agent["pid"]] += dt

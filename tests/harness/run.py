@@ -156,6 +156,7 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
                 coordinators.step()
         settle(world, ledger, switches)
         monitor.final()
+        ledger.count("I2:max-stale-ms", int(monitor.max_stale * 1000))
         acknowledged = invariants.check_acknowledged(world, ledger)
         replay = invariants.replay_mismatches(world.arbiter)
         for problem in replay:
