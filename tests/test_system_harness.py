@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import git, gw_here
 from harness import invariants
 from harness.ledger import Ack, Ledger

@@ -144,7 +144,7 @@ class Syncer(Actor):
 
     def step(self) -> None:
         clone = self.rng.randrange(len(self.world.clones))
-        code, doc, err = self.gw(clone, "sync", "--as", "syncer", kind="sync")
+        code, doc, _err = self.gw(clone, "sync", "--as", "syncer", kind="sync")
         if isinstance(doc, dict) and doc.get("refused"):
             refused = [r["command_id"] for r in doc["refused"] if isinstance(r, dict) and "command_id" in r]
             self.ledger.refused(refused)
@@ -168,7 +168,7 @@ class Launcher(Actor):
         clone = self.rng.randrange(len(self.world.clones))
         item = self.rng.choice(list(self.world.agent_items))
         backend = self.rng.choice(self.backends)
-        code, doc, err = self.gw(clone, "run", item, "--backend", backend, "--ttl", self.ttl, "--as", self.name,
+        code, doc, _err = self.gw(clone, "run", item, "--backend", backend, "--ttl", self.ttl, "--as", self.name,
                                  "--", str(self.world.agent), kind="run")
         if code == 0 and isinstance(doc, dict):
             self.ledger.count(f"run:{backend}:{'existing' if doc.get('existing') else doc.get('state')}")

@@ -27,7 +27,8 @@ from .world import STATE, World, agent_records, is_agent, proc_alive, proc_state
 
 
 def git_out(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=60,
+                          check=False).stdout
 
 
 # --- I1 / I2: the agents ----------------------------------------------------------------------------
@@ -290,7 +291,7 @@ def tree_difference(repo: Path, mine: str | None, replayed: str | None, record: 
 
 def fsck(repo: Path) -> str | None:
     done = subprocess.run(["git", "fsck", "--full", "--strict", "--no-dangling", "--no-progress"], cwd=repo,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     said = (done.stdout + done.stderr).strip()
     return None if done.returncode == 0 and "error" not in said.lower() else said[:500]
 

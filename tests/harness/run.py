@@ -20,7 +20,8 @@ from . import invariants
 from .actors import CliWorker, Coordinators, Launcher, McpClient, RestClient, Syncer
 from .faults import KINDS, Faults
 from .ledger import Ledger
-from .world import World, run as gw_run, wait_until
+from .world import World, wait_until
+from .world import run as gw_run
 
 ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate")
 
@@ -68,8 +69,8 @@ class Report:
         return sorted({v.split(":", 1)[0] for v in self.violations})
 
     def summary(self) -> str:
-        lines = [f"harness seed {self.seed}: {self.seconds:.1f} s, {self.commits} commits on the arbiter, "
-                 f"acknowledged {self.acknowledged}, max live agents {self.max_live_agents}",
+        lines = [(f"harness seed {self.seed}: {self.seconds:.1f} s, {self.commits} commits on the arbiter, "
+                  f"acknowledged {self.acknowledged}, max live agents {self.max_live_agents}"),
                  f"replay with GW_HARNESS_SEED={self.seed}"]
         lines += [f"  VIOLATION {v}" for v in self.violations[:40]]
         if len(self.violations) > 40:
@@ -110,7 +111,7 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
     acknowledged: dict[str, int] = {}
     try:
         ledger.log(f"world ready in {time.monotonic() - started:.1f} s: {switches}")
-        sub = lambda: random.Random(rng.getrandbits(64))  # noqa: E731 - one stream per actor, from the seed
+        sub = lambda: random.Random(rng.getrandbits(64))
         coordinators = None
         if "coordinate" in switches.actors:
             coordinators = Coordinators(world, ledger, sub(), stop, "coordinators", interval=switches.interval)

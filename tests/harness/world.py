@@ -74,12 +74,10 @@ class Procs:
               stdout: int | IO[bytes] | None = None, **meta: Any) -> Proc:
         self._n += 1
         log = self.logs / f"{self._n:05d}-{name}.log"
-        out = stdout if stdout is not None else open(log, "wb")
-        popen = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **(env or {})}, stdin=stdin, stdout=out,
-                                 stderr=subprocess.STDOUT if stdout is None else open(log, "wb"),
-                                 start_new_session=True)
-        if stdout is None and hasattr(out, "close"):
-            out.close()  # the child has its own copy
+        with open(log, "wb") as logfile:  # the child keeps its own copy of the descriptor
+            popen = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **(env or {})}, stdin=stdin,
+                                     stdout=logfile if stdout is None else stdout,
+                                     stderr=subprocess.STDOUT if stdout is None else logfile, start_new_session=True)
         proc = Proc(name, kind, popen, clone, meta={"log": str(log), **meta})
         self.all.append(proc)
         return proc
@@ -120,7 +118,7 @@ def gw_argv(*args: str) -> list[str]:
 def run(cwd: Path, *args: str, timeout: float = 60, env: dict[str, str] | None = None,
         input: str | None = None) -> subprocess.CompletedProcess[str]:
     """A bounded ``gw`` child (set-up and settling; actors use :meth:`Procs.spawn` to be killable)."""
-    return subprocess.run(gw_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    return subprocess.run(gw_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
                           env={**os.environ, **(env or {})}, input=input)
 
 
@@ -190,7 +188,7 @@ class World:
 
     def tip(self, repo: Path | None = None) -> str | None:
         done = subprocess.run(["git", "rev-parse", "-q", "--verify", STATE], cwd=repo or self.arbiter,
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
         return done.stdout.strip() or None
 
     def clone_of(self, path: str | Path) -> int | None:
@@ -217,7 +215,7 @@ class World:
         self.procs.kill_all()
         for sock in self.tmux_sockets:
             if sock.exists():
-                subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, timeout=10)
+                subprocess.run(["tmux", "-S", str(sock), "kill-server"], capture_output=True, timeout=10, check=False)
                 with contextlib.suppress(OSError):
                     sock.unlink()
         self.kill_agents()
