@@ -201,3 +201,19 @@ def test_switches_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("GW_HARNESS_OFF", "no-such-actor")
     with pytest.raises(ValueError, match="no-such-actor"):
         Switches.from_env()
+
+
+def test_every_commit_gw_run_and_gw_coordinate_write_is_its_commands_replay(world: World) -> None:
+    """I4 without any race: one ``gw run`` (subprocess), one coordinator pass and a sync in one clone, and
+    every state commit on the arbiter must be what the engine makes of its recorded command on its
+    parent (what ``gw sync`` replays and the arbiter's hook re-applies). On today's main the records
+    of the launch fail it: ``exec-state``'s recorded document carries ``item``, which the op refuses
+    on replay, and ``exec-reserve``/``coord-lease`` write the ``build`` mapping in the caller's key
+    order while the recorded document (canonical JSON) has it sorted, so the replayed tree differs."""
+    clone = world.clones[0]
+    assert gw_here(clone, "coordinate", "--once", "--json").returncode == 0
+    started = gw_here(clone, "run", world.items[0], "--backend", "subprocess", "--json", "--", str(world.agent))
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert gw_here(clone, "coordinate", "--once", "--json").returncode == 0
+    ok(clone, "sync")
+    assert invariants.replay_mismatches(world.arbiter) == []
