@@ -81,6 +81,7 @@ class Monitor(threading.Thread):
         self.overlap: dict[tuple[int, int], float] = collections.defaultdict(float)
         self.max_stale = 0.0
         self.seen: set[int] = set()
+        self.reported: set[tuple[str, Any]] = set()  # one violation per agent (or pair), not one per tick
         self.max_agents = 0
         self.error: BaseException | None = None
 
@@ -122,7 +123,8 @@ class Monitor(threading.Thread):
             if self.up(clone) and proc_state(agent["pid"]) != "T":
                 self.stale_for[agent["pid"]] += dt
             self.max_stale = max(self.max_stale, self.stale_for[agent["pid"]])
-            if self.stale_for[agent["pid"]] > self.grace:
+            if self.stale_for[agent["pid"]] > self.grace and ("I2", agent["pid"]) not in self.reported:
+                self.reported.add(("I2", agent["pid"]))
                 self.ledger.violate("I2", f"agent pid {agent['pid']} ({agent['execution']}, item {agent['item']}, "
                                           f"fence {agent['fence']}, clone{clone}) still alive "
                                           f"{self.stale_for[agent['pid']]:.1f} s after its fence stopped being current")
@@ -140,7 +142,8 @@ class Monitor(threading.Thread):
             self.overlap[key] += dt
             if all(self.stale_for.get(a["pid"], 0.0) <= self.grace for a in agents):
                 continue
-            if self.overlap[key] > 4 * self.grace:
+            if self.overlap[key] > 4 * self.grace and ("I1", key) not in self.reported:
+                self.reported.add(("I1", key))
                 self.ledger.violate("I1", f"{len(agents)} live agents on item {item} for {self.overlap[key]:.1f} s: "
                                           f"{[(a['pid'], a['fence'], a['execution']) for a in agents]}")
 
