@@ -88,7 +88,12 @@ def settle(world: World, ledger: Ledger, switches: Switches) -> None:
     world.daemon.settle(timeout=60)
     for _round in range(2):
         for n, clone in enumerate(world.clones):
-            done = gw_run(clone, "sync", "--json", "--as", "settle", timeout=120)
+            for _attempt in range(4):  # 12 (unreachable) is retried: the daemon may still be coming up
+                done = gw_run(clone, "sync", "--json", "--as", "settle", timeout=120)
+                if done.returncode != 12:
+                    break
+                ledger.log(f"settle: sync clone{n} -> 12, again: {done.stdout.strip()[:200]}")
+                time.sleep(1.0)
             if done.returncode != 0:
                 ledger.log(f"settle: sync clone{n} -> {done.returncode}: {done.stdout.strip()[:300]}")
             with_refused = invariants.json_or_none(done.stdout)
