@@ -1,7 +1,8 @@
 """One seeded harness run: build the world, run the actors and faults for a bounded time, settle, check.
 
 ``Switches`` turns each actor and fault on or off (the integrator bisects with them); ``GW_HARNESS_OFF``
-(comma-separated names, e.g. ``arbiter,stop-agent,mcp``) switches some off from the environment.
+(comma-separated names, e.g. ``arbiter,stop-agent,mcp``) switches some off from the environment, and
+``GW_HARNESS_CLONES`` sets the number of clones.
 Everything the run starts is killed at the end, even when a check or the run itself fails.
 """
 
@@ -40,6 +41,8 @@ class Switches:
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Switches:
+        if os.environ.get("GW_HARNESS_CLONES"):  # e.g. 1: no two clones share a host's coordinator lease
+            overrides.setdefault("clones", int(os.environ["GW_HARNESS_CLONES"]))
         switches = cls(**overrides)
         off = {name.strip() for name in os.environ.get("GW_HARNESS_OFF", "").split(",") if name.strip()}
         unknown = off - set(ACTORS) - set(KINDS) - {"hook"}
