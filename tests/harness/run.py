@@ -82,16 +82,12 @@ class Report:
         return "\n".join(lines)
 
 
-def settle(world: World, ledger: Ledger, switches: Switches) -> None:
-    """Every process continued, the arbiter up and idle, ``gw sync`` in every clone (twice: a clone's
-    replay lands after the others' first round), then the coordinators get a few passes."""
-    world.procs.continue_all()
-    if world.daemon.proc is None:
-        world.daemon.start()
-    world.daemon.settle(timeout=60)
-    for _round in range(2):
+def sync_all(world: World, ledger: Ledger, rounds: int = 2) -> None:
+    """``gw sync`` in every clone, ``rounds`` times (a clone's replay lands after the others' first
+    round); a sync the arbiter did not answer (12) is retried, bounded; refusals are recorded."""
+    for _round in range(rounds):
         for n, clone in enumerate(world.clones):
-            for _attempt in range(4):  # 12 (unreachable) is retried: the daemon may still be coming up
+            for _attempt in range(4):  # 12 (unreachable): the daemon may still be coming up
                 done = gw_run(clone, "sync", "--json", "--as", "settle", timeout=120)
                 if done.returncode != 12:
                     break
@@ -102,7 +98,35 @@ def settle(world: World, ledger: Ledger, switches: Switches) -> None:
             with_refused = invariants.json_or_none(done.stdout)
             if isinstance(with_refused, dict) and with_refused.get("refused"):
                 ledger.refused([r["command_id"] for r in with_refused["refused"] if "command_id" in r])
-    time.sleep(2 * switches.interval + 3.0)  # the coordinators get passes to kill what the syncs made stale
+
+
+def settle(world: World, ledger: Ledger, switches: Switches) -> None:
+    """Every process continued, the arbiter up and idle, ``gw sync`` in every clone (so each learns
+    the fences the others changed), then the coordinators get a few passes to kill what is stale."""
+    world.procs.continue_all()
+    if world.daemon.proc is None:
+        world.daemon.start()
+    world.daemon.settle(timeout=60)
+    sync_all(world, ledger, rounds=1)
+    time.sleep(2 * switches.interval + 3.0)
+
+
+def quiesce(world: World, ledger: Ledger) -> None:
+    """The long-lived writers stopped (coordinators with SIGTERM: they release their lease on the way
+    out; servers killed), then every clone synced twice: nothing writes any more, so every clone
+    must be at the arbiter's tip (I5) and every acknowledged command on it (I3)."""
+    import signal
+
+    for proc in world.procs.live("coordinator"):
+        world.procs.signal(proc, signal.SIGTERM)
+    for proc in world.procs.live("coordinator"):
+        try:
+            proc.popen.wait(timeout=15)
+        except Exception:  # noqa: BLE001 - a coordinator that does not stop is killed, and said
+            ledger.log(f"settle: {proc.name} did not stop on SIGTERM within 15 s; killed")
+    world.procs.kill_all()
+    world.daemon.settle(timeout=60)
+    sync_all(world, ledger, rounds=2)
 
 
 def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = None) -> Report:
@@ -166,6 +190,7 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
         settle(world, ledger, switches)
         monitor.final()
         ledger.count("I2:max-stale-ms", int(monitor.max_stale * 1000))
+        quiesce(world, ledger)
         acknowledged = invariants.check_acknowledged(world, ledger)
         replay = invariants.replay_mismatches(world.arbiter)
         for problem in replay:
