@@ -11,18 +11,20 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conftest import gw_here
+
 from . import invariants
 from .actors import CliWorker, Coordinators, Launcher, McpClient, RestClient, Syncer
 from .faults import KINDS, Faults
 from .ledger import Ledger
 from .world import World, wait_until
-from .world import run as gw_run
 
 ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate")
 
@@ -88,7 +90,9 @@ def sync_all(world: World, ledger: Ledger, rounds: int = 2) -> None:
     for _round in range(rounds):
         for n, clone in enumerate(world.clones):
             for _attempt in range(4):  # 12 (unreachable): the daemon may still be coming up
-                done = gw_run(clone, "sync", "--json", "--as", "settle", timeout=120)
+                # in this process (conftest's gw_here: no interpreter start per call); nothing else of
+                # the harness runs in this process by now
+                done = gw_here(clone, "sync", "--json", "--as", "settle")
                 if done.returncode != 12:
                     break
                 ledger.log(f"settle: sync clone{n} -> 12, again: {done.stdout.strip()[:200]}")
@@ -115,8 +119,6 @@ def quiesce(world: World, ledger: Ledger) -> None:
     """The long-lived writers stopped (coordinators with SIGTERM: they release their lease on the way
     out; servers killed), then every clone synced twice: nothing writes any more, so every clone
     must be at the arbiter's tip (I5) and every acknowledged command on it (I3)."""
-    import signal
-
     for proc in world.procs.live("coordinator"):
         world.procs.signal(proc, signal.SIGTERM)
     for proc in world.procs.live("coordinator"):
@@ -173,6 +175,15 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
         monitor.start()
         stop.wait(seconds)
         stop.set()
+        # A call in flight when the time is up is not waited for (up to GW_TIMEOUT under load): what
+        # it was told is not acknowledged, and a kill -9 is one more fault the settle must survive.
+        deadline = time.monotonic() + 3.0
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in world.procs.live():
+            if proc.kind in ("cli", "sync", "run"):
+                world.procs.signal(proc, signal.SIGCONT)
+                world.procs.signal(proc, signal.SIGKILL)
         for thread in threads:
             thread.join(timeout=60)
             if thread.is_alive():
