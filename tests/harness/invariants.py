@@ -133,7 +133,8 @@ class Monitor(threading.Thread):
                 continue
             fences = collections.Counter(int(a["fence"]) for a in agents)
             for fence, n in fences.items():
-                if n > 1:
+                if n > 1 and ("I1", (item, fence)) not in self.reported:
+                    self.reported.add(("I1", (item, fence)))
                     pids = [(a["pid"], a["execution"], a["cwd"].rsplit("/", 1)[-1]) for a in agents
                             if int(a["fence"]) == fence]
                     self.ledger.violate("I1", f"{n} live agents on item {item} under one fence {fence}: {pids}")
