@@ -57,7 +57,9 @@ class Delegator(Actor):
         code, doc, err = self.gw(self.sender, "delegate", item, "--to", "gpu", "--ttl", self.ttl, "--as", "alice",
                                  kind="cli")
         self.ledger.count(f"delegate:{code}")
-        if code == 0 and isinstance(doc, dict):
-            self.ledger.ack("delegate", doc, self.sender)
+        if code == 0 and isinstance(doc, dict) and isinstance(doc.get("delegation"), str):
+            # acknowledged: both sides must record it, once each (I3: delegation-sent, delegation-received)
+            with self.ledger._lock:
+                self.ledger.delegations.append((doc["delegation"], self.ledger.now()))
         elif code not in (3, 6, 7, 12, 75, -9):
             self.ledger.log(f"delegate {item} -> {code}: {(doc or {}).get('message', err.strip()[-200:])}")

@@ -211,6 +211,34 @@ def check_acknowledged(world: World, ledger: Ledger) -> dict[str, int]:
     return dict(tally)
 
 
+def delegation_records(repo: Path) -> collections.Counter[tuple[str, str]]:
+    """(op, request id) of every ``delegation-sent``/``delegation-received`` record on the state ref."""
+    import json
+
+    found = collections.Counter[tuple[str, str]]()
+    for line in git_out(repo, "log", "--format=%B", STATE).splitlines():
+        if not line.startswith("Command: {") or '"op": "delegation-' not in line:
+            continue
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            cmd = json.loads(line[len("Command: "):])
+            found[(cmd["op"], json.loads(cmd["receipt"])["request"])] += 1
+    return found
+
+
+def check_delegations(world: World, ledger: Ledger) -> dict[str, int]:
+    """Every delegation acknowledged to the sender (exit 0) is recorded once on each side."""
+    records = delegation_records(world.arbiter)
+    tally = collections.Counter[str]()
+    for request, at in ledger.delegations:
+        counts = {op: records.get((op, request), 0) for op in ("delegation-sent", "delegation-received")}
+        if counts == {"delegation-sent": 1, "delegation-received": 1}:
+            tally["delegation-landed"] += 1
+        else:
+            tally["delegation-bad"] += 1
+            ledger.violate("I3", f"delegation {request} (acknowledged at {at:.2f} s) is on the arbiter as {counts}")
+    return dict(tally)
+
+
 # --- I4: every commit is its command's replay -------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ class Ledger:
     events: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
+    delegations: list[tuple[str, float]] = field(default_factory=list)  # (request id, when) acknowledged
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:

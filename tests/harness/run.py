@@ -203,6 +203,7 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
         ledger.count("I2:max-stale-ms", int(monitor.max_stale * 1000))
         quiesce(world, ledger)
         acknowledged = invariants.check_acknowledged(world, ledger)
+        acknowledged.update(invariants.check_delegations(world, ledger))
         replay = invariants.replay_mismatches(world.arbiter)
         for problem in replay:
             ledger.violate("I4", problem)
