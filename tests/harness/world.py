@@ -148,7 +148,16 @@ class World:
         served.mkdir(exist_ok=True)
         self.arbiter = bare_repo(served, "arbiter")
         self.daemon = GitDaemon(served)
+        self.clones: list[Path] = []
+        self.tmux_sockets: list[Path] = []
         self.daemon.start()
+        try:
+            self._build(clones, items, hook)
+        except BaseException:
+            self.close()  # a set-up that failed half-way leaves no daemon or tmux server behind
+            raise
+
+    def _build(self, clones: int, items: int, hook: bool) -> None:
         self.url = self.daemon.url("arbiter")
         self.hook = hook
         # The clock margin (docs/leases.md) is 30 s by default: a lease is its holder's only until
@@ -156,11 +165,9 @@ class World:
         # within a bounded run) need a short margin, the same on every clone and on the arbiter.
         git(self.arbiter, "config", "gitwork.clock-margin", MARGIN)
         if hook:
-            ok(root, "hooks", "install", "--server", str(self.arbiter))
-        self.clones: list[Path] = []
-        self.tmux_sockets: list[Path] = []
+            ok(self.root, "hooks", "install", "--server", str(self.arbiter))
         for n in range(clones):
-            path = make_repo(root / f"clone{n}")
+            path = make_repo(self.root / f"clone{n}")
             git(path, "remote", "add", "origin", self.url)
             # A private tmux server per clone (short path: a Unix socket path is at most 107 bytes).
             sock = Path(f"/tmp/gwh-{os.getpid()}-{id(self) % 100000}-{n}")
