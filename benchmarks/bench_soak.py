@@ -35,12 +35,12 @@ sys.path.insert(0, str(ROOT))
 
 
 def scrub(home: Path) -> None:
-    for key in list(os.environ):
-        if key.startswith(("GIT_", "GW_")):
-            del os.environ[key]
-    os.environ.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "GIT_CONFIG_NOSYSTEM": "1",
-                       "NO_COLOR": "1", "PYTHONPATH": str(ROOT)})
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    """The tests' scrubbed environment (conftest.scrub_env: HOME, no GIT_*/GW_*), for the whole soak."""
+    import pytest
+    from conftest import scrub_env
+
+    scrub_env(home, pytest.MonkeyPatch())
+    os.environ["PYTHONPATH"] = str(ROOT)  # the gw children (and the hooks they install) run this tree
 
 
 def main() -> None:
