@@ -24,7 +24,7 @@ from . import invariants
 from .actors import CliWorker, Coordinators, Launcher, McpClient, RestClient, Syncer
 from .faults import KINDS, Faults
 from .ledger import Ledger
-from .world import World, wait_until
+from .world import World, live_agents, wait_until
 
 ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate")
 
@@ -211,6 +211,11 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
     finally:
         stop.set()
         world.close()
+        # Teardown is part of the contract: nothing the run started outlives it.
+        leftovers = [f"{p.name} (pid {p.popen.pid})" for p in world.procs.all if p.alive]
+        leftovers += [f"agent pid {pid}" for pid in live_agents(world.agents)]
+        if leftovers:
+            errors.append(f"left running after teardown: {leftovers}")
     commits = int(invariants.git_out(world.arbiter, "rev-list", "--count", invariants.STATE).strip() or 0)
     return Report(seed, time.monotonic() - started, list(ledger.violations), dict(sorted(ledger.counts.items())),
                   acknowledged, replay, commits, monitor.max_agents if monitor else 0, list(ledger.events), errors)
