@@ -181,7 +181,8 @@ class Coordinators(Actor):
     kind = "coordinator"
 
     def __init__(self, *args: Any, interval: float = 1.0, **kwargs: Any) -> None:
-        super().__init__(*args, pause=(0.2, 0.2), **kwargs)
+        kwargs.setdefault("pause", (0.2, 0.2))  # the supervisor's own period
+        super().__init__(*args, **kwargs)
         self.interval = interval
         self.procs: dict[int, Proc] = {}
         self.faulted: set[int] = set()  # clones whose coordinator a fault killed or stopped just now

@@ -135,9 +135,9 @@ class Monitor(threading.Thread):
             for fence, n in fences.items():
                 if n > 1 and ("I1", (item, fence)) not in self.reported:
                     self.reported.add(("I1", (item, fence)))
-                    pids = [(a["pid"], a["execution"], a["cwd"].rsplit("/", 1)[-1]) for a in agents
+                    same = [(a["pid"], a["execution"], a["cwd"].rsplit("/", 1)[-1]) for a in agents
                             if int(a["fence"]) == fence]
-                    self.ledger.violate("I1", f"{n} live agents on item {item} under one fence {fence}: {pids}")
+                    self.ledger.violate("I1", f"{n} live agents on item {item} under one fence {fence}: {same}")
             pids = sorted(a["pid"] for a in agents)
             key = (pids[0], pids[-1])
             self.overlap[key] += dt
