@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import git, gw_here
+from conftest import environment, git, gw_here
 from harness import invariants
 from harness.ledger import Ack, Ledger
 from harness.run import Report, Switches, run_once
@@ -41,9 +41,15 @@ def report_failure(report: Report) -> str:
     return f"{report.summary()}\n--- counts: {json.dumps(report.counts)}\n--- last events:\n{tail}"
 
 
+# GW_HARNESS_SEED, GW_HARNESS_OFF, GW_HARNESS_CLONES, GW_HARNESS_SECONDS, read when this module is
+# imported: conftest's autouse clean_env removes every GW_* variable before a test runs.
+HARNESS_ENV = {key: value for key, value in os.environ.items() if key.startswith("GW_HARNESS_")}
+
+
 def harness_run(tmp_path: Path, seed: int) -> Report:
     print(f"gitwork system harness: seed {seed} (replay with GW_HARNESS_SEED={seed})")
-    report = run_once(tmp_path / "world", seed, float(os.environ.get("GW_HARNESS_SECONDS", SECONDS)))
+    with environment(HARNESS_ENV):
+        report = run_once(tmp_path / "world", seed, float(HARNESS_ENV.get("GW_HARNESS_SECONDS", SECONDS)))
     print(report.summary())
     return report
 
@@ -58,7 +64,7 @@ def test_fixed_seed(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fresh_seed(tmp_path: Path) -> None:
-    seed = int(os.environ.get("GW_HARNESS_SEED") or random.SystemRandom().randrange(2**31))
+    seed = int(HARNESS_ENV.get("GW_HARNESS_SEED") or random.SystemRandom().randrange(2**31))
     report = harness_run(tmp_path, seed)
     assert not report.errors and not report.violations, f"SEED {seed}\n{report_failure(report)}"
 
