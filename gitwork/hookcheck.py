@@ -392,7 +392,8 @@ def check_server_state(push: Push) -> Iterable[str]:
 # ``receive.denyNonFastForwards`` does not cover refs outside ``refs/heads`` (a forced rewind of a
 # custom ref is accepted), so the arbiter remote needs this check to keep its history append-only: no
 # deletion, no non-fast-forward, no commit that rewrites or truncates an append-only ``.log`` file, and
-# no state that does not parse or was written by a newer format; then the roles (``rolecheck.py``).
+# no state that does not parse or was written by a newer format; then every commit must be its command's
+# replay under the arbiter's settings (``derive.py``: the roles follow), and with ``signing: ssh`` signed.
 
 ZERO = ("0" * 40, "0" * 64)
 
@@ -471,13 +472,12 @@ def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> li
         problems += _check_commit(git_dir, store, parts[0], parts[1] if len(parts) > 1 else None)
         if len(problems) >= 20:
             break
+    if not problems:  # each commit is exactly its command's replay under this arbiter's settings (derive.py)
+        from .derive import check_commits
+
+        problems += check_commits(store, [line.split()[0] for line in commits])
     if not problems and store.repo.settings.signing == "ssh":  # signed by the acting identity's own key
         problems += check_signatures(git_dir, store, [line.split()[0] for line in commits])
-    if not problems:  # the roles, judged with this repository's settings (gitwork/rolecheck.py)
-        from .rolecheck import check_commits
-
-        pairs = [(parts[0], parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)]
-        problems += check_commits(git_dir, ref, pairs)
     return problems
 
 

@@ -1,0 +1,193 @@
+"""The arbiter derives the state: every pushed state commit must be exactly what its command produces.
+
+A client's engine decides with the client's settings and writes what it likes: anyone with push access
+can run another gitwork, edit ``.workplane``, or write a commit with plain git. So the arbiter's
+pre-receive hook (``gitwork.hookcheck``) calls :func:`check_commits` for every new commit on the state
+ref, oldest first. For each one it
+
+1. reads the command document from the commit's message (``statecommit``, the one parser);
+2. bounds the commit's time (:func:`time_refusal`): never later than the arbiter's clock plus
+   ``clock_margin`` (no lower bound: ``gw sync`` honestly replays old commands on newer tips);
+3. applies the command with the same engine (``engine.apply``) to the PARENT's tree, at the commit's
+   time, with the ARBITER's own settings (its ``gitwork.admins`` / ``gitwork.agents``, margin, ttl);
+   a refusal there (``Forbidden`` for the roles, ``Stale`` for a lease, ...) refuses the push;
+4. builds the commit ``engine.land`` would write for that outcome (``engine.commit_body``: trees are
+   only hashed, nothing is written) and refuses the push unless the pushed commit, its signature
+   header aside, is byte-identical: same tree, parent, author and committer (the acting identity as
+   gitwork spells it, one time, ``+0000``) and message. With ``signing: ssh`` the signature is then
+   checked against the acting identity's key (``hookcheck.check_signatures``).
+
+The one thing of a commit the arbiter cannot derive is the digest of the document as the client first
+asked for it (before the op resolved a prefix, a fence, ``--next``): the commit carries only the
+resolved document. The command record (``commands/<id>``) keeps that digest to recognise a retry, so
+the replay takes it from the pushed record (:func:`_requested`); every other byte is derived.
+
+A root commit is held to the same rule on the empty state: its command applied to nothing (which adds
+``format.yaml``, as the first command of any repository does). Merge commits are refused: gitwork
+writes a linear history (``sync`` replays, it never merges). See docs/security.md, "What the arbiter
+derives and what it trusts".
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+
+from . import clock, engine, layout, statecommit
+from .errors import Forbidden, GwError
+from .objects import format_tree, parse_commit
+from .sshsig import split_signed_commit
+from .store import Snapshot, Store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from .objects import LooseObjects, TreeEntry
+
+# At most this many refusals are reported for one push (the push is refused at the first anyway).
+MOST = 20
+
+
+class HashOnly:
+    """A writer for ``Store.writer`` that computes object ids and writes nothing: the derived trees
+    live in the store's tree cache only, so a refused push leaves no object behind."""
+
+    def __init__(self, objects: LooseObjects) -> None:
+        self.objects = objects
+
+    def write(self, kind: str, data: bytes) -> str:
+        return self.objects.hash(kind, data)
+
+    def write_tree(self, entries: Mapping[str, TreeEntry]) -> str:
+        return self.write("tree", format_tree(entries.values()))
+
+
+def time_refusal(when: int, now: _dt.datetime, margin: int) -> str | None:
+    """Why a commit made at ``when`` (epoch seconds) may not land; ``None`` if it may.
+
+    The pusher chooses the time its command is decided at. Later than the arbiter's clock plus the
+    margin would let anyone make a lease look expired (and take it over) or a renewal last longer:
+    refused. Earlier is how honest clients write: ``gw sync`` replays an offline command (``claim
+    --offline`` included) at its own time on top of newer commits, so no lower bound holds for every
+    honest commit. A back-dated command is applied to the parent's state as it is now: it cannot undo
+    a later grant, and a lease looks *less* expired at an earlier time (docs/security.md).
+    """
+    limit = int(now.timestamp()) + margin
+    if when > limit:
+        return (f"commit time {clock.format_instant(clock.parse_instant_epoch(when))} is later than the arbiter's "
+                f"clock plus clock_margin ({margin}s) allows")
+    return None
+
+
+def _requested(store: Store, tree: str, command_id: str) -> str | None:
+    """The first-asked digest the pushed command record holds (see the module docstring), if any."""
+    path = layout.command_path(command_id)
+    snapshot = Snapshot(store, None, None)
+    snapshot.root = tree
+    try:
+        data = snapshot.blob(path)
+        digests = json.loads(data).get("digests") if data else None
+    except (GwError, ValueError, AttributeError, RecursionError):
+        return None
+    if isinstance(digests, list) and digests and isinstance(digests[0], str) and len(digests) <= 2:
+        return digests[0]
+    return None
+
+
+def _tree_difference(store: Store, derived: str, pushed: str, prefix: str = "") -> str:
+    """The first path where the pushed tree differs from the derived one."""
+    try:
+        ours, theirs = store.read_tree(derived), store.read_tree(pushed)
+    except GwError:
+        return prefix.rstrip("/") or "/"
+    for name in sorted(set(ours) | set(theirs)):
+        mine, other = ours.get(name), theirs.get(name)
+        if mine == other:
+            continue
+        path = prefix + name
+        if mine is not None and other is not None and mine.is_tree and other.is_tree:
+            return _tree_difference(store, mine.oid, other.oid, path + "/")
+        if mine is None:
+            return f"{path} (added)"
+        if other is None:
+            return f"{path} (removed)"
+        return path
+    return prefix.rstrip("/") or "/"
+
+
+def _difference(store: Store, derived: bytes, pushed: bytes) -> str:
+    """What differs between the commit gitwork would write and the one pushed, in a few words."""
+    ours, theirs = parse_commit(derived), parse_commit(pushed)
+    if ours.tree != theirs.tree:
+        return f"tree differs from the command's replay at {_tree_difference(store, ours.tree, theirs.tree)}"
+    if ours.author != theirs.author:
+        return f"author {theirs.author!r} is not the command's acting identity as gw writes it ({ours.author!r})"
+    if ours.committer != theirs.committer:
+        return f"committer {theirs.committer!r} is not the command's acting identity as gw writes it ({ours.committer!r})"
+    if ours.message != theirs.message:
+        return "message is not what gw writes for this command"
+    return "commit object is not what gw writes for this command (extra headers or encoding)"
+
+
+def check_commit(store: Store, commit: str, now: _dt.datetime) -> str | None:
+    """Why ``commit`` may not land on the state ref; ``None`` if it is exactly its command's replay."""
+    payload, _signature = split_signed_commit(store.read_object(commit, "commit"))
+    info = parse_commit(payload)
+    if len(info.parents) > 1:
+        return "a merge commit; gitwork writes a linear state history (sync replays, never merges)"
+    state = statecommit.parse(commit, info)
+    cmd = state.command
+    if cmd is None:
+        return "carries no command document (line 3 of its message); every state commit is one command"
+    if not isinstance(cmd.get("id"), str) or not isinstance(cmd.get("as"), str) or not isinstance(cmd.get("op"), str):
+        return "its command document lacks an op, an id or an acting identity ('as')"
+    if state.time is None:
+        return "its author line carries no time"
+    parent = state.parent
+    base = store.snapshot(parent, at_tip=False) if parent else Snapshot(store, None, None)
+    settings = store.repo.settings
+    late = time_refusal(state.time, now, settings.clock_margin)
+    if late:
+        return late
+    at = clock.parse_instant_epoch(state.time)
+    who = f"{cmd['op']} by {cmd['as']}"
+    try:
+        base.check_format()
+        clean = engine.validate_command(dict(cmd))
+        outcome = engine.apply(base, clean, at, settings, requested=_requested(store, info.tree, cmd["id"]))
+        if outcome.empty:
+            return f"{who} changes nothing on its parent (gitwork writes no commit for it)"
+        derived = engine.commit_body(store, base, clean, outcome, at)
+    except Forbidden as error:
+        return f"{who} refused by the arbiter's roles: {error.message}"
+    except GwError as error:
+        return f"{who} refused on replay by the arbiter: {error.message}"
+    except Exception as error:  # noqa: BLE001 - a hostile document must refuse, never crash the hook
+        return f"{who} cannot be replayed ({type(error).__name__})"
+    if derived != payload:
+        return _difference(store, derived, payload)
+    return None
+
+
+def check_commits(store: Store, commits: list[str], now: _dt.datetime | None = None) -> list[str]:
+    """One refusal line per commit of ``commits`` (oldest first) that is not its command's replay.
+
+    ``store`` reads the arbiter's repository (the push's quarantined objects included); its writer is
+    swapped for :class:`HashOnly` while checking, so nothing is written.
+    """
+    moment = now or clock.now()
+    writer = store.writer
+    store.writer = HashOnly(store.objects)
+    problems: list[str] = []
+    try:
+        for commit in commits:
+            why = check_commit(store, commit, moment)
+            if why:
+                problems.append(f"{commit[:12]}: {why}")
+                if len(problems) >= MOST:
+                    break
+    finally:
+        store.writer = writer
+    return problems
