@@ -44,24 +44,57 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from .objects import LooseObjects, TreeEntry
+    from .objects import Commit, TreeEntry
 
 # At most this many refusals are reported for one push (the push is refused at the first anyway).
 MOST = 20
 
 
 class HashOnly:
-    """A writer for ``Store.writer`` that computes object ids and writes nothing: the derived trees
-    live in the store's tree cache only, so a refused push leaves no object behind."""
+    """A writer for ``Store.writer`` that computes object ids and writes nothing, so a refused push
+    leaves no object behind. The derived trees stay in the store's tree cache (``Store._build``) and
+    the derived blobs in its blob cache: when a commit is accepted its tree is the derived one, so the
+    next commit's replay reads its parent from memory, not through ``git cat-file`` (the objects of a
+    large push arrive packed)."""
 
-    def __init__(self, objects: LooseObjects) -> None:
-        self.objects = objects
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
     def write(self, kind: str, data: bytes) -> str:
-        return self.objects.hash(kind, data)
+        oid = self.store.objects.hash(kind, data)
+        if kind == "blob":
+            self.store.remember_blob(oid, data)
+        return oid
 
     def write_tree(self, entries: Mapping[str, TreeEntry]) -> str:
         return self.write("tree", format_tree(entries.values()))
+
+
+def read_many(git_dir: str, names: list[str]) -> dict[str, bytes]:
+    """The contents of the objects ``names`` (ids or ``rev:path``) that exist, by one ``git cat-file
+    --batch`` fed every name at once: one process for a whole push, where asking one at a time costs a
+    round trip each (a push of many commits arrives as a pack, which only git reads)."""
+    from . import gitcmd
+
+    names = [name for name in names if "\n" not in name]
+    if not names:
+        return {}
+    out = gitcmd.run(["--git-dir", git_dir, "cat-file", "--batch"], input="".join(f"{n}\n" for n in names).encode(),
+                     check=False).stdout
+    found: dict[str, bytes] = {}
+    at = 0
+    for name in names:
+        end = out.find(b"\n", at)
+        if end < 0:
+            break
+        parts = out[at:end].split()
+        at = end + 1
+        if len(parts) != 3:
+            continue  # "<name> missing" (or ambiguous): nothing follows
+        size = int(parts[2])
+        found[name] = out[at:at + size]
+        at += size + 1
+    return found
 
 
 def time_refusal(when: int, now: _dt.datetime, margin: int) -> str | None:
@@ -81,13 +114,17 @@ def time_refusal(when: int, now: _dt.datetime, margin: int) -> str | None:
     return None
 
 
-def _requested(store: Store, tree: str, command_id: str) -> str | None:
-    """The first-asked digest the pushed command record holds (see the module docstring), if any."""
-    path = layout.command_path(command_id)
-    snapshot = Snapshot(store, None, None)
-    snapshot.root = tree
+def _requested(store: Store, commit: str, command_id: str, records: Mapping[str, bytes] | None = None) -> str | None:
+    """The first-asked digest the pushed command record holds (see the module docstring), if any.
+
+    ``records``: the records of this push read at once (``rev:path`` -> content), when prefetched."""
+    name = f"{commit}:{layout.command_path(command_id)}"
     try:
-        data = snapshot.blob(path)
+        if records is not None:
+            data = records.get(name)
+        else:
+            got = store.cat.get(name)
+            data = got[2] if got and got[1] == "blob" else None
         digests = json.loads(data).get("digests") if data else None
     except (GwError, ValueError, AttributeError, RecursionError):
         return None
@@ -131,10 +168,18 @@ def _difference(store: Store, derived: bytes, pushed: bytes) -> str:
     return "commit object is not what gw writes for this command (extra headers or encoding)"
 
 
-def check_commit(store: Store, commit: str, now: _dt.datetime) -> str | None:
-    """Why ``commit`` may not land on the state ref; ``None`` if it is exactly its command's replay."""
-    payload, _signature = split_signed_commit(store.read_object(commit, "commit"))
+def check_commit(store: Store, commit: str, now: _dt.datetime, seen: dict[str, Commit] | None = None,
+                 raw: Mapping[str, bytes] | None = None) -> str | None:
+    """Why ``commit`` may not land on the state ref; ``None`` if it is exactly its command's replay.
+
+    ``seen``: commits already parsed in this push (a parent is usually the commit checked before);
+    ``raw``: commit objects and command records of this push read at once (:func:`read_many`).
+    """
+    body = raw.get(commit) if raw is not None else None
+    payload, _signature = split_signed_commit(body if body is not None else store.read_object(commit, "commit"))
     info = parse_commit(payload)
+    if seen is not None:
+        seen[commit] = info
     if len(info.parents) > 1:
         return "a merge commit; gitwork writes a linear state history (sync replays, never merges)"
     state = statecommit.parse(commit, info)
@@ -146,7 +191,12 @@ def check_commit(store: Store, commit: str, now: _dt.datetime) -> str | None:
     if state.time is None:
         return "its author line carries no time"
     parent = state.parent
-    base = store.snapshot(parent, at_tip=False) if parent else Snapshot(store, None, None)
+    if parent is None:
+        base = Snapshot(store, None, None)
+    elif seen is not None and parent in seen:
+        base = Snapshot(store, parent, seen[parent])
+    else:
+        base = store.snapshot(parent, at_tip=False)
     settings = store.repo.settings
     late = time_refusal(state.time, now, settings.clock_margin)
     if late:
@@ -156,7 +206,7 @@ def check_commit(store: Store, commit: str, now: _dt.datetime) -> str | None:
     try:
         base.check_format()
         clean = engine.validate_command(dict(cmd))
-        outcome = engine.apply(base, clean, at, settings, requested=_requested(store, info.tree, cmd["id"]))
+        outcome = engine.apply(base, clean, at, settings, requested=_requested(store, commit, cmd["id"], raw))
         if outcome.empty:
             return f"{who} changes nothing on its parent (gitwork writes no commit for it)"
         derived = engine.commit_body(store, base, clean, outcome, at)
@@ -171,23 +221,48 @@ def check_commit(store: Store, commit: str, now: _dt.datetime) -> str | None:
     return None
 
 
-def check_commits(store: Store, commits: list[str], now: _dt.datetime | None = None) -> list[str]:
-    """One refusal line per commit of ``commits`` (oldest first) that is not its command's replay.
+def _prefetch(store: Store, commits: list[str]) -> dict[str, bytes] | None:
+    """Every commit object of the push and the command record each one's tree holds, in two reads."""
+    if len(commits) < 4:
+        return None  # one or two commands (every ordinary push): the long-lived reader is as quick
+    git_dir = store.repo.git_dir
+    raw = read_many(git_dir, commits)
+    names = []
+    for commit in commits:
+        body = raw.get(commit)
+        if body is None:
+            return None  # not read at once: fall back on reading one at a time
+        cmd = engine.parse_command_from_message(body.partition(b"\n\n")[2].decode("utf-8", "replace"))
+        if cmd is not None and isinstance(cmd.get("id"), str):
+            names.append(f"{commit}:{layout.command_path(cmd['id'])}")
+    raw.update(read_many(git_dir, names))
+    return raw
+
+
+def refusals(store: Store, commits: list[str], now: _dt.datetime | None = None) -> list[tuple[str, str]]:
+    """``(commit, why)`` for each commit of ``commits`` (oldest first) that is not its command's replay.
 
     ``store`` reads the arbiter's repository (the push's quarantined objects included); its writer is
     swapped for :class:`HashOnly` while checking, so nothing is written.
     """
     moment = now or clock.now()
+    raw = _prefetch(store, commits)
     writer = store.writer
-    store.writer = HashOnly(store.objects)
-    problems: list[str] = []
+    store.writer = HashOnly(store)
+    seen: dict[str, Commit] = {}
+    found: list[tuple[str, str]] = []
     try:
         for commit in commits:
-            why = check_commit(store, commit, moment)
+            why = check_commit(store, commit, moment, seen, raw)
             if why:
-                problems.append(f"{commit[:12]}: {why}")
-                if len(problems) >= MOST:
+                found.append((commit, why))
+                if len(found) >= MOST:
                     break
     finally:
         store.writer = writer
-    return problems
+    return found
+
+
+def check_commits(store: Store, commits: list[str], now: _dt.datetime | None = None) -> list[str]:
+    """One refusal line per commit of ``commits`` (oldest first) that is not its command's replay."""
+    return [f"{commit[:12]}: {why}" for commit, why in refusals(store, commits, now)]

@@ -205,6 +205,11 @@ class Store:
         """The raw content of object ``oid``, which must be a ``kind`` (``Corrupt`` otherwise)."""
         return self._object(oid, kind)
 
+    def remember_blob(self, oid: str, data: bytes) -> None:
+        """Keep ``data`` as the content of blob ``oid`` (one computed, not read: ``derive.HashOnly``)."""
+        if len(data) < 1 << 20:
+            self._blobs.setdefault(oid, data)
+
     def read_tree(self, oid: str) -> dict[str, TreeEntry]:
         tree = self._trees.get(oid)
         if tree is None:
