@@ -50,8 +50,8 @@ def op(name: str, summary: str, *, internal: bool = False, arbiter: bool = False
       ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
     - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync.py``): it
       lands only once it is on the remote's state ref. Every grant, renewal and end of a lease.
-    - ``roles=True``: its rules depend on who acts (roles, holding the item), so the arbiter's state
-      hook re-applies it with the arbiter's own settings (``rolecheck.py``).
+    - ``roles=True``: its rules depend on who acts (roles, holding the item). The arbiter's state hook
+      re-applies every op, this one included, with its own settings (``derive.py``).
     """
 
     def register(func: Callable[[Context], None]) -> Callable[[Context], None]:

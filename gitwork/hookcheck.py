@@ -380,7 +380,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
 
 
 def check_server_state(push: Push) -> Iterable[str]:
-    """``refs/gitwork/*`` stays append-only and parseable, and its commands pass the arbiter's roles."""
+    """``refs/gitwork/*`` stays append-only, and each new commit is exactly its command's replay (``derive.py``)."""
     for update in push.updates:
         if update.ref.startswith(STATE_PREFIX):
             zero = "0" * len(update.new or update.old or "0" * 40)

@@ -161,6 +161,7 @@ def test_a_forged_tree_handing_bob_the_lease_is_refused_and_alice_keeps_it(tmp_p
     forged = lease_to_bob(bob, bob_says(bob, item), item)
     refused(push(bob, f"{forged}:{STATE}"), bare, before,
             f"{forged[:12]}: tree differs from the command's replay at ", "lease.yaml")
+    assert subprocess.run(["git", "cat-file", "-e", forged], cwd=bare).returncode != 0  # no object kept
     with Workplane(str(alice)) as wp:  # alice's lease is intact on the arbiter: she renews it
         assert wp.do("renew", item=item, ttl="1h").result["fence"] == 1
 
@@ -315,3 +316,18 @@ def test_every_one_field_mutation_of_an_honest_sequence_is_refused(
     done = push(repo, f"{STATE}:{STATE}")  # the unmutated sequence lands
     assert done.returncode == 0, done.stderr
     assert tip(bare) == tip(repo)
+
+
+def test_a_claim_under_the_clients_own_default_ttl_is_derived_alike(tmp_path: Path) -> None:
+    """A claim without --ttl takes the client's default_ttl (its .workplane, GW_DEFAULT_TTL): the arbiter,
+    with its own default, must still derive the same lease, so the claim records the ttl it used."""
+    bare = arbiter(tmp_path)
+    alice = clone(tmp_path, "alice", bare)
+    with Workplane(str(alice)) as wp:
+        item = wp.do("new", title="long job").result["item"]
+    assert main(["sync", "-C", str(alice)]) == 0
+    with Workplane(str(alice), default_ttl=7200) as wp:
+        granted = wp.do("claim", item=item)
+    assert granted.command["ttl"] == 7200
+    assert tip(bare) == tip(alice)
+    assert "ttl: 7200" in git(bare, "cat-file", "blob", f"{STATE}:{lease_path(alice, item)}")
