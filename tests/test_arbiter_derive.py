@@ -331,3 +331,20 @@ def test_a_claim_under_the_clients_own_default_ttl_is_derived_alike(tmp_path: Pa
     assert granted.command["ttl"] == 7200
     assert tip(bare) == tip(alice)
     assert "ttl: 7200" in git(bare, "cat-file", "blob", f"{STATE}:{lease_path(alice, item)}")
+
+
+def test_a_root_commit_must_be_its_command_on_the_empty_state(tmp_path: Path) -> None:
+    """The first commit of an arbiter's state is held to the same rule, applied to nothing: the honest
+    ``init`` lands; the same init with one more file in its tree does not."""
+    bare = arbiter(tmp_path)
+    repo = make_repo(tmp_path / "clone")
+    git(repo, "remote", "add", "origin", f"file://{bare}")
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+    root = tip(repo)
+    assert root is not None
+    padded = forge(repo, root, tree=tree_with(repo, root, {"counters.yaml": b"fence: 41\n"}))
+    refused(push(repo, f"{padded}:{STATE}"), bare, None, f"{padded[:12]}: ", "counters.yaml")
+    done = push(repo, f"{root}:{STATE}")
+    assert done.returncode == 0, done.stderr
+    assert tip(bare) == root
