@@ -10,7 +10,8 @@ pushed with one plain ``git push``: every one of them is re-applied and compared
 
 Each round pushes the same commits to a fresh copy of the arbiter (objects and all), so every round
 pays for the pack transfer and the hook. Printed: the median wall time of the push with the hook, of
-the same push to a copy without any hook (git alone), and the difference: the hook's cost. With
+the same push to a copy without any hook (git alone), the difference (the hook's cost), and the hook
+alone run as git runs it on the same commits (less noisy than a difference of two pushes). With
 ``--profile`` the hook's own work is run once in this process under cProfile (top 25 by cumulative time).
 
 Runs with the interpreter it is started with and the sources of this tree (``PYTHONPATH``); it asserts
@@ -80,6 +81,17 @@ def timed_push(clone: Path, bare: Path) -> tuple[float, subprocess.CompletedProc
     return time.perf_counter() - started, done
 
 
+def timed_hook(bare: Path, old: str, new: str) -> float:
+    """The server hook alone, as git runs it, on a copy that already holds the pushed objects."""
+    started = time.perf_counter()
+    done = subprocess.run([str(bare / "hooks" / "pre-receive")], cwd=bare, input=f"{old} {new} {STATE}\n",
+                          capture_output=True, text=True, env={**os.environ, "GIT_DIR": "."})
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"the hook refused: {done.stderr}")
+    return seconds
+
+
 def profile(bare: Path, old: str, new: str) -> None:
     """The hook's state check run here under cProfile, on the pushed objects already in ``bare``."""
     import cProfile
@@ -128,6 +140,9 @@ def main() -> int:
         print(f"  with the derive hook  {statistics.median(hooked):7.3f} s   (min {min(hooked):.3f}, max {max(hooked):.3f})")
         print(f"  git alone (no hook)   {statistics.median(plain):7.3f} s   (min {min(plain):.3f}, max {max(plain):.3f})")
         print(f"  the hook's cost       {statistics.median(hooked) - statistics.median(plain):7.3f} s")
+        alone = [timed_hook(base / "round-0-hook.git", old, new) for _ in range(options.rounds)]
+        print(f"  the hook alone        {statistics.median(alone):7.3f} s   (min {min(alone):.3f}, max {max(alone):.3f}; "
+              "python -m gitwork.hookcheck pre-receive on the same commits, objects already there)")
         if options.profile:
             profile(base / "round-0-hook.git", old, new)
     finally:

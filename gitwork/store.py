@@ -206,9 +206,14 @@ class Store:
         return self._object(oid, kind)
 
     def remember_blob(self, oid: str, data: bytes) -> None:
-        """Keep ``data`` as the content of blob ``oid`` (one computed, not read: ``derive.HashOnly``)."""
+        """Keep ``data`` as the content of blob ``oid`` (one computed, or read in a batch: ``derive.py``)."""
         if len(data) < 1 << 20:
             self._blobs.setdefault(oid, data)
+
+    def remember_tree(self, oid: str, data: bytes) -> None:
+        """Keep the tree object ``data`` (read in a batch: ``derive.py``) as tree ``oid``."""
+        if oid not in self._trees:
+            self._trees[oid] = parse_tree(data, self._hexlen)
 
     def read_tree(self, oid: str) -> dict[str, TreeEntry]:
         tree = self._trees.get(oid)
