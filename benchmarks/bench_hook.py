@@ -11,7 +11,8 @@ pushed with one plain ``git push``: every one of them is re-applied and compared
 Each round pushes the same commits to a fresh copy of the arbiter (objects and all), so every round
 pays for the pack transfer and the hook. Printed: the median wall time of the push with the hook, of
 the same push to a copy without any hook (git alone), the difference (the hook's cost), and the hook
-alone run as git runs it on the same commits (less noisy than a difference of two pushes). With
+alone run as git runs it on the same commits (less noisy than a difference of two pushes); beside each,
+the CPU time (user + system) of every process involved, which a loaded machine does not inflate. With
 ``--profile`` the hook's own work is run once in this process under cProfile (top 25 by cumulative time).
 
 Runs with the interpreter it is started with and the sources of this tree (``PYTHONPATH``); it asserts
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -74,22 +76,30 @@ def build(base: Path, commands: int, items: int) -> tuple[Path, Path, str, str]:
     return bare, clone, git(bare, "rev-parse", STATE), git(clone, "rev-parse", STATE)
 
 
-def timed_push(clone: Path, bare: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
-    started = time.perf_counter()
+def cpu_of_children() -> float:
+    """User + system seconds of every waited-for descendant so far (git, receive-pack, the hook)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_push(clone: Path, bare: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """(wall seconds, CPU seconds of every process involved, the push)."""
+    cpu, started = cpu_of_children(), time.perf_counter()
     done = subprocess.run(["git", "push", "-q", str(bare), f"{STATE}:{STATE}"], cwd=clone, capture_output=True,
                           text=True)
-    return time.perf_counter() - started, done
+    return time.perf_counter() - started, cpu_of_children() - cpu, done
 
 
-def timed_hook(bare: Path, old: str, new: str) -> float:
-    """The server hook alone, as git runs it, on a copy that already holds the pushed objects."""
-    started = time.perf_counter()
+def timed_hook(bare: Path, old: str, new: str) -> tuple[float, float]:
+    """The server hook alone, as git runs it, on a copy that already holds the pushed objects:
+    (wall seconds, CPU seconds)."""
+    cpu, started = cpu_of_children(), time.perf_counter()
     done = subprocess.run([str(bare / "hooks" / "pre-receive")], cwd=bare, input=f"{old} {new} {STATE}\n",
                           capture_output=True, text=True, env={**os.environ, "GIT_DIR": "."})
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"the hook refused: {done.stderr}")
-    return seconds
+    return seconds, cpu_of_children() - cpu
 
 
 def profile(bare: Path, old: str, new: str) -> None:
@@ -123,26 +133,31 @@ def main() -> int:
     try:
         bare, clone, old, new = build(base, options.commands, options.items)
         pushed = int(git(clone, "rev-list", "--count", f"{old}..{new}"))
-        hooked, plain = [], []
+        hooked, plain, hooked_cpu, plain_cpu = [], [], [], []
         for round_ in range(options.rounds):
-            for kind, into in (("hook", hooked), ("plain", plain)):
+            for kind, into, cpu_into in (("hook", hooked, hooked_cpu), ("plain", plain, plain_cpu)):
                 copy = base / f"round-{round_}-{kind}.git"
                 shutil.copytree(bare, copy, symlinks=True)
                 if kind == "plain":
                     shutil.rmtree(copy / "hooks")
                     (copy / "hooks").mkdir()
-                seconds, done = timed_push(clone, copy)
+                seconds, cpu, done = timed_push(clone, copy)
                 if done.returncode != 0 or git(copy, "rev-parse", STATE) != new:
                     raise SystemExit(f"the {kind} push was refused: {done.stderr}")
                 into.append(seconds)
+                cpu_into.append(cpu)
         print(f"push of {pushed} state commits ({options.commands} commands on {options.items} items: msg, claim, "
               f"msg, release in turn), {options.rounds} rounds, median wall time")
-        print(f"  with the derive hook  {statistics.median(hooked):7.3f} s   (min {min(hooked):.3f}, max {max(hooked):.3f})")
-        print(f"  git alone (no hook)   {statistics.median(plain):7.3f} s   (min {min(plain):.3f}, max {max(plain):.3f})")
+        print(f"  with the derive hook  {statistics.median(hooked):7.3f} s   (min {min(hooked):.3f}, max {max(hooked):.3f}; "
+              f"CPU {statistics.median(hooked_cpu):.3f} s)")
+        print(f"  git alone (no hook)   {statistics.median(plain):7.3f} s   (min {min(plain):.3f}, max {max(plain):.3f}; "
+              f"CPU {statistics.median(plain_cpu):.3f} s)")
         print(f"  the hook's cost       {statistics.median(hooked) - statistics.median(plain):7.3f} s")
-        alone = [timed_hook(base / "round-0-hook.git", old, new) for _ in range(options.rounds)]
+        runs = [timed_hook(base / "round-0-hook.git", old, new) for _ in range(options.rounds)]
+        alone, alone_cpu = [wall for wall, _ in runs], [cpu for _, cpu in runs]
         print(f"  the hook alone        {statistics.median(alone):7.3f} s   (min {min(alone):.3f}, max {max(alone):.3f}; "
-              "python -m gitwork.hookcheck pre-receive on the same commits, objects already there)")
+              f"CPU {statistics.median(alone_cpu):.3f} s; the pre-receive hook on the same commits, objects already there)")
+        print(f"  load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
         if options.profile:
             profile(base / "round-0-hook.git", old, new)
     finally:
