@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
 
-from gitwork.errors import GwError  # noqa: E402
-from gitwork.hooks_install import install_server  # noqa: E402
-from gitwork.workplane import Workplane  # noqa: E402
+from gitwork.errors import GwError
+from gitwork.hooks_install import install_server
+from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
 

@@ -42,7 +42,6 @@ from .store import Snapshot, Store
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any
 
     from .objects import Commit, TreeEntry
 
@@ -283,7 +282,7 @@ def refusals(store: Store, commits: list[str], now: _dt.datetime | None = None) 
     moment = now or clock.now()
     raw = _prefetch(store, commits)
     writer = store.writer
-    store.writer = HashOnly(store)
+    store.writer = HashOnly(store)  # type: ignore[assignment]  # the writer's two methods, hashing only
     seen: dict[str, Commit] = {}
     found: list[tuple[str, str]] = []
     try:

@@ -15,15 +15,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import git, make_repo, tip
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_signing import keygen
+
 from gitwork.cli.main import main
 from gitwork.errors import GwError
 from gitwork.hooks_install import install_server
 from gitwork.sshsig import sign_commit, split_signed_commit
 from gitwork.workplane import Workplane
-from test_signing import keygen
 
 STATE = "refs/gitwork/state"
 STALE = 7
@@ -282,7 +283,7 @@ def mutate(repo: Path, commit: str, how: str, pick: int) -> str:
         variants = [f"mallory <mallory@gitwork.invalid> {when} {zone}", f"{who} {int(when) + 1} {zone}",
                     f"{who} {when} +0100"]
         return forge(repo, commit, header=(how, variants[pick % len(variants)]))
-    head, _, text = body.partition(b"\n\n")
+    text = body.partition(b"\n\n")[2]
     message = text.replace(b"\n", b" (edited)\n", 1) if pick % 2 else text + b"Extra: trailer\n"
     return forge(repo, commit, message=message)
 
