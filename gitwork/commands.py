@@ -156,7 +156,9 @@ def _mapping(value: Any, field: str) -> dict[str, Any]:
         _short(str(key), f"{field} key")
         if inner is not None:
             _short(str(inner), f"{field}.{key}")
-    return {str(k): (str(v) if v is not None else None) for k, v in value.items()}
+    # Keys sorted: the recorded document (the Command line) is JSON with sorted keys, and an op that
+    # writes this mapping out must write the same bytes when the arbiter replays it (derive.py).
+    return {str(k): (str(v) if v is not None else None) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
 
 
 _SEQ_REF = re.compile(r"#?(\d+)\Z")
@@ -221,7 +223,9 @@ def _data(value: Any, field: str) -> Any:
         raise Invalid(f"{field} must be plain data (mappings, lists, text, numbers)") from exc
     if size > MAX_DATA:
         raise Invalid(f"{field} is too large ({size} bytes; at most {MAX_DATA})")
-    return value
+    # Every mapping's keys sorted, as the recorded document (the Command line) holds them: what an op
+    # writes from it must not depend on the order a caller gave (the arbiter replays it: derive.py).
+    return json.loads(json.dumps(value, ensure_ascii=False, sort_keys=True))
 
 
 KINDS: dict[str, Callable[[Any, str], Any]] = {

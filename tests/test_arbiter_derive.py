@@ -349,3 +349,23 @@ def test_a_root_commit_must_be_its_command_on_the_empty_state(tmp_path: Path) ->
     done = push(repo, f"{root}:{STATE}")
     assert done.returncode == 0, done.stderr
     assert tip(bare) == root
+
+
+def test_records_whose_mappings_came_in_any_key_order_are_derived_alike(tmp_path: Path) -> None:
+    """The Command line is JSON with sorted keys; a mapping field (a build, a report) handed to an op in
+    another order must not change what the op writes, or the arbiter's replay differs from the honest
+    commit. Records as gitwork's own procedures write them: the coordinator lease, a shadow report."""
+    bare = arbiter(tmp_path)
+    repo = make_repo(tmp_path / "clone")
+    git(repo, "remote", "add", "origin", f"file://{bare}")
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        wp.submit_record({"op": "coord-lease", "host": "vm", "action": "take", "ttl": 30,
+                          "holder": {"pid": "17", "host": "vm", "start": "9"},
+                          "build": {"version": "0.1.0", "commit": "b524193a9423"}})
+        wp.submit_record({"op": "shadow-report", "shadow": "bd",
+                          "report": {"kind": "beads", "compared": 1, "agree": 1,
+                                     "counts": {"status": 0, "assignee": 0}, "divergences": []}})
+    done = push(repo, f"{STATE}:{STATE}")
+    assert done.returncode == 0, done.stderr
+    assert tip(bare) == tip(repo)
