@@ -288,6 +288,7 @@ def mutate(repo: Path, commit: str, how: str, pick: int) -> str:
     return forge(repo, commit, message=message)
 
 
+@pytest.mark.slow  # a fresh arbiter and two pushes per example (~15 s for 4 examples under load 15)
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(choices=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 5)), min_size=1, max_size=6),
        mutations=st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 50)), min_size=8, max_size=8))
