@@ -156,8 +156,8 @@ def _mapping(value: Any, field: str) -> dict[str, Any]:
         _short(str(key), f"{field} key")
         if inner is not None:
             _short(str(inner), f"{field}.{key}")
-    # In key order: the recorded document is JSON with sorted keys, so a replay of it must build the
-    # same record as the first application did (an op may store the mapping as it is).
+    # Keys sorted: the recorded document (the Command line) is JSON with sorted keys, and an op that
+    # writes this mapping out must write the same bytes when the arbiter replays it (derive.py).
     return {str(k): (str(v) if v is not None else None) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
 
 

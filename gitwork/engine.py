@@ -50,8 +50,8 @@ def op(name: str, summary: str, *, internal: bool = False, arbiter: bool = False
       ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
     - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync.py``): it
       lands only once it is on the remote's state ref. Every grant, renewal and end of a lease.
-    - ``roles=True``: its rules depend on who acts (roles, holding the item), so the arbiter's state
-      hook re-applies it with the arbiter's own settings (``rolecheck.py``).
+    - ``roles=True``: its rules depend on who acts (roles, holding the item). The arbiter's state hook
+      re-applies every op, this one included, with its own settings (``derive.py``).
     """
 
     def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
@@ -363,8 +363,14 @@ def _earlier_result(record_path: str, earlier: bytes, cmd: dict[str, Any]) -> di
     return {**result, "duplicate": True}
 
 
-def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> Outcome:
-    """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse."""
+def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings, *,
+          requested: str | None = None) -> Outcome:
+    """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse.
+
+    ``requested``: the digest of the document as first asked for, when ``cmd`` is a document already
+    recorded (the arbiter's derive check, ``derive.py``, replays the ``Command:`` line, which holds
+    what the op resolved; the first document is not in the commit, only its digest).
+    """
     _load_ops(cmd["op"])
     record_path = layout.command_path(cmd["id"])
     earlier = snapshot.blob(record_path)
@@ -374,7 +380,7 @@ def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: 
         outcome = Outcome()
         outcome.result = _earlier_result(record_path, earlier, cmd)
         return outcome
-    requested = digest(cmd)
+    requested = requested or digest(cmd)
     ctx = Context(snapshot, cmd, now, settings)
     OPS[cmd["op"]].func(ctx)
     outcome = ctx.outcome
@@ -417,6 +423,13 @@ def land(store: Store, snapshot: Snapshot, cmd: dict[str, Any], outcome: Outcome
         return None
     return store.write_commit(snapshot, outcome.changes, commit_message(cmd, outcome),
                               identity_signature(cmd["as"]), int(now.timestamp()))
+
+
+def commit_body(store: Store, snapshot: Snapshot, cmd: dict[str, Any], outcome: Outcome, now: _dt.datetime) -> bytes:
+    """The unsigned commit object :func:`land` writes for ``outcome`` (the arbiter's derive check
+    compares a pushed commit with it: ``derive.py``); trees and blobs go to ``store.writer``."""
+    return store.commit_body(snapshot, outcome.changes, commit_message(cmd, outcome), identity_signature(cmd["as"]),
+                             int(now.timestamp()))
 
 
 class CAS:

@@ -67,6 +67,9 @@ def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lea
     fence = last + 1
     counters["fence"] = fence
     ttl = ctx.cmd.get("ttl") or ctx.settings.default_ttl
+    # Recorded: the default is this machine's setting (.workplane, GW_DEFAULT_TTL), and the arbiter
+    # replays the document with its own settings (derive.py) and must derive the same lease.
+    ctx.cmd["ttl"] = ttl
     lease = Lease(
         item=item_id,
         epoch=(previous.epoch if previous else 0) + 1,
