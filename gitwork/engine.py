@@ -18,7 +18,7 @@ import re
 from . import codec, ids, layout
 from .commands import Field, parse_fields, validate
 from .config import Settings
-from .errors import Corrupt, GwError, Held, Invalid, NotFound, Stale
+from .errors import Corrupt, Forbidden, GwError, Held, Invalid, NotFound, Stale
 from .model import Item, Lease, load_item, load_lease, stamp
 from .store import Snapshot, Store, identity_signature
 
@@ -108,8 +108,52 @@ def validate_command(doc: Any, *, internal: bool = True) -> dict[str, Any]:
         raise Invalid(f"op {name!r} is a record that only gitwork itself writes (gw session, gw publish); "
                       "it cannot be submitted")
     clean = validate(doc, spec.fields)
+    one_identity(clean, spec.fields)
     clean.setdefault("id", ids.command_id())
     return clean
+
+
+def member_identity(claimed: Any, envelope: str | None) -> None:
+    """Refuse a nested document's ``as`` (``claimed``) unless absent, or a valid name that is ``envelope``'s."""
+    if claimed is None:
+        return
+    ids.check_identity(claimed, "as")  # Invalid (5): not a name at all
+    if envelope is not None and claimed != envelope:
+        raise Forbidden(f"acts as {claimed!r} inside a document acting as {envelope}: one identity per document "
+                        "(leave 'as' out of the members)", who=envelope)
+
+
+def member_refusal(error: GwError, position: int, name: Any) -> GwError:
+    """The same refusal (same class, so the same exit code), prefixed by the member it came from:
+    ``#2 (revoke): ...``, with its ``position`` (``gw apply`` turns it into a line number)."""
+    shown = name if isinstance(name, str) else "?"
+    return type(error)(f"#{position} ({shown}): {error.message}", **{**error.details, "position": position})
+
+
+def one_identity(doc: dict[str, Any], fields: dict[str, Field]) -> None:
+    """One identity per document: every document ``doc`` carries (its fields of kind ``docs``, at any
+    depth) leaves ``as`` out or names the identity ``doc`` acts as; each such ``as`` is a valid name.
+
+    A document that names no identity yet (the work plane fills in its own) has only its members' names
+    checked here; the batch op judges them against the identity it runs as (``ops/batch.py``). A foreign
+    ``as`` is ``Forbidden`` (77; HTTP 403), as a document naming another identity is on ``gw serve``:
+    a member cannot act as someone its envelope is not (issue 23). Checked before any member runs.
+    """
+    envelope = doc.get("as")
+    for name, field in fields.items():
+        if field.kind != "docs" or not isinstance(doc.get(name), list):
+            continue
+        for position, member in enumerate(doc[name], 1):
+            if not isinstance(member, dict):
+                continue  # the docs kind refuses it (validate ran first)
+            claimed = member.get("as")
+            try:
+                member_identity(claimed, envelope)
+                inner = spec(member["op"]) if isinstance(member.get("op"), str) else None
+                if inner is not None:  # a member carrying documents of its own (refused later; judged here too)
+                    one_identity({**member, "as": envelope if claimed is None else claimed}, inner.fields)
+            except GwError as error:
+                raise member_refusal(error, position, member.get("op")) from error
 
 
 class Outcome:
