@@ -287,3 +287,52 @@ def test_json_errors_go_to_stdout_with_the_documented_shape(repo: Path, state: d
     assert {k: doc[k] for k in ("ok", "error", "code")} == {"ok": False, "error": "held", "code": 75}
     assert doc["details"]["holder"] == "alice"
     assert "held by alice" in doc["message"]
+
+
+# --- a lease no longer than the clock margin is refused where it would be set ---------------------
+
+
+def test_a_lease_no_longer_than_the_clock_margin_is_refused_at_claim_next_takeover_and_renew(
+        repo: Path, state: dict[str, str]) -> None:
+    """The holder's view ends a lease the margin (30s by default) early: a 30s lease would be granted
+    already unusable. Refused (5) naming the margin, nothing written, on claim, claim --next and renew."""
+    for ttl in ("30s", "10s", "1s"):
+        refused(repo, "claim", A1, "--ttl", ttl, "--as", "bob", code=ExitCode.INVALID, says="clock margin (30s",
+                also_json=ttl == "30s")
+        refused(repo, "claim", "--next", "--ttl", ttl, "--as", "bob", code=ExitCode.INVALID, says="clock margin")
+    refused(repo, "claim", A1, "--ttl", "90s", "--as", "bob", code=ExitCode.INVALID, says="clock margin (2m",
+            env={"GW_CLOCK_MARGIN": "2m"})
+    refused(repo, "claim", A1, "--as", "bob", code=ExitCode.INVALID, says="clock margin",  # the default ttl too
+            env={"GW_TTL": "30s"})
+    # gw run's claim: refused before an execution is even reserved (nothing recorded).
+    refused(repo, "run", A1, "--ttl", "10s", "--as", "bob", "--", "true", code=ExitCode.INVALID, says="clock margin")
+    assert gw_here(repo, "claim", A1, "--ttl", "31s", "--as", "bob").returncode == 0
+    refused(repo, "renew", A1, "--ttl", "20s", "--as", "bob", code=ExitCode.INVALID, says="clock margin")
+    with Workplane(str(repo), agent="bob") as wp:  # the library, and a batch member, the same
+        for doc in ({"op": "renew", "item": A1, "ttl": 30},
+                    {"op": "batch", "ops": [{"op": "claim", "item": A2, "ttl": "5s"}]}):
+            with pytest.raises(Invalid, match="clock margin"):
+                wp.submit(doc)
+    assert gw_here(repo, "renew", A1, "--ttl", "10m", "--as", "bob").returncode == 0
+
+
+def test_rest_refuses_a_lease_no_longer_than_the_clock_margin(repo: Path, state: dict[str, str]) -> None:
+    pytest.importorskip("fastapi", reason="gw serve needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    from gitwork.serve.app import create_app
+    from gitwork.serve.tokens import Tokens
+    from gitwork.store import Repository
+
+    token = Tokens(Repository.discover(str(repo)).gitwork_dir()).add("bob", "person")[0]
+    before = tip(repo)
+    with TestClient(create_app(str(repo)), base_url="http://gw", headers={"Authorization": f"Bearer {token}"}) as http:
+        for doc in ({"op": "claim", "item": A1, "ttl": "30s"}, {"op": "claim", "next": True, "ttl": "5s"}):
+            answer = http.post("/v1/commands", json=doc)
+            assert (answer.status_code, answer.json()["error"]) == (422, "invalid"), answer.text
+            assert "clock margin" in answer.json()["message"]
+        assert tip(repo) == before
+        granted = http.post("/v1/commands", json={"op": "claim", "item": A1, "ttl": "2m"})
+        assert granted.status_code == 200, granted.text
+        renewed = http.post("/v1/commands", json={"op": "renew", "item": A1, "ttl": "15s"})
+        assert (renewed.status_code, renewed.json()["error"]) == (422, "invalid"), renewed.text
