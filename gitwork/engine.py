@@ -16,7 +16,7 @@ import json
 import re
 
 from . import codec, ids, layout
-from .commands import Field, parse_fields, validate
+from .commands import Field, check_unicode, parse_fields, validate
 from .config import Settings
 from .errors import Corrupt, Forbidden, GwError, Held, Invalid, NotFound, Stale
 from .model import Item, Lease, load_item, load_lease, stamp
@@ -109,6 +109,9 @@ def validate_command(doc: Any, *, internal: bool = True) -> dict[str, Any]:
                       "it cannot be submitted")
     clean = validate(doc, spec.fields)
     one_identity(clean, spec.fields)
+    # Every kind refuses text with no UTF-8 form in its own words; this catches any a kind let through,
+    # before it could fail the write (the record and the Command: line are UTF-8) as an internal error.
+    check_unicode(json.dumps(clean, ensure_ascii=False), "the command document")
     clean.setdefault("id", ids.command_id())
     return clean
 
