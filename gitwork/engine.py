@@ -133,6 +133,18 @@ def member_refusal(error: GwError, position: int, name: Any) -> GwError:
     return type(error)(f"#{position} ({shown}): {error.message}", **{**error.details, "position": position})
 
 
+# id(declaration) -> (the declaration, kept so its id is never reused; its fields of kind docs)
+_CARRYING: dict[int, tuple[dict[str, Field], tuple[str, ...]]] = {}
+
+
+def _carrying(fields: dict[str, Field]) -> tuple[str, ...]:
+    """The fields of a declaration that carry command documents (kind ``docs``); remembered per declaration."""
+    found = _CARRYING.get(id(fields))
+    if found is None:
+        found = _CARRYING[id(fields)] = (fields, tuple(name for name, field in fields.items() if field.kind == "docs"))
+    return found[1]
+
+
 def one_identity(doc: dict[str, Any], fields: dict[str, Field]) -> None:
     """One identity per document: every document ``doc`` carries (its fields of kind ``docs``, at any
     depth) leaves ``as`` out or names the identity ``doc`` acts as; each such ``as`` is a valid name.
@@ -143,8 +155,8 @@ def one_identity(doc: dict[str, Any], fields: dict[str, Field]) -> None:
     a member cannot act as someone its envelope is not (issue 23). Checked before any member runs.
     """
     envelope = doc.get("as")
-    for name, field in fields.items():
-        if field.kind != "docs" or not isinstance(doc.get(name), list):
+    for name in _carrying(fields):
+        if not isinstance(doc.get(name), list):
             continue
         for position, member in enumerate(doc[name], 1):
             if not isinstance(member, dict):
@@ -153,7 +165,8 @@ def one_identity(doc: dict[str, Any], fields: dict[str, Field]) -> None:
             try:
                 member_identity(claimed, envelope)
                 inner = spec(member["op"]) if isinstance(member.get("op"), str) else None
-                if inner is not None:  # a member carrying documents of its own (refused later; judged here too)
+                if inner is not None and _carrying(inner.fields):
+                    # A member carrying documents of its own (a batch in a batch, refused later): judged too.
                     one_identity({**member, "as": envelope if claimed is None else claimed}, inner.fields)
             except GwError as error:
                 raise member_refusal(error, position, member.get("op")) from error
