@@ -8,7 +8,8 @@ not, must be a valid identity name (``invalid``, 5). The rule lives in the engin
 refusal: the library, ``gw apply`` (JSON lines and multi-document YAML become a batch), a real
 ``gw serve``, a real ``gw mcp`` (which takes no identity argument at all) and the arbiter's
 pre-receive hook, which re-applies a pushed batch whose members were rewritten with plain git.
-After every refusal the state ref is where it was.
+After every refusal the state ref is where it was. One gap is marked (strict xfail): the arbiter's role
+check lets through a forged member ``as`` that is not a name at all (only ``forbidden`` refuses there).
 """
 
 from __future__ import annotations
@@ -309,8 +310,10 @@ def test_mcp_no_tool_carries_documents_or_an_identity(plane: tuple[Path, str], t
 # --- the arbiter's pre-receive hook: a batch rewritten with plain git -----------------------------
 
 
-def test_the_arbiters_hook_refuses_a_forged_batch_member_identity(plane: tuple[Path, str], tmp_path: Path) -> None:
-    repo, item = plane
+def _forged_batch_push(repo: Path, item: str, tmp_path: Path, forged_as: str) -> tuple[subprocess.CompletedProcess[str],
+                                                                                   str | None, Path]:
+    """Push, with plain git, carol's batch revoke whose member was rewritten to act as ``forged_as``:
+    (the push, the arbiter's tip before it, the arbiter)."""
     bare = make_repo(tmp_path / "arbiter.git", bare=True)
     hook = bare / "hooks" / "pre-receive"
     hook.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m gitwork.statecheck\n')
@@ -327,11 +330,11 @@ def test_the_arbiters_hook_refuses_a_forged_batch_member_identity(plane: tuple[P
     git(repo, "config", "gitwork.admins", "root")
     refused = subprocess.run(push, cwd=repo, capture_output=True, text=True)
     assert refused.returncode != 0 and "only an admin" in refused.stderr, refused.stderr  # the honest one
-    # The forgery: the member now says root did it; the envelope (and the commit's author) stays carol.
+    # The forgery: the member now names another identity; the envelope (and the commit's author) stays carol.
     body = git(repo, "cat-file", "commit", landed).split("\n\n", 1)[1]
     doc = engine.parse_command_from_message(body)
     assert doc is not None and doc["as"] == "carol" and doc["ops"][0]["as"] == "carol"
-    forged_doc = {**doc, "ops": [{**doc["ops"][0], "as": "root"}]}
+    forged_doc = {**doc, "ops": [{**doc["ops"][0], "as": forged_as}]}
     lines = body.split("\n")
     lines[2] = engine.COMMAND_PREFIX + json.dumps(forged_doc, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
     forged = subprocess.run(["git", "commit-tree", git(repo, "rev-parse", f"{landed}^{{tree}}"), "-p", base],
@@ -339,8 +342,24 @@ def test_the_arbiters_hook_refuses_a_forged_batch_member_identity(plane: tuple[P
                             env={**os.environ, "GIT_AUTHOR_NAME": "m", "GIT_AUTHOR_EMAIL": "m@x.invalid",
                                  "GIT_COMMITTER_NAME": "m", "GIT_COMMITTER_EMAIL": "m@x.invalid"}).stdout.strip()
     git(repo, "update-ref", STATE, forged)
-    refused = subprocess.run(push, cwd=repo, capture_output=True, text=True)
-    assert refused.returncode != 0 and "root" in refused.stderr, refused.stderr
-    assert tip(bare, STATE) == base
-    git(repo, "update-ref", STATE, base)
+    try:
+        return subprocess.run(push, cwd=repo, capture_output=True, text=True), base, bare
+    finally:
+        git(repo, "update-ref", STATE, str(base))
 
+
+def test_the_arbiters_hook_refuses_a_forged_batch_member_identity(plane: tuple[Path, str], tmp_path: Path) -> None:
+    repo, item = plane
+    pushed, base, bare = _forged_batch_push(repo, item, tmp_path, "root")
+    assert pushed.returncode != 0 and "root" in pushed.stderr, pushed.stderr
+    assert tip(bare, STATE) == base
+
+
+@pytest.mark.xfail(strict=True, reason="the arbiter's role check (gitwork/rolecheck.py, NAME=hook) refuses only "
+                                       "Forbidden; a forged 'as' that is not a name is Invalid there and let through")
+def test_the_arbiters_hook_refuses_a_forged_batch_member_identity_that_is_not_a_name(plane: tuple[Path, str],
+                                                                                     tmp_path: Path) -> None:
+    repo, item = plane
+    pushed, base, bare = _forged_batch_push(repo, item, tmp_path, "ro ot")
+    assert pushed.returncode != 0 and "identity" in pushed.stderr, pushed.stderr
+    assert tip(bare, STATE) == base
