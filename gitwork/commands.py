@@ -42,6 +42,16 @@ def check_text(value: Any, field: str, *, limit: int = MAX_TEXT, multiline: bool
     return value
 
 
+def check_unicode(text: str, field: str) -> bytes:
+    """``text`` as UTF-8; text that has no UTF-8 form (a lone surrogate, which a JSON ``\\ud800`` escape
+    makes) is refused (exit 5): it could be neither written to the state ref nor printed."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Invalid(f"{field} holds text that is not valid Unicode (a lone surrogate at character "
+                      f"{exc.start})") from exc
+
+
 def _title(value: Any, field: str) -> str:
     return check_text(value, field, limit=MAX_TITLE, multiline=False, empty=False).strip()
 
@@ -218,9 +228,10 @@ def _data(value: Any, field: str) -> Any:
     import json
 
     try:
-        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass"))
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise Invalid(f"{field} must be plain data (mappings, lists, text, numbers)") from exc
+    size = len(check_unicode(text, field))
     if size > MAX_DATA:
         raise Invalid(f"{field} is too large ({size} bytes; at most {MAX_DATA})")
     return _sorted(value)
