@@ -8,8 +8,8 @@ not, must be a valid identity name (``invalid``, 5). The rule lives in the engin
 refusal: the library, ``gw apply`` (JSON lines and multi-document YAML become a batch), a real
 ``gw serve``, a real ``gw mcp`` (which takes no identity argument at all) and the arbiter's
 pre-receive hook, which re-applies a pushed batch whose members were rewritten with plain git.
-After every refusal the state ref is where it was. One gap is marked (strict xfail): the arbiter's role
-check lets through a forged member ``as`` that is not a name at all (only ``forbidden`` refuses there).
+After every refusal the state ref is where it was; the arbiter refuses a forged member ``as`` that is not a
+name at all too, since it re-applies every pushed command (derive.py) and any refusal refuses the push.
 """
 
 from __future__ import annotations
@@ -355,8 +355,6 @@ def test_the_arbiters_hook_refuses_a_forged_batch_member_identity(plane: tuple[P
     assert tip(bare, STATE) == base
 
 
-@pytest.mark.xfail(strict=True, reason="the arbiter's role check (gitwork/rolecheck.py, NAME=hook) refuses only "
-                                       "Forbidden; a forged 'as' that is not a name is Invalid there and let through")
 def test_the_arbiters_hook_refuses_a_forged_batch_member_identity_that_is_not_a_name(plane: tuple[Path, str],
                                                                                      tmp_path: Path) -> None:
     repo, item = plane
