@@ -28,7 +28,7 @@ import shutil
 import subprocess
 
 from .. import clock
-from ..errors import GwError, Held, Illegal, Invalid, NotFound
+from ..errors import GwError, Held, Illegal, Invalid, NonFastForward, NotFound
 from ..ops.session_records import (MAX_DOCUMENT_BYTES, SESSIONS_TREE, branch_path, canonical, check_schema,
                                    load_json, recorded_manifest, sha256)
 from ..store import crash_point
@@ -302,22 +302,67 @@ def finished(manifest: dict[str, Any]) -> bool:
 # --- transitions -----------------------------------------------------------------------------------
 
 
-def _source_for(run: Run, key: str) -> dict[str, Any]:
-    """The commit-once session a source-writing branch writes through (started once, then reused)."""
+def _ordered(keys: Any) -> list[str]:
+    return sorted(keys, key=lambda k: (round_of(k), int(k.split("/")[1].rpartition("-")[2])))
+
+
+def _earlier_sources(run: Run, position: int) -> list[tuple[str, Session]]:
+    """The done source-writing branches of the steps before ``position``, in chain order, with their
+    commit-once sessions (each committed: a done source branch has its one commit)."""
+    found = []
+    for key in _ordered(k for k, b in run.manifest["branches"].items()
+                        if b.get("source") and b["status"] == "done" and b.get("position", 0) < position
+                        and not is_exchange(k)):
+        found.append((key, Session.load(run.where.top, run.manifest["branches"][key]["source"])))
+    return found
+
+
+def _frozen_head(run: Run) -> str | None:
+    """The commit the session's first source step started from (later ones build on it)."""
+    for key in _ordered(k for k, b in run.manifest["branches"].items() if b.get("base")):
+        return str(run.manifest["branches"][key]["base"])
+    return None
+
+
+def _source_base(run: Run, position: int) -> tuple[str | None, list[dict[str, str]]]:
+    """Where a source step at ``position`` starts: the frozen head with every earlier step's committed
+    source on it (``None``: no earlier source step, start from the main worktree's HEAD), and the pins:
+    each earlier commit it was made against."""
+    earlier = _earlier_sources(run, position)
+    head = _frozen_head(run)
+    if not earlier or head is None:
+        return None, []
+    pins = [{"from": key, "commit": record["commit"]} for key, record in earlier]
+    from .combine import combine
+
+    made = combine(run.where.top, head, [p["commit"] for p in pins], actor=run.manifest["holder"],
+                   trailers=f"Work-Item: {run.manifest['item']}\nSession: {run.manifest['id']}\n",
+                   title=f"Base of session {run.manifest['id']} at step {position + 1}")
+    if made["conflicts"]:
+        raise Illegal(f"the earlier source steps of session {run.manifest['id']} conflict in "
+                      f"{', '.join(made['conflicts'])}: no base for step {position + 1}", conflicts=made["conflicts"])
+    return made["commit"], pins
+
+
+def _source_for(run: Run, key: str, position: int) -> dict[str, Any]:
+    """The commit-once session a source-writing branch writes through (started once, then reused), from
+    a base holding every earlier source step's commit; the request pins those commits."""
     source_id = f"{run.manifest['id']}-s{round_of(key)}-p{key.rpartition('-')[2]}"
+    base, pins = _source_base(run, position)
     try:
         record = Session.load(run.where.top, source_id)
     except NotFound:
-        start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id)
+        start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id, base_commit=base)
         record = Session.load(run.where.top, source_id)
-    return {"session": source_id, "branch": record.branch, "base": record["base"], "worktree": record.source}
+    out = {"session": source_id, "branch": record.branch, "base": record["base"], "worktree": record.source}
+    return {**out, "pins": pins} if pins else out
 
 
 def branch(run: Run, request: dict[str, Any], position: int) -> None:
     """The ``branch`` transition: the request written (never rewritten), then hashed into the manifest."""
     key = request["branch"]
     if run.manifest["stages"].get(request["stage"], {}).get("writesSource") and not is_exchange(key):
-        request["source"] = _source_for(run, key)
+        request["source"] = _source_for(run, key, position)
     data = canonical(check_schema("request", request, f"the request of {key}"))
     path = run.where.request(key)
     existing = _read(path)
@@ -335,6 +380,7 @@ def branch(run: Run, request: dict[str, Any], position: int) -> None:
     new["branches"][key] = {"stage": request["stage"], "status": "open", "position": position}
     if "source" in request:
         new["branches"][key]["source"] = request["source"]["session"]
+        new["branches"][key]["base"] = request["source"]["base"]
     if not is_exchange(key):
         new["current"] = max(new["current"], round_of(key))
     run.record("session-branch", new, key=key, request=data.decode("utf-8"))
@@ -539,6 +585,8 @@ def _changes_md(run: Run, key: str, folder: str, response: dict[str, Any]) -> No
     if commits != [record["commit"]]:
         raise Invalid(f"{key}: response.json commits must be [{record['commit']}], its session's one commit",
                       branch=key)
+    _check_pinned(run, key, record)
+    _check_siblings(run, key, record)
     lines = [f"# Changes of {key}", "", f"Commit: {record['commit']}", f"Base: {record['base']}",
              f"Session branch: {record.branch}", "", "| path | before | after |", "|---|---|---|"]
     lines += [f"| {c['path']} | {c.get('before') or '-'} | {c.get('after') or '-'} |"
@@ -546,6 +594,41 @@ def _changes_md(run: Run, key: str, folder: str, response: dict[str, Any]) -> No
     data = ("\n".join(lines) + "\n").encode("utf-8")
     if _read(os.path.join(folder, "changes.md")) != data:
         write_atomic(os.path.join(folder, "changes.md"), data)
+
+
+def _check_pinned(run: Run, key: str, record: Session) -> None:
+    """The gate on what a source response was made against: its commit's one parent is the base its
+    request pinned, and every commit the request pins is in it (a response made on another checkout, or
+    a session re-pointed at another base, is refused)."""
+    from . import git
+    from .combine import is_ancestor
+
+    request = load_json(_read(run.where.request(key)) or b"{}", f"the request of {key}")
+    pinned = (request.get("source") or {}).get("base")
+    parents = git("rev-list", "--parents", "-n1", record["commit"], cwd=run.where.top).out.split()[1:]
+    if pinned and (parents != [pinned] or record["base"] != pinned):
+        raise Invalid(f"{key}: commit {record['commit'][:12]} was made against {(parents or ['nothing'])[0][:12]}, "
+                      f"not the base {pinned[:12]} its request pinned", branch=key)
+    missing = [p["from"] for p in (request.get("source") or {}).get("pins") or []
+               if not is_ancestor(p["commit"], record["commit"], run.where.top)]
+    if missing:
+        raise Invalid(f"{key}: commit {record['commit'][:12]} lacks the pinned source of {', '.join(missing)}",
+                      branch=key)
+
+
+def _check_siblings(run: Run, key: str, record: Session) -> None:
+    """Parallel source branches may not touch the same file: the second to submit is refused, naming the
+    files and the sibling (so a conflict between them is never found as late as ``gw session done``)."""
+    mine = {c["path"] for c in record.get("changes") or []}
+    for other in _ordered(k for k, b in run.manifest["branches"].items()
+                          if k != key and not is_exchange(k) and round_of(k) == round_of(key) and b.get("source")
+                          and b["status"] == "done"):
+        theirs = Session.load(run.where.top, run.manifest["branches"][other]["source"])
+        both = sorted(mine & {c["path"] for c in theirs.get("changes") or []})
+        if both:
+            raise Invalid(f"refused {key}: {', '.join(both)} also changed by its parallel sibling {other}: parallel "
+                          "branches may not touch the same file (block this branch, or redo it without them)",
+                          branch=key, paths=both, sibling=other)
 
 
 # --- the verbs ---------------------------------------------------------------------------------------
@@ -872,6 +955,13 @@ def resume(wp: Workplane, session: str, fence: int | None = None) -> dict[str, A
         return run.result(already=True)
     if manifest["status"] != "blocked":
         raise Illegal(f"session {session} is {manifest['status']}: only a blocked session is resumed", session=session)
+    if manifest.get("conflicts"):  # blocked at publish: running again, gw session done tries again
+        new = copy.deepcopy(manifest)
+        new["status"] = "running"
+        new.pop("conflicts")
+        new["reason"] = None
+        run.record("session-resume", new, reason="block")
+        return run.result(already=False)
     n = manifest["current"]
     keys = round_keys(manifest, n)
     busy = [k for k in manifest["branches"] if manifest["branches"][k]["status"] in ("open", "waiting")]
@@ -897,8 +987,10 @@ def _lease_held(wp: Workplane, item_id: str) -> Any:
 
 
 def _sources(run: Run) -> list[Session]:
+    """The commit-once sessions of the source-writing branches, in chain order."""
     found = []
-    for state in run.manifest["branches"].values():
+    for key in _ordered(run.manifest["branches"]):
+        state = run.manifest["branches"][key]
         if state.get("source"):
             try:
                 found.append(Session.load(run.where.top, state["source"]))
@@ -926,17 +1018,31 @@ def done(wp: Workplane, session: str, route: str = "publish", fence: int | None 
     if route == "publish" and unchecked:
         raise Illegal(f"{item.id} has unchecked criteria {unchecked}: check them before the session publishes")
     if route == "publish":
-        from ..publish import publish as publish_source
+        from .land import land
 
-        for record in _sources(run):
-            if record.get("state") == "committed":
-                publish_source(wp, record.id, keep_open=True)
+        landed = land(wp, session, manifest["item"], [r for r in _sources(run) if r.get("state") == "committed"])
+        if landed["conflicts"]:
+            _block_on_conflicts(run, landed)
     new = copy.deepcopy(manifest)
     new.update(status="done", route=route, stoppedAt=clock.format_instant(wp.now()))
     for lease in new["leases"].values():
         lease["released"] = True
     run.record("session-end", new, to="done", route=route)
     return _finish(run)
+
+
+def _block_on_conflicts(run: Run, landed: dict[str, Any]) -> None:
+    """Nothing landed: the session is ``blocked`` with the conflicting paths named (``gw step resume``
+    takes it up again once they are resolved on the target), then exit 13."""
+    conflicts = landed["conflicts"]
+    new = copy.deepcopy(run.manifest)
+    new.update(status="blocked", conflicts=conflicts,
+               reason=f"publishing conflicts with {landed['target'][:12]} in {', '.join(conflicts)}"[:1024])
+    run.record("session-end", new, to="blocked", route="publish", reason=new["reason"])
+    raise NonFastForward(f"session {run.manifest['id']} was not published: its source conflicts with "
+                         f"{landed['target'][:12]} in {', '.join(conflicts)}. Nothing landed; the session is "
+                         "blocked. Resolve it on the target, then gw step resume and gw session done again.",
+                         session=run.manifest["id"], conflicts=conflicts, target=landed["target"])
 
 
 def _end_sources(run: Run) -> None:
