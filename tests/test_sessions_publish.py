@@ -188,3 +188,91 @@ def test_parallel_branches_touching_the_same_file_are_refused_at_submit(project:
     with pytest.raises(Invalid, match=r"a\.txt.*step-2/parallel-1"):
         steps.submit(plane, session, "step-2/parallel-2")
     assert git(project, "rev-parse", "refs/gitwork/state") == before
+
+
+# --- 3: handoff by kind; the 4-step chain with a fan-out, from gw session create to a published main ------
+
+
+def test_handoff_names_the_nearest_earlier_producer_of_each_kind(project: Path, plane: Workplane) -> None:
+    session = steps.create(plane, new_item(plane), "fanout")["session"]
+    plan(plane, project, session)
+    for key, name in (("step-2/parallel-1", "a.txt"), ("step-2/parallel-2", "b.txt")):
+        build(plane, project, session, key, {name: f"{key}\n"})
+    request = request_of(project, session, "step-3/parallel-1")
+    # the review gets both branches' code (the nearest producer of `code` fanned out) AND step 1's plan
+    assert request["inputs"] == [
+        {"name": "code", "from": "step-2/parallel-1", "path": "step-2/parallel-1/response/response.md"},
+        {"name": "code", "from": "step-2/parallel-2", "path": "step-2/parallel-2/response/response.md"},
+        {"name": "plan", "from": "step-1/parallel-1", "path": "step-1/parallel-1/response/data/plan.md"}]
+
+
+def test_needs_limits_the_kinds_handed_on(tmp_path: Path) -> None:
+    rules = RULES.replace("review: {operator: reviewer}", "review: {operator: reviewer, needs: [plan]}")
+    project = make_project(tmp_path / "proj", rules)
+    wp = Workplane(str(project), now=Clock(T0), agent="alice")
+    wp.do("init")
+    try:
+        session = steps.create(wp, new_item(wp), "fanout")["session"]
+        plan(wp, project, session)
+        build(wp, project, session, "step-2/parallel-1", {"a.txt": "A\n"})
+        build(wp, project, session, "step-2/parallel-2", {"new.txt": "B\n"})
+        assert [i["name"] for i in request_of(project, session, "step-3/parallel-1")["inputs"]] == ["plan"]
+    finally:
+        wp.close()
+
+
+def cli(project: Path, *args: str) -> dict[str, Any]:
+    from conftest import run_gw
+
+    done = run_gw(project, *args, "--json", env={"GW_AGENT": "alice"}, timeout=120)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return json.loads(done.stdout) if done.stdout.strip() else {}
+
+
+def test_four_step_chain_with_a_fan_out_from_create_to_a_published_main(tmp_path: Path) -> None:
+    """plan -> build A || build B (source) -> polish (source, on both) -> review, all through `gw`."""
+    project = make_project(tmp_path / "proj", RULES)
+    cli(project, "init")
+    item = cli(project, "new", "Four steps")["item"]
+    session = cli(project, "session", "create", item, "--chain", "chain4")["session"]
+    folder = folder_of(project, session)
+    answer(folder, "step-1/parallel-1", {"status": "done", "fields": {"plan": "response/data/plan.md"}},
+           {"data/plan.md": "the plan\n"})
+    cli(project, "step", "submit", session, "step-1/parallel-1")
+    made = {}
+    for key, name in (("step-2/parallel-1", "a.txt"), ("step-2/parallel-2", "b.txt")):
+        request = request_of(project, session, key)
+        assert [i["name"] for i in request["inputs"]] == ["plan"]
+        tree = Path(request["source"]["worktree"])
+        (tree / name).write_text(f"written by {key}\n")
+        made[key] = cli(tree, "session", "commit", request["source"]["session"], "--file", name, "-m", key)["commit"]
+        answer(folder, key, {"status": "done", "fields": {"code": "response/response.md"}, "commits": [made[key]]},
+               {"response.md": f"{key}\n"})
+        cli(project, "step", "submit", session, key)
+    polish = request_of(project, session, "step-3/parallel-1")
+    assert [p["commit"] for p in polish["source"]["pins"]] == [made["step-2/parallel-1"], made["step-2/parallel-2"]]
+    assert {(i["name"], i["from"]) for i in polish["inputs"]} == {
+        ("code", "step-2/parallel-1"), ("code", "step-2/parallel-2"), ("plan", "step-1/parallel-1")}
+    tree = Path(polish["source"]["worktree"])
+    assert (tree / "a.txt").read_text() == "written by step-2/parallel-1\n"  # it starts from both branches
+    assert (tree / "b.txt").read_text() == "written by step-2/parallel-2\n"
+    (tree / "c.txt").write_text("polished\n")
+    last = cli(tree, "session", "commit", polish["source"]["session"], "--file", "c.txt", "-m", "polish")["commit"]
+    answer(folder, "step-3/parallel-1", {"status": "done", "fields": {"code": "response/response.md"},
+                                         "commits": [last]}, {"response.md": "polished\n"})
+    cli(project, "step", "submit", session, "step-3/parallel-1")
+    review = request_of(project, session, "step-4/parallel-1")
+    assert [(i["name"], i["from"]) for i in review["inputs"]] == [("code", "step-3/parallel-1"),
+                                                                  ("plan", "step-1/parallel-1")]
+    answer(folder, "step-4/parallel-1", {"status": "done", "fields": {}})
+    cli(project, "step", "submit", session, "step-4/parallel-1")
+    moves = len(reflog(project))
+    cli(project, "session", "done", session)
+    assert len(reflog(project)) == moves + 1
+    assert git(project, "rev-parse", "main") == last  # polish holds everything: a fast-forward
+    for name, text in (("a.txt", "written by step-2/parallel-1"), ("b.txt", "written by step-2/parallel-2"),
+                       ("c.txt", "polished")):
+        assert git(project, "show", f"main:{name}") == text
+    manifest = check_invariants(project, session)
+    assert manifest["status"] == "done" and not folder.exists()
+    assert cli(project, "show", item)["status"] == "done"

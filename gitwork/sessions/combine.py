@@ -48,7 +48,10 @@ def combine(top: str, start: str, commits: list[str], *, actor: str, trailers: s
     parents: the result so far, the commit). ``{"commit", "merged", "conflicts", "with"}``: on a conflict
     ``commit`` is the result before the commit that conflicts (``with``), and nothing was written."""
     current, merged = start, False
-    for commit in commits:
+    # A commit a later one already holds (step 2's, that step 3 built on) is not merged again: the later
+    # commit's own base merge is the one that counts, so a chain that built step on step fast-forwards.
+    tips = [c for i, c in enumerate(commits) if not any(is_ancestor(c, later, top) for later in commits[i + 1:])]
+    for commit in tips:
         if is_ancestor(commit, current, top):
             continue
         if is_ancestor(current, commit, top):

@@ -11,7 +11,7 @@
       steps:                          # a step key: its operator, how many parallel branches, source or not
         plan: {operator: planner}
         build: {operator: coder, parallel: 2, writes_source: true}
-        review: {operator: user}
+        review: {operator: user, needs: [plan, code]}   # needs: the field kinds handed to it (default: all)
       chains:                         # a chain: a list of step keys, run in order
         feature: [plan, build, review]
       backend: subprocess             # optional: where the coordinator launches operators (or tmux)
@@ -48,10 +48,12 @@ class Operator:
 
 
 class Step:
-    __slots__ = ("name", "operator", "parallel", "writes_source")
+    __slots__ = ("name", "operator", "parallel", "writes_source", "needs")
 
-    def __init__(self, name: str, operator: str, parallel: int, writes_source: bool) -> None:
+    def __init__(self, name: str, operator: str, parallel: int, writes_source: bool,
+                 needs: list[str] | None = None) -> None:
         self.name, self.operator, self.parallel, self.writes_source = name, operator, parallel, writes_source
+        self.needs = needs
 
 
 BACKENDS = ("subprocess", "tmux")
@@ -142,7 +144,7 @@ def load(settings: Any) -> Rules:
     steps: dict[str, Step] = {}
     for name, spec in _mapping(doc.get("steps"), "steps").items():
         where, spec = _entry("steps", name, spec, _NAME, "letters, digits, _ and -",
-                             {"operator", "parallel", "writes_source"})
+                             {"operator", "parallel", "writes_source", "needs"})
         operator = spec.get("operator")
         if not isinstance(operator, str) or (operator not in operators and operator not in BUILTIN):
             raise _bad(f"{where}.operator", f"{operator!r} is not an operator (define it under sessions.operators)")
@@ -153,7 +155,11 @@ def load(settings: Any) -> Rules:
             (operator in operators and operators[operator].writes_source)
         if writes and operator in BUILTIN:
             raise _bad(where, f"the {operator} operator cannot write source through a session")
-        steps[name] = Step(name, operator, parallel, writes)
+        needs = spec.get("needs")
+        if needs is not None and (not isinstance(needs, list) or len(needs) > 64
+                                  or not all(isinstance(k, str) and _OPERATOR.match(k) for k in needs)):
+            raise _bad(f"{where}.needs", "a list of field kinds (letters, digits, _ . and -)")
+        steps[name] = Step(name, operator, parallel, writes, sorted(set(needs)) if needs is not None else None)
     chains: dict[str, list[str]] = {}
     for name, spec in _mapping(doc.get("chains"), "chains").items():
         if not isinstance(name, str) or not _NAME.match(name):

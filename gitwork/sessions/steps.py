@@ -227,15 +227,27 @@ def _request(manifest: dict[str, Any], key: str, operator: str, stage: str, **ex
             "item": manifest["item"], "inputs": extra.pop("inputs", []), "resume": extra.pop("resume", None), **extra}
 
 
-def _inputs(wp: Workplane, manifest: dict[str, Any], position: int) -> list[dict[str, Any]]:
-    """Handoff: every field the done branches at ``position`` registered, as paths from the session root."""
-    found = []
+def _inputs(wp: Workplane, manifest: dict[str, Any], position: int, needs: list[str] | None = None
+            ) -> list[dict[str, Any]]:
+    """Handoff by kind: for each field kind registered by the done branches of the steps before
+    ``position`` (or only the kinds in ``needs``), the nearest earlier producer's paths: every done
+    branch of the latest step that registered that kind (a fan-out hands on all its branches), paths
+    from the session root. Ordered by kind, then chain order. Nested exchanges hand nothing on."""
+    produced: dict[str, list[tuple[int, str, str]]] = {}
     for key in sorted((k for k, b in manifest["branches"].items()
-                       if not is_exchange(k) and b.get("position") == position and b["status"] == "done"),
+                       if not is_exchange(k) and b.get("position", 0) < position and b["status"] == "done"),
                       key=lambda k: (round_of(k), int(k.rpartition("-")[2]))):
         data = _recorded_file(wp, manifest["id"], key, "response", "response.json")
         fields = load_json(data, f"the recorded response of {key}").get("fields", {}) if data else {}
-        found += [{"name": name, "from": key, "path": f"{key}/{path}"} for name, path in sorted(fields.items())]
+        for name, path in fields.items():
+            produced.setdefault(name, []).append((manifest["branches"][key].get("position", 0), key, path))
+    found = []
+    for name in sorted(produced):
+        if needs is not None and name not in needs:
+            continue
+        nearest = max(p for p, _k, _path in produced[name])
+        found += [{"name": name, "from": key, "path": f"{key}/{path}"}
+                  for p, key, path in produced[name] if p == nearest]
     return found
 
 
@@ -265,9 +277,10 @@ def planned(wp: Workplane, manifest: dict[str, Any], n: int) -> list[tuple[dict[
         position = manifest["branches"][previous[0]]["position"] + 1
         if position >= len(manifest["plan"]):
             return []  # the chain is finished
-        inputs = _inputs(wp, manifest, position - 1)
     stage = manifest["plan"][position]
     rule = stages[stage]
+    if n > 1:
+        inputs = _inputs(wp, manifest, position, rule.get("needs"))
     return [(_request(manifest, _branch_key(n, m), rule["operator"], stage, inputs=inputs,
                       parallel={"index": m, "of": rule["parallel"]}), position)
             for m in range(1, rule["parallel"] + 1)]
@@ -700,6 +713,9 @@ def create(wp: Workplane, item: str, chain: str, fence: int | None = None, proje
     now = wp.now()
     stages = {name: {"operator": rules.steps[name].operator, "parallel": rules.steps[name].parallel,
                      "writesSource": rules.steps[name].writes_source} for name in plan}
+    for name in plan:
+        if rules.steps[name].needs is not None:
+            stages[name]["needs"] = rules.steps[name].needs
     name = slug(project or os.path.basename(top.rstrip(os.sep)) or "repo")
     taken = _unrecorded_folder(top, item_id, chain, actor)
     for attempt in range(100):
