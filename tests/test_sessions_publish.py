@@ -276,3 +276,30 @@ def test_four_step_chain_with_a_fan_out_from_create_to_a_published_main(tmp_path
     manifest = check_invariants(project, session)
     assert manifest["status"] == "done" and not folder.exists()
     assert cli(project, "show", item)["status"] == "done"
+
+
+# --- 5: done on every route ends the session as the spec says ----------------------------------------------
+
+
+@pytest.mark.parametrize("route", ["user", "external"])
+def test_done_on_a_person_route_releases_the_lease_deletes_the_folder_and_keeps_the_audit(
+        project: Path, plane: Workplane, route: str) -> None:
+    item = new_item(plane)
+    session = steps.create(plane, item, "fanout")["session"]
+    plan(plane, project, session)
+    build(plane, project, session, "step-2/parallel-1", {"a.txt": "A\n"})
+    build(plane, project, session, "step-2/parallel-2", {"b.txt": "B\n"})
+    answer(folder_of(project, session), "step-3/parallel-1", {"status": "done", "fields": {}})
+    steps.submit(plane, session, "step-3/parallel-1")
+    main = git(project, "rev-parse", "main")
+    ended = steps.done(plane, session, route=route)
+    assert ended["status"] == "done" and ended["folder"] is None and not folder_of(project, session).exists()
+    assert plane.lease(item).state == "released" and plane.item(item).status == "done"
+    assert git(project, "rev-parse", "main") == main  # nothing published on a person's route
+    manifest = check_invariants(project, session)
+    assert manifest["route"] == route and on_ref(project, f"sessions/{session}/step-3/parallel-1/response/response.json")
+    # the source branches were not published: their unpublished commit-once sessions are dropped on the record
+    subjects = git(project, "log", "--format=%s", "refs/gitwork/state").splitlines()
+    assert sum(s.startswith("session-drop ") for s in subjects) == 2
+    again = steps.done(plane, session, route=route)  # a re-run converges, records nothing
+    assert again["status"] == "done" and git(project, "log", "--format=%s", "refs/gitwork/state").splitlines() == subjects

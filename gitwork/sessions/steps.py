@@ -144,8 +144,8 @@ def _recorded_file(wp: Workplane, session: str, key: str, *rest: str) -> bytes |
 
 def mirror(where: Where, manifest: dict[str, Any]) -> None:
     """Make the folder's ``state.json`` the recorded manifest (a published session's folder stays gone)."""
-    if manifest["status"] == "done" and manifest.get("route") == "publish" and not os.path.isdir(where.folder):
-        return
+    if manifest["status"] == "done" and not os.path.isdir(where.folder):
+        return  # a done session's folder stays gone
     path = os.path.join(where.folder, STATE)
     data = canonical(manifest)
     if _read(path, 1 << 20) != data:
@@ -1031,8 +1031,8 @@ def done(wp: Workplane, session: str, route: str = "publish", fence: int | None 
                       + ": it cannot be done yet", session=session)
     item = wp.item(manifest["item"])
     unchecked = [n for n, c in enumerate(item.criteria, 1) if not c.get("checked")]
-    if route == "publish" and unchecked:
-        raise Illegal(f"{item.id} has unchecked criteria {unchecked}: check them before the session publishes")
+    if unchecked:  # every route marks the item done
+        raise Illegal(f"{item.id} has unchecked criteria {unchecked}: check them before the session is done")
     if route == "publish":
         from .land import land
 
@@ -1062,8 +1062,12 @@ def _block_on_conflicts(run: Run, landed: dict[str, Any]) -> None:
 
 
 def _end_sources(run: Run) -> None:
+    """A session that ended leaves no commit-once session open: those without a commit are dropped, and so
+    are committed ones a done session did not publish (a person's route): only published commits survive."""
+    manifest = run.manifest
+    unpublished = ("started", "committed") if manifest["status"] == "done" else ("started",)
     for record in _sources(run):
-        if record.get("state") == "started":
+        if record.get("state") in unpublished:
             drop_source(run.wp, record.id, reason=f"session {run.manifest['id']} ended")
         elif record.get("state") == "published" and os.path.isdir(record.folder):
             from . import git
@@ -1079,12 +1083,13 @@ def _finish(run: Run) -> dict[str, Any]:
     _end_sources(run)
     lease = _lease_held(run.wp, manifest["item"])
     if lease is not None:
-        if manifest["status"] == "done" and manifest.get("route") == "publish":
-            run.wp.do("done", item=manifest["item"], fence=lease.fence)
+        if manifest["status"] == "done":  # every route: the session finished its chain, the item is done
+            run.wp.do("done", item=manifest["item"], fence=lease.fence,
+                      reason=f"session {manifest['id']} done ({manifest.get('route')})")
         else:
             run.wp.do("release", item=manifest["item"], fence=lease.fence)
     crash_point("session-end-released")
-    if manifest["status"] == "done" and manifest.get("route") == "publish":
+    if manifest["status"] == "done":  # the spec: release the lease, delete the folder (the audit is on the ref)
         shutil.rmtree(run.where.folder, ignore_errors=True)
     return run.result()
 
