@@ -303,3 +303,52 @@ def test_done_on_a_person_route_releases_the_lease_deletes_the_folder_and_keeps_
     assert sum(s.startswith("session-drop ") for s in subjects) == 2
     again = steps.done(plane, session, route=route)  # a re-run converges, records nothing
     assert again["status"] == "done" and git(project, "log", "--format=%s", "refs/gitwork/state").splitlines() == subjects
+
+
+# --- 8: review steps ------------------------------------------------------------------------------------------
+
+REVIEW_RULES = RULES.replace("  chains:\n", """    check: {operator: reviewer, distinct_operator: true, max_rounds: 1, seal: true}
+    selfcheck: {operator: planner, distinct_operator: true}
+  chains:
+    reviewed: [plan, build, check]
+    selfreviewed: [plan, selfcheck]
+""")
+
+
+def test_a_review_step_is_another_operator_bounded_and_seals_what_it_reviewed(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "proj", REVIEW_RULES)
+    wp = Workplane(str(project), now=Clock(T0), agent="alice")
+    wp.do("init")
+    try:
+        item = new_item(wp)
+        before = git(project, "rev-parse", "refs/gitwork/state")
+        with pytest.raises(Invalid, match="distinct_operator"):
+            steps.create(wp, item, "selfreviewed")  # the planner would review its own plan
+        assert git(project, "rev-parse", "refs/gitwork/state") == before
+        session = steps.create(wp, item, "reviewed")["session"]
+        plan(wp, project, session)
+        build(wp, project, session, "step-2/parallel-1", {"a.txt": "A\n"})
+        build(wp, project, session, "step-2/parallel-2", {"b.txt": "B\n"})
+        key = "step-3/parallel-1"
+        request = request_of(project, session, key)
+        folder = folder_of(project, session)
+        for entry in request["inputs"]:  # each artifact handed over by the hash it was recorded with
+            assert len(entry["sha256"]) == 64
+        # one question/answer round is allowed, a second is refused
+        answer(folder, key, {"status": "waiting", "fields": {}, "awaiting": {"exchange": "q1", "operator": "user"}})
+        steps.submit(wp, session, key)
+        answer(folder, f"{key}/q1", {"status": "done", "fields": {}})
+        steps.submit(wp, session, f"{key}/q1")
+        answer(folder, key, {"status": "waiting", "fields": {}, "awaiting": {"exchange": "q2", "operator": "user"}})
+        with pytest.raises(Invalid, match="max_rounds"):
+            steps.submit(wp, session, key)
+        answer(folder, key, {"status": "done", "fields": {"verdict": "response/response.md"}},
+               {"response.md": "approved\n"})
+        steps.submit(wp, session, key)
+        sealed = (folder / key / "response" / "sealed.sha256").read_text().splitlines()
+        assert sorted(line.split(" ", 1)[1] for line in sealed) == sorted(i["path"] for i in request["inputs"])
+        assert {line.split(" ", 1)[0] for line in sealed} == {i["sha256"] for i in request["inputs"]}
+        listing = (on_ref(project, f"sessions/{session}/{key}/response/files.sha256") or b"").decode()
+        assert "response/sealed.sha256" in listing  # the seal is part of the recorded response
+    finally:
+        wp.close()

@@ -281,6 +281,9 @@ def planned(wp: Workplane, manifest: dict[str, Any], n: int) -> list[tuple[dict[
     rule = stages[stage]
     if n > 1:
         inputs = _inputs(wp, manifest, position, rule.get("needs"))
+        if rule.get("seal"):  # a review step: each artifact it is handed, by the hash it was recorded with
+            inputs = [{**i, "sha256": _recorded_listing_of(wp, manifest["id"], i["from"]).get(i["path"], "")}
+                      for i in inputs]
     return [(_request(manifest, _branch_key(n, m), rule["operator"], stage, inputs=inputs,
                       parallel={"index": m, "of": rule["parallel"]}), position)
             for m in range(1, rule["parallel"] + 1)]
@@ -472,7 +475,11 @@ def check_request(run: Run, key: str) -> dict[str, Any]:
 
 
 def _recorded_listing(run: Run, key: str) -> dict[str, str]:
-    data = _recorded_file(run.wp, run.manifest["id"], key, "response", "files.sha256") or b""
+    return _recorded_listing_of(run.wp, run.manifest["id"], key)
+
+
+def _recorded_listing_of(wp: Workplane, session: str, key: str) -> dict[str, str]:
+    data = _recorded_file(wp, session, key, "response", "files.sha256") or b""
     listing = {}
     for line in data.decode("utf-8", "replace").splitlines():
         digest, _, path = line.partition(" ")
@@ -609,6 +616,24 @@ def _changes_md(run: Run, key: str, folder: str, response: dict[str, Any]) -> No
         write_atomic(os.path.join(folder, "changes.md"), data)
 
 
+def _seal(run: Run, key: str, folder: str) -> None:
+    """A review step's seal: each artifact it was handed, with the sha256 its request pinned and the one on
+    disk now (they must agree: it reviewed exactly that), written to ``response/sealed.sha256`` and so
+    recorded with the response's files."""
+    request = load_json(_read(run.where.request(key)) or b"{}", f"the request of {key}")
+    lines = []
+    for entry in request.get("inputs") or []:
+        full = os.path.join(run.where.folder, *entry["path"].split("/"))
+        now = _hash_file(full) if os.path.isfile(full) else "missing"
+        if entry.get("sha256") and now != entry["sha256"]:
+            raise Invalid(f"{key}: the artifact {entry['path']} it reviewed is not the one handed to it "
+                          f"({now[:12]} on disk, {entry['sha256'][:12]} pinned)", branch=key)
+        lines.append(f"{now} {entry['path']}\n")
+    data = "".join(lines).encode("utf-8")
+    if _read(os.path.join(folder, "sealed.sha256")) != data:
+        write_atomic(os.path.join(folder, "sealed.sha256"), data)
+
+
 def _check_pinned(run: Run, key: str, record: Session) -> None:
     """The gate on what a source response was made against: its commit's one parent is the base its
     request pinned, and every commit the request pins is in it (a response made on another checkout, or
@@ -716,6 +741,7 @@ def create(wp: Workplane, item: str, chain: str, fence: int | None = None, proje
     for name in plan:
         if rules.steps[name].needs is not None:
             stages[name]["needs"] = rules.steps[name].needs
+        stages[name].update(rules.steps[name].review)
     name = slug(project or os.path.basename(top.rstrip(os.sep)) or "repo")
     taken = _unrecorded_folder(top, item_id, chain, actor)
     for attempt in range(100):
@@ -901,7 +927,15 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
         if exchange in manifest["branches"]:
             raise Invalid(f"{key} already had the exchange {exchange}: name a new one", branch=key)
         run.rules.operator(response["awaiting"]["operator"])
+        limit = manifest["stages"].get(state["stage"], {}).get("maxRounds")
+        asked = [k for k in manifest["branches"] if k.startswith(key + "/")]
+        if limit is not None and len(asked) >= limit:
+            raise Invalid(f"{key} has had {len(asked)} question/answer round(s), its step's max_rounds: answer done "
+                          "or blocked", branch=key)
     _changes_md(run, key, folder, response)
+    if response["status"] == "done" and manifest["stages"].get(state["stage"], {}).get("seal") \
+            and not is_exchange(key):
+        _seal(run, key, folder)
     if response["status"] == "done":  # the operator's own gate judges what it produced
         operator = run.rules.operator(manifest["steps"][key])
         _run_validator(operator, branch_env(run.where, manifest, key), run.where.branch(key), key)
