@@ -5,6 +5,7 @@ publishes every source branch or none, parallel branches may not touch the same 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +353,28 @@ def test_a_review_step_is_another_operator_bounded_and_seals_what_it_reviewed(tm
         assert "response/sealed.sha256" in listing  # the seal is part of the recorded response
     finally:
         wp.close()
+
+
+def test_chained_source_steps_with_the_local_hooks_installed(project: Path, plane: Workplane) -> None:
+    """The commit-once hooks let a later source step commit once on a base holding earlier, still
+    unpublished, commits of the same session (after a fan-out: their merge), and still refuse a second
+    commit there."""
+    from conftest import run_gw
+
+    installed = run_gw(project, "hooks", "install")
+    assert installed.returncode == 0, installed.stderr
+    session = steps.create(plane, new_item(plane), "chain4")["session"]
+    plan(plane, project, session)
+    build(plane, project, session, "step-2/parallel-1", {"a.txt": "alpha, A\n"})
+    build(plane, project, session, "step-2/parallel-2", {"b.txt": "beta, B\n"})
+    last = build(plane, project, session, "step-3/parallel-1", {"c.txt": "polished\n"})
+    tree = Path(request_of(project, session, "step-3/parallel-1")["source"]["worktree"])
+    (tree / "c.txt").write_text("again\n")
+    again = subprocess.run(["git", "commit", "-qam", "second"], cwd=tree, capture_output=True, text=True)
+    assert again.returncode != 0 and "commit-once" in again.stderr
+    git(tree, "checkout", "-q", "--", "c.txt")
+    answer(folder_of(project, session), "step-4/parallel-1", {"status": "done", "fields": {}})
+    steps.submit(plane, session, "step-4/parallel-1")
+    steps.done(plane, session)
+    assert git(project, "rev-parse", "main") == last["commit"]
+    assert git(project, "show", "main:a.txt") == "alpha, A" and git(project, "show", "main:c.txt") == "polished"
