@@ -378,3 +378,44 @@ def test_chained_source_steps_with_the_local_hooks_installed(project: Path, plan
     steps.done(plane, session)
     assert git(project, "rev-parse", "main") == last["commit"]
     assert git(project, "show", "main:a.txt") == "alpha, A" and git(project, "show", "main:c.txt") == "polished"
+
+
+def _gw(project: Path, *args: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+    from conftest import run_gw
+
+    env = {"GW_AGENT": "alice", "GW_NO_AUTO_GC": "1", **({"GW_CRASH_AT": crash} if crash else {})}
+    return run_gw(project, *args, env=env, timeout=120)
+
+
+def test_gw_session_done_conflict_is_exit_13_one_line_and_a_kill_9_while_landing_converges(
+        project: Path, plane: Workplane) -> None:
+    item = new_item(plane)
+    session = steps.create(plane, item, "fanout")["session"]
+    plan(plane, project, session)
+    build(plane, project, session, "step-2/parallel-1", {"a.txt": "alpha, A\n"})
+    build(plane, project, session, "step-2/parallel-2", {"b.txt": "beta, B\n"})
+    answer(folder_of(project, session), "step-3/parallel-1", {"status": "done", "fields": {}})
+    steps.submit(plane, session, "step-3/parallel-1")
+    plane.close()
+    (project / "b.txt").write_text("beta, on main\n")
+    git(project, "commit", "-q", "-am", "main moves")
+    moved = git(project, "rev-parse", "main")
+    refused = _gw(project, "session", "done", session)
+    assert refused.returncode == 13 and "b.txt" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in refused.stderr and git(project, "rev-parse", "main") == moved
+    assert json.loads(_gw(project, "session", "status", session, "--json").stdout)["status"] == "blocked"
+    git(project, "revert", "--no-edit", "HEAD")
+    assert _gw(project, "step", "resume", session).returncode == 0
+    reverted = git(project, "rev-parse", "main")
+    for crash in ("session-publish-landed", "session-publish-recorded"):
+        died = _gw(project, "session", "done", session, crash=crash)
+        assert died.returncode == -9, died.stderr
+    landed = git(project, "rev-parse", "main")
+    assert landed != reverted
+    done = _gw(project, "session", "done", session)
+    assert done.returncode == 0, done.stderr
+    assert git(project, "rev-parse", "main") == landed  # landed once: the re-runs only recorded
+    subjects = git(project, "log", "--format=%s", "refs/gitwork/state").splitlines()
+    for source in (f"{session}-s2-p1", f"{session}-s2-p2"):
+        assert sum(s.startswith(f"publish {source} ") for s in subjects) == 1, subjects[:8]
+    assert subjects[0].startswith(f"done {item}")

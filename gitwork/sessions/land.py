@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .. import clock
 from ..errors import Invalid, NonFastForward
+from ..store import crash_point
 from . import Session, resolve_commit
 from .combine import combine
 
@@ -62,6 +63,7 @@ def land(wp: Workplane, session: str, item: str, records: list[Session]) -> dict
             break
     else:
         raise NonFastForward(f"{into} kept moving while publishing session {session}; try again")
+    crash_point("session-publish-landed")  # the ref moved, no record yet: a re-run records, lands nothing
     mode = "merge" if made["merged"] else "fast-forward"
     for record in records:
         record.doc.update(state="published", published={
@@ -72,4 +74,5 @@ def land(wp: Workplane, session: str, item: str, records: list[Session]) -> dict
                             previous=target, into=into, mode=mode, fence=record["fence"], keep_open=True)
         record.doc["published"]["recorded"] = applied.commit
         record.save()
+        crash_point("session-publish-recorded")
     return {"conflicts": [], "commit": new, "mode": mode, "previous": target, "into": into, "gates": gates}
