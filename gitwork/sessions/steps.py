@@ -655,12 +655,12 @@ def _check_pinned(run: Run, key: str, record: Session) -> None:
 
 
 def _check_siblings(run: Run, key: str, record: Session) -> None:
-    """Parallel source branches may not touch the same file: the second to submit is refused, naming the
-    files and the sibling (so a conflict between them is never found as late as ``gw session done``)."""
+    """Parallel source branches (the same step, a re-entered one included) may not touch the same file: the
+    second to submit is refused, naming the files and the sibling (so a conflict between them is never found as late as ``gw session done``)."""
     mine = {c["path"] for c in record.get("changes") or []}
     for other in _ordered(k for k, b in run.manifest["branches"].items()
-                          if k != key and not is_exchange(k) and round_of(k) == round_of(key) and b.get("source")
-                          and b["status"] == "done"):
+                          if k != key and not is_exchange(k) and b.get("source") and b["status"] == "done"
+                          and b.get("position") == run.manifest["branches"][key].get("position")):
         theirs = Session.load(run.where.top, run.manifest["branches"][other]["source"])
         both = sorted(mine & {c["path"] for c in theirs.get("changes") or []})
         if both:
