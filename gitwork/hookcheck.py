@@ -113,7 +113,30 @@ def has_own_work(commit: str, session: str) -> bool:
     published ref. Another session's trailer does not count: a base may well be an earlier session's
     published commit.
     """
-    return session in _trailers(commit, "Session") or bool(_unreached(commit, PUBLISHED)[:1])
+    named = _trailers(commit, "Session")
+    if session in named:
+        return True
+    unreached = _unreached(commit, PUBLISHED)
+    return bool(unreached[:1]) and not _earlier_steps(unreached, session)
+
+
+_STEP_BRANCH = re.compile(r"(.+)-s[1-9][0-9]*-p[1-9][0-9]*\Z")
+
+
+def _earlier_steps(commits: list[str], session: str) -> bool:
+    """A multi-step session's source branch ``<id>-sN-pM`` starts from a base holding the earlier steps'
+    commits, still unpublished until ``gw session done`` lands them all (docs/sessions.md): that base is
+    not this branch's own work when every unpublished commit in it was made for the same multi-step
+    session (a ``Session:`` trailer ``<id>`` or ``<id>-sK-pJ``)."""
+    match = _STEP_BRANCH.match(session)
+    if not match:
+        return False
+    parent = match.group(1)
+    for commit in commits:
+        if not any(s == parent or (_STEP_BRANCH.match(s) and _STEP_BRANCH.match(s).group(1) == parent)  # type: ignore[union-attr]
+                   for s in _trailers(commit, "Session")):
+            return False
+    return True
 
 
 def _state_ref() -> str:
@@ -192,7 +215,7 @@ def check_session_update(update: RefUpdate) -> str | None:
         return None
     if current is None:
         own = _unreached(new, PUBLISHED)
-        if len(own) > 1:
+        if len(own) > 1 and not _earlier_steps(own, name[len("session/"):]):
             return (f"{name} may be created with at most one commit of its own "
                     f"({len(own)} commits of {new[:12]} are on no published branch)")
         return None
