@@ -60,7 +60,7 @@ def missing() -> str | None:
     return None
 
 
-def nginx_conf(*, prefix: Path, root: Path, socket: Path, port: int, run_as: str | None) -> str:
+def nginx_conf(*, prefix: Path, port: int, run_as: str | None) -> str:
     """The nginx configuration of the arbiter (docs/deploy.md explains it line by line)."""
     user = f"user {run_as};\n" if run_as else ""
     return f"""\
@@ -139,11 +139,9 @@ class WebServer:
     def __init__(self, root: Path, *, workers: int = 4) -> None:
         self.root = Path(root)
         self.workers = workers  # fcgiwrap children: requests served at once
-        # The fcgiwrap socket path must fit sockaddr_un (108 bytes): pytest's tmp paths may not.
-        self.prefix = Path(tempfile.mkdtemp(prefix="gw-www-"))
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log = self.prefix / "server.log"
+        self.prefix = Path("/nonexistent")  # made by start(), removed by stop()
 
     def url(self, name: str) -> str:
         """The push URL (with the test user's credentials)."""
@@ -154,14 +152,21 @@ class WebServer:
         assert self.port is not None, "server never started"
         return f"http://127.0.0.1:{self.port}/{name}.git"
 
+    @property
+    def log(self) -> Path:
+        return self.prefix / "server.log"
+
     def _configure(self) -> None:
+        # A private prefix per start; its fcgiwrap socket path must fit sockaddr_un (108 bytes), which
+        # pytest's tmp paths may not.
+        self.prefix = Path(tempfile.mkdtemp(prefix="gw-www-"))
         socket = self.prefix / "fcgiwrap.sock"
         (self.prefix / "tmp").mkdir(exist_ok=True)
         run_as = None
         if os.geteuid() == 0:
             run_as = "root root"  # else the workers become nobody, who cannot reach the socket
         (self.prefix / "nginx.conf").write_text(
-            nginx_conf(prefix=self.prefix, root=self.root, socket=socket, port=self.port or 0, run_as=run_as))
+            nginx_conf(prefix=self.prefix, port=self.port or 0, run_as=run_as))
         (self.prefix / "git-backend.conf").write_text(backend_conf(root=self.root, socket=socket))
         # nginx reads {PLAIN} passwords; a deployment uses `htpasswd -B` (bcrypt) instead.
         (self.prefix / "htpasswd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}\n")
@@ -173,7 +178,6 @@ class WebServer:
             self.port = self.port or free_port()
             self._configure()
             socket = self.prefix / "fcgiwrap.sock"
-            socket.unlink(missing_ok=True)
             script = ('"$1" -c "$2" -s "unix:$3" -p "$4" & '
                       'exec "$5" -p "$6" -c "$6/nginx.conf" -e "$6/error.log"')
             with open(self.log, "ab") as log:
@@ -190,11 +194,13 @@ class WebServer:
                     return
                 time.sleep(0.05)
             else:
+                logs = self._logs()
                 self.stop()
-                raise RuntimeError(f"nginx did not start: {self._logs()}")
-            self._kill()
+                raise RuntimeError(f"nginx did not start: {logs}")
+            logs = self._logs()
+            self.stop()
             if time.monotonic() >= deadline:
-                raise RuntimeError(f"nginx could not start: {self._logs()}")
+                raise RuntimeError(f"nginx could not start: {logs}")
             self.port = None
             time.sleep(0.1)
 
@@ -223,23 +229,24 @@ class WebServer:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        """Stop nginx, fcgiwrap and every request they serve (the whole group); none of them is left."""
+        """Stop nginx, fcgiwrap and every request they serve (the whole group; none of them is left), and
+        remove the private prefix. :meth:`start` again serves the same port (the clones' URLs stay valid)."""
         self._kill()
+        shutil.rmtree(self.prefix, ignore_errors=True)
         deadline = time.monotonic() + 5
         while self.port and accepts(self.port) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def close(self) -> None:
-        """Stop, and remove the private prefix (config, logs, socket)."""
+    def restart(self) -> None:
         self.stop()
-        shutil.rmtree(self.prefix, ignore_errors=True)
+        self.start()
 
     def __enter__(self) -> WebServer:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.stop()
 
 
 def served_repo(root: Path, name: str, *, server_hook: bool = True) -> Path:
@@ -272,4 +279,4 @@ def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
     try:
         yield server
     finally:
-        server.close()
+        server.stop()
