@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import git, tip
 from daemon import in_group
 from test_state_hook import craft, events_log
 from test_sync import STATE, assert_sound, gw_ok, machine, new_item
@@ -107,6 +107,40 @@ def test_the_server_hook_refuses_forged_state_pushes(tmp_path: Path, web_server:
     gw_ok(a, "claim", item, "--as", "carol")
     assert tip(plane) == tip(a)
     assert_sound(plane)
+
+
+def test_the_server_hook_refuses_a_commit_whose_tree_is_not_its_commands_replay(
+        tmp_path: Path, web_server: WebServer, plane: Path) -> None:
+    """A forged state commit: a real ``gw new`` commit, same message, author, committer and time, with
+    the new item's title changed in the tree. It parses, it fast-forwards, it rewrites no log: only
+    replaying its command (the arbiter's own derivation, gitwork/derive.py) tells it is not what
+    the command writes."""
+    pytest.importorskip("gitwork.derive", reason="the arbiter's replay check (gitwork/derive.py) is not in this tree")
+    url = url_of(web_server, plane)
+    a = machine(tmp_path, "a", url, publish=True)
+    head = tip(plane)
+    new_item(a, "the title the command asked for")  # a local commit on top of the arbiter's tip
+    honest = tip(a)
+    assert git(a, "rev-parse", f"{honest}~1") == head
+    path = next(name for name in git(a, "diff-tree", "-r", "--name-only", "--no-commit-id", head, honest).split()
+                if name.endswith("/item.yaml"))
+    text = git(a, "cat-file", "blob", f"{honest}:{path}")
+    assert "the title the command asked for" in text
+    changed = craft(a, honest, {path: text.replace("the title the command asked for", "a forged title").encode()
+                                + b"\n"})
+    forged_tree = git(a, "rev-parse", f"{changed}^{{tree}}")
+    original = git(a, "cat-file", "commit", honest)
+    forged_body = original.replace(git(a, "rev-parse", f"{honest}^{{tree}}"), forged_tree, 1) + "\n"
+    forged = git(a, "hash-object", "-t", "commit", "-w", "--stdin", input=forged_body.encode())
+    assert git(a, "rev-parse", f"{forged}~1") == head and forged != honest
+
+    done = push(a, url, f"{forged}:{STATE}")
+    assert done.returncode != 0 and "pre-receive hook declined" in done.stdout + done.stderr, done.stderr
+    assert "replay" in done.stderr, done.stderr
+    assert tip(plane) == head
+    # The honest commit of the same command is taken.
+    assert push(a, url, f"{honest}:{STATE}").returncode == 0
+    assert tip(plane) == honest
 
 
 RACER = r"""
