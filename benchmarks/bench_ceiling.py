@@ -1,10 +1,11 @@
 """The arbiter's ceiling: grants per second and claim latency as the herd grows, per transport.
 
     python benchmarks/bench_ceiling.py [--transport nginx|daemon|http] [--agents 12,25,50] [--clones 5]
-                                       [--items-per-agent 4] [--fcgi-workers 8] [--out FILE]
+                                       [--items-per-agent 4] [--fcgi-workers 8] [--[no-]server-hook] [--out FILE]
 
 For each agent count N: one fresh arbiter (for ``nginx``: the deployment of docs/deploy.md, nginx +
-fcgiwrap + ``git http-backend`` with the server hook; for ``daemon``: ``git daemon``), ``--clones``
+fcgiwrap + ``git http-backend`` with the server hook; for ``daemon``: ``git daemon``, with the hook
+only given ``--server-hook``, which a like-for-like comparison wants), ``--clones``
 machines, N agent processes spread over them, each looping ``gw claim --next`` (retrying on exit 75)
 over N x ``--items-per-agent`` ready items until none is left — the herd of benchmarks/bench_herd.py.
 
@@ -46,18 +47,21 @@ def main() -> None:
     parser.add_argument("--clones", type=int, default=5)
     parser.add_argument("--items-per-agent", type=int, default=4)
     parser.add_argument("--fcgi-workers", type=int, default=8, help="--transport nginx: fcgiwrap's children")
+    parser.add_argument("--server-hook", action=argparse.BooleanOptionalAction, default=None,
+                        help="install gw's server hook on the arbiter (default: only with --transport nginx)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     runs = []
     for agents in [int(n) for n in args.agents.split(",")]:
         items = agents * args.items_per_agent
         load_before = os.getloadavg()
-        summary, calls, waits = herd(args.transport, agents, args.clones, items, args.fcgi_workers)
+        summary, calls, waits = herd(args.transport, agents, args.clones, items, args.fcgi_workers,
+                                      args.server_hook)
         load_after = os.getloadavg()
         durations = [c[2] for c in calls if c[3] == 0]
         last = summary["last_grant_s"] or 0
         runs.append({
-            "agents": agents, "clones": args.clones, "items": items,
+            "agents": agents, "clones": args.clones, "items": items, "server_hook": summary["server_hook"],
             "granted": summary["granted"], "granted_once_each": summary["granted_once_each"],
             "errors": summary["errors"],
             "grants_per_s": round(summary["granted"] / last, 2) if last else None,
@@ -69,8 +73,9 @@ def main() -> None:
         })
         print(json.dumps(runs[-1]), file=sys.stderr)
     result = {
-        "bench": "ceiling", "transport": args.transport, "date": dt.datetime.now(dt.timezone.utc).isoformat(
-            timespec="seconds"), "cpus": os.cpu_count(), "runs": runs,
+        "bench": "ceiling", "transport": args.transport,
+        "server_hook": runs[0]["server_hook"] if runs else None,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpus": os.cpu_count(), "runs": runs,
     }
     text = json.dumps(result, indent=2)
     print(text)

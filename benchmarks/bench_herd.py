@@ -65,28 +65,40 @@ def machine(base: Path, name: str, url: str) -> Path:
     return path
 
 
-def serve(transport: str, base: Path, fcgi_workers: int = 8) -> tuple[Path, GitDaemon | GitHTTPServer | WebServer]:
+def serve(transport: str, base: Path, fcgi_workers: int = 8,
+          server_hook: bool | None = None) -> tuple[Path, GitDaemon | GitHTTPServer | WebServer]:
     """The bare arbiter and its (not yet started) server: ``git daemon``, the Python smart-HTTP server, or
-    the deployment of docs/deploy.md (nginx + fcgiwrap + git http-backend, server hook installed)."""
+    the deployment of docs/deploy.md (nginx + fcgiwrap + git http-backend). ``server_hook``: install
+    gitwork's pre-receive hook (``gw hooks install --server``); by default only for nginx, the
+    deployment, so the daemon and http figures stay comparable with the earlier runs (which had none)."""
+    if server_hook is None:
+        server_hook = transport == "nginx"
+    server: GitDaemon | GitHTTPServer | WebServer
     if transport == "daemon":
-        return bare_repo(base, "arbiter"), GitDaemon(base)
-    if transport == "http":
-        return httpd_repo(base, "arbiter"), GitHTTPServer(base)
-    reason = webserver.missing()
-    if reason:
-        raise SystemExit(f"--transport nginx: {reason}")
-    return webserver.served_repo(base, "arbiter"), WebServer(base, workers=fcgi_workers)
+        arbiter, server = bare_repo(base, "arbiter"), GitDaemon(base)
+    elif transport == "http":
+        arbiter, server = httpd_repo(base, "arbiter"), GitHTTPServer(base)
+    else:
+        reason = webserver.missing()
+        if reason:
+            raise SystemExit(f"--transport nginx: {reason}")
+        arbiter = webserver.served_repo(base, "arbiter", server_hook=False)
+        server = WebServer(base, workers=fcgi_workers)
+    if server_hook:
+        subprocess.run([sys.executable, "-m", "gitwork", "hooks", "install", "--server", str(arbiter)],
+                       check=True, capture_output=True)
+    return arbiter, server
 
 
-def herd(transport: str, procs: int, clones_wanted: int, items: int,
-         fcgi_workers: int = 8) -> tuple[dict, list[tuple[int, float, float, int]], list[float]]:
+def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_workers: int = 8,
+         server_hook: bool | None = None) -> tuple[dict, list[tuple[int, float, float, int]], list[float]]:
     """One herd run: its summary, every call as (worker, start s, seconds, exit code), and per grant the
     time since that worker's previous grant (a claim's latency as the agent sees it, 75s included)."""
     base = Path(tempfile.mkdtemp(prefix="gw-herd-"))
     os.environ.update({"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "bench",
                        "GIT_COMMITTER_EMAIL": "b@x"})
     try:
-        arbiter, server = serve(transport, base, fcgi_workers)
+        arbiter, server = serve(transport, base, fcgi_workers, server_hook)
         git(arbiter, "config", "core.logAllRefUpdates", "always")  # one reflog line per push that moved it
         with server:
             url = server.url("arbiter")
@@ -150,7 +162,8 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int,
         calls = [g[0] for g in grants]
         waits = [g[1] for g in grants]
         summary = {
-            "transport": transport, "procs": procs, "clones": clones_wanted, "items": items,
+            "transport": transport, "server_hook": (arbiter / "hooks" / "pre-receive").exists(),
+            "procs": procs, "clones": clones_wanted, "items": items,
             "granted": len(grants), "pushes": pushes, "cpu_s": round(cpu, 2),
             "granted_once_each": len(counts) == items and set(counts.values()) == {1},
             "errors": errors, "wall_s": round(wall, 2),
@@ -175,9 +188,12 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=60)
     parser.add_argument("--transport", choices=TRANSPORTS, default="daemon")
     parser.add_argument("--fcgi-workers", type=int, default=8, help="--transport nginx: fcgiwrap's children")
+    parser.add_argument("--server-hook", action=argparse.BooleanOptionalAction, default=None,
+                        help="install gw's server hook on the arbiter (default: only with --transport nginx)")
     parser.add_argument("--calls", help="write every call as [worker, start s, seconds, exit code] to this JSON file")
     args = parser.parse_args()
-    summary, calls_log, _waits = herd(args.transport, args.procs, args.clones, args.items, args.fcgi_workers)
+    summary, calls_log, _waits = herd(args.transport, args.procs, args.clones, args.items, args.fcgi_workers,
+                                         args.server_hook)
     print(json.dumps(summary, indent=2))
     if args.calls:
         with open(args.calls, "w", encoding="utf-8") as handle:
