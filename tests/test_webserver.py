@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, tip
+from conftest import git, run_gw, tip
 from daemon import in_group
 from test_state_hook import craft, events_log
 from test_sync import STATE, assert_sound, gw_ok, machine, new_item
@@ -77,6 +77,26 @@ def test_clone_fetch_push_and_sync_through_nginx(tmp_path: Path, web_server: Web
     allowed = push(clone, url, f"{STATE}:refs/heads/authenticated")
     assert allowed.returncode == 0, allowed.stderr
     assert tip(plane, "refs/heads/authenticated") == tip(plane)
+
+
+def test_gw_without_push_credentials_is_refused_by_the_web_server(tmp_path: Path, web_server: WebServer,
+                                                                   plane: Path) -> None:
+    """A clone whose remote has no credentials reads the plane but cannot land a command: exit 14
+    (remote-refused) with one line, and the arbiter does not move."""
+    a = machine(tmp_path, "a", url_of(web_server, plane), publish=True)
+    item = new_item(a, "only for those who may push")
+    gw_ok(a, "sync")
+    head = tip(plane)
+    reader = machine(tmp_path, "reader", web_server.anonymous_url(plane.name.removesuffix(".git")))
+    assert tip(reader) == head and gw_ok(reader, "show", item)["title"] == "only for those who may push"
+    done = run_gw(reader, "claim", item, "--as", "mallory", "--json", env={"GIT_TERMINAL_PROMPT": "0"})
+    assert done.returncode == 14, (done.returncode, done.stdout, done.stderr)
+    assert len(done.stderr.splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert json.loads(done.stdout)["error"] == "remote-refused"
+    # nginx asked for credentials (401; git could not prompt for them), not git http-backend's own
+    # refusal of an unauthenticated push (403).
+    assert "could not read Username" in done.stderr, done.stderr
+    assert tip(plane) == head
 
 
 def test_the_server_hook_refuses_forged_state_pushes(tmp_path: Path, web_server: WebServer, plane: Path) -> None:
