@@ -174,8 +174,9 @@ class WebServer:
     def start(self, timeout: float = 20.0) -> None:
         assert self.proc is None, "server already running"
         deadline = time.monotonic() + timeout
+        wanted = self.port  # a restart serves the same port again (TIME_WAIT: retry it); else any free one
         while True:
-            self.port = self.port or free_port()
+            self.port = wanted or free_port()
             self._configure()
             socket = self.prefix / "fcgiwrap.sock"
             script = ('"$1" -c "$2" -s "unix:$3" -p "$4" & '
@@ -189,9 +190,9 @@ class WebServer:
                 )
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    break  # nginx could not bind (port taken since we probed it): another port
-                if socket.exists() and accepts(self.port):
-                    return
+                    break  # nginx could not bind (the port taken since we probed it, or TIME_WAIT): again
+                if socket.exists() and accepts(self.port) and self.proc.poll() is None:
+                    return  # ours answers (not someone else who took the port: then nginx has exited)
                 time.sleep(0.05)
             else:
                 logs = self._logs()
@@ -201,7 +202,6 @@ class WebServer:
             self.stop()
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"nginx could not start: {logs}")
-            self.port = None
             time.sleep(0.1)
 
     def _logs(self) -> str:
