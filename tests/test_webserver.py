@@ -226,8 +226,11 @@ def test_stopping_the_server_leaves_no_process(tmp_path: Path) -> None:
         while not started.exists():
             assert time.monotonic() < deadline and pushing.poll() is None, "the push never reached the hook"
             time.sleep(0.02)
-        serving = {cmd.split()[0].rsplit("/", 1)[-1] for cmd in _commands(group)}
-        assert {"nginx:", "fcgiwrap", "sleep"} <= serving, serving
+        # The hook touched the file just before it exec'd sleep: wait for the sleep to show.
+        while not {"nginx:", "fcgiwrap", "sleep"} <= (serving := {cmd.split()[0].rsplit("/", 1)[-1]
+                                                                  for cmd in _commands(group) if cmd}):
+            assert time.monotonic() < deadline, serving
+            time.sleep(0.02)
     finally:
         server.stop()
     assert in_group(group) == []
