@@ -163,7 +163,7 @@ def test_fast_path_matches_typer_on_whole_command_lines(argv: list[str], monkeyp
     ["claim", "--help"], ["claim", "--bogus"], ["renew"], ["renew", "w-1", "--fence", "x"],
     ["claim", "--ttl"], ["claim", "--ttl", "--json"], ["release"], ["release", "--json"], ["list", "x"], ["ready", "-n", "y"],
     ["msg", "w-1"], ["ack", "w-1", "3", "4"], ["thread", "w-1", "--since", "x"], ["inbox", "extra"],
-    ["msg", "w-1", "x", "--kind"], ["inbox", "--help"], ["show"], ["show", "a", "b"], ["history", "-h"],
+    ["msg", "w-1", "x", "--kind"], ["inbox", "--help"], ["show"], ["show", "a", "--web=1"], ["history", "-h"],
     ["log", "-n", "x"], ["log", "-n=5"], ["status", "x"], ["claim", "--json=1"], ["ready", "-n5"],
 ])
 def test_fast_path_leaves_anything_unusual_to_typer(argv: list[str]) -> None:

@@ -149,8 +149,14 @@ def new(
 
 
 @verb(items.show)
-def show(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
-    """Show an item and its lease."""
+def show(
+    item: ItemsArg,
+    web: Annotated[bool, typer.Option("--web", help="Open the item's page on the running gw serve board "
+                                                    "(prints the URL when no browser).")] = False,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Show items for a person: status, holder and lease time left, numbered criteria, dependencies and
+    dependents, decisions, the thread's last messages (--json: the stored fields and the lease)."""
 
 
 @verb(items.list_items, "list")

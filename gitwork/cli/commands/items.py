@@ -46,19 +46,31 @@ def new(wp: Any, as_json: bool, title: str | None, description: str | None, prio
            depends_on=dep, criteria=criterion, owner=owner, source=source)
 
 
-def show(wp: Any, as_json: bool, item: str) -> None:
-    view = wp.show(item)
-    if as_json:
-        from ...reports import show_json
+def show(wp: Any, as_json: bool, item: list[str], web: bool = False) -> None:
+    """One item or several (each its own result); for a person unless ``--json`` (unchanged: the item's
+    stored fields and its lease); ``--web`` opens its page on the running ``gw serve`` board."""
 
-        output.emit_json(show_json(view))
-        return
-    from ...codec import dump_yaml
+    def one(text: str) -> None:
+        view = wp.show(text)
+        if web:
+            from ..showview import web as open_page
 
-    doc = {"item": view["item"]}
-    if view["lease"]:
-        doc["lease"] = view["lease"]
-    sys.stdout.write(dump_yaml(doc).decode())
+            open_page(wp, as_json, view["item"]["id"])
+            return
+        if as_json:
+            from ...reports import show_json
+
+            output.emit_json(show_json(view))
+            return
+        from ..showview import render
+
+        if shown:
+            sys.stdout.write("\n")
+        sys.stdout.write(render(wp, view, wp.context().now))
+        shown.append(text)
+
+    shown: list[str] = []
+    each(wp, as_json, item, one)
 
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
