@@ -92,6 +92,24 @@ def _same_call(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, ob
 def test_fast_table_is_generated_from_the_typer_declarations() -> None:
     assert fastgen.render() == fastgen.PATH.read_text(encoding="utf-8"), (
         "gitwork/cli/fast_table.py is stale: run python -m gitwork.cli.fastgen")
+    assert fastgen.render_help() == fastgen.HELP_PATH.read_text(encoding="utf-8"), (
+        "gitwork/cli/fast_help.py is stale: run python -m gitwork.cli.fastgen")
+
+
+def test_help_of_every_command_is_what_typer_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """``gw [WORDS] --help`` (and ``-h``) from the stored pages, word for word typer's, for every command."""
+    from gitwork.cli.app import run_app
+    from gitwork.cli.fast_help import HELP
+
+    shown = {" ".join(words) for words, command in _every_command() if not getattr(command, "hidden", False)}
+    assert set(HELP) >= shown | {""}  # a hidden command's help is left to typer
+    for words, text in HELP.items():
+        argv = [*words.split(), "--help"]
+        assert fast.help_text(argv) == text == fast.help_text([*words.split(), "-h"])
+        capsys.readouterr()
+        assert run_app(argv) == 0
+        assert capsys.readouterr().out == text, words
+    assert fast.help_text(["claim", "w-1", "--help"]) is None  # anything else: typer
 
 
 def _every_command(group: Any = None, words: tuple[str, ...] = ()) -> Any:

@@ -126,7 +126,22 @@ def _place(positionals: tuple[tuple[str, bool, bool, str], ...], given: list[str
     return True
 
 
+def help_text(argv: list[str]) -> str | None:
+    """``gw [WORDS...] --help`` (or ``-h``) of a command the app has: its stored help (fast_help.py)."""
+    if not argv or argv[-1] not in ("--help", "-h"):
+        return None
+    from .fast_help import HELP
+
+    return HELP.get(" ".join(argv[:-1]))
+
+
 def run(argv: list[str]) -> int | None:
+    text = help_text(argv)
+    if text is not None:
+        import sys
+
+        sys.stdout.write(text)
+        return 0
     parsed = parse(argv)
     if parsed is None:
         return None
