@@ -197,7 +197,9 @@ def list_(
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
     label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
-    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity (@me: "
+                                                                   "yours).")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only the items you hold (--holder @me).")] = False,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
@@ -322,7 +324,9 @@ def search(
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
     label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
-    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity (@me: "
+                                                                   "yours).")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only the items you hold (--holder @me).")] = False,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,

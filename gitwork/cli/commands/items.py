@@ -8,7 +8,7 @@ import sys
 from ...errors import UsageError
 from .. import output
 from ..actions import done_line, each, submit
-from ..listing import check_limit, pick, rows_view
+from ..listing import check_limit, no_state_hint, pick, rows_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -75,10 +75,12 @@ def show(wp: Any, as_json: bool, item: list[str], web: bool = False) -> None:
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
-               limit: int | None = None, text: str | None = None, label_any: list[str] | None = None) -> None:
+               limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
+               mine: bool = False) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
-                  limit=limit, text=text, label_any=label_any)
+                  limit=limit, text=text, label_any=label_any, mine=mine)
     rows_view(picked, as_json, "items")
+    no_state_hint(wp, picked)
 
 
 def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
@@ -92,6 +94,7 @@ def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = N
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
                   limit=limit)
     rows_view(picked, as_json, "ready")
+    no_state_hint(wp, picked)
 
 
 def edit(wp: Any, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,
