@@ -397,7 +397,8 @@ def completion(
 
 @verb(leases.claim)
 def claim(
-    item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
+    item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False,
+                                                  autocompletion=_complete_items)] = None,
     next: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="With --next: only items with this label (repeatable: all of them).")] = None,
     label_any: LabelAny = None,
