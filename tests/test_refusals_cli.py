@@ -93,3 +93,22 @@ def test_a_missing_optional_extra_is_named(repo: Path) -> None:
         if extra:
             assert json.loads(done.stdout)["details"] == {"extra": "sessions", "module": "fastjsonschema"}
     assert tip(repo) == before
+
+
+def test_every_holder_verb_says_who_you_are(repo: Path) -> None:
+    """Refused as not the holder (someone else holds it, or nobody does), every verb names who you are."""
+    ok(repo, "init")
+    held = ok(repo, "new", "bob's", "-c", "one").strip()
+    free = ok(repo, "new", "nobody's").strip()
+    ok(repo, "claim", held, env={"GW_AGENT": "bob"})
+    before = tip(repo)
+    verbs = [("renew",), ("release",), ("handoff", "--reason", "blocked"), ("edit", "--title", "x"), ("check", "1"),
+             ("decision", "d", "--why", "w"), ("done",), ("cancel",)]
+    for verb, *rest in verbs:
+        for item in (held, free):
+            if item == free and verb in ("edit", "check", "decision", "done", "cancel"):
+                continue  # nobody holds it: anyone may (no holder to be)
+            done = run_gw(repo, verb, item, *rest, env=ALICE)
+            assert done.returncode == ExitCode.STALE, (verb, item, done.stderr)
+            assert "(you are alice)" in done.stderr, (verb, item, done.stderr)
+    assert tip(repo) == before
