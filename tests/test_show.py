@@ -140,3 +140,14 @@ def test_show_web_opens_the_board_page_of_the_running_server(repo: Path, plane: 
     gone = run_gw(repo, "show", "--web", plane["item"], env={"GW_AGENT": "alice"})
     assert gone.returncode == ExitCode.USAGE
     assert tip(repo) == before
+
+
+def test_history_prints_old_and_new_values_not_python_reprs(repo: Path) -> None:
+    gw(repo, "init")
+    item = gw(repo, "new", "first title", "-l", "a").strip()
+    gw(repo, "edit", item, "--title", "second title", "--add-label", "b", "-p", "1")
+    gw(repo, "edit", item, "--title", "third title", "--status", "blocked", "--reason", "waits")
+    lines = gw(repo, "history", item).splitlines()
+    assert lines[1].split("\t")[4] == "title: first title -> second title; priority: -> 1; labels: -> a, b"
+    assert lines[2].split("\t")[4] == "title: second title -> third title; status: -> blocked reason=waits"
+    assert not any("{" in line or "[" in line for line in lines)

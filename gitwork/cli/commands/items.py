@@ -181,11 +181,35 @@ def history(wp: Any, as_json: bool, item: str) -> None:
         output.emit_json(records)
         return
     rows = []
+    known: dict[str, Any] = {}  # each field's value as the log last set it: the "old" of the next change
     for record in records:
         extra = {k: v for k, v in record.items() if k not in ("seq", "at", "by", "type", "cmd")}
-        rows.append((record["seq"], record["at"], record["by"], record["type"],
-                     " ".join(f"{k}={v}" for k, v in extra.items())))
+        rows.append((record["seq"], record["at"], record["by"], record["type"], _details(extra, known)))
     output.table(("seq", "at", "by", "event", "details"), rows)
+
+
+def _value(value: Any) -> str:
+    """A recorded value for people: lists as ``a, b``, nothing as ``-``, mappings as ``k=v``; never a repr."""
+    if value is None or value == [] or value == "":
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(_value(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_value(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _details(extra: dict[str, Any], known: dict[str, Any]) -> str:
+    """``title: old -> new`` for each change (the old value when the log holds it), then the rest as k=v."""
+    parts = []
+    for key, value in (extra.get("changes") or {}).items():
+        before = f"{_value(known[key])} -> " if key in known else "-> "
+        parts.append(f"{key}: {before}{_value(value)}")
+        known[key] = value
+    if "title" in extra and "changes" not in extra:
+        known.setdefault("title", extra["title"])
+    rest = [f"{key}={_value(value)}" for key, value in extra.items() if key != "changes" and value is not None]
+    return " ".join(filter(None, ["; ".join(parts), *rest]))
 
 
 def log(wp: Any, as_json: bool, limit: int | None) -> None:
