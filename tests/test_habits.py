@@ -63,3 +63,24 @@ def test_claim_completes_item_ids(repo: Path) -> None:
     done = run_gw(repo, env=env)
     assert done.returncode == 0, done.stderr
     assert item in done.stdout
+
+
+def test_id_completion_answers_without_the_framework_as_typer_does(repo: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    ok(repo, "init")
+    items = sorted(ok(repo, "new", f"item {n}").strip() for n in range(3))
+    fast = ("import sys\nfrom gitwork.cli.main import main\ncode = main([])\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'click', 'rich')), file=sys.stderr)\n"
+            "sys.exit(code)")
+    typer = "import sys\nfrom gitwork.cli.app import run_app\nsys.exit(run_app([]))"
+    for words, cword in (("gw show w-", 2), ("gw claim ", 2), (f"gw release {items[0]} w-", 3),
+                         ("gw done -C . w-", 4), ("gw show --json w-", 3)):
+        env = {**os.environ, **ALICE, "_GW_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": str(cword)}
+        got = subprocess.run([sys.executable, "-c", fast], cwd=repo, env=env, capture_output=True, text=True)
+        want = subprocess.run([sys.executable, "-c", typer], cwd=repo, env=env, capture_output=True, text=True)
+        assert got.returncode == want.returncode == 0, (got.stderr, want.stderr)
+        assert got.stdout == want.stdout and sorted(got.stdout.split()) == items, (words, got.stdout, want.stdout)
+        assert got.stderr.strip().splitlines()[-1] == "[]", (words, got.stderr)

@@ -195,9 +195,58 @@ def hoist_completion() -> None:
             os.environ[name] = shlex.join([words[0], *moved]) + (" " if value.endswith(" ") else "")
 
 
+def complete_items() -> bool:
+    """bash asking for an item id (``gw claim w-<TAB>``): answered from the work plane without typer, one
+    id per line as typer prints them; ``False`` for anything else (typer answers)."""
+    import shlex
+
+    from .fast import _find
+
+    try:
+        words = shlex.split(os.environ.get("COMP_WORDS", ""))[1:]
+        at = int(os.environ.get("COMP_CWORD", "")) - 1
+    except ValueError:
+        return False
+    row, taken = _find(words)
+    if row is None or at < taken or (at < len(words) and words[at].startswith("-")):
+        return False
+    positionals, options = row[1], row[2]
+    index, count, path = taken, 0, None
+    while index < at:
+        word = words[index]
+        spec = options.get(word)
+        if spec is not None and spec[1] not in ("flag", "off"):
+            path = words[index + 1] if spec[0] == "path" and index + 1 < len(words) else path
+            index += 2
+            continue
+        count += 0 if word.startswith("-") else 1
+        index += 1
+    if count < len(positionals):
+        name = positionals[count][0]
+    elif positionals and positionals[-1][2]:
+        name = positionals[-1][0]
+    else:
+        return False
+    if name != "item":
+        return False
+    incomplete = words[at] if at < len(words) else ""
+    try:
+        from ..reports import item_ids
+        from ..workplane import Workplane
+
+        with Workplane(path) as plane:
+            found = item_ids(plane, incomplete)
+    except Exception:  # completion must never print a traceback into the user's shell
+        found = []
+    sys.stdout.write("".join(f"{item}\n" for item in found))
+    return True
+
+
 def _run(args: list[str]) -> int:
     if "_GW_COMPLETE" in os.environ:
         hoist_completion()
+        if os.environ["_GW_COMPLETE"] == "complete_bash" and complete_items():
+            return 0
     if "_GW_COMPLETE" not in os.environ:  # a shell asking for completions goes to typer
         from .fast import run
 
