@@ -1,13 +1,14 @@
-"""A fast path for the verbs shell loops and agents call most, parsed without typer.
+"""The fast path: every verb parsed without typer (issue 25; issue 10 began it with 13 hot verbs).
 
 typer (with its bundled click and ``inspect``) costs ~70-100 ms per process on a small machine, more
 than everything else a claim does. The verbs in ``fast_table.py`` are parsed here instead; that
 table is generated from their typer declarations in ``app.py`` (``python -m gitwork.cli.fastgen``),
 so no option is spelled twice, and each verb calls the same plain function in
-``commands/<topic>.py`` that typer calls. Anything unusual (``--help``, an unknown option, a
-malformed value, a bundled short option) falls through to typer, which owns the error messages.
-``tests/test_fast_path.py`` checks the table is current and that both parsers build the same call
-for every option of every fast verb.
+``commands/<topic>.py`` that typer calls. ``--help`` is printed from ``fast_help.py``, generated
+with it. Anything unusual (an unknown option, a malformed value, a bundled short option, a missing
+required option) falls through to typer, which owns the error messages. ``tests/test_fast_path.py``
+checks the tables are current, that every command has its row (or says why it is typer's), and that
+both parsers build the same call for every option of every verb.
 """
 
 from __future__ import annotations
