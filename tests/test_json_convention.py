@@ -307,8 +307,13 @@ def test_a_usage_error_from_the_real_process(repo: Path) -> None:
     assert done.stderr.startswith("gw: usage: ")
 
 
-def test_the_fast_path_and_typer_print_the_same(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_fast_path_and_typer_print_the_same(project: Path, capsys: pytest.CaptureFixture[str],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fast verb, read or refused, gives the same stdout, stderr and exit code through both parsers."""
+    import datetime as dt
+
+    # One instant for both runs: `gw show` prints the lease's time left, which a second between them changes.
+    monkeypatch.setenv("GW_NOW", dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     from gitwork.cli import fast
     from gitwork.cli.app import run_app
     from gitwork.cli.fast_table import GROUPS, VERBS
