@@ -323,9 +323,11 @@ class Context:
             return lease
         if lease is not None and not lease.takeable(self.now, margin):
             raise Stale(
-                f"{item_id} is held by {lease.holder} (epoch {lease.epoch}); only its holder may do this, with --fence",
+                f"{item_id} is held by {lease.holder} (epoch {lease.epoch}); only its holder may do this, with --fence "
+                f"(you are {self.actor})",
                 item=item_id,
                 holder=lease.holder,
+                who=self.actor,
             )
         return None
 

@@ -178,7 +178,7 @@ def takeover(ctx: Context) -> None:
 def _held(ctx: Context, item_id: str) -> Lease:
     lease = holder_check(ctx, item_id)
     if lease is None:
-        raise Stale(f"you hold no lease on {item_id}", item=item_id)
+        raise Stale(f"you hold no lease on {item_id} (you are {ctx.actor})", item=item_id, who=ctx.actor)
     return lease
 
 

@@ -33,7 +33,8 @@ ABSENT = "-"  # a path that does not exist on that side of a change
 def _holder(ctx: Context, item_id: str) -> Lease:
     lease = ctx.require_holder(item_id)
     if lease is None:
-        raise Stale(f"you hold no lease on {item_id}: claim it first", item=item_id)
+        raise Stale(f"you hold no lease on {item_id} (you are {ctx.actor}): claim it first", item=item_id,
+                    who=ctx.actor)
     return lease
 
 
