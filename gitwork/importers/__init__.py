@@ -81,7 +81,7 @@ def _order(records: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
                 if state.get(nxt) == 1:
                     cycle = path_names[path_names.index(nxt):] + [nxt]
                     line = by_external[nxt]["line"]
-                    raise Invalid(f"{path}: line {line}: dependency cycle in the source: {' -> '.join(cycle)}; "
+                    raise Invalid(f"{path}:{line}: dependency cycle in the source: {' -> '.join(cycle)}; "
                                   "nothing was imported", cycle=cycle)
                 if not state.get(nxt):
                     state[nxt] = 1
@@ -107,7 +107,7 @@ def plan(kind: str, records: list[dict[str, Any]], path: str) -> list[dict[str, 
     for record in records:
         first = seen.setdefault(record["external"], record["line"])
         if first != record["line"]:
-            raise Invalid(f"{path}: line {record['line']}: id {record['external']!r} already appears on line "
+            raise Invalid(f"{path}:{record['line']}: id {record['external']!r} already appears on line "
                           f"{first}; nothing was imported", external=record["external"])
     ordered = _order(records, path)
     ids = {r["external"]: r.get("item") or item_id(source, r["external"]) for r in records if not r.get("tombstone")}
@@ -179,7 +179,7 @@ def _document(source: str, record: dict[str, Any], ids: dict[str, str], path: st
     comments = []
     for number, comment in enumerate(record.get("comments") or (), 1):
         if len(str(comment.get("text") or "").encode("utf-8", "surrogatepass")) > MAX_TEXT:
-            raise Invalid(f"{path}: line {record['line']}: comment {number} is longer than {MAX_TEXT // 1024} KiB; "
+            raise Invalid(f"{path}:{record['line']}: comment {number} is longer than {MAX_TEXT // 1024} KiB; "
                           "nothing was imported")
         author = str(comment.get("author") or "unknown")
         entry = {k: v for k, v in comment.items() if k not in ("author", "at") and v is not None}
