@@ -332,3 +332,30 @@ def test_an_item_imported_before_bases_were_kept_reports_differences_as_conflict
     assert wp.item(bead("bd-1")).status == "done" and wp.item(bead("bd-3")).title == "Docs"
     importers.run(wp, "beads", str(source), prefer="source")
     assert wp.item(bead("bd-3")).title == "Docs (theirs)" and "imported" in wp.item(bead("bd-3")).provenance
+
+
+def test_a_field_the_source_drops_is_merged_like_any_change(tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """An assignee (or parent, priority) removed in the source since the last import: gitwork did not
+    touch it, so it goes; changed here too, it is a conflict, left as gitwork has it."""
+    source = tmp_path / "issues.jsonl"
+    lines = base_lines()
+    lines[0]["assignee"] = "alice"
+    lines[1]["assignee"] = "bob"
+    lines[2]["dependencies"] = [{"issue_id": "bd-3", "depends_on_id": "bd-1", "type": "parent-child"}]
+    write(source, lines)
+    importers.run(wp, "beads", str(source))
+    assert (wp.item(bead("bd-1")).owner, wp.item(bead("bd-3")).extra.get("parent")) == ("alice", bead("bd-1"))
+    wp.do("edit", item=bead("bd-2"), owner="carol")  # changed here
+    for line in lines:
+        line.pop("assignee", None)
+        line.pop("priority", None)
+    lines[2]["dependencies"] = []
+    write(source, lines)
+    result = importers.run(wp, "beads", str(source))
+    assert wp.item(bead("bd-1")).owner is None  # dropped there, untouched here: removed
+    assert wp.item(bead("bd-3")).extra.get("parent") is None and wp.item(bead("bd-1")).priority == 2  # the default
+    assert wp.item(bead("bd-2")).owner == "carol"  # dropped there, changed here: a conflict, ours kept
+    assert [(c["external"], c["field"], c["gitwork"], c["source"]) for c in result["conflicts"]] == [
+        ("bd-2", "owner", "carol", None)]
+    before = tip(repo)
+    assert importers.run(wp, "beads", str(source))["updated"] == 0 and tip(repo) == before  # settled

@@ -178,6 +178,10 @@ def merge_set(base: list[Any], ours: list[Any], theirs: list[Any]) -> list[Any]:
 _SCALARS = ("title", "description", "priority", "owner", "closed_reason", "created_at", "status", "criteria",
             "decisions", "parent", "links")
 _SETS = ("labels", "depends_on")
+# Fields a source can drop entirely (an assignee removed, no parent any more): absent from an item's
+# full document, they merge as the default against the base, like any change. Not links (a main
+# document leaves forward links to a second one), nor title and created_at (never dropped).
+_DROPPABLE = ("owner", "priority", "parent", "decisions", "closed_reason")
 # A field missing from a base: the source did not carry it then, so it stood at the item's default.
 _DEFAULTS: dict[str, Any] = {"description": "", "priority": 2, "status": "open", "criteria": [], "decisions": [],
                              "links": [], "labels": [], "depends_on": []}
@@ -276,6 +280,10 @@ def _wanted(ctx: Context, item_id: str, current: Item | None, native: bool = Fal
         base = dict(old)
         prefer = cmd.get("prefer") == "source"
         holder = _held_by_another(ctx, item_id)
+        if isinstance(known, dict) and "title" in cmd and not cmd.get("tombstone"):  # the item's whole document
+            for field in _DROPPABLE:
+                if field not in theirs and field in known:
+                    theirs[field] = _DEFAULTS.get(field)
         for field, value in theirs.items():
             ours = _get(item, field)
             if field in _SETS:
