@@ -136,9 +136,8 @@ def test_the_cli_imports_with_json_and_no_progress_bar_when_not_a_terminal(repo:
     done = run_gw(repo, "import", "beads", str(FIXTURES / "beads.jsonl"), "--json", "--batch", "2")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    # 7 documents (6 lines, one item's forward links); the tombstone of an item never imported changes
-    # nothing, so the whole-file check leaves it out: 6 sent, in 3 batches of 2.
-    assert result["created"] == 5 and result["batches"] == 3 and len(result["commits"]) == 3
+    # 7 documents (6 lines, one item's forward links, sent last) in 4 batches of 2, one commit each.
+    assert result["created"] == 5 and result["batches"] == 4 and len(result["commits"]) == 4
     assert "importing" not in done.stderr
 
 

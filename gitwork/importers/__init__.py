@@ -240,10 +240,22 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
     comments = 0
     commits: list[str] = []
     done = 0
-    if len(chunks) > 1:
-        # Several commits: decide them all first. A document the check finds changes nothing (the
-        # item is as the merge leaves it, no new comment) is not sent: it would change nothing in a
-        # batch either, so an unchanged re-import costs one pass, not two.
+    if progress:
+        progress(done, len(docs))
+    decided = _decide_once(wp, chunks, lines, path, progress, len(docs)) if len(chunks) > 1 else None
+    if decided is not None:
+        # Every batch decided once, on the tree the ones before it left, and landed by one move of
+        # the ref: nothing was decided twice, and a refusal anywhere landed nothing.
+        for applied in decided:
+            for result in applied.result.get("ops", ()):
+                comments += _tally(result, actions, conflicts)
+            if applied.result.get("changed") and applied.commit not in commits:
+                commits.append(applied.commit)
+    elif len(chunks) > 1:
+        # Another writer moved the state while the file was being decided: decide it all again on
+        # the new tip (nothing landed yet), then send only what changes something, batch by batch.
+        # A document the check finds changes nothing (the item is as the merge leaves it, no new
+        # comment) is not sent: it would change nothing in a batch either.
         results = _check(wp, docs, lines, path)
         needed = [doc for doc, result in zip(docs, results) if result.get("action", "unchanged") != "unchanged"]
         for doc, result in zip(docs, results):
@@ -251,9 +263,7 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
                 _tally(result, actions, conflicts)
         done = len(docs) - len(needed)
         chunks = batches(needed, size)
-    if progress:
-        progress(done, len(docs))
-    for number, chunk in enumerate(chunks, 1):
+    for number, chunk in enumerate(chunks if decided is None else [], 1):
         try:
             applied = wp.submit({"op": "batch", "ops": chunk})
         except GwError as error:
@@ -285,6 +295,46 @@ def _tally(result: dict[str, Any], actions: dict[str, str], conflicts: dict[tupl
         conflicts[(result["item"], conflict["field"])] = {"item": result["item"], "external": result["external"],
                                                            **conflict}
     return int(result.get("comments", 0))
+
+
+def _decide_once(wp: Any, chunks: list[list[dict[str, Any]]], lines: dict[str, int], path: str,
+                 progress: Callable[[int, int], None] | None, total: int) -> list[Any] | None:
+    """Decide the batches in order, each on the tree the ones before it left, write each as its
+    own commit (its recorded document replays to its tree on its parent, as any batch's does), and
+    move the state ref once, from the tip the first was decided on to the last: all or nothing over
+    the whole file, one decision per document. The batches as landed; ``None`` when another writer
+    moved the ref meanwhile (nothing landed: the caller decides again). A refusal names its line."""
+    from .. import engine
+    from ..workplane import LocalRef
+
+    store = wp.store
+    start = store.snapshot()
+    start.check_format()
+    base = start
+    landed = []
+    done = 0
+    for chunk in chunks:
+        cmd = engine.validate_command({"op": "batch", "ops": chunk}, internal=False)
+        cmd.setdefault("as", wp.settings.identity())
+        at = wp.now()
+        try:
+            outcome = engine.apply(base, cmd, at, wp.settings)
+        except GwError as error:
+            raise _at_line(error, chunk, lines, path, "") from error
+        new = engine.land(store, base, cmd, outcome, at)
+        if new is not None:
+            base = store.snapshot(new)
+        landed.append(engine.Applied(cmd, new or base.commit, outcome.result, outcome.summary, 1))
+        done += len(chunk)
+        if progress:
+            progress(done, total)
+    if base.commit == start.commit:
+        return landed  # nothing changed anywhere: nothing to move
+    ref = LocalRef(store)
+    if store.tip() != start.commit or not ref.swap(start.commit, base.commit):  # type: ignore[arg-type]
+        return None
+    ref.landed(landed[-1], True)
+    return landed
 
 
 def _check(wp: Any, docs: list[dict[str, Any]], lines: dict[str, int], path: str) -> list[dict[str, Any]]:
