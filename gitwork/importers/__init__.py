@@ -222,10 +222,11 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
         progress: Callable[[int, int], None] | None = None, prefer: str = "gitwork") -> dict[str, Any]:
     """Import ``path`` (an export of ``kind``) into the work plane: read, plan, check, send in batches.
 
-    All or nothing over the whole file: every document is decided on the current tip before the first
-    batch is sent (a refusal names the file's line and nothing is committed). A batch that loses a
-    race to another writer midway leaves the batches before it landed; the import is idempotent, so
-    running it again finishes it (docs/shadow.md, "Re-importing")."""
+    All or nothing over the whole file: the batches are decided once, in order, and land by one move
+    of the state ref (a refusal names the file's line and nothing lands). After a lost race the file
+    is decided again on the new tip and the changing documents are sent batch by batch; a batch
+    refused after another race midway leaves the batches before it landed, and the import is
+    idempotent, so running it again finishes it (docs/shadow.md, "Re-importing")."""
     if prefer not in PREFER:
         raise UsageError(f"--prefer must be one of {', '.join(PREFER)}")
     records = read(kind, path, mapping)
