@@ -413,3 +413,27 @@ def test_a_field_the_source_drops_is_merged_like_any_change(tmp_path: Path, repo
         ("bd-2", "owner", "carol", None)]
     before = tip(repo)
     assert importers.run(wp, "beads", str(source))["updated"] == 0 and tip(repo) == before  # settled
+
+
+def test_a_digest_planted_in_text_written_here_does_not_stop_a_source_change(
+        tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """The digest is read from the item file's bytes: only the provenance's own key counts. A
+    description edited here that spells out the digest of the source's next document (lines that look
+    like a top-level provenance and its digest), or a kept source field named digest, changes nothing:
+    the next document is merged, not answered unchanged."""
+    from gitwork.ops.imports import _digest, _digest_line
+
+    source = tmp_path / "issues.jsonl"
+    lines = base_lines()
+    lines[0]["digest"] = "kept as provenance.fields.digest"
+    write(source, lines)
+    importers.run(wp, "beads", str(source))
+    lines[0]["title"] = "Schema, renamed there"
+    write(source, lines)
+    planned = [d for d in importers.plan("beads", importers.read("beads", str(source)), str(source))
+               if d["external"] == "bd-1"][0]
+    planted = _digest_line(_digest(planned)).decode()
+    wp.do("edit", item=bead("bd-1"), description=f"notes\nprovenance:\n{planted}\n{planted.strip()}\n")
+    result = importers.run(wp, "beads", str(source))
+    assert wp.item(bead("bd-1")).title == "Schema, renamed there" and result["updated"] == 1
+    assert wp.item(bead("bd-1")).provenance["fields"]["digest"] == "kept as provenance.fields.digest"
