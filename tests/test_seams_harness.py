@@ -41,3 +41,42 @@ def test_a_holder_only_op_by_another_identity_with_the_holders_fence_is_refused(
     # the holder itself, with the same fence, still may
     mine = gw_here(repo, verb[0], item, *verb[1:], "--as", "alice", "--fence", str(fence), "--json")
     assert mine.returncode == 0, mine.stdout + mine.stderr
+
+
+# --- a non-holder's message replays on any later tip exactly as it was first applied ------------------
+
+
+@pytest.fixture
+def two_clones(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from harness.world import World
+
+    made = World(tmp_path / "world", clones=2, items=1)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_message_acknowledged_offline_lands_after_a_claim_that_landed_first_on_the_arbiter(two_clones) -> None:
+    """bob posts in clone1 (exit 0, local: epoch 0, what the faces send by default), alice's claim in
+    clone0 reaches the arbiter first (epoch 1); bob's ``gw sync`` replays the post on that tip. It must
+    land as it was first applied (under epoch 0, by a non-holder), not turn into a refusal after an
+    exit 0; and the arbiter's tip is what the engine makes of each recorded command (I4)."""
+    from harness import invariants
+
+    world = two_clones
+    item = world.items[0]
+    posted = gw_here(world.clones[1], "msg", item, "are you on it?", "--as", "bob", "--json")
+    assert posted.returncode == 0, posted.stdout + posted.stderr
+    command_id = json.loads(posted.stdout)["command_id"]
+    claim = gw_here(world.clones[0], "claim", item, "--as", "alice", "--json")
+    assert claim.returncode == 0 and json.loads(claim.stdout)["epoch"] == 1, claim.stdout + claim.stderr
+    assert gw_here(world.clones[0], "sync").returncode == 0
+    synced = gw_here(world.clones[1], "sync", "--json")
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert not json.loads(synced.stdout).get("refused"), synced.stdout
+    assert invariants.command_id_counts(world.arbiter)[command_id] == 1
+    thread = json.loads(gw_here(world.clones[1], "thread", item, "--json").stdout)
+    mine = [m for m in json.dumps(thread).split("{") if "are you on it?" in m]
+    assert mine and '"epoch": 0' in mine[0] and '"by": "bob"' in mine[0], thread
+    assert invariants.replay_mismatches(world.arbiter) == []
