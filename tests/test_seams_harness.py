@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import gw_here, make_repo, tip
 
 
