@@ -79,3 +79,41 @@ def test_a_message_acknowledged_offline_lands_after_a_claim_that_landed_first_on
     mine = [m for m in json.dumps(thread).split("{") if "are you on it?" in m]
     assert mine and '"epoch": 0' in mine[0] and '"by": "bob"' in mine[0], thread
     assert invariants.replay_mismatches(world.arbiter) == []
+
+
+# --- one live execution per item, across clones -------------------------------------------------------
+
+
+def test_gw_run_of_one_item_in_two_clones_by_its_holder_starts_one_agent(two_clones) -> None:
+    """The soak's I1 (seed 1242089248: two live agents on one item under one fence, in clone0 and
+    clone2): the launcher ``l0`` runs an item in clone0 (it claims it: fence F), then runs the same
+    item in clone1, which has not synced clone0's execution records. ``exec-reserve`` was decided on
+    the clone's own state, so clone1 reserved and launched a second agent under the same lease.
+    The arbiter must decide it, as it decides the lease: the second ``gw run`` is refused (75)."""
+    from harness.world import live_agents
+
+    world = two_clones
+    item = world.items[0]
+    # l0 already holds the item's lease, and both clones know it (its earlier run, since ended): a gw run
+    # by the holder asks the arbiter nothing about the lease, and decided the execution locally.
+    claim = gw_here(world.clones[0], "claim", item, "--as", "l0", "--ttl", "1h", "--json")
+    assert claim.returncode == 0, claim.stdout + claim.stderr
+    for clone in world.clones:
+        assert gw_here(clone, "sync").returncode == 0
+    first = gw_here(world.clones[0], "run", item, "--backend", "subprocess", "--ttl", "1h", "--as", "l0", "--json",
+                    "--", str(world.agent))
+    assert first.returncode == 0, first.stdout + first.stderr
+    try:
+        import time
+
+        deadline = time.monotonic() + 20
+        while len(live_agents(world.agents)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(live_agents(world.agents)) == 1
+        second = gw_here(world.clones[1], "run", item, "--backend", "subprocess", "--ttl", "1h", "--as", "l0",
+                         "--json", "--", str(world.agent))
+        time.sleep(2.0)  # an agent the second run started would have recorded itself by now
+        assert len(live_agents(world.agents)) == 1, (second.returncode, second.stdout, second.stderr)
+        assert second.returncode == 75, (second.returncode, second.stdout, second.stderr)
+    finally:
+        world.kill_agents()
