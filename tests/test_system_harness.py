@@ -33,7 +33,7 @@ from harness.run import Report, Switches, run_once
 from harness.world import World, agent_records, proc_alive
 
 FIXED_SEED = 20261202
-SECONDS = 15.0  # of actors and faults; with set-up, settle and checks 50-80 s at load 15-24 on 2 cores (performance.md)
+SECONDS = 15.0  # of actors and faults; with set-up, settle and checks ~30 s near idle, 50-80 s at load 15-24 (performance.md)
 
 
 def report_failure(report: Report) -> str:
