@@ -179,6 +179,11 @@ def _held(ctx: Context, item_id: str) -> Lease:
     lease = holder_check(ctx, item_id)
     if lease is None:
         raise Stale(f"you hold no lease on {item_id} (you are {ctx.actor})", item=item_id, who=ctx.actor)
+    if lease.holder != ctx.actor:
+        # A fence is not a credential: presenting the holder's fence does not make you the holder
+        # (an administrator ends someone's lease with revoke or takeover, never as them).
+        raise Stale(f"you hold no lease on {item_id}: {lease.holder} holds it (epoch {lease.epoch}, fence "
+                    f"{lease.fence}; you are {ctx.actor})", item=item_id, holder=lease.holder, who=ctx.actor)
     return lease
 
 
