@@ -34,7 +34,8 @@ from gitwork.workplane import LocalRef, Workplane
 from conftest import ROOT, Clock, bare_remote, git, gw_here, make_repo, tip
 
 STATE = "refs/gitwork/state"
-ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish"}
+ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish",
+                   "exec-reserve"}  # exec-reserve: two clones of one holder must not each launch
 ROLES_CHECKED = {"revoke", "decide", "ask", "msg", "edit", "check", "decision", "done", "cancel", "reopen",
                  "batch", "import"}  # a batch carries members of any op; import refuses agents
 

@@ -230,7 +230,8 @@ class Session:
     def _fence(self, tool: Tool, given: dict[str, Any]) -> str | None:
         """Calls on an item this connection was granted act under that lease, so that once it is gone
         (taken over, revoked, re-granted elsewhere) they are refused as stale instead of let through:
-        a work call carries its fence, a message (``msg``, ``ask``, ``ack``, ``decide``) its epoch.
+        a work call carries its fence, a message its fence too where its op takes one (``msg``, ``ask``),
+        else its epoch (``ack``, ``decide``).
 
         After a message was refused as stale, later messages on the item carry no epoch (the op reads the
         current one): the agent can still say that it stopped and mark what it read; work calls stay
@@ -246,8 +247,14 @@ class Session:
             return None
         epoch, fence = lease
         if _talks(tool):
-            if item not in self.lost and "fence" not in given:
-                given.setdefault("epoch", epoch)
+            if item not in self.lost and "fence" not in given and "epoch" not in given:
+                # A message said under this connection's own lease is the holder speaking: fenced where
+                # the op takes a fence (msg: a non-holder's message is not refused for its epoch, so an
+                # epoch alone would let it through once the lease is gone), else under its epoch.
+                if "fence" in tool.fields:
+                    given["fence"] = fence
+                else:
+                    given["epoch"] = epoch
         elif "fence" in tool.fields:
             given.setdefault("fence", fence)
         return item
