@@ -263,10 +263,6 @@ class LooseObjects:
         self.fsync = fsync
         self.level = level  # zlib level, as git's core.looseCompression
 
-    def hash(self, kind: str, data: bytes) -> str:
-        header = f"{kind} {len(data)}\0".encode()
-        return hashlib.new(self.algorithm, header + data).hexdigest()
-
     # --- reading ------------------------------------------------------------------------------
 
     def read(self, oid: str) -> tuple[str, bytes] | None:
@@ -366,5 +362,3 @@ class LooseObjects:
             raise
         adjust_shared_perm(path, self.shared)
 
-
-LooseWriter = LooseObjects  # the name it had before it could read
