@@ -4,7 +4,8 @@ benchmarks/, ``mypy`` on gitwork/, with the settings in pyproject.toml ([tool.ru
 Both run as child processes of the test venv's Python (ruff and mypy are in the ``test`` extra), from
 the project root so they read pyproject.toml. mypy keeps its cache in .mypy_cache/ (ignored by git):
 a cold run analyses gitwork and the ~940 modules it imports from the typeshed and the installed
-packages (10.5 s of CPU measured on 2026-12-02, 2-core machine), a warm one about 1 s. Marked ``slow`` so that under xdist it starts first instead of ending the run alone.
+packages (10.5 s of CPU measured on 2026-12-02, 2-core machine), a warm one about 1 s. Marked
+``slow`` so that under xdist it starts first instead of ending the run alone.
 """
 
 from __future__ import annotations
