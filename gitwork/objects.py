@@ -263,6 +263,10 @@ class LooseObjects:
         self.fsync = fsync
         self.level = level  # zlib level, as git's core.looseCompression
 
+    def hash(self, kind: str, data: bytes) -> str:
+        header = f"{kind} {len(data)}\0".encode()
+        return hashlib.new(self.algorithm, header + data).hexdigest()
+
     # --- reading ------------------------------------------------------------------------------
 
     def read(self, oid: str) -> tuple[str, bytes] | None:

@@ -28,11 +28,6 @@ VALUES = [
 ]
 
 
-def blob_id(data: bytes) -> str:
-    """The id git gives a blob (SHA-1 repository)."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
 def git_value(repo: Path, key: str) -> str | None:
     done = subprocess.run(["git", "config", "--get", key], cwd=repo, capture_output=True)
     return done.stdout.decode().removesuffix("\n") if done.returncode == 0 else None
@@ -187,7 +182,7 @@ def test_object_folders_and_files_get_the_modes_git_gives(tmp_path: Path, shared
     by_git = git(repo, "hash-object", "-w", "--stdin", input=b"written by git\n")
     writer = Repository.discover(repo).objects()
     n = 0
-    while blob_id(f"written by gw {n}\n".encode())[:2] == by_git[:2]:
+    while writer.hash("blob", f"written by gw {n}\n".encode())[:2] == by_git[:2]:
         n += 1
     by_gw = writer.write("blob", f"written by gw {n}\n".encode())
     objects = repo / ".git" / "objects"
@@ -312,7 +307,7 @@ def test_a_second_group_member_can_add_objects_where_gw_wrote() -> None:
         n = 0
         while True:  # content whose object lands in a folder gw made
             content = f"added by the second member {n}\n".encode()
-            oid = blob_id(content)
+            oid = hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
             if oid[:2] in made_by_gw:
                 break
             n += 1

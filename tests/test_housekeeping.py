@@ -15,11 +15,6 @@ from gitwork import workplane
 from gitwork.workplane import Workplane
 
 
-def blob_id(data: bytes) -> str:
-    """The id git gives a blob (SHA-1 repository)."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
 def loose_blobs_in_folder_17(repo: Path, count: int) -> None:
     """Write ``count`` loose blobs whose ids start with 17: git estimates the loose object count from
     that one folder (``gc --auto`` packs when it holds more than ``gc.auto / 256`` objects)."""
@@ -28,7 +23,7 @@ def loose_blobs_in_folder_17(repo: Path, count: int) -> None:
         while True:
             n += 1
             data = f"blob {n}\n".encode()
-            if blob_id(data).startswith("17"):
+            if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest().startswith("17"):
                 break
         assert git(repo, "hash-object", "-w", "--stdin", input=data).startswith("17")
 
@@ -107,7 +102,7 @@ def test_the_writer_remakes_a_folder_prune_packed_removed(repo: Path) -> None:
     first = writer.write("blob", b"first")
     # Another blob in the same fan-out folder.
     n = 0
-    while blob_id(f"other {n}".encode())[:2] != first[:2]:
+    while writer.hash("blob", f"other {n}".encode())[:2] != first[:2]:
         n += 1
     git(repo, "pack-objects", "-q", str(objects / "pack" / "pack"), input=f"{first}\n".encode())
     git(repo, "prune-packed")
