@@ -56,7 +56,7 @@ def resolve(hex_prefix: str, candidates: Iterable[str], shown: str) -> str:
 def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
     """Map each id to its shortest unique form (at least MIN_SHOWN hex digits)."""
     ordered = sorted(set(ids))
-    return {item_id: item_id[:length] for item_id, length in zip(ordered, shown_lengths(ordered), strict=True)}
+    return {item_id: item_id[:length] for item_id, length in zip(ordered, shown_lengths(ordered), strict=False)}
 
 
 def shown_lengths(ordered: list[str]) -> list[int]:

@@ -32,8 +32,8 @@ def ruff(*args: str) -> subprocess.CompletedProcess[str]:
                 "--config", str(ROOT / "pyproject.toml"), *args)
 
 
-def mypy(*args: str) -> subprocess.CompletedProcess[str]:
-    return tool("mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(MYPY_CACHE),
+def mypy(*args: str, cache: Path = MYPY_CACHE) -> subprocess.CompletedProcess[str]:
+    return tool("mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(cache),
                 "--no-error-summary", "--hide-error-context", *args)
 
 
@@ -56,6 +56,6 @@ def test_the_checks_are_the_configured_ones(tmp_path: Path) -> None:
     found = ruff(str(bad)).stdout
     for code in ("F401", "B905", "I001"):
         assert code in found, (code, found)
-    typed = mypy(str(bad))
+    typed = mypy(str(bad), cache=tmp_path / "mypy-cache")  # not the shared one: the other test may be writing it
     # check_untyped_defs: the body of a function without annotations is checked too.
     assert typed.returncode == 1 and "bad.py:10: error: Incompatible types in assignment" in typed.stdout, typed.stdout
