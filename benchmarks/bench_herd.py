@@ -1,9 +1,11 @@
 """``claim --next`` under contention through a real ``git daemon`` or smart-HTTP arbiter.
 
-    python benchmarks/bench_herd.py [--procs 12] [--clones 3] [--items 60] [--transport daemon|http]
+    python benchmarks/bench_herd.py [--procs 12] [--clones 3] [--items 60] [--transport daemon|http|nginx]
 
-One bare arbiter served by ``git daemon`` (tests/daemon.py) or by ``git http-backend`` behind a
-local HTTP server (tests/httpd.py), ``--clones`` machines that ran
+One bare arbiter served by ``git daemon`` (tests/daemon.py), by ``git http-backend`` behind a
+local Python HTTP server (tests/httpd.py), or by the deployment of docs/deploy.md: nginx + fcgiwrap
++ ``git http-backend`` with ``gw hooks install --server`` on the arbiter (tests/webserver.py; its
+``--fcgi-workers`` children serve requests at once). ``--clones`` machines that ran
 ``gw init --remote origin``, and ``--procs`` processes spread over them, each looping
 ``gw claim --next`` until gw answers "no ready item" (exit 3), retrying on exit 75. Per granted
 claim: the wall time of the call that got it, and the time since that worker's previous grant (so a
@@ -34,9 +36,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from daemon import GitDaemon, bare_repo  # noqa: E402
-from httpd import GitHTTPServer, served_repo  # noqa: E402
+from httpd import GitHTTPServer  # noqa: E402
+from httpd import served_repo as httpd_repo  # noqa: E402
+import webserver  # noqa: E402
+from webserver import WebServer  # noqa: E402
 
 REF = "refs/gitwork/state"
+TRANSPORTS = ("daemon", "http", "nginx")
 
 
 def gw(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,24 +65,40 @@ def machine(base: Path, name: str, url: str) -> Path:
     return path
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--procs", type=int, default=12)
-    parser.add_argument("--clones", type=int, default=3)
-    parser.add_argument("--items", type=int, default=60)
-    parser.add_argument("--transport", choices=("daemon", "http"), default="daemon")
-    parser.add_argument("--calls", help="write every call as [worker, start s, seconds, exit code] to this JSON file")
-    args = parser.parse_args()
+def serve(transport: str, base: Path, fcgi_workers: int = 8,
+          server_hook: bool | None = None) -> tuple[Path, GitDaemon | GitHTTPServer | WebServer]:
+    """The bare arbiter and its (not yet started) server: ``git daemon``, the Python smart-HTTP server, or
+    the deployment of docs/deploy.md (nginx + fcgiwrap + git http-backend). ``server_hook``: install
+    gitwork's pre-receive hook (``gw hooks install --server``); by default only for nginx, the
+    deployment, so the daemon and http figures stay comparable with the earlier runs (which had none)."""
+    if server_hook is None:
+        server_hook = transport == "nginx"
+    server: GitDaemon | GitHTTPServer | WebServer
+    if transport == "daemon":
+        arbiter, server = bare_repo(base, "arbiter"), GitDaemon(base)
+    elif transport == "http":
+        arbiter, server = httpd_repo(base, "arbiter"), GitHTTPServer(base)
+    else:
+        reason = webserver.missing()
+        if reason:
+            raise SystemExit(f"--transport nginx: {reason}")
+        arbiter = webserver.served_repo(base, "arbiter", server_hook=False)
+        server = WebServer(base, workers=fcgi_workers)
+    if server_hook:
+        subprocess.run([sys.executable, "-m", "gitwork", "hooks", "install", "--server", str(arbiter)],
+                       check=True, capture_output=True)
+    return arbiter, server
+
+
+def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_workers: int = 8,
+         server_hook: bool | None = None) -> tuple[dict, list[tuple[int, float, float, int]], list[float]]:
+    """One herd run: its summary, every call as (worker, start s, seconds, exit code), and per grant the
+    time since that worker's previous grant (a claim's latency as the agent sees it, 75s included)."""
     base = Path(tempfile.mkdtemp(prefix="gw-herd-"))
     os.environ.update({"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "bench",
                        "GIT_COMMITTER_EMAIL": "b@x"})
     try:
-        if args.transport == "daemon":
-            arbiter = bare_repo(base, "arbiter")
-            server: GitDaemon | GitHTTPServer = GitDaemon(base)
-        else:
-            arbiter = served_repo(base, "arbiter")
-            server = GitHTTPServer(base)
+        arbiter, server = serve(transport, base, fcgi_workers, server_hook)
         git(arbiter, "config", "core.logAllRefUpdates", "always")  # one reflog line per push that moved it
         with server:
             url = server.url("arbiter")
@@ -84,14 +106,14 @@ def main() -> None:
             from gitwork.workplane import Workplane
 
             with Workplane(str(first), agent="admin") as wp:
-                for n in range(args.items):
+                for n in range(items):
                     wp.do("new", title=f"item {n}", priority=n % 3)
             assert gw(first, "sync").returncode == 0
-            clones = [first] + [machine(base, f"m{k}", url) for k in range(1, args.clones)]
+            clones = [first] + [machine(base, f"m{k}", url) for k in range(1, clones_wanted)]
             for clone in clones[1:]:
                 assert gw(clone, "sync").returncode == 0
             grants: list[tuple[float, float]] = []
-            per_worker = [0] * args.procs
+            per_worker = [0] * procs
             last_grant = [0.0]
             tail: list[float] = []  # per worker: from its last grant (or start) to "no ready item"
             errors: list[str] = []
@@ -125,7 +147,7 @@ def main() -> None:
             moves_before = len(git(arbiter, "reflog", "show", "--format=%H", REF).split())
             cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.monotonic()
-            threads = [threading.Thread(target=worker, args=(k,)) for k in range(args.procs)]
+            threads = [threading.Thread(target=worker, args=(k,)) for k in range(procs)]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -139,10 +161,11 @@ def main() -> None:
         counts = {i: claimed.count(i) for i in set(claimed)}
         calls = [g[0] for g in grants]
         waits = [g[1] for g in grants]
-        print(json.dumps({
-            "transport": args.transport, "procs": args.procs, "clones": args.clones, "items": args.items,
+        summary = {
+            "transport": transport, "server_hook": (arbiter / "hooks" / "pre-receive").exists(),
+            "procs": procs, "clones": clones_wanted, "items": items,
             "granted": len(grants), "pushes": pushes, "cpu_s": round(cpu, 2),
-            "granted_once_each": len(counts) == args.items and set(counts.values()) == {1},
+            "granted_once_each": len(counts) == items and set(counts.values()) == {1},
             "errors": errors, "wall_s": round(wall, 2),
             "call_median_s": round(statistics.median(calls), 3) if calls else None,
             "call_worst_s": round(max(calls), 3) if calls else None,
@@ -152,12 +175,29 @@ def main() -> None:
             "longest_wait_ending_empty_s": round(max(tail), 2) if tail else None,
             # every call, the last "no ready item" and the 75s included: what a shell loop waits for at once
             "any_call_worst_s": round(max(c[2] for c in calls_log), 3) if calls_log else None,
-        }, indent=2))
-        if args.calls:
-            with open(args.calls, "w", encoding="utf-8") as handle:
-                json.dump(calls_log, handle)
+        }
+        return summary, calls_log, waits
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--procs", type=int, default=12)
+    parser.add_argument("--clones", type=int, default=3)
+    parser.add_argument("--items", type=int, default=60)
+    parser.add_argument("--transport", choices=TRANSPORTS, default="daemon")
+    parser.add_argument("--fcgi-workers", type=int, default=8, help="--transport nginx: fcgiwrap's children")
+    parser.add_argument("--server-hook", action=argparse.BooleanOptionalAction, default=None,
+                        help="install gw's server hook on the arbiter (default: only with --transport nginx)")
+    parser.add_argument("--calls", help="write every call as [worker, start s, seconds, exit code] to this JSON file")
+    args = parser.parse_args()
+    summary, calls_log, _waits = herd(args.transport, args.procs, args.clones, args.items, args.fcgi_workers,
+                                         args.server_hook)
+    print(json.dumps(summary, indent=2))
+    if args.calls:
+        with open(args.calls, "w", encoding="utf-8") as handle:
+            json.dump(calls_log, handle)
 
 
 if __name__ == "__main__":

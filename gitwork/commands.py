@@ -42,6 +42,16 @@ def check_text(value: Any, field: str, *, limit: int = MAX_TEXT, multiline: bool
     return value
 
 
+def check_unicode(text: str, field: str) -> bytes:
+    """``text`` as UTF-8; text that has no UTF-8 form (a lone surrogate, which a JSON ``\\ud800`` escape
+    makes) is refused (exit 5): it could be neither written to the state ref nor printed."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise Invalid(f"{field} holds text that is not valid Unicode (a lone surrogate at character "
+                      f"{exc.start})") from exc
+
+
 def _title(value: Any, field: str) -> str:
     return check_text(value, field, limit=MAX_TITLE, multiline=False, empty=False).strip()
 
@@ -156,8 +166,8 @@ def _mapping(value: Any, field: str) -> dict[str, Any]:
         _short(str(key), f"{field} key")
         if inner is not None:
             _short(str(inner), f"{field}.{key}")
-    # In key order: the recorded document is JSON with sorted keys, so a replay of it must build the
-    # same record as the first application did (an op may store the mapping as it is).
+    # Keys sorted: the recorded document (the Command line) is JSON with sorted keys, and an op that
+    # writes this mapping out must write the same bytes when the arbiter replays it (derive.py).
     return {str(k): (str(v) if v is not None else None) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
 
 
@@ -218,9 +228,10 @@ def _data(value: Any, field: str) -> Any:
     import json
 
     try:
-        size = len(json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8", "surrogatepass"))
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise Invalid(f"{field} must be plain data (mappings, lists, text, numbers)") from exc
+    size = len(check_unicode(text, field))
     if size > MAX_DATA:
         raise Invalid(f"{field} is too large ({size} bytes; at most {MAX_DATA})")
     return _sorted(value)

@@ -16,9 +16,9 @@ import json
 import re
 
 from . import codec, ids, layout
-from .commands import Field, parse_fields, validate
+from .commands import Field, check_unicode, parse_fields, validate
 from .config import Settings
-from .errors import Corrupt, GwError, Held, Invalid, NotFound, Stale
+from .errors import Corrupt, Forbidden, GwError, Held, Invalid, NotFound, Stale
 from .model import Item, Lease, load_item, load_lease, stamp
 from .store import Snapshot, Store, identity_signature
 
@@ -50,8 +50,8 @@ def op(name: str, summary: str, *, internal: bool = False, arbiter: bool = False
       ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
     - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync.py``): it
       lands only once it is on the remote's state ref. Every grant, renewal and end of a lease.
-    - ``roles=True``: its rules depend on who acts (roles, holding the item), so the arbiter's state
-      hook re-applies it with the arbiter's own settings (``rolecheck.py``).
+    - ``roles=True``: its rules depend on who acts (roles, holding the item). The arbiter's state hook
+      re-applies every op, this one included, with its own settings (``derive.py``).
     """
 
     def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
@@ -108,8 +108,68 @@ def validate_command(doc: Any, *, internal: bool = True) -> dict[str, Any]:
         raise Invalid(f"op {name!r} is a record that only gitwork itself writes (gw session, gw publish); "
                       "it cannot be submitted")
     clean = validate(doc, spec.fields)
+    one_identity(clean, spec.fields)
+    # Every kind refuses text with no UTF-8 form in its own words; this catches any a kind let through,
+    # before it could fail the write (the record and the Command: line are UTF-8) as an internal error.
+    check_unicode(json.dumps(clean, ensure_ascii=False), "the command document")
     clean.setdefault("id", ids.command_id())
     return clean
+
+
+def member_identity(claimed: Any, envelope: str | None) -> None:
+    """Refuse a nested document's ``as`` (``claimed``) unless absent, or a valid name that is ``envelope``'s."""
+    if claimed is None:
+        return
+    ids.check_identity(claimed, "as")  # Invalid (5): not a name at all
+    if envelope is not None and claimed != envelope:
+        raise Forbidden(f"acts as {claimed!r} inside a document acting as {envelope}: one identity per document "
+                        "(leave 'as' out of the members)", who=envelope)
+
+
+def member_refusal(error: GwError, position: int, name: Any) -> GwError:
+    """The same refusal (same class, so the same exit code), prefixed by the member it came from:
+    ``#2 (revoke): ...``, with its ``position`` (``gw apply`` turns it into a line number)."""
+    shown = name if isinstance(name, str) else "?"
+    return type(error)(f"#{position} ({shown}): {error.message}", **{**error.details, "position": position})
+
+
+# id(declaration) -> (the declaration, kept so its id is never reused; its fields of kind docs)
+_CARRYING: dict[int, tuple[dict[str, Field], tuple[str, ...]]] = {}
+
+
+def _carrying(fields: dict[str, Field]) -> tuple[str, ...]:
+    """The fields of a declaration that carry command documents (kind ``docs``); remembered per declaration."""
+    found = _CARRYING.get(id(fields))
+    if found is None:
+        found = _CARRYING[id(fields)] = (fields, tuple(name for name, field in fields.items() if field.kind == "docs"))
+    return found[1]
+
+
+def one_identity(doc: dict[str, Any], fields: dict[str, Field]) -> None:
+    """One identity per document: every document ``doc`` carries (its fields of kind ``docs``, at any
+    depth) leaves ``as`` out or names the identity ``doc`` acts as; each such ``as`` is a valid name.
+
+    A document that names no identity yet (the work plane fills in its own) has only its members' names
+    checked here; the batch op judges them against the identity it runs as (``ops/batch.py``). A foreign
+    ``as`` is ``Forbidden`` (77; HTTP 403), as a document naming another identity is on ``gw serve``:
+    a member cannot act as someone its envelope is not (issue 23). Checked before any member runs.
+    """
+    envelope = doc.get("as")
+    for name in _carrying(fields):
+        if not isinstance(doc.get(name), list):
+            continue
+        for position, member in enumerate(doc[name], 1):
+            if not isinstance(member, dict):
+                continue  # the docs kind refuses it (validate ran first)
+            claimed = member.get("as")
+            try:
+                member_identity(claimed, envelope)
+                inner = spec(member["op"]) if isinstance(member.get("op"), str) else None
+                if inner is not None and _carrying(inner.fields):
+                    # A member carrying documents of its own (a batch in a batch, refused later): judged too.
+                    one_identity({**member, "as": envelope if claimed is None else claimed}, inner.fields)
+            except GwError as error:
+                raise member_refusal(error, position, member.get("op")) from error
 
 
 class Outcome:
@@ -263,9 +323,11 @@ class Context:
             return lease
         if lease is not None and not lease.takeable(self.now, margin):
             raise Stale(
-                f"{item_id} is held by {lease.holder} (epoch {lease.epoch}); only its holder may do this, with --fence",
+                f"{item_id} is held by {lease.holder} (epoch {lease.epoch}); only its holder may do this, with --fence "
+                f"(you are {self.actor})",
                 item=item_id,
                 holder=lease.holder,
+                who=self.actor,
             )
         return None
 
@@ -363,8 +425,14 @@ def _earlier_result(record_path: str, earlier: bytes, cmd: dict[str, Any]) -> di
     return {**result, "duplicate": True}
 
 
-def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> Outcome:
-    """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse."""
+def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings, *,
+          requested: str | None = None) -> Outcome:
+    """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse.
+
+    ``requested``: the digest of the document as first asked for, when ``cmd`` is a document already
+    recorded (the arbiter's derive check, ``derive.py``, replays the ``Command:`` line, which holds
+    what the op resolved; the first document is not in the commit, only its digest).
+    """
     _load_ops(cmd["op"])
     record_path = layout.command_path(cmd["id"])
     earlier = snapshot.blob(record_path)
@@ -374,7 +442,7 @@ def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: 
         outcome = Outcome()
         outcome.result = _earlier_result(record_path, earlier, cmd)
         return outcome
-    requested = digest(cmd)
+    requested = requested or digest(cmd)
     ctx = Context(snapshot, cmd, now, settings)
     OPS[cmd["op"]].func(ctx)
     outcome = ctx.outcome
@@ -417,6 +485,13 @@ def land(store: Store, snapshot: Snapshot, cmd: dict[str, Any], outcome: Outcome
         return None
     return store.write_commit(snapshot, outcome.changes, commit_message(cmd, outcome),
                               identity_signature(cmd["as"]), int(now.timestamp()))
+
+
+def commit_body(store: Store, snapshot: Snapshot, cmd: dict[str, Any], outcome: Outcome, now: _dt.datetime) -> bytes:
+    """The unsigned commit object :func:`land` writes for ``outcome`` (the arbiter's derive check
+    compares a pushed commit with it: ``derive.py``); trees and blobs go to ``store.writer``."""
+    return store.commit_body(snapshot, outcome.changes, commit_message(cmd, outcome), identity_signature(cmd["as"]),
+                             int(now.timestamp()))
 
 
 class CAS:

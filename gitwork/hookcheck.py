@@ -113,7 +113,30 @@ def has_own_work(commit: str, session: str) -> bool:
     published ref. Another session's trailer does not count: a base may well be an earlier session's
     published commit.
     """
-    return session in _trailers(commit, "Session") or bool(_unreached(commit, PUBLISHED)[:1])
+    named = _trailers(commit, "Session")
+    if session in named:
+        return True
+    unreached = _unreached(commit, PUBLISHED)
+    return bool(unreached[:1]) and not _earlier_steps(unreached, session)
+
+
+_STEP_BRANCH = re.compile(r"(.+)-s[1-9][0-9]*-p[1-9][0-9]*\Z")
+
+
+def _earlier_steps(commits: list[str], session: str) -> bool:
+    """A multi-step session's source branch ``<id>-sN-pM`` starts from a base holding the earlier steps'
+    commits, still unpublished until ``gw session done`` lands them all (docs/sessions.md): that base is
+    not this branch's own work when every unpublished commit in it was made for the same multi-step
+    session (a ``Session:`` trailer ``<id>`` or ``<id>-sK-pJ``)."""
+    match = _STEP_BRANCH.match(session)
+    if not match:
+        return False
+    parent = match.group(1)
+    for commit in commits:
+        if not any(s == parent or (_STEP_BRANCH.match(s) and _STEP_BRANCH.match(s).group(1) == parent)  # type: ignore[union-attr]
+                   for s in _trailers(commit, "Session")):
+            return False
+    return True
 
 
 def _state_ref() -> str:
@@ -192,7 +215,7 @@ def check_session_update(update: RefUpdate) -> str | None:
         return None
     if current is None:
         own = _unreached(new, PUBLISHED)
-        if len(own) > 1:
+        if len(own) > 1 and not _earlier_steps(own, name[len("session/"):]):
             return (f"{name} may be created with at most one commit of its own "
                     f"({len(own)} commits of {new[:12]} are on no published branch)")
         return None
@@ -380,7 +403,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
 
 
 def check_server_state(push: Push) -> Iterable[str]:
-    """``refs/gitwork/*`` stays append-only and parseable, and its commands pass the arbiter's roles."""
+    """``refs/gitwork/*`` stays append-only, and each new commit is exactly its command's replay (``derive.py``)."""
     for update in push.updates:
         if update.ref.startswith(STATE_PREFIX):
             zero = "0" * len(update.new or update.old or "0" * 40)
@@ -392,7 +415,8 @@ def check_server_state(push: Push) -> Iterable[str]:
 # ``receive.denyNonFastForwards`` does not cover refs outside ``refs/heads`` (a forced rewind of a
 # custom ref is accepted), so the arbiter remote needs this check to keep its history append-only: no
 # deletion, no non-fast-forward, no commit that rewrites or truncates an append-only ``.log`` file, and
-# no state that does not parse or was written by a newer format; then the roles (``rolecheck.py``).
+# no state that does not parse or was written by a newer format; then every commit must be its command's
+# replay under the arbiter's settings (``derive.py``: the roles follow), and with ``signing: ssh`` signed.
 
 ZERO = ("0" * 40, "0" * 64)
 
@@ -465,19 +489,18 @@ def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> li
         commits = git("rev-list", "--reverse", "--parents", new, f"^{old}", check=True).out.splitlines()
     else:
         commits = git("rev-list", "--reverse", "--parents", new, check=True).out.splitlines()
-    problems: list[str] = []
-    for line in commits:
-        parts = line.split()
-        problems += _check_commit(git_dir, store, parts[0], parts[1] if len(parts) > 1 else None)
-        if len(problems) >= 20:
-            break
-    if not problems and store.repo.settings.signing == "ssh":  # signed by the acting identity's own key
-        problems += check_signatures(git_dir, store, [line.split()[0] for line in commits])
-    if not problems:  # the roles, judged with this repository's settings (gitwork/rolecheck.py)
-        from .rolecheck import check_commits
+    parents = {parts[0]: (parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)}
+    from .derive import refusals
 
-        pairs = [(parts[0], parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)]
-        problems += check_commits(git_dir, ref, pairs)
+    # Each commit must be exactly its command's replay under this arbiter's settings (derive.py):
+    # that covers what a hand-made tree can break. For a refused commit the structural checks say,
+    # when they can, what it broke (a rewritten log, a newer format) rather than only "differs".
+    problems: list[str] = []
+    for commit, why in refusals(store, list(parents)):
+        structural = _check_commit(git_dir, store, commit, parents[commit])
+        problems += structural or [f"{commit[:12]}: {why}"]
+    if not problems and store.repo.settings.signing == "ssh":  # signed by the acting identity's own key
+        problems += check_signatures(git_dir, store, list(parents))
     return problems
 
 
@@ -493,8 +516,7 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
     allowed = allowed_signers_path(store.repo.common_dir, store.repo.git_config)
     problems: list[str] = []
     for commit in commits:
-        payload, signature = split_signed_commit(_git("--git-dir", git_dir, "cat-file", "commit", commit,
-                                                      check=True).stdout)
+        payload, signature = split_signed_commit(store.read_object(commit, "commit"))
         command = statecommit.read(store, commit).command or {}
         identity = command.get("as")
         if signature is None:

@@ -3,8 +3,8 @@
 There is one server-hook entry point, ``python -m gitwork.hookcheck pre-receive`` (installed by
 ``gw hooks install --server``): it runs every server check, the state ref's included
 (:func:`gitwork.hookcheck.check_update`: no deletion, no non-fast-forward, append-only ``.log``
-files, a state that parses, the arbiter's roles). This module only forwards to it, so a hook
-written before (``exec python -m gitwork.statecheck``) checks exactly what the installed one does.
+files, a state that parses, every commit exactly its command's replay: ``derive.py``). This module
+only forwards to it, so a hook written before (``exec python -m gitwork.statecheck``) checks exactly what the installed one does.
 """
 
 from __future__ import annotations

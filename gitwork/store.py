@@ -201,6 +201,20 @@ class Store:
             raise Corrupt(f"object {name} is a {got[1]}, expected a {kind}")
         return got[2]
 
+    def read_object(self, oid: str, kind: str) -> bytes:
+        """The raw content of object ``oid``, which must be a ``kind`` (``Corrupt`` otherwise)."""
+        return self._object(oid, kind)
+
+    def remember_blob(self, oid: str, data: bytes) -> None:
+        """Keep ``data`` as the content of blob ``oid`` (one computed, or read in a batch: ``derive.py``)."""
+        if len(data) < 1 << 20:
+            self._blobs.setdefault(oid, data)
+
+    def remember_tree(self, oid: str, data: bytes) -> None:
+        """Keep the tree object ``data`` (read in a batch: ``derive.py``) as tree ``oid``."""
+        if oid not in self._trees:
+            self._trees[oid] = parse_tree(data, self._hexlen)
+
     def read_tree(self, oid: str) -> dict[str, TreeEntry]:
         tree = self._trees.get(oid)
         if tree is None:
@@ -282,6 +296,17 @@ class Store:
             if path.endswith(APPEND_ONLY_SUFFIX) and not keeps_append_only(path, base.blob(path), data):
                 raise Corrupt(f"refusing to rewrite append-only file {path}")
 
+    def commit_body(self, base: Snapshot, changes: dict[str, bytes | None], message: str, identity: str,
+                    when: int) -> bytes:
+        """The unsigned commit object gitwork writes for ``changes`` on ``base`` (its trees and blobs go
+        to ``self.writer``; the arbiter's derive check gives it one that only hashes, ``derive.py``)."""
+        self.check_append_only(base, changes)
+        split = {tuple(path.split("/")): data for path, data in changes.items()}
+        tree = self._build(base.root, split) or self.writer.write_tree({})
+        signature = f"{identity} {when} +0000"
+        parents = [base.commit] if base.commit else []
+        return format_commit(tree, parents, signature, signature, message)
+
     def write_commit(
         self,
         base: Snapshot,
@@ -291,12 +316,7 @@ class Store:
         when: int,
     ) -> str:
         """Write the objects of a commit on top of ``base``; the ref is not touched."""
-        self.check_append_only(base, changes)
-        split = {tuple(path.split("/")): data for path, data in changes.items()}
-        tree = self._build(base.root, split) or self.writer.write_tree({})
-        signature = f"{identity} {when} +0000"
-        parents = [base.commit] if base.commit else []
-        body = format_commit(tree, parents, signature, signature, message)
+        body = self.commit_body(base, changes, message, identity, when)
         if self.repo.settings.signing == "ssh":  # docs/security.md: one ssh-keygen per commit
             from .sshsig import sign_commit
 

@@ -191,6 +191,17 @@ class Clock:
         self.at += dt.timedelta(seconds=seconds)
 
 
+def pin_arbiter_clock(bare: Path, instant: str) -> None:
+    """Make the server hook installed in ``bare`` read ``instant`` as the arbiter's clock (``GW_NOW``).
+
+    The arbiter refuses a state commit dated after its own clock plus ``clock_margin``
+    (``gitwork/derive.py``). A test world whose clocks start in 2030 (``Clock``, ``T0``) pins the
+    arbiter's clock in that world too; without it the real clock (today) would refuse every commit."""
+    hook = bare / "hooks" / "pre-receive"
+    first, _, rest = hook.read_text().partition("\n")
+    hook.write_text(f"{first}\nGW_NOW={instant}; export GW_NOW\n{rest}")
+
+
 def bare_remote(tmp_path: Path) -> Path:
     """A bare repository to serve as the arbiter remote."""
     return make_repo(tmp_path / "remote.git", bare=True)

@@ -10,6 +10,8 @@ done <<'PACKAGES'
 git git
 tmux tmux
 chromium chromium
+nginx nginx-light
+fcgiwrap fcgiwrap
 PACKAGES
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -287,3 +287,101 @@ def test_json_errors_go_to_stdout_with_the_documented_shape(repo: Path, state: d
     assert {k: doc[k] for k in ("ok", "error", "code")} == {"ok": False, "error": "held", "code": 75}
     assert doc["details"]["holder"] == "alice"
     assert "held by alice" in doc["message"]
+
+
+# --- a lease no longer than the clock margin is refused where it would be set ---------------------
+
+
+def test_a_lease_no_longer_than_the_clock_margin_is_refused_at_claim_next_takeover_and_renew(
+        repo: Path, state: dict[str, str]) -> None:
+    """The holder's view ends a lease the margin (30s by default) early: a 30s lease would be granted
+    already unusable. Refused (5) naming the margin, nothing written, on claim, claim --next and renew."""
+    for ttl in ("30s", "10s", "1s"):
+        refused(repo, "claim", A1, "--ttl", ttl, "--as", "bob", code=ExitCode.INVALID, says="clock margin (30s",
+                also_json=ttl == "30s")
+        refused(repo, "claim", "--next", "--ttl", ttl, "--as", "bob", code=ExitCode.INVALID, says="clock margin")
+    refused(repo, "claim", A1, "--ttl", "90s", "--as", "bob", code=ExitCode.INVALID, says="clock margin (2m",
+            env={"GW_CLOCK_MARGIN": "2m"})
+    refused(repo, "claim", A1, "--as", "bob", code=ExitCode.INVALID, says="clock margin",  # the default ttl too
+            env={"GW_TTL": "30s"})
+    # gw run's claim: refused before an execution is even reserved (nothing recorded).
+    refused(repo, "run", A1, "--ttl", "10s", "--as", "bob", "--", "true", code=ExitCode.INVALID, says="clock margin")
+    assert gw_here(repo, "claim", state["crit"], "--ttl", "31s", "--as", "bob").returncode == 0  # just over it
+    assert gw_here(repo, "claim", A1, "--ttl", "10m", "--as", "bob").returncode == 0
+    refused(repo, "renew", A1, "--ttl", "20s", "--as", "bob", code=ExitCode.INVALID, says="clock margin")
+    with Workplane(str(repo), agent="bob") as wp:  # the library, and a batch member, the same
+        for doc in ({"op": "renew", "item": A1, "ttl": 30},
+                    {"op": "batch", "ops": [{"op": "claim", "item": A2, "ttl": "5s"}]}):
+            with pytest.raises(Invalid, match="clock margin"):
+                wp.submit(doc)
+    assert gw_here(repo, "renew", A1, "--ttl", "10m", "--as", "bob").returncode == 0
+
+
+def test_rest_refuses_a_lease_no_longer_than_the_clock_margin(repo: Path, state: dict[str, str]) -> None:
+    pytest.importorskip("fastapi", reason="gw serve needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    from gitwork.serve.app import create_app
+    from gitwork.serve.tokens import Tokens
+    from gitwork.store import Repository
+
+    token = Tokens(Repository.discover(str(repo)).gitwork_dir()).add("bob", "person")[0]
+    before = tip(repo)
+    with TestClient(create_app(str(repo)), base_url="http://gw", headers={"Authorization": f"Bearer {token}"}) as http:
+        for doc in ({"op": "claim", "item": A1, "ttl": "30s"}, {"op": "claim", "next": True, "ttl": "5s"}):
+            answer = http.post("/v1/commands", json=doc)
+            assert (answer.status_code, answer.json()["error"]) == (422, "invalid"), answer.text
+            assert "clock margin" in answer.json()["message"]
+        assert tip(repo) == before
+        granted = http.post("/v1/commands", json={"op": "claim", "item": A1, "ttl": "2m"})
+        assert granted.status_code == 200, granted.text
+        renewed = http.post("/v1/commands", json={"op": "renew", "item": A1, "ttl": "15s"})
+        assert (renewed.status_code, renewed.json()["error"]) == (422, "invalid"), renewed.text
+
+
+# --- text that is not Unicode: lone surrogates (JSON escapes) and bytes that are not UTF-8 ---------
+
+LONE = "a\ud800b"
+FULL = "w-00000000000000aa"
+_IMPORT = {"op": "import", "item": FULL, "source": "csv", "external": "e1", "title": "t"}
+SURROGATE_DOCUMENTS: list[dict[str, Any]] = [
+    {"op": "new", "title": LONE},
+    {"op": "new", "title": "t", "description": LONE},
+    {"op": "new", "title": "t", "labels": [LONE]},
+    {"op": "new", "title": "t", LONE: 1},
+    {"op": "msg", "item": A1, "text": LONE},
+    {"op": "claim", "item": A1, "ttl": LONE},
+    {"op": "claim", "item": LONE},
+    {"op": LONE},
+    {"op": "new", "title": "t", "as": LONE},
+    {"op": "new", "title": "t", "id": LONE},
+    {**_IMPORT, "fields": {"k": LONE}},  # structured data: each of these crashed (exit 1) when written
+    {**_IMPORT, "original": {"k": [LONE]}},
+    {**_IMPORT, "original": {LONE: 1}},
+    {**_IMPORT, "comments": [{"id": "m-abcd", "by": "x", "text": LONE}]},
+    {"op": "shadow-report", "shadow": "s1", "report": {"counts": {LONE: 1}, "compared": 1, "agree": 1}},
+    {"op": "shadow-report", "shadow": "s1", "report": {"counts": {}, "compared": 1, "agree": 1, "x": LONE}},
+    {"op": "batch", "ops": [{"op": "new", "title": "ok"}, {**_IMPORT, "fields": {"k": LONE}}]},
+]
+
+
+@pytest.mark.parametrize("document", SURROGATE_DOCUMENTS, ids=lambda d: str(d.get("op"))[:12])
+def test_a_lone_surrogate_anywhere_in_a_document_is_invalid_never_a_traceback(repo: Path, state: dict[str, str],
+                                                                                document: dict[str, Any]) -> None:
+    text = json.dumps(document)  # ASCII: the surrogate travels as a \ud800 escape, as any JSON writer sends it
+    assert "\\ud800" in text
+    refused(repo, "apply", "-", input=text, code=ExitCode.INVALID, says="", also_json=True)
+    before = tip(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        with pytest.raises(Invalid):
+            wp.submit(document)
+    assert tip(repo) == before
+
+
+def test_bytes_that_are_not_utf8_in_a_command_file_are_invalid(repo: Path, state: dict[str, str], tmp_path: Path) -> None:
+    for name, data in (("one.json", b'{"op": "new", "title": "ab\xff\xfe"}'),
+                       ("one.yaml", b'op: new\ntitle: "ab\xc3"\n'),
+                       ("lines.jsonl", b'{"op": "new", "title": "a"}\n{"op": "new", "title": "b\xed\xa0\x80"}\n')):
+        path = tmp_path / name
+        path.write_bytes(data)  # \xed\xa0\x80: a surrogate encoded as UTF-8 bytes, which UTF-8 forbids
+        refused(repo, "apply", str(path), code=ExitCode.INVALID, says="not UTF-8", also_json=name == "one.json")

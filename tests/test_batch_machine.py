@@ -5,7 +5,9 @@ with refusals among them) are applied twice from the same state and clock: one c
 repository, as one batch on another. When every single command is accepted, the batch lands as one
 commit and the two ``items/`` trees are identical (same ids, items, leases, events, threads); when
 the k-th is refused, the batch is refused with the same exit code, naming position k, and its
-repository's state ref has not moved.
+repository's state ref has not moved. One identity per document (issue 23): the single commands may act
+as anyone, but a batch acts as one identity, so one whose member names another identity is refused as
+forbidden (77) at that member, before any member runs, and writes nothing.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import Clock, make_repo, tip
-from gitwork.errors import GwError
+from gitwork.errors import Forbidden, GwError
 from gitwork.workplane import Workplane
 
 ITEMS = ["w-a000000000000001", "w-b000000000000002", "w-c000000000000003"]
-WHO = ["alice", "bob"]
+WHO = ["alice", "bob", None]  # None: "as" left out (the work plane's identity, LEAD)
+LEAD = "alice"
+
+
+def _as(doc: dict, who: str | None) -> dict:
+    return {**doc, "as": who} if who else doc
 
 
 def documents() -> st.SearchStrategy[dict]:
@@ -33,10 +40,10 @@ def documents() -> st.SearchStrategy[dict]:
                   st.sampled_from(["alpha", "beta"])),
         st.builds(lambda i, label: {"op": "edit", "item": i, "add_labels": [label]}, item, st.sampled_from(["x", "y"])),
         st.builds(lambda i, d: {"op": "edit", "item": i, "add_deps": [d]}, item, item),
-        st.builds(lambda i, w: {"op": "msg", "item": i, "text": "hi", "epoch": "current", "as": w}, item, who),
+        st.builds(lambda i, w: _as({"op": "msg", "item": i, "text": "hi", "epoch": "current"}, w), item, who),
         st.builds(lambda i: {"op": "check", "item": i, "criterion": 1}, item),
-        st.builds(lambda i, w: {"op": "claim", "item": i, "as": w}, item, who),
-        st.builds(lambda i, w: {"op": "release", "item": i, "as": w}, item, who),
+        st.builds(lambda i, w: _as({"op": "claim", "item": i}, w), item, who),
+        st.builds(lambda i, w: _as({"op": "release", "item": i}, w), item, who),
         st.builds(lambda i: {"op": "done", "item": i, "force": True, "reason": "r"}, item),
         st.builds(lambda i: {"op": "cancel", "item": i}, item),
         st.builds(lambda i: {"op": "reopen", "item": i}, item),
@@ -59,8 +66,8 @@ def test_a_batch_is_its_members_one_by_one_or_nothing(tmp_path_factory, docs: li
     one_by_one, batched = make_repo(base / "single"), make_repo(base / "batch")
     clock = Clock()
     docs = [{**doc, "id": f"c-member-{n:04d}"} for n, doc in enumerate(docs, 1)]
-    with Workplane(str(one_by_one), agent="lead", now=clock) as single, \
-            Workplane(str(batched), agent="lead", now=clock) as batch:
+    with Workplane(str(one_by_one), agent=LEAD, now=clock) as single, \
+            Workplane(str(batched), agent=LEAD, now=clock) as batch:
         single.do("init")
         batch.do("init")
         refused = None
@@ -71,6 +78,14 @@ def test_a_batch_is_its_members_one_by_one_or_nothing(tmp_path_factory, docs: li
                 refused = (position, error)
                 break
         before = tip(batched)
+        foreign = [n for n, doc in enumerate(docs, 1) if doc.get("as", LEAD) != LEAD]
+        if foreign:  # refused before any member runs, whatever the members before it would do
+            with pytest.raises(Forbidden) as forbidden:
+                batch.submit({"op": "batch", "ops": docs})
+            assert forbidden.value.message.startswith(f"#{foreign[0]} ("), forbidden.value.message
+            assert forbidden.value.details.get("position") == foreign[0]
+            assert tip(batched) == before
+            return
         try:
             applied = batch.submit({"op": "batch", "ops": docs})
         except GwError as error:

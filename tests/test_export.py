@@ -63,7 +63,6 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def kept(doc: dict) -> dict:
     return {key: doc.get(key) for key in KEPT} | {
-        "status": "open" if doc["status"] == "in_progress" else doc["status"],
         "thread": [{k: m.get(k) for k in MESSAGE} for m in doc.get("thread", [])]}
 
 
@@ -83,6 +82,29 @@ def test_jsonl_round_trip_is_the_identity_on_gitworks_fields(source: Path, tmp_p
         assert any(d["decisions"] for d in before) and any(d["thread"] for d in before)
         assert any(d["parent"] for d in before) and any(d["links"] for d in before)
         # Again: nothing changes.
+        settled = tip(fresh)
+        assert importers.run(wp, "jsonl", str(out))["commits"] == [] and tip(fresh) == settled
+
+
+def test_an_item_in_progress_comes_back_in_progress_without_a_lease_and_not_ready(tmp_path: Path) -> None:
+    """jsonl maps statuses as beads and CSV do (docs/shadow.md, "Status mapping"): in progress stays in
+    progress; the lease is not exported, so the item is not offered by ready until someone here takes it."""
+    origin_repo = make_repo(tmp_path / "origin")
+    out = tmp_path / "items.jsonl"
+    with Workplane(str(origin_repo), agent="alice") as origin:
+        origin.do("init")
+        busy = origin.do("new", title="Busy").result["item"]
+        idle = origin.do("new", title="Idle").result["item"]
+        origin.do("claim", item=busy)
+        assert origin.item(busy).status == "in_progress"
+    done = run_gw(origin_repo, "export", "--format", "jsonl", "-o", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    fresh = make_repo(tmp_path / "fresh")
+    with Workplane(str(fresh), agent="importer") as wp:
+        wp.do("init")
+        assert importers.run(wp, "jsonl", str(out))["created"] == 2
+        assert (wp.item(busy).status, wp.item(idle).status) == ("in_progress", "open")
+        assert wp.lease(busy) is None and [row[0] for row in wp.ready()] == [idle]
         settled = tip(fresh)
         assert importers.run(wp, "jsonl", str(out))["commits"] == [] and tip(fresh) == settled
 

@@ -9,6 +9,8 @@ whose ``Fence:`` for a ``Work-Item:`` is below a fence since granted on the serv
 
 from __future__ import annotations
 
+import datetime as dt
+
 import json
 import subprocess
 from pathlib import Path
@@ -19,6 +21,10 @@ from conftest import git, make_repo, run_gw
 from gitwork import hookcheck, hooks_install, sessions
 from gitwork.workplane import Workplane
 from test_sessions import Clock, init_project, person_identity  # noqa: F401  (autouse fixture)
+
+# A past instant for clocks whose commits are pushed to the hooked arbiter: conftest.Clock starts in
+# 2030, which the arbiter's real clock refuses as a commit time (derive.time_refusal).
+PAST = dt.datetime(2025, 3, 1, 9, 0, 0, tzinfo=dt.timezone.utc)
 
 SESSION = "session/20300101-120000-proj-agent"
 
@@ -110,7 +116,7 @@ def test_pushes_without_trailers_are_unaffected(work: Path, bare: Path) -> None:
 
 def test_stale_fence_refused_after_takeover_and_the_new_holder_accepted(tmp_path: Path, work: Path, bare: Path) -> None:
     """Alice loses the lease to Bob (on another clone) before pushing: her work is refused, his lands."""
-    clock = Clock()
+    clock = Clock(PAST)  # the arbiter refuses commits dated after its own clock (plus clock_margin)
     alice = Workplane(str(work), now=clock, agent="alice")
     alice.do("init")
     item = alice.do("new", title="Contested work").result["item"]
@@ -147,7 +153,7 @@ def test_stale_fence_refused_after_takeover_and_the_new_holder_accepted(tmp_path
 
 
 def test_state_ref_rewind_refused_by_the_state_check(work: Path, bare: Path) -> None:
-    wp = Workplane(str(work), now=Clock(), agent="alice")
+    wp = Workplane(str(work), now=Clock(PAST), agent="alice")
     wp.do("init")
     wp.do("new", title="one")
     git(work, "push", "-q", "origin", "refs/gitwork/state:refs/gitwork/state")

@@ -136,9 +136,8 @@ def test_the_cli_imports_with_json_and_no_progress_bar_when_not_a_terminal(repo:
     done = run_gw(repo, "import", "beads", str(FIXTURES / "beads.jsonl"), "--json", "--batch", "2")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    # 7 documents (6 lines, one item's forward links); the tombstone of an item never imported changes
-    # nothing, so the whole-file check leaves it out: 6 sent, in 3 batches of 2.
-    assert result["created"] == 5 and result["batches"] == 3 and len(result["commits"]) == 3
+    # 7 documents (6 lines, one item's forward links, sent last) in 4 batches of 2, one commit each.
+    assert result["created"] == 5 and result["batches"] == 4 and len(result["commits"]) == 4
     assert "importing" not in done.stderr
 
 
@@ -159,17 +158,17 @@ GOOD = '{"id": "bd-1", "title": "fine"}\n'
 
 
 @pytest.mark.parametrize("text, says", [
-    (GOOD + '{"id": "bd-2", "title": "cut off"\n', r"line 2: not a JSON object"),
-    (GOOD + "\n" + '["a list"]\n', r"line 3: not a JSON object"),
-    (GOOD + '{"title": "no id"}\n', r"line 2: no 'id'"),
-    (GOOD + '{"id": "bd-3", "title": "p", "priority": 9}\n', r"line 2: priority must be 0-4"),
-    (GOOD + '{"id": "bd-4", "title": "d", "dependencies": "bd-1"}\n', r"line 2: dependencies must be a list"),
-    (GOOD + '{"id": "bd-1", "title": "again"}\n', r"line 2: id 'bd-1' already appears on line 1"),
+    (GOOD + '{"id": "bd-2", "title": "cut off"\n', r"bad:2: not a JSON object"),
+    (GOOD + "\n" + '["a list"]\n', r"bad:3: not a JSON object"),
+    (GOOD + '{"title": "no id"}\n', r"bad:2: no 'id'"),
+    (GOOD + '{"id": "bd-3", "title": "p", "priority": 9}\n', r"bad:2: priority must be 0-4"),
+    (GOOD + '{"id": "bd-4", "title": "d", "dependencies": "bd-1"}\n', r"bad:2: dependencies must be a list"),
+    (GOOD + '{"id": "bd-1", "title": "again"}\n', r"bad:2: id 'bd-1' already appears on line 1"),
     ('{"id": "a", "title": "a", "dependencies": [{"depends_on_id": "b", "type": "blocks"}]}\n'
      '{"id": "b", "title": "b", "dependencies": [{"depends_on_id": "a", "type": "blocks"}]}\n',
-     r"dependency cycle in the source: (a -> b -> a|b -> a -> b)"),
-    (GOOD + "[" * 100 + "]" * 100 + "\n", r"line 2: .*nested deeper"),
-    (GOOD + '{"id": "bd-9", "title": 5}\n', r"line 2: no 'title'"),
+     r"/bad:[12]: dependency cycle in the source: (a -> b -> a|b -> a -> b)"),
+    (GOOD + "[" * 100 + "]" * 100 + "\n", r"bad:2: .*nested deeper"),
+    (GOOD + '{"id": "bd-9", "title": 5}\n', r"bad:2: no 'title'"),
 ])
 def test_malformed_beads_input_is_reported_by_line_and_imports_nothing(tmp_path: Path, repo: Path,
                                                                        wp: Workplane, text: str, says: str) -> None:
@@ -178,7 +177,7 @@ def test_malformed_beads_input_is_reported_by_line_and_imports_nothing(tmp_path:
 
 def test_every_malformed_line_is_named_in_one_report(tmp_path: Path, repo: Path, wp: Workplane) -> None:
     refused(tmp_path, repo, wp, "beads", GOOD + "nope\n" + GOOD.replace("bd-1", "bd-2") + "{\n",
-            r"line 2: not a JSON object .*; line 4: not a JSON object .*nothing was imported")
+            r"/bad:2: not a JSON object .*; \S*/bad:4: not a JSON object .*nothing was imported")
 
 
 def test_unknown_fields_are_kept_not_refused(tmp_path: Path, repo: Path, wp: Workplane) -> None:
@@ -190,11 +189,11 @@ def test_unknown_fields_are_kept_not_refused(tmp_path: Path, repo: Path, wp: Wor
 
 def test_bad_csv_and_bad_mappings(tmp_path: Path, repo: Path, wp: Workplane) -> None:
     header = "Key,Summary,State\n"
-    refused(tmp_path, repo, wp, "csv", header + "A,one,open\nB,two,open,extra\n", r"line 3: 4 cells",
+    refused(tmp_path, repo, wp, "csv", header + "A,one,open\nB,two,open,extra\n", r"bad:3: 4 cells",
             mapping="external=Key,title=Summary,status=State")
-    refused(tmp_path, repo, wp, "csv", header + 'A,one,open\nB,"two,open\n', r"line 3: unexpected end of data",
+    refused(tmp_path, repo, wp, "csv", header + 'A,one,open\nB,"two,open\n', r"bad:3: unexpected end of data",
             mapping="external=Key,title=Summary,status=State")
-    refused(tmp_path, repo, wp, "csv", header + "A,one,someday\n", r"line 2: unknown status 'someday'",
+    refused(tmp_path, repo, wp, "csv", header + "A,one,someday\n", r"bad:2: unknown status 'someday'",
             mapping="external=Key,title=Summary,status=State")
     refused(tmp_path, repo, wp, "csv", header, r"no column 'Owner'", mapping="external=Key,title=Summary,owner=Owner")
     refused(tmp_path, repo, wp, "csv", header, r"unknown field 'bogus'", error=UsageError,
@@ -255,6 +254,6 @@ def test_the_bounds_on_a_file_and_a_line(tmp_path: Path, repo: Path, wp: Workpla
 
     monkeypatch.setattr(source, "MAX_LINE", 200)
     refused(tmp_path, repo, wp, "beads", GOOD + json.dumps({"id": "bd-2", "title": "x" * 300}) + "\n",
-            r"line 2: longer than")
+            r"bad:2: longer than")
     monkeypatch.setattr(source, "MAX_FILE", 100)
     refused(tmp_path, repo, wp, "beads", GOOD * 5, r"larger than")

@@ -129,7 +129,8 @@ def test_an_agent_claims_talks_checks_and_finishes_over_stdio(repo: Path, tmp_pa
             assert posted["seq"] == 1
             thread = await ok(session, "thread", item=first, since=0)
             assert [(m["seq"], m["by"], m["text"]) for m in thread] == [(1, "bot", "starting on the schema")]
-            assert await ok(session, "thread", item=first, since="1") == []  # a number as text, as the engine takes it
+            # A number as text is not what the schema says (integer): refused, not coerced (docs/mcp.md).
+            await refused(session, repo, "thread", "invalid", "INVALID", item=first, since="1")
             # The remembered lease fences the call; passing the same fence explicitly is the same call.
             await ok(session, "check", item=first[:8], criterion=1, fence=claim["fence"])
             seen["show"] = await ok(session, "show", item=first)
@@ -411,3 +412,71 @@ def test_no_other_verb_imports_the_mcp_sdk(repo: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script, str(repo)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "0 []"
+
+
+# --- every argument is checked against the tool's own input schema ---------------------------------
+
+
+GOOD = {"string": "x", "integer": 1, "boolean": True, "array": ["x"]}
+# A value of every JSON type, to send where the schema declares another (bool is not an integer).
+EVERY_TYPE: dict[str, Any] = {"string": "5", "integer": 5, "boolean": True, "array": ["x"], "object": {"a": 1},
+                              "number": 1.5}
+
+
+def _types(schema: dict[str, Any]) -> set[str]:
+    if "enum" in schema:
+        return {"string"}
+    declared = schema["type"]
+    return set(declared) if isinstance(declared, list) else {declared}
+
+
+def _good(name: str, schema: dict[str, Any], item: str) -> Any:
+    if name == "item":
+        return item
+    if "enum" in schema:
+        return schema["enum"][0]
+    return GOOD[sorted(_types(schema))[0]]
+
+
+def test_every_tool_refuses_a_value_of_another_type_than_its_schema_says(repo: Path, tmp_path: Path) -> None:
+    """ttl: 5 where the schema says string, labels: "x" where it says array, a string for an integer:
+    each a tool error INVALID (docs/mcp.md), never coerced, for every argument of every tool."""
+    (item,) = seed(repo, "One item")
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for tool in tools.TOOLS:
+        schema = tool.input_schema()
+        required = {name: _good(name, schema["properties"][name], item) for name in schema.get("required", [])}
+        for name, prop in schema["properties"].items():
+            for json_type, value in EVERY_TYPE.items():
+                if json_type not in _types(prop):
+                    cases.append((tool.name, {**required, name: value}))
+    assert ("claim", {"ttl": 5}) in cases and ("claim", {"labels": "5"}) in cases
+
+    async def scenario() -> None:
+        async with connect(repo, "bot", tmp_path / "server.log") as session:
+            before = tip(repo)
+            for name, arguments in cases:
+                result = await session.call_tool(name, arguments)
+                doc = json.loads(result.content[0].text)
+                assert result.is_error and (doc["error"], doc["exit"]) == ("invalid", "INVALID"), (name, arguments, doc)
+                assert "must be" in doc["message"], (name, arguments, doc)
+            assert tip(repo) == before
+            assert (await ok(session, "claim", item=item, ttl="20m", labels=None))["holder"] == "bot"
+
+    run(scenario)
+
+
+def test_check_arguments_is_the_schema_and_the_kind_together() -> None:
+    """The same refusals without a server: the schema's JSON type, then the kind's own rule."""
+    from gitwork.errors import Invalid
+
+    claim = tools.BY_NAME["claim"]
+    for arguments in ({"ttl": 5}, {"labels": "x"}, {"priority": "2"}, {"next": 1}, {"priority": True},
+                      {"item": 7}, {"labels": [1]}, {"ttl": "soon"}, {"priority": 9}):
+        with pytest.raises(Invalid):
+            tools.check_arguments(claim, arguments)
+    assert tools.check_arguments(claim, {"ttl": "5m", "labels": ["x"], "priority": 2}) == {
+        "ttl": "5m", "labels": ["x"], "priority": 2}
+    with pytest.raises(Invalid):
+        tools.check_arguments(tools.BY_NAME["decide"], {"item": "w-1", "question": 1.5, "choose": "a", "why": "w"})
+    assert tools.check_arguments(tools.BY_NAME["ack"], {"item": "w-1", "upto": "3"})["upto"] == "3"

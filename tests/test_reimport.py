@@ -186,8 +186,36 @@ def test_three_way_merge_of_a_set(base: set, ours: set, theirs: set) -> None:
     assert merge_set(sorted(theirs), merged, sorted(theirs)) == merged  # again: no change
 
 
+def test_a_race_while_deciding_lands_nothing_and_the_import_decides_again(
+        tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """The batches are decided first and land by one move of the ref: another writer moving the
+    state meanwhile lands none of them; the import decides again on the new tip (and sees the lease
+    taken meanwhile, naming its line)."""
+    source = tmp_path / "issues.jsonl"
+    lines = [{"id": f"bd-{n}", "title": f"item {n}"} for n in range(1, 11)]
+    write(source, lines)
+    importers.run(wp, "beads", str(source))
+    for line in lines:
+        line["status"] = "closed"
+    write(source, lines)
+    before = tip(repo)
+
+    def racing(done: int, total: int) -> None:
+        if done == 5:  # the first batch decided: carol claims an item of the second
+            with Workplane(str(repo), agent="carol") as carol:
+                carol.do("claim", item=bead("bd-8"))
+
+    with pytest.raises(Exception, match=r"issues\.jsonl:8: .*held by carol.*nothing was imported"):
+        importers.run(wp, "beads", str(source), size=5, prefer="source", progress=racing)
+    landed = wp.store.snapshot().info
+    assert landed is not None and list(landed.parents) == [before]  # carol's claim only: no batch landed
+    assert [wp.item(bead(f"bd-{n}")).status for n in range(1, 11)] == ["open"] * 7 + ["in_progress", "open", "open"]
+
+
 def test_a_batch_refused_after_a_race_midway_names_its_line_and_a_rerun_finishes(
         tmp_path: Path, repo: Path, wp: Workplane, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a lost race the batches go one by one: one refused after another writer moved the state
+    between two of them leaves the ones before it; running the import again finishes it."""
     source = tmp_path / "issues.jsonl"
     lines = [{"id": f"bd-{n}", "title": f"item {n}"} for n in range(1, 11)]
     write(source, lines)
@@ -205,9 +233,14 @@ def test_a_batch_refused_after_a_race_midway_names_its_line_and_a_rerun_finishes
                 carol.do("claim", item=bead("bd-8"))
         return real(doc)
 
+    def moving(done: int, total: int) -> None:
+        if done == 5 and not sent:  # while deciding: someone else writes, so the decided batches lose
+            with Workplane(str(repo), agent="dave") as dave:
+                dave.do("new", title="unrelated")
+
     monkeypatch.setattr(wp, "submit", racing)
     with pytest.raises(Exception, match=r"issues\.jsonl:8: .*held by carol.*1 of 2 batches landed.*run it again"):
-        importers.run(wp, "beads", str(source), size=5, prefer="source")
+        importers.run(wp, "beads", str(source), size=5, prefer="source", progress=moving)
     assert [wp.item(bead(f"bd-{n}")).status for n in (1, 5, 6)] == ["done", "done", "open"]
     monkeypatch.setattr(wp, "submit", real)
     with Workplane(str(repo), agent="carol") as carol:
@@ -225,34 +258,53 @@ def test_prefer_must_be_gitwork_or_source(tmp_path: Path, repo: Path, wp: Workpl
     assert done.stderr.count("\n") == 1 and tip(repo) == before
 
 
-def test_a_multi_batch_reimport_sends_only_the_documents_that_change_something(
+def test_every_document_is_decided_once_and_an_unchanged_one_without_parsing_its_item(
         tmp_path: Path, repo: Path, wp: Workplane, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Speed as behaviour: a multi-batch import decides each document once (no second pass), lands
+    only the batches that change something, and a document unchanged since it was last taken whole
+    is answered from the item file's digest, never parsing the item."""
+    from gitwork import engine
+
     source = tmp_path / "issues.jsonl"
     lines = [{"id": f"bd-{n}", "title": f"item {n}"} for n in range(1, 13)]
     write(source, lines)
+    decided: list[str] = []
+    real_import = engine.OPS["import"].func
+
+    def counting(ctx):  # type: ignore[no-untyped-def]
+        decided.append(ctx.cmd["external"])
+        return real_import(ctx)
+
+    monkeypatch.setattr(engine.OPS["import"], "func", counting)
     first = importers.run(wp, "beads", str(source), size=5)
     assert (first["created"], first["batches"], len(first["commits"])) == (12, 3, 3)
-    real = wp.submit
-    sent: list[list[str]] = []
-    def counting(doc: dict, **options: object):  # type: ignore[no-untyped-def]
-        if doc["op"] == "batch":
-            sent.append([m["external"] for m in doc["ops"]])
-        return real(doc, **options)
+    assert sorted(decided) == sorted(line["id"] for line in lines)  # once each
+    parsed: list[str] = []
+    real_item = engine.Context.item
 
-    monkeypatch.setattr(wp, "submit", counting)
+    def parsing(self, item_id):  # type: ignore[no-untyped-def]
+        parsed.append(item_id)
+        return real_item(self, item_id)
+
+    monkeypatch.setattr(engine.Context, "item", parsing)
     before = tip(repo)
     again = importers.run(wp, "beads", str(source), size=5)
-    assert sent == [] and again["unchanged"] == 12 and tip(repo) == before
+    assert again["unchanged"] == 12 and again["commits"] == [] and tip(repo) == before and parsed == []
     lines[2]["title"] = "item 3, renamed"
     lines[10]["title"] = "item 11, renamed"
-    write(source, lines)
     wp.do("edit", item=bead("bd-7"), title="ours")
-    lines[6]["title"] = "theirs"  # a conflict: reported from the check, nothing sent for it
+    lines[6]["title"] = "theirs"  # a conflict: reported, left alone, and no digest kept for it
     write(source, lines)
     result = importers.run(wp, "beads", str(source), size=5)
-    assert sent == [["bd-3", "bd-11"]]
-    assert (result["updated"], result["unchanged"], len(result["commits"])) == (2, 10, 1)
+    assert (result["updated"], result["unchanged"], len(result["commits"])) == (2, 10, 2)  # batches 1 and 3
     assert [(c["external"], c["field"]) for c in result["conflicts"]] == [("bd-7", "title")]
+    parsed.clear()
+    settled = tip(repo)
+    again = importers.run(wp, "beads", str(source), size=5)  # the conflict is reported again, every time
+    assert [(c["external"], c["field"]) for c in again["conflicts"]] == [("bd-7", "title")]
+    assert tip(repo) == settled and set(parsed) == {bead("bd-7")}
+    again = importers.run(wp, "beads", str(source), size=5, prefer="source")  # and settled by --prefer source
+    assert again["updated"] == 1 and wp.item(bead("bd-7")).title == "theirs"
 
 
 def test_every_import_commit_replays_to_the_same_tree_on_its_parent(tmp_path: Path, repo: Path) -> None:
@@ -315,10 +367,12 @@ def test_an_item_imported_before_bases_were_kept_reports_differences_as_conflict
     importers.run(wp, "beads", str(source))
     lease = wp.do("claim", item=bead("bd-1")).result
     wp.do("done", item=bead("bd-1"), fence=lease["fence"])
-    # What an older gitwork left: the same item without provenance.imported (a commit made with the store).
+    # What an older gitwork left: the same item without provenance.imported, nor the digest of the
+    # document last taken whole (a commit made with the store).
     for name in ("bd-1", "bd-3"):
         doc = wp.item(bead(name)).to_doc()
         doc["provenance"].pop("imported")
+        doc["provenance"].pop("digest")
         snapshot = wp.store.snapshot()
         path = layout.item_path(bead(name), layout.ITEM_FILE)
         commit = wp.store.write_commit(snapshot, {path: codec.dump_yaml(doc)}, "older import\n",
@@ -332,3 +386,54 @@ def test_an_item_imported_before_bases_were_kept_reports_differences_as_conflict
     assert wp.item(bead("bd-1")).status == "done" and wp.item(bead("bd-3")).title == "Docs"
     importers.run(wp, "beads", str(source), prefer="source")
     assert wp.item(bead("bd-3")).title == "Docs (theirs)" and "imported" in wp.item(bead("bd-3")).provenance
+
+
+def test_a_field_the_source_drops_is_merged_like_any_change(tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """An assignee (or parent, priority) removed in the source since the last import: gitwork did not
+    touch it, so it goes; changed here too, it is a conflict, left as gitwork has it."""
+    source = tmp_path / "issues.jsonl"
+    lines = base_lines()
+    lines[0]["assignee"] = "alice"
+    lines[1]["assignee"] = "bob"
+    lines[2]["dependencies"] = [{"issue_id": "bd-3", "depends_on_id": "bd-1", "type": "parent-child"}]
+    write(source, lines)
+    importers.run(wp, "beads", str(source))
+    assert (wp.item(bead("bd-1")).owner, wp.item(bead("bd-3")).extra.get("parent")) == ("alice", bead("bd-1"))
+    wp.do("edit", item=bead("bd-2"), owner="carol")  # changed here
+    for line in lines:
+        line.pop("assignee", None)
+        line.pop("priority", None)
+    lines[2]["dependencies"] = []
+    write(source, lines)
+    result = importers.run(wp, "beads", str(source))
+    assert wp.item(bead("bd-1")).owner is None  # dropped there, untouched here: removed
+    assert wp.item(bead("bd-3")).extra.get("parent") is None and wp.item(bead("bd-1")).priority == 2  # the default
+    assert wp.item(bead("bd-2")).owner == "carol"  # dropped there, changed here: a conflict, ours kept
+    assert [(c["external"], c["field"], c["gitwork"], c["source"]) for c in result["conflicts"]] == [
+        ("bd-2", "owner", "carol", None)]
+    before = tip(repo)
+    assert importers.run(wp, "beads", str(source))["updated"] == 0 and tip(repo) == before  # settled
+
+
+def test_a_digest_planted_in_text_written_here_does_not_stop_a_source_change(
+        tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """The digest is read from the item file's bytes: only the provenance's own key counts. A
+    description edited here that spells out the digest of the source's next document (lines that look
+    like a top-level provenance and its digest), or a kept source field named digest, changes nothing:
+    the next document is merged, not answered unchanged."""
+    from gitwork.ops.imports import _digest, _digest_line
+
+    source = tmp_path / "issues.jsonl"
+    lines = base_lines()
+    lines[0]["digest"] = "kept as provenance.fields.digest"
+    write(source, lines)
+    importers.run(wp, "beads", str(source))
+    lines[0]["title"] = "Schema, renamed there"
+    write(source, lines)
+    planned = [d for d in importers.plan("beads", importers.read("beads", str(source)), str(source))
+               if d["external"] == "bd-1"][0]
+    planted = _digest_line(_digest(planned)).decode()
+    wp.do("edit", item=bead("bd-1"), description=f"notes\nprovenance:\n{planted}\n{planted.strip()}\n")
+    result = importers.run(wp, "beads", str(source))
+    assert wp.item(bead("bd-1")).title == "Schema, renamed there" and result["updated"] == 1
+    assert wp.item(bead("bd-1")).provenance["fields"]["digest"] == "kept as provenance.fields.digest"

@@ -63,7 +63,7 @@ def _executions(wp: Workplane, items: dict[str, str]) -> None:
     wp.do("claim", item=item, ttl="1h", offline=True)
     wp.record("exec-reserve", item=item, execution="x-replay-1", command=["true"], backend="subprocess",
               host="h1", launcher={"host": "h1", "pid": "1", "start": "1"}, build={"version": "0", "commit": "c"},
-              env=["TOKEN"])
+              env=["TOKEN"], offline=True)  # decided by the arbiter (like the claim): offline, to stay local
     wp.record("exec-state", execution="x-replay-1", to="launching", launcher={"host": "h1", "pid": "1", "start": "1"})
     wp.record("exec-state", execution="x-replay-1", to="running", handle="x-replay-1")
     wp.record("exec-state", execution="x-replay-1", to="exited", code=3, handle="x-replay-1")

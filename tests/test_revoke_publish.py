@@ -8,6 +8,8 @@ moved, neither the remote's branch nor the local one.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import json
 import os
 import shutil
@@ -18,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, gw_cmd, make_repo, run_gw, scrubbed
+from conftest import Clock, git, gw_cmd, make_repo, pin_arbiter_clock, run_gw, scrubbed
 from gitwork import sessions
+from gitwork.clock import format_instant
 from gitwork.errors import Stale
 from gitwork.publish import publish
 from gitwork.sync import Arbiter, configure_remote
@@ -38,6 +41,7 @@ def guarded_remote(path: Path) -> Path:
     make_repo(path, bare=True)
     done = run_gw(path.parent, "hooks", "install", "--server", str(path))
     assert done.returncode == 0, done.stderr
+    pin_arbiter_clock(path, format_instant(T0 + dt.timedelta(days=1)))  # this world's clocks start at T0 (2030)
     return path
 
 

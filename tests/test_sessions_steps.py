@@ -192,8 +192,10 @@ def test_handoff_fans_out_and_joins(project: Path, plane: Workplane) -> None:
            {"response.md": "two\n"})
     assert steps.submit(plane, session, "step-2/parallel-2")["open"] == ["step-3/parallel-1"]
     request = json.loads((folder / "step-3/parallel-1/request/request.json").read_text())
+    # handoff by kind: both branches' code, and step 1's plan (its nearest producer)
     assert [i["path"] for i in request["inputs"]] == ["step-2/parallel-1/response/response.md",
-                                                      "step-2/parallel-2/response/response.md"]
+                                                      "step-2/parallel-2/response/response.md",
+                                                      "step-1/parallel-1/response/data/plan.md"]
     assert request["operator"] == "user"
     check_invariants(project, session)
 
@@ -599,7 +601,8 @@ def test_end_to_end_three_steps_two_parallel_launched_operators_publish(tmp_path
         answered = json.loads(on_ref(project, f"sessions/{session}/{key}/response/response.json") or b"")
         assert asked["branch"] == key and answered["status"] == "done"
     last = json.loads(on_ref(project, f"sessions/{session}/step-3/parallel-1/request/request.json") or b"")
-    assert [i["from"] for i in last["inputs"]] == ["step-2/parallel-1", "step-2/parallel-2"]
+    # handoff by kind: each kind from its nearest producer (build1, build2 from step 2; plan1 from step 1)
+    assert [i["from"] for i in last["inputs"]] == ["step-2/parallel-1", "step-2/parallel-2", "step-1/parallel-1"]
     runs = json.loads(_gw(project, "runs", "--json").stdout)
     assert len(runs) == 4 and len({r["execution"] for r in runs}) == 4  # each branch ran exactly once
 
@@ -713,7 +716,7 @@ def lifecycle_machine(root: Path) -> type:
             elif move.startswith("done"):
                 route = move.partition("-")[2]
                 self.transition(lambda: steps.done(self.wp, self.session, route=route), extra=1)
-                assert self.manifest["status"] == "done" and self.folder.exists() == (route == "user")
+                assert self.manifest["status"] == "done" and not self.folder.exists()  # every route deletes it
             else:
                 if not steps.finished(manifest):
                     self.refused(lambda: steps.done(self.wp, self.session), Illegal)

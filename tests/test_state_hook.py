@@ -175,16 +175,20 @@ def test_rewriting_an_append_only_file_is_refused(guarded: Guarded, how: str) ->
     guarded.refused(push(guarded.a, guarded.url, f"{innocent}:{STATE}"), "append-only")
 
 
-def test_appending_to_a_log_is_accepted(guarded: Guarded) -> None:
-    """The control for the refusals above: a well-formed append passes the same hook."""
+def test_a_well_formed_append_by_hand_is_refused_but_gw_s_own_is_accepted(guarded: Guarded) -> None:
+    """A well-formed append passes the structural checks above, but a state commit must also be its
+    command's replay (derive.py): one written by hand is refused; the same change made by gw lands."""
     path = events_log(guarded.a)
     old = blob(guarded.a, guarded.tip, path)
     last = json.loads(old.splitlines()[-1])
     last["seq"] += 1
     forged = craft(guarded.a, guarded.tip, {path: old + (json.dumps(last) + "\n").encode()})
-    done = push(guarded.a, guarded.url, f"{forged}:{STATE}")
+    guarded.refused(push(guarded.a, guarded.url, f"{forged}:{STATE}"), "carries no command document")
+    item = path.split("/")[2]
+    gw_ok(guarded.a, "msg", item, "an honest append", "--as", "alice")
+    done = push(guarded.a, guarded.url, f"{STATE}:{STATE}")
     assert done.returncode == 0, done.stderr
-    assert tip(guarded.bare) == forged
+    assert tip(guarded.bare) == tip(guarded.a)
 
 
 @pytest.mark.parametrize("content", [b"format: 99\n", b"format: [1\n", b"format: one\n"])

@@ -34,7 +34,7 @@ from harness.run import Report, Switches, run_once
 from harness.world import World, agent_records, proc_alive
 
 FIXED_SEED = 20261202
-SECONDS = 15.0  # of actors and faults; with set-up, settle and checks 40-60 s on a loaded 2-core machine
+SECONDS = 15.0  # of actors and faults; with set-up, settle and checks ~30 s near idle, 50-80 s at load 15-24 (performance.md)
 
 
 def report_failure(report: Report) -> str:
@@ -224,3 +224,55 @@ def test_every_commit_gw_run_and_gw_coordinate_write_is_its_commands_replay(worl
     assert gw_here(clone, "coordinate", "--once", "--json").returncode == 0
     ok(clone, "sync")
     assert invariants.replay_mismatches(world.arbiter) == []
+
+
+def test_checker_i2_counts_its_window_in_coordinator_passes_and_flags_a_coordinator_that_makes_none(world: World) -> None:
+    """Measured in passes: a stale agent is not a violation while its clone's coordinator has not
+    completed two passes since (a slow machine), is one a second after the second pass; and a
+    coordinator meant to run that completes no pass for ``stuck`` seconds is one too."""
+    claim = ok(world.clones[0], "claim", world.items[0], "--as", "alice", "--ttl", "1h")
+    agent = spawn_agent(world, 0, world.items[0], claim["fence"])
+    try:
+        assert wait_until_alive(world)
+        ok(world.clones[0], "release", world.items[0], "--as", "alice", "--fence", str(claim["fence"]))
+        done = {0: 0, 1: 0}
+        readers = [invariants.LeaseReader(clone) for clone in world.clones]
+        try:
+            ledger = Ledger()
+            monitor = invariants.Monitor(world, ledger, threading_event(), up=lambda clone: True, interval=0.1,
+                                         slack=0.1, passes=lambda clone: done[clone], stuck=5.0)
+            monitor.check(readers, 0.1)
+            for _ in range(4):  # stale for 4 s, past interval + slack, but its coordinator made no pass
+                done[0] += 1 if _ == 0 else 0
+                monitor.check(readers, 1.0)
+            assert not [v for v in ledger.violations if v.startswith("I2")], ledger.violations
+            done[0] += 1  # the second pass since: the window opens now, plus a second for the kill
+            monitor.check(readers, 0.5)
+            assert not [v for v in ledger.violations if v.startswith("I2")], ledger.violations
+            monitor.check(readers, 0.9)
+            assert not [v for v in ledger.violations if v.startswith("I2")], ledger.violations
+            monitor.check(readers, 0.2)
+            assert [v for v in ledger.violations if v.startswith("I2") and "2 coordinator passes" in v], ledger.violations
+            stuck = Ledger()
+            idle = invariants.Monitor(world, stuck, threading_event(), up=lambda clone: True, interval=0.1,
+                                      slack=0.1, passes=lambda clone: 0, stuck=5.0)
+            for _ in range(6):  # the first look finds its count; then 5 s without a pass: not yet more than stuck
+                idle.check(readers, 1.0)
+            assert not stuck.violations
+            idle.check(readers, 1.0)
+            assert [v for v in stuck.violations if "completed no pass" in v], stuck.violations
+        finally:
+            for reader in readers:
+                reader.close()
+    finally:
+        os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait(timeout=10)
+
+
+def wait_until_alive(world: World) -> bool:
+    deadline = time.monotonic() + 20
+    while not [r for r in agent_records(world.agents) if proc_alive(r["pid"])]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -2,8 +2,10 @@
 hostile servers.
 
 Each transport is a real server (or none): a plain path, ``file://``, a real ``git daemon`` and a
-real smart-HTTP server (``git http-backend``, tests/httpd.py). Every machine is a real clone driven by
-the installed ``gw`` in child processes; what the tests check is what git holds on the arbiter's ref.
+real smart-HTTP server (``git http-backend``, tests/httpd.py), and the deployment of docs/deploy.md
+(nginx + fcgiwrap + ``git http-backend`` with the server hook, tests/webserver.py). Every machine is
+a real clone driven by the installed ``gw`` in child processes; what the tests check is what git holds
+on the arbiter's ref.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import pytest
 from conftest import git, make_repo, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from httpd import GitHTTPServer, http_server, served_repo  # noqa: F401 (a fixture)
+import webserver
+from webserver import WebServer
 from test_sync import STATE, assert_sound, command_ids, gw_ok, machine, new_item
 from test_sync_daemon import gw_program
 
@@ -37,12 +41,16 @@ class Served:
 
     def __init__(self, kind: str, tmp: Path) -> None:
         self.kind = kind
-        self.server: GitDaemon | GitHTTPServer | None = None
+        self.server: GitDaemon | GitHTTPServer | WebServer | None = None
         base = tmp / "served"
         base.mkdir()
         if kind == "http":
             self.bare = served_repo(base, "plane")
             self.server = GitHTTPServer(base)
+        elif kind == "nginx":  # the deployment of docs/deploy.md, server hook included
+            webserver.require()
+            self.bare = webserver.served_repo(base, "plane")
+            self.server = WebServer(base)
         else:
             self.bare = bare_repo(base, "plane")
             if kind == "daemon":
@@ -65,7 +73,7 @@ class Served:
         return path
 
 
-TRANSPORTS = ["path", "file", "daemon", "http"]
+TRANSPORTS = ["path", "file", "daemon", "http", "nginx"]
 
 
 @pytest.fixture

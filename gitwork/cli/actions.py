@@ -8,6 +8,7 @@ propagate as :class:`GwError`.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from ..errors import ExitCode, GwError
@@ -25,6 +26,12 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
 
     wp = None
     try:
+        if agent is None and "GW_AGENT" in os.environ and not os.environ["GW_AGENT"].strip():
+            # Set but empty (`GW_AGENT= gw ...`, an unset variable expanded): an error, as `--as ""` is,
+            # never silently the default identity (docs/exit-codes.md, 5).
+            from ..ids import check_identity
+
+            check_identity(os.environ["GW_AGENT"], "GW_AGENT")
         wp = Workplane(path, agent=agent)
         func(wp, as_json=as_json, **kwargs)
         return int(ExitCode.OK)
@@ -38,14 +45,38 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
         return 130
     except BrokenPipeError:
         return int(ExitCode.OK)
+    except ModuleNotFoundError as exc:  # an optional extra not installed: name it, never an internal error
+        missing = missing_extra(exc)
+        if missing is None:
+            return output.internal(exc, as_json)
+        return output.fail(missing, as_json)
     except Exception as exc:  # a bug: still one line and a documented code
-        if "GW_TRACEBACK" in __import__("os").environ:
+        if "GW_TRACEBACK" in os.environ:
             raise
         return output.internal(exc, as_json)
     finally:
         _name_left_out()
         if wp is not None:
             wp.close()
+
+
+# The optional extras (pyproject.toml), by the module each brings, and the code their absence is
+# documented with (docs/exit-codes.md: 5 for the sessions' schemas, 2 for the other faces).
+EXTRAS = {"fastjsonschema": ("sessions", "INVALID"), "fastapi": ("serve", "USAGE"), "uvicorn": ("serve", "USAGE"),
+          "starlette": ("serve", "USAGE"), "mcp": ("mcp", "USAGE"), "jq": ("jq", "USAGE")}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> GwError | None:
+    """The refusal for a module of an optional extra that is not installed, or ``None`` (a real bug)."""
+    from ..errors import Invalid, UsageError
+
+    name = (exc.name or "").partition(".")[0]
+    if name not in EXTRAS:
+        return None
+    extra, code = EXTRAS[name]
+    kind = Invalid if code == "INVALID" else UsageError
+    return kind(f"this command needs the optional {extra} extra (module {name} is missing): "
+                f"pip install 'gitwork[{extra}]'", extra=extra, module=name)
 
 
 def _default_identity_hint(error: GwError) -> None:

@@ -22,6 +22,7 @@ import typer
 from .. import __version__
 from . import actions
 from .commands import cache, items, launch, leases, messages, remote, reports, sessions, transfer
+from .commands import plain as plain_verbs
 from .commands import serve as serving
 
 app = typer.Typer(
@@ -93,6 +94,36 @@ def verb(action: Callable[..., Any], name: Optional[str] = None, group: Optional
     return register
 
 
+def plain(function: Callable[..., int], name: Optional[str] = None, group: Optional[typer.Typer] = None,
+          **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a declaration as the command that runs ``function`` (cli/commands/plain.py) with every
+    option under its parameter name, without a work plane; its return value is the exit code."""
+
+    def register(declaration: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(declaration)
+        def command(**options: Any) -> None:
+            # Looked up when called, as the fast path does (cli/fast.py), so both run the same function.
+            code = getattr(sys.modules[function.__module__], function.__name__)(**options)
+            if code:
+                raise typer.Exit(code)
+
+        command.gw_plain = f"{function.__module__.rpartition('.')[2]}:{function.__name__}"  # type: ignore[attr-defined]
+        (group or app).command(name, **settings)(command)
+        return command
+
+    return register
+
+
+def typer_only(reason: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a command the fast path leaves to typer, saying why (fastgen lists it in ``TYPER_ONLY``)."""
+
+    def mark(command: Callable[..., Any]) -> Callable[..., Any]:
+        command.gw_typer_only = reason  # type: ignore[attr-defined]
+        return command
+
+    return mark
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"gw {__version__}")
@@ -149,8 +180,14 @@ def new(
 
 
 @verb(items.show)
-def show(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
-    """Show an item and its lease."""
+def show(
+    item: ItemsArg,
+    web: Annotated[bool, typer.Option("--web", help="Open the item's page on the running gw serve board "
+                                                    "(prints the URL when no browser).")] = False,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Show items for a person: status, holder and lease time left, numbered criteria, dependencies and
+    dependents, decisions, the thread's last messages (--json: the stored fields and the lease)."""
 
 
 @verb(items.list_items, "list")
@@ -160,7 +197,9 @@ def list_(
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
     label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
-    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity (@me: "
+                                                                   "yours).")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only the items you hold (--holder @me).")] = False,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
@@ -285,7 +324,9 @@ def search(
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
     label_any: LabelAny = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
-    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity.")] = None,
+    holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity (@me: "
+                                                                   "yours).")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only the items you hold (--holder @me).")] = False,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
@@ -324,20 +365,13 @@ def prime(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """What an agent needs in its context: its identity, the work loop, exit codes, and the items it holds."""
 
 
-@app.command()
+@plain(plain_verbs.onboard)
 def onboard(json: Json = False, path: Repo = None) -> None:
     """Print a snippet for AGENTS.md / CLAUDE.md that points agents at `gw prime`."""
-    # Not through verb(): it reads no repository (it can be run anywhere; -C is accepted and unused).
-    from ..reports import ONBOARD
-    from .output import emit_json
-
-    if json:
-        emit_json({"ok": True, "item": None, "snippet": ONBOARD})
-    else:
-        sys.stdout.write(ONBOARD)
 
 
 @app.command()
+@typer_only("prints typer's own completion script")
 def completion(
     shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False)],
     json: Json = False, path: Repo = None,
@@ -363,7 +397,8 @@ def completion(
 
 @verb(leases.claim)
 def claim(
-    item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False)] = None,
+    item: Annotated[Optional[str], typer.Argument(help="Item id or prefix (or use --next).", show_default=False,
+                                                  autocompletion=_complete_items)] = None,
     next: Annotated[bool, typer.Option("--next", help="Claim the best ready item; prints its id.")] = False,
     label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="With --next: only items with this label (repeatable: all of them).")] = None,
     label_any: LabelAny = None,
@@ -474,7 +509,7 @@ def status(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """What is not yet on the arbiter, and which replayed commands it refused."""
 
 
-@app.command()
+@plain(plain_verbs.demo)
 def demo(
     what: Annotated[Optional[str], typer.Argument(metavar="[run]", help="run: the launch demo (two shells race gw "
                                                                        "run on one item).", show_default=False)] = None,
@@ -483,11 +518,6 @@ def demo(
 ) -> None:
     """Run the demo on a throwaway repository: items, a two-process claim race, release, the log. `gw demo run`:
     two shells race `gw run` on one item; one agent starts, the other is told which execution runs."""
-    from ..demo import run, run_launch
-
-    if what not in (None, "run"):
-        raise typer.BadParameter(f"unknown demo {what!r}; known: run", param_hint="'[run]'")
-    raise typer.Exit(run_launch(keep=keep, as_json=json) if what == "run" else run(keep=keep, as_json=json))
 
 
 # --- conversations (commands/messages.py) ---------------------------------------------------------
@@ -597,7 +627,7 @@ def session_start(
     """Open a session for an item you hold: a session/<id> branch and its worktree; prints the path."""
 
 
-@session_app.command("commit")
+@plain(plain_verbs.session_commit, "commit", group=session_app)
 def session_commit(
     session: SessionArg = None,
     file: Annotated[Optional[list[str]], typer.Option("--file", "-f", help="A file this commit changes (repeat).")] = None,
@@ -605,10 +635,6 @@ def session_commit(
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Commit exactly the declared files on the session branch, once (with Work-Item/Fence/Session trailers)."""
-    # Not through verb(): the files are named relative to -C (or the current directory), which the
-    # work plane does not keep, so the directory is passed along.
-    _run(sessions.commit, json, path, agent, session=session, file=file, message=message,
-         cwd=os.path.abspath(path or os.getcwd()))
 
 
 @verb(sessions.list_sessions, "list", group=session_app)
@@ -647,7 +673,7 @@ def publish(
     item done."""
 
 
-@hooks_app.command("install")
+@plain(plain_verbs.hooks_install, "install", group=hooks_app)
 def hooks_install(
     server: Annotated[Optional[str], typer.Option("--server", help="Install pre-receive into this bare repository.",
                                                   show_default=False)] = None,
@@ -655,8 +681,6 @@ def hooks_install(
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Install the hooks: locally reference-transaction + pre-commit; with --server, pre-receive. Idempotent."""
-    # Not through verb(): it opens no work plane (a bare server repository has no state to read).
-    raise typer.Exit(sessions.hooks_install(json, path, server=server, use_hooks_path=use_hooks_path))
 
 
 # --- running agents under a lease (commands/launch.py) ---------------------------------------------
@@ -1003,6 +1027,7 @@ serve_app.add_typer(token_app, name="token")
 
 
 @serve_app.callback(invoke_without_command=True)
+@typer_only("starts FastAPI and uvicorn, which cost more than typer")
 def serve(
     ctx: typer.Context,
     bind: Annotated[Optional[str], typer.Option("--bind", help="HOST:PORT to listen on (default 127.0.0.1:8765; "

@@ -38,11 +38,11 @@ pager (`GW_PAGER`, `GIT_PAGER`, `core.pager`, `PAGER`, `less`) unless `gw --no-p
 """
 
 
-def _context(command: Any, name: str, parent: Any | None) -> Any:
+def _context(command: Any, name: str, parent: Any | None, width: int = WIDTH) -> Any:
     settings = dict(getattr(command, "context_settings", None) or {})
     if parent is None:
         # Children inherit the width from the root context.
-        settings.update(terminal_width=WIDTH, max_content_width=WIDTH)
+        settings.update(terminal_width=width, max_content_width=width)
     return command.context_class(command, info_name=name, parent=parent, **settings)
 
 
@@ -62,6 +62,17 @@ def _walk(command: Any, ctx: Any) -> list[tuple[str, str]]:
 
 def _anchor(path: str) -> str:
     return path.lower().replace(" ", "-")
+
+
+def help_pages(width: int = WIDTH) -> list[tuple[str, str]]:
+    """``[(command path, help text)]`` of the main app, as ``gw ... --help`` prints it at ``width``
+    columns (fastgen stores them, at click's default width (78 columns without a terminal) for the fast path's ``--help``)."""
+    import typer.main
+
+    from .app import app
+
+    root = typer.main.get_command(app)
+    return _walk(root, _context(root, PROG, None, width))
 
 
 def render() -> str:

@@ -35,7 +35,7 @@ def statuses(status: list[str] | None) -> list[str] | None:
 def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
          sort: str | None = None, limit: int | None = None, text: str | None = None,
-         label_any: list[str] | None = None) -> Picked:
+         label_any: list[str] | None = None, mine: bool = False) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after)."""
     from ..queries import SORTS, select
@@ -51,6 +51,10 @@ def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label
         from ..commands import parse_fields, validate
 
         validate({"label": [*(label or ()), *(label_any or ())]}, parse_fields({"label": "labels"}))
+    if mine or holder == "@me":  # gh's @me: the acting identity
+        if mine and holder not in (None, "@me"):
+            raise Invalid(f"--mine is --holder @me: not with --holder {holder}")
+        holder = wp.settings.identity()
     ctx = wp.context()
     picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
                     limit=None if text is not None else limit, priority=priority, ready=ready,
@@ -90,6 +94,24 @@ def rows_view(picked: Picked, as_json: bool, title: str) -> None:
             title=title,
         )
     said_cut(picked, title)
+
+
+def no_state_hint(wp: Any, picked: Picked) -> None:
+    """An empty listing in a repository with no state ref says how to get one (on stderr: the listing
+    itself, and its exit code, stay what they are): ``gw init``, or, with a remote, ``gw init --remote``,
+    which adopts the state that remote has."""
+    if picked.rows or wp.store.tip() is not None:
+        return
+    import subprocess
+
+    where = wp.repo.toplevel or wp.repo.git_dir
+    remotes = subprocess.run(["git", "-C", where, "remote"], capture_output=True, text=True).stdout.split()
+    if remotes:
+        output.info(f"gw: no gitwork state in this repository ({wp.store.ref}): if {remotes[0]} has one, "
+                    f"gw init --remote {remotes[0]} fetches it and makes {remotes[0]} the arbiter; "
+                    "otherwise gw init starts one")
+    else:
+        output.info(f"gw: no gitwork state in this repository ({wp.store.ref}): gw init starts one")
 
 
 def check_limit(limit: int | None) -> None:

@@ -96,6 +96,40 @@ def jq_option(args: list[str]) -> tuple[list[str], str | None]:
     return args, None
 
 
+# bd's and gh's verbs, for the same gitwork verb (docs/everyday.md, "Coming from bd or gh").
+ALIASES = {"close": "done", "create": "new", "update": "edit", "view": "show", "comment": "msg"}
+# Words that are not verbs, and the verb that does what they mean (not the nearest spelling).
+MEANINGS = {"assign": "claim ID (or edit ID --owner NAME)", "take": "claim ID", "start": "claim ID",
+            "grab": "claim --next", "next": "claim --next", "finish": "done ID", "resolve": "done ID",
+            "complete": "done ID", "delete": "cancel ID", "rm": "cancel ID", "remove": "cancel ID",
+            "ls": "list", "todo": "ready", "info": "show ID", "get": "show ID", "comments": "thread ID",
+            "reply": "msg ID TEXT --reply-to N", "unclaim": "release ID", "drop": "release ID",
+            "deps": "dep tree ID", "dep-tree": "dep tree ID", "stats": "summary", "whoami": "prime",
+            "mine": "list --mine", "label": "edit ID --add-label L", "assignee": "list --holder NAME"}
+
+
+def _FIELDS(word: str) -> bool:
+    """``item,title,status``: names separated by commas (so a message text after --json is not one)."""
+    names = word.split(",")
+    return len(names) > 1 and all(name.replace("_", "").isalpha() for name in names)
+
+
+def habits(args: list[str]) -> list[str] | str:
+    """bd/gh habits: an alias becomes its verb; ``--json a,b`` and ``--assignee`` and a word that is not a
+    verb get a one-line hint instead (returned as a string: exit 2)."""
+    words = args[:next((n for n, arg in enumerate(args) if arg == "--"), len(args))]
+    for index, arg in enumerate(words):
+        if arg == "--json" and index + 1 < len(words) and _FIELDS(words[index + 1]):
+            return f"--json takes fields only with '=': --json={words[index + 1]} (gh's --json {words[index + 1]})"
+        if arg == "--assignee" or arg.startswith("--assignee="):
+            return "no option --assignee: gitwork calls the assignee the holder: --holder NAME (or --mine)"
+    if args and args[0] in MEANINGS:
+        return f"no command {args[0]!r}: did you mean gw {MEANINGS[args[0]]}?"
+    if args and args[0] in ALIASES:
+        return [ALIASES[args[0]], *args[1:]]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--version"]:
@@ -118,6 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     args, expression = jq_option(args)
     paging = not no_pager(args) and sys.stdout.isatty()
     args = hoist(args)
+    habit = habits(args)
+    if isinstance(habit, str):
+        from ..errors import UsageError
+        from .output import fail
+
+        return fail(UsageError(habit), "--json" in args)
+    args = habit
     pager = None
     if paging:  # a terminal: git's pager rules (cli/pager.py), imported only here
         from . import output, pager as pagers
@@ -154,9 +195,58 @@ def hoist_completion() -> None:
             os.environ[name] = shlex.join([words[0], *moved]) + (" " if value.endswith(" ") else "")
 
 
+def complete_items() -> bool:
+    """bash asking for an item id (``gw claim w-<TAB>``): answered from the work plane without typer, one
+    id per line as typer prints them; ``False`` for anything else (typer answers)."""
+    import shlex
+
+    from .fast import _find
+
+    try:
+        words = shlex.split(os.environ.get("COMP_WORDS", ""))[1:]
+        at = int(os.environ.get("COMP_CWORD", "")) - 1
+    except ValueError:
+        return False
+    row, taken = _find(words)
+    if row is None or at < taken or (at < len(words) and words[at].startswith("-")):
+        return False
+    positionals, options = row[1], row[2]
+    index, count, path = taken, 0, None
+    while index < at:
+        word = words[index]
+        spec = options.get(word)
+        if spec is not None and spec[1] not in ("flag", "off"):
+            path = words[index + 1] if spec[0] == "path" and index + 1 < len(words) else path
+            index += 2
+            continue
+        count += 0 if word.startswith("-") else 1
+        index += 1
+    if count < len(positionals):
+        name = positionals[count][0]
+    elif positionals and positionals[-1][2]:
+        name = positionals[-1][0]
+    else:
+        return False
+    if name != "item":
+        return False
+    incomplete = words[at] if at < len(words) else ""
+    try:
+        from ..reports import item_ids
+        from ..workplane import Workplane
+
+        with Workplane(path) as plane:
+            found = item_ids(plane, incomplete)
+    except Exception:  # completion must never print a traceback into the user's shell
+        found = []
+    sys.stdout.write("".join(f"{item}\n" for item in found))
+    return True
+
+
 def _run(args: list[str]) -> int:
     if "_GW_COMPLETE" in os.environ:
         hoist_completion()
+        if os.environ["_GW_COMPLETE"] == "complete_bash" and complete_items():
+            return 0
     if "_GW_COMPLETE" not in os.environ:  # a shell asking for completions goes to typer
         from .fast import run
 

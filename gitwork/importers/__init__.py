@@ -81,7 +81,7 @@ def _order(records: list[dict[str, Any]], path: str) -> list[dict[str, Any]]:
                 if state.get(nxt) == 1:
                     cycle = path_names[path_names.index(nxt):] + [nxt]
                     line = by_external[nxt]["line"]
-                    raise Invalid(f"{path}: line {line}: dependency cycle in the source: {' -> '.join(cycle)}; "
+                    raise Invalid(f"{path}:{line}: dependency cycle in the source: {' -> '.join(cycle)}; "
                                   "nothing was imported", cycle=cycle)
                 if not state.get(nxt):
                     state[nxt] = 1
@@ -107,7 +107,7 @@ def plan(kind: str, records: list[dict[str, Any]], path: str) -> list[dict[str, 
     for record in records:
         first = seen.setdefault(record["external"], record["line"])
         if first != record["line"]:
-            raise Invalid(f"{path}: line {record['line']}: id {record['external']!r} already appears on line "
+            raise Invalid(f"{path}:{record['line']}: id {record['external']!r} already appears on line "
                           f"{first}; nothing was imported", external=record["external"])
     ordered = _order(records, path)
     ids = {r["external"]: r.get("item") or item_id(source, r["external"]) for r in records if not r.get("tombstone")}
@@ -179,7 +179,7 @@ def _document(source: str, record: dict[str, Any], ids: dict[str, str], path: st
     comments = []
     for number, comment in enumerate(record.get("comments") or (), 1):
         if len(str(comment.get("text") or "").encode("utf-8", "surrogatepass")) > MAX_TEXT:
-            raise Invalid(f"{path}: line {record['line']}: comment {number} is longer than {MAX_TEXT // 1024} KiB; "
+            raise Invalid(f"{path}:{record['line']}: comment {number} is longer than {MAX_TEXT // 1024} KiB; "
                           "nothing was imported")
         author = str(comment.get("author") or "unknown")
         entry = {k: v for k, v in comment.items() if k not in ("author", "at") and v is not None}
@@ -222,10 +222,11 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
         progress: Callable[[int, int], None] | None = None, prefer: str = "gitwork") -> dict[str, Any]:
     """Import ``path`` (an export of ``kind``) into the work plane: read, plan, check, send in batches.
 
-    All or nothing over the whole file: every document is decided on the current tip before the first
-    batch is sent (a refusal names the file's line and nothing is committed). A batch that loses a
-    race to another writer midway leaves the batches before it landed; the import is idempotent, so
-    running it again finishes it (docs/shadow.md, "Re-importing")."""
+    All or nothing over the whole file: the batches are decided once, in order, and land by one move
+    of the state ref (a refusal names the file's line and nothing lands). After a lost race the file
+    is decided again on the new tip and the changing documents are sent batch by batch; a batch
+    refused after another race midway leaves the batches before it landed, and the import is
+    idempotent, so running it again finishes it (docs/shadow.md, "Re-importing")."""
     if prefer not in PREFER:
         raise UsageError(f"--prefer must be one of {', '.join(PREFER)}")
     records = read(kind, path, mapping)
@@ -240,10 +241,22 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
     comments = 0
     commits: list[str] = []
     done = 0
-    if len(chunks) > 1:
-        # Several commits: decide them all first. A document the check finds changes nothing (the
-        # item is as the merge leaves it, no new comment) is not sent: it would change nothing in a
-        # batch either, so an unchanged re-import costs one pass, not two.
+    if progress:
+        progress(done, len(docs))
+    decided = _decide_once(wp, chunks, lines, path, progress, len(docs)) if len(chunks) > 1 else None
+    if decided is not None:
+        # Every batch decided once, on the tree the ones before it left, and landed by one move of
+        # the ref: nothing was decided twice, and a refusal anywhere landed nothing.
+        for applied in decided:
+            for result in applied.result.get("ops", ()):
+                comments += _tally(result, actions, conflicts)
+            if applied.result.get("changed") and applied.commit not in commits:
+                commits.append(applied.commit)
+    elif len(chunks) > 1:
+        # Another writer moved the state while the file was being decided: decide it all again on
+        # the new tip (nothing landed yet), then send only what changes something, batch by batch.
+        # A document the check finds changes nothing (the item is as the merge leaves it, no new
+        # comment) is not sent: it would change nothing in a batch either.
         results = _check(wp, docs, lines, path)
         needed = [doc for doc, result in zip(docs, results) if result.get("action", "unchanged") != "unchanged"]
         for doc, result in zip(docs, results):
@@ -251,9 +264,7 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
                 _tally(result, actions, conflicts)
         done = len(docs) - len(needed)
         chunks = batches(needed, size)
-    if progress:
-        progress(done, len(docs))
-    for number, chunk in enumerate(chunks, 1):
+    for number, chunk in enumerate(chunks if decided is None else [], 1):
         try:
             applied = wp.submit({"op": "batch", "ops": chunk})
         except GwError as error:
@@ -285,6 +296,46 @@ def _tally(result: dict[str, Any], actions: dict[str, str], conflicts: dict[tupl
         conflicts[(result["item"], conflict["field"])] = {"item": result["item"], "external": result["external"],
                                                            **conflict}
     return int(result.get("comments", 0))
+
+
+def _decide_once(wp: Any, chunks: list[list[dict[str, Any]]], lines: dict[str, int], path: str,
+                 progress: Callable[[int, int], None] | None, total: int) -> list[Any] | None:
+    """Decide the batches in order, each on the tree the ones before it left, write each as its
+    own commit (its recorded document replays to its tree on its parent, as any batch's does), and
+    move the state ref once, from the tip the first was decided on to the last: all or nothing over
+    the whole file, one decision per document. The batches as landed; ``None`` when another writer
+    moved the ref meanwhile (nothing landed: the caller decides again). A refusal names its line."""
+    from .. import engine
+    from ..workplane import LocalRef
+
+    store = wp.store
+    start = store.snapshot()
+    start.check_format()
+    base = start
+    landed = []
+    done = 0
+    for chunk in chunks:
+        cmd = engine.validate_command({"op": "batch", "ops": chunk}, internal=False)
+        cmd.setdefault("as", wp.settings.identity())
+        at = wp.now()
+        try:
+            outcome = engine.apply(base, cmd, at, wp.settings)
+        except GwError as error:
+            raise _at_line(error, chunk, lines, path, "") from error
+        new = engine.land(store, base, cmd, outcome, at)
+        if new is not None:
+            base = store.snapshot(new)
+        landed.append(engine.Applied(cmd, new or base.commit, outcome.result, outcome.summary, 1))
+        done += len(chunk)
+        if progress:
+            progress(done, total)
+    if base.commit == start.commit:
+        return landed  # nothing changed anywhere: nothing to move
+    ref = LocalRef(store)
+    if store.tip() != start.commit or not ref.swap(start.commit, base.commit):  # type: ignore[arg-type]
+        return None
+    ref.landed(landed[-1], True)
+    return landed
 
 
 def _check(wp: Any, docs: list[dict[str, Any]], lines: dict[str, int], path: str) -> list[dict[str, Any]]:

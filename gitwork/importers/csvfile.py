@@ -74,12 +74,12 @@ def parse(text: str, path: str, mapping_text: str | None) -> list[dict[str, Any]
     try:
         header = next(reader, None)
     except csv.Error as exc:
-        raise Invalid(f"{path}: line 1: {exc}; nothing was imported") from exc
+        raise Invalid(f"{path}:1: {exc}; nothing was imported") from exc
     if header is None:
         return []
     missing = [column for column in mapping.values() if column not in header]
     if missing:
-        raise Invalid(f"{path}: line 1: no column {missing[0]!r} (the header has {', '.join(header)[:200]})")
+        raise Invalid(f"{path}:1: no column {missing[0]!r} (the header has {', '.join(header)[:200]})")
     records = []
     start = reader.line_num + 1
     while True:

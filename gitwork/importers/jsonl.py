@@ -1,7 +1,8 @@
 """gitwork's own export (``gw export --format jsonl``): one item per line, with its thread.
 
 Everything needed to rebuild the items: ``id`` (kept: the import makes the same item), ``title``,
-``description``, ``status`` (``in_progress`` is imported as ``open``: a lease is not exported),
+``description``, ``status`` (as given: ``in_progress`` stays ``in_progress``, with no lease, as for beads
+and CSV, so it is not offered by ``gw ready``; docs/shadow.md, "Status mapping"),
 ``priority``, ``owner``, ``labels``, ``depends_on``, ``parent``, ``links``, ``criteria``, ``decisions``,
 ``closed_reason``, ``created_at`` and ``thread`` (each message with its id, author, kind and time).
 The exported ``provenance`` is kept in the new item's provenance, under ``fields``.
@@ -38,7 +39,7 @@ def _record(raw: dict[str, Any], line: int, problems: Problems) -> dict[str, Any
     if status not in STATUSES:
         problems.add(line, f"unknown status {str(status)[:20]!r}")
         return None
-    record["status"] = "open" if status == "in_progress" else status
+    record["status"] = status
     for key in ("depends_on", "criteria", "decisions", "links", "thread"):
         if not isinstance(raw.get(key, []), list):
             problems.add(line, f"{key} must be a list")

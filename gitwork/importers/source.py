@@ -34,12 +34,14 @@ class Problems:
     def add(self, line: int, message: str) -> None:
         self.count += 1
         if len(self.found) < MAX_ERRORS:
-            self.found.append(f"{self.unit} {line}: {message}")
+            # FILE:N: as every refusal by line reads (a GitHub export is one document: FILE: entry N:)
+            where = f"{self.path}:{line}" if self.unit == "line" else f"{self.path}: {self.unit} {line}"
+            self.found.append(f"{where}: {message}")
 
     def check(self) -> None:
         if self.count:
             more = f" (and {self.count - len(self.found)} more)" if self.count > len(self.found) else ""
-            raise Invalid(f"{self.path}: {'; '.join(self.found)}{more}; nothing was imported",
+            raise Invalid(f"{'; '.join(self.found)}{more}; nothing was imported",
                           problems=self.found, count=self.count)
 
 
@@ -64,7 +66,7 @@ def read_text(path: str, limit: int | None = None) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise Invalid(f"{path}: line {line}: not UTF-8; nothing was imported") from exc
+        raise Invalid(f"{path}:{line}: not UTF-8; nothing was imported") from exc
 
 
 def json_value(text: str) -> Any:

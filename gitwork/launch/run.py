@@ -224,6 +224,11 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
     backend = backends.get(backend_kind, wp.repo, wp.settings)  # unknown backend: Invalid, nothing recorded
     startable(command, cwd)
     extra = check_env(env)
+    if ttl is not None:  # refused before anything is recorded: the claim would refuse it (ops/leases.py)
+        from ..codec import parse_duration
+        from ..ops.leases import usable_ttl
+
+        usable_ttl(parse_duration(ttl), wp.settings.clock_margin)
     mine = (session, branch) if session and branch else None
     if (session or branch) and (mine is None or execution is None):
         raise Invalid("an execution of a session branch needs its session, its branch and an execution id")

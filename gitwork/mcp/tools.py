@@ -8,7 +8,9 @@ what the CLI prints. A :class:`GwError` becomes a tool error carrying the CLI's 
 
 The input schemas are derived from the op declarations (``@op`` fields and kinds, ``engine.spec``);
 only the read tools, which have no op, declare their few fields here, in the same kind language
-(``commands.parse_fields``). Every argument is checked by its kind's validator before the verb runs.
+(``commands.parse_fields``). Every argument is checked first against the tool's own input schema (its
+JSON type: no coercion, so ``ttl: 5`` or ``labels: "x"`` is ``invalid``), then by its kind's validator,
+before the verb runs.
 
 This module does not import the MCP SDK: ``server.py`` wires it into the protocol.
 """
@@ -21,7 +23,7 @@ import io
 import json
 import sys
 
-from ..errors import ExitCode, GwError, Stale, UsageError
+from ..errors import ExitCode, GwError, Invalid, Stale, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -303,8 +305,50 @@ def check_arguments(tool: Tool, arguments: Any) -> dict[str, Any]:
     missing = [name for name, field in fields.items() if field.required and name not in given]
     if missing:
         raise UsageError(f"{tool.name} needs {missing[0]!r}")
+    check_schema(tool, given)
     checked = validate(given, fields)
     return {**given, **{name: checked[name] for name in tool.local if name in checked}}
+
+
+def _matches(value: Any, schema: dict[str, Any]) -> bool:
+    """Does ``value`` have the JSON type ``schema`` (one of :data:`KIND_SCHEMAS`, or an ``enum``) declares?"""
+    if "enum" in schema:
+        return isinstance(value, str)  # which choice is the kind's own check (its message lists them)
+    declared = schema["type"]
+    for kind in declared if isinstance(declared, list) else [declared]:
+        if kind == "string" and isinstance(value, str):
+            return True
+        if kind == "integer" and type(value) is int:  # not a bool, not 5.0
+            return True
+        if kind == "boolean" and isinstance(value, bool):
+            return True
+        if kind == "array" and isinstance(value, list) and all(_matches(v, schema["items"]) for v in value):
+            return True
+    return False
+
+
+_JSON_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+               (list, "an array"), (dict, "an object"))
+
+
+def _described(schema: dict[str, Any]) -> str:
+    if "enum" in schema:
+        return "one of " + ", ".join(schema["enum"])
+    declared = schema["type"]
+    names = {"string": "a string", "integer": "an integer", "boolean": "true or false",
+             "array": f"an array of {schema.get('items', {}).get('type', 'values')}s"}
+    return " or ".join(names[kind] for kind in (declared if isinstance(declared, list) else [declared]))
+
+
+def check_schema(tool: Tool, given: dict[str, Any]) -> None:
+    """Refuse (``invalid``) an argument whose JSON type is not the one the tool's input schema declares:
+    the schema an MCP client is given is the one the call is held to, with no coercion."""
+    properties = tool.input_schema()["properties"]
+    for key, value in given.items():
+        schema = properties[key]
+        if not _matches(value, schema):
+            got = next((name for cls, name in _JSON_NAMES if isinstance(value, cls)), type(value).__name__)
+            raise Invalid(f"{tool.name}: {key} must be {_described(schema)} (its input schema), got {got}")
 
 
 def run_verb(wp: Workplane, verb: str, kwargs: dict[str, Any]) -> Any:

@@ -3,9 +3,10 @@
 All or nothing: each member is validated as a command document of its own op (``engine.validate_command``,
 as ``gw apply`` validates one) and run by its op on the tree the members before it left
 (``Context.member``); the first refusal refuses the whole batch, naming the member's position, and
-nothing is written. The recorded document holds every member as its op resolved it (full ids, minted
-ids, the epoch "current" stood for), so ``gw sync`` replays a batch like any command: by running it
-again. See docs/format.md, "Batches".
+nothing is written. Every member acts as the batch does: a member naming another identity is refused
+(``engine.one_identity``, exit 77) before any runs. The recorded document holds every member as its op
+resolved it (full ids, minted ids, the epoch "current" stood for), so ``gw sync`` replays a batch like
+any command: by running it again. See docs/format.md, "Batches".
 """
 
 from __future__ import annotations
@@ -17,13 +18,6 @@ from ..errors import GwError, Invalid
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
-
-
-def _refused(error: GwError, position: int, name: Any) -> GwError:
-    """The same refusal (same class, so the same exit code), prefixed by the member it came from."""
-    shown = name if isinstance(name, str) else "?"
-    again = type(error)(f"#{position} ({shown}): {error.message}", **{**error.details, "position": position})
-    return again
 
 
 def _member(ctx: Context, position: int, doc: dict[str, Any], seen: set[str]) -> dict[str, Any]:
@@ -49,13 +43,16 @@ def _member(ctx: Context, position: int, doc: dict[str, Any], seen: set[str]) ->
 
 @op("batch", "apply several command documents in one commit, all or nothing", roles=True, ops="docs!")
 def batch(ctx: Context) -> None:
+    # One identity per document (issue 23): every member acts as the batch does, judged before any runs
+    # against the identity the batch runs as (its document may have been validated before it was filled in).
+    engine.one_identity({**ctx.cmd, "as": ctx.actor}, engine.OPS["batch"].fields)
     done: list[dict[str, Any]] = []
     seen: set[str] = set()
     for position, doc in enumerate(ctx.cmd["ops"], 1):
         try:
             done.append(_member(ctx, position, doc, seen))
         except GwError as error:
-            raise _refused(error, position, doc.get("op")) from error
+            raise engine.member_refusal(error, position, doc.get("op")) from error
     # Recorded resolved, member by member: a replay on another tip means the same commands.
     ctx.cmd["ops"] = [entry["doc"] for entry in done]
     changed = [entry for entry in done if entry["summary"]]

@@ -127,7 +127,9 @@ def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
     ctx.outcome.result = {"execution": record["id"], **{k: v for k, v in record.items() if k != "id"}}
 
 
-@op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True,
+# arbiter=True: one live execution per item (and lane) is a decision across clones, like the lease: two
+# clones of one holder each reserving on their own state started two agents under one fence (the soak's I1).
+@op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True, arbiter=True,
     item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping",
     build="mapping!", session="short", branch="short", env="texts", clone="short")
 def exec_reserve(ctx: Context) -> None:

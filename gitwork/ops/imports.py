@@ -12,9 +12,11 @@ items".
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 
-from .. import ids, layout
+from .. import codec, ids, layout
 from ..commands import MAX_SHORT, MAX_TEXT, check_text
 from ..engine import Context, op
 from ..errors import Forbidden, Invalid
@@ -178,6 +180,10 @@ def merge_set(base: list[Any], ours: list[Any], theirs: list[Any]) -> list[Any]:
 _SCALARS = ("title", "description", "priority", "owner", "closed_reason", "created_at", "status", "criteria",
             "decisions", "parent", "links")
 _SETS = ("labels", "depends_on")
+# Fields a source can drop entirely (an assignee removed, no parent any more): absent from an item's
+# full document, they merge as the default against the base, like any change. Not links (a main
+# document leaves forward links to a second one), nor title and created_at (never dropped).
+_DROPPABLE = ("owner", "priority", "parent", "decisions", "closed_reason")
 # A field missing from a base: the source did not carry it then, so it stood at the item's default.
 _DEFAULTS: dict[str, Any] = {"description": "", "priority": 2, "status": "open", "criteria": [], "decisions": [],
                              "links": [], "labels": [], "depends_on": []}
@@ -276,6 +282,10 @@ def _wanted(ctx: Context, item_id: str, current: Item | None, native: bool = Fal
         base = dict(old)
         prefer = cmd.get("prefer") == "source"
         holder = _held_by_another(ctx, item_id)
+        if isinstance(known, dict) and "title" in cmd and not cmd.get("tombstone"):  # the item's whole document
+            for field in _DROPPABLE:
+                if field not in theirs and field in known:
+                    theirs[field] = _DEFAULTS.get(field)
         for field, value in theirs.items():
             ours = _get(item, field)
             if field in _SETS:
@@ -316,21 +326,62 @@ def _wanted(ctx: Context, item_id: str, current: Item | None, native: bool = Fal
     return item, conflicts
 
 
+# --- the digest of the last document taken whole (docs/shadow.md, "Re-importing") ------------------
+#
+# An item keeps, in ``provenance.digest``, the digest of the last full document whose every field the
+# merge took (no conflict left): its base then equals that document, so the same document again can
+# only leave the item as it is (theirs == base keeps ours, its comments are posted already). Such a
+# document is answered "unchanged" from the item file's bytes, without parsing the item: this is what
+# makes an unchanged re-import of thousands of items cheap. Any other outcome drops the digest.
+
+_DIGEST_VERSION = "import/1"  # bump when the merge's meaning changes: older digests then never match
+
+
+def _digest(cmd: dict[str, Any]) -> str | None:
+    """The digest of an item's full document as sent (None for a tombstone or a links-only document)."""
+    if "title" not in cmd or cmd.get("tombstone"):
+        return None
+    sent = {k: v for k, v in cmd.items() if k not in ("id", "as", "prefer")}
+    text = json.dumps([_DIGEST_VERSION, sent], ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def _stored_digest(raw: bytes) -> bytes | None:
+    """The digest line of the item file's provenance (``  digest: ...``), read without parsing the
+    file: the top-level ``provenance:`` key, then its own keys (two spaces in; deeper lines and block
+    text are indented further, so nothing but the key itself can look like it)."""
+    start = raw.find(b"\nprovenance:\n")
+    if start < 0:
+        return None
+    for line in raw[start + 13:].split(b"\n"):
+        if not line.startswith(b" "):
+            return None  # the next top-level key: no digest
+        if line.startswith(b"  digest: "):
+            return line
+    return None
+
+
+def _digest_line(digest: str) -> bytes:
+    return b"  " + codec.dump_yaml({"digest": digest}).rstrip(b"\n")
+
+
 def _same_source(item: Item, kind: str, external: str) -> bool:
     source = item.provenance.get("source") if isinstance(item.provenance, dict) else None
     return isinstance(source, dict) and source.get("kind") == kind and source.get("ref") == external
 
 
-def _but_base(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in (doc.get("provenance") or {}).items() if k != "imported"}
+def _but(doc: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: v for k, v in (doc.get("provenance") or {}).items() if k not in keys}
 
 
 def _changes(before: Item, after: Item) -> list[str]:
-    """The fields that differ (the merge base alone changing reads as ``provenance``)."""
+    """The fields that differ (the merge base alone changing reads as ``provenance``; the digest
+    alone is no change: an item imported before digests were kept is not rewritten for one)."""
     old, new = before.to_doc(), after.to_doc()
     keys = sorted((set(old) | set(new)) - {"updated_at"})
     changed = [key for key in keys if old.get(key) != new.get(key)]
-    if "provenance" in changed and len(changed) > 1 and _but_base(old) == _but_base(new):
+    if "provenance" in changed and (_but(old, "digest") == _but(new, "digest") or (
+            len(changed) > 1 and _but(old, "imported", "digest") == _but(new, "imported", "digest"))):
         changed.remove("provenance")
     return changed
 
@@ -351,8 +402,13 @@ def import_item(ctx: Context) -> None:
         raise Invalid(f"an imported item's id must be a full id (w- and 16 hex digits), got {item_id!r}")
     if "created_at" in cmd:
         _instant(cmd["created_at"], "created_at")
-    current = ctx.item(item_id) if ctx.file(layout.item_path(item_id, layout.ITEM_FILE)) else None
     source, external = cmd["source"], cmd["external"]
+    digest = _digest(cmd)  # of the document as sent, before the merge resolves anything in it
+    raw = ctx.file(layout.item_path(item_id, layout.ITEM_FILE))
+    if raw is not None and digest is not None and _stored_digest(raw) == _digest_line(digest):
+        ctx.outcome.result = {"item": item_id, "external": external, "action": "unchanged"}
+        return
+    current = ctx.item(item_id) if raw else None
     # An item made here, back from gitwork's own beads export (which names it by its gitwork id):
     # gitwork is its source of truth. Nothing about it is recorded as imported, no comment is posted,
     # and a field that differs is a conflict (there is no base), taken only with prefer: source.
@@ -368,6 +424,11 @@ def import_item(ctx: Context) -> None:
             return
         cmd.update(status="cancelled", closed_reason=cmd.get("closed_reason") or f"deleted in {source}")
     wanted, conflicts = _wanted(ctx, item_id, current, native=native)
+    if not native:
+        if digest is not None and (not conflicts or cmd.get("prefer") == "source"):
+            wanted.provenance["digest"] = digest  # taken whole: the same document again changes nothing
+        elif digest is not None or cmd.get("tombstone"):
+            wanted.provenance.pop("digest", None)
     changed = _changes(current, wanted) if current is not None else ["created"]
     if current is not None and "status" in changed:
         lease = ctx.require_holder(item_id)  # someone else's live lease: refused (exit 7), not overridden

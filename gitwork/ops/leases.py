@@ -57,6 +57,22 @@ def spread_pick(actor: str, command: str, tries: int, candidates: int) -> int:
     return random.Random(f"{actor}\0{command}\0{tries}").randrange(candidates)
 
 
+def usable_ttl(ttl: int, margin: int) -> int:
+    """``ttl`` if a lease of that length is of any use to its holder; else refused (exit 5).
+
+    The holder's own view ends a lease the clock margin early (``Lease.live_for_holder``), so a lease
+    of at most the margin would be granted already unusable: every fenced command under it stale.
+    Checked wherever a ttl is set: claim (``--next`` too, and ``gw run``'s and a delegation's claim),
+    takeover and renew."""
+    if ttl <= margin:
+        from ..codec import format_duration
+
+        raise Invalid(f"a lease of {format_duration(ttl)} would be unusable: its holder must stop the clock margin "
+                      f"({format_duration(margin)}, setting clock_margin) before it expires; ask for more than "
+                      f"{format_duration(margin)}", ttl=ttl, clock_margin=margin)
+    return ttl
+
+
 def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:
     item = ctx.item(item_id)
     counters = ctx.counters()
@@ -66,7 +82,10 @@ def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lea
                       file=layout.COUNTERS)
     fence = last + 1
     counters["fence"] = fence
-    ttl = ctx.cmd.get("ttl") or ctx.settings.default_ttl
+    ttl = usable_ttl(ctx.cmd.get("ttl") or ctx.settings.default_ttl, ctx.settings.clock_margin)
+    # Recorded: the default is this machine's setting (.workplane, GW_DEFAULT_TTL), and the arbiter
+    # replays the document with its own settings (derive.py) and must derive the same lease.
+    ctx.cmd["ttl"] = ttl
     lease = Lease(
         item=item_id,
         epoch=(previous.epoch if previous else 0) + 1,
@@ -159,7 +178,12 @@ def takeover(ctx: Context) -> None:
 def _held(ctx: Context, item_id: str) -> Lease:
     lease = holder_check(ctx, item_id)
     if lease is None:
-        raise Stale(f"you hold no lease on {item_id}", item=item_id)
+        raise Stale(f"you hold no lease on {item_id} (you are {ctx.actor})", item=item_id, who=ctx.actor)
+    if lease.holder != ctx.actor:
+        # A fence is not a credential: presenting the holder's fence does not make you the holder
+        # (an administrator ends someone's lease with revoke or takeover, never as them).
+        raise Stale(f"you hold no lease on {item_id}: {lease.holder} holds it (epoch {lease.epoch}, fence "
+                    f"{lease.fence}; you are {ctx.actor})", item=item_id, holder=lease.holder, who=ctx.actor)
     return lease
 
 
@@ -167,7 +191,7 @@ def _held(ctx: Context, item_id: str) -> Lease:
 def renew(ctx: Context) -> None:
     item_id = ctx.target()
     lease = _held(ctx, item_id)
-    lease.ttl = ctx.cmd.get("ttl") or lease.ttl
+    lease.ttl = usable_ttl(ctx.cmd.get("ttl") or lease.ttl, ctx.settings.clock_margin)
     lease.expires_at = format_instant(ctx.now + _dt.timedelta(seconds=lease.ttl))
     lease.renewed_at = ctx.when
     # Renewals are recorded by their commit only, not in events.log: a log line per renewal would

@@ -9,9 +9,11 @@ tip) renumbers without changing what a command means.
 The epoch rule, shared by all four: a message (or acknowledgement) from the item's holder is fenced
 (``require_holder``: ``--fence``/``GW_FENCE`` or the holder by name); anyone else's carries the lease
 epoch they read (``epoch``; ``"current"``, what the faces send when none is given, reads it on the
-tip the command is applied to and records the number), and one written under an epoch older than
-the item's current one is refused as :class:`Stale`, naming the current epoch, so nobody answers a
-conversation whose owner changed without noticing.
+tip the command is applied to and records the number), and an ack or decision written under an
+epoch older than the item's current one is refused as :class:`Stale`, naming the current epoch, so
+nobody answers a conversation whose owner changed without noticing. A ``msg`` by a non-holder is
+not refused for its epoch: it is recorded under the epoch it was written under, so its record
+replays on any later tip as it was first applied (``stance(bygone=True)``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,15 @@ if TYPE_CHECKING:
 # --- the epoch rule --------------------------------------------------------------------------------
 
 
-def stance(ctx: Context, item_id: str) -> tuple[int, Lease | None]:
-    """The epoch the author writes under, and the lease if the author acts as its holder."""
+def stance(ctx: Context, item_id: str, *, bygone: bool = False) -> tuple[int, Lease | None]:
+    """The epoch the author writes under, and the lease if the author acts as its holder.
+
+    ``bygone`` (``msg``): a message by someone not acting as the holder (no fence in the document)
+    written under an older epoch is not refused: it lands recorded under the epoch it was written
+    under, so the new owner sees whom it was addressed to. Its record then replays on any later tip
+    (a ``gw sync`` after a claim landed on the arbiter, the arbiter's hook) exactly as it was first
+    applied, instead of an ``exit 0`` turning into a refusal later. A holder's message stays fenced.
+    """
     lease = ctx.lease(item_id)
     given = ctx.cmd.get("epoch")
     if given == "current":
@@ -41,6 +50,9 @@ def stance(ctx: Context, item_id: str) -> tuple[int, Lease | None]:
         # recorded, so the stored document (and a replay of it elsewhere) carries the number.
         given = lease.epoch if lease is not None else 0
         ctx.cmd["epoch"] = given
+    if bygone and ctx.cmd.get("fence") is None and type(given) is int and lease is not None \
+            and 0 <= given < lease.epoch:
+        return given, None
     as_holder = lease is not None and lease.is_active() and lease.holder == ctx.actor
     if ctx.cmd.get("fence") is not None or as_holder:
         held = holder_check(ctx, item_id)  # Stale when the fence is old or the lease ran out
@@ -122,7 +134,7 @@ def msg(ctx: Context) -> None:
     if ctx.cmd.get("options"):
         raise Invalid("options go with a decision request (gw ask, or --kind decision-request)")
     text = _text(ctx)
-    epoch, held = stance(ctx, item_id)
+    epoch, held = stance(ctx, item_id, bygone=True)
     reply_to = resolve_message(ctx, item_id, "reply_to", "reply_to")["seq"] if "reply_to" in ctx.cmd else None
     record = post_message(ctx, item_id, kind, text, epoch=epoch, to=ctx.cmd.get("to"), reply_to=reply_to)
     _said(ctx, item_id, record, held, "msg")

@@ -33,7 +33,8 @@ ABSENT = "-"  # a path that does not exist on that side of a change
 def _holder(ctx: Context, item_id: str) -> Lease:
     lease = ctx.require_holder(item_id)
     if lease is None:
-        raise Stale(f"you hold no lease on {item_id}: claim it first", item=item_id)
+        raise Stale(f"you hold no lease on {item_id} (you are {ctx.actor}): claim it first", item=item_id,
+                    who=ctx.actor)
     return lease
 
 
@@ -341,6 +342,15 @@ def session_resume(ctx: Context) -> None:
     item_id, lease, previous, new = _step_start(ctx)
     assert previous is not None
     added = new["resumes"][len(previous["resumes"]):]
+    if previous.get("conflicts") and ctx.cmd["reason"] == "block":
+        # blocked at publish (its conflicts resolved by a person): running again, nothing re-entered
+        if added or previous["status"] != "blocked" or new["status"] != "running" or new.get("conflicts"):
+            raise Invalid("resuming a session blocked at publish makes it running and clears its conflicts")
+        _changed_branches(previous, new, set())
+        _save_manifest(ctx, item_id, new, "session-resume", None, reason="block")
+        ctx.say(f"session-resume {new['id']} (publish conflicts resolved)", item_id, fence=lease.fence,
+                session=new["id"])
+        return
     if new["resumes"][: len(previous["resumes"])] != previous["resumes"] or not added:
         raise Invalid("a resume appends to resumes and keeps the earlier ones")
     if any(entry["reason"] != ctx.cmd["reason"] for entry in added):
@@ -369,13 +379,22 @@ def session_resume(ctx: Context) -> None:
             fence=lease.fence, session=new["id"])
 
 
-@op("session-end", "record a multi-step session done (routed or published) or stopped", internal=True,
-    item="item!", session="short!", to="done|stopped!", route="user|external|publish", manifest="text!",
+@op("session-end", "record a multi-step session done (routed or published), stopped, or blocked because its "
+    "publish conflicts", internal=True, item="item!", session="short!", to="done|stopped|blocked!", route="user|external|publish", manifest="text!",
     reason="short")
 def session_end(ctx: Context) -> None:
     item_id, lease, previous, new = _step_start(ctx)
     assert previous is not None
     to = ctx.cmd["to"]
+    if to == "blocked":  # gw session done found a conflict: nothing landed, the session waits for a person
+        _changed_branches(previous, new, set())
+        if previous["status"] != "running" or new["status"] != "blocked" or not new.get("conflicts") \
+                or ctx.cmd.get("route") != "publish" or new.get("stoppedAt"):
+            raise Invalid("a session blocked at publish is a running one, now blocked, naming its conflicts")
+        _save_manifest(ctx, item_id, new, "session-end", to=to, route="publish", reason=ctx.cmd.get("reason"))
+        ctx.say(f"session-end {new['id']}: blocked at publish ({', '.join(new['conflicts'][:5])})", item_id,
+                fence=lease.fence, session=new["id"])
+        return
     if new["status"] != to or not new.get("stoppedAt"):
         raise Invalid(f"the final manifest says {to} and when")
     _changed_branches(previous, new, set())

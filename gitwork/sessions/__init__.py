@@ -272,19 +272,23 @@ def is_published(commit: str, cwd: str) -> bool:
 
 
 def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | None = None,
-          session_id: str | None = None) -> dict[str, Any]:
-    """Start a commit-once session; ``session_id`` names it (a multi-step session's source-writing branch)."""
+          session_id: str | None = None, base_commit: str | None = None) -> dict[str, Any]:
+    """Start a commit-once session; ``session_id`` names it (a multi-step session's source-writing branch).
+
+    ``base_commit`` (multi-step sessions only, never a face) starts it from that commit instead of
+    ``from_ref``: a later source step's base holds the earlier steps' commits, which are not published
+    yet (they land together at ``gw session done``); ``from_ref`` still names the publish target."""
     repo = wp.repo
     here = repo.toplevel or repo.git_dir
     top = main_worktree(repo)
     rev = from_ref or "HEAD"
     if rev.startswith("-"):
         raise Invalid(f"--from must name a commit, not an option ({rev!r})")
-    base = resolve_commit(rev, here)
+    base = resolve_commit(base_commit or rev, here)
     full = git("rev-parse", "--symbolic-full-name", rev, cwd=here, check=False).out.strip()
     into = full[len("refs/heads/"):] if full.startswith("refs/heads/") and not full.startswith("refs/heads/session/") \
         else None
-    if not is_published(base, here):
+    if base_commit is None and not is_published(base, here):
         raise Invalid(f"--from {rev} ({base[:12]}) is on no branch, tag or remote-tracking ref: a session starts "
                       "from published history")
     item_id, lease = holder_lease(wp, item, fence)

@@ -11,7 +11,8 @@
       steps:                          # a step key: its operator, how many parallel branches, source or not
         plan: {operator: planner}
         build: {operator: coder, parallel: 2, writes_source: true}
-        review: {operator: user}
+        review: {operator: user, needs: [plan, code]}   # needs: the field kinds handed to it (default: all)
+        check: {operator: reviewer, distinct_operator: true, max_rounds: 2, seal: true}   # a review step
       chains:                         # a chain: a list of step keys, run in order
         feature: [plan, build, review]
       backend: subprocess             # optional: where the coordinator launches operators (or tmux)
@@ -48,10 +49,15 @@ class Operator:
 
 
 class Step:
-    __slots__ = ("name", "operator", "parallel", "writes_source")
+    __slots__ = ("name", "operator", "parallel", "writes_source", "needs", "review")
 
-    def __init__(self, name: str, operator: str, parallel: int, writes_source: bool) -> None:
+    def __init__(self, name: str, operator: str, parallel: int, writes_source: bool,
+                 needs: list[str] | None = None, review: dict[str, Any] | None = None) -> None:
         self.name, self.operator, self.parallel, self.writes_source = name, operator, parallel, writes_source
+        self.needs = needs
+        # review steps: distinctOperator (not an earlier step's operator), maxRounds (nested exchanges per
+        # branch), seal (the inputs' sha256 in the request, sealed into the response)
+        self.review = review or {}
 
 
 BACKENDS = ("subprocess", "tmux")
@@ -66,7 +72,14 @@ class Rules:
         if name not in self.chains:
             known = ", ".join(sorted(self.chains)) or "none: add sessions.chains to .workplane"
             raise Invalid(f"no chain {name[:64]!r} in the sessions rules (known: {known})")
-        return self.chains[name]
+        plan = self.chains[name]
+        for index, key in enumerate(plan):
+            step = self.steps[key]
+            earlier = {self.steps[k].operator for k in plan[:index]}
+            if step.review.get("distinctOperator") and step.operator in earlier:
+                raise _bad(f"chains.{name}", f"step {key} must be done by another operator than the steps it "
+                                             f"reviews, and {step.operator} does an earlier one (distinct_operator)")
+        return plan
 
     def operator(self, name: str) -> Operator:
         found = self.operators.get(name)
@@ -142,7 +155,8 @@ def load(settings: Any) -> Rules:
     steps: dict[str, Step] = {}
     for name, spec in _mapping(doc.get("steps"), "steps").items():
         where, spec = _entry("steps", name, spec, _NAME, "letters, digits, _ and -",
-                             {"operator", "parallel", "writes_source"})
+                             {"operator", "parallel", "writes_source", "needs", "distinct_operator", "max_rounds",
+                              "seal"})
         operator = spec.get("operator")
         if not isinstance(operator, str) or (operator not in operators and operator not in BUILTIN):
             raise _bad(f"{where}.operator", f"{operator!r} is not an operator (define it under sessions.operators)")
@@ -153,7 +167,22 @@ def load(settings: Any) -> Rules:
             (operator in operators and operators[operator].writes_source)
         if writes and operator in BUILTIN:
             raise _bad(where, f"the {operator} operator cannot write source through a session")
-        steps[name] = Step(name, operator, parallel, writes)
+        needs = spec.get("needs")
+        if needs is not None and (not isinstance(needs, list) or len(needs) > 64
+                                  or not all(isinstance(k, str) and _OPERATOR.match(k) for k in needs)):
+            raise _bad(f"{where}.needs", "a list of field kinds (letters, digits, _ . and -)")
+        review: dict[str, Any] = {}
+        if _bool(spec.get("distinct_operator"), f"{where}.distinct_operator"):
+            review["distinctOperator"] = True
+        if _bool(spec.get("seal"), f"{where}.seal"):
+            review["seal"] = True
+        rounds = spec.get("max_rounds")
+        if rounds is not None:
+            if isinstance(rounds, bool) or not isinstance(rounds, int) or not 0 <= rounds <= 64:
+                raise _bad(f"{where}.max_rounds", "a whole number from 0 to 64 (nested exchanges per branch)")
+            review["maxRounds"] = rounds
+        steps[name] = Step(name, operator, parallel, writes, sorted(set(needs)) if needs is not None else None,
+                           review)
     chains: dict[str, list[str]] = {}
     for name, spec in _mapping(doc.get("chains"), "chains").items():
         if not isinstance(name, str) or not _NAME.match(name):

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 
 from .. import clock
-from ..errors import GwError, Held, Illegal, Invalid, NotFound
+from ..errors import GwError, Held, Illegal, Invalid, NonFastForward, NotFound
 from ..ops.session_records import (MAX_DOCUMENT_BYTES, SESSIONS_TREE, branch_path, canonical, check_schema,
                                    load_json, recorded_manifest, sha256)
 from ..store import crash_point
@@ -144,8 +144,8 @@ def _recorded_file(wp: Workplane, session: str, key: str, *rest: str) -> bytes |
 
 def mirror(where: Where, manifest: dict[str, Any]) -> None:
     """Make the folder's ``state.json`` the recorded manifest (a published session's folder stays gone)."""
-    if manifest["status"] == "done" and manifest.get("route") == "publish" and not os.path.isdir(where.folder):
-        return
+    if manifest["status"] == "done" and not os.path.isdir(where.folder):
+        return  # a done session's folder stays gone
     path = os.path.join(where.folder, STATE)
     data = canonical(manifest)
     if _read(path, 1 << 20) != data:
@@ -227,15 +227,27 @@ def _request(manifest: dict[str, Any], key: str, operator: str, stage: str, **ex
             "item": manifest["item"], "inputs": extra.pop("inputs", []), "resume": extra.pop("resume", None), **extra}
 
 
-def _inputs(wp: Workplane, manifest: dict[str, Any], position: int) -> list[dict[str, Any]]:
-    """Handoff: every field the done branches at ``position`` registered, as paths from the session root."""
-    found = []
+def _inputs(wp: Workplane, manifest: dict[str, Any], position: int, needs: list[str] | None = None
+            ) -> list[dict[str, Any]]:
+    """Handoff by kind: for each field kind registered by the done branches of the steps before
+    ``position`` (or only the kinds in ``needs``), the nearest earlier producer's paths: every done
+    branch of the latest step that registered that kind (a fan-out hands on all its branches), paths
+    from the session root. Ordered by kind, then chain order. Nested exchanges hand nothing on."""
+    produced: dict[str, list[tuple[int, str, str]]] = {}
     for key in sorted((k for k, b in manifest["branches"].items()
-                       if not is_exchange(k) and b.get("position") == position and b["status"] == "done"),
+                       if not is_exchange(k) and b.get("position", 0) < position and b["status"] == "done"),
                       key=lambda k: (round_of(k), int(k.rpartition("-")[2]))):
         data = _recorded_file(wp, manifest["id"], key, "response", "response.json")
         fields = load_json(data, f"the recorded response of {key}").get("fields", {}) if data else {}
-        found += [{"name": name, "from": key, "path": f"{key}/{path}"} for name, path in sorted(fields.items())]
+        for name, path in fields.items():
+            produced.setdefault(name, []).append((manifest["branches"][key].get("position", 0), key, path))
+    found = []
+    for name in sorted(produced):
+        if needs is not None and name not in needs:
+            continue
+        nearest = max(p for p, _k, _path in produced[name])
+        found += [{"name": name, "from": key, "path": f"{key}/{path}"}
+                  for p, key, path in produced[name] if p == nearest]
     return found
 
 
@@ -265,9 +277,13 @@ def planned(wp: Workplane, manifest: dict[str, Any], n: int) -> list[tuple[dict[
         position = manifest["branches"][previous[0]]["position"] + 1
         if position >= len(manifest["plan"]):
             return []  # the chain is finished
-        inputs = _inputs(wp, manifest, position - 1)
     stage = manifest["plan"][position]
     rule = stages[stage]
+    if n > 1:
+        inputs = _inputs(wp, manifest, position, rule.get("needs"))
+        if rule.get("seal"):  # a review step: each artifact it is handed, by the hash it was recorded with
+            inputs = [{**i, "sha256": _recorded_listing_of(wp, manifest["id"], i["from"]).get(i["path"], "")}
+                      for i in inputs]
     return [(_request(manifest, _branch_key(n, m), rule["operator"], stage, inputs=inputs,
                       parallel={"index": m, "of": rule["parallel"]}), position)
             for m in range(1, rule["parallel"] + 1)]
@@ -302,22 +318,67 @@ def finished(manifest: dict[str, Any]) -> bool:
 # --- transitions -----------------------------------------------------------------------------------
 
 
-def _source_for(run: Run, key: str) -> dict[str, Any]:
-    """The commit-once session a source-writing branch writes through (started once, then reused)."""
+def _ordered(keys: Any) -> list[str]:
+    return sorted(keys, key=lambda k: (round_of(k), int(k.split("/")[1].rpartition("-")[2])))
+
+
+def _earlier_sources(run: Run, position: int) -> list[tuple[str, Session]]:
+    """The done source-writing branches of the steps before ``position``, in chain order, with their
+    commit-once sessions (each committed: a done source branch has its one commit)."""
+    found = []
+    for key in _ordered(k for k, b in run.manifest["branches"].items()
+                        if b.get("source") and b["status"] == "done" and b.get("position", 0) < position
+                        and not is_exchange(k)):
+        found.append((key, Session.load(run.where.top, run.manifest["branches"][key]["source"])))
+    return found
+
+
+def _frozen_head(run: Run) -> str | None:
+    """The commit the session's first source step started from (later ones build on it)."""
+    for key in _ordered(k for k, b in run.manifest["branches"].items() if b.get("base")):
+        return str(run.manifest["branches"][key]["base"])
+    return None
+
+
+def _source_base(run: Run, position: int) -> tuple[str | None, list[dict[str, str]]]:
+    """Where a source step at ``position`` starts: the frozen head with every earlier step's committed
+    source on it (``None``: no earlier source step, start from the main worktree's HEAD), and the pins:
+    each earlier commit it was made against."""
+    earlier = _earlier_sources(run, position)
+    head = _frozen_head(run)
+    if not earlier or head is None:
+        return None, []
+    pins = [{"from": key, "commit": record["commit"]} for key, record in earlier]
+    from .combine import combine
+
+    made = combine(run.where.top, head, [p["commit"] for p in pins], actor=run.manifest["holder"],
+                   trailers=f"Work-Item: {run.manifest['item']}\nSession: {run.manifest['id']}\n",
+                   title=f"Base of session {run.manifest['id']} at step {position + 1}")
+    if made["conflicts"]:
+        raise Illegal(f"the earlier source steps of session {run.manifest['id']} conflict in "
+                      f"{', '.join(made['conflicts'])}: no base for step {position + 1}", conflicts=made["conflicts"])
+    return made["commit"], pins
+
+
+def _source_for(run: Run, key: str, position: int) -> dict[str, Any]:
+    """The commit-once session a source-writing branch writes through (started once, then reused), from
+    a base holding every earlier source step's commit; the request pins those commits."""
     source_id = f"{run.manifest['id']}-s{round_of(key)}-p{key.rpartition('-')[2]}"
+    base, pins = _source_base(run, position)
     try:
         record = Session.load(run.where.top, source_id)
     except NotFound:
-        start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id)
+        start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id, base_commit=base)
         record = Session.load(run.where.top, source_id)
-    return {"session": source_id, "branch": record.branch, "base": record["base"], "worktree": record.source}
+    out = {"session": source_id, "branch": record.branch, "base": record["base"], "worktree": record.source}
+    return {**out, "pins": pins} if pins else out
 
 
 def branch(run: Run, request: dict[str, Any], position: int) -> None:
     """The ``branch`` transition: the request written (never rewritten), then hashed into the manifest."""
     key = request["branch"]
     if run.manifest["stages"].get(request["stage"], {}).get("writesSource") and not is_exchange(key):
-        request["source"] = _source_for(run, key)
+        request["source"] = _source_for(run, key, position)
     data = canonical(check_schema("request", request, f"the request of {key}"))
     path = run.where.request(key)
     existing = _read(path)
@@ -335,6 +396,7 @@ def branch(run: Run, request: dict[str, Any], position: int) -> None:
     new["branches"][key] = {"stage": request["stage"], "status": "open", "position": position}
     if "source" in request:
         new["branches"][key]["source"] = request["source"]["session"]
+        new["branches"][key]["base"] = request["source"]["base"]
     if not is_exchange(key):
         new["current"] = max(new["current"], round_of(key))
     run.record("session-branch", new, key=key, request=data.decode("utf-8"))
@@ -413,7 +475,11 @@ def check_request(run: Run, key: str) -> dict[str, Any]:
 
 
 def _recorded_listing(run: Run, key: str) -> dict[str, str]:
-    data = _recorded_file(run.wp, run.manifest["id"], key, "response", "files.sha256") or b""
+    return _recorded_listing_of(run.wp, run.manifest["id"], key)
+
+
+def _recorded_listing_of(wp: Workplane, session: str, key: str) -> dict[str, str]:
+    data = _recorded_file(wp, session, key, "response", "files.sha256") or b""
     listing = {}
     for line in data.decode("utf-8", "replace").splitlines():
         digest, _, path = line.partition(" ")
@@ -539,6 +605,8 @@ def _changes_md(run: Run, key: str, folder: str, response: dict[str, Any]) -> No
     if commits != [record["commit"]]:
         raise Invalid(f"{key}: response.json commits must be [{record['commit']}], its session's one commit",
                       branch=key)
+    _check_pinned(run, key, record)
+    _check_siblings(run, key, record)
     lines = [f"# Changes of {key}", "", f"Commit: {record['commit']}", f"Base: {record['base']}",
              f"Session branch: {record.branch}", "", "| path | before | after |", "|---|---|---|"]
     lines += [f"| {c['path']} | {c.get('before') or '-'} | {c.get('after') or '-'} |"
@@ -546,6 +614,59 @@ def _changes_md(run: Run, key: str, folder: str, response: dict[str, Any]) -> No
     data = ("\n".join(lines) + "\n").encode("utf-8")
     if _read(os.path.join(folder, "changes.md")) != data:
         write_atomic(os.path.join(folder, "changes.md"), data)
+
+
+def _seal(run: Run, key: str, folder: str) -> None:
+    """A review step's seal: each artifact it was handed, with the sha256 its request pinned and the one on
+    disk now (they must agree: it reviewed exactly that), written to ``response/sealed.sha256`` and so
+    recorded with the response's files."""
+    request = load_json(_read(run.where.request(key)) or b"{}", f"the request of {key}")
+    lines = []
+    for entry in request.get("inputs") or []:
+        full = os.path.join(run.where.folder, *entry["path"].split("/"))
+        now = _hash_file(full) if os.path.isfile(full) else "missing"
+        if entry.get("sha256") and now != entry["sha256"]:
+            raise Invalid(f"{key}: the artifact {entry['path']} it reviewed is not the one handed to it "
+                          f"({now[:12]} on disk, {entry['sha256'][:12]} pinned)", branch=key)
+        lines.append(f"{now} {entry['path']}\n")
+    data = "".join(lines).encode("utf-8")
+    if _read(os.path.join(folder, "sealed.sha256")) != data:
+        write_atomic(os.path.join(folder, "sealed.sha256"), data)
+
+
+def _check_pinned(run: Run, key: str, record: Session) -> None:
+    """The gate on what a source response was made against: its commit's one parent is the base its
+    request pinned, and every commit the request pins is in it (a response made on another checkout, or
+    a session re-pointed at another base, is refused)."""
+    from . import git
+    from .combine import is_ancestor
+
+    request = load_json(_read(run.where.request(key)) or b"{}", f"the request of {key}")
+    pinned = (request.get("source") or {}).get("base")
+    parents = git("rev-list", "--parents", "-n1", record["commit"], cwd=run.where.top).out.split()[1:]
+    if pinned and (parents != [pinned] or record["base"] != pinned):
+        raise Invalid(f"{key}: commit {record['commit'][:12]} was made against {(parents or ['nothing'])[0][:12]}, "
+                      f"not the base {pinned[:12]} its request pinned", branch=key)
+    missing = [p["from"] for p in (request.get("source") or {}).get("pins") or []
+               if not is_ancestor(p["commit"], record["commit"], run.where.top)]
+    if missing:
+        raise Invalid(f"{key}: commit {record['commit'][:12]} lacks the pinned source of {', '.join(missing)}",
+                      branch=key)
+
+
+def _check_siblings(run: Run, key: str, record: Session) -> None:
+    """Parallel source branches (the same step, a re-entered one included) may not touch the same file: the
+    second to submit is refused, naming the files and the sibling (so a conflict between them is never found as late as ``gw session done``)."""
+    mine = {c["path"] for c in record.get("changes") or []}
+    for other in _ordered(k for k, b in run.manifest["branches"].items()
+                          if k != key and not is_exchange(k) and b.get("source") and b["status"] == "done"
+                          and b.get("position") == run.manifest["branches"][key].get("position")):
+        theirs = Session.load(run.where.top, run.manifest["branches"][other]["source"])
+        both = sorted(mine & {c["path"] for c in theirs.get("changes") or []})
+        if both:
+            raise Invalid(f"refused {key}: {', '.join(both)} also changed by its parallel sibling {other}: parallel "
+                          "branches may not touch the same file (block this branch, or redo it without them)",
+                          branch=key, paths=both, sibling=other)
 
 
 # --- the verbs ---------------------------------------------------------------------------------------
@@ -617,6 +738,10 @@ def create(wp: Workplane, item: str, chain: str, fence: int | None = None, proje
     now = wp.now()
     stages = {name: {"operator": rules.steps[name].operator, "parallel": rules.steps[name].parallel,
                      "writesSource": rules.steps[name].writes_source} for name in plan}
+    for name in plan:
+        if rules.steps[name].needs is not None:
+            stages[name]["needs"] = rules.steps[name].needs
+        stages[name].update(rules.steps[name].review)
     name = slug(project or os.path.basename(top.rstrip(os.sep)) or "repo")
     taken = _unrecorded_folder(top, item_id, chain, actor)
     for attempt in range(100):
@@ -802,7 +927,15 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
         if exchange in manifest["branches"]:
             raise Invalid(f"{key} already had the exchange {exchange}: name a new one", branch=key)
         run.rules.operator(response["awaiting"]["operator"])
+        limit = manifest["stages"].get(state["stage"], {}).get("maxRounds")
+        asked = [k for k in manifest["branches"] if k.startswith(key + "/")]
+        if limit is not None and len(asked) >= limit:
+            raise Invalid(f"{key} has had {len(asked)} question/answer round(s), its step's max_rounds: answer done "
+                          "or blocked", branch=key)
     _changes_md(run, key, folder, response)
+    if response["status"] == "done" and manifest["stages"].get(state["stage"], {}).get("seal") \
+            and not is_exchange(key):
+        _seal(run, key, folder)
     if response["status"] == "done":  # the operator's own gate judges what it produced
         operator = run.rules.operator(manifest["steps"][key])
         _run_validator(operator, branch_env(run.where, manifest, key), run.where.branch(key), key)
@@ -872,6 +1005,13 @@ def resume(wp: Workplane, session: str, fence: int | None = None) -> dict[str, A
         return run.result(already=True)
     if manifest["status"] != "blocked":
         raise Illegal(f"session {session} is {manifest['status']}: only a blocked session is resumed", session=session)
+    if manifest.get("conflicts"):  # blocked at publish: running again, gw session done tries again
+        new = copy.deepcopy(manifest)
+        new["status"] = "running"
+        new.pop("conflicts")
+        new["reason"] = None
+        run.record("session-resume", new, reason="block")
+        return run.result(already=False)
     n = manifest["current"]
     keys = round_keys(manifest, n)
     busy = [k for k in manifest["branches"] if manifest["branches"][k]["status"] in ("open", "waiting")]
@@ -897,8 +1037,10 @@ def _lease_held(wp: Workplane, item_id: str) -> Any:
 
 
 def _sources(run: Run) -> list[Session]:
+    """The commit-once sessions of the source-writing branches, in chain order."""
     found = []
-    for state in run.manifest["branches"].values():
+    for key in _ordered(run.manifest["branches"]):
+        state = run.manifest["branches"][key]
         if state.get("source"):
             try:
                 found.append(Session.load(run.where.top, state["source"]))
@@ -923,14 +1065,14 @@ def done(wp: Workplane, session: str, route: str = "publish", fence: int | None 
                       + ": it cannot be done yet", session=session)
     item = wp.item(manifest["item"])
     unchecked = [n for n, c in enumerate(item.criteria, 1) if not c.get("checked")]
-    if route == "publish" and unchecked:
-        raise Illegal(f"{item.id} has unchecked criteria {unchecked}: check them before the session publishes")
+    if unchecked:  # every route marks the item done
+        raise Illegal(f"{item.id} has unchecked criteria {unchecked}: check them before the session is done")
     if route == "publish":
-        from ..publish import publish as publish_source
+        from .land import land
 
-        for record in _sources(run):
-            if record.get("state") == "committed":
-                publish_source(wp, record.id, keep_open=True)
+        landed = land(wp, session, manifest["item"], [r for r in _sources(run) if r.get("state") == "committed"])
+        if landed["conflicts"]:
+            _block_on_conflicts(run, landed)
     new = copy.deepcopy(manifest)
     new.update(status="done", route=route, stoppedAt=clock.format_instant(wp.now()))
     for lease in new["leases"].values():
@@ -939,9 +1081,27 @@ def done(wp: Workplane, session: str, route: str = "publish", fence: int | None 
     return _finish(run)
 
 
+def _block_on_conflicts(run: Run, landed: dict[str, Any]) -> None:
+    """Nothing landed: the session is ``blocked`` with the conflicting paths named (``gw step resume``
+    takes it up again once they are resolved on the target), then exit 13."""
+    conflicts = landed["conflicts"]
+    new = copy.deepcopy(run.manifest)
+    new.update(status="blocked", conflicts=conflicts,
+               reason=f"publishing conflicts with {landed['target'][:12]} in {', '.join(conflicts)}"[:1024])
+    run.record("session-end", new, to="blocked", route="publish", reason=new["reason"])
+    raise NonFastForward(f"session {run.manifest['id']} was not published: its source conflicts with "
+                         f"{landed['target'][:12]} in {', '.join(conflicts)}. Nothing landed; the session is "
+                         "blocked. Resolve it on the target, then gw step resume and gw session done again.",
+                         session=run.manifest["id"], conflicts=conflicts, target=landed["target"])
+
+
 def _end_sources(run: Run) -> None:
+    """A session that ended leaves no commit-once session open: those without a commit are dropped, and so
+    are committed ones a done session did not publish (a person's route): only published commits survive."""
+    manifest = run.manifest
+    unpublished = ("started", "committed") if manifest["status"] == "done" else ("started",)
     for record in _sources(run):
-        if record.get("state") == "started":
+        if record.get("state") in unpublished:
             drop_source(run.wp, record.id, reason=f"session {run.manifest['id']} ended")
         elif record.get("state") == "published" and os.path.isdir(record.folder):
             from . import git
@@ -957,12 +1117,13 @@ def _finish(run: Run) -> dict[str, Any]:
     _end_sources(run)
     lease = _lease_held(run.wp, manifest["item"])
     if lease is not None:
-        if manifest["status"] == "done" and manifest.get("route") == "publish":
-            run.wp.do("done", item=manifest["item"], fence=lease.fence)
+        if manifest["status"] == "done":  # every route: the session finished its chain, the item is done
+            run.wp.do("done", item=manifest["item"], fence=lease.fence,
+                      reason=f"session {manifest['id']} done ({manifest.get('route')})")
         else:
             run.wp.do("release", item=manifest["item"], fence=lease.fence)
     crash_point("session-end-released")
-    if manifest["status"] == "done" and manifest.get("route") == "publish":
+    if manifest["status"] == "done":  # the spec: release the lease, delete the folder (the audit is on the ref)
         shutil.rmtree(run.where.folder, ignore_errors=True)
     return run.result()
 

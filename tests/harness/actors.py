@@ -187,12 +187,33 @@ class Coordinators(Actor):
         self.procs: dict[int, Proc] = {}
         self.faulted: set[int] = set()  # clones whose coordinator a fault killed or stopped just now
         self.lock = threading.Lock()
+        self.logs: dict[int, list[str]] = {}  # every coordinator log of each clone, oldest first
+        self.read: dict[str, tuple[int, int]] = {}  # log -> (bytes read, passes counted)
 
     def start_one(self, clone: int) -> None:
+        # --json: one JSON line per completed pass in the log, which passes() counts
         argv = gw_argv("coordinate", "--interval", f"{int(self.interval * 1000)}ms" if self.interval < 1 else
-                       f"{int(self.interval)}s", "--ttl", f"{max(3, int(self.interval * 3))}s", "--as", f"coord{clone}")
+                       f"{int(self.interval)}s", "--ttl", f"{max(3, int(self.interval * 3))}s", "--as", f"coord{clone}",
+                       "--json")
         self.procs[clone] = self.world.procs.spawn(f"coordinate{clone}", "coordinator", argv, self.world.clones[clone],
                                                    clone=clone)
+        self.logs.setdefault(clone, []).append(self.procs[clone].meta["log"])
+
+    def passes(self, clone: int) -> int:
+        """The passes the coordinators of ``clone`` completed so far (each prints one JSON line per pass):
+        what I2 measures its window in, rather than seconds of a loaded machine."""
+        total = 0
+        for log in list(self.logs.get(clone, ())):
+            done, counted = self.read.get(log, (0, 0))
+            with contextlib.suppress(OSError), open(log, "rb") as f:
+                f.seek(done)
+                chunk = f.read()
+                whole = chunk[: chunk.rfind(b"\n") + 1]  # a line still being written is counted next time
+                counted += sum(1 for line in whole.splitlines() if line.startswith(b'{"ok": true, "host"'))
+                done += len(whole)
+            self.read[log] = (done, counted)
+            total += counted
+        return total
 
     def step(self) -> None:
         with self.lock:

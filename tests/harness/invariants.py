@@ -3,8 +3,13 @@
 - I1: at most one live agent process per item, anywhere: two live agents under one fence is always a
   violation; two under different fences may overlap only while the older one is within I2's grace.
 - I2: a live agent whose fence is no longer current (in the view of the clone it runs in) is killed
-  within one coordinator interval plus slack, counted only while the harness means that clone's
-  coordinator to run (no fault of ours holds it down).
+  by that clone's coordinator: it is a violation once the agent has been stale for one coordinator
+  interval plus slack (counted only while the harness means that clone's coordinator to run: no
+  fault of ours holds it down) AND the coordinator has completed two passes since the staleness was
+  first seen (the second began after it, so it saw it), plus a second for the kill to show. The
+  window is measured in the coordinator's own passes, not in seconds of a loaded machine; a
+  coordinator meant to run that completes no pass for ``stuck`` seconds while an agent is stale in
+  its clone is a violation too (passes cannot hide a coordinator that does not run).
 - I3: every command acknowledged to a client is on the arbiter exactly once, or was reported refused.
 - I4: every state commit's tree is the engine's replay of its command on its parent
   (:func:`replay_mismatches`, reusable on any repository with a state ref).
@@ -73,11 +78,17 @@ class Monitor(threading.Thread):
     """I1 and I2, every ``period`` seconds while the run lasts (and once more by :meth:`check`)."""
 
     def __init__(self, world: World, ledger: Ledger, stop: threading.Event, *, up: Any, interval: float,
-                 slack: float, period: float = 0.25) -> None:
+                 slack: float, period: float = 0.25, passes: Any = None, stuck: float = 45.0) -> None:
         super().__init__(name="monitor", daemon=True)
         self.world, self.ledger, self.stop_event = world, ledger, stop
         self.up, self.grace, self.period = up, interval + slack, period
+        self.passes = passes  # clone -> passes its coordinators completed so far (None: seconds only)
+        self.stuck = stuck
         self.stale_for: dict[int, float] = collections.defaultdict(float)  # pid -> coordinator-up seconds stale
+        self.stale_mark: dict[int, tuple[int, float]] = {}  # pid -> (passes, seconds) when first seen stale
+        self.last_pass: dict[int, tuple[int, float]] = {}  # clone -> (passes, coordinator-up seconds since it moved)
+        self.max_pass_gap = 0.0
+        self.two_passes_at: dict[int, float] = {}  # pid -> its stale seconds when the second pass was seen
         self.overlap: dict[tuple[int, int], float] = collections.defaultdict(float)
         self.max_stale = 0.0
         self.seen: set[int] = set()
@@ -108,6 +119,16 @@ class Monitor(threading.Thread):
             # a stale agent that ended (killed by its coordinator, or by a fault): I2 held for it
             self.ledger.count("I2:stale-agent-ended")
             del self.stale_for[pid]
+            self.stale_mark.pop(pid, None)
+            self.two_passes_at.pop(pid, None)
+        done = {}
+        if self.passes is not None:
+            for clone in range(len(self.world.clones)):
+                done[clone] = self.passes(clone)
+                count, idle = self.last_pass.get(clone, (-1, 0.0))
+                idle = 0.0 if done[clone] != count else idle + (dt if self.up(clone) else 0.0)
+                self.last_pass[clone] = (done[clone], idle)
+                self.max_pass_gap = max(self.max_pass_gap, idle)
         for agent in live:
             if agent["pid"] not in self.seen:
                 self.seen.add(agent["pid"])
@@ -120,14 +141,30 @@ class Monitor(threading.Thread):
                 continue
             if is_current(readers[clone].lease(agent["item"]), int(agent["fence"])):
                 continue
-            if self.up(clone) and proc_state(agent["pid"]) != "T":
-                self.stale_for[agent["pid"]] += dt
-            self.max_stale = max(self.max_stale, self.stale_for[agent["pid"]])
-            if self.stale_for[agent["pid"]] > self.grace and ("I2", agent["pid"]) not in self.reported:
-                self.reported.add(("I2", agent["pid"]))
-                self.ledger.violate("I2", f"agent pid {agent['pid']} ({agent['execution']}, item {agent['item']}, "
-                                          f"fence {agent['fence']}, clone{clone}) still alive "
-                                          f"{self.stale_for[agent['pid']]:.1f} s after its fence stopped being current")
+            pid = agent["pid"]
+            if self.up(clone) and proc_state(pid) != "T":
+                self.stale_for[pid] += dt
+            self.max_stale = max(self.max_stale, self.stale_for[pid])
+            mark = self.stale_mark.setdefault(pid, (done.get(clone, 0), self.stale_for[pid]))
+            since = done.get(clone, 0) - mark[0]
+            # Two passes completed since: the second began after the staleness showed in this clone's
+            # ref, and the kill takes effect at once (process group) -- a second on top for it to show.
+            if since >= 2:
+                self.two_passes_at.setdefault(pid, self.stale_for[pid])
+            passed = self.passes is None or (pid in self.two_passes_at
+                                             and self.stale_for[pid] - self.two_passes_at[pid] > 1.0)
+            idle = self.last_pass.get(clone, (0, 0.0))[1]
+            if ("I2", pid) in self.reported:
+                continue
+            where = f"agent pid {pid} ({agent['execution']}, item {agent['item']}, fence {agent['fence']}, clone{clone})"
+            if self.stale_for[pid] > self.grace and passed:
+                self.reported.add(("I2", pid))
+                self.ledger.violate("I2", f"{where} still alive {self.stale_for[pid]:.1f} s after its fence stopped "
+                                          f"being current, {since} coordinator passes since")
+            elif self.passes is not None and idle > self.stuck:
+                self.reported.add(("I2", pid))
+                self.ledger.violate("I2", f"{where} stale for {self.stale_for[pid]:.1f} s; the clone's coordinator, "
+                                          f"meant to run, completed no pass for {idle:.1f} s")
         for item, agents in by_item.items():
             if len(agents) < 2:
                 continue

@@ -104,15 +104,30 @@ def sync_all(world: World, ledger: Ledger, rounds: int = 2) -> None:
                 ledger.refused([r["command_id"] for r in with_refused["refused"] if "command_id" in r])
 
 
-def settle(world: World, ledger: Ledger, switches: Switches) -> None:
+def settle(world: World, ledger: Ledger, switches: Switches, coordinators: Coordinators | None = None) -> None:
     """Every process continued, the arbiter up and idle, ``gw sync`` in every clone (so each learns
-    the fences the others changed), then the coordinators get a few passes to kill what is stale."""
+    the fences the others changed), then the coordinators get two passes each to kill what is stale
+    (counted in their completed passes, however long a pass takes on a loaded machine; bounded)."""
     world.procs.continue_all()
     if world.daemon.proc is None:
         world.daemon.start()
     world.daemon.settle(timeout=60)
     sync_all(world, ledger, rounds=1)
-    time.sleep(2 * switches.interval + 3.0)
+    time.sleep(switches.interval)
+    if coordinators is None:
+        time.sleep(switches.interval + 3.0)
+        return
+    marks = {clone: coordinators.passes(clone) for clone in range(len(world.clones))}
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        coordinators.step()  # one that died is started again
+        if all(coordinators.passes(clone) >= mark + 2 for clone, mark in marks.items()):
+            break
+        time.sleep(0.2)
+    else:
+        ledger.log(f"settle: the coordinators did not complete two passes each within 60 s: "
+                   f"{ {c: coordinators.passes(c) - m for c, m in marks.items()} }")
+    time.sleep(1.0)  # the kill of the last pass shows
 
 
 def quiesce(world: World, ledger: Ledger) -> None:
@@ -169,7 +184,8 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
         faults = Faults(world, ledger, sub(), stop, coordinators, kinds=switches.faults)
         threads.append(faults)
         up = (lambda clone: coordinators.up(clone)) if coordinators else (lambda clone: False)
-        monitor = invariants.Monitor(world, ledger, stop, up=up, interval=switches.interval, slack=switches.slack)
+        monitor = invariants.Monitor(world, ledger, stop, up=up, interval=switches.interval, slack=switches.slack,
+                                     passes=coordinators.passes if coordinators else None)
         for thread in threads:
             thread.start()
         monitor.start()
@@ -198,9 +214,10 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
             coordinators.faulted.clear()
             for _ in range(3):
                 coordinators.step()
-        settle(world, ledger, switches)
+        settle(world, ledger, switches, coordinators)
         monitor.final()
         ledger.count("I2:max-stale-ms", int(monitor.max_stale * 1000))
+        ledger.count("I2:max-pass-gap-ms", int(monitor.max_pass_gap * 1000))
         quiesce(world, ledger)
         acknowledged = invariants.check_acknowledged(world, ledger)
         acknowledged.update(invariants.check_delegations(world, ledger))

@@ -207,16 +207,33 @@ class World:
     # --- teardown -------------------------------------------------------------------------------
 
     def kill_agents(self) -> None:
-        """Every agent the harness's script started, wherever it runs (tmux or subprocess backend)."""
-        for pid in live_agents(self.agents):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        for clone in self.clones:
-            for handle in (clone / ".git" / "gitwork" / "executions").glob("*/handle"):
-                with contextlib.suppress(ValueError, OSError):
-                    group = int(handle.read_text().partition("@")[0])
-                    if is_agent_group(group):
-                        os.killpg(group, signal.SIGKILL)
+        """Every agent the harness's script started, wherever it runs (tmux or subprocess backend).
+
+        Also the ones no record or handle names yet: a ``gw run`` killed by the teardown between its
+        fork and its handle leaves an agent that writes its record a moment later (gw's coordinator
+        would stop it; ours is gone by now). So /proc is scanned for this world's agent script (its
+        full path: another harness run on the machine is left alone) until it is quiet twice."""
+        mine = str(self.agent).encode()
+        quiet = 0
+        deadline = time.monotonic() + 10.0
+        while quiet < 2 and time.monotonic() < deadline:
+            found = set(live_agents(self.agents))
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                        if mine in cmdline.read():
+                            found.add(int(entry))
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            for clone in self.clones:
+                for handle in (clone / ".git" / "gitwork" / "executions").glob("*/handle"):
+                    with contextlib.suppress(ValueError, OSError):
+                        group = int(handle.read_text().partition("@")[0])
+                        if is_agent_group(group):
+                            os.killpg(group, signal.SIGKILL)
+            quiet = quiet + 1 if not found else 0
+            time.sleep(0.3)
 
     def close(self) -> None:
         self.procs.kill_all()

@@ -8,7 +8,7 @@ import sys
 from ...errors import UsageError
 from .. import output
 from ..actions import done_line, each, submit
-from ..listing import check_limit, pick, rows_view
+from ..listing import check_limit, no_state_hint, pick, rows_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,27 +46,41 @@ def new(wp: Any, as_json: bool, title: str | None, description: str | None, prio
            depends_on=dep, criteria=criterion, owner=owner, source=source)
 
 
-def show(wp: Any, as_json: bool, item: str) -> None:
-    view = wp.show(item)
-    if as_json:
-        from ...reports import show_json
+def show(wp: Any, as_json: bool, item: list[str], web: bool = False) -> None:
+    """One item or several (each its own result); for a person unless ``--json`` (unchanged: the item's
+    stored fields and its lease); ``--web`` opens its page on the running ``gw serve`` board."""
 
-        output.emit_json(show_json(view))
-        return
-    from ...codec import dump_yaml
+    def one(text: str) -> None:
+        view = wp.show(text)
+        if web:
+            from ..showview import web as open_page
 
-    doc = {"item": view["item"]}
-    if view["lease"]:
-        doc["lease"] = view["lease"]
-    sys.stdout.write(dump_yaml(doc).decode())
+            open_page(wp, as_json, view["item"]["id"])
+            return
+        if as_json:
+            from ...reports import show_json
+
+            output.emit_json(show_json(view))
+            return
+        from ..showview import render
+
+        if shown:
+            sys.stdout.write("\n")
+        sys.stdout.write(render(wp, view, wp.context().now))
+        shown.append(text)
+
+    shown: list[str] = []
+    each(wp, as_json, item, one)
 
 
 def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
-               limit: int | None = None, text: str | None = None, label_any: list[str] | None = None) -> None:
+               limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
+               mine: bool = False) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
-                  limit=limit, text=text, label_any=label_any)
+                  limit=limit, text=text, label_any=label_any, mine=mine)
     rows_view(picked, as_json, "items")
+    no_state_hint(wp, picked)
 
 
 def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
@@ -80,6 +94,7 @@ def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = N
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
                   limit=limit)
     rows_view(picked, as_json, "ready")
+    no_state_hint(wp, picked)
 
 
 def edit(wp: Any, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,
@@ -166,11 +181,35 @@ def history(wp: Any, as_json: bool, item: str) -> None:
         output.emit_json(records)
         return
     rows = []
+    known: dict[str, Any] = {}  # each field's value as the log last set it: the "old" of the next change
     for record in records:
         extra = {k: v for k, v in record.items() if k not in ("seq", "at", "by", "type", "cmd")}
-        rows.append((record["seq"], record["at"], record["by"], record["type"],
-                     " ".join(f"{k}={v}" for k, v in extra.items())))
+        rows.append((record["seq"], record["at"], record["by"], record["type"], _details(extra, known)))
     output.table(("seq", "at", "by", "event", "details"), rows)
+
+
+def _value(value: Any) -> str:
+    """A recorded value for people: lists as ``a, b``, nothing as ``-``, mappings as ``k=v``; never a repr."""
+    if value is None or value == [] or value == "":
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(_value(v) for v in value)
+    if isinstance(value, dict):
+        return " ".join(f"{k}={_value(v)}" for k, v in value.items())
+    return str(value)
+
+
+def _details(extra: dict[str, Any], known: dict[str, Any]) -> str:
+    """``title: old -> new`` for each change (the old value when the log holds it), then the rest as k=v."""
+    parts = []
+    for key, value in (extra.get("changes") or {}).items():
+        before = f"{_value(known[key])} -> " if key in known else "-> "
+        parts.append(f"{key}: {before}{_value(value)}")
+        known[key] = value
+    if "title" in extra and "changes" not in extra:
+        known.setdefault("title", extra["title"])
+    rest = [f"{key}={_value(value)}" for key, value in extra.items() if key != "changes" and value is not None]
+    return " ".join(filter(None, ["; ".join(parts), *rest]))
 
 
 def log(wp: Any, as_json: bool, limit: int | None) -> None:

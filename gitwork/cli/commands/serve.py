@@ -50,7 +50,31 @@ def serve(wp: Any, as_json: bool, bind: str | None, repo: str | None, public: bo
         output.info(f"gw serve: {path} on {url} (board: {url}/, API: {url}/docs); Ctrl-C stops")
         sys.stderr.flush()
 
-    run(path, host, port, cors_origins=cors or (), ready=ready)
+        _record(wp, url)
+
+    try:
+        run(path, host, port, cors_origins=cors or (), ready=ready)
+    finally:
+        _record(wp, None)
+
+
+def _record(wp: Any, url: str | None) -> None:
+    """Where this server listens, for ``gw show --web`` (cli/showview.py): written once it listens,
+    removed when it stops (a record left by a killed server names a pid that is gone, and is ignored)."""
+    import json
+    import os
+
+    from ..showview import SERVE_FILE
+
+    where = os.path.join(wp.repo.gitwork_dir(), SERVE_FILE)
+    try:
+        if url is None:
+            os.unlink(where)
+        else:
+            with open(where, "w", encoding="utf-8") as handle:
+                json.dump({"url": url, "pid": os.getpid()}, handle)
+    except OSError:
+        pass  # --web then says no server runs: nothing else depends on this file
 
 
 def _tokens(wp: Any) -> Any:

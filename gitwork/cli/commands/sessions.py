@@ -148,7 +148,19 @@ def _steps_report(info: dict[str, Any], as_json: bool, headline: str) -> None:
                    else ""))
 
 
+def _schemas() -> None:
+    """The multi-step verbs check their documents with fastjsonschema (the sessions extra): without it
+    they are refused before anything is written (a lease taken, a request written), naming the extra."""
+    try:
+        import fastjsonschema  # noqa: F401
+    except ModuleNotFoundError as exc:
+        from ..actions import missing_extra
+
+        raise missing_extra(exc) or exc from None
+
+
 def create(wp: Any, as_json: bool, item: str, chain: str, project: str | None, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import create as create_
 
     info = create_(wp, item, chain, fence=fence, project=project)
@@ -172,6 +184,7 @@ def status(wp: Any, as_json: bool, session: str) -> None:
 
 
 def step_next(wp: Any, as_json: bool, session: str, launch: bool, backend: str, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import next_step
 
     info = next_step(wp, session, launch=launch, backend=backend, fence=fence)
@@ -192,6 +205,7 @@ def _answered(branch: str, info: dict[str, Any]) -> str:
 
 
 def step_submit(wp: Any, as_json: bool, session: str, branch: str, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import submit
 
     info = submit(wp, session, branch, fence=fence)
@@ -199,6 +213,7 @@ def step_submit(wp: Any, as_json: bool, session: str, branch: str, fence: int | 
 
 
 def step_wait(wp: Any, as_json: bool, session: str, branch: str, timeout: float, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import wait
 
     info = wait(wp, session, branch, timeout=timeout, fence=fence)
@@ -206,6 +221,7 @@ def step_wait(wp: Any, as_json: bool, session: str, branch: str, timeout: float,
 
 
 def step_block(wp: Any, as_json: bool, session: str, branch: str, reason: str, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import block
 
     info = block(wp, session, branch, reason, fence=fence)
@@ -213,6 +229,7 @@ def step_block(wp: Any, as_json: bool, session: str, branch: str, reason: str, f
 
 
 def step_resume(wp: Any, as_json: bool, session: str, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import resume
 
     info = resume(wp, session, fence=fence)
@@ -220,6 +237,7 @@ def step_resume(wp: Any, as_json: bool, session: str, fence: int | None) -> None
 
 
 def session_done(wp: Any, as_json: bool, session: str, route: str, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import done
 
     info = done(wp, session, route=route, fence=fence)
@@ -227,6 +245,7 @@ def session_done(wp: Any, as_json: bool, session: str, route: str, fence: int | 
 
 
 def session_stop(wp: Any, as_json: bool, session: str, reason: str | None, fence: int | None) -> None:
+    _schemas()
     from ...sessions.steps import stop
 
     info = stop(wp, session, reason=reason, fence=fence)

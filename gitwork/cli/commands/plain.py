@@ -1,0 +1,50 @@
+"""The verbs that open no work plane, for both parsers: ``onboard``, ``demo``, ``hooks install``,
+``session commit``. Each takes the parsed keywords (``json``, ``path``... as declared in app.py) and
+returns the exit code; app.py declares them with ``plain()`` and the fast path calls them directly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ...errors import UsageError
+from .. import output
+
+
+def onboard(json: bool = False, path: str | None = None) -> int:
+    """It reads no repository (it can be run anywhere; -C is accepted and unused)."""
+    from ...reports import ONBOARD
+
+    if json:
+        output.emit_json({"ok": True, "item": None, "snippet": ONBOARD})
+    else:
+        sys.stdout.write(ONBOARD)
+    return 0
+
+
+def demo(what: str | None = None, keep: bool = False, json: bool = False) -> int:
+    from ...demo import run, run_launch
+
+    if what not in (None, "run"):
+        return output.fail(UsageError(f"unknown demo {what!r}; known: run"), json)
+    return run_launch(keep=keep, as_json=json) if what == "run" else run(keep=keep, as_json=json)
+
+
+def hooks_install(server: str | None = None, use_hooks_path: bool = False, json: bool = False,
+                  agent: str | None = None, path: str | None = None) -> int:
+    """No work plane: a bare server repository has no state to read."""
+    from .sessions import hooks_install as install
+
+    return install(json, path, server=server, use_hooks_path=use_hooks_path)
+
+
+def session_commit(session: str | None = None, file: list[str] | None = None, message: str = "",
+                   json: bool = False, agent: str | None = None, path: str | None = None) -> int:
+    """The files are named relative to -C (or the current directory), which the work plane does not
+    keep, so the directory is passed along."""
+    from ..actions import invoke
+    from .sessions import commit
+
+    return invoke(commit, as_json=json, path=path, agent=agent, session=session, file=file, message=message,
+                  cwd=os.path.abspath(path or os.getcwd()))
