@@ -307,7 +307,7 @@ def merge(parts: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any
     for name in parts[0]:
         times = [t / 1000 for part in parts for t in part[name]["times_ms"]]
         cpu = [part[name].get("cpu_ms") for part in parts]
-        cpu_mean = (sum(c * part[name]["runs"] for c, part in zip(cpu, parts)) / len(times)  # type: ignore[operator]
+        cpu_mean = (sum(c * part[name]["runs"] for c, part in zip(cpu, parts, strict=True)) / len(times)  # type: ignore[operator]
                     if all(c is not None for c in cpu) else None)
         out[name] = summarise(times, cpu_mean)
     return out
@@ -400,7 +400,7 @@ def measure(cases: Sequence[Case], cwd: str | Path, *, runs: int, warmup: int = 
                 log(f"hyperfine round {round_no + 1}/{rounds}: {', '.join(c.name for c in group)} ({round_runs} runs)")
                 subprocess.run(args, cwd=cwd, env=env, check=True, stdout=sys.stderr)
                 data = json.load(open(out.name))
-            for case, res in zip(group, data["results"]):
+            for case, res in zip(group, data["results"], strict=False):
                 times[case.name].extend(res["times"])
                 cpu[case.name] += (res["user"] + res["system"]) * len(res["times"])
     return {name: summarise(ts, cpu[name] * 1000 / len(ts)) for name, ts in times.items()}

@@ -156,7 +156,8 @@ def main() -> None:
             }
             # Incremental: one command, then the cache brought to the new tip (in-process).
             from gitwork import cache
-            from gitwork.rows import item_summary as summary, thread_entry as entry
+            from gitwork.rows import item_summary as summary
+            from gitwork.rows import thread_entry as entry
             from gitwork.workplane import Workplane
 
             steps = []

@@ -35,10 +35,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+import webserver  # noqa: E402
 from daemon import GitDaemon, bare_repo  # noqa: E402
 from httpd import GitHTTPServer  # noqa: E402
 from httpd import served_repo as httpd_repo  # noqa: E402
-import webserver  # noqa: E402
 from webserver import WebServer  # noqa: E402
 
 REF = "refs/gitwork/state"

@@ -109,10 +109,11 @@ def main() -> None:
                 os.killpg(int(folder.read_text().partition("@")[0]), 9)
             except (ProcessLookupError, ValueError):
                 pass
-        from gitwork.launch import coordinate, run as launch
+        from gitwork.launch import coordinate
+        from gitwork.launch import run as launch
 
         with Workplane(repo) as wp:
-            for row in launch.runs(wp):  # the killed ones are lost now: one pass records that
+            for _row in launch.runs(wp):  # the killed ones are lost now: one pass records that
                 pass
             coordinate.tick(wp)
             t0 = time.perf_counter()

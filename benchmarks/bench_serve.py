@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _common as c  # noqa: E402
-
 import httpx  # noqa: E402
+
+import _common as c  # noqa: E402
 
 
 def median_ms(times: list[float]) -> float:

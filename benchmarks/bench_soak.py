@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 def scrub(home: Path) -> None:
     """The tests' scrubbed environment (conftest.scrub_env: HOME, no GIT_*/GW_*), for the whole soak."""
     import pytest
+
     from conftest import scrub_env
 
     scrub_env(home, pytest.MonkeyPatch())

@@ -73,7 +73,7 @@ def _kinds() -> dict[str, str]:
         "text": f"text (newlines allowed, no control characters), at most {c.MAX_TEXT} UTF-8 bytes",
         "short": f"one line of text, not blank, at most {c.MAX_SHORT} UTF-8 bytes",
         "name": "an identity: 1-64 of `A-Za-z0-9._@/+-`",
-        "int": f"a whole number (or its digits as text), at most 2^53 in size",
+        "int": "a whole number (or its digits as text), at most 2^53 in size",
         "fence": "a fencing token: a whole number from 1",
         "epoch": "a lease epoch (a whole number), or `current`: the epoch on the tip the command lands on",
         "priority": "0 (highest) to 4 (lowest)",
@@ -169,7 +169,8 @@ def signature(func: Any, name: str) -> str:
         if param.kind is param.KEYWORD_ONLY and not star:
             parts.append("*")
             star = True
-        text = {param.VAR_POSITIONAL: "*", param.VAR_KEYWORD: "**"}.get(param.kind, "") + param.name
+        stars = "*" if param.kind is param.VAR_POSITIONAL else "**" if param.kind is param.VAR_KEYWORD else ""
+        text = stars + param.name
         if param.kind is param.VAR_POSITIONAL:
             star = True
         if param.annotation is not param.empty:
@@ -231,7 +232,7 @@ def _field_rows(spec: Any) -> list[str]:
 
 
 def _commands() -> list[str]:
-    from . import commands, engine
+    from . import engine
     from .errors import ExitCode
 
     engine.declared("internal")  # loads every op module

@@ -126,7 +126,7 @@ def remove_old_caches(folder: str) -> list[str]:
     """Delete the files of the caches this one replaced (made by older gitwork versions); their names."""
     import shutil
 
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(folder)
     except OSError:
@@ -224,7 +224,7 @@ def _reshorten(db: sqlite3.Connection, touched: set[str]) -> None:
         return
     if len(touched) > 256:
         ordered = [r[0] for r in db.execute("SELECT id FROM item WHERE problem IS NULL ORDER BY id")]
-        db.executemany("UPDATE item SET shown=? WHERE id=?", zip(shown_lengths(ordered), ordered))
+        db.executemany("UPDATE item SET shown=? WHERE id=?", zip(shown_lengths(ordered), ordered, strict=False))
         return
     def neighbour(query: str, item_id: str) -> str | None:
         found = db.execute(query, (item_id,)).fetchone()
@@ -287,7 +287,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
 
         sound = sorted(r[0] for r in rows if r[15] is None)
         touched.difference_update(r[0] for r in rows)
-        shown = dict(zip(sound, shown_lengths(sound)))
+        shown = dict(zip(sound, shown_lengths(sound), strict=False))
         for r in rows:
             r[19] = shown.get(r[0])
     # (otherwise the shortest forms are set by _reshorten once every shard is in)

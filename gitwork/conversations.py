@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import time
 
-from .errors import Invalid
 from . import thread
+from .errors import Invalid
 from .thread import ANSWERABLE, first_of, message_at, parse_segment, replay, segment_path
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -113,8 +113,9 @@ def inbox(snapshot: Snapshot, who: str) -> dict[str, Any]:
         marks = entry[MARKS].get(who, (0, 0))
         if marks[1] >= entry[LAST]:
             continue
-        for record in replay(snapshot, item_id, marks[1]):
-            place(item_id, record["seq"], str(record.get("by")), str(record.get("kind")), marks, "you hold it", record)
+        for message in replay(snapshot, item_id, marks[1]):
+            place(item_id, message["seq"], str(message.get("by")), str(message.get("kind")), marks, "you hold it",
+                  message)
     for item_id, entry in threads.items():
         if item_id in held_set:
             continue

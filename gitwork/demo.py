@@ -16,7 +16,6 @@ import sys
 import tempfile
 import time
 
-
 _QUIET = False
 
 
@@ -75,7 +74,7 @@ def run(keep: bool = False, as_json: bool = False) -> int:
         ]
         winner = None
         race = {}
-        for name, proc in zip(("agent-a", "agent-b"), racers):
+        for name, proc in zip(("agent-a", "agent-b"), racers, strict=True):
             out, err = proc.communicate()
             race[name] = proc.returncode
             _say(f"$ gw claim {schema[:8]} --as {name}   -> exit {proc.returncode}")

@@ -24,6 +24,7 @@ from .store import Snapshot, Store, identity_signature
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any, Callable
 
 
@@ -211,7 +212,7 @@ class Context:
         if ids.is_full(full) and self.file(layout.item_path(full, layout.ITEM_FILE)) is not None:
             return full  # a full id of an item that exists (a batch resolves hundreds: no listing)
         if len(hex_prefix) >= 2:
-            names = self.snapshot.tree(f"{layout.ITEMS}/{hex_prefix[:2]}").keys()
+            names: Iterable[str] = self.snapshot.tree(f"{layout.ITEMS}/{hex_prefix[:2]}").keys()
         else:
             names = [
                 name

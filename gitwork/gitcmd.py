@@ -156,8 +156,10 @@ def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeou
     """Run another program (``tmux``, ``ssh-keygen``) as git is run: output captured, no stdin unless
     ``input`` is given; the exit status is the caller's to judge. ``FileNotFoundError`` (no such
     program) and ``TimeoutExpired`` propagate."""
-    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
-    proc = subprocess.run(tuple(cmd), capture_output=True, env=env, timeout=timeout, **stdin)  # type: ignore[call-overload]
+    if input is not None:
+        proc = subprocess.run(tuple(cmd), capture_output=True, env=env, timeout=timeout, input=input)
+    else:
+        proc = subprocess.run(tuple(cmd), capture_output=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
     return Completed(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -12,8 +12,8 @@ or libgit2 bypasses them):
 - ``pre-commit``: the same rule, checked before git writes a commit (a friendlier, earlier refusal).
 
 Server hook (the real gate): ``pre-receive`` runs every function in :data:`SERVER_CHECKS` on the
-whole push; each yields refusal messages. More checks (e.g. for ``refs/gitwork/*``) are added with
-:func:`register_server_check`, from a module named in :data:`CHECK_MODULES` so the hook imports it.
+whole push; each yields refusal messages. :func:`register_server_check` adds one in the running
+process (the hook process imports no other module to add any).
 
 The hook scripts (top-level ``hooks/``) only start Python when a session ref is involved, so the
 cost on every other ref update (gitwork's own state writes included) is one ``sh`` and one ``cat``.
@@ -22,7 +22,6 @@ cost on every other ref update (gitwork's own state writes included) is one ``sh
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import re
 import sys
@@ -271,13 +270,6 @@ class Push:
             self._git_dir = _location().git_dir
         return self._git_dir
 
-    def new_commits(self, update: RefUpdate) -> list[str]:
-        """Commits this update brings that no ref of the repository reached before the push."""
-        if update.new is None:
-            return []
-        done = _git("rev-list", update.new, "--not", "--all")
-        return done.out.split()
-
     def published_after(self, commit: str) -> bool:
         """``commit`` is on a non-session branch or tag, counting this push's own branch updates."""
         extra = [u.new for u in self.updates
@@ -393,7 +385,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
                 yield f"{commit[:12]}: malformed Fence trailer {fences_raw!r}"
                 continue
             fences = [int(f) for f in fences_raw]
-            pairs = list(zip(items, fences)) if len(fences) == len(items) else [(i, min(fences)) for i in items]
+            pairs = list(zip(items, fences, strict=True)) if len(fences) == len(items) else [(i, min(fences)) for i in items]
             for item, fence in pairs:
                 if not _ITEM.match(item):
                     continue
@@ -431,7 +423,8 @@ def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -
     problems: list[str] = []
     if parent is None:
         listing = git("ls-tree", "-r", commit, check=True).out.splitlines()
-        changes = [("A", line.split("\t", 1)[1], None, line.split()[2]) for line in listing if "\t" in line]
+        changes: list[tuple[str, str, str | None, str]] = [
+            ("A", line.split("\t", 1)[1], None, line.split()[2]) for line in listing if "\t" in line]
     else:
         raw = git("diff-tree", "-r", "--no-renames", "--no-commit-id", parent, commit, check=True).out.splitlines()
         changes = []
@@ -442,6 +435,7 @@ def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -
     for status, path, old, new in changes:
         if path.endswith(APPEND_ONLY_SUFFIX) and status in ("M", "D", "T"):
             # A type change (to a symlink, a folder) is a rewrite whatever the new object holds.
+            assert old is not None  # M, D and T come from diff-tree, which names the old object
             after = store.read_blob(new) if status == "M" else None
             if not keeps_append_only(path, store.read_blob(old), after):
                 problems.append(f"{commit[:12]} rewrites or truncates append-only {path}")
@@ -534,8 +528,6 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
 
 
 SERVER_CHECKS: list[ServerCheck] = [check_server_state, check_server_sessions, check_server_fences]
-# Modules imported by the pre-receive hook before it runs; they call register_server_check at import.
-CHECK_MODULES: list[str] = []
 
 
 def register_server_check(check: ServerCheck) -> ServerCheck:
@@ -546,8 +538,6 @@ def register_server_check(check: ServerCheck) -> ServerCheck:
 
 
 def pre_receive(args: list[str], text: str) -> list[str]:
-    for name in CHECK_MODULES:
-        importlib.import_module(name)
     push = Push(parse_updates(text))
     try:
         problems: list[str] = []

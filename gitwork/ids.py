@@ -7,8 +7,8 @@ prefix of two or more digits reads a single shard tree.
 
 from __future__ import annotations
 
-import re
 import os
+import re
 from collections.abc import Iterable
 
 from .errors import Ambiguous, Invalid, NotFound
@@ -56,7 +56,7 @@ def resolve(hex_prefix: str, candidates: Iterable[str], shown: str) -> str:
 def shortest_unique(ids: Iterable[str]) -> dict[str, str]:
     """Map each id to its shortest unique form (at least MIN_SHOWN hex digits)."""
     ordered = sorted(set(ids))
-    return {item_id: item_id[:length] for item_id, length in zip(ordered, shown_lengths(ordered))}
+    return {item_id: item_id[:length] for item_id, length in zip(ordered, shown_lengths(ordered), strict=False)}
 
 
 def shown_lengths(ordered: list[str]) -> list[int]:
@@ -64,7 +64,7 @@ def shown_lengths(ordered: list[str]) -> list[int]:
 
     (Ids in different shards differ in their first two hex digits, fewer than MIN_SHOWN, so a shard's
     ids alone decide their forms.)"""
-    apart = [digits_to_tell_apart(a, b) for a, b in zip(ordered, ordered[1:])]
+    apart = [digits_to_tell_apart(a, b) for a, b in zip(ordered, ordered[1:], strict=False)]
     apart.append(0)
     out, left = [], 0
     for right in apart:
@@ -86,7 +86,7 @@ def shown_length(item_id: str, before: str | None, after: str | None) -> int:
 def digits_to_tell_apart(item_id: str, neighbour: str) -> int:
     """How many hex digits of ``item_id`` tell it apart from ``neighbour`` (their common prefix + 1)."""
     common = 0
-    for a, b in zip(item_id[len(PREFIX):], neighbour[len(PREFIX):]):
+    for a, b in zip(item_id[len(PREFIX):], neighbour[len(PREFIX):], strict=False):
         if a != b:
             break
         common += 1

@@ -8,13 +8,13 @@ data (delete it at will).
 
 from __future__ import annotations
 
-
-from .rows import item_summary as summary, summarise  # noqa: F401  (the row of one item; re-exported)
+from .rows import item_summary as summary  # noqa: F401  (the row of one item; re-exported)
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
-    from .store import Snapshot
     from typing import Any
+
+    from .store import Snapshot
 
 # Per item: a tuple, cheap to marshal; field positions below.
 ID, TITLE, STATUS, PRIORITY, LABELS, DEPS, CREATED, OWNER, HOLDER, LEASE_STATE, EXPIRES, EPOCH, FENCE, TREE = range(14)

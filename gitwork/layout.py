@@ -9,7 +9,6 @@ COUNTERS = "counters.yaml"
 ITEM_FILE = "item.yaml"
 LEASE_FILE = "lease.yaml"
 EVENTS_FILE = "events.log"
-THREAD_FILE = "thread.log"
 
 
 COMMANDS = "commands"

@@ -366,5 +366,3 @@ class LooseObjects:
             raise
         adjust_shared_perm(path, self.shared)
 
-
-LooseWriter = LooseObjects  # the name it had before it could read

@@ -334,7 +334,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     source = record["commit"]
     if resolve_commit(record.ref, top) != source:
         raise Invalid(f"{record.branch} no longer points at the session commit {source[:12]}")
-    closing = {"keep_open": keep_open or None, "force": force or None, "reason": reason}
+    closing: dict[str, Any] = {"keep_open": keep_open or None, "force": force or None, "reason": reason}
     item_id = record["item"]
     _precheck(wp, {"op": "publish", "item": item_id, "session": record.id, "source": source, "commit": source,
                    "into": into, "remote": remote, "mode": "fast-forward", "fence": record["fence"], **closing})

@@ -73,8 +73,9 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
     """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
     the closed ones unless ``closed``), filtered, sorted and limited in SQL on the cache at ``snapshot``."""
     from . import cache
-    from .rows import item_summary as summary, thread_entry as entry
     from .model import CLOSED
+    from .rows import item_summary as summary
+    from .rows import thread_entry as entry
 
     where = ["i.problem IS NULL"]
     args: list[Any] = []

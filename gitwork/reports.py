@@ -17,6 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from .workplane import Workplane
+
 OPEN_STATUSES = ("open", "in_progress", "blocked")
 DEFAULT_LONG_HELD = "1h"
 
@@ -62,7 +64,7 @@ def show_json(view: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "item": fields.pop("id"), **fields, "lease": view["lease"]}
 
 
-def _rows(wp: Any) -> tuple[Any, dict[str, dict[str, Any]], list[str]]:
+def _rows(wp: Workplane) -> tuple[Any, dict[str, dict[str, Any]], list[str]]:
     """``(context, id -> named row, ids best first)``."""
     from .queries import order_key
 
@@ -74,7 +76,7 @@ def _rows(wp: Any) -> tuple[Any, dict[str, dict[str, Any]], list[str]]:
 # --- blocked -------------------------------------------------------------------------------------
 
 
-def blocked(wp: Any) -> list[dict[str, Any]]:
+def blocked(wp: Workplane) -> list[dict[str, Any]]:
     """Every open item that cannot be started, best first, each with why.
 
     ``blocked_by`` lists the reasons: ``dependency`` (an item it depends on that is not done, named
@@ -137,7 +139,7 @@ def describe_reason(reason: dict[str, Any], short: dict[str, str]) -> str:
 # --- dep tree ------------------------------------------------------------------------------------
 
 
-def dep_tree(wp: Any, text: str) -> dict[str, Any]:
+def dep_tree(wp: Workplane, text: str) -> dict[str, Any]:
     """An item's dependencies (what it waits on, recursively) and dependents (what waits on it)."""
     ctx, rows, _order = _rows(wp)
     root = ctx.resolve(text)
@@ -177,7 +179,7 @@ def tree_lines(nodes: list[dict[str, Any]], key: str, short: dict[str, str], dep
 # --- stale ---------------------------------------------------------------------------------------
 
 
-def stale(wp: Any, held_for: str | None = None) -> list[dict[str, Any]]:
+def stale(wp: Workplane, held_for: str | None = None) -> list[dict[str, Any]]:
     """Active leases past their expiry, or held longer than ``held_for`` (default 1h), best first.
 
     ``expired``: the expiry has passed (the holder can no longer act); ``takeable``: the clock margin
@@ -218,7 +220,7 @@ def age(seconds: int) -> str:
 # --- summary -------------------------------------------------------------------------------------
 
 
-def summary(wp: Any) -> dict[str, Any]:
+def summary(wp: Workplane) -> dict[str, Any]:
     """Counts: by status, ready, blocked (any reason), leases expired, items waiting on a decision."""
     from .model import STATUSES
 
@@ -246,7 +248,7 @@ def summary(wp: Any) -> dict[str, Any]:
 # --- prime and onboard ---------------------------------------------------------------------------
 
 
-def holding(wp: Any) -> list[dict[str, Any]]:
+def holding(wp: Workplane) -> list[dict[str, Any]]:
     """The items the acting identity holds a live lease on, with what an agent needs to go on."""
     me = wp.settings.identity()
     ctx, rows, order = _rows(wp)
@@ -337,14 +339,14 @@ diagnostics and errors go to stderr, one line each.
 """
 
 
-def my_sessions(wp: Any, me: str) -> list[dict[str, Any]]:
+def my_sessions(wp: Workplane, me: str) -> list[dict[str, Any]]:
     """The identity's sessions not yet published or dropped (``live``: its lease is still held)."""
     from .sessions import list_sessions
 
     return [s for s in list_sessions(wp) if s.get("holder") == me and s.get("state") not in ("published", "dropped")]
 
 
-def prime(wp: Any) -> dict[str, Any]:
+def prime(wp: Workplane) -> dict[str, Any]:
     """What an agent needs in its context after a reset: who it is, the loop, what it holds now."""
     me = wp.settings.identity()
     held = holding(wp)
@@ -416,13 +418,13 @@ and follow what it prints (who you are, the claim/renew/done loop, what you hold
 """
 
 
-def item_ids(wp: Any, prefix: str) -> list[str]:
+def item_ids(wp: Workplane, prefix: str) -> list[str]:
     """Full ids of the items not closed that start with ``prefix``, best first (shell completion)."""
     _ctx, rows, order = _rows(wp)
     return [i for i in order if i.startswith(prefix) and rows[i]["status"] in OPEN_STATUSES]
 
 
-def drop_answered(wp: Any, box: dict[str, Any]) -> dict[str, Any]:
+def drop_answered(wp: Workplane, box: dict[str, Any]) -> dict[str, Any]:
     """The inbox without the messages its owner already answered with ``gw msg --reply-to SEQ``.
 
     A reply names the message it answers, so it counts as the answer even when the responded cursor
@@ -458,7 +460,7 @@ def _snippet(text: str, at: int, width: int = 60) -> str:
     return ("..." if start else "") + piece + ("..." if start + width < len(text) else "")
 
 
-def search(wp: Any, ctx: Any, text: str, ids: list[str]) -> dict[str, list[dict[str, str]]]:
+def search(wp: Workplane, ctx: Any, text: str, ids: list[str]) -> dict[str, list[dict[str, str]]]:
     """Of ``ids``, those whose title, description, criteria, decisions or thread contain ``text``
     (case-insensitive), each with where it matched (field and a snippet), in the order given.
 
@@ -491,7 +493,7 @@ def search(wp: Any, ctx: Any, text: str, ids: list[str]) -> dict[str, list[dict[
 # --- ready --explain -----------------------------------------------------------------------------
 
 
-def explain_ready(wp: Any) -> list[dict[str, Any]]:
+def explain_ready(wp: Workplane) -> list[dict[str, Any]]:
     """Every item not closed, best first: ``ready`` or not, and why not (the same reasons as
     :func:`blocked`, plus ``held``: someone's lease is live, named with its expiry)."""
     ready_ids = {row[0] for row in wp.ready()}

@@ -18,13 +18,18 @@ from .thread import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment, segme
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Final
 
     from .store import Snapshot
     from .threads_index import Brief, Entry, Segment
 
-# A thread entry's fields (``threads_index.Entry``).
-FOLDER, THREAD, CURSORS, SEGMENTS, MARKS, LAST = range(6)
+# A thread entry's fields (``threads_index.Entry``); Final, so mypy knows each field's type.
+FOLDER: Final = 0
+THREAD: Final = 1
+CURSORS: Final = 2
+SEGMENTS: Final = 3
+MARKS: Final = 4
+LAST: Final = 5
 
 
 def summarise(item_doc: dict[str, Any], lease_doc: dict[str, Any] | None, tree: str) -> tuple[Any, ...]:

@@ -9,7 +9,8 @@ only forwards to it, so a hook written before (``exec python -m gitwork.stateche
 
 from __future__ import annotations
 
-from .hookcheck import check_update, main as _hook_main
+from .hookcheck import check_update
+from .hookcheck import main as _hook_main
 
 __all__ = ["check_update", "main"]
 

@@ -19,8 +19,20 @@ import time
 from . import gitcmd
 from .config import Settings, load
 from .errors import Corrupt, GitFailed, Invalid, Locked, NewerFormat
-from .objects import (MODE_BLOB, MODE_TREE, Commit, LooseObjects, TreeEntry, adjust_shared_perm, format_commit,
-                      fsync_loose_objects, loose_compression, parse_commit, parse_tree, shared_perm)
+from .objects import (
+    MODE_BLOB,
+    MODE_TREE,
+    Commit,
+    LooseObjects,
+    TreeEntry,
+    adjust_shared_perm,
+    format_commit,
+    fsync_loose_objects,
+    loose_compression,
+    parse_commit,
+    parse_tree,
+    shared_perm,
+)
 
 FORMAT_FILE = "format.yaml"
 APPEND_ONLY_SUFFIX = ".log"
@@ -328,7 +340,7 @@ class Store:
         expected = old or "0" * self._hexlen
         lock_path = os.path.join(self.repo.common_dir, *self.ref.split("/")) + ".lock"
         deadline_attempts = max(1, int(self.repo.settings.lock_timeout / 0.05))
-        for attempt in range(deadline_attempts + 1):
+        for _attempt in range(deadline_attempts + 1):
             done = gitcmd.run(
                 ["--git-dir", self.repo.git_dir, "update-ref", "-m", "gitwork", self.ref, new, expected],
                 check=False,

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
-    from .store import Snapshot
     from typing import Any
+
+    from .store import Snapshot
 
     # (seq, to, by, kind, the record as JSON or "" when large) of one message that names an addressee
     Brief = tuple[int, str, str, str, str]

@@ -15,16 +15,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import git, make_repo, tip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_signing import keygen
 
+from conftest import git, make_repo, tip
 from gitwork.cli.main import main
 from gitwork.errors import GwError
 from gitwork.hooks_install import install_server
 from gitwork.sshsig import sign_commit, split_signed_commit
 from gitwork.workplane import Workplane
+from test_signing import keygen
 
 STATE = "refs/gitwork/state"
 STALE = 7

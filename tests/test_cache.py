@@ -44,7 +44,7 @@ def from_tree(wp: Workplane) -> dict[str, tuple[object, ...]]:
     """Every item's summary fields read from its own files at the tip (no cache, no index)."""
     ctx = wp.context()
     out: dict[str, tuple[object, ...]] = {}
-    for shard, entry in ctx.snapshot.tree("items").items():
+    for entry in ctx.snapshot.tree("items").values():
         for item_id in ctx.snapshot.store.read_tree(entry.oid):
             item, lease = ctx.item(item_id), ctx.lease(item_id)
             out[item_id] = (item.status, item.priority, tuple(item.labels), tuple(item.depends_on), item.owner,
@@ -504,7 +504,7 @@ def test_a_bulk_read_cuts_every_object_out_of_the_batch_output_and_skips_missing
     absent = "0" * 40
     asked = [absent, *oids[:2], absent, *oids[2:], absent]
     got = cache._read_batch(str(repo / ".git"), asked)
-    assert got == {oid: ("blob", content) for oid, content in zip(oids, contents)}
+    assert got == {oid: ("blob", content) for oid, content in zip(oids, contents, strict=True)}
     assert cache._read_batch(str(repo / ".git"), []) == {}
 
 

@@ -113,7 +113,7 @@ def plane(tmp_path: Path) -> Iterator[Plane]:
 
 def finish(procs: list[subprocess.Popen[str]], timeout: float = 60) -> list[tuple[int, str, str]]:
     outputs = [proc.communicate(timeout=timeout) for proc in procs]
-    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs)]
+    return [(proc.returncode, out, err) for proc, (out, err) in zip(procs, outputs, strict=True)]
 
 
 def test_commands_left_while_the_turn_is_taken_land_in_one_push_one_commit_each(plane: Plane) -> None:

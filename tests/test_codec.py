@@ -8,7 +8,6 @@ that anything a person edits by hand still loads through the fallback.
 from __future__ import annotations
 
 import json
-
 from typing import Any
 
 import pytest

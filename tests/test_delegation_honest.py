@@ -287,7 +287,7 @@ def test_receipts_verify_names_every_unsigned_field_edited_with_plain_git(world:
         # the item's own copy of the outcome, in its events.log, edited the same way
         events = f"items/{item[2:4]}/{item}/events.log"
         assert f'"delegation":"{request_id}","side":"{side}"' in git(repo, "cat-file", "blob", f"refs/gitwork/state:{events}")
-        old = rewrite(repo, events, lambda text: text.replace(
+        old = rewrite(repo, events, lambda text, side=side: text.replace(
             f'"delegation":"{request_id}","side":"{side}"', f'"delegation":"{request_id}","side":"{side}","x":1').replace(
             '"outcome":"done"', '"outcome":"refused"'))
         rc, rows = gw_json(repo, "receipts", "verify", item)

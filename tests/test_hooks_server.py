@@ -10,7 +10,6 @@ whose ``Fence:`` for a ``Work-Item:`` is below a fence since granted on the serv
 from __future__ import annotations
 
 import datetime as dt
-
 import json
 import subprocess
 from pathlib import Path

@@ -23,6 +23,7 @@ import pytest
 
 from conftest import git, make_repo, run_gw, tip
 from gitwork.cli import main as cli_main
+from gitwork.workplane import Workplane
 
 FULL_ID = re.compile(r"w-[0-9a-f]{16}\Z")
 A = "w-a000000000000001"
@@ -275,7 +276,7 @@ def test_a_usage_error_is_one_line_and_one_json_error_object(path: str, capsys: 
     assert err.count("\n") == 1 and err.startswith("gw: usage: ")
 
 
-def test_an_unknown_status_is_refused_not_an_empty_list(repo: Path, wp: Any) -> None:
+def test_an_unknown_status_is_refused_not_an_empty_list(repo: Path, wp: Workplane) -> None:
     before = tip(repo)
     for argv in (["list", "--status", "bogus"], ["list", "-s", "open", "-s", "bogus"]):
         done = run_gw(repo, *argv)
@@ -289,7 +290,7 @@ def test_an_unknown_status_is_refused_not_an_empty_list(repo: Path, wp: Any) -> 
     assert tip(repo) == before
 
 
-def test_the_typer_path_refuses_an_unknown_status_too(repo: Path, wp: Any, capsys: pytest.CaptureFixture[str],
+def test_the_typer_path_refuses_an_unknown_status_too(repo: Path, wp: Workplane, capsys: pytest.CaptureFixture[str],
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     from gitwork.cli.app import run_app
 

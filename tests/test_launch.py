@@ -170,7 +170,7 @@ def test_exit_codes_are_recorded(launched: Path, backend: str) -> None:
                           "--", "sh", "-c", f"echo bye; exit {code}")
         assert rc == 0 and doc["existing"] is False, doc
         # A retry under the same id never starts it again: it settles the record with the backend.
-        done = poll(lambda: (d := gw_json(launched, "run", item, "--backend", backend, "--id", execution,
+        done = poll(lambda execution=execution: (d := gw_json(launched, "run", item, "--backend", backend, "--id", execution,
                                           "--as", "alice", "--", "true")[1])["state"] == "exited" and d, "the exit")
         assert (done["code"], done["execution"], done["existing"]) == (code, execution, True)
         captured = run_gw(launched, "capture", execution)
@@ -530,8 +530,8 @@ def test_gw_run_refuses_to_launch_beside_a_coordinator_of_another_build(launched
 
 
 def coordinator_record(repo: Path) -> dict[str, Any] | None:
-    from gitwork.launch.run import host_name
     from gitwork.launch.paths import clone_id
+    from gitwork.launch.run import host_name
     from gitwork.ops.executions import load_coordinator
 
     with Workplane(str(repo)) as plane:
@@ -552,7 +552,7 @@ def test_one_coordinator_per_host_a_killed_one_is_replaced_a_paused_one_stops(la
         for args in (("--once",), ("--interval", "1s")):
             second = run_gw(launched, "coordinate", *args)
             assert second.returncode == 75, second.stderr
-            assert f"a coordinator runs on" in second.stderr and f"pid {first.pid}" in second.stderr
+            assert "a coordinator runs on" in second.stderr and f"pid {first.pid}" in second.stderr
             assert len(second.stderr.strip().splitlines()) == 1
         first.kill()  # kill -9: its lease is still live, but its process is gone from this host
         first.wait()
@@ -671,7 +671,7 @@ def test_an_agent_whose_item_was_cancelled_is_stopped(launched: Path) -> None:
     code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", "cat")
     assert code == 0, doc
     from conftest import replace_blob
-    from gitwork.layout import item_path, ITEM_FILE
+    from gitwork.layout import ITEM_FILE, item_path
 
     path = item_path(item, ITEM_FILE)
     text = subprocess.run(["git", "-C", str(launched), "show", f"refs/gitwork/state:{path}"], capture_output=True,

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import Clock, make_repo
 from gitwork.errors import Held, Illegal, Invalid, Stale

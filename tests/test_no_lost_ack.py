@@ -20,11 +20,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from conftest import git, gw_cmd, run_gw, tip
 from daemon import GitDaemon, bare_repo
-from test_sync import STATE, assert_sound, command_ids, gw_ok, machine, new_item
-
 from gitwork import pushturn
+from test_sync import STATE, assert_sound, command_ids, gw_ok, machine, new_item
 
 # Holds the first push that finds the gate file (removing it, so only that one) until the release
 # file appears: the push is inside the server, before the ref moves.

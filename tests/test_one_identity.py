@@ -29,7 +29,7 @@ import pytest
 
 from conftest import git, gw_here, make_repo, tip
 from gitwork import engine
-from gitwork.errors import ExitCode, Forbidden, GwError, Invalid
+from gitwork.errors import ExitCode, Forbidden, Invalid
 from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"

@@ -24,14 +24,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import ROOT, Clock, bare_remote, git, gw_here, make_repo, tip
 from gitwork import commands, engine, statecommit
 from gitwork.errors import Held, Invalid
 from gitwork.model import Lease, held_for_others
 from gitwork.queries import lease_is_live
 from gitwork.store import keeps_append_only
 from gitwork.workplane import LocalRef, Workplane
-
-from conftest import ROOT, Clock, bare_remote, git, gw_here, make_repo, tip
 
 STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish",

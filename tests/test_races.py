@@ -171,13 +171,13 @@ def test_eight_workers_claim_two_hundred_items_each_exactly_once(repo: Path, tmp
         items = {wp.do("new", title=f"task {n}", priority=n % 5).result["item"] for n in range(200)}
     workers = [f"worker-{n}" for n in range(8)]
     outs = [tmp_path / f"{name}.jsonl" for name in workers]
-    procs = start_at_barrier(tmp_path, repo, CLAIM_LOOP, [[str(out), name] for out, name in zip(outs, workers)])
+    procs = start_at_barrier(tmp_path, repo, CLAIM_LOOP, [[str(out), name] for out, name in zip(outs, workers, strict=True)])
     for code, _, err in finish(procs, timeout=600):
         assert code == 0, err
 
     claimed: list[str] = []
     reported_commits: set[str] = set()
-    for name, out in zip(workers, outs):
+    for name, out in zip(workers, outs, strict=True):
         calls = [json.loads(line) for line in out.read_text().splitlines()]
         assert calls, f"{name} never ran"
         *successes, last = calls
@@ -214,7 +214,7 @@ def test_no_lost_update_when_processes_work_on_their_own_items(repo: Path, tmp_p
     outs = [tmp_path / f"{name}.jsonl" for name in workers]
     rounds = 3
     procs = start_at_barrier(tmp_path, repo, OWN_ITEMS_LOOP,
-                             [[str(out), name, str(rounds)] for out, name in zip(outs, workers)])
+                             [[str(out), name, str(rounds)] for out, name in zip(outs, workers, strict=True)])
     for code, _, err in finish(procs, timeout=600):
         assert code == 0, err
 

@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_gw, tip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import run_gw, tip
 from gitwork import importers
 from gitwork.errors import Invalid
 from gitwork.ops.imports import merge_set, merge_value
@@ -311,7 +311,6 @@ def test_every_import_commit_replays_to_the_same_tree_on_its_parent(tmp_path: Pa
     """The arbiter re-applies every pushed commit: an import's outcome depends only on the parent
     tree, the recorded document, the time and the settings (not on the importer's process)."""
     from conftest import Clock, git
-
     from gitwork import engine
 
     clock = Clock()

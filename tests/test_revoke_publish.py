@@ -9,7 +9,6 @@ moved, neither the remote's branch nor the local one.
 from __future__ import annotations
 
 import datetime as dt
-
 import json
 import os
 import shutil

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import gw_here, make_repo, tip
 
 

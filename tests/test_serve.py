@@ -27,6 +27,7 @@ import httpx  # noqa: E402
 from fastapi import APIRouter, Depends, Request  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
+from conftest import ROOT, gw_cmd, make_repo, scrubbed, tip  # noqa: E402
 from gitwork import commands, engine  # noqa: E402
 from gitwork.cli.main import main as gw_main  # noqa: E402
 from gitwork.errors import ExitCode  # noqa: E402
@@ -37,8 +38,6 @@ from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402
 from gitwork.store import Repository  # noqa: E402
 from gitwork.workplane import Workplane  # noqa: E402
-
-from conftest import ROOT, gw_cmd, make_repo, scrubbed, tip  # noqa: E402
 
 
 class World:
@@ -352,9 +351,13 @@ def test_the_api_matches_its_own_openapi_document(world: World) -> None:
     schemathesis = pytest.importorskip("schemathesis")
     from schemathesis import GenerationMode
     from schemathesis.checks import not_a_server_error
-    from schemathesis.specs.openapi.checks import (content_type_conformance, negative_data_rejection,
-                                                   positive_data_acceptance, response_schema_conformance,
-                                                   status_code_conformance)
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        negative_data_rejection,
+        positive_data_acceptance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
 
     world.new("for schemathesis", criteria=["c"])
     api = schemathesis.openapi.from_asgi("/openapi.json", world.app)

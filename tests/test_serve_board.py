@@ -21,7 +21,6 @@ pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip insta
 sync_api = pytest.importorskip("playwright.sync_api", reason="the board tests need playwright (pip install -e '.[test]')")
 
 from conftest import ROOT, gw_cmd, make_repo, scrubbed  # noqa: E402
-
 from gitwork.serve.app import create_app  # noqa: E402
 from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402

@@ -25,7 +25,6 @@ pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip insta
 import httpx  # noqa: E402
 
 from conftest import ROOT, gw_cmd, make_repo, scrubbed, tip  # noqa: E402
-
 from gitwork.serve.app import serving_app  # noqa: E402
 from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402

@@ -21,13 +21,14 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import git, run_gw, tip
-from test_launch import poll
 from gitwork.launch.coordinate import once
 from gitwork.launch.process import alive
-from gitwork.launch.run import run as launch_run, runs
+from gitwork.launch.run import run as launch_run
+from gitwork.launch.run import runs
 from gitwork.ops.executions import LIVE
 from gitwork.sessions import steps
 from gitwork.workplane import Workplane
+from test_launch import poll
 
 BOT = r'''
 import json, os, subprocess, sys, time
@@ -217,7 +218,7 @@ def test_a_sessions_operators_stop_when_it_stops_or_its_lease_ends(project: Proj
     assert sorted(r["state"] for r in records) == ["stopped", "stopped"], records
     for r in records:
         pid, _, start = r["handle"].partition("@")
-        poll(lambda: not alive(int(pid), start), "the operator to end", limit=10)
+        poll(lambda pid=pid, start=start: not alive(int(pid), start), "the operator to end", limit=10)
     assert [a for a in once(p.wp) if a["action"] == "launched"] == []  # an ended session launches nothing
 
 

@@ -16,8 +16,15 @@ from gitwork.errors import Illegal, Invalid, NonFastForward
 from gitwork.sessions import commit as session_commit
 from gitwork.sessions import steps
 from gitwork.workplane import Workplane
-from test_sessions_steps import T0, answer, check_invariants, make_project, new_item, on_ref
-from test_sessions_steps import person_identity  # noqa: F401  (autouse: git's identity for the person)
+from test_sessions_steps import (
+    T0,
+    answer,
+    check_invariants,
+    make_project,
+    new_item,
+    on_ref,
+    person_identity,  # noqa: F401  (autouse: git's identity for the person)
+)
 
 RULES = """sessions:
   operators:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import Clock, git, gw_cmd, run_gw, tip
-from gitwork.errors import GwError, Held, Illegal, Invalid, NotFound, Stale
+from gitwork.errors import GwError, Illegal, Invalid, Stale
 from gitwork.ops.session_records import canonical, check_schema, load_json
 from gitwork.sessions import commit as session_commit
 from gitwork.sessions import rules as session_rules

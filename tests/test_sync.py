@@ -254,7 +254,7 @@ def test_partition_offline_claim_loses_other_work_lands(tmp_path: Path, remote: 
 
     # The remote's history only ever grew.
     assert len(remote_tips) >= 3
-    for old, new in zip(remote_tips, remote_tips[1:]):
+    for old, new in zip(remote_tips, remote_tips[1:], strict=False):
         assert is_ancestor(remote, old, new), f"remote rewound from {old} to {new}"
 
 

@@ -66,7 +66,7 @@ def seed(tmp: Path, url: str, items: int) -> Path:
 def run_claimers(clones: list[Path], procs: int, out_dir: Path, *, limit: int) -> list[tuple[str, int, Path]]:
     program = gw_program(out_dir)
     started = []
-    for c, clone in enumerate(clones):
+    for clone in clones:
         for p in range(procs):
             me = f"{clone.name}-{p}"
             out = out_dir / f"{me}.log"

@@ -21,9 +21,9 @@ import pytest
 
 from conftest import git, run_gw, tip
 from daemon import GitDaemon, bare_repo
-from test_sync import STATE, assert_sound, TRACKING, command_ids, gw_ok, machine, new_item, show
-from test_sync_daemon import gw_program, parse_log
 from gitwork.workplane import Workplane
+from test_sync import STATE, TRACKING, assert_sound, command_ids, gw_ok, machine, new_item, show
+from test_sync_daemon import gw_program, parse_log
 
 KILLED = -signal.SIGKILL
 REMOTE = 12

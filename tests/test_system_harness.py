@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from conftest import environment, git, gw_here
 from harness import invariants
 from harness.ledger import Ack, Ledger

@@ -25,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
+import webserver
 from conftest import git, make_repo, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from httpd import GitHTTPServer, http_server, served_repo  # noqa: F401 (a fixture)
-import webserver
-from webserver import WebServer
 from test_sync import STATE, assert_sound, command_ids, gw_ok, machine, new_item
 from test_sync_daemon import gw_program
+from webserver import WebServer
 
 OK, STALE, REMOTE, REMOTE_REFUSED, SYNC_REFUSED, HELD = 0, 7, 12, 14, 15, 75
 
@@ -318,7 +318,7 @@ def test_kill_9_at_random_points_of_claim_and_sync_over_http(tmp_path: Path, htt
         worker = subprocess.Popen(["bash", "-c", WORKER], cwd=a, env=env, start_new_session=True)
         try:
             # Let it finish at least one command, then kill it at a random moment of the next ones.
-            poll(lambda: len(log_lines(out)) > done_before or worker.poll() is not None, "the worker's progress")
+            poll(lambda done_before=done_before, worker=worker: len(log_lines(out)) > done_before or worker.poll() is not None, "the worker's progress")
             assert worker.wait(timeout=rng.uniform(0.0, 1.0)) is None, "the worker loop ended by itself"
         except subprocess.TimeoutExpired:
             pass

@@ -18,6 +18,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
+    from ..workplane import Workplane
+
 
 def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, agent: str | None = None,
            **kwargs: Any) -> int:
@@ -115,7 +117,7 @@ def done_line(applied: Any, as_json: bool, text: str | None = None, data: str | 
     output.info(text or applied.summary)
 
 
-def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, offline: bool = False,
+def submit(wp: Workplane, as_json: bool, op: str, data_key: str | None = None, offline: bool = False,
            **args: Any) -> Any:
     applied = wp.do(op, offline=offline, **args)
     data = str(applied.result.get(data_key)) if data_key else None
@@ -123,7 +125,7 @@ def submit(wp: Any, as_json: bool, op: str, data_key: str | None = None, offline
     return applied
 
 
-def _distinct(wp: Any, items: list[str]) -> list[str]:
+def _distinct(wp: Workplane, items: list[str]) -> list[str]:
     """The ids each naming another item (first mention kept): ``gw release A A`` or an id and its own
     prefix is one command, not a second that fails because the first did its job. An id that does not
     resolve is kept, for its command to report."""
@@ -148,7 +150,7 @@ class Failed(Exception):
         self.code = code
 
 
-def each(wp: Any, as_json: bool, items: list[str], one: Callable[[str], None]) -> None:
+def each(wp: Workplane, as_json: bool, items: list[str], one: Callable[[str], None]) -> None:
     """Run ``one(item)`` for each of several ids, one command each, reporting every outcome.
 
     One id: exactly the single command (its errors propagate as usual). Several: each distinct item

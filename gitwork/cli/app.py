@@ -1092,7 +1092,8 @@ def run_app(argv: list[str]) -> int:
 
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} -h')" if ctx is not None else ""
-        return fail(UsageError(" ".join(str(exc.format_message()).split()) + hint), "--json" in argv)
+        message = exc.format_message()  # type: ignore[attr-defined]  # click's, by the hasattr test above
+        return fail(UsageError(" ".join(str(message).split()) + hint), "--json" in argv)
     except KeyboardInterrupt:
         return 130
     return result if isinstance(result, int) else 0

@@ -79,9 +79,7 @@ def render() -> str:
     """The full text of docs/cli.md."""
     import typer.main
 
-    from .app import app
-
-    from .app import peer_app
+    from .app import app, peer_app
 
     root = typer.main.get_command(app)
     pages = _walk(root, _context(root, PROG, None))

@@ -85,7 +85,7 @@ def _find(argv: list[str]) -> tuple[tuple[Any, ...] | None, int]:
     and how many words it took."""
     for words in (3, 2):
         if len(argv) > words - 1:
-            group = GROUPS.get(" ".join(argv[:words - 1]))
+            group: Any = GROUPS.get(" ".join(argv[:words - 1]))  # a generated table: {verb: row}
             if group is not None and argv[words - 1] in group:
                 return group[argv[words - 1]], words
     return (VERBS.get(argv[0]) if argv else None), 1

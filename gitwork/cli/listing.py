@@ -11,6 +11,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..workplane import Workplane
+
 
 class Picked:
     """What a listing picked: summary rows (``index.py`` layout), short ids, the read time, whether
@@ -32,7 +34,7 @@ def statuses(status: list[str] | None) -> list[str] | None:
     return status
 
 
-def pick(wp: Any, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
+def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
          sort: str | None = None, limit: int | None = None, text: str | None = None,
          label_any: list[str] | None = None, mine: bool = False) -> Picked:
@@ -90,13 +92,13 @@ def rows_view(picked: Picked, as_json: bool, title: str) -> None:
         output.table(
             ("id", "status", "pri", "holder", "title"),
             [(short[r[ID]], "expired" if expired else r[STATUS], r[PRIORITY], holder or "", r[TITLE])
-             for r, (holder, expired) in zip(rows, leases)],
+             for r, (holder, expired) in zip(rows, leases, strict=True)],
             title=title,
         )
     said_cut(picked, title)
 
 
-def no_state_hint(wp: Any, picked: Picked) -> None:
+def no_state_hint(wp: Workplane, picked: Picked) -> None:
     """An empty listing in a repository with no state ref says how to get one (on stderr: the listing
     itself, and its exit code, stay what they are): ``gw init``, or, with a remote, ``gw init --remote``,
     which adopts the state that remote has."""

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
 # Sub-command groups: their verb is two words (`gw session start`), so options moved from before the
 # verb go after both words.
 GROUPS = frozenset(("session", "remote", "hooks", "dep", "delegation", "receipts", "cache"))
@@ -137,18 +141,19 @@ def main(argv: list[str] | None = None) -> int:
 
         sys.stdout.write(f"gw {__version__}\n")
         return 0
-    printer = sys.modules.get("gitwork.cli.output")
+    printer: Any = sys.modules.get("gitwork.cli.output")
     if printer is not None:  # called again in one process (tests): no field selection left over
         printer.FIELDS = None
         printer.PAGED = 0
     if any(arg.startswith("--json=") for arg in args):
-        args = json_fields(args)
-        if args is None:
+        selected = json_fields(args)
+        if selected is None:
             from ..errors import UsageError
             from .output import fail
 
             return fail(UsageError("--json=FIELDS takes names separated by commas, e.g. --json=item,title,status"),
                         True)
+        args = selected
     args, expression = jq_option(args)
     paging = not no_pager(args) and sys.stdout.isatty()
     args = hoist(args)
@@ -161,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     args = habit
     pager = None
     if paging:  # a terminal: git's pager rules (cli/pager.py), imported only here
-        from . import output, pager as pagers
+        from . import output
+        from . import pager as pagers
 
         pager = pagers.start(args, directory(args))
         if pager is not None:
@@ -185,7 +191,7 @@ def hoist_completion() -> None:
     import shlex
 
     for name in ("COMP_WORDS", "_TYPER_COMPLETE_ARGS"):
-        value = os.environ.get(name)
+        value = os.environ.get(name) or ""
         try:
             words = shlex.split(value) if value else []
         except ValueError:

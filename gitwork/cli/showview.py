@@ -17,6 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..workplane import Workplane
+
 THREAD_TAIL = 5  # the last messages shown; `gw thread ID` has them all
 SERVE_FILE = "serve.json"  # written by a running `gw serve` (commands/serve.py) beside the read cache
 
@@ -47,7 +49,7 @@ def _holder_line(lease: dict[str, Any] | None, now: _dt.datetime) -> str:
     return f"holder:    {where}, expired {countdown(left)} ago ({lease['expires_at']}){takeable}"
 
 
-def _neighbours(wp: Any, item_id: str, deps: list[str]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+def _neighbours(wp: Workplane, item_id: str, deps: list[str]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
     """``(dependencies, dependents)`` as ``(id, status, title)``, from the summary rows."""
     from ..index import DEPS, ID, STATUS, TITLE
 
@@ -57,7 +59,7 @@ def _neighbours(wp: Any, item_id: str, deps: list[str]) -> tuple[list[tuple[str,
     return before, after
 
 
-def render(wp: Any, view: dict[str, Any], now: _dt.datetime) -> str:
+def render(wp: Workplane, view: dict[str, Any], now: _dt.datetime) -> str:
     item, lease = view["item"], view["lease"]
     item_id = item["id"]
     out = [f"{item_id}  {item['title']}",
@@ -108,7 +110,7 @@ def render(wp: Any, view: dict[str, Any], now: _dt.datetime) -> str:
     return "\n".join(out) + "\n"
 
 
-def web(wp: Any, as_json: bool, item_id: str) -> None:
+def web(wp: Workplane, as_json: bool, item_id: str) -> None:
     """``gw show --web``: the item's page on the board of the ``gw serve`` running for this repository;
     opened in a browser when there is one to open, the URL printed either way."""
     import json

@@ -16,14 +16,27 @@ import json
 import os
 
 from .. import __version__, clock
-from ..errors import (Ambiguous, Corrupt, Forbidden, GwError, Held, Illegal, Invalid, NotFound, RemoteError,
-                      Stale, UsageError)
+from ..errors import (
+    Ambiguous,
+    Corrupt,
+    Forbidden,
+    GwError,
+    Held,
+    Illegal,
+    Invalid,
+    NotFound,
+    RemoteError,
+    Stale,
+    UsageError,
+)
 from ..ops.delegations import find
 from . import peers, protocol, signing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from ..workplane import Workplane
 
 TIMEOUT = 60.0
 MAX_ANSWER = 256 * 1024
@@ -37,7 +50,7 @@ def _pending_path(repo: Any, request_id: str) -> str:
     return os.path.join(folder, f"{protocol.check_request_id(request_id)}.json")
 
 
-def _signed(wp: Any, config: peers.Config, peer: peers.Peer, op: str, item: str | None, args: dict[str, Any],
+def _signed(wp: Workplane, config: peers.Config, peer: peers.Peer, op: str, item: str | None, args: dict[str, Any],
             request_id: str | None) -> tuple[str, str, str]:
     """``(request id, text, signature)``: the stored bytes of a pending request, else a new request."""
     request_id = request_id or protocol.new_request_id()
@@ -106,7 +119,7 @@ def _unknown(peer: peers.Peer, request_id: str, why: str) -> RemoteError:
                        f"again with --id {request_id}", peer=peer.name, delegation=request_id)
 
 
-def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: dict[str, Any] | None = None,
+def exchange(wp: Workplane, peer_name: str, op: str, item: str | None = None, args: dict[str, Any] | None = None,
              request_id: str | None = None) -> dict[str, Any]:
     """Send one signed request to a configured peer; the verified receipt (a dict), recorded here.
 
@@ -142,7 +155,7 @@ def exchange(wp: Any, peer_name: str, op: str, item: str | None = None, args: di
             "duplicate": bool(body.get("duplicate")), "commit": applied.commit, "receipt": receipt}
 
 
-def pending(wp: Any) -> list[dict[str, Any]]:
+def pending(wp: Workplane) -> list[dict[str, Any]]:
     """The requests kept here without an answer (sent, outcome unknown), as ``gw delegations`` rows."""
     folder = os.path.join(wp.repo.gitwork_dir(), "delegations")
     rows = []
@@ -179,7 +192,7 @@ def verify_receipt(request_text: str, receipt_text: Any, signature: Any, peer: p
     return receipt
 
 
-def _drop(wp: Any, request_id: str) -> None:
+def _drop(wp: Workplane, request_id: str) -> None:
     try:
         os.unlink(_pending_path(wp.repo, request_id))
     except FileNotFoundError:
@@ -191,13 +204,16 @@ def _error(doc: dict[str, Any], prefix: str) -> GwError:
     (no escape sequences, controls or bidi marks) and cut, as a remote's hook output is."""
     from ..sync import _clean
 
-    cls = _ERRORS.get(doc.get("code") if isinstance(doc.get("code"), int) else -1, Forbidden)
+    code = doc.get("code")
+    cls = _ERRORS.get(code if isinstance(code, int) else -1, Forbidden)
     message = _clean(str(doc.get("message") or doc.get("detail") or doc.get("error") or "no reason given"))
-    details = doc.get("details") if isinstance(doc.get("details"), dict) else {}
+    details = doc.get("details")
+    if not isinstance(details, dict):
+        details = {}
     return cls(prefix + message, **{k: v for k, v in details.items() if isinstance(k, str)})
 
 
-def started(wp: Any, delegation: str) -> dict[str, Any]:
+def started(wp: Workplane, delegation: str) -> dict[str, Any]:
     """The sent start ``delegation`` (for observe and cancel): ``{request_id, peer, item}`` from its
     signed request, the peer being one whose key (now or before) the request was meant for."""
     from . import keyring
@@ -218,13 +234,13 @@ def started(wp: Any, delegation: str) -> dict[str, Any]:
     return {"request_id": request["id"], "peer": peer, "item": request.get("item")}
 
 
-def delegate(wp: Any, item: str, peer_name: str, op: str = "start", ttl: str | None = None,
+def delegate(wp: Workplane, item: str, peer_name: str, op: str = "start", ttl: str | None = None,
              request_id: str | None = None) -> dict[str, Any]:
     args = {"ttl": ttl} if ttl else {}
     return exchange(wp, peer_name, op, wp.resolve(item), args, request_id)
 
 
-def follow_up(wp: Any, op: str, delegation: str, reason: str | None = None,
+def follow_up(wp: Workplane, op: str, delegation: str, reason: str | None = None,
               request_id: str | None = None) -> dict[str, Any]:
     record = started(wp, delegation)
     args: dict[str, Any] = {"delegation": record["request_id"]}

@@ -142,10 +142,12 @@ def local_keys(values: dict[str, list[tuple[str, str]]]) -> list[str]:
 def _peer(name: str, values: dict[str, list[str]]) -> Peer:
     if not PEER_NAME.match(name):
         raise Invalid(f"bad peer name {name[:64]!r} in git config: letters, digits, '_' and '-'")
-    url = (values.get("url") or [None])[-1]
+    urls = values.get("url")
+    url = urls[-1] if urls else None
     if url is not None and not re.match(r"https?://[^\s/]+", url):
         raise Invalid(f"bad git config gitwork.peer.{name}.url: {url[:80]!r} (http:// or https://)")
-    key = (values.get("key") or [None])[-1]
+    keys = values.get("key")
+    key = keys[-1] if keys else None
     if key is not None:
         key = " ".join(key.split()[:2])  # "type base64 [comment]": the comment is not part of the key
         if not _KEY.match(key):
@@ -174,7 +176,7 @@ def _entries(args: list[str], pattern: str, scope: str | None) -> list[tuple[str
         raise GitFailed(f"git config failed (exit {done.returncode}): {gitcmd.one_line(done.err)}")
     tokens = done.stdout.decode("utf-8", "replace").split("\0")
     # with --show-scope: scope NUL key LF value NUL, repeated; else key LF value NUL
-    pairs = list(zip(tokens[0::2], tokens[1::2])) if scope is None else [(scope, t) for t in tokens if t]
+    pairs = list(zip(tokens[0::2], tokens[1::2], strict=False)) if scope is None else [(scope, t) for t in tokens if t]
     return [(where, *entry.partition("\n")[::2]) for where, entry in pairs]  # type: ignore[misc]
 
 

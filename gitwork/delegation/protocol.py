@@ -41,7 +41,7 @@ def new_request_id() -> str:
     return "d-" + os.urandom(8).hex()
 
 
-def check_request_id(value: str) -> str:
+def check_request_id(value: object) -> str:
     if not isinstance(value, str) or not REQUEST_ID.match(value):
         raise Invalid(f"bad delegation request id {str(value)[:40]!r}: d- and 16 hex digits")
     return value

@@ -24,6 +24,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..workplane import Workplane
+
 
 def _signed_by(what: str, text: Any, signature: Any, at: Any, name: str, who: str,
                history: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -110,7 +112,7 @@ def check(path: str, record: dict[str, Any], history: dict[str, list[dict[str, A
     return problems
 
 
-def verify(wp: Any, item: str | None = None) -> list[dict[str, Any]]:
+def verify(wp: Workplane, item: str | None = None) -> list[dict[str, Any]]:
     """One row per record (``ok`` and ``problems``); raises nothing: the caller decides the exit."""
     history = peers.load(wp.repo).history(wp.now())
     item_id = wp.resolve(item) if item else None

@@ -35,6 +35,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
+    from ..workplane import Workplane
+
 UNVERIFIED = ("unknown-key", "bad-signature", "wrong-namespace", "wrong-key")
 _STATUS = {2: 400, 3: 404, 4: 400, 5: 400, 6: 409, 7: 409, 75: 409, 77: 403}
 CAPTURE_LIMIT = 8 * 1024
@@ -56,7 +58,7 @@ def answer(repo_path: str, route_op: str, body: Any) -> tuple[int, dict[str, Any
         return status_of(error), {"ok": False, **error.to_json()}
 
 
-def _answer(wp: Any, route_op: str, body: Any) -> tuple[int, dict[str, Any]]:
+def _answer(wp: Workplane, route_op: str, body: Any) -> tuple[int, dict[str, Any]]:
     if not isinstance(body, dict) or not isinstance(body.get("request"), str) \
             or not isinstance(body.get("signature"), str):
         raise Invalid("a delegation request is {\"request\": TEXT, \"signature\": SSH SIGNATURE}")
@@ -92,7 +94,7 @@ class _Answered(GwError):
     """Not an error: the request was answered before; carries that answer."""
 
 
-def _decide(wp: Any, config: peers.Config, signer: str, route_op: str, req: dict[str, Any],
+def _decide(wp: Workplane, config: peers.Config, signer: str, route_op: str, req: dict[str, Any],
             text: str) -> dict[str, Any]:
     op = req["op"]
     earlier = find(wp.context().snapshot, "received", req["id"])
@@ -128,13 +130,13 @@ def _decide(wp: Any, config: peers.Config, signer: str, route_op: str, req: dict
         raise
 
 
-def _item(wp: Any, req: dict[str, Any]) -> str:
+def _item(wp: Workplane, req: dict[str, Any]) -> str:
     if not req.get("item"):
         raise Invalid("this delegation op needs an item")
     return wp.resolve(req["item"])
 
 
-def plan(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
+def plan(wp: Workplane, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
     """What a start would do here, doing nothing: the item as this peer sees it, the command, the lease."""
     shown = wp.show(_item(wp, req))
     item, lease = shown["item"], shown["lease"]
@@ -144,7 +146,7 @@ def plan(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dic
             "startable": bool(config.command) and item["status"] in ("open", "active") and not held}
 
 
-def test(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
+def test(wp: Workplane, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
     """Can this peer do it: the backend answers, the repository and item are readable, same build."""
     from ..launch import backend as backends
 
@@ -172,7 +174,7 @@ def execution_for(request_id: str) -> str:
     return "x-" + protocol.check_request_id(request_id)[2:]
 
 
-def start(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
+def start(wp: Workplane, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
     from ..launch.run import run
 
     if not config.command:
@@ -184,7 +186,7 @@ def start(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> di
     return {k: v for k, v in info.items() if k not in ("launcher", "command_id")}
 
 
-def _started(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> str:
+def _started(wp: Workplane, config: peers.Config, signer: str, req: dict[str, Any]) -> str:
     """The execution of the start this observe or cancel is about: one this same signer asked for, and
     that was done here. Only signed fields count: the stored request (its op, and its signature by the
     signer's key of the time) and the receipt this peer signed (its outcome and execution); the
@@ -222,7 +224,7 @@ def _started(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) ->
     return receipt["execution"]
 
 
-def observe(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
+def observe(wp: Workplane, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
     from ..launch.run import capture, get_execution, probe, result
 
     execution = probe(wp, get_execution(wp, _started(wp, config, signer, req)))
@@ -236,7 +238,7 @@ def observe(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> 
             "thread": [{k: m.get(k) for k in ("seq", "at", "by", "kind", "text", "to")} for m in messages[-THREAD_LIMIT:]]}
 
 
-def cancel(wp: Any, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
+def cancel(wp: Workplane, config: peers.Config, signer: str, req: dict[str, Any]) -> dict[str, Any]:
     from ..launch.run import stop
 
     execution = _started(wp, config, signer, req)

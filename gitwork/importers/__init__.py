@@ -25,6 +25,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
+    from ..workplane import Workplane
+
 KINDS = ("beads", "github", "csv", "jsonl")
 BATCH = 500  # items per batch: one commit each
 MAX_BATCH_BYTES = 16 * 1024 * 1024  # a batch document's JSON (it is the commit message's Command: line)
@@ -156,7 +158,8 @@ def _document(source: str, record: dict[str, Any], ids: dict[str, str], path: st
         doc["owner"] = names.identity(owner)
         if doc["owner"] != owner:
             original["owner"] = owner
-    deps, unresolved = [], []
+    deps: list[str] = []
+    unresolved: list[str] = []
     for name in record.get("deps") or ():
         (deps if name in ids else unresolved).append(name)
     doc["depends_on"] = [ids[name] for name in deps]
@@ -218,7 +221,7 @@ def batches(docs: list[dict[str, Any]], size: int = BATCH) -> list[list[dict[str
 PREFER = ("gitwork", "source")
 
 
-def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int = BATCH,
+def run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None, size: int = BATCH,
         progress: Callable[[int, int], None] | None = None, prefer: str = "gitwork") -> dict[str, Any]:
     """Import ``path`` (an export of ``kind``) into the work plane: read, plan, check, send in batches.
 
@@ -250,7 +253,7 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
         for applied in decided:
             for result in applied.result.get("ops", ()):
                 comments += _tally(result, actions, conflicts)
-            if applied.result.get("changed") and applied.commit not in commits:
+            if applied.result.get("changed") and applied.commit is not None and applied.commit not in commits:
                 commits.append(applied.commit)
     elif len(chunks) > 1:
         # Another writer moved the state while the file was being decided: decide it all again on
@@ -258,8 +261,9 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
         # A document the check finds changes nothing (the item is as the merge leaves it, no new
         # comment) is not sent: it would change nothing in a batch either.
         results = _check(wp, docs, lines, path)
-        needed = [doc for doc, result in zip(docs, results) if result.get("action", "unchanged") != "unchanged"]
-        for doc, result in zip(docs, results):
+        needed = [doc for doc, result in zip(docs, results, strict=False)
+                  if result.get("action", "unchanged") != "unchanged"]
+        for _doc, result in zip(docs, results, strict=False):
             if result.get("action", "unchanged") == "unchanged":
                 _tally(result, actions, conflicts)
         done = len(docs) - len(needed)
@@ -274,7 +278,7 @@ def run(wp: Any, kind: str, path: str, *, mapping: str | None = None, size: int 
             raise _at_line(error, chunk, lines, path, landed) from error
         for result in applied.result.get("ops", ()):
             comments += _tally(result, actions, conflicts)
-        if applied.result.get("changed") and applied.commit not in commits:
+        if applied.result.get("changed") and applied.commit is not None and applied.commit not in commits:
             commits.append(applied.commit)
         done += len(chunk)
         if progress:
@@ -298,7 +302,7 @@ def _tally(result: dict[str, Any], actions: dict[str, str], conflicts: dict[tupl
     return int(result.get("comments", 0))
 
 
-def _decide_once(wp: Any, chunks: list[list[dict[str, Any]]], lines: dict[str, int], path: str,
+def _decide_once(wp: Workplane, chunks: list[list[dict[str, Any]]], lines: dict[str, int], path: str,
                  progress: Callable[[int, int], None] | None, total: int) -> list[Any] | None:
     """Decide the batches in order, each on the tree the ones before it left, write each as its
     own commit (its recorded document replays to its tree on its parent, as any batch's does), and
@@ -338,7 +342,7 @@ def _decide_once(wp: Any, chunks: list[list[dict[str, Any]]], lines: dict[str, i
     return landed
 
 
-def _check(wp: Any, docs: list[dict[str, Any]], lines: dict[str, int], path: str) -> list[dict[str, Any]]:
+def _check(wp: Workplane, docs: list[dict[str, Any]], lines: dict[str, int], path: str) -> list[dict[str, Any]]:
     """Decide every document on the current tip as one batch, in memory, committing nothing: the
     first refusal anywhere in the file is raised (naming its line) before any batch is sent. The
     result of each document, in order."""

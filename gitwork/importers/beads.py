@@ -15,8 +15,8 @@ in the item's provenance.
 from __future__ import annotations
 
 from .. import ids
-from .source import Problems, instant, message_id, parse_lines
 from .fields import criteria_from_text, short_text, take_common
+from .source import Problems, instant, message_id, parse_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ import csv
 import io
 
 from ..errors import Invalid, UsageError
-from .source import MAX_LINE, Problems
 from .fields import criteria_from_text, short_text, take_common
+from .source import MAX_LINE, Problems
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def parse(text: str, path: str, mapping_text: str | None) -> list[dict[str, Any]
         if len(row) != len(header):
             problems.add(line, f"{len(row)} cells where the header has {len(header)}")
             continue
-        record = _record(dict(zip(header, row)), mapping, line, problems)
+        record = _record(dict(zip(header, row, strict=True)), mapping, line, problems)
         if record is not None:
             records.append(record)
     problems.check()
@@ -104,7 +104,7 @@ def parse(text: str, path: str, mapping_text: str | None) -> list[dict[str, Any]
 
 
 def _record(row: dict[str, str], mapping: dict[str, str], line: int, problems: Problems) -> dict[str, Any] | None:
-    raw = {field: row[column] for field, column in mapping.items()}
+    raw: dict[str, Any] = {field: row[column] for field, column in mapping.items()}
     used = set(mapping.values())
     fields: dict[str, Any] = {column: value for column, value in row.items() if column not in used and value != ""}
     external = raw.get("external", "").strip()

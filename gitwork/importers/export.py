@@ -22,6 +22,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TextIO
 
+    from ..workplane import Workplane
+
 FORMATS = ("jsonl", "beads", "csv")
 CSV_COLUMNS = ("id", "title", "description", "status", "priority", "owner", "labels", "depends_on", "parent",
                "criteria", "closed_reason", "created_at", "url")
@@ -29,12 +31,12 @@ _INTERNAL_FIELDS = ("status", "unresolved", "dependency_types", "provenance", "a
                     "close_reason", "dependencies", "created_at")
 
 
-def items(wp: Any) -> list[dict[str, Any]]:
+def items(wp: Workplane) -> list[dict[str, Any]]:
     """Every item at the tip as its document, with ``thread`` (its messages) and ``held_by`` (a live
     lease's holder), oldest first."""
     ctx = wp.context()
     out = []
-    for shard, entry in sorted(ctx.snapshot.tree(layout.ITEMS).items()):
+    for _shard, entry in sorted(ctx.snapshot.tree(layout.ITEMS).items()):
         if not entry.is_tree:
             continue
         for item_id in sorted(ctx.snapshot.store.read_tree(entry.oid)):
@@ -49,7 +51,7 @@ def items(wp: Any) -> list[dict[str, Any]]:
     return out
 
 
-def write(wp: Any, fmt: str, out: TextIO) -> int:
+def write(wp: Workplane, fmt: str, out: TextIO) -> int:
     """Write every item in ``fmt`` to ``out``; how many items."""
     docs = items(wp)
     if fmt == "csv":

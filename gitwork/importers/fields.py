@@ -34,7 +34,7 @@ def short_text(value: Any, name: str, fields: dict[str, Any], limit: int = MAX_S
 
 def criteria_from_text(text: str, fields: dict[str, Any]) -> list[dict[str, Any]]:
     """One criterion per non-empty line (a list marker and ``[ ]``/``[x]`` box are read, not kept)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for line in clean(text).splitlines():
         match = _BOX.match(line)
         body = line[match.end():].strip() if match else line.strip()

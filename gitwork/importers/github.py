@@ -10,8 +10,8 @@ the issue's position in the array ("entry N").
 
 from __future__ import annotations
 
-from .source import MAX_DOCUMENT, Problems, json_value, message_id
 from .fields import take_common
+from .source import MAX_DOCUMENT, Problems, json_value, message_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

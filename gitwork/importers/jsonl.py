@@ -11,8 +11,8 @@ The exported ``provenance`` is kept in the new item's provenance, under ``fields
 from __future__ import annotations
 
 from .. import ids
-from .source import Problems, parse_lines
 from .fields import take_common
+from .source import Problems, parse_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

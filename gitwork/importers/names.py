@@ -17,8 +17,8 @@ import hashlib
 import re
 import unicodedata
 
-from ..ids import IDENTITY_MAX, check_identity
 from ..errors import Invalid
+from ..ids import IDENTITY_MAX, check_identity
 
 _NOT_IDENTITY = re.compile(r"[^A-Za-z0-9._@/+-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9_.:/+-]+")

@@ -25,17 +25,19 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..workplane import Workplane
+
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 COMMAND_TIMEOUT = 300
 CLOSE_TOLERANCE = 3600  # close times further apart than this (seconds) are a divergence
 ASPECTS = ("status", "assignee", "dependencies", "closed_at", "only_in_source", "only_in_gitwork")
 
 
-def _path(wp: Any) -> str:
+def _path(wp: Workplane) -> str:
     return os.path.join(wp.repo.gitwork_dir(), "shadows.json")
 
 
-def shadows(wp: Any) -> dict[str, dict[str, Any]]:
+def shadows(wp: Workplane) -> dict[str, dict[str, Any]]:
     try:
         with open(_path(wp), encoding="utf-8") as handle:
             data = json.load(handle)
@@ -46,7 +48,7 @@ def shadows(wp: Any) -> dict[str, dict[str, Any]]:
     return data if isinstance(data, dict) else {}
 
 
-def add(wp: Any, name: str, kind: str, source: str, mapping: str | None = None) -> dict[str, Any]:
+def add(wp: Workplane, name: str, kind: str, source: str, mapping: str | None = None) -> dict[str, Any]:
     if not NAME.match(name):
         raise Invalid(f"shadow name {name[:40]!r}: letters, digits and _.- only, at most 64")
     if kind not in KINDS:
@@ -122,10 +124,11 @@ def _seconds(text: str) -> float:
     return clock.parse_instant(text).timestamp()
 
 
-def compare(wp: Any, name: str) -> dict[str, Any]:
+def compare(wp: Workplane, name: str) -> dict[str, Any]:
     """Every divergence between the shadow's current export and gitwork, with counts and agreement."""
     from . import names
-    from .source import instant, item_id as derived_id
+    from .source import instant
+    from .source import item_id as derived_id
 
     entry = shadows(wp).get(name)
     if entry is None:
@@ -133,8 +136,8 @@ def compare(wp: Any, name: str) -> dict[str, Any]:
     theirs = _source_side(entry)
     kind = "gitwork" if entry["kind"] == "jsonl" else entry["kind"]
     ctx = wp.context()
-    ours: dict[str, tuple[str, Any]] = {}
-    for shard, tree_entry in ctx.snapshot.tree(layout.ITEMS).items():
+    ours: dict[Any, tuple[str, Any]] = {}  # by the source's own ref, as the item records it
+    for tree_entry in ctx.snapshot.tree(layout.ITEMS).values():
         for item_id in ctx.snapshot.store.read_tree(tree_entry.oid):
             item = ctx.item(item_id)
             source = (item.provenance or {}).get("source") or {}
@@ -191,7 +194,7 @@ def compare(wp: Any, name: str) -> dict[str, Any]:
             "counts": counts, "divergences": divergences}
 
 
-def history(wp: Any, name: str, since: str | None) -> list[dict[str, Any]]:
+def history(wp: Workplane, name: str, since: str | None) -> list[dict[str, Any]]:
     """The reports recorded on the state ref for ``name`` (within ``since``: a duration or an instant)."""
     from ..codec import iter_records, parse_duration
 

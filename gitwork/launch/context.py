@@ -19,6 +19,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..workplane import Workplane
+
 TAIL = 20  # unread messages shown at most; the rest are one `gw thread` away
 
 
@@ -27,7 +29,7 @@ def _gw_build() -> dict[str, Any]:
     return {"version": mine["version"], "commit": None if mine["commit"] == "release" else mine["commit"]}
 
 
-def build(wp: Any, item: str, execution: str | None = None) -> dict[str, Any]:
+def build(wp: Workplane, item: str, execution: str | None = None) -> dict[str, Any]:
     from ..conversations import messages
     from ..thread import cursors
 

@@ -35,7 +35,8 @@ import time
 from ..errors import GwError, Invalid, Stale
 from ..ops.executions import LIVE, coordinator_live, load_coordinator
 from . import backend as backends
-from .build import BuildMismatch, current as current_build
+from .build import BuildMismatch
+from .build import current as current_build
 from .paths import clone_id, executions_dir
 from .run import _handle_of, _mark, find, host, host_name, launcher_alive, me, ours, probe, runs
 
@@ -43,8 +44,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..workplane import Workplane
 
-def _lease_ended(wp: Any, record: dict[str, Any]) -> str | None:
+
+def _lease_ended(wp: Workplane, record: dict[str, Any]) -> str | None:
     """Why the execution's lease is over, or None while it is live for its holder."""
     lease = wp.lease(record["item"])
     if lease is None or lease.fence != record.get("fence"):
@@ -62,7 +65,7 @@ class Reconcile:
     per pass). A closed item ends its execution like an ended lease; an open session of the
     execution's lease whose branch is gone is a reconcile failure (it counts toward the hand-off)."""
 
-    def __init__(self, wp: Any) -> None:
+    def __init__(self, wp: Workplane) -> None:
         self.wp = wp
         self._sessions: list[Any] | None = None
         self._branches: set[str] | None = None
@@ -105,7 +108,7 @@ class Reconcile:
                               session=session.id)
 
 
-def _kill(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
+def _kill(wp: Workplane, record: dict[str, Any], why: str) -> dict[str, Any]:
     backend = backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])
     if handle:
@@ -113,7 +116,7 @@ def _kill(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
     return _mark(wp, record, "stopped", reason=f"coordinator: {why}"[:200])
 
 
-def _streak(wp: Any, execution_id: str, failed: bool) -> int:
+def _streak(wp: Workplane, execution_id: str, failed: bool) -> int:
     """Consecutive reconcile failures of an execution, kept in its folder so ``--once`` runs count too."""
     path = os.path.join(executions_dir(wp.repo), execution_id, "reconcile-failures")
     if not failed:
@@ -132,12 +135,13 @@ def _streak(wp: Any, execution_id: str, failed: bool) -> int:
     return count
 
 
-def _hand_off(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
+def _hand_off(wp: Workplane, record: dict[str, Any], why: str) -> dict[str, Any]:
     """A streak of failures: hand the item off, fenced on the execution's lease (a newer lease is not
     touched: the fence is stale then), so another worker may take it at once."""
+    holder: Any = record.get("holder")
     wp.do("handoff", item=record["item"], reason="reconcile-failure", fence=record.get("fence"),
           message=f"coordinator on {host()}: execution {record['id']} could not be reconciled: {why}"[:500],
-          **{"as": record.get("holder")})
+          **{"as": holder})
     try:  # the lease is gone now: stop the process if the backend lets us (else the next pass does)
         _kill(wp, record, "reconcile-failure handoff")
     except GwError:
@@ -148,7 +152,7 @@ def _hand_off(wp: Any, record: dict[str, Any], why: str) -> dict[str, Any]:
 class CoordinatorLease:
     """This process's lease on ``coordinators/<host>``: the one coordinator of this host."""
 
-    def __init__(self, wp: Any, ttl: int) -> None:
+    def __init__(self, wp: Workplane, ttl: int) -> None:
         self.wp, self.ttl, self.host, self.clone = wp, ttl, host_name(), clone_id(wp.repo)
         self.holder = me()
         self.epoch: int | None = None
@@ -162,7 +166,7 @@ class CoordinatorLease:
         from this host is taken over at once; any other only once its lease has expired."""
         record = load_coordinator(self.wp.context(), self.host, self.clone)
         over = None
-        if coordinator_live(record, self.wp.now()) and not launcher_alive({"launcher": record.get("holder")}):
+        if record is not None and coordinator_live(record, self.wp.now()) and not launcher_alive({"launcher": record.get("holder")}):
             over = record.get("epoch")  # killed (kill -9, a crash): its lease would only delay the next one
         self.epoch = self._record("take", over=over)["epoch"]
 
@@ -191,7 +195,7 @@ class CoordinatorLease:
             self.epoch = None
 
 
-def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
+def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
     """One pass over this host's live executions; what was done to each (``action``: exited, lost,
     failed, stopped, renewed, running, waiting, error, handed-off, refused). ``failures`` consecutive
     errors reconciling one execution hand its item off with reason ``reconcile-failure``. With
@@ -233,6 +237,7 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
                 continue
             checks.check_sessions(record)
             lease = wp.lease(record["item"])
+            assert lease is not None  # _lease_ended above: the lease is there and live
             left = (lease.expires() - wp.now()).total_seconds()
             if left < lease.ttl / 2:
                 wp.do("renew", item=record["item"], fence=record["fence"], **{"as": record["holder"]})
@@ -261,7 +266,7 @@ def tick(wp: Any, failures: int = 3, coordinator: CoordinatorLease | None = None
     return done
 
 
-def drive_sessions(wp: Any, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
+def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
     """One pass over this repository's running (and blocked) multi-step sessions whose folder is here:
     as each one's holder, under the holder's live lease (a session whose lease ended is left alone:
     its executions are stopped by the lease rule above), what ``gw step next --launch`` does. What was
@@ -312,7 +317,7 @@ def default_ttl(interval: float) -> int:
     return max(30, int(interval * 6))
 
 
-def once(wp: Any, failures: int = 3, ttl: int = 30) -> list[dict[str, Any]]:
+def once(wp: Workplane, failures: int = 3, ttl: int = 30) -> list[dict[str, Any]]:
     """One pass under the coordinator lease (taken, then released): refused (75) while one runs."""
     lease = CoordinatorLease(wp, ttl)
     lease.take()
@@ -322,7 +327,7 @@ def once(wp: Any, failures: int = 3, ttl: int = 30) -> list[dict[str, Any]]:
         lease.release()
 
 
-def loop(wp: Any, interval: float, report: Any, failures: int = 3, ttl: int | None = None) -> None:
+def loop(wp: Workplane, interval: float, report: Any, failures: int = 3, ttl: int | None = None) -> None:
     """Tick every ``interval`` seconds until interrupted, under the coordinator lease (Held, 75, when
     another coordinator has it; Stale, 7, once another took it over); ``report(actions)`` after each."""
     lease = CoordinatorLease(wp, ttl or default_ttl(interval))

@@ -20,17 +20,28 @@ import shutil
 import socket
 
 from ..errors import GwError, Held, Invalid, NotFound
-from ..ops.executions import (LIVE, check_env_names, check_execution_id, item_executions, lane,
-                              load_execution, never_ran, same_lane)
+from ..ops.executions import (
+    LIVE,
+    check_env_names,
+    check_execution_id,
+    item_executions,
+    lane,
+    load_execution,
+    never_ran,
+    same_lane,
+)
 from ..store import crash_point
 from . import backend as backends
-from .build import current as current_build, require_same
+from .build import current as current_build
+from .build import require_same
 from .paths import clone_id, executions_dir
 from .process import alive, start_time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Sequence
+
+    from ..workplane import Workplane
 
 
 def host() -> str:
@@ -44,20 +55,20 @@ def host_name() -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", host())[:64].lstrip("-_") or "host"
 
 
-def ours(wp: Any, record: dict[str, Any]) -> bool:
+def ours(wp: Workplane, record: dict[str, Any]) -> bool:
     """Is this execution this host's and this clone's to judge? One recorded before clones were told
     apart (no ``clone``) is its host's, as it always was."""
     return record.get("host") == host() and record.get("clone") in (None, clone_id(wp.repo))
 
 
-def elsewhere(wp: Any, record: dict[str, Any]) -> str:
+def elsewhere(wp: Workplane, record: dict[str, Any]) -> str:
     """Where an execution that is not ours runs, for an error message."""
     if record.get("host") != host():
         return str(record.get("host"))
     return f"another clone on this host ({record.get('clone')})"
 
 
-def coordinator_holder(wp: Any) -> dict[str, Any] | None:
+def coordinator_holder(wp: Workplane) -> dict[str, Any] | None:
     """This host's and clone's coordinator lease while it binds and its process lives, else None."""
     from ..ops.executions import coordinator_live, load_coordinator
 
@@ -87,7 +98,7 @@ def launcher_alive(record: dict[str, Any]) -> bool:
         return False
 
 
-def find(wp: Any, execution_id: str) -> dict[str, Any] | None:
+def find(wp: Workplane, execution_id: str) -> dict[str, Any] | None:
     return load_execution(wp.context(), execution_id)
 
 
@@ -96,12 +107,12 @@ def result(record: dict[str, Any], existing: bool) -> dict[str, Any]:
     return {"execution": record["id"], **shown, "existing": existing}
 
 
-def _mark(wp: Any, record: dict[str, Any], to: str, **args: Any) -> dict[str, Any]:
+def _mark(wp: Workplane, record: dict[str, Any], to: str, **args: Any) -> dict[str, Any]:
     applied = wp.record("exec-state", execution=record["id"], to=to, **args)
     return {"id": record["id"], **{k: v for k, v in applied.result.items() if k not in ("execution", "duplicate")}}
 
 
-def probe(wp: Any, record: dict[str, Any], backend: Any = None) -> dict[str, Any]:
+def probe(wp: Workplane, record: dict[str, Any], backend: Any = None) -> dict[str, Any]:
     """Bring a live record up to date with its backend (when its launcher is gone); the new record.
     ``backend``: the record's backend, when the caller has one at hand (the coordinator's pass)."""
     state = record["state"]
@@ -147,14 +158,14 @@ def _handle_of(backend: Any, execution_id: str) -> str | None:
         return backend.find(execution_id)  # forked, killed before either wrote it: found by its command line
 
 
-def _any_trace(wp: Any, execution_id: str) -> bool:
+def _any_trace(wp: Workplane, execution_id: str) -> bool:
     """Did a backend ever start a process for this execution here? (The subprocess backend's
     ``started``, or any file a wrapper writes.)"""
     folder = os.path.join(executions_dir(wp.repo), execution_id)
     return any(os.path.exists(os.path.join(folder, name)) for name in ("started", "handle", "child", "code", "failed"))
 
 
-def _kill_survivors(wp: Any, execution_id: str) -> int:
+def _kill_survivors(wp: Workplane, execution_id: str) -> int:
     """Kill, by process group, whatever of execution ``execution_id`` still runs on this host; how
     many groups there were."""
     from .wrapper import kill_groups, survivors
@@ -165,7 +176,7 @@ def _kill_survivors(wp: Any, execution_id: str) -> int:
     return len(groups)
 
 
-def _settled(wp: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+def _settled(wp: Workplane, record: dict[str, Any]) -> dict[str, Any] | None:
     """An answer for an execution that is live, or None when it is over (a new one may start)."""
     record = probe(wp, record)
     if record["state"] in ("reserved", "launching"):
@@ -204,7 +215,7 @@ def check_env(env: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
-def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", ttl: str | None = None,
+def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "tmux", ttl: str | None = None,
         execution: str | None = None, env: dict[str, str] | None = None, session: str | None = None,
         branch: str | None = None) -> dict[str, Any]:
     """Start ``command`` for ``item`` under a lease, at most once; the execution's record (a dict).
@@ -277,7 +288,7 @@ def run(wp: Any, item: str, command: Sequence[str], backend_kind: str = "tmux", 
     raise Held(f"{item_id}: executions kept changing under this gw run; try again", item=item_id)
 
 
-def _lease(wp: Any, item_id: str, ttl: str | None, execution_id: str) -> Any:
+def _lease(wp: Workplane, item_id: str, ttl: str | None, execution_id: str) -> Any:
     """The caller's live lease on the item, with an epoch no lost execution ran under; else a new grant."""
     me_ = wp.settings.identity()
     lease = wp.lease(item_id)
@@ -296,7 +307,7 @@ def _lease(wp: Any, item_id: str, ttl: str | None, execution_id: str) -> Any:
     return wp.lease(item_id)
 
 
-def _launch(wp: Any, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
+def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
             ttl: str | None, extra: dict[str, str]) -> dict[str, Any]:
     try:
         lease = _lease(wp, item_id, ttl, execution_id)
@@ -328,7 +339,7 @@ def _launch(wp: Any, backend: Any, execution_id: str, item_id: str, command: lis
     return result(record, existing=False)
 
 
-def get_execution(wp: Any, execution_id: str) -> dict[str, Any]:
+def get_execution(wp: Workplane, execution_id: str) -> dict[str, Any]:
     check_execution_id(execution_id)
     record = find(wp, execution_id)
     if record is None:
@@ -336,7 +347,7 @@ def get_execution(wp: Any, execution_id: str) -> dict[str, Any]:
     return record
 
 
-def runs(wp: Any, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
+def runs(wp: Workplane, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
     from ..codec import load_yaml
     from ..ops.executions import EXECUTIONS, TERMINAL
 
@@ -354,7 +365,7 @@ def runs(wp: Any, item: str | None = None, state: str | None = None) -> list[dic
     return [result(r, existing=True) for r in rows]
 
 
-def _live_handle(wp: Any, execution_id: str) -> tuple[dict[str, Any], Any, str]:
+def _live_handle(wp: Workplane, execution_id: str) -> tuple[dict[str, Any], Any, str]:
     record = get_execution(wp, execution_id)
     if not ours(wp, record):
         raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
@@ -365,12 +376,12 @@ def _live_handle(wp: Any, execution_id: str) -> tuple[dict[str, Any], Any, str]:
     return record, backend, handle
 
 
-def capture(wp: Any, execution_id: str, lines: int | None = None) -> str:
+def capture(wp: Workplane, execution_id: str, lines: int | None = None) -> str:
     _record, backend, handle = _live_handle(wp, execution_id)
     return backend.capture(execution_id, handle, lines)
 
 
-def send(wp: Any, execution_id: str, text: str, keys: Sequence[str] = ()) -> None:
+def send(wp: Workplane, execution_id: str, text: str, keys: Sequence[str] = ()) -> None:
     record, backend, handle = _live_handle(wp, execution_id)
     if record["state"] not in LIVE:
         raise Invalid(f"execution {execution_id} is {record['state']}", execution=execution_id)
@@ -380,7 +391,7 @@ def send(wp: Any, execution_id: str, text: str, keys: Sequence[str] = ()) -> Non
         backend.send_keys(execution_id, handle, list(keys))
 
 
-def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+def stop(wp: Workplane, execution_id: str, reason: str | None = None) -> dict[str, Any]:
     """Stop a live execution. One whose agent already ended is recorded as it ended (``exited`` with
     its code, or ``failed``), its pane and output kept for ``gw capture``; a ``lost`` one (of this
     host) has whatever of it may still run killed, by process group; any other ended one is left."""
@@ -404,6 +415,6 @@ def stop(wp: Any, execution_id: str, reason: str | None = None) -> dict[str, Any
     return result(_mark(wp, record, "stopped", reason=reason or "stopped by gw stop"), existing=True)
 
 
-def attach_argv(wp: Any, execution_id: str) -> list[str]:
+def attach_argv(wp: Workplane, execution_id: str) -> list[str]:
     _record, backend, handle = _live_handle(wp, execution_id)
     return backend.attach_argv(execution_id, handle)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 DELEGATIONS = "delegations"
-FIELDS = dict(peer="name!", request="text!", request_signature="text!", receipt="text!", receipt_signature="text!")
+FIELDS: dict[str, Any] = dict(peer="name!", request="text!", request_signature="text!", receipt="text!", receipt_signature="text!")
 
 
 def record_path(side: str, request_id: str) -> str:

@@ -32,10 +32,9 @@ The rules the engine enforces, whatever the launcher does:
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import re
-
-import datetime as _dt
 
 from .. import codec
 from ..clock import format_instant, parse_instant

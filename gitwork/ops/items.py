@@ -9,7 +9,8 @@ from ..engine import Context, op
 from ..errors import Illegal, Invalid
 from ..model import TRANSITIONS, Item
 from ..roles import act_on
-from .common import check_cycle as _check_cycle, end_lease, record_decision
+from .common import check_cycle as _check_cycle
+from .common import end_lease, record_decision
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:

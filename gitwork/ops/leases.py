@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from .. import layout
 from ..clock import format_instant
 from ..engine import Context, op
-from .. import layout
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_revoker

@@ -22,7 +22,7 @@ def open_sessions(ctx: Context, item_id: str, lease: Lease | None = None) -> lis
     With ``lease``, only those started under it (same fence and epoch): a session started under an
     earlier lease is dead (its fence can no longer land anywhere), and only ``session drop`` ends it.
     """
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[Any, dict[str, Any]] = {}  # by the records' session field
     for event in ctx.records(item_id):
         kind = event.get("type")
         session = event.get("session")
@@ -42,7 +42,7 @@ def open_sessions(ctx: Context, item_id: str, lease: Lease | None = None) -> lis
 
 def running_step_sessions(ctx: Context, item_id: str) -> list[str]:
     """Multi-step sessions of the item created and not ended (``session-create`` without ``session-end``)."""
-    running: list[str] = []
+    running: list[Any] = []  # the records' session fields
     for event in ctx.records(item_id):
         if event.get("type") == "session-create":
             running.append(event.get("session"))
@@ -176,7 +176,7 @@ def check_schema(kind: str, doc: Any, what: str) -> dict[str, Any]:
     try:
         validator(kind)(doc)
     except fastjsonschema.JsonSchemaException as exc:
-        message = " ".join(str(exc.message).split())[:240]
+        message = " ".join(str(exc).split())[:240]  # a value error's message (a definition error has no .message)
         raise Invalid(f"{what} fails {kind}.schema.json: {message}", schema=kind) from None
     return doc
 

@@ -18,8 +18,18 @@ from ..engine import Context, op
 from ..errors import Illegal, Invalid, Stale
 from ..model import TRANSITIONS, Lease
 from .common import end_lease
-from .session_records import (MAX_MANIFEST_BYTES, branch_path, canonical, check_schema, load_json, manifest_path,
-                              open_sessions, recorded_manifest, refuse_open_sessions, sha256)
+from .session_records import (
+    MAX_MANIFEST_BYTES,
+    branch_path,
+    canonical,
+    check_schema,
+    load_json,
+    manifest_path,
+    open_sessions,
+    recorded_manifest,
+    refuse_open_sessions,
+    sha256,
+)
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:

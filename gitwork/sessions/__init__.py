@@ -419,7 +419,7 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     git("add", "-A", "--", *declared, cwd=source, env=literal)
     before = _blobs(git("ls-tree", "-z", "--full-tree", record["base"], "--", *declared, cwd=source, env=literal).out)
     after = _blobs(git("ls-files", "-s", "-z", "--", *declared, cwd=source, env=literal).out)
-    changes = [{"path": p, "before": before.get(p), "after": after.get(p)} for p in declared]
+    changes: list[dict[str, Any]] = [{"path": p, "before": before.get(p), "after": after.get(p)} for p in declared]
     trailers = f"Work-Item: {item_id}\nFence: {lease.fence}\nSession: {record.id}\n"
     text = message.rstrip("\n") + "\n\n" + trailers
     env = {**identity_env(source, wp.settings.identity()), **literal}

@@ -29,12 +29,22 @@ import subprocess
 
 from .. import clock
 from ..errors import GwError, Held, Illegal, Invalid, NonFastForward, NotFound
-from ..ops.session_records import (MAX_DOCUMENT_BYTES, SESSIONS_TREE, branch_path, canonical, check_schema,
-                                   load_json, recorded_manifest, sha256)
+from ..ops.session_records import (
+    MAX_DOCUMENT_BYTES,
+    SESSIONS_TREE,
+    branch_path,
+    canonical,
+    check_schema,
+    load_json,
+    recorded_manifest,
+    sha256,
+)
 from ..store import crash_point
-from . import Session, drop as drop_source, ensure_ignored, main_worktree, new_session_id, session_dir, slug
+from . import Session, ensure_ignored, main_worktree, new_session_id, session_dir, slug
+from . import drop as drop_source
 from . import start as start_source
-from .rules import Operator, Rules, load as load_rules
+from .rules import Operator, Rules
+from .rules import load as load_rules
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -736,7 +746,7 @@ def create(wp: Workplane, item: str, chain: str, fence: int | None = None, proje
         holder_lease(wp, item_id, fence)
     assert lease is not None
     now = wp.now()
-    stages = {name: {"operator": rules.steps[name].operator, "parallel": rules.steps[name].parallel,
+    stages: dict[str, dict[str, Any]] = {name: {"operator": rules.steps[name].operator, "parallel": rules.steps[name].parallel,
                      "writesSource": rules.steps[name].writes_source} for name in plan}
     for name in plan:
         if rules.steps[name].needs is not None:
@@ -875,7 +885,8 @@ def next_step(wp: Workplane, session: str, launch: bool = False, backend: str | 
 def stop_operators(wp: Workplane, session: str, reason: str) -> list[str]:
     """Stop every live execution of the session's branches on this host (a session stopped, or done):
     its operators must not go on writing into a session that has ended. The ids stopped."""
-    from ..launch.run import host, runs, stop as stop_execution
+    from ..launch.run import host, runs
+    from ..launch.run import stop as stop_execution
     from ..ops.executions import LIVE
 
     stopped = []

@@ -385,6 +385,12 @@ def _refusal_key(entry: dict[str, Any]) -> str:
 def unique(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each refused command once (the first verdict on it), in order."""
     seen: set[str] = set()
-    return [entry for entry in refused if not (_refusal_key(entry) in seen or seen.add(_refusal_key(entry)))]
+    out = []
+    for entry in refused:
+        key = _refusal_key(entry)
+        if key not in seen:
+            seen.add(key)
+            out.append(entry)
+    return out
 
 

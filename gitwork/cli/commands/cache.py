@@ -6,10 +6,10 @@ from .. import output
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from ...workplane import Workplane
 
 
-def _path(wp: Any) -> str:
+def _path(wp: Workplane) -> str:
     import os
 
     from ...cache import NAME
@@ -17,9 +17,10 @@ def _path(wp: Any) -> str:
     return os.path.join(wp.repo.gitwork_dir(), NAME)
 
 
-def status(wp: Any, as_json: bool) -> None:
+def status(wp: Workplane, as_json: bool) -> None:
     """What the cache file holds and whether it reflects the tip; never builds it."""
-    from ...cache import VERSION, status as read_status
+    from ...cache import VERSION
+    from ...cache import status as read_status
 
     found = read_status(_path(wp))
     tip = wp.store.tip()
@@ -38,7 +39,7 @@ def status(wp: Any, as_json: bool) -> None:
     output.line(f"{found['path']}: {found['items']} items, {found['bytes']} bytes, {state}, {health}")
 
 
-def rebuild(wp: Any, as_json: bool) -> None:
+def rebuild(wp: Workplane, as_json: bool) -> None:
     """Drop the cache and build it again from every item at the tip, in one transaction."""
     import time
 
@@ -57,7 +58,7 @@ def rebuild(wp: Any, as_json: bool) -> None:
     output.info(f"rebuilt {path}: {items} items at {commit} in {seconds} s")
 
 
-def drop(wp: Any, as_json: bool) -> None:
+def drop(wp: Workplane, as_json: bool) -> None:
     """Delete the cache file (derived data: the next read rebuilds it)."""
     from ...cache import drop as drop_file
 

@@ -12,6 +12,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
+
 
 def _report(info: dict[str, Any], as_json: bool) -> None:
     receipt = info["receipt"]
@@ -26,7 +28,7 @@ def _report(info: dict[str, Any], as_json: bool) -> None:
     output.info(f"{info['op']} {info.get('item') or ''} on {info['peer']}: {receipt['outcome']}{state}{lease}{again}")
 
 
-def delegate(wp: Any, as_json: bool, item: str, to: str, plan: bool, test: bool, ttl: str | None,
+def delegate(wp: Workplane, as_json: bool, item: str, to: str, plan: bool, test: bool, ttl: str | None,
              request_id: str | None) -> None:
     from ...delegation.client import delegate as send
     from ...errors import UsageError
@@ -36,7 +38,7 @@ def delegate(wp: Any, as_json: bool, item: str, to: str, plan: bool, test: bool,
     _report(send(wp, item, to, "plan" if plan else "test" if test else "start", ttl, request_id), as_json)
 
 
-def delegations(wp: Any, as_json: bool, item: str | None) -> None:
+def delegations(wp: Workplane, as_json: bool, item: str | None) -> None:
     from ...delegation.client import pending
     from ...ops.delegations import records
 
@@ -56,7 +58,7 @@ def delegations(wp: Any, as_json: bool, item: str | None) -> None:
                    r["at"] or "", r["execution"] or "") for r in rows], title="delegations")
 
 
-def observe(wp: Any, as_json: bool, delegation_id: str, request_id: str | None) -> None:
+def observe(wp: Workplane, as_json: bool, delegation_id: str, request_id: str | None) -> None:
     from ...delegation.client import follow_up
 
     info = follow_up(wp, "observe", delegation_id, request_id=request_id)
@@ -79,13 +81,13 @@ def printable(text: str) -> str:
     return "\n".join(_UNPRINTABLE.sub(" ", _ESCAPE.sub("", line)).rstrip() for line in text.split("\n"))
 
 
-def cancel(wp: Any, as_json: bool, delegation_id: str, reason: str | None, request_id: str | None) -> None:
+def cancel(wp: Workplane, as_json: bool, delegation_id: str, reason: str | None, request_id: str | None) -> None:
     from ...delegation.client import follow_up
 
     _report(follow_up(wp, "cancel", delegation_id, reason, request_id), as_json)
 
 
-def receipts_verify(wp: Any, as_json: bool, item: str | None) -> None:
+def receipts_verify(wp: Workplane, as_json: bool, item: str | None) -> None:
     from ...delegation.receipts import failed, verify
 
     rows = verify(wp, item)

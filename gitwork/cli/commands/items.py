@@ -7,15 +7,17 @@ import sys
 
 from ...errors import UsageError
 from .. import output
-from ..actions import done_line, each, submit
+from ..actions import each, submit
 from ..listing import check_limit, no_state_hint, pick, rows_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
 
-def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
+
+def init(wp: Workplane, as_json: bool, remote: str | None = None) -> None:
     if remote:
         # Adopt the arbiter's state when it has one, rather than starting a second history.
         from ...sync import Arbiter, configure_remote
@@ -32,10 +34,11 @@ def init(wp: Any, as_json: bool, remote: str | None = None) -> None:
         output.info(f"gitwork state on {wp.store.ref} at {applied.commit[:12] if applied.commit else '(none)'}")
 
 
-def new(wp: Any, as_json: bool, title: str | None, description: str | None, priority: int | None,
+def new(wp: Workplane, as_json: bool, title: str | None, description: str | None, priority: int | None,
         label: list[str] | None, dep: list[str] | None, criterion: list[str] | None, owner: str | None,
         source: str | None, description_file: str | None = None, use_editor: bool = False) -> None:
-    from ..textinput import description as read_description, edit_form
+    from ..textinput import description as read_description
+    from ..textinput import edit_form
 
     description = read_description(description, description_file)
     if use_editor:
@@ -46,7 +49,7 @@ def new(wp: Any, as_json: bool, title: str | None, description: str | None, prio
            depends_on=dep, criteria=criterion, owner=owner, source=source)
 
 
-def show(wp: Any, as_json: bool, item: list[str], web: bool = False) -> None:
+def show(wp: Workplane, as_json: bool, item: list[str], web: bool = False) -> None:
     """One item or several (each its own result); for a person unless ``--json`` (unchanged: the item's
     stored fields and its lease); ``--web`` opens its page on the running ``gw serve`` board."""
 
@@ -73,7 +76,7 @@ def show(wp: Any, as_json: bool, item: list[str], web: bool = False) -> None:
     each(wp, as_json, item, one)
 
 
-def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
+def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
                limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
                mine: bool = False) -> None:
@@ -83,7 +86,7 @@ def list_items(wp: Any, as_json: bool, status: list[str] | None, label: list[str
     no_state_hint(wp, picked)
 
 
-def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
+def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
           priority: int | None = None, sort: str | None = None, explain: bool = False,
           label_any: list[str] | None = None) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
@@ -97,7 +100,7 @@ def ready(wp: Any, as_json: bool, limit: int | None, label: list[str] | None = N
     no_state_hint(wp, picked)
 
 
-def edit(wp: Any, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,
+def edit(wp: Workplane, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,
          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
          reason: str | None, fence: int | None, description_file: str | None = None,
@@ -108,13 +111,13 @@ def edit(wp: Any, as_json: bool, item: list[str], title: str | None, description
     if use_editor and len(item) > 1:
         raise UsageError("-e edits one item at a time; name one id, or give the changes as options")
     description = read_description(description, description_file)  # read once (stdin), sent to each
-    changes = dict(title=title, description=description, priority=priority, add_label=add_label,
+    changes: dict[str, Any] = dict(title=title, description=description, priority=priority, add_label=add_label,
                    remove_label=remove_label, add_dep=add_dep, remove_dep=remove_dep, add_criterion=add_criterion,
                    owner=owner, status=status, reason=reason, fence=fence, use_editor=use_editor)
     each(wp, as_json, item, lambda one: _edit(wp, as_json, one, **changes))
 
 
-def _edit(wp: Any, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
+def _edit(wp: Workplane, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
           add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
           remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
           reason: str | None, fence: int | None, use_editor: bool) -> None:
@@ -132,20 +135,20 @@ def _edit(wp: Any, as_json: bool, item: str, title: str | None, description: str
            add_criteria=add_criterion, owner=owner, status=status, reason=reason, fence=fence)
 
 
-def check(wp: Any, as_json: bool, item: str, criterion: int, uncheck: bool, fence: int | None) -> None:
+def check(wp: Workplane, as_json: bool, item: str, criterion: int, uncheck: bool, fence: int | None) -> None:
     submit(wp, as_json, "check", item=item, criterion=criterion, uncheck=uncheck or None, fence=fence)
 
 
-def decision(wp: Any, as_json: bool, item: str, text: str, why: str, fence: int | None) -> None:
+def decision(wp: Workplane, as_json: bool, item: str, text: str, why: str, fence: int | None) -> None:
     submit(wp, as_json, "decision", item=item, text=text, why=why, fence=fence)
 
 
-def done(wp: Any, as_json: bool, item: list[str], **args: Any) -> None:
+def done(wp: Workplane, as_json: bool, item: list[str], **args: Any) -> None:
     """``gw done ID...``: each id as its own command (see ``actions.each``)."""
     each(wp, as_json, item, lambda one: _done(wp, as_json, one, **args))
 
 
-def _done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
+def _done(wp: Workplane, as_json: bool, item: str, **args: Any) -> None:
     """``gw done``: the safe finish (``publish.finish``): publishes the holder's open session first."""
     from ...publish import finish
 
@@ -165,17 +168,17 @@ def _done(wp: Any, as_json: bool, item: str, **args: Any) -> None:
                     f"published: gw session drop {dead['session']}")
 
 
-def cancel(wp: Any, as_json: bool, item: list[str], reason: str | None, fence: int | None,
+def cancel(wp: Workplane, as_json: bool, item: list[str], reason: str | None, fence: int | None,
            offline: bool = False) -> None:
     each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence,
                                                offline=offline))
 
 
-def reopen(wp: Any, as_json: bool, item: list[str], reason: str | None) -> None:
+def reopen(wp: Workplane, as_json: bool, item: list[str], reason: str | None) -> None:
     each(wp, as_json, item, lambda one: submit(wp, as_json, "reopen", item=one, reason=reason))
 
 
-def history(wp: Any, as_json: bool, item: str) -> None:
+def history(wp: Workplane, as_json: bool, item: str) -> None:
     records = wp.history(item)
     if as_json:
         output.emit_json(records)
@@ -212,7 +215,7 @@ def _details(extra: dict[str, Any], known: dict[str, Any]) -> str:
     return " ".join(filter(None, ["; ".join(parts), *rest]))
 
 
-def log(wp: Any, as_json: bool, limit: int | None) -> None:
+def log(wp: Workplane, as_json: bool, limit: int | None) -> None:
     check_limit(limit)
     entries = list(wp.log(limit or None))
     if as_json:

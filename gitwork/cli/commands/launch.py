@@ -16,6 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
+
 
 def _line(info: dict[str, Any]) -> str:
     extra = f" code {info['code']}" if info.get("state") == "exited" else ""
@@ -23,7 +25,7 @@ def _line(info: dict[str, Any]) -> str:
             f"{info.get('host')}, epoch {info.get('epoch')}, fence {info.get('fence')})")
 
 
-def run(wp: Any, as_json: bool, item: str, command: list[str] | None, backend: str, ttl: str | None,
+def run(wp: Workplane, as_json: bool, item: str, command: list[str] | None, backend: str, ttl: str | None,
         execution: str | None, env: list[str] | None) -> None:
     from ...launch.run import run as run_
 
@@ -50,7 +52,7 @@ def _environment(pairs: list[str] | None) -> dict[str, str] | None:
     return env
 
 
-def runs(wp: Any, as_json: bool, item: str | None, state: str | None) -> None:
+def runs(wp: Workplane, as_json: bool, item: str | None, state: str | None) -> None:
     from ...launch.run import runs as runs_
 
     rows = runs_(wp, item, state)
@@ -63,8 +65,9 @@ def runs(wp: Any, as_json: bool, item: str | None, state: str | None) -> None:
                    " ".join(r.get("command") or [])) for r in rows], title="executions")
 
 
-def capture(wp: Any, as_json: bool, execution: str, lines: int | None) -> None:
-    from ...launch.run import capture as capture_, get_execution
+def capture(wp: Workplane, as_json: bool, execution: str, lines: int | None) -> None:
+    from ...launch.run import capture as capture_
+    from ...launch.run import get_execution
 
     text = capture_(wp, execution, lines)
     if as_json:
@@ -75,8 +78,9 @@ def capture(wp: Any, as_json: bool, execution: str, lines: int | None) -> None:
     sys.stdout.write(text)
 
 
-def send(wp: Any, as_json: bool, execution: str, text: str, key: list[str] | None, enter: bool) -> None:
-    from ...launch.run import get_execution, send as send_
+def send(wp: Workplane, as_json: bool, execution: str, text: str, key: list[str] | None, enter: bool) -> None:
+    from ...launch.run import get_execution
+    from ...launch.run import send as send_
 
     keys = [*(key or []), *(["Enter"] if enter else [])]
     send_(wp, execution, text, keys)
@@ -87,7 +91,7 @@ def send(wp: Any, as_json: bool, execution: str, text: str, key: list[str] | Non
     output.info(f"sent {len(text)} character(s){' and ' + ' '.join(keys) if keys else ''} to {execution}")
 
 
-def stop(wp: Any, as_json: bool, execution: str, reason: str | None) -> None:
+def stop(wp: Workplane, as_json: bool, execution: str, reason: str | None) -> None:
     from ...launch.run import stop as stop_
 
     info = stop_(wp, execution, reason)
@@ -98,7 +102,7 @@ def stop(wp: Any, as_json: bool, execution: str, reason: str | None) -> None:
     output.info(_line(info))
 
 
-def attach(wp: Any, as_json: bool, execution: str) -> None:
+def attach(wp: Workplane, as_json: bool, execution: str) -> None:
     """With --json: how to attach (the command line), without attaching; else become that command."""
     from ...launch.run import attach_argv, get_execution
 
@@ -111,14 +115,15 @@ def attach(wp: Any, as_json: bool, execution: str) -> None:
     os.execvp(argv[0], argv)
 
 
-def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int, ttl: str | None = None) -> None:
+def coordinate(wp: Workplane, as_json: bool, once: bool, interval: str, failures: int, ttl: str | None = None) -> None:
     """One tick (``--once``: one JSON object), or a tick every interval (``--json``: one line per tick),
     each under this host's coordinator lease."""
     import signal
 
     from ...codec import parse_duration
     from ...errors import Invalid
-    from ...launch.coordinate import default_ttl, loop, once as once_
+    from ...launch.coordinate import default_ttl, loop
+    from ...launch.coordinate import once as once_
     from ...launch.run import host
 
     seconds = parse_duration(interval)  # Invalid (exit 5) for a malformed one
@@ -151,7 +156,7 @@ def coordinate(wp: Any, as_json: bool, once: bool, interval: str, failures: int,
     loop(wp, max(1, seconds), report, failures, lease_ttl)
 
 
-def context(wp: Any, as_json: bool, item: str) -> None:
+def context(wp: Workplane, as_json: bool, item: str) -> None:
     """The launch context of an item: the same text ``gw run`` gives an agent in launch.md."""
     from ...launch.context import build, render
 

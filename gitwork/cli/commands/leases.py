@@ -6,10 +6,10 @@ from ..actions import done_line, each, submit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from ...workplane import Workplane
 
 
-def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False,
+def claim(wp: Workplane, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False,
           label: list[str] | None = None, owner: str | None = None, priority: int | None = None,
           label_any: list[str] | None = None) -> None:
     applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline, labels=label or None,
@@ -19,22 +19,22 @@ def claim(wp: Any, as_json: bool, item: str | None, next: bool, ttl: str | None,
               f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}", data=r["item"])
 
 
-def renew(wp: Any, as_json: bool, item: str, ttl: str | None, fence: int | None, offline: bool) -> None:
+def renew(wp: Workplane, as_json: bool, item: str, ttl: str | None, fence: int | None, offline: bool) -> None:
     submit(wp, as_json, "renew", item=item, ttl=ttl, fence=fence, offline=offline)
 
 
-def release(wp: Any, as_json: bool, item: list[str], fence: int | None, offline: bool) -> None:
+def release(wp: Workplane, as_json: bool, item: list[str], fence: int | None, offline: bool) -> None:
     each(wp, as_json, item, lambda one: submit(wp, as_json, "release", item=one, fence=fence, offline=offline))
 
 
-def takeover(wp: Any, as_json: bool, item: str, ttl: str | None, offline: bool) -> None:
+def takeover(wp: Workplane, as_json: bool, item: str, ttl: str | None, offline: bool) -> None:
     submit(wp, as_json, "takeover", item=item, ttl=ttl, offline=offline)
 
 
-def revoke(wp: Any, as_json: bool, item: str, reason: str, offline: bool) -> None:
+def revoke(wp: Workplane, as_json: bool, item: str, reason: str, offline: bool) -> None:
     submit(wp, as_json, "revoke", item=item, reason=reason, offline=offline)
 
 
-def handoff(wp: Any, as_json: bool, item: str, reason: str, message: str | None, to: str | None,
+def handoff(wp: Workplane, as_json: bool, item: str, reason: str, message: str | None, to: str | None,
             fence: int | None, offline: bool) -> None:
     submit(wp, as_json, "handoff", item=item, reason=reason, message=message, to=to, fence=fence, offline=offline)

@@ -10,10 +10,10 @@ from .. import output
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from ...workplane import Workplane
 
 
-def mcp(wp: Any, as_json: bool, tools: bool = False) -> None:
+def mcp(wp: Workplane, as_json: bool, tools: bool = False) -> None:
     if tools:  # what an agent carries in its context: the tool list, and its size
         return _tool_list(as_json)
     try:

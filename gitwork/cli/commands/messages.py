@@ -16,6 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
+
 
 def _text_arg(text: str) -> str:
     if text != "-":
@@ -34,19 +36,19 @@ def _posted(applied: Any, as_json: bool) -> None:
     output.info(applied.summary)
 
 
-def msg(wp: Any, as_json: bool, item: str, text: str, **args: Any) -> None:
+def msg(wp: Workplane, as_json: bool, item: str, text: str, **args: Any) -> None:
     _posted(wp.post(item, _text_arg(text), **args), as_json)
 
 
-def ask(wp: Any, as_json: bool, item: str, question: str, option: list[str] | None, **args: Any) -> None:
+def ask(wp: Workplane, as_json: bool, item: str, question: str, option: list[str] | None, **args: Any) -> None:
     _posted(wp.ask(item, _text_arg(question), options=option, **args), as_json)
 
 
-def decide(wp: Any, as_json: bool, item: str, seq: str, **args: Any) -> None:
+def decide(wp: Workplane, as_json: bool, item: str, seq: str, **args: Any) -> None:
     _posted(wp.decide(item, seq, **args), as_json)
 
 
-def ack(wp: Any, as_json: bool, item: str, seq: str, by: str | None, **args: Any) -> None:
+def ack(wp: Workplane, as_json: bool, item: str, seq: str, by: str | None, **args: Any) -> None:
     applied = wp.ack(item, seq, reply=by, **args)
     if as_json:
         output.emit_json(applied.to_json())
@@ -75,7 +77,7 @@ def render(record: dict[str, Any]) -> str:
     return " ".join(head) + "\n" + body
 
 
-def thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout: float | None,
+def thread(wp: Workplane, as_json: bool, item: str, since: int, follow: bool, timeout: float | None,
            poll: float) -> None:
     item_id, records = wp.thread(item, since)
     if not follow:
@@ -94,7 +96,7 @@ def thread(wp: Any, as_json: bool, item: str, since: int, follow: bool, timeout:
     wp.follow(item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
 
 
-def _puller(wp: Any) -> Any:
+def _puller(wp: Workplane) -> Any:
     """With an arbiter remote, following pulls now and then, so messages from other machines show up."""
     if not wp.settings.remote:
         return None
@@ -115,9 +117,8 @@ def _puller(wp: Any) -> Any:
     return pull
 
 
-def inbox(wp: Any, as_json: bool) -> None:
+def inbox(wp: Workplane, as_json: bool) -> None:
     from ...ids import shortest_unique
-
     from ...reports import drop_answered
 
     box = drop_answered(wp, wp.inbox())

@@ -9,8 +9,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
 
-def remote_set(wp: Any, as_json: bool, name: str) -> None:
+
+def remote_set(wp: Workplane, as_json: bool, name: str) -> None:
     from ...sync import configure_remote
 
     info = configure_remote(wp, name)
@@ -20,20 +22,20 @@ def remote_set(wp: Any, as_json: bool, name: str) -> None:
         output.info(f"arbiter remote: {name} (state ref fetched into {info['tracking']})")
 
 
-def sync(wp: Any, as_json: bool) -> None:
+def sync(wp: Workplane, as_json: bool) -> None:
     _sync(wp, as_json, push=True)
 
 
-def push(wp: Any, as_json: bool) -> None:
+def push(wp: Workplane, as_json: bool) -> None:
     """The same as ``sync``: publishing means replaying on the arbiter's tip first."""
     _sync(wp, as_json, push=True)
 
 
-def pull(wp: Any, as_json: bool) -> None:
+def pull(wp: Workplane, as_json: bool) -> None:
     _sync(wp, as_json, push=False)
 
 
-def _sync(wp: Any, as_json: bool, push: bool) -> None:
+def _sync(wp: Workplane, as_json: bool, push: bool) -> None:
     """Run a sync and report it; exit 15 (``sync-refused``) when this run refused a queued command.
 
     A shell loop (``gw sync && ...``) must not take work the arbiter turned down for delivered. What
@@ -71,7 +73,7 @@ def _refused_summary(refused: list[dict[str, Any]], remote: str) -> str:
             "(kept in refused.jsonl, see gw status); everything else landed")
 
 
-def retry(wp: Any, as_json: bool, command_id: str) -> None:
+def retry(wp: Workplane, as_json: bool, command_id: str) -> None:
     from ...sync import retry as retry_unknown
 
     applied = retry_unknown(wp, command_id)
@@ -79,9 +81,9 @@ def retry(wp: Any, as_json: bool, command_id: str) -> None:
     done_line(applied, as_json, f"{applied.command['op']} {command_id} {landed}")
 
 
-def status(wp: Any, as_json: bool) -> None:
+def status(wp: Workplane, as_json: bool) -> None:
     if not wp.settings.remote:
-        doc = {"remote": None, "tip": wp.store.tip(), "pending": [], "refused": []}
+        doc: dict[str, Any] = {"remote": None, "tip": wp.store.tip(), "pending": [], "refused": []}
     else:
         from ...sync import Arbiter
 

@@ -9,8 +9,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
 
-def _short(wp: Any, ids: list[str]) -> dict[str, str]:
+
+def _short(wp: Workplane, ids: list[str]) -> dict[str, str]:
     from ...ids import shortest_unique
 
     _ctx, rows = wp.rows()
@@ -18,7 +20,7 @@ def _short(wp: Any, ids: list[str]) -> dict[str, str]:
     return {i: table.get(i, i) for i in ids}
 
 
-def blocked(wp: Any, as_json: bool) -> None:
+def blocked(wp: Workplane, as_json: bool) -> None:
     from ...reports import blocked as find
 
     entries = find(wp)
@@ -30,8 +32,9 @@ def blocked(wp: Any, as_json: bool) -> None:
         output.info("nothing is blocked")
 
 
-def dep_tree(wp: Any, as_json: bool, item: str) -> None:
-    from ...reports import dep_tree as build, tree_lines
+def dep_tree(wp: Workplane, as_json: bool, item: str) -> None:
+    from ...reports import dep_tree as build
+    from ...reports import tree_lines
 
     tree = build(wp, item)
     if as_json:
@@ -50,8 +53,9 @@ def dep_tree(wp: Any, as_json: bool, item: str) -> None:
         output.line(text)
 
 
-def stale(wp: Any, as_json: bool, held_for: str | None) -> None:
-    from ...reports import age, stale as find
+def stale(wp: Workplane, as_json: bool, held_for: str | None) -> None:
+    from ...reports import age
+    from ...reports import stale as find
 
     entries = find(wp, held_for)
     if as_json:
@@ -66,7 +70,7 @@ def stale(wp: Any, as_json: bool, held_for: str | None) -> None:
         output.info("no expired or long-held lease")
 
 
-def summary(wp: Any, as_json: bool) -> None:
+def summary(wp: Workplane, as_json: bool) -> None:
     from ...reports import summary as count
 
     counts = count(wp)
@@ -79,7 +83,7 @@ def summary(wp: Any, as_json: bool) -> None:
                 f"open questions {counts['open_questions']}")
 
 
-def prime(wp: Any, as_json: bool) -> None:
+def prime(wp: Workplane, as_json: bool) -> None:
     from ...reports import prime as build
 
     doc = build(wp)
@@ -91,11 +95,10 @@ def prime(wp: Any, as_json: bool) -> None:
     sys.stdout.write(doc["text"])
 
 
-def search(wp: Any, as_json: bool, text: str, **filters: Any) -> None:
+def search(wp: Workplane, as_json: bool, text: str, **filters: Any) -> None:
     """``gw search TEXT``: ``gw list --text TEXT`` printed with where each item matched."""
-    from ..listing import pick, said_cut
-
     from ...index import ID, STATUS, TITLE
+    from ..listing import pick, said_cut
 
     picked = pick(wp, text=text, **filters)
     assert picked.matches is not None
@@ -113,7 +116,7 @@ def search(wp: Any, as_json: bool, text: str, **filters: Any) -> None:
     said_cut(picked, "matches")
 
 
-def explain_ready(wp: Any, as_json: bool, limit: int | None) -> None:
+def explain_ready(wp: Workplane, as_json: bool, limit: int | None) -> None:
     """``gw ready --explain``: every open item, ready first as usual, and why each other is not."""
     from ...reports import explain_ready as explain
 
@@ -125,7 +128,7 @@ def explain_ready(wp: Any, as_json: bool, limit: int | None) -> None:
     _print_with_reasons(wp, entries, "why_not", lambda entry: "ready" if entry["ready"] else "not ready")
 
 
-def _print_with_reasons(wp: Any, entries: list[dict[str, Any]], key: str, state: Any) -> None:
+def _print_with_reasons(wp: Workplane, entries: list[dict[str, Any]], key: str, state: Any) -> None:
     """One line per item (short id, state, title), then one indented line per reason it names."""
     from ...reports import describe_reason
 

@@ -16,6 +16,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
+
 DEFAULT_BIND = "127.0.0.1:8765"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
@@ -28,7 +30,7 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def serve(wp: Any, as_json: bool, bind: str | None, repo: str | None, public: bool,
+def serve(wp: Workplane, as_json: bool, bind: str | None, repo: str | None, public: bool,
           cors: list[str] | None) -> None:
     host, port = parse_bind(bind or DEFAULT_BIND)
     if host not in LOOPBACK and not public:
@@ -58,7 +60,7 @@ def serve(wp: Any, as_json: bool, bind: str | None, repo: str | None, public: bo
         _record(wp, None)
 
 
-def _record(wp: Any, url: str | None) -> None:
+def _record(wp: Workplane, url: str | None) -> None:
     """Where this server listens, for ``gw show --web`` (cli/showview.py): written once it listens,
     removed when it stops (a record left by a killed server names a pid that is gone, and is ignored)."""
     import json
@@ -77,13 +79,13 @@ def _record(wp: Any, url: str | None) -> None:
         pass  # --web then says no server runs: nothing else depends on this file
 
 
-def _tokens(wp: Any) -> Any:
+def _tokens(wp: Workplane) -> Any:
     from ...serve.tokens import Tokens
 
     return Tokens(wp.repo.gitwork_dir())
 
 
-def token_add(wp: Any, as_json: bool, name: str, role: str) -> None:
+def token_add(wp: Workplane, as_json: bool, name: str, role: str) -> None:
     token, entry = _tokens(wp).add(name, role)
     if as_json:
         output.emit_json({"ok": True, "item": None, "token": token, **{k: v for k, v in entry.items() if k != "sha256"}})
@@ -92,7 +94,7 @@ def token_add(wp: Any, as_json: bool, name: str, role: str) -> None:
     output.info(f"token {entry['id']} for {name} ({role}); shown once, stored hashed: keep it now")
 
 
-def token_list(wp: Any, as_json: bool) -> None:
+def token_list(wp: Workplane, as_json: bool) -> None:
     rows = _tokens(wp).listing()
     if as_json:
         output.emit_json(rows)
@@ -102,7 +104,7 @@ def token_list(wp: Any, as_json: bool) -> None:
                  title="tokens")
 
 
-def token_revoke(wp: Any, as_json: bool, which: str) -> None:
+def token_revoke(wp: Workplane, as_json: bool, which: str) -> None:
     revoked = _tokens(wp).revoke(which)
     if as_json:
         output.emit_json({"ok": True, "item": None, "revoked": revoked})

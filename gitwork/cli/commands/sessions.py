@@ -17,8 +17,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
 
-def start(wp: Any, as_json: bool, item: str, from_ref: str | None, fence: int | None) -> None:
+
+def start(wp: Workplane, as_json: bool, item: str, from_ref: str | None, fence: int | None) -> None:
     from ...sessions import start as start_
 
     info = start_(wp, item, from_ref=from_ref, fence=fence)
@@ -31,7 +33,7 @@ def start(wp: Any, as_json: bool, item: str, from_ref: str | None, fence: int | 
                 f"at {info['base'][:12]}{target}")
 
 
-def commit(wp: Any, as_json: bool, session: str | None, file: list[str] | None, message: str, cwd: str) -> None:
+def commit(wp: Workplane, as_json: bool, session: str | None, file: list[str] | None, message: str, cwd: str) -> None:
     from ...sessions import commit as commit_
 
     info = commit_(wp, list(file or []), message, session=session, cwd=cwd)
@@ -43,7 +45,7 @@ def commit(wp: Any, as_json: bool, session: str | None, file: list[str] | None, 
                 f"fence {info['fence']}); recorded in {info['item']}'s history")
 
 
-def list_sessions(wp: Any, as_json: bool) -> None:
+def list_sessions(wp: Workplane, as_json: bool) -> None:
     """Commit-once session branches (``kind: branch``) and multi-step sessions (``kind: steps``)."""
     from ...sessions import list_sessions as list_
     from ...sessions.steps import read_sessions
@@ -67,7 +69,7 @@ def _lease_column(row: dict[str, Any]) -> str:
     return "live" if row.get("live") else "ended (drop it)"
 
 
-def drop(wp: Any, as_json: bool, session: str, keep_branch: bool, reason: str | None) -> None:
+def drop(wp: Workplane, as_json: bool, session: str, keep_branch: bool, reason: str | None) -> None:
     from ...sessions import drop as drop_
 
     info = drop_(wp, session, keep_branch=keep_branch, reason=reason)
@@ -89,7 +91,7 @@ def drop(wp: Any, as_json: bool, session: str, keep_branch: bool, reason: str | 
         output.info(f"warning: {warning}")
 
 
-def publish(wp: Any, as_json: bool, session: str | None, into: str | None, remote: str | None,
+def publish(wp: Workplane, as_json: bool, session: str | None, into: str | None, remote: str | None,
              keep_open: bool = False, force: bool = False, reason: str | None = None) -> None:
     from ...publish import publish as publish_
 
@@ -159,7 +161,7 @@ def _schemas() -> None:
         raise missing_extra(exc) or exc from None
 
 
-def create(wp: Any, as_json: bool, item: str, chain: str, project: str | None, fence: int | None) -> None:
+def create(wp: Workplane, as_json: bool, item: str, chain: str, project: str | None, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import create as create_
 
@@ -169,7 +171,7 @@ def create(wp: Any, as_json: bool, item: str, chain: str, project: str | None, f
         output.info(f"folder: {info['folder']}")
 
 
-def status(wp: Any, as_json: bool, session: str) -> None:
+def status(wp: Workplane, as_json: bool, session: str) -> None:
     from ...sessions.steps import read_session
 
     info = read_session(wp, session)
@@ -183,7 +185,7 @@ def status(wp: Any, as_json: bool, session: str) -> None:
                  title=f"session {info['session']} ({manifest['chainName']}, {info['status']})")
 
 
-def step_next(wp: Any, as_json: bool, session: str, launch: bool, backend: str, fence: int | None) -> None:
+def step_next(wp: Workplane, as_json: bool, session: str, launch: bool, backend: str, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import next_step
 
@@ -204,7 +206,7 @@ def _answered(branch: str, info: dict[str, Any]) -> str:
     return f"{branch}: " + ("recorded already" if info.get("already") else str(info.get("answer")))
 
 
-def step_submit(wp: Any, as_json: bool, session: str, branch: str, fence: int | None) -> None:
+def step_submit(wp: Workplane, as_json: bool, session: str, branch: str, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import submit
 
@@ -212,7 +214,7 @@ def step_submit(wp: Any, as_json: bool, session: str, branch: str, fence: int | 
     _steps_report(info, as_json, _answered(branch, info))
 
 
-def step_wait(wp: Any, as_json: bool, session: str, branch: str, timeout: float, fence: int | None) -> None:
+def step_wait(wp: Workplane, as_json: bool, session: str, branch: str, timeout: float, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import wait
 
@@ -220,7 +222,7 @@ def step_wait(wp: Any, as_json: bool, session: str, branch: str, timeout: float,
     _steps_report(info, as_json, _answered(branch, info))
 
 
-def step_block(wp: Any, as_json: bool, session: str, branch: str, reason: str, fence: int | None) -> None:
+def step_block(wp: Workplane, as_json: bool, session: str, branch: str, reason: str, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import block
 
@@ -228,7 +230,7 @@ def step_block(wp: Any, as_json: bool, session: str, branch: str, reason: str, f
     _steps_report(info, as_json, f"{branch}: blocked")
 
 
-def step_resume(wp: Any, as_json: bool, session: str, fence: int | None) -> None:
+def step_resume(wp: Workplane, as_json: bool, session: str, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import resume
 
@@ -236,7 +238,7 @@ def step_resume(wp: Any, as_json: bool, session: str, fence: int | None) -> None
     _steps_report(info, as_json, "resumed")
 
 
-def session_done(wp: Any, as_json: bool, session: str, route: str, fence: int | None) -> None:
+def session_done(wp: Workplane, as_json: bool, session: str, route: str, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import done
 
@@ -244,7 +246,7 @@ def session_done(wp: Any, as_json: bool, session: str, route: str, fence: int | 
     _steps_report(info, as_json, f"done ({route})")
 
 
-def session_stop(wp: Any, as_json: bool, session: str, reason: str | None, fence: int | None) -> None:
+def session_stop(wp: Workplane, as_json: bool, session: str, reason: str | None, fence: int | None) -> None:
     _schemas()
     from ...sessions.steps import stop
 

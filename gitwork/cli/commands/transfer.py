@@ -17,6 +17,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ...workplane import Workplane
+
 MAX_APPLY_BYTES = 64 * 1024 * 1024  # several documents; each is held to codec's 1 MiB on its own
 _YAML_SEPARATOR = re.compile(r"^---[ \t]*(?:#.*)?$", re.M)
 
@@ -50,12 +52,12 @@ def documents(text: str) -> list[tuple[int, Any]]:
         return out
     parts: list[tuple[int, str]] = []
     start = 0
-    line = 1
+    first_line = 1
     for match in _YAML_SEPARATOR.finditer(text):
-        parts.append((line, text[start:match.start()]))
-        line = text.count("\n", 0, match.end()) + 2
+        parts.append((first_line, text[start:match.start()]))
+        first_line = text.count("\n", 0, match.end()) + 2
         start = match.end()
-    parts.append((line, text[start:]))
+    parts.append((first_line, text[start:]))
     return [(number, _one(load_input_document, part, number)) for number, part in parts
             if part.strip() and not all(ln.strip().startswith("#") or not ln.strip() for ln in part.splitlines())]
 
@@ -67,7 +69,7 @@ def _one(load: Any, text: str, line: int) -> Any:
         raise type(error)(f"line {line}: {error.message}", **error.details) from error
 
 
-def apply(wp: Any, as_json: bool, source: str) -> None:
+def apply(wp: Workplane, as_json: bool, source: str) -> None:
     docs = documents(_read(source))
     if not docs:
         raise Invalid(f"a command document must be a mapping with an 'op' ({source} holds none)")
@@ -109,7 +111,7 @@ def _progress(enabled: bool) -> Any:
     return show
 
 
-def import_(wp: Any, as_json: bool, kind: str, source: str, mapping: str | None = None, batch: int = 500,
+def import_(wp: Workplane, as_json: bool, kind: str, source: str, mapping: str | None = None, batch: int = 500,
             progress: bool = True, prefer: str = "gitwork") -> None:
     from ... import importers
 
@@ -132,7 +134,7 @@ def import_(wp: Any, as_json: bool, kind: str, source: str, mapping: str | None 
                 f"{len(result['commits'])} commit{'' if len(result['commits']) == 1 else 's'}")
 
 
-def export(wp: Any, as_json: bool, format: str = "jsonl", out: str | None = None) -> None:
+def export(wp: Workplane, as_json: bool, format: str = "jsonl", out: str | None = None) -> None:
     from ...importers.export import FORMATS, write
 
     if format not in FORMATS:
@@ -153,7 +155,7 @@ def export(wp: Any, as_json: bool, format: str = "jsonl", out: str | None = None
         output.info(f"export {format}: {count} items to {out}")
 
 
-def shadow_add(wp: Any, as_json: bool, name: str, kind: str, source: str, mapping: str | None = None) -> None:
+def shadow_add(wp: Workplane, as_json: bool, name: str, kind: str, source: str, mapping: str | None = None) -> None:
     from ...importers import shadow
 
     result = shadow.add(wp, name, kind, source, mapping)
@@ -163,7 +165,7 @@ def shadow_add(wp: Any, as_json: bool, name: str, kind: str, source: str, mappin
         output.info(f"shadow {name}: {kind} from {source}")
 
 
-def shadow_report(wp: Any, as_json: bool, name: str | None = None, since: str | None = None,
+def shadow_report(wp: Workplane, as_json: bool, name: str | None = None, since: str | None = None,
                   record: bool = False) -> None:
     from ...importers import shadow
 
