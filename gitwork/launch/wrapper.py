@@ -29,7 +29,10 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STARTED = ("child", "failed", "code")  # one of these exists once the command started, or could not
 ENV_FILE = "env"  # DIR/env.<launcher pid>
