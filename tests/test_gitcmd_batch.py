@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,32 @@ def test_a_git_that_dies_mid_object_is_a_clear_error_never_a_torn_object(
         assert cat.get(small) == (small, "blob", b"ends without one")  # a new process answers after it
     finally:
         cat.close()
+
+
+def test_a_reader_whose_git_warns_at_every_read_never_blocks(tmp_path: Path) -> None:
+    """git warns on stderr for an ambiguous name at each read; a long-lived reader nobody drains must
+    not fill a pipe and hang (80 KB of warnings here, past a 64 KB pipe)."""
+    repo = make_repo(tmp_path / "r")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "x")
+    git(repo, "branch", "x")
+    git(repo, "tag", "x")
+    cat = gitcmd.CatFile(str(repo / ".git"))
+    kinds: set[str] = set()
+
+    def read() -> None:
+        for _ in range(2200):
+            got = cat.get("x")
+            kinds.add(got[1] if got else "missing")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)  # bounded: a blocked reader fails the test instead of hanging the suite
+    hung = reader.is_alive()
+    if hung and cat._proc is not None:
+        cat._proc.kill()
+    cat.close()
+    assert not hung, "the reader blocked on git's stderr"
+    assert kinds == {"commit"}
 
 
 def test_a_header_git_never_writes_is_refused_not_guessed() -> None:
