@@ -299,13 +299,14 @@ def _commands() -> list[str]:
 def openapi() -> dict[str, Any]:
     """The OpenAPI document of ``gw serve`` (without a peer's delegation endpoints), for a throwaway
     repository: the document describes routes and the op registry, never the repository's contents."""
-    import subprocess
     import tempfile
+
+    from gitwork import gitcmd
 
     from .serve.app import create_app
 
     with tempfile.TemporaryDirectory(prefix="gw-apidoc-") as tmp:
-        subprocess.run(["git", "init", "-q", tmp], check=True, capture_output=True)
+        gitcmd.run(["init", "-q", tmp])
         return create_app(tmp, board=True).openapi()
 
 

@@ -364,38 +364,13 @@ def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
     are read (pipelined: no round trip per object) and cut out of its whole output (a chunk's folders
     or files: a few MB), not read object by object. A missing object is left out: the store's own read
     then names it."""
-    import subprocess
+    from .errors import GitFailed
+    from .gitcmd import read_batch
 
-    from .gitcmd import git_env
-
-    if not oids:
-        return {}
-    proc = subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch", "--buffer"),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=git_env())
     try:
-        data, _ = proc.communicate("".join(f"{oid}\n" for oid in oids).encode())
-    except OSError:
-        proc.kill()
-        proc.wait()
+        return {oid: (kind, data) for oid, (_, kind, data) in read_batch(git_dir, oids).items()}
+    except GitFailed:
         return {}  # git went away: the store reads each object itself
-    out: dict[str, tuple[str, bytes]] = {}
-    at, end = 0, len(data)
-    for oid in oids:
-        line_end = data.find(b"\n", at)
-        if line_end < 0:
-            break
-        header = data[at:line_end].split()
-        at = line_end + 1
-        if len(header) != 3:
-            if len(header) == 2:
-                continue  # "<name> missing"
-            break
-        body_end = at + int(header[2])
-        if body_end > end:
-            break
-        out[oid] = (header[1].decode(), data[at:body_end])
-        at = body_end + 1
-    return out
 
 
 def _pack(value: Any) -> bytes | None:

@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 
+from . import gitcmd
+
 _QUIET = False
 
 
@@ -40,8 +42,7 @@ def _gw(repo: str, *args: str, show: bool = True) -> subprocess.CompletedProcess
 def _finish(repo: str, report: dict[str, object], as_json: bool) -> int:
     """Show the state ref's log, and with ``as_json`` print the report (with that log) as one object."""
     _say("$ git log --format='%h %an: %s' refs/gitwork/state")
-    log = subprocess.run(["git", "log", "--format=%h %an: %s", "refs/gitwork/state"], cwd=repo,
-                         capture_output=True, text=True).stdout
+    log = gitcmd.run(["log", "--format=%h %an: %s", "refs/gitwork/state"], cwd=repo, check=False).out
     for line in log.splitlines():
         _say(f"  {line}")
     report["log"] = log.splitlines()
@@ -57,7 +58,7 @@ def run(keep: bool = False, as_json: bool = False) -> int:
     report: dict[str, object] = {}
     repo = tempfile.mkdtemp(prefix="gitwork-demo-")
     try:
-        subprocess.run(["git", "init", "-q", repo], check=True)
+        gitcmd.run(["init", "-q", repo])
         _say(f"# a throwaway repository: {repo}")
         _gw(repo, "init")
         schema = _gw(repo, "new", "Design the schema", "-p", "1", "-c", "reviewed by someone").stdout.strip()
@@ -120,7 +121,7 @@ def run_launch(keep: bool = False, as_json: bool = False) -> int:
     os.environ["GW_TMUX_SOCKET"] = socket  # children inherit it: the demo's agents never touch your tmux
     report: dict[str, object] = {"repository": repo, "backend": backend}
     try:
-        subprocess.run(["git", "init", "-q", repo], check=True)
+        gitcmd.run(["init", "-q", repo])
         _say(f"# a throwaway repository: {repo} (backend {backend})")
         _gw(repo, "init")
         item = _gw(repo, "new", "Fix the flaky test", "-c", "the test passes 100 times").stdout.strip()

@@ -75,25 +75,7 @@ def read_many(git_dir: str, names: list[str]) -> dict[str, bytes]:
     round trip each (a push of many commits arrives as a pack, which only git reads)."""
     from . import gitcmd
 
-    names = [name for name in names if "\n" not in name]
-    if not names:
-        return {}
-    out = gitcmd.run(["--git-dir", git_dir, "cat-file", "--batch"], input="".join(f"{n}\n" for n in names).encode(),
-                     check=False).stdout
-    found: dict[str, bytes] = {}
-    at = 0
-    for name in names:
-        end = out.find(b"\n", at)
-        if end < 0:
-            break
-        parts = out[at:end].split()
-        at = end + 1
-        if len(parts) != 3:
-            continue  # "<name> missing" (or ambiguous): nothing follows
-        size = int(parts[2])
-        found[name] = out[at:at + size]
-        at += size + 1
-    return found
+    return {name: data for name, (_, _, data) in gitcmd.read_batch(git_dir, names).items()}
 
 
 def time_refusal(when: int, now: _dt.datetime, margin: int) -> str | None:

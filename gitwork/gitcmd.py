@@ -1,8 +1,10 @@
 """The one place that runs the git binary.
 
 Every call goes through :func:`run`, which reports the command, exit code and both streams when git
-fails, so no caller formats git failures by hand. :class:`CatFile` keeps one ``git cat-file --batch``
-process per repository for all reads of a command: one process start instead of one per object.
+fails, so no caller formats git failures by hand (:func:`start` is the one exception: a detached git
+nobody waits for). ``git cat-file --batch`` output is read by one parser (:func:`parse_header`, then
+the content and its LF), whether from :class:`CatFile`, which keeps one process per repository for
+all reads of a command, or from :func:`read_batch`, which asks for many objects at once.
 """
 
 from __future__ import annotations
@@ -163,41 +165,150 @@ def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeou
     return Completed(tuple(cmd), proc.returncode, proc.stdout, proc.stderr)
 
 
+def start(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None) -> bool:
+    """Start ``git *args`` detached (its own session, no streams) and do not wait: housekeeping a
+    command must never wait for (``gc --auto``). False when git cannot be started."""
+    try:
+        subprocess.Popen(("git", *args), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=git_env(), start_new_session=True)
+    except OSError:
+        return False
+    return True
+
+
+# --- git cat-file --batch ----------------------------------------------------------------------------
+
+_KINDS = frozenset((b"blob", b"tree", b"commit", b"tag"))
+_HEX = frozenset(b"0123456789abcdef")
+
+
+def parse_header(line: bytes, name: str) -> tuple[str, str, int] | None:
+    """One header line of ``cat-file --batch`` output (its LF removed), asked for ``name``:
+    ``(oid, type, size)``, or None for ``<name> missing`` / ``<name> ambiguous``. Anything else is not
+    what git writes (a git that died, or a protocol we do not know): :class:`GitFailed`, never a guess.
+
+    A found object's header names its id, never the name asked for; so a name with spaces cannot
+    pass for a header, and a missing one is recognised by its last word alone."""
+    parts = line.split(b" ")
+    if (len(parts) == 3 and len(parts[0]) in (40, 64) and _HEX.issuperset(parts[0]) and parts[1] in _KINDS
+            and parts[2].isdigit()):
+        return parts[0].decode(), parts[1].decode(), int(parts[2])
+    if len(parts) >= 2 and parts[-1] in (b"missing", b"ambiguous"):
+        return None
+    shown = line[:80].decode("utf-8", "replace")
+    raise GitFailed(f"git cat-file --batch answered {name[:80]!r} with {shown!r}, not an object header")
+
+
+def _died(name: str, err: bytes = b"") -> GitFailed:
+    said = one_line(err.decode("utf-8", "replace"))
+    return GitFailed(f"git cat-file --batch exited while reading {name[:80]!r}" + (f": {said}" if said else ""))
+
+
+def read_batch(git_dir: str, names: Sequence[str]) -> dict[str, tuple[str, str, bytes]]:
+    """``{name: (oid, type, content)}`` of the ``names`` (ids or ``rev:path``) that exist, by one
+    ``git cat-file --batch`` fed every name at once (buffered: no round trip per object). A git that
+    fails or dies part way raises :class:`GitFailed` with its own words: a caller never gets a torn
+    object, nor a missing one that was merely unread."""
+    names = [name for name in names if "\n" not in name]  # a name with a newline names nothing
+    if not names:
+        return {}
+    done = run(["--git-dir", git_dir, "cat-file", "--batch", "--buffer"],
+               input="".join(f"{name}\n" for name in names).encode(), check=False)
+    out, at = done.stdout, 0
+    found: dict[str, tuple[str, str, bytes]] = {}
+    for name in names:
+        end = out.find(b"\n", at)
+        if end < 0:
+            raise _died(name, done.stderr)
+        header = parse_header(out[at:end], name)
+        at = end + 1
+        if header is None:
+            continue
+        body_end = at + header[2]
+        if out[body_end:body_end + 1] != b"\n":  # content, then one LF: short means git died inside
+            raise _died(name, done.stderr)
+        found[name] = (header[0], header[1], out[at:body_end])
+        at = body_end + 1
+    if done.returncode != 0:
+        raise _died(names[-1], done.stderr)
+    return found
+
+
 class CatFile:
     """A long-lived ``git cat-file --batch`` reader; objects by id or by ``rev:path``."""
 
     def __init__(self, git_dir: str) -> None:
         self._git_dir = git_dir
         self._proc: subprocess.Popen[bytes] | None = None
+        self._err: int | None = None  # git's stderr: a file in memory, read only when git dies
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
+            self._drop_err()
+            # Not a pipe: a long-lived reader nobody drains would block on a full one.
+            memfd = getattr(os, "memfd_create", None)
+            self._err = memfd("gw-cat-file", os.MFD_CLOEXEC) if memfd is not None else None
             self._proc = subprocess.Popen(
                 ("git", "--git-dir", self._git_dir, "cat-file", "--batch"),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL if self._err is None else self._err,
                 env=git_env(),
             )
         return self._proc
 
+    def _drop_err(self) -> bytes:
+        """What git wrote on stderr (its last 64 KiB at most); the file is closed."""
+        fd, self._err = self._err, None
+        if fd is None:
+            return b""
+        try:
+            size = os.fstat(fd).st_size
+            return os.pread(fd, 65536, max(0, size - 65536))
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
+
     def get(self, name: str) -> tuple[str, str, bytes] | None:
-        """Return ``(oid, type, content)`` or ``None`` when the object does not exist."""
+        """Return ``(oid, type, content)`` or ``None`` when the object does not exist.
+
+        A git that dies (here or part way through an object) raises :class:`GitFailed` with what it
+        said; the next call starts a new one."""
         if "\n" in name:
             raise ValueError("object name contains a newline")
         proc = self._start()
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(name.encode() + b"\n")
-        proc.stdin.flush()
-        header = proc.stdout.readline()
-        if not header:
-            raise GitFailed(f"git cat-file --batch exited while reading {name!r}")
-        parts = header.split()
-        if len(parts) == 2 and parts[1] in (b"missing", b"ambiguous"):
+        try:
+            proc.stdin.write(name.encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._gone(name) from None
+        line = proc.stdout.readline()
+        if not line.endswith(b"\n"):
+            raise self._gone(name)
+        header = parse_header(line[:-1], name)
+        if header is None:
             return None
-        oid, kind, size = parts[0].decode(), parts[1].decode(), int(parts[2])
-        data = proc.stdout.read(size + 1)[:-1]  # content, then one LF
-        return oid, kind, data
+        oid, kind, size = header
+        data = proc.stdout.read(size + 1)  # content, then one LF
+        if len(data) != size + 1 or data[-1:] != b"\n":
+            raise self._gone(name)
+        return oid, kind, data[:-1]
+
+    def _gone(self, name: str) -> GitFailed:
+        """The reader died: what it said, and it is dropped (the next read starts another)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            proc.kill()
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:
+                    pass
+            proc.wait()
+        return _died(name, self._drop_err())
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -208,3 +319,4 @@ class CatFile:
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
+        self._drop_err()

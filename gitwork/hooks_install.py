@@ -125,11 +125,9 @@ def install_into(folder: str, names: tuple[str, ...]) -> list[dict[str, Any]]:
             os.replace(path, legacy)  # kept exactly as it was (mode included): it runs only if executable
             status = "chained"
         if status != "unchanged":
-            temp = f"{path}.gitwork-{os.getpid()}.tmp"
-            with open(temp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(temp, 0o755)
-            os.replace(temp, path)
+            from .fsutil import write_atomic
+
+            write_atomic(path, text, fsync=False, mode=0o755)
         report.append({"hook": name, "path": path, "status": status,
                        "legacy": legacy if os.path.lexists(legacy) else None})
     return report

@@ -28,6 +28,8 @@ import os
 import re
 import time
 
+from .fsutil import write_atomic
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -188,12 +190,9 @@ class Carry:
         text = json.dumps({"key": self.key, "pid": os.getpid(), "at": at, "cmd": cmd}, ensure_ascii=False)
         if len(text) > CARRY_BYTES:
             return False
-        temp = self._path(f".{cmd['id']}.{os.getpid()}", ".tmp")
         try:
             os.makedirs(self.dir, exist_ok=True)
-            with open(temp, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.replace(temp, self._path(cmd["id"], ".json"))
+            write_atomic(self._path(cmd["id"], ".json"), text, fsync=False)
         except OSError:
             return False
         return True
@@ -301,13 +300,10 @@ class Carry:
         """Leave ``answer`` for the process that queued ``carried`` (written whole, then renamed)."""
         command_id = str(carried.cmd.get("id"))
         final = self._path(command_id, ".answer")
-        temp = self._path(f".{command_id}.{os.getpid()}", ".answering")
         try:
-            with open(temp, "w", encoding="utf-8") as handle:
-                handle.write(json.dumps(answer, ensure_ascii=False))
-            os.replace(temp, final)
+            write_atomic(final, json.dumps(answer, ensure_ascii=False), fsync=False)
         except OSError:
-            self._unlink(temp)  # it will find nothing, take the turn and ask for itself
+            pass  # it will find nothing, take the turn and ask for itself
         self._unlink(carried.path)
 
     @staticmethod

@@ -231,13 +231,9 @@ def maybe_auto_gc(git_dir: str) -> None:
     """
     if random.randrange(AUTO_GC_ONE_IN) or os.environ.get("GW_NO_AUTO_GC"):
         return
-    import subprocess
+    from . import gitcmd
 
-    try:
-        subprocess.Popen(("git", "--git-dir", git_dir, "gc", "--auto", "--quiet"), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    except OSError:
-        pass
+    gitcmd.start(["--git-dir", git_dir, "gc", "--auto", "--quiet"])
 
 
 def load_document(text: str) -> dict[str, Any]:

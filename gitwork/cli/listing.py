@@ -104,10 +104,10 @@ def no_state_hint(wp: Workplane, picked: Picked) -> None:
     which adopts the state that remote has."""
     if picked.rows or wp.store.tip() is not None:
         return
-    import subprocess
+    from .. import gitcmd
 
     where = wp.repo.toplevel or wp.repo.git_dir
-    remotes = subprocess.run(["git", "-C", where, "remote"], capture_output=True, text=True).stdout.split()
+    remotes = gitcmd.run(["-C", where, "remote"], check=False).out.split()
     if remotes:
         output.info(f"gw: no gitwork state in this repository ({wp.store.ref}): if {remotes[0]} has one, "
                     f"gw init --remote {remotes[0]} fetches it and makes {remotes[0]} the arbiter; "

@@ -41,13 +41,15 @@ def command(directory: Optional[str]) -> Optional[str]:
     for name in ("GW_PAGER", "GIT_PAGER"):
         if name in os.environ:
             return _usable(os.environ[name])
+    from .. import gitcmd
+    from ..errors import GitFailed
+
     try:
-        config = subprocess.run(["git", "config", "--get", "core.pager"], cwd=directory or None,
-                                capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
+        config = gitcmd.run(["config", "--get", "core.pager"], cwd=directory or None, timeout=10, check=False)
+    except (OSError, GitFailed):
         config = None
     if config is not None and config.returncode == 0:
-        return _usable(config.stdout.rstrip("\n"))
+        return _usable(config.out.rstrip("\n"))
     if "PAGER" in os.environ:
         return _usable(os.environ["PAGER"])
     return "less"

@@ -56,10 +56,10 @@ def editor_command() -> str:
         value = os.environ.get(name, "").strip()
         if value:
             return value
-    import subprocess
+    from .. import gitcmd
 
-    done = subprocess.run(("git", "var", "GIT_EDITOR"), capture_output=True, text=True)
-    chosen = done.stdout.strip()
+    done = gitcmd.run(("var", "GIT_EDITOR"), check=False)
+    chosen = done.out.strip()
     if done.returncode != 0 or not chosen:
         raise UsageError("no editor: set VISUAL or EDITOR (or git's core.editor)")
     return chosen

@@ -74,12 +74,10 @@ def _signed(wp: Workplane, config: peers.Config, peer: peers.Peer, op: str, item
     text = protocol.request(request_id, op, item, args, clock.format_instant(wp.now()), __version__,
                             protocol.destination(peer.key or ""))
     signature = signing.sign(text.encode(), config.signing_key, peers.NAMESPACE)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump({"peer": peer.name, "request": text, "signature": signature}, out)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)  # kept before it is sent: a retry re-sends exactly these bytes
+    from ..fsutil import write_atomic
+
+    # kept before it is sent: a retry re-sends exactly these bytes
+    write_atomic(path, json.dumps({"peer": peer.name, "request": text, "signature": signature}), fsync=True)
     return request_id, text, signature
 
 

@@ -78,12 +78,9 @@ def note(gitwork_dir: str, current: dict[str, str], now: Any = None) -> dict[str
             if entries and entries[-1].get("until") is None:
                 entries[-1]["until"] = stamp
             entries.append({"key": key, "from": stamp if entries else None, "until": None})
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.write(json.dumps(history, sort_keys=True, indent=1) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        from ..fsutil import write_atomic
+
+        write_atomic(path, json.dumps(history, sort_keys=True, indent=1) + "\n", fsync=True)
     return history
 
 

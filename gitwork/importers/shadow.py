@@ -63,10 +63,9 @@ def add(wp: Workplane, name: str, kind: str, source: str, mapping: str | None = 
     data = shadows(wp)
     data[name] = entry
     path = _path(wp)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    from ..fsutil import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True), fsync=False)
     return {"ok": True, "name": name, **entry}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from ..fsutil import write_atomic
 from .build import current, gw_commit  # noqa: F401  (gw_commit was here first; kept importable from here)
 
 TYPE_CHECKING = False
@@ -95,8 +96,5 @@ def write(folder: str, doc: dict[str, Any]) -> str:
     """``launch.md`` and ``launch.json`` into ``folder`` (each written whole, then renamed); the .md path."""
     os.makedirs(folder, exist_ok=True)
     for name, data in (("launch.md", render(doc)), ("launch.json", json.dumps(doc, ensure_ascii=False, indent=2) + "\n")):
-        tmp = os.path.join(folder, f".{name}.tmp")
-        with open(tmp, "w") as out:
-            out.write(data)
-        os.replace(tmp, os.path.join(folder, name))
+        write_atomic(os.path.join(folder, name), data, fsync=False)
     return os.path.join(folder, "launch.md")

@@ -129,9 +129,9 @@ def _streak(wp: Workplane, execution_id: str, failed: bool) -> int:
     except (FileNotFoundError, ValueError):
         count = 1
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as out:
-        out.write(f"{count}\n")
-    os.replace(path + ".tmp", path)
+    from ..fsutil import write_atomic
+
+    write_atomic(path, f"{count}\n", fsync=False)
     return count
 
 

@@ -32,14 +32,8 @@ def clone_id(repo: Repository) -> str:
     except FileNotFoundError:
         pass
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as out:
-        out.write("k-" + os.urandom(8).hex() + "\n")
-    try:
-        os.link(tmp, path)  # fails if another process made it first: then its id is the one
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
+    from ..fsutil import write_new
+
+    write_new(path, "k-" + os.urandom(8).hex() + "\n")  # if another process made it first, its id is the one
     with open(path) as read:
         return read.read().strip()

@@ -69,9 +69,9 @@ class Subprocess:
         handle = f"{proc.pid}@{start_time(proc.pid) or 0}"
         wait_started(folder, lambda: proc.poll() is not None)
         _wrapper.remove(env_file)  # read and removed by the wrapper, unless it never got that far
-        with open(os.path.join(folder, ".handle.tmp"), "w") as out:
-            out.write(handle)
-        os.replace(os.path.join(folder, ".handle.tmp"), os.path.join(folder, "handle"))
+        from ..fsutil import write_atomic
+
+        write_atomic(os.path.join(folder, "handle"), handle, fsync=False)
         return handle, True
 
     def _wait_handle(self, folder: str) -> str:

@@ -81,10 +81,9 @@ class Tmux:
     def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
         os.makedirs(os.path.dirname(self.socket), mode=0o700, exist_ok=True)
         if not os.path.exists(self.config):
-            tmp = f"{self.config}.{os.getpid()}"
-            with open(tmp, "w") as out:
-                out.write(CONFIG)
-            os.replace(tmp, self.config)
+            from ..fsutil import write_atomic
+
+            write_atomic(self.config, CONFIG, fsync=False)
         folder = os.path.join(executions_dir(self.repo), name)
         os.makedirs(folder, exist_ok=True)
         # The environment goes through a 0600 file the wrapper reads and removes: never `-e NAME=VALUE`

@@ -30,6 +30,10 @@ import subprocess
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 STARTED = ("child", "failed", "code")  # one of these exists once the command started, or could not
 ENV_FILE = "env"  # DIR/env.<launcher pid>
 
@@ -65,11 +69,7 @@ def write_env(folder: str, env: dict[str, str]) -> str:
     path goes to the wrapper (``--env PATH``), which removes it once read."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{ENV_FILE}.{os.getpid()}")
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(env, out)
-    os.replace(tmp, path)
+    _fsutil().write_atomic(path, json.dumps(env), fsync=False, mode=0o600)
     return path
 
 
@@ -160,10 +160,30 @@ def _group_alive(group: int) -> bool:
 
 
 def _write(folder: str, name: str, text: str) -> None:
-    tmp = os.path.join(folder, f".{name}.tmp")
-    with open(tmp, "w") as out:
-        out.write(text + "\n")
-    os.replace(tmp, os.path.join(folder, name))
+    _fsutil().write_atomic(os.path.join(folder, name), text + "\n", fsync=False)
+
+
+_loaded: list[Any] = []
+
+
+def _fsutil() -> Any:
+    """``gitwork.fsutil``: imported by the launcher; loaded by its path in the wrapper, which runs as a
+    script without gitwork on its path (fsutil needs nothing but the standard library)."""
+    if not _loaded:
+        if __package__:
+            from .. import fsutil
+
+            _loaded.append(fsutil)
+        else:
+            import importlib.util
+
+            where = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fsutil.py")
+            spec = importlib.util.spec_from_file_location("gitwork_fsutil", where)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            _loaded.append(module)
+    return _loaded[0]
 
 
 def main(argv: list[str]) -> int:

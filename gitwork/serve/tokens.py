@@ -60,14 +60,9 @@ class Tokens:
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
         # Temporary file + rename: a reader never sees half a file; 0600: hashes are nobody else's business.
-        temp = f"{self.path}.{os.getpid()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"tokens": entries}, handle, indent=1)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, self.path)
+        from ..fsutil import write_atomic
+
+        write_atomic(self.path, json.dumps({"tokens": entries}, indent=1) + "\n", fsync=True, mode=0o600)
 
     # --- the verbs ------------------------------------------------------------------------------
 

@@ -154,10 +154,9 @@ class Session:
     def save(self) -> None:
         os.makedirs(self.folder, exist_ok=True)
         path = os.path.join(self.folder, MANIFEST)
-        temp = f"{path}.{os.getpid()}.tmp"
-        with open(temp, "wb") as handle:
-            handle.write(codec.dump_yaml(self.doc))
-        os.replace(temp, path)
+        from ..fsutil import write_atomic
+
+        write_atomic(path, codec.dump_yaml(self.doc), fsync=False)
 
     @classmethod
     def load(cls, top: str, session: str) -> Session:

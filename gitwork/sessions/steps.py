@@ -27,7 +27,7 @@ import re
 import shutil
 import subprocess
 
-from .. import clock
+from .. import clock, fsutil
 from ..errors import GwError, Held, Illegal, Invalid, NonFastForward, NotFound
 from ..ops.session_records import (
     MAX_DOCUMENT_BYTES,
@@ -63,20 +63,9 @@ VALIDATOR_TIMEOUT = 300.0
 
 
 def write_atomic(path: str, data: bytes) -> None:
-    """Write ``path`` whole or not at all: a temporary file beside it, fsync, rename, fsync of the folder."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    temp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(temp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    """Write ``path`` whole or not at all, durably (:func:`gitwork.fsutil.write_atomic`), its folder made."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fsutil.write_atomic(path, data, fsync=True)
 
 
 def _read(path: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes | None:
@@ -514,7 +503,7 @@ def outside_writes(run: Run, writer: str | None = None) -> list[str]:
         for name in sorted(files):
             full = os.path.join(root, name)
             rel = os.path.relpath(full, run.where.folder).replace(os.sep, "/")
-            if rel.startswith(writable) or (name.startswith(".") and name.endswith(".tmp")):
+            if rel.startswith(writable) or fsutil.is_temp(name):
                 continue
             seen.add(rel)
             digest = "symlink" if os.path.islink(full) else _hash_file(full)

@@ -423,10 +423,9 @@ def remember_unknown(wp: Workplane, cmd: dict[str, Any]) -> None:
     """Keep the document of a command whose outcome is unknown, for ``gw retry``."""
     path = _unknown_path(wp, cmd["id"])
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(cmd, handle, ensure_ascii=False, sort_keys=True)
-    os.replace(temporary, path)
+    from ..fsutil import write_atomic
+
+    write_atomic(path, json.dumps(cmd, ensure_ascii=False, sort_keys=True), fsync=False)
 
 
 def retry(wp: Workplane, command_id: str) -> Applied:
