@@ -31,32 +31,52 @@ if TYPE_CHECKING:
 class OpSpec:
     """Everything about one op, as its :func:`op` declaration says it."""
 
-    __slots__ = ("name", "fields", "func", "summary", "internal", "arbiter", "roles")
+    __slots__ = ("name", "fields", "func", "summary", "internal", "arbiter", "roles", "who", "mcp")
 
     def __init__(self, name: str, fields: dict[str, Field], func: Callable[[Context], None], summary: str,
-                 internal: bool = False, arbiter: bool = False, roles: bool = False) -> None:
+                 internal: bool = False, arbiter: bool = False, roles: bool = False, who: str = "",
+                 mcp: dict[str, Any] | None = None) -> None:
         self.name, self.fields, self.func, self.summary = name, fields, func, summary
         self.internal, self.arbiter, self.roles = internal, arbiter, roles
+        self.who, self.mcp = who, mcp
 
 
 OPS: dict[str, OpSpec] = {}
 
+# What an ``mcp=`` exposure may say (``gitwork/mcp/tools.py``, ``Tool``): the verb it runs is required.
+MCP_KEYS = frozenset(("verb", "summary", "fields", "rename", "defaults", "lease"))
+
 
 def op(name: str, summary: str, *, internal: bool = False, arbiter: bool = False, roles: bool = False,
+       who: str = "", mcp: str | dict[str, Any] | None = None,
        **spec: str) -> Callable[[Callable[[Context], None]], Callable[[Context], None]]:
     """Declare an op: its name, one-line summary, fields (see :func:`commands.parse_fields`) and flags.
 
+    - ``who``: who may submit it, one sentence for people (docs/api.md prints it). Every public op
+      says it; the rules themselves are the op's code (``roles.py``, the fencing rule).
+    - ``mcp``: expose it as a ``gw mcp`` tool of the same name that runs a verb's plain function:
+      ``"topic:function"`` under ``cli/commands/`` (the tool takes every field of the op), or a
+      mapping with that ``verb`` and any of ``summary``, ``fields`` (which fields, in order),
+      ``rename`` (tool argument -> the verb's parameter), ``defaults`` and ``lease`` (``"grant"``:
+      the connection remembers the lease granted; ``"end"``: forgets it).
     - ``internal=True``: a record op, a record of something gitwork itself did on the git side (a
       session branch made, a publish). Faces cannot submit it (``gw apply``, ``Workplane.submit``,
       ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
-    - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync.py``): it
+    - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync/``): it
       lands only once it is on the remote's state ref. Every grant, renewal and end of a lease.
     - ``roles=True``: its rules depend on who acts (roles, holding the item). The arbiter's state hook
       re-applies every op, this one included, with its own settings (``derive.py``).
     """
+    if not internal and not who:
+        raise ValueError(f"op {name!r}: a public op says who may submit it (who=...)")
+    if internal and mcp:
+        raise ValueError(f"op {name!r}: a record op cannot be an MCP tool")
+    exposure = {"verb": mcp} if isinstance(mcp, str) else mcp
+    if exposure is not None and (not isinstance(exposure.get("verb"), str) or set(exposure) - MCP_KEYS):
+        raise ValueError(f"op {name!r}: mcp= names a verb ('topic:function') and only {', '.join(sorted(MCP_KEYS))}")
 
     def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
-        OPS[name] = OpSpec(name, parse_fields(spec), func, summary, internal, arbiter, roles)
+        OPS[name] = OpSpec(name, parse_fields(spec), func, summary, internal, arbiter, roles, who, exposure)
         return func
 
     return register

@@ -386,7 +386,7 @@ def _changes(before: Item, after: Item) -> list[str]:
     return changed
 
 
-@op("import", "create or update an item from another tracker's export (idempotent; a three-way merge)",
+@op("import", "create or update an item from another tracker's export (idempotent; a three-way merge)", who="people and admins; agents never.",
     roles=True, item="item!", source="|".join(SOURCES) + "!", external="short!", url="short", title="title",
     description="text", status="open|in_progress|blocked|done|cancelled", priority="priority", labels="labels",
     owner="name", depends_on="items", parent="item", links="data", criteria="data", decisions="data",
@@ -483,7 +483,7 @@ def _post(ctx: Context, item_id: str, comments: list[dict[str, Any]]) -> int:
 _SHADOW = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
-@op("shadow-report", "record a shadow comparison's report on the state ref (docs/shadow.md)",
+@op("shadow-report", "record a shadow comparison's report on the state ref (docs/shadow.md)", who="anyone.",
     shadow="short!", report="data!")
 def shadow_report(ctx: Context) -> None:
     from .. import codec

@@ -8,7 +8,7 @@ from .. import ids
 from ..engine import Context, op
 from ..errors import Illegal, Invalid
 from ..model import TRANSITIONS, Item
-from ..roles import act_on
+from ..roles import WHO_ACTS_ON, act_on
 from .common import check_cycle as _check_cycle
 from .common import end_lease, record_decision
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 _HEX_COMMIT = re.compile(r"[0-9a-f]{7,64}\Z")
 
 
-@op("init", "prepare the state ref (no-op when it exists)")
+@op("init", "prepare the state ref (no-op when it exists)", who="anyone.")
 def init(ctx: Context) -> None:
     if ctx.snapshot.commit is None:
         ctx.save_counters({"fence": 0})
@@ -63,7 +63,7 @@ def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
 
 @op(
     "new",
-    "create a work item",
+    "create a work item", who="anyone.",
     title="title!",
     description="text",
     priority="priority",
@@ -105,7 +105,7 @@ def new(ctx: Context) -> None:
 
 @op(
     "edit",
-    "change an item's fields",
+    "change an item's fields", who=WHO_ACTS_ON,
     roles=True,
     item="item!",
     title="title",
@@ -171,7 +171,8 @@ def _transition(item: Item, target: str) -> None:
     item.status = target
 
 
-@op("check", "tick (or untick) one acceptance criterion", roles=True,
+@op("check", "tick (or untick) one acceptance criterion", who=WHO_ACTS_ON,
+    mcp={"verb": "items:check", "fields": ("item", "criterion", "uncheck", "fence")}, roles=True,
     item="item!", criterion="int!", uncheck="bool")
 def check(ctx: Context) -> None:
     item_id = ctx.target()
@@ -192,7 +193,8 @@ def check(ctx: Context) -> None:
     ctx.outcome.result = {"item": item_id, "criterion": number, "checked": want}
 
 
-@op("decision", "record a decision with its rationale", roles=True,
+@op("decision", "record a decision with its rationale", who=WHO_ACTS_ON,
+    mcp={"verb": "items:decision", "fields": ("item", "text", "why", "fence")}, roles=True,
     item="item!", text="short!", why="text!")
 def decision(ctx: Context) -> None:
     item_id = ctx.target()
@@ -223,7 +225,9 @@ def _close(ctx: Context, target: str) -> None:
     ctx.outcome.result = {"item": item_id, "status": target}
 
 
-@op("done", "mark an item done (releases the holder's lease)", arbiter=True, roles=True, item="item!",
+@op("done", "mark an item done (releases the holder's lease)", who=WHO_ACTS_ON,
+    mcp={"verb": "items:done", "summary": "finish an item: publishes your open session, releases the lease",
+         "fields": ("item", "force", "reason", "fence"), "lease": "end"}, arbiter=True, roles=True, item="item!",
     force="bool", reason="short")
 def done(ctx: Context) -> None:
     # The holder's open sessions under this lease would be stranded (their fence dies with the
@@ -235,12 +239,12 @@ def done(ctx: Context) -> None:
     _close(ctx, "done")
 
 
-@op("cancel", "cancel an item", arbiter=True, roles=True, item="item!", reason="short")
+@op("cancel", "cancel an item", who=WHO_ACTS_ON, arbiter=True, roles=True, item="item!", reason="short")
 def cancel(ctx: Context) -> None:
     _close(ctx, "cancelled")
 
 
-@op("reopen", "reopen a done or cancelled item", roles=True, item="item!", reason="short")
+@op("reopen", "reopen a done or cancelled item", who=WHO_ACTS_ON, roles=True, item="item!", reason="short")
 def reopen(ctx: Context) -> None:
     item_id = ctx.target()
     act_on(ctx, item_id)
