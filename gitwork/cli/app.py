@@ -73,12 +73,16 @@ def _run(func, as_json: bool, path: Optional[str], agent: Optional[str], **kwarg
 
 
 def verb(action: Callable[..., Any], name: Optional[str] = None, group: Optional[typer.Typer] = None,
-         **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+         sample: Optional[list[str]] = None, **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a declaration (signature + docstring, empty body) as the command that runs ``action``.
 
     typer reads the declaration's signature (``functools.wraps`` keeps it) and calls the wrapper with
     every option under its parameter name; ``json``, ``agent`` and ``path`` go to ``actions.invoke``
     and the rest to ``action`` unchanged. ``gw_action`` names the action for ``fastgen``.
+
+    ``sample``: the arguments of one command line that succeeds (``{item}``: an item with one
+    criterion, leased by the acting identity): the tests run it through both parsers, with ``--json``
+    and in a process that must not import typer (``fastgen.samples``), so a new verb needs no case there.
     """
 
     def register(declaration: Callable[..., None]) -> Callable[..., None]:
@@ -88,6 +92,7 @@ def verb(action: Callable[..., Any], name: Optional[str] = None, group: Optional
             _run(action, json, path, agent, **options)
 
         command.gw_action = f"{action.__module__.rpartition('.')[2]}:{action.__name__}"  # type: ignore[attr-defined]
+        command.gw_sample = sample  # type: ignore[attr-defined]
         (group or app).command(name, **settings)(command)
         return command
 
