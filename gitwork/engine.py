@@ -55,7 +55,8 @@ def op(name: str, summary: str, *, internal: bool = False, arbiter: bool = False
     - ``who``: who may submit it, one sentence for people (docs/api.md prints it). Every public op
       says it; the rules themselves are the op's code (``roles.py``, the fencing rule).
     - ``mcp``: expose it as a ``gw mcp`` tool of the same name that runs a verb's plain function:
-      ``"topic:function"`` under ``cli/commands/`` (the tool takes every field of the op), or a
+      ``"topic:function"`` under ``cli/commands/`` (the tool takes every field of the op, the verb's
+      parameters named as the fields), or a
       mapping with that ``verb`` and any of ``summary``, ``fields`` (which fields, in order),
       ``rename`` (tool argument -> the verb's parameter), ``defaults`` and ``lease`` (``"grant"``:
       the connection remembers the lease granted; ``"end"``: forgets it).

@@ -138,7 +138,7 @@ READ_TOOLS: tuple[Tool, ...] = (
 
 def declared_tools() -> tuple[Tool, ...]:
     """A tool for every op declared with ``mcp=`` (``engine.op``): it runs the declared verb and takes the
-    declared fields (by default every field of the op, and ``fence`` when it acts on an ``item``)."""
+    declared fields (by default every field of the op, under the verb's parameter names unless ``rename``)."""
     from .. import engine, ops
 
     engine.declared("internal")  # loads every op module: the registry is filled as they are imported
@@ -148,7 +148,7 @@ def declared_tools() -> tuple[Tool, ...]:
         if spec.mcp is None:
             continue
         exposure = spec.mcp
-        fields = exposure.get("fields") or (*spec.fields, *(("fence",) if "item" in spec.fields else ()))
+        fields = exposure.get("fields") or tuple(spec.fields)
         tools.append(Tool(name, exposure["verb"], exposure.get("summary"), op=name, fields=tuple(fields),
                           rename=exposure.get("rename"), defaults=exposure.get("defaults"),
                           lease=exposure.get("lease")))
