@@ -113,8 +113,8 @@ def test_ops() -> Iterator[None]:
         ctx.event(item, "test-note")
         ctx.say(f"note on {item}", item)
 
-    engine.op("test-decided", "a test op the arbiter decides", arbiter=True, item="item!")(note)
-    engine.op("test-local", "a test op decided locally", item="item!")(note)
+    engine.op("test-decided", "a test op the arbiter decides", who="anyone.", arbiter=True, item="item!")(note)
+    engine.op("test-local", "a test op decided locally", who="anyone.", item="item!")(note)
     yield
     engine.OPS.clear()
     engine.OPS.update(before)
