@@ -186,6 +186,23 @@ def held_for_others(state: str | None, expires: _dt.datetime | None, now: _dt.da
     return now < expires + _dt.timedelta(seconds=margin)
 
 
+def usable_ttl(ttl: int, margin: int) -> int:
+    """``ttl`` if a lease of that length is of any use to its holder; else refused (exit 5).
+
+    The holder's own view ends a lease the clock margin early (``Lease.live_for_holder``), so a lease
+    of at most the margin would be granted already unusable: every fenced command under it stale.
+    Checked wherever a ttl is set: claim (``--next`` too, and ``gw run``'s and a delegation's claim),
+    takeover and renew."""
+    if ttl <= margin:
+        from .codec import format_duration
+        from .errors import Invalid
+
+        raise Invalid(f"a lease of {format_duration(ttl)} would be unusable: its holder must stop the clock margin "
+                      f"({format_duration(margin)}, setting clock_margin) before it expires; ask for more than "
+                      f"{format_duration(margin)}", ttl=ttl, clock_margin=margin)
+    return ttl
+
+
 class Item(Record):
     REQUIRED = ("id", "title")
 

@@ -314,7 +314,7 @@ def test_a_lost_answer_is_retried_under_the_same_id_and_starts_nothing_new(world
     request_id, _first, again = crashed_start(world, world.items["retry"], "flaky", "delegation-before-answer")
     assert again["duplicate"] and again["delegation"] == request_id
     with world.plane("peer") as wp:
-        from gitwork.ops.delegations import find
+        from gitwork.records.delegations import find
 
         recorded = find(wp.context().snapshot, "received", request_id)
     assert recorded is not None and json.loads(recorded["receipt"]) == again["receipt"]

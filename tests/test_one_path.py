@@ -169,13 +169,16 @@ def test_no_module_adds_field_kinds_or_reaches_into_a_context() -> None:
 
 
 def test_context_reads_its_own_pending_writes_and_memos_last_one_attempt(wp: Workplane) -> None:
-    ctx = wp.context()
+    def attempt() -> engine.Context:
+        return engine.Context(wp.store.snapshot(), {"op": "init", "id": "c-one"}, wp.now(), wp.settings)
+
+    ctx = attempt()
     assert ctx.file("format.yaml") == wp.store.snapshot().blob("format.yaml")
     ctx.outcome.changes["format.yaml"] = b"format: 1\n"
     assert ctx.file("format.yaml") == b"format: 1\n"
     ctx.memo("thread")["w"] = 3
     assert ctx.memo("thread") == {"w": 3}
-    assert wp.context().memo("thread") == {}  # a new attempt starts with nothing remembered
+    assert attempt().memo("thread") == {}  # a new attempt starts with nothing remembered
 
 
 # --- one path from an outcome to a commit -----------------------------------------------------------

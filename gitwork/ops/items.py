@@ -232,7 +232,7 @@ def _close(ctx: Context, target: str) -> None:
 def done(ctx: Context) -> None:
     # The holder's open sessions under this lease would be stranded (their fence dies with the
     # lease): refuse, naming them. `gw done` publishes the one committed session first.
-    from .session_records import refuse_open_sessions
+    from ..records.sessions import refuse_open_sessions
 
     item_id = ctx.target()
     refuse_open_sessions(ctx, item_id, ctx.require_holder(item_id), "done")

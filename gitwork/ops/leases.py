@@ -13,14 +13,12 @@ from .. import layout
 from ..clock import format_instant
 from ..engine import Context, op
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
-from ..model import CLOSED, Lease
+from ..model import CLOSED, Lease, usable_ttl
 from ..roles import WHO_HOLDS, holder_check, require_revoker
 from .common import end_lease
 
-# How many of the best ready items a `claim --next` that lost a race spreads over, and how many tries
-# of each command it remembers (by command id: every attempt of one command shares it).
+# How many of the best ready items a `claim --next` that lost a race spreads over.
 SPREAD = 8
-_TRIES: dict[str, int] = {}
 
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
@@ -37,9 +35,7 @@ def _next(ctx: Context) -> str:
     from ..queries import select
 
     command = ctx.cmd.get("id", "")
-    tries = _TRIES[command] = _TRIES.get(command, 0) + 1
-    if len(_TRIES) > 256:
-        _TRIES.clear()
+    tries = ctx.attempt  # engine.run's round: the op keeps no count of its own (apply is a pure function)
     rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
                   labels_any=ctx.cmd.get("labels_any") or (), owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
                   limit=1 if tries == 1 else SPREAD, shorten=False).rows
@@ -55,22 +51,6 @@ def spread_pick(actor: str, command: str, tries: int, candidates: int) -> int:
     import random
 
     return random.Random(f"{actor}\0{command}\0{tries}").randrange(candidates)
-
-
-def usable_ttl(ttl: int, margin: int) -> int:
-    """``ttl`` if a lease of that length is of any use to its holder; else refused (exit 5).
-
-    The holder's own view ends a lease the clock margin early (``Lease.live_for_holder``), so a lease
-    of at most the margin would be granted already unusable: every fenced command under it stale.
-    Checked wherever a ttl is set: claim (``--next`` too, and ``gw run``'s and a delegation's claim),
-    takeover and renew."""
-    if ttl <= margin:
-        from ..codec import format_duration
-
-        raise Invalid(f"a lease of {format_duration(ttl)} would be unusable: its holder must stop the clock margin "
-                      f"({format_duration(margin)}, setting clock_margin) before it expires; ask for more than "
-                      f"{format_duration(margin)}", ttl=ttl, clock_margin=margin)
-    return ttl
 
 
 def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:
