@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 STATUSES = ("open", "in_progress", "blocked", "done", "cancelled")
 CLOSED = ("done", "cancelled")
+ITEM_TYPES = ("bug", "feature", "task", "epic", "chore")
+DEFAULT_TYPE = "task"  # an item with no ``type`` is a task (items made before types existed too)
 
 # Which status may follow which (anything else is refused as an illegal transition).
 TRANSITIONS: dict[str, set[str]] = {
@@ -219,6 +221,8 @@ class Item(Record):
     decisions: list[dict[str, Any]] = field(_mappings, "a list of mappings", list)
     waiting: dict[str, Any] | None = field(_optional(_mapping), "a mapping")
     closed_reason: str | None = field(_optional(_text), "text")
+    type: str | None = field(_optional(lambda v: v in ITEM_TYPES), f"one of {', '.join(ITEM_TYPES)}")
+    parent: str | None = field(_optional(_text), "an item id")
     created_at: str = field(_optional(_text), "text", "")
     updated_at: str = field(_optional(_text), "text", "")
 

@@ -179,6 +179,8 @@ def new(
     criterion: Annotated[Optional[list[str]], typer.Option("-c", "--criterion", help="Acceptance criterion (repeatable).")] = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Who owns the item.")] = None,
     source: Annotated[Optional[str], typer.Option("--from", help="Provenance: URL, commit:SHA, file:PATH, an item id or text.")] = None,
+    type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore; default task.")] = None,
+    parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (gw children lists them).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Create a work item; prints its id. With -e, write its title and description in your editor."""
@@ -211,9 +213,21 @@ def list_(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     text: Annotated[Optional[str], typer.Option("--text", help="Only items whose title, description, criteria, "
                                                                "decisions or thread hold this (as gw search).")] = None,
+    type: Annotated[Optional[list[str]], typer.Option("-t", "--type", help="Only items of this type (repeatable: any "
+                                                                           "of them): bug, feature, task, epic, chore.")] = None,
+    parent: Annotated[Optional[str], typer.Option("--parent", help="Only the children of this item.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """List items, best first (open and active ones unless --all or --status; -s expired: leases past their expiry)."""
+
+
+@verb(items.children, sample=["{item}"])
+def children(
+    item: ItemArg,
+    type: Annotated[Optional[list[str]], typer.Option("-t", "--type", help="Only children of this type (repeatable).")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """List the items whose parent is ITEM, in every status, best first."""
 
 
 @verb(items.ready)
@@ -246,6 +260,9 @@ def edit(
     owner: Annotated[Optional[str], typer.Option("--owner")] = None,
     status: Annotated[Optional[str], typer.Option("--status", help="open or blocked.")] = None,
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore.")] = None,
+    parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (not itself nor "
+                                                                   "one of its descendants).")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Change items' fields (the holder only, while it is leased). -e edits the title and description in your

@@ -7,7 +7,7 @@ import re
 from .. import ids
 from ..engine import Context, op
 from ..errors import Illegal, Invalid
-from ..model import TRANSITIONS, Item
+from ..model import ITEM_TYPES, TRANSITIONS, Item
 from ..roles import WHO_ACTS_ON, act_on
 from .common import check_cycle as _check_cycle
 from .common import end_lease, record_decision
@@ -57,6 +57,26 @@ def _resolve_deps(ctx: Context, item_id: str, deps: list[str]) -> list[str]:
     return resolved
 
 
+def _parent(ctx: Context, item_id: str, text: str) -> str:
+    """The full id of ``item_id``'s new parent, recorded resolved in the document; refused (5) unless it
+    exists and is not ``item_id`` itself nor one of its descendants (the parents form a forest)."""
+    parent = ctx.resolve(text)
+    ctx.cmd["parent"] = parent
+    if parent == item_id:
+        raise Invalid(f"{item_id} cannot be its own parent", item=item_id)
+    chain: list[str] = [item_id]
+    current: str | None = parent
+    while current is not None:
+        chain.append(current)
+        if current == item_id:
+            raise Invalid(f"{item_id} cannot be a child of its own descendant: " + " -> ".join(reversed(chain[1:])),
+                          item=item_id, parent=parent)
+        if len(chain) > 10_000:
+            raise Invalid(f"the parents above {parent} do not end (more than 10,000)", item=item_id)
+        current = ctx.item(current).parent  # NotFound (3) for a parent that does not exist
+    return parent
+
+
 def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
     return [{"text": t, "checked": False} for t in texts]
 
@@ -73,6 +93,8 @@ def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
     owner="name",
     source="short",
     item="item",
+    type="|".join(ITEM_TYPES),
+    parent="item",
 )
 def new(ctx: Context) -> None:
     cmd = ctx.cmd
@@ -85,6 +107,7 @@ def new(ctx: Context) -> None:
     deps = _resolve_deps(ctx, item_id, cmd.get("depends_on", []))
     if deps:
         cmd["depends_on"] = deps  # recorded resolved, like every id in a stored command
+    parent = _parent(ctx, item_id, cmd["parent"]) if "parent" in cmd else None
     item = Item(
         id=item_id,
         title=cmd["title"],
@@ -95,6 +118,8 @@ def new(ctx: Context) -> None:
         provenance=_provenance(ctx, cmd.get("source")),
         depends_on=deps,
         criteria=_criteria(ctx, cmd.get("criteria", [])),
+        type=cmd.get("type"),
+        parent=parent,
         created_at=ctx.when,
     )
     ctx.save_item(item)
@@ -120,6 +145,8 @@ def new(ctx: Context) -> None:
     owner="name",
     status="open|blocked",
     reason="short",
+    type="|".join(ITEM_TYPES),
+    parent="item",
 )
 def edit(ctx: Context) -> None:
     cmd = ctx.cmd
@@ -127,7 +154,7 @@ def edit(ctx: Context) -> None:
     act_on(ctx, item_id)
     item = ctx.item(item_id)
     changed: dict[str, Any] = {}
-    for key in ("title", "description", "priority", "owner"):
+    for key in ("title", "description", "priority", "owner", "type"):
         if key in cmd and cmd[key] != getattr(item, key):
             setattr(item, key, cmd[key])
             changed[key] = cmd[key] if key != "description" else "(changed)"
@@ -151,6 +178,11 @@ def edit(ctx: Context) -> None:
         if deps != item.depends_on:
             item.depends_on = deps
             changed["depends_on"] = deps
+    if "parent" in cmd:
+        parent = _parent(ctx, item_id, cmd["parent"])
+        if parent != item.parent:
+            item.parent = parent
+            changed["parent"] = parent
     if cmd.get("add_criteria"):
         item.criteria = item.criteria + _criteria(ctx, cmd["add_criteria"])
         changed["criteria_added"] = cmd["add_criteria"]
