@@ -23,9 +23,10 @@ import pytest
 
 from conftest import git, make_repo, run_gw, scrubbed, tip
 from gitwork.cli.main import main
-from gitwork.delegation import client, peers, protocol, signing
+from gitwork.delegation import client, peers, signing
 from gitwork.errors import Forbidden, Invalid, NotFound, RemoteError
 from gitwork.launch.run import runs
+from gitwork.records import protocol
 from gitwork.workplane import Workplane
 from test_signing import keygen
 

@@ -32,8 +32,9 @@ import pytest
 
 from conftest import git, make_repo, scrubbed, tip
 from gitwork import codec
-from gitwork.delegation import client, peers, protocol, signing
+from gitwork.delegation import client, peers, signing
 from gitwork.launch.run import runs
+from gitwork.records import protocol
 from gitwork.records.delegations import record_path
 from gitwork.store import Repository
 from gitwork.workplane import Workplane

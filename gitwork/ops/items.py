@@ -10,7 +10,7 @@ from ..errors import Illegal, Invalid
 from ..model import ITEM_TYPES, TRANSITIONS, Item
 from ..roles import WHO_ACTS_ON, act_on
 from .common import check_cycle as _check_cycle
-from .common import end_lease, record_decision
+from .common import end_lease, note_parent, parent_of, record_decision
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def _parent(ctx: Context, item_id: str, text: str) -> str:
                           item=item_id, parent=parent)
         if len(chain) > 10_000:
             raise Invalid(f"the parents above {parent} do not end (more than 10,000)", item=item_id)
-        current = ctx.item(current).parent  # NotFound (3) for a parent that does not exist
+        current = parent_of(ctx, current)  # NotFound (3) for a parent that does not exist
     return parent
 
 
@@ -183,6 +183,7 @@ def edit(ctx: Context) -> None:
         if parent != item.parent:
             item.parent = parent
             changed["parent"] = parent
+            note_parent(ctx, item_id, parent)
     if cmd.get("add_criteria"):
         item.criteria = item.criteria + _criteria(ctx, cmd["add_criteria"])
         changed["criteria_added"] = cmd["add_criteria"]
