@@ -39,7 +39,7 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     item = wp.item(token)
     assert item.title == "Token endpoint" and item.status == "in_progress" and item.owner == "alice"
     assert item.depends_on == [store]  # blocks → dependency
-    assert item.extra["parent"] == epic  # parent-child → parent link
+    assert item.parent == epic  # parent-child → parent link
     assert item.extra["links"] == [{"kind": "related", "item": audit}]  # blocks nothing
     assert item.criteria == [{"text": "issues tokens", "checked": True}, {"text": "refresh works", "checked": False}]
     assert item.created_at == "2025-01-09T12:01:00Z"
