@@ -8,8 +8,7 @@ does the same in-process). What each part is made from:
   verbs come from :class:`gitwork.workplane_messages.Conversations`), each with its signature and the
   first paragraph of its docstring, in the order they are defined;
 - the command documents: every op of the registry (``@op`` in ``gitwork/ops``), its summary, its fields
-  with their kinds (``commands.KINDS``) and its flags; who may submit each public op is :data:`WHO`,
-  written here (the op declarations do not say it) and checked against the registry by the tests;
+  with their kinds (``commands.KINDS``), its flags and who may submit it (``who=``);
 - the REST API: the OpenAPI document of ``gitwork.serve.app.create_app``, built for a throwaway
   repository (the document does not depend on the repository's contents), and its paths;
 - the MCP tools: ``gitwork.mcp.tools.listing()``.
@@ -32,37 +31,6 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PATH = ROOT / "docs" / "api.md"
 OPENAPI_NAME = "openapi.json"
-
-# Who may submit each public op. The rules live in the ops (gitwork/roles.py, the fencing rule in
-# engine.Context.require_holder); docs/leases.md explains them. A test fails when an op is missing here.
-_ACT_ON = ("the holder, under its fence; while nobody holds a live lease, any person or admin. An agent only "
-           "while it holds the lease.")
-_HOLDER = "only the holder of the item's live lease (any role), under its fence."
-WHO: dict[str, str] = {
-    "init": "anyone.",
-    "new": "anyone.",
-    "edit": _ACT_ON,
-    "check": _ACT_ON,
-    "decision": _ACT_ON,
-    "done": _ACT_ON,
-    "cancel": _ACT_ON,
-    "reopen": _ACT_ON,
-    "claim": "anyone; refused (held) while someone else holds a live lease on the item.",
-    "takeover": "anyone, once the lease has expired or was handed off.",
-    "renew": _HOLDER,
-    "release": _HOLDER,
-    "handoff": _HOLDER,
-    "revoke": "admins (setting `admins`); with no admins configured, any person. Agents never.",
-    "msg": ("anyone. Someone who does not hold the item gives the lease epoch it read (`epoch`); "
-            "`kind: decision-request` is an `ask`: the holder only."),
-    "ack": "anyone; it moves the acting identity's own cursors.",
-    "ask": "only the holder, under its live fence (any role): asking makes the item wait.",
-    "decide": ("admins, and the person the decision request was addressed to (`to`); with no admins "
-               "configured, any person. Agents never."),
-    "batch": "anyone; each member is judged by its own op's rules, in order.",
-    "import": "people and admins; agents never.",
-    "shadow-report": "anyone.",
-}
 
 # What each field kind (commands.KINDS) accepts. A test fails when a kind is missing here.
 def _kinds() -> dict[str, str]:
@@ -274,7 +242,7 @@ def _commands() -> list[str]:
         if spec.roles:
             flags.append("roles re-checked by the arbiter")
         out += [f"<a id=\"op-{name}\"></a>", f"#### `{name}`", "", f"{spec.summary[:1].upper()}{spec.summary[1:]}.", "",
-                f"Who may submit it: {WHO[name]}", ""]
+                f"Who may submit it: {spec.who}", ""]
         if flags:
             out += [f"Flags: {', '.join(flags)}.", ""]
         out += _field_rows(spec)

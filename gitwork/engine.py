@@ -31,32 +31,53 @@ if TYPE_CHECKING:
 class OpSpec:
     """Everything about one op, as its :func:`op` declaration says it."""
 
-    __slots__ = ("name", "fields", "func", "summary", "internal", "arbiter", "roles")
+    __slots__ = ("name", "fields", "func", "summary", "internal", "arbiter", "roles", "who", "mcp")
 
     def __init__(self, name: str, fields: dict[str, Field], func: Callable[[Context], None], summary: str,
-                 internal: bool = False, arbiter: bool = False, roles: bool = False) -> None:
+                 internal: bool = False, arbiter: bool = False, roles: bool = False, who: str = "",
+                 mcp: dict[str, Any] | None = None) -> None:
         self.name, self.fields, self.func, self.summary = name, fields, func, summary
         self.internal, self.arbiter, self.roles = internal, arbiter, roles
+        self.who, self.mcp = who, mcp
 
 
 OPS: dict[str, OpSpec] = {}
 
+# What an ``mcp=`` exposure may say (``gitwork/mcp/tools.py``, ``Tool``): the verb it runs is required.
+MCP_KEYS = frozenset(("verb", "summary", "fields", "rename", "defaults", "lease"))
+
 
 def op(name: str, summary: str, *, internal: bool = False, arbiter: bool = False, roles: bool = False,
+       who: str = "", mcp: str | dict[str, Any] | None = None,
        **spec: str) -> Callable[[Callable[[Context], None]], Callable[[Context], None]]:
     """Declare an op: its name, one-line summary, fields (see :func:`commands.parse_fields`) and flags.
 
+    - ``who``: who may submit it, one sentence for people (docs/api.md prints it). Every public op
+      says it; the rules themselves are the op's code (``roles.py``, the fencing rule).
+    - ``mcp``: expose it as a ``gw mcp`` tool of the same name that runs a verb's plain function:
+      ``"topic:function"`` under ``cli/commands/`` (the tool takes every field of the op, the verb's
+      parameters named as the fields), or a
+      mapping with that ``verb`` and any of ``summary``, ``fields`` (which fields, in order),
+      ``rename`` (tool argument -> the verb's parameter), ``defaults`` and ``lease`` (``"grant"``:
+      the connection remembers the lease granted; ``"end"``: forgets it).
     - ``internal=True``: a record op, a record of something gitwork itself did on the git side (a
       session branch made, a publish). Faces cannot submit it (``gw apply``, ``Workplane.submit``,
       ``Workplane.do``); only gitwork's own procedures can, through ``Workplane.submit_record``.
-    - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync.py``): it
+    - ``arbiter=True``: with an arbiter remote configured, the arbiter decides it (``sync/``): it
       lands only once it is on the remote's state ref. Every grant, renewal and end of a lease.
     - ``roles=True``: its rules depend on who acts (roles, holding the item). The arbiter's state hook
       re-applies every op, this one included, with its own settings (``derive.py``).
     """
+    if not internal and not who:
+        raise ValueError(f"op {name!r}: a public op says who may submit it (who=...)")
+    if internal and mcp:
+        raise ValueError(f"op {name!r}: a record op cannot be an MCP tool")
+    exposure = {"verb": mcp} if isinstance(mcp, str) else mcp
+    if exposure is not None and (not isinstance(exposure.get("verb"), str) or set(exposure) - MCP_KEYS):
+        raise ValueError(f"op {name!r}: mcp= names a verb ('topic:function') and only {', '.join(sorted(MCP_KEYS))}")
 
     def register(func: Callable[[Context], None]) -> Callable[[Context], None]:
-        OPS[name] = OpSpec(name, parse_fields(spec), func, summary, internal, arbiter, roles)
+        OPS[name] = OpSpec(name, parse_fields(spec), func, summary, internal, arbiter, roles, who, exposure)
         return func
 
     return register
@@ -187,23 +208,26 @@ class Outcome:
         return not self.changes
 
 
-class Context:
-    """Everything one op may read and the changes it builds; reads see the op's own pending writes."""
+class View:
+    """A read-only view of the state at one snapshot, as of ``now``, with ``settings`` and the identity
+    that reads (``actor``): what every read uses (``Workplane.context()``), and what an op's
+    :class:`Context` builds on. It reads only through the snapshot and writes nothing."""
 
-    def __init__(self, snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings) -> None:
+    def __init__(self, snapshot: Snapshot, now: _dt.datetime, settings: Settings, actor: str | None = None) -> None:
         self.snapshot = snapshot
-        self.cmd = cmd
         self.now = now
         self.when = stamp(now)
         self.settings = settings
-        self.actor: str = cmd.get("as") or settings.identity()
-        self.outcome = Outcome()
+        self.actor: str = actor or settings.identity()
         self._items: dict[str, Item] = {}
         self._leases: dict[str, Lease | None] = {}
         self._index: Any = None
-        self._memos: dict[str, dict[str, Any]] = {}
 
     # --- reading -------------------------------------------------------------------------------
+
+    def _pending_items(self) -> list[str]:
+        """Ids of items written but not yet committed (an op's own writes; a view has none)."""
+        return []
 
     def resolve(self, text: str) -> str:
         """A full item id from a unique prefix; reads a single shard when two digits are given."""
@@ -220,25 +244,11 @@ class Context:
                 if shard.startswith(hex_prefix)
                 for name in self.snapshot.store.read_tree(entry.oid)
             ]
-        pending = [p.split("/")[2] for p in self.outcome.changes if p.endswith(layout.ITEM_FILE)]
-        return ids.resolve(hex_prefix, {*names, *pending}, text)  # an item changed in this command is in both
-
-    def target(self) -> str:
-        """Resolve the command's ``item`` and record the full id in the command document."""
-        full = self.resolve(self.cmd["item"])
-        self.cmd["item"] = full
-        return full
+        return ids.resolve(hex_prefix, {*names, *self._pending_items()}, text)  # an item changed in this command is in both
 
     def file(self, path: str) -> bytes | None:
-        """A file of the state as this op sees it: its own pending writes, else the snapshot."""
-        if path in self.outcome.changes:
-            return self.outcome.changes[path]
+        """A file of the state at the snapshot."""
         return self.snapshot.blob(path)
-
-    def memo(self, name: str) -> dict[str, Any]:
-        """A per-command scratch mapping an op module may keep derived reads in (a thread's last
-        number, its ids). A Context lives for one attempt, so a retry starts with an empty one."""
-        return self._memos.setdefault(name, {})
 
     def item(self, item_id: str) -> Item:
         cached = self._items.get(item_id)
@@ -279,32 +289,23 @@ class Context:
             self._index = load_index(self.snapshot)
         return self._index
 
-    def member(self, cmd: dict[str, Any]) -> Context:
-        """A Context for one member of a batch (``ops/batch.py``): it sees the tree as the earlier
-        members left it (their pending writes, through :class:`Pending`) and writes into the same
-        changes; thread memos are shared, so message numbers continue across members."""
-        child = Context(Pending(self.snapshot, self.outcome.changes), cmd, self.now, self.settings)
-        child.outcome.changes = self.outcome.changes
-        child._memos = self._memos
-        return child
-
     # --- the fencing rule --------------------------------------------------------------------
 
-    def require_holder(self, item_id: str) -> Lease | None:
-        """Refuse unless the actor may act on the item now; return its live lease, if any.
+    def fenced(self, item_id: str, fence: int | None, pinned: str | None = None) -> tuple[Lease | None, int | None]:
+        """The fencing rule: refuse unless the actor may act on the item now; ``(its live lease or None,
+        the fence acted under)``.
 
         With a fence (given, or implied when the actor is the holder by name): the lease must be
-        active, carry that fence, and not have expired by the holder's clock minus the margin.
-        Without one: nobody else may hold a live lease on the item.
+        active, carry that fence, and not have expired by the holder's clock minus the margin; a
+        ``pinned`` grant (a replayed command's) must be the lease's. Without one: nobody else may hold
+        a live lease on the item.
         """
         lease = self.lease(item_id)
-        fence = self.cmd.get("fence")
         margin = self.settings.clock_margin
         if fence is None and lease is not None and lease.is_active() and lease.holder == self.actor:
-            # The holder by name: act under the current fence, and record it in the document (and
-            # trailer) as if given. --fence also guards against the holder's own stale processes.
+            # The holder by name: act under the current fence, as if given. --fence also guards
+            # against the holder's own stale processes.
             fence = lease.fence
-            self.cmd["fence"] = fence
         if fence is not None:
             if lease is None or lease.fence != fence:
                 current = f"current fence {lease.fence}, {lease.state}" if lease else "never leased"
@@ -315,13 +316,10 @@ class Context:
                 raise Stale(f"the lease on {item_id} (fence {fence}) has expired", item=item_id)
             # Fence numbers drawn offline can repeat on the arbiter; the grant's command id cannot.
             # A replayed command is pinned to the very lease it was made under.
-            pinned = self.cmd.get("lease")
             if pinned and lease.grant and pinned != lease.grant:
                 raise Stale(f"fence {fence} on {item_id} now belongs to another grant (by {lease.holder})",
                             item=item_id)
-            if lease.grant:
-                self.cmd["lease"] = lease.grant
-            return lease
+            return lease, fence
         if lease is not None and not lease.takeable(self.now, margin):
             raise Stale(
                 f"{item_id} is held by {lease.holder} (epoch {lease.epoch}); only its holder may do this, with --fence "
@@ -330,7 +328,60 @@ class Context:
                 holder=lease.holder,
                 who=self.actor,
             )
-        return None
+        return None, None
+
+
+class Context(View):
+    """One attempt of one op: the :class:`View` it decides on (its reads see its own pending writes),
+    the command document, the attempt number (1 on the first try; ``run`` passes it, so an op may act
+    differently after a lost race without any state of its own) and the changes it builds."""
+
+    def __init__(self, snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings,
+                 attempt: int = 1) -> None:
+        super().__init__(snapshot, now, settings, cmd.get("as"))
+        self.cmd = cmd
+        self.attempt = attempt
+        self.outcome = Outcome()
+        self._memos: dict[str, dict[str, Any]] = {}
+
+    def _pending_items(self) -> list[str]:
+        return [p.split("/")[2] for p in self.outcome.changes if p.endswith(layout.ITEM_FILE)]
+
+    def target(self) -> str:
+        """Resolve the command's ``item`` and record the full id in the command document."""
+        full = self.resolve(self.cmd["item"])
+        self.cmd["item"] = full
+        return full
+
+    def file(self, path: str) -> bytes | None:
+        """A file of the state as this op sees it: its own pending writes, else the snapshot."""
+        if path in self.outcome.changes:
+            return self.outcome.changes[path]
+        return self.snapshot.blob(path)
+
+    def memo(self, name: str) -> dict[str, Any]:
+        """A per-command scratch mapping an op module may keep derived reads in (a thread's last
+        number, its ids). A Context lives for one attempt, so a retry starts with an empty one."""
+        return self._memos.setdefault(name, {})
+
+    def member(self, cmd: dict[str, Any]) -> Context:
+        """A Context for one member of a batch (``ops/batch.py``): it sees the tree as the earlier
+        members left it (their pending writes, through :class:`Pending`) and writes into the same
+        changes; thread memos are shared, so message numbers continue across members."""
+        child = Context(Pending(self.snapshot, self.outcome.changes), cmd, self.now, self.settings, self.attempt)
+        child.outcome.changes = self.outcome.changes
+        child._memos = self._memos
+        return child
+
+    def require_holder(self, item_id: str) -> Lease | None:
+        """The fencing rule (:meth:`View.fenced`) for the command's ``fence``; the fence it acted under and
+        the lease's grant are recorded in the document, so a replay is pinned to the same lease."""
+        lease, fence = self.fenced(item_id, self.cmd.get("fence"), self.cmd.get("lease"))
+        if fence is not None:
+            self.cmd["fence"] = fence
+        if lease is not None and lease.grant:
+            self.cmd["lease"] = lease.grant
+        return lease
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -427,8 +478,11 @@ def _earlier_result(record_path: str, earlier: bytes, cmd: dict[str, Any]) -> di
 
 
 def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: Settings, *,
-          requested: str | None = None) -> Outcome:
+          requested: str | None = None, attempt: int = 1) -> Outcome:
     """Run a validated command against ``snapshot``; raise a :class:`GwError` to refuse.
+
+    The outcome depends only on the arguments: ``attempt`` is which try of the command this is
+    (``run`` counts its rounds), for an op that spreads its retries (``claim --next``).
 
     ``requested``: the digest of the document as first asked for, when ``cmd`` is a document already
     recorded (the arbiter's derive check, ``derive.py``, replays the ``Command:`` line, which holds
@@ -444,7 +498,7 @@ def apply(snapshot: Snapshot, cmd: dict[str, Any], now: _dt.datetime, settings: 
         outcome.result = _earlier_result(record_path, earlier, cmd)
         return outcome
     requested = requested or digest(cmd)
-    ctx = Context(snapshot, cmd, now, settings)
+    ctx = Context(snapshot, cmd, now, settings, attempt)
     OPS[cmd["op"]].func(ctx)
     outcome = ctx.outcome
     if outcome.changes:
@@ -531,7 +585,15 @@ class CAS:
         return applied
 
     def gave_up(self) -> GwError:
-        return Held(f"gave up after {self.limit} lost races")  # 75 (docs/exit-codes.md): retry later
+        return gave_up(self.limit)
+
+
+def gave_up(rounds: int, remote: str | None = None) -> Held:
+    """The one refusal of a write that lost every round of its CAS (exit 75, docs/exit-codes.md: retry
+    later), locally or on the arbiter ``remote``; every loop that bounds its rounds ends with it."""
+    if remote is None:
+        return Held(f"gave up after {rounds} lost races")
+    return Held(f"gave up after {rounds} lost races on {remote}", remote=remote)
 
 
 def run(cas: CAS, cmd: dict[str, Any], now: Callable[[], _dt.datetime], settings: Settings) -> Applied:
@@ -549,7 +611,7 @@ def run(cas: CAS, cmd: dict[str, Any], now: Callable[[], _dt.datetime], settings
         at = now()
         attempt_cmd = dict(cmd)
         try:
-            outcome = apply(base, attempt_cmd, at, settings)
+            outcome = apply(base, attempt_cmd, at, settings, attempt=attempt)
             new = land(base.store, base, attempt_cmd, outcome, at) or base.commit
         except GwError as error:
             if cas.again(error):

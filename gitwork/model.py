@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 STATUSES = ("open", "in_progress", "blocked", "done", "cancelled")
 CLOSED = ("done", "cancelled")
+ITEM_TYPES = ("bug", "feature", "task", "epic", "chore")
+DEFAULT_TYPE = "task"  # an item with no ``type`` is a task (items made before types existed too)
 
 # Which status may follow which (anything else is refused as an illegal transition).
 TRANSITIONS: dict[str, set[str]] = {
@@ -30,11 +32,74 @@ TRANSITIONS: dict[str, set[str]] = {
 LEASE_STATES = ("active", "released", "revoked", "handed-off")
 
 
+def _instant(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        parse_instant(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _mappings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+def _optional(check: Any) -> Any:
+    return lambda value: value is None or check(value)
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _mapping(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+class Declared:
+    """One field of a :class:`Record`, declared once as a class attribute: ``title: str = field(...)``.
+
+    The annotation types it, ``default`` fills it when absent (a callable makes a fresh one), and
+    ``check``/``what`` are the rule a stored value is held to (:func:`problem`) and how a refusal names it.
+    """
+
+    __slots__ = ("default", "check", "what")
+
+    def __init__(self, default: Any, check: Any, what: str) -> None:
+        self.default, self.check, self.what = default, check, what
+
+
+def field(check: Any, what: str, default: Any = None) -> Any:
+    """Declare a record field (see :class:`Declared`); typed ``Any`` so the annotation beside it is the type."""
+    return Declared(default, check, what)
+
+
 class Record:
-    """A mapping-shaped record: ``FIELDS`` in file order, with defaults (callables make fresh ones)."""
+    """A mapping-shaped record whose fields are declared once, in file order, with :func:`field`.
+
+    ``FIELDS`` (name, default) and ``SHAPE`` (name -> (check, what)) are derived from the declarations.
+    """
 
     FIELDS: tuple[tuple[str, Any], ...] = ()
+    SHAPE: dict[str, tuple[Any, str]] = {}
     REQUIRED: tuple[str, ...] = ()
+
+    def __init_subclass__(cls) -> None:
+        declared = [(name, value) for name, value in vars(cls).items() if isinstance(value, Declared)]
+        cls.FIELDS = tuple((name, value.default) for name, value in declared)
+        cls.SHAPE = {name: (value.check, value.what) for name, value in declared}
+        for name, _ in declared:
+            delattr(cls, name)  # an instance always sets it; a class attribute would only hide a missing one
 
     def __init__(self, **values: Any) -> None:
         names = {name for name, _ in self.FIELDS}
@@ -77,28 +142,27 @@ class Record:
         return f"{type(self).__name__}({self.to_doc()!r})"
 
 
+_INSTANT = "an instant like 2030-01-01T12:00:00Z"
+
+
 class Lease(Record):
-    FIELDS = (
-        ("item", None), ("epoch", None), ("fence", None), ("holder", None), ("state", None),
-        ("granted_at", None), ("expires_at", None), ("ttl", None), ("renewed_at", None),
-        ("ended_at", None), ("ended_by", None), ("reason", None), ("handoff", None), ("grant", None),
-    )
     REQUIRED = ("item", "epoch", "fence", "holder", "state", "granted_at", "expires_at", "ttl")
 
-    item: str
-    epoch: int
-    fence: int
-    holder: str
-    state: str
-    granted_at: str
-    expires_at: str
-    ttl: int
-    renewed_at: str | None
-    ended_at: str | None
-    ended_by: str | None
-    reason: str | None
-    handoff: dict[str, Any] | None
-    grant: str | None  # id of the command that granted this lease (pins replayed commands to it)
+    item: str = field(_text, "an item id")
+    epoch: int = field(_count, "a non-negative integer")
+    fence: int = field(_count, "a non-negative integer")
+    holder: str = field(_text, "text")
+    state: str = field(lambda v: v in LEASE_STATES, f"one of {', '.join(LEASE_STATES)}")
+    granted_at: str = field(_instant, _INSTANT)
+    expires_at: str = field(_instant, _INSTANT)
+    ttl: int = field(lambda v: type(v) is int and v > 0, "a positive number of seconds")
+    renewed_at: str | None = field(_optional(_instant), "an instant")
+    ended_at: str | None = field(_optional(_instant), "an instant")
+    ended_by: str | None = field(_optional(_text), "text")
+    reason: str | None = field(_optional(_text), "text")
+    handoff: dict[str, Any] | None = field(_optional(_mapping), "a mapping")
+    # id of the command that granted this lease (pins replayed commands to it)
+    grant: str | None = field(_optional(_text), "text")
 
     def expires(self) -> _dt.datetime:
         return parse_instant(self.expires_at)
@@ -124,30 +188,43 @@ def held_for_others(state: str | None, expires: _dt.datetime | None, now: _dt.da
     return now < expires + _dt.timedelta(seconds=margin)
 
 
+def usable_ttl(ttl: int, margin: int) -> int:
+    """``ttl`` if a lease of that length is of any use to its holder; else refused (exit 5).
+
+    The holder's own view ends a lease the clock margin early (``Lease.live_for_holder``), so a lease
+    of at most the margin would be granted already unusable: every fenced command under it stale.
+    Checked wherever a ttl is set: claim (``--next`` too, and ``gw run``'s and a delegation's claim),
+    takeover and renew."""
+    if ttl <= margin:
+        from .codec import format_duration
+        from .errors import Invalid
+
+        raise Invalid(f"a lease of {format_duration(ttl)} would be unusable: its holder must stop the clock margin "
+                      f"({format_duration(margin)}, setting clock_margin) before it expires; ask for more than "
+                      f"{format_duration(margin)}", ttl=ttl, clock_margin=margin)
+    return ttl
+
+
 class Item(Record):
-    FIELDS = (
-        ("id", None), ("title", None), ("status", "open"), ("priority", 2), ("owner", None),
-        ("labels", list), ("depends_on", list), ("description", ""), ("provenance", dict),
-        ("criteria", list), ("decisions", list), ("waiting", None), ("closed_reason", None),
-        ("created_at", ""), ("updated_at", ""),
-    )
     REQUIRED = ("id", "title")
 
-    id: str
-    title: str
-    status: str
-    priority: int
-    owner: str | None
-    labels: list[str]
-    depends_on: list[str]
-    description: str
-    provenance: dict[str, Any]
-    criteria: list[dict[str, Any]]
-    decisions: list[dict[str, Any]]
-    waiting: dict[str, Any] | None
-    closed_reason: str | None
-    created_at: str
-    updated_at: str
+    id: str = field(_text, "text")
+    title: str = field(_text, "text")
+    status: str = field(lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}", "open")
+    priority: int = field(lambda v: type(v) is int and 0 <= v <= 4, "an integer from 0 to 4", 2)
+    owner: str | None = field(_optional(_text), "text")
+    labels: list[str] = field(_texts, "a list of text", list)
+    depends_on: list[str] = field(_texts, "a list of item ids", list)
+    description: str = field(_optional(_text), "text", "")
+    provenance: dict[str, Any] = field(_optional(_mapping), "a mapping", dict)
+    criteria: list[dict[str, Any]] = field(_mappings, "a list of mappings", list)
+    decisions: list[dict[str, Any]] = field(_mappings, "a list of mappings", list)
+    waiting: dict[str, Any] | None = field(_optional(_mapping), "a mapping")
+    closed_reason: str | None = field(_optional(_text), "text")
+    type: str | None = field(_optional(lambda v: v in ITEM_TYPES), f"one of {', '.join(ITEM_TYPES)}")
+    parent: str | None = field(_optional(_text), "an item id")
+    created_at: str = field(_optional(_text), "text", "")
+    updated_at: str = field(_optional(_text), "text", "")
 
 
 def stamp(now: _dt.datetime) -> str:
@@ -162,74 +239,9 @@ def stamp(now: _dt.datetime) -> str:
 # 2, expires_at "tomorrow" parsed as an instant, fence "many" plus one).
 
 
-def _instant(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        parse_instant(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _count(value: Any) -> bool:
-    return type(value) is int and value >= 0
-
-
-def _texts(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
-def _mappings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
-
-
-def _optional(check: Any) -> Any:
-    return lambda value: value is None or check(value)
-
-
-def _text(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _mapping(value: Any) -> bool:
-    return isinstance(value, dict)
-
-
 # field -> (check, what it must be); a field that is absent takes its default and is not checked
-ITEM_SHAPE: dict[str, tuple[Any, str]] = {
-    "id": (_text, "text"),
-    "title": (_text, "text"),
-    "status": (lambda v: v in STATUSES, f"one of {', '.join(STATUSES)}"),
-    "priority": (lambda v: type(v) is int and 0 <= v <= 4, "an integer from 0 to 4"),
-    "owner": (_optional(_text), "text"),
-    "labels": (_texts, "a list of text"),
-    "depends_on": (_texts, "a list of item ids"),
-    "description": (_optional(_text), "text"),
-    "provenance": (_optional(_mapping), "a mapping"),
-    "criteria": (_mappings, "a list of mappings"),
-    "decisions": (_mappings, "a list of mappings"),
-    "waiting": (_optional(_mapping), "a mapping"),
-    "closed_reason": (_optional(_text), "text"),
-    "created_at": (_optional(_text), "text"),
-    "updated_at": (_optional(_text), "text"),
-}
-LEASE_SHAPE: dict[str, tuple[Any, str]] = {
-    "item": (_text, "an item id"),
-    "epoch": (_count, "a non-negative integer"),
-    "fence": (_count, "a non-negative integer"),
-    "holder": (_text, "text"),
-    "state": (lambda v: v in LEASE_STATES, f"one of {', '.join(LEASE_STATES)}"),
-    "granted_at": (_instant, "an instant like 2030-01-01T12:00:00Z"),
-    "expires_at": (_instant, "an instant like 2030-01-01T12:00:00Z"),
-    "ttl": (lambda v: type(v) is int and v > 0, "a positive number of seconds"),
-    "renewed_at": (_optional(_instant), "an instant"),
-    "ended_at": (_optional(_instant), "an instant"),
-    "ended_by": (_optional(_text), "text"),
-    "reason": (_optional(_text), "text"),
-    "handoff": (_optional(_mapping), "a mapping"),
-    "grant": (_optional(_text), "text"),
-}
+ITEM_SHAPE = Item.SHAPE
+LEASE_SHAPE = Lease.SHAPE
 
 
 def problem(doc: dict[str, Any], shape: dict[str, tuple[Any, str]], required: tuple[str, ...]) -> str | None:

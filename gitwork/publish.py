@@ -385,7 +385,7 @@ def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None 
     without its commit (commit it, or drop it), several sessions, or a publish refusal (exit 13 for a
     conflict or a failing gate, 7 for a lost lease), re-raised with the session named.
     """
-    from .ops.session_records import describe, open_sessions
+    from .records.sessions import describe, open_sessions
 
     ctx = wp.context()
     item_id = ctx.resolve(item)
@@ -426,7 +426,7 @@ def finish(wp: Workplane, item: str, *, force: bool = False, reason: str | None 
 def _dead_sessions(wp: Workplane, item_id: str) -> list[dict[str, Any]]:
     """Sessions of the item still open on the record after the finish: dead ones, named so none is left
     behind silently (``gw done`` warns about each; ``gw session drop`` ends it)."""
-    from .ops.session_records import open_sessions
+    from .records.sessions import open_sessions
 
     return [{"session": r["session"], "commit": r["commit"], "by": r["by"]}
             for r in open_sessions(wp.context(), item_id)]

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from .model import Lease
 
 
+# Who may submit the ops these rules guard, in words for people (each op's ``who=``; docs/api.md).
+WHO_ACTS_ON = ("the holder, under its fence; while nobody holds a live lease, any person or admin. An agent only "
+               "while it holds the lease.")
+WHO_HOLDS = "only the holder of the item's live lease (any role), under its fence."
+
+
 def _you(ctx: Context) -> str:
     return f"you are {ctx.actor} ({ctx.settings.role(ctx.actor)})"
 

@@ -137,13 +137,13 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
 
     # --- reading ------------------------------------------------------------------------------
 
-    def context(self) -> engine.Context:
-        """A read context on the current tip (the engine's view of one snapshot), after checking the
-        state's format version. The other reads use it; a caller making several reads of one
-        snapshot can use it directly (``item``, ``lease``, ``records``, ``index``)."""
+    def context(self) -> engine.View:
+        """A read-only view of the current tip (``engine.View``), after checking the state's format
+        version. The other reads use it; a caller making several reads of one snapshot can use it
+        directly (``item``, ``lease``, ``records``, ``index``)."""
         snapshot = self.store.snapshot()
         snapshot.check_format()
-        return engine.Context(snapshot, {"op": "read", "id": "read"}, self.now(), self.settings)
+        return engine.View(snapshot, self.now(), self.settings)
 
     def resolve(self, text: str) -> str:
         """The full item id for ``text``, an id or a unique prefix (``w-3fa9``, ``3fa9``); ``NotFound``
@@ -159,7 +159,7 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
         lease = ctx.lease(item_id)
         return {"item": item.to_doc(), "lease": self._lease_view(lease, ctx)}
 
-    def _lease_view(self, lease: Lease | None, ctx: engine.Context) -> dict[str, Any] | None:
+    def _lease_view(self, lease: Lease | None, ctx: engine.View) -> dict[str, Any] | None:
         if lease is None:
             return None
         view = lease.to_doc()
@@ -182,7 +182,7 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
         ctx = self.context()
         return ctx.records(ctx.resolve(text))
 
-    def rows(self) -> tuple[engine.Context, dict[str, tuple[Any, ...]]]:
+    def rows(self) -> tuple[engine.View, dict[str, tuple[Any, ...]]]:
         """``(context, {item id: summary row})`` for every item at the current tip; the row's fields are
         at the positions ``gitwork.index`` names (``ID``, ``TITLE``, ``STATUS``, ...)."""
         ctx = self.context()

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .engine import Context
+    from .engine import View
     from .store import Store
     from .workplane import Applied
 
@@ -36,7 +36,7 @@ class Conversations:
         store: Store
         settings: Any
 
-        def context(self) -> Context: ...
+        def context(self) -> View: ...
         def do(self, op: str, *, offline: bool = False, **args: Any) -> Applied: ...
 
     # --- writing --------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from typing import Iterator
 import pytest
 
 from conftest import git, make_repo, tip
-from gitwork.delegation import client, protocol
+from gitwork.delegation import client
 from gitwork.errors import Corrupt, RemoteError
+from gitwork.records import protocol
 from gitwork.workplane import Workplane
 from test_signing import keygen
 

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import scrubbed
 from gitwork import sshsig
-from gitwork.delegation import protocol
 from gitwork.errors import Forbidden, Invalid
+from gitwork.records import protocol
 from test_signing import keygen
 
 

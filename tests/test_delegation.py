@@ -23,9 +23,10 @@ import pytest
 
 from conftest import git, make_repo, run_gw, scrubbed, tip
 from gitwork.cli.main import main
-from gitwork.delegation import client, peers, protocol, signing
+from gitwork.delegation import client, peers, signing
 from gitwork.errors import Forbidden, Invalid, NotFound, RemoteError
 from gitwork.launch.run import runs
+from gitwork.records import protocol
 from gitwork.workplane import Workplane
 from test_signing import keygen
 
@@ -314,7 +315,7 @@ def test_a_lost_answer_is_retried_under_the_same_id_and_starts_nothing_new(world
     request_id, _first, again = crashed_start(world, world.items["retry"], "flaky", "delegation-before-answer")
     assert again["duplicate"] and again["delegation"] == request_id
     with world.plane("peer") as wp:
-        from gitwork.ops.delegations import find
+        from gitwork.records.delegations import find
 
         recorded = find(wp.context().snapshot, "received", request_id)
     assert recorded is not None and json.loads(recorded["receipt"]) == again["receipt"]

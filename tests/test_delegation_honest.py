@@ -32,9 +32,10 @@ import pytest
 
 from conftest import git, make_repo, scrubbed, tip
 from gitwork import codec
-from gitwork.delegation import client, peers, protocol, signing
+from gitwork.delegation import client, peers, signing
 from gitwork.launch.run import runs
-from gitwork.ops.delegations import record_path
+from gitwork.records import protocol
+from gitwork.records.delegations import record_path
 from gitwork.store import Repository
 from gitwork.workplane import Workplane
 from test_delegation import ALL_OPS, World, gw_in, gw_json, post, serve, signed, stop
@@ -183,7 +184,7 @@ def test_an_answer_that_is_not_a_signed_receipt_is_outcome_unknown_and_the_same_
     assert answer["delegation"] == request_id and answer["duplicate"] is forwarded, answer
     assert not kept.exists()
     with world.plane() as wp:
-        from gitwork.ops.delegations import find
+        from gitwork.records.delegations import find
 
         recorded = find(wp.context().snapshot, "sent", request_id)
     assert recorded is not None and recorded["request"] == sent_bytes  # the very same signed bytes

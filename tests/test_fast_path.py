@@ -265,8 +265,10 @@ def test_the_fast_path_imports_no_typer_click_rich_inspect_or_typing(tmp_path: A
     item = subprocess.run([sys.executable, "-m", "gitwork", "new", "one", "-C", str(tmp_path)], check=True, env=env,
                           capture_output=True, text=True).stdout.strip()
     argvs = [["ready"], ["list"], ["log"], ["status"], ["show", item], ["history", item], ["claim", item],
-             ["msg", item, "hi"], ["ack", item, "1"], ["thread", item], ["inbox"], ["renew", item],
-             ["release", item], ["cache", "status"], ["cache", "rebuild"], ["cache", "drop"]]
+             ["msg", item, "hi"], ["ack", item, "1"], ["thread", item], ["inbox"], ["renew", item]]
+    # Each verb's declared sample (``verb(..., sample=)``), while the item is held: a new verb needs no line here.
+    argvs += [[*path.split(), *(a.format(item=item) for a in args)] for path, args in fastgen.samples().items()]
+    argvs += [["release", item], ["cache", "status"], ["cache", "rebuild"], ["cache", "drop"]]
     # Every verb's module (the table's targets) also imports none of them (the verbs run here are the hot ones).
     modules = sorted({row[0].removeprefix("plain:").partition(":")[0] for _words, row in ROWS})
     argvs.append(["__import__", *modules])

@@ -39,7 +39,7 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     item = wp.item(token)
     assert item.title == "Token endpoint" and item.status == "in_progress" and item.owner == "alice"
     assert item.depends_on == [store]  # blocks → dependency
-    assert item.extra["parent"] == epic  # parent-child → parent link
+    assert item.parent == epic  # parent-child → parent link
     assert item.extra["links"] == [{"kind": "related", "item": audit}]  # blocks nothing
     assert item.criteria == [{"text": "issues tokens", "checked": True}, {"text": "refresh works", "checked": False}]
     assert item.created_at == "2025-01-09T12:01:00Z"
@@ -70,7 +70,7 @@ def test_beads_every_field_dependency_type_comment_and_tombstone(repo: Path, wp:
     assert wp.item(deferred).status == "blocked" and wp.item(deferred).depends_on == []
     assert wp.item(deferred).provenance["fields"]["unresolved"] == ["bd-a5"]
     wp.do("edit", item=token, add_labels=["kept"])  # another op rewrites item.yaml: parent and links stay
-    assert wp.item(token).extra == {"parent": epic, "links": [{"kind": "related", "item": audit}]}
+    assert wp.item(token).parent == epic and wp.item(token).extra == {"links": [{"kind": "related", "item": audit}]}
     ready = {row[0] for row in wp.ready()}
     assert ready == {epic, audit}  # token is in progress in beads, deferred is blocked, store is done
 

@@ -157,9 +157,38 @@ def command_paths() -> set[str]:
 
 
 def test_every_command_has_a_case() -> None:
-    missing = command_paths() - set(CASES)
-    assert not missing, f"add a --json case for {sorted(missing)} to tests/test_json_convention.py"
+    """A case here, or a ``sample=`` on its declaration (``cli/app.py``), which the test below runs."""
+    from gitwork.cli.fastgen import samples
+
+    missing = command_paths() - set(CASES) - set(samples())
+    assert not missing, (f"give {sorted(missing)} a sample= on its verb(...) declaration (or a --json case in "
+                         "tests/test_json_convention.py)")
     assert not set(CASES) - command_paths()
+
+
+def sample_world(project: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What a declared sample may rely on: an item with one criterion, leased by the acting identity."""
+    for argv in (["init"], ["new", "sampled", "-c", "works"], ["claim", A]):
+        assert gw_in_process(capsys, [*argv, "-C", str(project)])[0] == 0, argv
+    return A
+
+
+def test_every_declared_sample_prints_one_json_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Each verb's own ``sample=`` succeeds with ``--json`` and prints one value by the convention, in a
+    world of its own (so samples cannot depend on each other or on the order of the cases)."""
+    from gitwork.cli.fastgen import samples
+
+    monkeypatch.setenv("GW_AGENT", "alice")
+    for number, (path, args) in enumerate(samples().items()):
+        repo = make_repo(tmp_path / f"sample-{number}")
+        monkeypatch.setattr("gitwork.ids.mint", iter([A, B, C]).__next__)
+        item = sample_world(repo, capsys)
+        argv = [*path.split(), *(a.format(item=item) for a in args), "--json", "-C", str(repo)]
+        code, out, err = gw_in_process(capsys, argv)
+        assert code == 0, (argv, code, out, err)
+        json.loads(out)  # one value
+        check_shape(path, "array" if out.startswith("[") else "object", out)
 
 
 def gw_in_process(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
@@ -330,6 +359,11 @@ def test_the_fast_path_and_typer_print_the_same(project: Path, capsys: pytest.Ca
              ["cache", "status"], ["edit", "w-ffff", "--title", "x"], ["check", A, "9"], ["done", "w-ffff"],
              ["cancel", "w-ffff"], ["reopen", A], ["decision", "w-ffff", "x", "--why", "y"],
              ["takeover", A], ["handoff", "w-ffff", "--reason", "blocked"], ["stale", "--for", "soon"]]
+    # Every declared sample too, on an item that does not exist: a refusal both parsers must print alike.
+    from gitwork.cli.fastgen import samples
+
+    lines += [[*path.split(), *(a.format(item="w-ffff") for a in args)] for path, args in samples().items()
+              if path.split()[0] in VERBS or " ".join(path.split()[:-1]) in GROUPS]
     assert {argv[0] for argv in lines} <= set(VERBS) | set(GROUPS)
     codes = set()
     for argv in lines:

@@ -532,7 +532,7 @@ def test_gw_run_refuses_to_launch_beside_a_coordinator_of_another_build(launched
 def coordinator_record(repo: Path) -> dict[str, Any] | None:
     from gitwork.launch.paths import clone_id
     from gitwork.launch.run import host_name
-    from gitwork.ops.executions import load_coordinator
+    from gitwork.records.executions import load_coordinator
 
     with Workplane(str(repo)) as plane:
         return load_coordinator(plane.context(), host_name(), clone_id(plane.repo))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import Clock, make_repo
 from gitwork.errors import Held, Illegal, Invalid, Stale
 from gitwork.launch.build import current
-from gitwork.ops.executions import TRANSITIONS
+from gitwork.records.executions import TRANSITIONS
 from gitwork.workplane import Workplane
 
 
@@ -229,7 +229,7 @@ LANES = (None, "step-1/parallel-1", "step-1/parallel-2")
                       min_size=1, max_size=8))
 def test_a_reservation_is_refused_exactly_when_a_live_execution_shares_its_lane(
         tmp_path_factory: pytest.TempPathFactory, moves: list[tuple[str, str | None, int]]) -> None:
-    from gitwork.ops.executions import same_lane
+    from gitwork.records.executions import same_lane
 
     repo = make_repo(tmp_path_factory.mktemp("lanes"))
     live: dict[str, tuple[str, str] | None] = {}  # the model: live execution -> its lane

@@ -35,8 +35,8 @@ from gitwork.workplane import LocalRef, Workplane
 STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish",
                    "exec-reserve"}  # exec-reserve: two clones of one holder must not each launch
-ROLES_CHECKED = {"revoke", "decide", "ask", "msg", "edit", "check", "decision", "done", "cancel", "reopen",
-                 "batch", "import"}  # a batch carries members of any op; import refuses agents
+# The role rules an op may call (roles.py, and asking the settings for a role itself).
+ROLE_RULES = {"act_on", "require_revoker", "require_decider", "role"}
 
 
 def python_modules(folder: Path) -> Iterator[tuple[Path, ast.Module]]:
@@ -49,7 +49,6 @@ def python_modules(folder: Path) -> Iterator[tuple[Path, ast.Module]]:
 
 def test_the_ops_the_arbiter_decides_come_from_their_declarations() -> None:
     assert engine.declared("arbiter") == ARBITER_DECIDES
-    assert engine.declared("roles") == ROLES_CHECKED
     assert engine.declared("internal") == {"session-start", "session-commit", "publish", "session-drop",
                                            "exec-reserve", "exec-state", "session-create", "session-branch",
                                            "session-submit", "session-resume", "session-end",
@@ -60,6 +59,47 @@ def test_the_ops_the_arbiter_decides_come_from_their_declarations() -> None:
     # No second registry beside the declarations.
     assert not hasattr(gitwork.sync, "ARBITER_OPS")
     assert not hasattr(gitwork.rolecheck, "CHECKED_OPS")
+
+
+def ops_calling_role_rules() -> dict[str, set[str]]:
+    """Op name -> the role rules its function reaches (through helpers of ``gitwork/ops``, by name), read
+    from the source: what ``roles=True`` must cover, derived rather than listed by hand."""
+    functions: dict[str, tuple[str, ast.FunctionDef]] = {}
+    declared: dict[str, str] = {}  # op -> its function's name
+    for path, tree in python_modules(ROOT / "gitwork" / "ops"):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                functions.setdefault(node.name, (path.stem, node))
+                for decorator in node.decorator_list:
+                    if (isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "op"
+                            and isinstance(decorator.args[0], ast.Constant)):
+                        declared[decorator.args[0].value] = node.name
+
+    def called(node: ast.AST) -> set[str]:
+        names = set()
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Call):
+                func = inner.func
+                names.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
+        return names
+
+    def reaches(name: str, seen: set[str]) -> set[str]:
+        if name in seen or name not in functions:
+            return set()
+        seen.add(name)
+        direct = called(functions[name][1])
+        return (direct & ROLE_RULES).union(*(reaches(each, seen) for each in direct))
+
+    return {op: reaches(function, set()) for op, function in declared.items()}
+
+
+def test_every_op_that_asks_who_acts_is_declared_roles() -> None:
+    """An op whose rules call a role rule must say ``roles=True`` (the arbiter's hook then re-applies it
+    with its own settings): derived from the source, so a new op cannot be forgotten in a list here."""
+    found = ops_calling_role_rules()
+    assert {"edit", "revoke", "decide", "import"} <= {op for op, rules in found.items() if rules}  # the reader works
+    undeclared = sorted(op for op, rules in found.items() if rules and op not in engine.declared("roles"))
+    assert not undeclared, f"these ops call role rules but are not declared roles=True: {undeclared}"
 
 
 @pytest.fixture
@@ -73,8 +113,8 @@ def test_ops() -> Iterator[None]:
         ctx.event(item, "test-note")
         ctx.say(f"note on {item}", item)
 
-    engine.op("test-decided", "a test op the arbiter decides", arbiter=True, item="item!")(note)
-    engine.op("test-local", "a test op decided locally", item="item!")(note)
+    engine.op("test-decided", "a test op the arbiter decides", who="anyone.", arbiter=True, item="item!")(note)
+    engine.op("test-local", "a test op decided locally", who="anyone.", item="item!")(note)
     yield
     engine.OPS.clear()
     engine.OPS.update(before)
@@ -129,13 +169,16 @@ def test_no_module_adds_field_kinds_or_reaches_into_a_context() -> None:
 
 
 def test_context_reads_its_own_pending_writes_and_memos_last_one_attempt(wp: Workplane) -> None:
-    ctx = wp.context()
+    def attempt() -> engine.Context:
+        return engine.Context(wp.store.snapshot(), {"op": "init", "id": "c-one"}, wp.now(), wp.settings)
+
+    ctx = attempt()
     assert ctx.file("format.yaml") == wp.store.snapshot().blob("format.yaml")
     ctx.outcome.changes["format.yaml"] = b"format: 1\n"
     assert ctx.file("format.yaml") == b"format: 1\n"
     ctx.memo("thread")["w"] = 3
     assert ctx.memo("thread") == {"w": 3}
-    assert wp.context().memo("thread") == {}  # a new attempt starts with nothing remembered
+    assert attempt().memo("thread") == {}  # a new attempt starts with nothing remembered
 
 
 # --- one path from an outcome to a commit -----------------------------------------------------------

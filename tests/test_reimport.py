@@ -397,7 +397,7 @@ def test_a_field_the_source_drops_is_merged_like_any_change(tmp_path: Path, repo
     lines[2]["dependencies"] = [{"issue_id": "bd-3", "depends_on_id": "bd-1", "type": "parent-child"}]
     write(source, lines)
     importers.run(wp, "beads", str(source))
-    assert (wp.item(bead("bd-1")).owner, wp.item(bead("bd-3")).extra.get("parent")) == ("alice", bead("bd-1"))
+    assert (wp.item(bead("bd-1")).owner, wp.item(bead("bd-3")).parent) == ("alice", bead("bd-1"))
     wp.do("edit", item=bead("bd-2"), owner="carol")  # changed here
     for line in lines:
         line.pop("assignee", None)
@@ -406,7 +406,7 @@ def test_a_field_the_source_drops_is_merged_like_any_change(tmp_path: Path, repo
     write(source, lines)
     result = importers.run(wp, "beads", str(source))
     assert wp.item(bead("bd-1")).owner is None  # dropped there, untouched here: removed
-    assert wp.item(bead("bd-3")).extra.get("parent") is None and wp.item(bead("bd-1")).priority == 2  # the default
+    assert wp.item(bead("bd-3")).parent is None and wp.item(bead("bd-1")).priority == 2  # the default
     assert wp.item(bead("bd-2")).owner == "carol"  # dropped there, changed here: a conflict, ours kept
     assert [(c["external"], c["field"], c["gitwork"], c["source"]) for c in result["conflicts"]] == [
         ("bd-2", "owner", "carol", None)]

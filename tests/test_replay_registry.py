@@ -21,8 +21,8 @@ import pytest
 
 from conftest import git, run_gw, tip
 from gitwork import engine
-from gitwork.delegation import protocol
 from gitwork.errors import GwError
+from gitwork.records import protocol
 from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"

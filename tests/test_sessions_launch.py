@@ -25,7 +25,7 @@ from gitwork.launch.coordinate import once
 from gitwork.launch.process import alive
 from gitwork.launch.run import run as launch_run
 from gitwork.launch.run import runs
-from gitwork.ops.executions import LIVE
+from gitwork.records.executions import LIVE
 from gitwork.sessions import steps
 from gitwork.workplane import Workplane
 from test_launch import poll

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import Clock, git, gw_cmd, run_gw, tip
 from gitwork.errors import GwError, Illegal, Invalid, Stale
-from gitwork.ops.session_records import canonical, check_schema, load_json
+from gitwork.records.sessions import canonical, check_schema, load_json
 from gitwork.sessions import commit as session_commit
 from gitwork.sessions import rules as session_rules
 from gitwork.sessions import steps

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import git, make_repo, scrubbed
-from gitwork.delegation import peers, protocol, signing
+from gitwork.delegation import peers, signing
 from gitwork.errors import Forbidden, Held, Invalid
+from gitwork.records import protocol
 from gitwork.store import Repository
 
 NS = peers.NAMESPACE

@@ -73,12 +73,16 @@ def _run(func, as_json: bool, path: Optional[str], agent: Optional[str], **kwarg
 
 
 def verb(action: Callable[..., Any], name: Optional[str] = None, group: Optional[typer.Typer] = None,
-         **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
+         sample: Optional[list[str]] = None, **settings: Any) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a declaration (signature + docstring, empty body) as the command that runs ``action``.
 
     typer reads the declaration's signature (``functools.wraps`` keeps it) and calls the wrapper with
     every option under its parameter name; ``json``, ``agent`` and ``path`` go to ``actions.invoke``
     and the rest to ``action`` unchanged. ``gw_action`` names the action for ``fastgen``.
+
+    ``sample``: the arguments of one command line that succeeds (``{item}``: an item with one
+    criterion, leased by the acting identity): the tests run it through both parsers, with ``--json``
+    and in a process that must not import typer (``fastgen.samples``), so a new verb needs no case there.
     """
 
     def register(declaration: Callable[..., None]) -> Callable[..., None]:
@@ -88,6 +92,7 @@ def verb(action: Callable[..., Any], name: Optional[str] = None, group: Optional
             _run(action, json, path, agent, **options)
 
         command.gw_action = f"{action.__module__.rpartition('.')[2]}:{action.__name__}"  # type: ignore[attr-defined]
+        command.gw_sample = sample  # type: ignore[attr-defined]
         (group or app).command(name, **settings)(command)
         return command
 
@@ -174,6 +179,8 @@ def new(
     criterion: Annotated[Optional[list[str]], typer.Option("-c", "--criterion", help="Acceptance criterion (repeatable).")] = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Who owns the item.")] = None,
     source: Annotated[Optional[str], typer.Option("--from", help="Provenance: URL, commit:SHA, file:PATH, an item id or text.")] = None,
+    type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore; default task.")] = None,
+    parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (gw children lists them).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Create a work item; prints its id. With -e, write its title and description in your editor."""
@@ -206,9 +213,21 @@ def list_(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     text: Annotated[Optional[str], typer.Option("--text", help="Only items whose title, description, criteria, "
                                                                "decisions or thread hold this (as gw search).")] = None,
+    type: Annotated[Optional[list[str]], typer.Option("-t", "--type", help="Only items of this type (repeatable: any "
+                                                                           "of them): bug, feature, task, epic, chore.")] = None,
+    parent: Annotated[Optional[str], typer.Option("--parent", help="Only the children of this item.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """List items, best first (open and active ones unless --all or --status; -s expired: leases past their expiry)."""
+
+
+@verb(items.children, sample=["{item}"])
+def children(
+    item: ItemArg,
+    type: Annotated[Optional[list[str]], typer.Option("-t", "--type", help="Only children of this type (repeatable).")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """List the items whose parent is ITEM, in every status, best first."""
 
 
 @verb(items.ready)
@@ -241,6 +260,9 @@ def edit(
     owner: Annotated[Optional[str], typer.Option("--owner")] = None,
     status: Annotated[Optional[str], typer.Option("--status", help="open or blocked.")] = None,
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore.")] = None,
+    parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (not itself nor "
+                                                                   "one of its descendants).")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Change items' fields (the holder only, while it is leased). -e edits the title and description in your

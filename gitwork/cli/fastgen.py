@@ -4,7 +4,7 @@ The options of a verb are spelled once, in its typer declaration; this reads the
 builds from them (every spelling, flag or value, int/float/text, repeatable, default, environment
 variable) and the plain function each verb runs (``verb(...)`` records it), and writes them as a
 literal table that ``fast.py`` reads without importing typer. ``python -m gitwork.cli.fastgen``
-rewrites the table; ``--check`` only compares and exits 1 when it is stale (tests/test_fast_path.py
+rewrites the table (and ``gitwork/ops/table.py``, see ``python -m gitwork.ops``); ``--check`` only compares and exits 1 when it is stale (tests/test_fast_path.py
 does the same).
 
 Every verb takes the fast path (issue 25): the table is derived from the app, never a chosen list.
@@ -161,6 +161,13 @@ def groups() -> dict[str, dict[str, tuple[Any, ...]]]:
     return _rows()[1]
 
 
+def samples() -> dict[str, list[str]]:
+    """Command path (``"pin"``, ``"cache drop"``) -> the sample arguments its declaration gives
+    (``verb(..., sample=[...])``): the tests run each one, so a new verb brings its own case."""
+    return {" ".join(words): list(command.callback.gw_sample) for words, command in _commands(_root())
+            if getattr(command.callback, "gw_sample", None) is not None}
+
+
 def render() -> str:
     verbs, grouped, typer_only = _rows()
     return (_HEADER + "VERBS = " + pformat(verbs, width=110, sort_dicts=False) + "\n\n"
@@ -181,8 +188,11 @@ def render_help() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..ops import __main__ as ops_table
+
     args = sys.argv[1:] if argv is None else argv
-    wanted = {PATH: render(), HELP_PATH: render_help()}
+    # The op table too (``python -m gitwork.ops``): a new op and its verb are one regeneration.
+    wanted = {PATH: render(), HELP_PATH: render_help(), ops_table.PATH: ops_table.render()}
     if "--check" in args:
         stale = [str(path) for path, text in wanted.items()
                  if not path.exists() or path.read_text(encoding="utf-8") != text]

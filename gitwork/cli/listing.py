@@ -37,9 +37,12 @@ def statuses(status: list[str] | None) -> list[str] | None:
 def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
          sort: str | None = None, limit: int | None = None, text: str | None = None,
-         label_any: list[str] | None = None, mine: bool = False) -> Picked:
+         label_any: list[str] | None = None, mine: bool = False, types: list[str] | None = None,
+         parent: str | None = None) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
-    whose text holds it (``reports.search``: reads each candidate, so the limit applies after)."""
+    whose text holds it (``reports.search``: reads each candidate, so the limit applies after); with
+    ``types`` or ``parent``, only the items of those types or with that parent (read from each
+    candidate's file: the cache has no column for them yet, so the limit applies after, too)."""
     from ..queries import SORTS, select
 
     check_limit(limit)
@@ -49,6 +52,11 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
         raise Invalid(f"--priority must be 0 or more, not {priority}")
     if text is not None and not text.strip():
         raise Invalid("search for what? the text is empty")
+    from ..model import DEFAULT_TYPE, ITEM_TYPES
+
+    unknown_types = [t for t in types or () if t not in ITEM_TYPES]
+    if unknown_types:
+        raise Invalid(f"unknown type {unknown_types[0]!r}: use {', '.join(ITEM_TYPES)}")
     if label or label_any:  # the rule claim --next applies: a typo must not look like an empty listing
         from ..commands import parse_fields, validate
 
@@ -58,11 +66,25 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
             raise Invalid(f"--mine is --holder @me: not with --holder {holder}")
         holder = wp.settings.identity()
     ctx = wp.context()
+    parent_id = ctx.resolve(parent) if parent is not None else None  # NotFound (3) for no such item
+    by_file = bool(types) or parent_id is not None
     picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
-                    limit=None if text is not None else limit, priority=priority, ready=ready,
+                    limit=None if text is not None or by_file else limit, priority=priority, ready=ready,
                     statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
                     owner=owner)
     rows, cut, matches = picked.rows, picked.cut, None
+    if by_file:
+        from ..index import ID
+
+        def keep(row: Any) -> bool:
+            item = ctx.item(row[ID])
+            return (not types or (item.type or DEFAULT_TYPE) in types) and \
+                (parent_id is None or item.parent == parent_id)
+
+        rows = [r for r in rows if keep(r)]
+        if text is None:
+            cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
+            rows = rows[:limit or None]
     if text is not None:
         from ..index import ID
         from ..reports import search

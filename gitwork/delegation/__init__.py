@@ -2,7 +2,7 @@
 
 - ``peers.py``: who the peers are, from the repository's local, untracked git config only;
 - ``signing.py``: ``ssh-keygen -Y sign|verify`` under gitwork's namespace, and replay protection;
-- ``protocol.py``: the request and receipt documents, their canonical bytes and digests;
+- ``gitwork/records/protocol.py`` (below ``ops/``, which records them): the request and receipt documents, their canonical bytes and digests;
 - ``client.py``: the sender's side (``gw delegate``), ``peer_api.py`` the peer's REST endpoints;
 - ``receipts.py``: ``gw receipts verify``, the chain request -> receipt of every stored record.
 

@@ -29,8 +29,9 @@ from ..errors import (
     Stale,
     UsageError,
 )
-from ..ops.delegations import find
-from . import peers, protocol, signing
+from ..records import protocol
+from ..records.delegations import find
+from . import peers, signing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

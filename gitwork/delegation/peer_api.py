@@ -11,8 +11,8 @@ configured: the endpoints then do not exist (404), and are absent from the OpenA
 # and ``Request`` is imported inside build_router (fastapi is needed only where a peer serves).
 from typing import Any
 
+from ..records.protocol import OPS
 from . import peers
-from .protocol import OPS
 
 
 def build_router(repo_path: str) -> Any:

@@ -26,7 +26,7 @@ import shlex
 
 from .. import gitcmd
 from ..errors import GitFailed, Invalid, NotFound
-from .protocol import OPS
+from ..records.protocol import OPS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ For each record on this state ref:
 from __future__ import annotations
 
 from ..errors import Corrupt, GwError
-from ..ops.delegations import derive, record_path, stored
-from . import keyring, peers, protocol, signing
+from ..records import protocol
+from ..records.delegations import derive, record_path, stored
+from . import keyring, peers, signing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -27,9 +27,10 @@ import os
 
 from .. import __version__, clock
 from ..errors import Forbidden, GwError, Invalid, NotFound
-from ..ops.delegations import find
+from ..records import protocol
+from ..records.delegations import find
 from ..store import crash_point
-from . import peers, protocol, signing
+from . import peers, signing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import os
 import time
 
 from ..errors import GwError, Invalid, Stale
-from ..ops.executions import LIVE, coordinator_live, load_coordinator
+from ..records.executions import LIVE, coordinator_live, load_coordinator
 from . import backend as backends
 from .build import BuildMismatch
 from .build import current as current_build
@@ -75,7 +75,7 @@ class Reconcile:
         session = record.get("session")
         if not session or not record.get("branch"):
             return None
-        from ..ops.session_records import recorded_manifest
+        from ..records.sessions import recorded_manifest
 
         manifest = recorded_manifest(self.wp.context(), session)
         if manifest is not None and manifest.get("status") in ("stopped", "done"):

@@ -20,7 +20,7 @@ import shutil
 import socket
 
 from ..errors import GwError, Held, Invalid, NotFound
-from ..ops.executions import (
+from ..records.executions import (
     LIVE,
     check_env_names,
     check_execution_id,
@@ -70,7 +70,7 @@ def elsewhere(wp: Workplane, record: dict[str, Any]) -> str:
 
 def coordinator_holder(wp: Workplane) -> dict[str, Any] | None:
     """This host's and clone's coordinator lease while it binds and its process lives, else None."""
-    from ..ops.executions import coordinator_live, load_coordinator
+    from ..records.executions import coordinator_live, load_coordinator
 
     record = load_coordinator(wp.context(), host_name(), clone_id(wp.repo))
     if not coordinator_live(record, wp.now()):
@@ -237,7 +237,7 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
     extra = check_env(env)
     if ttl is not None:  # refused before anything is recorded: the claim would refuse it (ops/leases.py)
         from ..codec import parse_duration
-        from ..ops.leases import usable_ttl
+        from ..model import usable_ttl
 
         usable_ttl(parse_duration(ttl), wp.settings.clock_margin)
     mine = (session, branch) if session and branch else None
@@ -349,7 +349,7 @@ def get_execution(wp: Workplane, execution_id: str) -> dict[str, Any]:
 
 def runs(wp: Workplane, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
     from ..codec import load_yaml
-    from ..ops.executions import EXECUTIONS, TERMINAL
+    from ..records.executions import EXECUTIONS, TERMINAL
 
     if state is not None and state not in (*LIVE, *TERMINAL):
         raise Invalid(f"unknown execution state {state[:40]!r}; known: {', '.join((*LIVE, *TERMINAL))}")

@@ -121,37 +121,41 @@ def _spec(op: str) -> Any:
     return spec
 
 
-# Chosen for an agent's loop, not one per verb: find work, take and keep it, do it, talk, read its context.
-TOOLS: tuple[Tool, ...] = (
+# The read tools, which have no op: chosen for an agent's loop (find work, read its context). A tool that
+# writes is declared on its op (``@op(..., mcp=...)``) and listed after these, in the registry's order.
+READ_TOOLS: tuple[Tool, ...] = (
     Tool("ready", "items:ready", "ready items (open, unleased, dependencies done), best first; 20 unless limit "
          "(0: all)", local={"limit": "int", "labels": "labels", "owner": "name"}, rename={"labels": "label"},
          defaults={"limit": 20}),
     Tool("show", "items:show", "an item (criteria, decisions) and its lease", local={"item": "item!"}),
     Tool("context", "launch:context", "an item's launch context: item, lease, your unread messages",
          local={"item": "item!"}),
-    Tool("claim", "leases:claim", "take the lease on an item, or with next the best ready one (filters: labels, "
-         "owner, priority); held by another: error held", op="claim",
-         fields=("item", "next", "ttl", "labels", "owner", "priority"), rename={"labels": "label"}, lease="grant"),
-    Tool("renew", "leases:renew", op="renew", fields=("item", "ttl", "fence"), lease="grant"),
-    Tool("release", "leases:release", op="release", fields=("item", "fence"), lease="end"),
-    Tool("handoff", "leases:handoff", op="handoff", fields=("item", "reason", "message", "to", "fence"),
-         lease="end"),
-    Tool("check", "items:check", op="check", fields=("item", "criterion", "uncheck", "fence")),
-    Tool("decision", "items:decision", op="decision", fields=("item", "text", "why", "fence")),
-    Tool("done", "items:done", "finish an item: publishes your open session, releases the lease", op="done",
-         fields=("item", "force", "reason", "fence"), lease="end"),
-    Tool("msg", "messages:msg", op="msg", fields=("item", "text", "kind", "reply_to", "to", "fence")),
     Tool("thread", "messages:thread", "an item's messages after number since",
          local={"item": "item!", "since": "int"}, defaults={"since": 0}),
-    Tool("ack", "messages:ack", op="ack", fields=("item", "upto", "read", "responded", "reply"),
-         rename={"upto": "seq", "reply": "by"}),
     Tool("inbox", "messages:inbox", "messages to you or on items you hold: unread, then unanswered"),
-    Tool("ask", "messages:ask", op="ask", fields=("item", "text", "options", "to", "fence"),
-         rename={"text": "question", "options": "option"}),
-    Tool("decide", "messages:decide", op="decide", fields=("item", "question", "choose", "why"),
-         rename={"question": "seq"}),
-    Tool("revoke", "leases:revoke", op="revoke", fields=("item", "reason")),
 )
+
+
+def declared_tools() -> tuple[Tool, ...]:
+    """A tool for every op declared with ``mcp=`` (``engine.op``): it runs the declared verb and takes the
+    declared fields (by default every field of the op, under the verb's parameter names unless ``rename``)."""
+    from .. import engine, ops
+
+    engine.declared("internal")  # loads every op module: the registry is filled as they are imported
+    tools = []
+    for name in ops.OP_MODULES:  # the generated table's order, not the order the modules happened to load
+        spec = engine.OPS[name]
+        if spec.mcp is None:
+            continue
+        exposure = spec.mcp
+        fields = exposure.get("fields") or tuple(spec.fields)
+        tools.append(Tool(name, exposure["verb"], exposure.get("summary"), op=name, fields=tuple(fields),
+                          rename=exposure.get("rename"), defaults=exposure.get("defaults"),
+                          lease=exposure.get("lease")))
+    return tuple(tools)
+
+
+TOOLS: tuple[Tool, ...] = (*READ_TOOLS, *declared_tools())
 BY_NAME = {tool.name: tool for tool in TOOLS}
 
 

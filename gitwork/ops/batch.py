@@ -41,7 +41,7 @@ def _member(ctx: Context, position: int, doc: dict[str, Any], seen: set[str]) ->
     return {"doc": member, "summary": child.outcome.summary, "result": child.outcome.result}
 
 
-@op("batch", "apply several command documents in one commit, all or nothing", roles=True, ops="docs!")
+@op("batch", "apply several command documents in one commit, all or nothing", who="anyone; each member is judged by its own op's rules, in order.", roles=True, ops="docs!")
 def batch(ctx: Context) -> None:
     # One identity per document (issue 23): every member acts as the batch does, judged before any runs
     # against the identity the batch runs as (its document may have been validated before it was filled in).

@@ -54,3 +54,17 @@ def check_cycle(ctx: Context, item_id: str, deps: list[str]) -> None:
         seen.add(current)
         for nxt in ctx.item(current).depends_on:
             stack.append((nxt, [*path, nxt]))
+
+
+def parent_of(ctx: Context, item_id: str) -> str | None:
+    """``item_id``'s parent, remembered for the command: the memo is shared by the members of a batch, so
+    a chain is read once per command, not once per member (an import of thousands); every op that sets
+    a parent notes it (:func:`note_parent`)."""
+    parents = ctx.memo("parents")
+    if item_id not in parents:
+        parents[item_id] = ctx.item(item_id).parent
+    return parents[item_id]
+
+
+def note_parent(ctx: Context, item_id: str, parent: str | None) -> None:
+    ctx.memo("parents")[item_id] = parent

@@ -33,88 +33,33 @@ The rules the engine enforces, whatever the launcher does:
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import re
 
 from .. import codec
-from ..clock import format_instant, parse_instant
+from ..clock import format_instant
 from ..engine import Context, op
 from ..errors import Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED
+from ..records.executions import (
+    LIVE,
+    TERMINAL,
+    TRANSITIONS,
+    check_clone,
+    check_env_names,
+    check_execution_id,
+    coordinator_live,
+    coordinator_path,
+    execution_path,
+    item_executions,
+    lane,
+    load_coordinator,
+    load_execution,
+    never_ran,
+    same_lane,
+)
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
-
-EXECUTIONS = "executions"
-# Names a file and a tmux session: no '.', ':' (tmux target syntax) nor '/'.
-EXECUTION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{3,63}\Z")
-LIVE = ("reserved", "launching", "running")
-TERMINAL = ("exited", "lost", "stopped", "failed")
-TRANSITIONS = {
-    "reserved": ("launching", "failed", "lost", "stopped"),
-    "launching": ("running", "exited", "failed", "lost", "stopped"),
-    "running": ("exited", "lost", "stopped"),
-}
-
-
-def never_ran(record: dict[str, Any]) -> bool:
-    """Did nothing ever run under this ended execution? Ended before ``launching`` (no fence), or
-    ``failed`` with no handle (its launcher died, or its backend refused, before any process started)."""
-    return record.get("state") in ("lost", "failed") and (
-        record.get("fence") is None or (record.get("state") == "failed" and not record.get("handle")))
-
-
-def execution_path(execution_id: str) -> str:
-    return f"{EXECUTIONS}/{hashlib.sha1(execution_id.encode()).hexdigest()[:2]}/{execution_id}.yaml"
-
-
-def check_execution_id(value: str) -> str:
-    if not EXECUTION_ID.match(value):
-        raise Invalid(f"bad execution id {value[:70]!r}: 4-64 letters, digits, _ and -, starting with a letter or digit")
-    return value
-
-
-def load_execution(ctx: Context, execution_id: str) -> dict[str, Any] | None:
-    data = ctx.file(execution_path(execution_id))
-    return codec.load_yaml(data, what=execution_path(execution_id)) if data else None
-
-
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-RESERVED_ENV = ("GW_AGENT", "GW_ITEM", "GW_FENCE", "GW_EXECUTION", "GW_CONTEXT")  # the launcher sets these
-
-
-def lane(record: dict[str, Any]) -> tuple[str, str] | None:
-    """The lane of an execution (record or event): its session branch, or None for the whole item."""
-    if record.get("session") and record.get("branch"):
-        return (str(record["session"]), str(record["branch"]))
-    return None
-
-
-def same_lane(one: tuple[str, str] | None, other: tuple[str, str] | None) -> bool:
-    """Do two executions of one item exclude each other? A plain one excludes every other; branches
-    of a session exclude only their own branch."""
-    return one is None or other is None or one == other
-
-
-def check_env_names(names: list[str]) -> list[str]:
-    for name in names:
-        if not ENV_NAME.match(name):
-            raise Invalid(f"bad environment variable name {name[:70]!r}: letters, digits and _, not starting "
-                          "with a digit")
-        if name in RESERVED_ENV:
-            raise Invalid(f"{name} is set by gw run itself (the agent's lease): it cannot be given")
-    return sorted(set(names))
-
-
-def item_executions(ctx: Context, item_id: str) -> dict[str, dict[str, Any]]:
-    """The item's executions, each id mapped to its latest ``execution`` event (oldest id first)."""
-    found: dict[str, dict[str, Any]] = {}
-    for event in ctx.records(item_id):
-        if event.get("type") == "execution":
-            found[event["execution"]] = event
-    return found
-
 
 def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
     record["updated_at"] = ctx.when
@@ -216,39 +161,6 @@ def exec_state(ctx: Context) -> None:
 
 
 # --- the coordinator's own lease: one `gw coordinate` per host ----------------------------------------
-
-COORDINATORS = "coordinators"
-HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
-
-
-def check_clone(clone: str) -> str:
-    if not HOST.match(clone):
-        raise Invalid(f"bad clone id {clone[:70]!r}: letters, digits, _ and -")
-    return clone
-
-
-def coordinator_path(host: str, clone: str | None = None) -> str:
-    """``coordinators/<host>.yaml``, or per clone ``coordinators/<host>/<clone>.yaml``: two clones on
-    one host each have their own coordinator (each judges only its own executions)."""
-    if not HOST.match(host):
-        raise Invalid(f"bad host name {host[:70]!r} for a coordinator")
-    return f"{COORDINATORS}/{host}/{check_clone(clone)}.yaml" if clone else f"{COORDINATORS}/{host}.yaml"
-
-
-def load_coordinator(ctx: Context, host: str, clone: str | None = None) -> dict[str, Any] | None:
-    data = ctx.file(coordinator_path(host, clone))
-    return codec.load_yaml(data, what=coordinator_path(host, clone)) if data else None
-
-
-def coordinator_live(record: dict[str, Any] | None, now: _dt.datetime) -> bool:
-    """Does this lease still bind (not released, not expired)?"""
-    if record is None or record.get("state") == "released":
-        return False
-    try:
-        return parse_instant(str(record.get("expires_at"))) > now
-    except ValueError:
-        return False
-
 
 @op("coord-lease", "take, renew or release the lease that makes one gw coordinate per host and clone",
     internal=True, host="short!", action="take|renew|release!", holder="mapping!", ttl="duration!", epoch="int",

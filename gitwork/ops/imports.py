@@ -22,7 +22,7 @@ from ..engine import Context, op
 from ..errors import Forbidden, Invalid
 from ..model import CLOSED, Item
 from ..thread import KINDS as MESSAGE_KINDS
-from .common import check_cycle, end_lease
+from .common import check_cycle, end_lease, note_parent, parent_of
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -97,15 +97,6 @@ def _links(ctx: Context, item_id: str, value: Any) -> list[dict[str, str]]:
     return out
 
 
-def _parent_of(ctx: Context, item_id: str) -> str | None:
-    # Only `import` writes `parent`, and it notes each write here: the memo is shared by the members
-    # of a batch, so a chain is read once per command, not once per member.
-    parents = ctx.memo("_import_parents")
-    if item_id not in parents:
-        parents[item_id] = ctx.item(item_id).extra.get("parent")
-    return parents[item_id]
-
-
 def _parent(ctx: Context, item_id: str, value: str) -> str:
     parent = _existing(ctx, value)
     seen = {item_id}
@@ -114,7 +105,7 @@ def _parent(ctx: Context, item_id: str, value: str) -> str:
         if current in seen:
             raise Invalid(f"parent cycle: {item_id} would be its own ancestor through {parent}")
         seen.add(current)
-        current = _parent_of(ctx, current)
+        current = parent_of(ctx, current)
     return parent
 
 
@@ -190,15 +181,15 @@ _DEFAULTS: dict[str, Any] = {"description": "", "priority": 2, "status": "open",
 
 
 def _get(item: Item, field: str) -> Any:
-    if field == "parent":
-        return item.extra.get("parent")
     if field == "links":
         return item.extra.get("links") or []
     return getattr(item, field)
 
 
 def _put(item: Item, field: str, value: Any) -> None:
-    if field in ("parent", "links"):
+    if field == "parent":
+        item.parent = value or None
+    elif field == "links":
         if value:
             item.extra[field] = value
         else:
@@ -386,7 +377,7 @@ def _changes(before: Item, after: Item) -> list[str]:
     return changed
 
 
-@op("import", "create or update an item from another tracker's export (idempotent; a three-way merge)",
+@op("import", "create or update an item from another tracker's export (idempotent; a three-way merge)", who="people and admins; agents never.",
     roles=True, item="item!", source="|".join(SOURCES) + "!", external="short!", url="short", title="title",
     description="text", status="open|in_progress|blocked|done|cancelled", priority="priority", labels="labels",
     owner="name", depends_on="items", parent="item", links="data", criteria="data", decisions="data",
@@ -439,7 +430,7 @@ def import_item(ctx: Context) -> None:
     posted = 0 if native else _post(ctx, item_id, _comments(cmd.get("comments", [])))
     if changed:
         ctx.save_item(wanted)
-        ctx.memo("_import_parents")[item_id] = wanted.extra.get("parent")
+        note_parent(ctx, item_id, wanted.parent)
         if current is None:
             ctx.event(item_id, "imported", source=source, external=external, title=wanted.title)
         else:
@@ -483,7 +474,7 @@ def _post(ctx: Context, item_id: str, comments: list[dict[str, Any]]) -> int:
 _SHADOW = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
-@op("shadow-report", "record a shadow comparison's report on the state ref (docs/shadow.md)",
+@op("shadow-report", "record a shadow comparison's report on the state ref (docs/shadow.md)", who="anyone.",
     shadow="short!", report="data!")
 def shadow_report(ctx: Context) -> None:
     from .. import codec

@@ -7,10 +7,10 @@ import re
 from .. import ids
 from ..engine import Context, op
 from ..errors import Illegal, Invalid
-from ..model import TRANSITIONS, Item
-from ..roles import act_on
+from ..model import ITEM_TYPES, TRANSITIONS, Item
+from ..roles import WHO_ACTS_ON, act_on
 from .common import check_cycle as _check_cycle
-from .common import end_lease, record_decision
+from .common import end_lease, note_parent, parent_of, record_decision
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 _HEX_COMMIT = re.compile(r"[0-9a-f]{7,64}\Z")
 
 
-@op("init", "prepare the state ref (no-op when it exists)")
+@op("init", "prepare the state ref (no-op when it exists)", who="anyone.")
 def init(ctx: Context) -> None:
     if ctx.snapshot.commit is None:
         ctx.save_counters({"fence": 0})
@@ -57,13 +57,33 @@ def _resolve_deps(ctx: Context, item_id: str, deps: list[str]) -> list[str]:
     return resolved
 
 
+def _parent(ctx: Context, item_id: str, text: str) -> str:
+    """The full id of ``item_id``'s new parent, recorded resolved in the document; refused (5) unless it
+    exists and is not ``item_id`` itself nor one of its descendants (the parents form a forest)."""
+    parent = ctx.resolve(text)
+    ctx.cmd["parent"] = parent
+    if parent == item_id:
+        raise Invalid(f"{item_id} cannot be its own parent", item=item_id)
+    chain: list[str] = [item_id]
+    current: str | None = parent
+    while current is not None:
+        chain.append(current)
+        if current == item_id:
+            raise Invalid(f"{item_id} cannot be a child of its own descendant: " + " -> ".join(reversed(chain[1:])),
+                          item=item_id, parent=parent)
+        if len(chain) > 10_000:
+            raise Invalid(f"the parents above {parent} do not end (more than 10,000)", item=item_id)
+        current = parent_of(ctx, current)  # NotFound (3) for a parent that does not exist
+    return parent
+
+
 def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
     return [{"text": t, "checked": False} for t in texts]
 
 
 @op(
     "new",
-    "create a work item",
+    "create a work item", who="anyone.",
     title="title!",
     description="text",
     priority="priority",
@@ -73,6 +93,8 @@ def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
     owner="name",
     source="short",
     item="item",
+    type="|".join(ITEM_TYPES),
+    parent="item",
 )
 def new(ctx: Context) -> None:
     cmd = ctx.cmd
@@ -85,6 +107,7 @@ def new(ctx: Context) -> None:
     deps = _resolve_deps(ctx, item_id, cmd.get("depends_on", []))
     if deps:
         cmd["depends_on"] = deps  # recorded resolved, like every id in a stored command
+    parent = _parent(ctx, item_id, cmd["parent"]) if "parent" in cmd else None
     item = Item(
         id=item_id,
         title=cmd["title"],
@@ -95,6 +118,8 @@ def new(ctx: Context) -> None:
         provenance=_provenance(ctx, cmd.get("source")),
         depends_on=deps,
         criteria=_criteria(ctx, cmd.get("criteria", [])),
+        type=cmd.get("type"),
+        parent=parent,
         created_at=ctx.when,
     )
     ctx.save_item(item)
@@ -105,7 +130,7 @@ def new(ctx: Context) -> None:
 
 @op(
     "edit",
-    "change an item's fields",
+    "change an item's fields", who=WHO_ACTS_ON,
     roles=True,
     item="item!",
     title="title",
@@ -120,6 +145,8 @@ def new(ctx: Context) -> None:
     owner="name",
     status="open|blocked",
     reason="short",
+    type="|".join(ITEM_TYPES),
+    parent="item",
 )
 def edit(ctx: Context) -> None:
     cmd = ctx.cmd
@@ -127,7 +154,7 @@ def edit(ctx: Context) -> None:
     act_on(ctx, item_id)
     item = ctx.item(item_id)
     changed: dict[str, Any] = {}
-    for key in ("title", "description", "priority", "owner"):
+    for key in ("title", "description", "priority", "owner", "type"):
         if key in cmd and cmd[key] != getattr(item, key):
             setattr(item, key, cmd[key])
             changed[key] = cmd[key] if key != "description" else "(changed)"
@@ -151,6 +178,12 @@ def edit(ctx: Context) -> None:
         if deps != item.depends_on:
             item.depends_on = deps
             changed["depends_on"] = deps
+    if "parent" in cmd:
+        parent = _parent(ctx, item_id, cmd["parent"])
+        if parent != item.parent:
+            item.parent = parent
+            changed["parent"] = parent
+            note_parent(ctx, item_id, parent)
     if cmd.get("add_criteria"):
         item.criteria = item.criteria + _criteria(ctx, cmd["add_criteria"])
         changed["criteria_added"] = cmd["add_criteria"]
@@ -171,7 +204,8 @@ def _transition(item: Item, target: str) -> None:
     item.status = target
 
 
-@op("check", "tick (or untick) one acceptance criterion", roles=True,
+@op("check", "tick (or untick) one acceptance criterion", who=WHO_ACTS_ON,
+    mcp={"verb": "items:check", "fields": ("item", "criterion", "uncheck", "fence")}, roles=True,
     item="item!", criterion="int!", uncheck="bool")
 def check(ctx: Context) -> None:
     item_id = ctx.target()
@@ -192,7 +226,8 @@ def check(ctx: Context) -> None:
     ctx.outcome.result = {"item": item_id, "criterion": number, "checked": want}
 
 
-@op("decision", "record a decision with its rationale", roles=True,
+@op("decision", "record a decision with its rationale", who=WHO_ACTS_ON,
+    mcp={"verb": "items:decision", "fields": ("item", "text", "why", "fence")}, roles=True,
     item="item!", text="short!", why="text!")
 def decision(ctx: Context) -> None:
     item_id = ctx.target()
@@ -223,24 +258,26 @@ def _close(ctx: Context, target: str) -> None:
     ctx.outcome.result = {"item": item_id, "status": target}
 
 
-@op("done", "mark an item done (releases the holder's lease)", arbiter=True, roles=True, item="item!",
+@op("done", "mark an item done (releases the holder's lease)", who=WHO_ACTS_ON,
+    mcp={"verb": "items:done", "summary": "finish an item: publishes your open session, releases the lease",
+         "fields": ("item", "force", "reason", "fence"), "lease": "end"}, arbiter=True, roles=True, item="item!",
     force="bool", reason="short")
 def done(ctx: Context) -> None:
     # The holder's open sessions under this lease would be stranded (their fence dies with the
     # lease): refuse, naming them. `gw done` publishes the one committed session first.
-    from .session_records import refuse_open_sessions
+    from ..records.sessions import refuse_open_sessions
 
     item_id = ctx.target()
     refuse_open_sessions(ctx, item_id, ctx.require_holder(item_id), "done")
     _close(ctx, "done")
 
 
-@op("cancel", "cancel an item", arbiter=True, roles=True, item="item!", reason="short")
+@op("cancel", "cancel an item", who=WHO_ACTS_ON, arbiter=True, roles=True, item="item!", reason="short")
 def cancel(ctx: Context) -> None:
     _close(ctx, "cancelled")
 
 
-@op("reopen", "reopen a done or cancelled item", roles=True, item="item!", reason="short")
+@op("reopen", "reopen a done or cancelled item", who=WHO_ACTS_ON, roles=True, item="item!", reason="short")
 def reopen(ctx: Context) -> None:
     item_id = ctx.target()
     act_on(ctx, item_id)

@@ -13,14 +13,12 @@ from .. import layout
 from ..clock import format_instant
 from ..engine import Context, op
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
-from ..model import CLOSED, Lease
-from ..roles import holder_check, require_revoker
+from ..model import CLOSED, Lease, usable_ttl
+from ..roles import WHO_HOLDS, holder_check, require_revoker
 from .common import end_lease
 
-# How many of the best ready items a `claim --next` that lost a race spreads over, and how many tries
-# of each command it remembers (by command id: every attempt of one command shares it).
+# How many of the best ready items a `claim --next` that lost a race spreads over.
 SPREAD = 8
-_TRIES: dict[str, int] = {}
 
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
@@ -37,9 +35,7 @@ def _next(ctx: Context) -> str:
     from ..queries import select
 
     command = ctx.cmd.get("id", "")
-    tries = _TRIES[command] = _TRIES.get(command, 0) + 1
-    if len(_TRIES) > 256:
-        _TRIES.clear()
+    tries = ctx.attempt  # engine.run's round: the op keeps no count of its own (apply is a pure function)
     rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
                   labels_any=ctx.cmd.get("labels_any") or (), owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
                   limit=1 if tries == 1 else SPREAD, shorten=False).rows
@@ -55,22 +51,6 @@ def spread_pick(actor: str, command: str, tries: int, candidates: int) -> int:
     import random
 
     return random.Random(f"{actor}\0{command}\0{tries}").randrange(candidates)
-
-
-def usable_ttl(ttl: int, margin: int) -> int:
-    """``ttl`` if a lease of that length is of any use to its holder; else refused (exit 5).
-
-    The holder's own view ends a lease the clock margin early (``Lease.live_for_holder``), so a lease
-    of at most the margin would be granted already unusable: every fenced command under it stale.
-    Checked wherever a ttl is set: claim (``--next`` too, and ``gw run``'s and a delegation's claim),
-    takeover and renew."""
-    if ttl <= margin:
-        from ..codec import format_duration
-
-        raise Invalid(f"a lease of {format_duration(ttl)} would be unusable: its holder must stop the clock margin "
-                      f"({format_duration(margin)}, setting clock_margin) before it expires; ask for more than "
-                      f"{format_duration(margin)}", ttl=ttl, clock_margin=margin)
-    return ttl
 
 
 def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lease:
@@ -143,7 +123,10 @@ def _claimable(ctx: Context, item_id: str) -> Lease | None:
     return lease
 
 
-@op("claim", "acquire the lease on an item, or on the best ready item", arbiter=True,
+@op("claim", "acquire the lease on an item, or on the best ready item", who="anyone; refused (held) while someone else holds a live lease on the item.",
+    mcp={"verb": "leases:claim", "summary": "take the lease on an item, or with next the best ready one (filters: "
+         "labels, owner, priority); held by another: error held", "fields": ("item", "next", "ttl", "labels", "owner",
+         "priority"), "rename": {"labels": "label"}, "lease": "grant"}, arbiter=True,
     item="item", next="bool", ttl="duration", labels="labels", labels_any="labels", owner="name",
     priority="priority")
 def claim(ctx: Context) -> None:
@@ -166,7 +149,7 @@ def claim(ctx: Context) -> None:
     _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
 
 
-@op("takeover", "take an expired or handed-off lease", arbiter=True, item="item!", ttl="duration")
+@op("takeover", "take an expired or handed-off lease", who="anyone, once the lease has expired or was handed off.", arbiter=True, item="item!", ttl="duration")
 def takeover(ctx: Context) -> None:
     item_id = ctx.target()
     lease = ctx.lease(item_id)
@@ -187,7 +170,8 @@ def _held(ctx: Context, item_id: str) -> Lease:
     return lease
 
 
-@op("renew", "extend the holder's lease", arbiter=True, item="item!", ttl="duration")
+@op("renew", "extend the holder's lease", who=WHO_HOLDS,
+    mcp={"verb": "leases:renew", "fields": ("item", "ttl", "fence"), "lease": "grant"}, arbiter=True, item="item!", ttl="duration")
 def renew(ctx: Context) -> None:
     item_id = ctx.target()
     lease = _held(ctx, item_id)
@@ -206,7 +190,8 @@ def renew(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-@op("release", "give the lease up", arbiter=True, item="item!")
+@op("release", "give the lease up", who=WHO_HOLDS,
+    mcp={"verb": "leases:release", "fields": ("item", "fence"), "lease": "end"}, arbiter=True, item="item!")
 def release(ctx: Context) -> None:
     item_id = ctx.target()
     lease = _held(ctx, item_id)
@@ -216,7 +201,8 @@ def release(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-@op("revoke", "end someone's lease administratively", arbiter=True, roles=True, item="item!", reason="short!")
+@op("revoke", "end someone's lease administratively", who="admins (setting `admins`); with no admins configured, any person. Agents never.",
+    mcp={"verb": "leases:revoke", "fields": ("item", "reason")}, arbiter=True, roles=True, item="item!", reason="short!")
 def revoke(ctx: Context) -> None:
     item_id = ctx.target()
     require_revoker(ctx, item_id)
@@ -229,7 +215,8 @@ def revoke(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-@op("handoff", "hand the lease over: the next claimant need not wait for expiry", arbiter=True,
+@op("handoff", "hand the lease over: the next claimant need not wait for expiry", who=WHO_HOLDS,
+    mcp={"verb": "leases:handoff", "fields": ("item", "reason", "message", "to", "fence"), "lease": "end"}, arbiter=True,
     item="item!", reason="|".join(HANDOFF_REASONS) + "!", message="text", to="name")
 def handoff(ctx: Context) -> None:
     item_id = ctx.target()

@@ -120,7 +120,9 @@ def _said(ctx: Context, item_id: str, record: dict[str, Any], held: Lease | None
 # --- ops -------------------------------------------------------------------------------------------
 
 
-@op("msg", "post a message to an item's thread", roles=True, item="item!", text="text!", kind="|".join(POST_KINDS),
+@op("msg", "post a message to an item's thread", who=("anyone. Someone who does not hold the item gives the lease epoch it read (`epoch`); "
+         "`kind: decision-request` is an `ask`: the holder only."),
+    mcp={"verb": "messages:msg", "fields": ("item", "text", "kind", "reply_to", "to", "fence")}, roles=True, item="item!", text="text!", kind="|".join(POST_KINDS),
     reply_to="msgref", to="name", epoch="epoch", options="texts")
 def msg(ctx: Context) -> None:
     item_id = ctx.target()
@@ -140,7 +142,9 @@ def msg(ctx: Context) -> None:
     _said(ctx, item_id, record, held, "msg")
 
 
-@op("ack", "move your read or responded cursor on an item's thread", item="item!", upto="msgref!", read="bool",
+@op("ack", "move your read or responded cursor on an item's thread", who="anyone; it moves the acting identity's own cursors.",
+    mcp={"verb": "messages:ack", "fields": ("item", "upto", "read", "responded", "reply"),
+         "rename": {"upto": "seq", "reply": "by"}}, item="item!", upto="msgref!", read="bool",
     responded="bool", reply="msgref", epoch="epoch")
 def ack(ctx: Context) -> None:
     item_id = ctx.target()
@@ -225,7 +229,9 @@ def _outsider_asks(ctx: Context, item_id: str, held: Lease | None) -> None:
                     f"claim it first, or {instead}", item=item_id, who=ctx.actor)
 
 
-@op("ask", "ask for a decision: posts a decision request and marks the item waiting", roles=True, item="item!",
+@op("ask", "ask for a decision: posts a decision request and marks the item waiting", who="only the holder, under its live fence (any role): asking makes the item wait.",
+    mcp={"verb": "messages:ask", "fields": ("item", "text", "options", "to", "fence"),
+         "rename": {"text": "question", "options": "option"}}, roles=True, item="item!",
     text="text!", options="texts", to="name", epoch="epoch")
 def ask(ctx: Context) -> None:
     item_id = ctx.target()
@@ -235,7 +241,9 @@ def ask(ctx: Context) -> None:
     _ask(ctx, item_id)
 
 
-@op("decide", "answer a decision request: records a decision on the item and unblocks it", roles=True, item="item!",
+@op("decide", "answer a decision request: records a decision on the item and unblocks it", who=("admins, and the person the decision request was addressed to (`to`); with no admins "
+         "configured, any person. Agents never."),
+    mcp={"verb": "messages:decide", "fields": ("item", "question", "choose", "why"), "rename": {"question": "seq"}}, roles=True, item="item!",
     question="msgref!", choose="short!", why="text!", epoch="epoch")
 def decide(ctx: Context) -> None:
     from .common import record_decision  # only decide records a decision: msg and ack need not load it

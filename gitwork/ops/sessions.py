@@ -17,8 +17,7 @@ import re
 from ..engine import Context, op
 from ..errors import Illegal, Invalid, Stale
 from ..model import TRANSITIONS, Lease
-from .common import end_lease
-from .session_records import (
+from ..records.sessions import (
     MAX_MANIFEST_BYTES,
     branch_path,
     canonical,
@@ -26,10 +25,12 @@ from .session_records import (
     load_json,
     manifest_path,
     open_sessions,
+    parse_change,
     recorded_manifest,
     refuse_open_sessions,
     sha256,
 )
+from .common import end_lease
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 SESSION_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]{0,120}\Z")
 _COMMIT = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
-ABSENT = "-"  # a path that does not exist on that side of a change
 
 
 def _holder(ctx: Context, item_id: str) -> Lease:
@@ -60,22 +60,6 @@ def _commit(ctx: Context, field: str) -> str | None:
     if value is not None and not _COMMIT.match(value):
         raise Invalid(f"{field} must be a full commit id (got {value!r})")
     return value
-
-
-def parse_change(text: str) -> dict[str, Any]:
-    """``"<before> <after> <path>"`` (``-`` for absent; like reference-transaction lines) → a record."""
-    before, _, rest = text.partition(" ")
-    after, _, path = rest.partition(" ")
-    for blob in (before, after):
-        if blob != ABSENT and not _COMMIT.match(blob):
-            raise Invalid(f"bad change {text!r}: blob ids must be full hex ids or {ABSENT}")
-    if not path or path.startswith("/") or ".." in path.split("/") or (before == after):
-        raise Invalid(f"bad change {text!r}: expected '<before> <after> <relative path>' with a real change")
-    return {"path": path, "before": None if before == ABSENT else before, "after": None if after == ABSENT else after}
-
-
-def format_change(path: str, before: str | None, after: str | None) -> str:
-    return f"{before or ABSENT} {after or ABSENT} {path}"
 
 
 @op("session-start", "record a session branch opened by the holder of an item", internal=True,

@@ -190,7 +190,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     components["schemas"].pop("HTTPValidationError", None)
     components["schemas"].pop("ValidationError", None)
     from ..launch.run import LIVE
-    from ..ops.executions import TERMINAL
+    from ..records.executions import TERMINAL
 
     # The parameters the engine validates, described as it validates them (the engine stays the validator,
     # answering 422 as for a document): an item id's shape, an execution state's names.

@@ -243,12 +243,9 @@ def holder_lease(wp: Workplane, item: str, fence: int | None) -> tuple[str, Any]
     The authoritative check is the op's own, when its record is applied; this one only stops the git
     side (worktree, commit, merge, push) from starting when the record would be refused anyway.
     """
-    ctx = wp.context()
-    ctx.cmd = {"op": "read", "id": "read", "item": item, "as": wp.settings.identity()}
-    if fence is not None:
-        ctx.cmd["fence"] = fence
-    item_id = ctx.target()
-    lease = ctx.require_holder(item_id)
+    view = wp.context()
+    item_id = view.resolve(item)
+    lease, _fence = view.fenced(item_id, fence)
     if lease is None:
         raise Stale(f"you hold no lease on {item_id}: claim it first", item=item_id)
     return item_id, lease
@@ -432,7 +429,7 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
         raise Illegal(f"{record.branch} is at {new[:12]}, not one commit on its base {record['base'][:12]}")
     record.doc.update(state="committed", commit=new, committed_at=clock.format_instant(wp.now()), changes=changes)
     record.save()
-    from ..ops.sessions import format_change
+    from ..records.sessions import format_change
 
     try:
         applied = wp.record("session-commit", item=item_id, session=record.id, commit=new, base=record["base"],

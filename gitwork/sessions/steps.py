@@ -29,7 +29,7 @@ import subprocess
 
 from .. import clock, fsutil
 from ..errors import GwError, Held, Illegal, Invalid, NonFastForward, NotFound
-from ..ops.session_records import (
+from ..records.sessions import (
     MAX_DOCUMENT_BYTES,
     SESSIONS_TREE,
     branch_path,
@@ -678,7 +678,7 @@ def _open_run(wp: Workplane, session: str, fence: int | None) -> Run:
 
 def _unfinished_for(wp: Workplane, item_id: str, chain: str) -> str | None:
     """The item's session of this chain that is on the record and not ended (a re-run of create)."""
-    from ..ops.session_records import running_step_sessions
+    from ..records.sessions import running_step_sessions
 
     ctx = wp.context()
     for session in running_step_sessions(ctx, item_id):
@@ -793,7 +793,7 @@ def settle_operators(wp: Workplane, session: str, fence: int | None = None) -> l
     ``blocked`` with the reason (``exited with code N``, ``lost``, ``stopped``), so no branch hangs on
     an operator that is gone. What was done, one entry per branch."""
     from ..launch.run import find
-    from ..ops.executions import LIVE
+    from ..records.executions import LIVE
 
     where, manifest = load(wp, session)
     if manifest["status"] not in ("running", "blocked"):
@@ -876,7 +876,7 @@ def stop_operators(wp: Workplane, session: str, reason: str) -> list[str]:
     its operators must not go on writing into a session that has ended. The ids stopped."""
     from ..launch.run import host, runs
     from ..launch.run import stop as stop_execution
-    from ..ops.executions import LIVE
+    from ..records.executions import LIVE
 
     stopped = []
     for row in runs(wp):

@@ -23,7 +23,6 @@ import time
 from .. import clock, engine, layout
 from ..errors import (
     GwError,
-    Held,
     NotFound,
     RemoteError,
     RemoteRefused,
@@ -366,8 +365,7 @@ class ArbiterRef(engine.CAS):
         return self.arbiter.answer(applied, refused)
 
     def gave_up(self) -> GwError:
-        return Held(f"gave up after {replay.MAX_ROUNDS} lost races on {self.arbiter.remote}",
-                    remote=self.arbiter.remote)
+        return engine.gave_up(replay.MAX_ROUNDS, self.arbiter.remote)
 
 
 # --- the back-off policy ------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import random
 import time
 
 from .. import clock, engine, gitcmd, layout
-from ..errors import Corrupt, GwError, Held, RemoteError, Stale
+from ..errors import Corrupt, GwError, RemoteError, Stale
 from ..store import Snapshot
 from .transport import Remote
 
@@ -113,8 +113,7 @@ class Replay(Remote):
         pinned, fence, item = cmd.get("lease"), cmd.get("fence"), cmd.get("item")
         if not pinned or fence is None or not isinstance(item, str):
             return cmd
-        reader = engine.Context(chain, {"op": "read", "id": "read", "as": cmd.get("as")}, when, self.wp.settings)
-        lease = reader.lease(item)
+        lease = engine.View(chain, when, self.wp.settings, cmd.get("as")).lease(item)
         if lease is None or lease.grant != pinned or lease.fence == fence:
             return cmd
         return {**cmd, "fence": lease.fence}
@@ -245,8 +244,7 @@ class Replay(Remote):
         if there.blob(layout.command_path(grant)) is None:
             return  # the arbiter has not seen this grant: it is tentative, sync decides it
         try:
-            lease = engine.Context(there, {"op": "read", "id": "read", "as": dry.get("as")}, self.wp.now(),
-                                   self.wp.settings).lease(item)
+            lease = engine.View(there, self.wp.now(), self.wp.settings, dry.get("as")).lease(item)
         except GwError:
             return  # the arbiter's copy does not read: the command's own path will say so
         if lease is not None and lease.grant == grant and lease.is_active():
@@ -317,7 +315,7 @@ class Replay(Remote):
             refused = unique(refused + self.adopt(local, new))
             break
         else:
-            raise Held(f"gave up after {MAX_ROUNDS} lost races on {self.remote}", remote=self.remote)
+            raise engine.gave_up(MAX_ROUNDS, self.remote)
         # ``refused`` lists only this run's news: a verdict already in refused.jsonl was reported by
         # the run that recorded it (gw status still shows it), and must not fail this sync again.
         refused = self.record_refused(refused)

@@ -40,7 +40,7 @@ def delegate(wp: Workplane, as_json: bool, item: str, to: str, plan: bool, test:
 
 def delegations(wp: Workplane, as_json: bool, item: str | None) -> None:
     from ...delegation.client import pending
-    from ...ops.delegations import records
+    from ...records.delegations import records
 
     item_id = wp.resolve(item) if item else None
     answered = records(wp.context().snapshot)

@@ -36,7 +36,8 @@ def init(wp: Workplane, as_json: bool, remote: str | None = None) -> None:
 
 def new(wp: Workplane, as_json: bool, title: str | None, description: str | None, priority: int | None,
         label: list[str] | None, dep: list[str] | None, criterion: list[str] | None, owner: str | None,
-        source: str | None, description_file: str | None = None, use_editor: bool = False) -> None:
+        source: str | None, description_file: str | None = None, use_editor: bool = False, type: str | None = None,
+        parent: str | None = None) -> None:
     from ..textinput import description as read_description
     from ..textinput import edit_form
 
@@ -46,7 +47,7 @@ def new(wp: Workplane, as_json: bool, title: str | None, description: str | None
     elif title is None:
         raise UsageError("missing the title: gw new TITLE (or gw new -e to write it in your editor)")
     submit(wp, as_json, "new", "item", title=title, description=description, priority=priority, labels=label,
-           depends_on=dep, criteria=criterion, owner=owner, source=source)
+           depends_on=dep, criteria=criterion, owner=owner, source=source, type=type, parent=parent)
 
 
 def show(wp: Workplane, as_json: bool, item: list[str], web: bool = False) -> None:
@@ -79,11 +80,17 @@ def show(wp: Workplane, as_json: bool, item: list[str], web: bool = False) -> No
 def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
                limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
-               mine: bool = False) -> None:
+               mine: bool = False, type: list[str] | None = None, parent: str | None = None) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
-                  limit=limit, text=text, label_any=label_any, mine=mine)
+                  limit=limit, text=text, label_any=label_any, mine=mine, types=type, parent=parent)
     rows_view(picked, as_json, "items")
     no_state_hint(wp, picked)
+
+
+def children(wp: Workplane, as_json: bool, item: str, type: list[str] | None = None) -> None:
+    """``gw children ID``: the items whose parent is ID, in every status (``list --parent ID --all``)."""
+    picked = pick(wp, all=True, parent=item, types=type)
+    rows_view(picked, as_json, "children")
 
 
 def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
@@ -104,7 +111,7 @@ def edit(wp: Workplane, as_json: bool, item: list[str], title: str | None, descr
          add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
          reason: str | None, fence: int | None, description_file: str | None = None,
-         use_editor: bool = False) -> None:
+         use_editor: bool = False, type: str | None = None, parent: str | None = None) -> None:
     """``gw edit ID... [changes]``: the same changes to each item, one command each (``actions.each``)."""
     from ..textinput import description as read_description
 
@@ -113,14 +120,16 @@ def edit(wp: Workplane, as_json: bool, item: list[str], title: str | None, descr
     description = read_description(description, description_file)  # read once (stdin), sent to each
     changes: dict[str, Any] = dict(title=title, description=description, priority=priority, add_label=add_label,
                    remove_label=remove_label, add_dep=add_dep, remove_dep=remove_dep, add_criterion=add_criterion,
-                   owner=owner, status=status, reason=reason, fence=fence, use_editor=use_editor)
+                   owner=owner, status=status, reason=reason, fence=fence, use_editor=use_editor, type=type,
+                   parent=parent)
     each(wp, as_json, item, lambda one: _edit(wp, as_json, one, **changes))
 
 
 def _edit(wp: Workplane, as_json: bool, item: str, title: str | None, description: str | None, priority: int | None,
           add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
           remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
-          reason: str | None, fence: int | None, use_editor: bool) -> None:
+          reason: str | None, fence: int | None, use_editor: bool, type: str | None = None,
+          parent: str | None = None) -> None:
     from ..textinput import edit_form
 
     if use_editor:
@@ -132,7 +141,8 @@ def _edit(wp: Workplane, as_json: bool, item: str, title: str | None, descriptio
         description = wrote if wrote != current.description else None
     submit(wp, as_json, "edit", item=item, title=title, description=description, priority=priority,
            add_labels=add_label, remove_labels=remove_label, add_deps=add_dep, remove_deps=remove_dep,
-           add_criteria=add_criterion, owner=owner, status=status, reason=reason, fence=fence)
+           add_criteria=add_criterion, owner=owner, status=status, reason=reason, fence=fence, type=type,
+           parent=parent)
 
 
 def check(wp: Workplane, as_json: bool, item: str, criterion: int, uncheck: bool, fence: int | None) -> None:

@@ -7,16 +7,19 @@ to strand a session without importing the session ops.
 
 from __future__ import annotations
 
-from ..engine import Context
-from ..errors import Illegal
+import re
+
+from ..errors import Illegal, Invalid
 from ..model import Lease
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..engine import View
 
-def open_sessions(ctx: Context, item_id: str, lease: Lease | None = None) -> list[dict[str, Any]]:
+
+def open_sessions(ctx: View, item_id: str, lease: Lease | None = None) -> list[dict[str, Any]]:
     """Sessions of ``item_id`` neither published nor dropped, oldest first: ``{session, commit, fence, by}``.
 
     With ``lease``, only those started under it (same fence and epoch): a session started under an
@@ -40,7 +43,7 @@ def open_sessions(ctx: Context, item_id: str, lease: Lease | None = None) -> lis
     return rows
 
 
-def running_step_sessions(ctx: Context, item_id: str) -> list[str]:
+def running_step_sessions(ctx: View, item_id: str) -> list[str]:
     """Multi-step sessions of the item created and not ended (``session-create`` without ``session-end``)."""
     running: list[Any] = []  # the records' session fields
     for event in ctx.records(item_id):
@@ -56,7 +59,7 @@ def describe(rows: list[dict[str, Any]]) -> str:
                      for r in rows)
 
 
-def refuse_open_sessions(ctx: Context, item_id: str, lease: Lease | None, what: str,
+def refuse_open_sessions(ctx: View, item_id: str, lease: Lease | None, what: str,
                          but: str | None = None) -> None:
     """``done`` (and a closing ``publish``) must not strand the holder's open sessions: refuse, naming them."""
     if lease is None or not lease.is_active():
@@ -202,9 +205,31 @@ def branch_path(session: str, key: str, *rest: str) -> str:
     return "/".join((SESSIONS_TREE, session, key, *rest))
 
 
-def recorded_manifest(ctx: Context, session: str) -> dict[str, Any] | None:
+def recorded_manifest(ctx: View, session: str) -> dict[str, Any] | None:
     """The manifest as the last transition recorded it on the state ref (``None``: no such session)."""
     data = ctx.file(manifest_path(session))
     if data is None:
         return None
     return load_json(data, f"{manifest_path(session)} on the state ref", MAX_MANIFEST_BYTES)
+
+
+# --- a session commit's changes, as its record and `gw session` write them ---------------------------
+
+ABSENT = "-"  # a path that does not exist on that side of a change
+_BLOB = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
+
+
+def parse_change(text: str) -> dict[str, Any]:
+    """``"<before> <after> <path>"`` (``-`` for absent; like reference-transaction lines) → a record."""
+    before, _, rest = text.partition(" ")
+    after, _, path = rest.partition(" ")
+    for blob in (before, after):
+        if blob != ABSENT and not _BLOB.match(blob):
+            raise Invalid(f"bad change {text!r}: blob ids must be full hex ids or {ABSENT}")
+    if not path or path.startswith("/") or ".." in path.split("/") or (before == after):
+        raise Invalid(f"bad change {text!r}: expected '<before> <after> <relative path>' with a real change")
+    return {"path": path, "before": None if before == ABSENT else before, "after": None if after == ABSENT else after}
+
+
+def format_change(path: str, before: str | None, after: str | None) -> str:
+    return f"{before or ABSENT} {after or ABSENT} {path}"
