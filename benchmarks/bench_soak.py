@@ -84,6 +84,11 @@ def main() -> None:
             "commits": report.commits, "acknowledged": report.acknowledged,
             "violations": {name: {"count": len(lines), "first": lines[:3]} for name, lines in sorted(by_invariant.items())},
             "faults": {k.removeprefix("fault:"): v for k, v in report.counts.items() if k.startswith("fault:")},
+            # every non-zero exit of the clients (exit:OP:CODE): 11 (locked), 12 (unreachable) and 14
+            # (remote-refused) say why pushes stopped landing, when they do
+            "exits": {k.removeprefix("exit:"): v for k, v in report.counts.items()
+                      if k.startswith("exit:") and not k.endswith(":0")},
+            "events_tail": report.events[-15:] if report.violations or report.errors else [],
             "max_live_agents": report.max_live_agents, "errors": report.errors,
             "runs_started": sum(v for k, v in report.counts.items() if k.startswith("exit:run:0")),
         })

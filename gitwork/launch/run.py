@@ -121,7 +121,15 @@ def probe(wp: Workplane, record: dict[str, Any], backend: Any = None) -> dict[st
     if not ours(wp, record):
         return record  # another machine's or clone's process: its own gw (or coordinator) answers for it
     require_same(record.get("build"), f"execution {record['id']} was launched by a gw that", execution=record["id"])
-    if state == "reserved":  # nothing was started before `launching` was recorded
+    if state == "reserved":
+        # Nothing is started before `launching` is recorded, but a `reserved` record can have lost its
+        # later history: a launch whose `launching` and `running` the arbiter refused at replay (another
+        # clone ended the lease there first) leaves `reserved` on this clone's ref while its agent runs
+        # under the dead fence. Whatever of it runs is killed before it is said lost (issue 24, I2).
+        killed = _kill_survivors(wp, record["id"])
+        if killed:
+            return _mark(wp, record, "lost", reason=f"its launch records never landed; killed {killed} process "
+                                                    "group(s) of it that still ran")
         return _mark(wp, record, "lost", reason="launcher died before launching")
     backend = backend or backends.get(record["backend"], wp.repo, wp.settings)
     handle = record.get("handle") or _handle_of(backend, record["id"])

@@ -379,6 +379,10 @@ def check_sound(world: World, ledger: Ledger) -> None:
             where = (f"{counts[0]} local commits not on the arbiter, {counts[1]} of the arbiter's not here"
                      if len(counts) == 2 else "unrelated histories")
             ledger.violate("I5", f"clone{n} is at {str(mine)[:12]}, the arbiter at {str(arbiter)[:12]} ({where})")
+    # What can stop every push while fetches work: a ref lock a killed git left on the arbiter.
+    locks = sorted(str(p.relative_to(world.arbiter)) for p in world.arbiter.rglob("*.lock"))
+    if locks:
+        ledger.log(f"arbiter lock files after the settle: {locks}")
 
 
 def json_or_none(text: str) -> Any:

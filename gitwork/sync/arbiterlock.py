@@ -1,0 +1,132 @@
+"""A ref lock a killed git process left on the arbiter: removed by the arbiter's pre-receive hook.
+
+git takes ``<ref>.lock`` for the milliseconds it moves a ref, and removes it even on SIGTERM; a git
+process killed outright (SIGKILL, a crash) while it holds one leaves it, and git never removes it:
+every later push of that ref fails with "cannot lock ref", from every clone, while fetches work. The
+likeliest holder on an arbiter is git's own housekeeping: ``receive.autogc`` makes a push run ``git
+gc --auto``, whose ``pack-refs --prune`` locks each loose ref to prune it, in the foreground of the
+push, in the serving daemon's process group (the soak's stuck round, seed 124758941,
+tests/test_arbiter_stale_lock.py). Clients can only report it (exit 11, ``Locked``).
+
+So the hook (``hookcheck.pre_receive``, run before git takes the lock) removes the lock of a state
+ref being pushed when both hold:
+
+- it is older than :data:`STALE_AFTER` (a live holder keeps it for milliseconds);
+- no git process of this repository that may hold ref locks runs on this host: anything but the
+  serving and reading commands in :data:`HARMLESS` (``receive-pack``, ``upload-pack``, ``cat-file``...)
+  counts, and blocks the removal. That matters: a paused ``pack-refs`` resumed after its lock was
+  removed would delete the loose ref written meanwhile and move the ref back to its packed value.
+  Another ``receive-pack`` cannot hold this lock (the lock is one file, and it is the stale one); if
+  it was paused while holding it, its rename either fails or moves a value it checked under a lock,
+  so the ref never moves backwards.
+
+Only ``refs/gitwork/*`` locks of the refs this push updates are looked at, by their path under the
+repository (nothing outside it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+# Seconds a ref lock must have existed before the hook may call it stale: a live holder keeps it for
+# milliseconds, and a client gives up on a locked ref after its lock_timeout (5 s by default).
+STALE_AFTER = 2.0
+# git commands that never hold a ref lock of the repository they serve or read.
+HARMLESS = frozenset({
+    "receive-pack", "upload-pack", "upload-archive", "cat-file", "rev-list", "merge-base", "diff-tree", "ls-tree",
+    "index-pack", "unpack-objects", "pack-objects", "rev-parse", "config", "for-each-ref", "show-ref", "log", "show",
+    "fsck", "count-objects", "hash-object", "var", "daemon",
+})
+# Options of ``git`` itself that take a value as the next argument.
+_VALUED = frozenset({"-c", "-C", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env"})
+
+
+def git_command(argv: list[str]) -> str | None:
+    """The git subcommand a process runs (``pack-refs`` of ``git -c a=b pack-refs --all``), or None
+    when it is not git."""
+    if not argv:
+        return None
+    program = os.path.basename(argv[0])
+    if program.startswith("git-"):
+        return program[4:]
+    if program != "git":
+        return None
+    skip = False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+        elif arg in _VALUED:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _ancestors() -> set[int]:
+    """This process and the ones it runs under (the hook's shell, its receive-pack)."""
+    found, pid = set(), os.getpid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as read:
+                pid = int(read.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return found
+
+
+def lock_holders(git_dir: str) -> list[str]:
+    """The git processes of ``git_dir`` on this host that may hold a ref lock (``pid command``)."""
+    where = os.path.realpath(git_dir)
+    mine = _ancestors()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in mine:
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as read:
+                argv = [a.decode(errors="replace") for a in read.read().split(b"\0") if a]
+            command = git_command(argv)
+            if command is None or command in HARMLESS:
+                continue
+            places = {os.path.realpath(f"/proc/{name}/cwd")}
+            places.update(os.path.realpath(a.removeprefix("--git-dir=")) for a in argv
+                          if a.startswith(("/", "--git-dir=/")))
+            with open(f"/proc/{name}/environ", "rb") as read:
+                places.update(os.path.realpath(v[len(b"GIT_DIR="):].decode(errors="replace"))
+                              for v in read.read().split(b"\0") if v.startswith(b"GIT_DIR=/"))
+        except OSError:
+            continue  # gone, or not ours to read
+        if where in places:  # (a relative GIT_DIR is relative to its cwd: covered by the cwd above)
+            found.append(f"{name} git {command}")
+    return found
+
+
+def sweep(git_dir: str, refs: list[str], now: float | None = None) -> list[str]:
+    """Remove the stale locks of the state refs ``refs`` in ``git_dir`` (see the module docstring);
+    one line per lock removed."""
+    root = os.path.realpath(git_dir)
+    removed: list[str] = []
+    holders: list[str] | None = None
+    for ref in refs:
+        if not ref.startswith("refs/gitwork/") or ".." in ref.split("/"):
+            continue
+        path = os.path.join(root, ref + ".lock")
+        try:
+            age = (time.time() if now is None else now) - os.lstat(path).st_mtime
+        except OSError:
+            continue
+        if age < STALE_AFTER:
+            continue
+        if holders is None:
+            holders = lock_holders(root)
+        if holders:
+            continue  # it may still be in use: a client reports it (Locked) until that process ends
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            continue
+        removed.append(f"removed the stale lock {ref}.lock: {int(age)} s old, and no git process of this "
+                       "repository that could hold it runs")
+    return removed
