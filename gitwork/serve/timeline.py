@@ -24,7 +24,8 @@ HEX40 = re.compile(r"[0-9a-f]{40}\Z")
 
 def item_spans(records: list[dict[str, Any]], lease: Any, now: Any) -> list[dict[str, Any]]:
     """One span per lease epoch of the item, oldest first: holder, start, end (``None`` while live),
-    how it ended, by whom, why; renewals counted."""
+    how it ended, by whom, why. (Renewals are recorded by their commits only, not in the item's log:
+    :func:`history_spans` counts them.)"""
     spans: dict[int, dict[str, Any]] = {}
     for event in records:
         epoch = event.get("epoch")
@@ -33,10 +34,7 @@ def item_spans(records: list[dict[str, Any]], lease: Any, now: Any) -> list[dict
             continue
         if kind in ("claim", "takeover"):
             spans[epoch] = {"epoch": epoch, "holder": event.get("by"), "from": event.get("at"), "to": None,
-                            "end": None, "renewals": 0, "expires_at": event.get("expires_at"), "how": kind}
-        elif epoch in spans and kind == "renew":
-            spans[epoch]["renewals"] += 1
-            spans[epoch]["expires_at"] = event.get("expires_at") or spans[epoch]["expires_at"]
+                            "end": None, "expires_at": event.get("expires_at"), "how": kind}
         elif epoch in spans and kind in ENDS and spans[epoch]["to"] is None:
             spans[epoch].update(to=event.get("at"), end=ENDS[kind], by=event.get("by"), reason=event.get("reason"))
     out = sorted(spans.values(), key=lambda s: s["epoch"])

@@ -47,7 +47,7 @@ def table(spans: list[dict[str, Any]], *, item_column: bool) -> str:
         + f'<td class="holder">{esc(s.get("holder") or "?")}</td><td>{esc(s["epoch"])}</td><td>{esc(s.get("from"))}</td>'
           f'<td>{esc(s.get("to") or "held now")}</td><td class="end">{esc(s.get("end") or "")}'
           f'{" by " + esc(s["by"]) if s.get("by") and s.get("end") in ("revoked", "handed off") else ""}'
-          f'{": " + esc(s["reason"]) if s.get("reason") else ""}</td><td>{esc(s.get("renewals", 0))}</td></tr>'
+          f'{": " + esc(s["reason"]) if s.get("reason") else ""}</td><td class="renewals">{esc(s.get("renewals", "—"))}</td></tr>'
         for s in spans)
     return (f'<table class="leases"><tr>{head}<th>holder</th><th>epoch</th><th>from</th><th>to</th><th>ended</th>'
             f'<th>renewals</th></tr>{body}</table>')
