@@ -51,7 +51,10 @@ WHO: dict[str, str] = {
     "takeover": "anyone, once the lease has expired or was handed off.",
     "renew": _HOLDER,
     "release": _HOLDER,
-    "handoff": _HOLDER,
+    "handoff": ("the holder, under its fence (any role); someone else's live lease: admins (setting `admins`; "
+                "with no admins configured, any person). Agents only their own."),
+    "exec-stop": ("whoever started the execution; anyone else: admins (setting `admins`; with no admins "
+                  "configured, any person). Agents only their own."),
     "revoke": "admins (setting `admins`); with no admins configured, any person. Agents never.",
     "msg": ("anyone. Someone who does not hold the item gives the lease epoch it read (`epoch`); "
             "`kind: decision-request` is an `ask`: the holder only."),

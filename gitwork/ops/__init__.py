@@ -16,7 +16,7 @@ OP_MODULES = {
     **dict.fromkeys(("msg", "ack", "ask", "decide"), "messages"),
     **dict.fromkeys(("session-start", "session-commit", "publish", "session-drop", "session-create",
                       "session-branch", "session-submit", "session-resume", "session-end"), "sessions"),
-    **dict.fromkeys(("exec-reserve", "exec-state", "coord-lease"), "executions"),
+    **dict.fromkeys(("exec-reserve", "exec-state", "exec-stop", "coord-lease"), "executions"),
     **dict.fromkeys(("delegation-sent", "delegation-received"), "delegations"),
     "batch": "batch",
     **dict.fromkeys(("import", "shadow-report"), "imports"),
