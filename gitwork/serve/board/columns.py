@@ -37,25 +37,6 @@ class Filters:
         fields = {"q": self.q, "label": self.labels, "status": self.status, "page": self.page, **changes}
         return "/" + query(**fields)
 
-    def matches(self, row: tuple[Any, ...]) -> bool:
-        from ...index import ID, LABELS, TITLE
-
-        if not self.q:
-            return True
-        needle = self.q.casefold()
-        return (row[ID].startswith(needle) or needle in row[TITLE].casefold()
-                or any(needle in label.casefold() for label in row[LABELS]))
-
-
-def _select(server: Server, who: Principal, *, ready: bool, labels: list[str]) -> tuple[list[tuple[Any, ...]], Any]:
-    from ...queries import select
-
-    with server.plane(who) as wp:
-        ctx = wp.context()
-        picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, ready=ready, closed=True, labels=labels,
-                        sort="rank", shorten=False)
-        return picked.rows, ctx.now
-
 
 def _card(row: dict[str, Any], rank: int | None) -> str:
     lease = ""
@@ -86,58 +67,59 @@ def _search_form(filters: Filters, total: int, found: int) -> str:
 
 def render_board(server: Server, who: Principal, filters: Filters) -> str:
     from ...reports import listing_json
+    from .query import read_page
 
-    rows, now = _select(server, who, ready=False, labels=filters.labels)
-    total = len(rows)
-    if total == 0 and not filters.labels:
+    sizes = {}
+    for status in [filters.status] if filters.status else STATUSES:
+        size = PAGE if filters.status else SHOWN.get(status, PAGE)
+        sizes[status] = ((filters.page - 1) * size if filters.status else 0, size)
+    with server.plane(who) as wp:
+        ctx = wp.context()
+        now = ctx.now
+        board = read_page(ctx.snapshot, now, wp.settings.clock_margin, q=filters.q, labels=filters.labels, sizes=sizes)
+    if board.total == 0:
         return ('<main id="live" data-live="/v1/events">'
                 + empty("No items yet.", 'Create one in a terminal: <code>gw new "Design the schema"</code>, or '
                         'import a tracker\'s export with <code>gw import</code>; it appears here at once.') + '</main>')
-    found = [row for row in rows if filters.matches(row)]
-    ready_rows, _ = _select(server, who, ready=True, labels=filters.labels)
-    rank = {row[0]: number for number, row in enumerate(ready_rows, 1)}
-    by_status: dict[str, list[tuple[Any, ...]]] = {status: [] for status in STATUSES}
-    for row in found:
-        by_status.setdefault(row[2], []).append(row)
+    found = sum(board.counts.values())
+    rank = {item: number for number, item in enumerate(board.ready, 1)}
     columns = []
-    for status in ([filters.status] if filters.status else STATUSES):
-        mine = by_status.get(status, [])
-        size = PAGE if filters.status else SHOWN.get(status, PAGE)
-        start = (filters.page - 1) * size if filters.status else 0
-        shown = listing_json(mine[start:start + size], now)
+    for status, (start, size) in sizes.items():
+        count = board.counts.get(status, 0)
+        shown = listing_json(board.columns[status], now)
         cards = "".join(_card(row, rank.get(row["item"])) for row in shown)
         pager = ""
         if filters.status:
-            pages = max(1, -(-len(mine) // size))
+            pages = max(1, -(-count // size))
             prev = (f'<a class="prev" href="{esc(filters.link(page=filters.page - 1))}">← previous</a> '
                     if filters.page > 1 else "")
             nxt = (f' <a class="next" href="{esc(filters.link(page=filters.page + 1))}">next {size} →</a>'
-                   if start + size < len(mine) else "")
+                   if start + size < count else "")
             pager = f'<li class="pager">{prev}page {filters.page} of {pages}{nxt}</li>'
-        elif len(shown) < len(mine):
-            pager = (f'<li class="more">and {len(mine) - len(shown)} more: <a class="next" '
+        elif len(shown) < count:
+            pager = (f'<li class="more">and {count - len(shown)} more: <a class="next" '
                      f'href="{esc(filters.link(status=status, page=2 if size == PAGE else 1))}">'
                      f'{"next " + str(size) if size == PAGE else "all"} →</a></li>')
-        if not mine:
+        if not count:
             cards = f'<li class="none">{_none(status, filters)}</li>'
         title = (f'<a href="{esc(filters.link(status=status, page=1))}">{status.replace("_", " ")}</a>'
                  if not filters.status else status.replace("_", " "))
         columns.append(f'<section class="column" data-status="{status}"><h2>{title} '
-                       f'<span class="count">{len(mine)}</span></h2><ol>{cards}{pager}</ol></section>')
+                       f'<span class="count">{count}</span></h2><ol>{cards}{pager}</ol></section>')
     nothing = ""
     if not found:
         nothing = empty(f'No item matches <b>{esc(filters.q or ", ".join(filters.labels))}</b>.',
-                        'Search by an id (<code>w-3fa9</code>), a word of a title or a label; '
+                        'Search by a part of an id (<code>3fa9</code>), a word of a title or a label; '
                         '<a href="/">clear the search</a>.')
-    order = "".join(f'<li><a href="/items/{esc(r[0])}">{esc(r[1])}</a></li>' for r in ready_rows[:20])
-    if not ready_rows:
+    order = "".join(f'<li><a href="/items/{esc(item)}">{esc(title)}</a></li>' for item, title in board.ready_titles)
+    if not board.ready:
         order = ('<li class="none">Nothing is ready: every open item is held or waits on a dependency. '
                  'Add one with <code>gw new</code>, or look at the blocked column.</li>')
     grid = "single" if filters.status else ""
     return (f'<main id="live" data-live="/v1/events">{_decisions_for(server, who)}'
-            f'{_search_form(filters, total, len(found))}{nothing}'
+            f'{_search_form(filters, board.total, found)}{nothing}'
             f'<div class="columns {grid}">{"".join(columns)}</div>'
-            f'<aside class="ready"><h2>Ready order <span class="count">{len(ready_rows)}</span></h2><ol>{order}</ol>'
+            f'<aside class="ready"><h2>Ready order <span class="count">{len(board.ready)}</span></h2><ol>{order}</ol>'
             f'</aside></main>')
 
 
