@@ -51,8 +51,8 @@ WHO: dict[str, str] = {
     "takeover": "anyone, once the lease has expired or was handed off.",
     "renew": _HOLDER,
     "release": _HOLDER,
-    "handoff": ("the holder, under its fence (any role); someone else's live lease: admins (setting `admins`; "
-                "with no admins configured, any person). Agents only their own."),
+    "handoff": ("the holder, under its fence (any role); once `admins` is set, also an admin, for someone "
+                "else's live lease (without a fence); a person is then refused (77)."),
     "exec-stop": ("whoever started the execution; anyone else: admins (setting `admins`; with no admins "
                   "configured, any person). Agents only their own."),
     "revoke": "admins (setting `admins`); with no admins configured, any person. Agents never.",

@@ -4,9 +4,10 @@ The rules (docs/leases.md, "Roles"), checked by the ops on the exact state a com
 
 - ``revoke``: admins. With no ``admins`` configured (a fresh repository), any person, as before
   roles existed; agents never.
-- ``handoff`` of someone else's lease, ``exec-stop`` of someone else's execution (the board's
-  steering): as ``revoke``. A holder hands off its own lease, and whoever started an execution may
-  ask for it to stop, whatever their role.
+- ``handoff`` of someone else's live lease (the board's steering): admins, once ``admins`` is
+  configured (a person is refused); without admins, hand-off stays the holder's (exit 7, as before).
+  ``exec-stop`` of someone else's execution: as ``revoke``. A holder hands off its own lease, and
+  whoever started an execution may ask for it to stop, whatever their role.
 - ``decide``: admins, and the person the decision request was addressed to (``--to``). With no
   ``admins`` configured, any person. Agents never.
 - Agents act on an item (``edit``, ``check``, ``decision``, ``done``, ``cancel``, ``reopen``) only

@@ -36,7 +36,7 @@ STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish",
                    "exec-reserve"}  # exec-reserve: two clones of one holder must not each launch
 ROLES_CHECKED = {"revoke", "decide", "ask", "msg", "edit", "check", "decision", "done", "cancel", "reopen",
-                 "batch", "import"}  # a batch carries members of any op; import refuses agents
+                 "batch", "import", "handoff", "exec-stop"}  # the last two: an admin's steering  # a batch carries members of any op; import refuses agents
 
 
 def python_modules(folder: Path) -> Iterator[tuple[Path, ast.Module]]:

@@ -235,9 +235,10 @@ def handoff(ctx: Context) -> None:
     item_id = ctx.target()
     lease = ctx.lease(item_id)
     if (lease is not None and lease.is_active() and lease.holder != ctx.actor and "fence" not in ctx.cmd
-            and ctx.settings.role(ctx.actor) != "agent"):
-        # Steering (the board's hand-off): a person or admin hands someone else's live lease over, under
-        # the rule of revoke; the holder's fence is never presented for it (a fence is not a credential).
+            and ctx.settings.admins and ctx.settings.role(ctx.actor) != "agent"):
+        # Steering (the board's hand-off), once admins are configured: an admin hands someone else's live
+        # lease over (a person is refused, 77). No fence is presented for it (a fence is not a
+        # credential); without admins, or for an agent, hand-off stays the holder's (_held: exit 7).
         require_steerer(ctx, item_id, f"hand off {lease.holder}'s lease on {item_id}")
     else:
         lease = _held(ctx, item_id)
