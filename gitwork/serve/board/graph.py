@@ -10,10 +10,8 @@ that wait on it: an arrow points from what must be done first to what it unblock
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from ...errors import UsageError
-from ...model import CLOSED, STATUSES
 from .page import esc
 
 MAX_NODES = 300  # the whole board's picture; past it, the page says how to narrow it (a label, a status)
@@ -21,46 +19,6 @@ NEIGHBOURS = 2  # an item's picture: its dependencies and dependants this many s
 NODE_W, NODE_H, GAP_X, GAP_Y, PAD = 170, 38, 24, 56, 12
 COLOURS = {"open": "#ffffff", "in_progress": "#fff1c9", "blocked": "#fbd5d5", "done": "#d7f0db",
            "cancelled": "#e4e4e4"}
-
-
-def neighbourhood(rows: dict[str, tuple[Any, ...]], centre: str, depth: int = NEIGHBOURS,
-                  limit: int = MAX_NODES) -> list[str]:
-    """``centre`` and the items within ``depth`` dependency steps of it, either way (at most ``limit``)."""
-    from ...index import DEPS
-
-    dependants: dict[str, list[str]] = {}
-    for item, row in rows.items():
-        for dep in row[DEPS]:
-            dependants.setdefault(dep, []).append(item)
-    seen = [centre]
-    known = {centre}
-    frontier = [centre]
-    for _ in range(depth):
-        nxt = []
-        for item in frontier:
-            for other in (*rows[item][DEPS], *dependants.get(item, ())) if item in rows else ():
-                if other in rows and other not in known and len(seen) < limit:
-                    known.add(other)
-                    seen.append(other)
-                    nxt.append(other)
-        frontier = nxt
-    return seen
-
-
-def whole(rows: dict[str, tuple[Any, ...]], labels: Iterable[str], statuses: Iterable[str]) -> list[str]:
-    """The items of the whole board's picture: every label given, one of the statuses (open ones when
-    none is given), best first."""
-    from ...index import LABELS, STATUS
-    from ...queries import order_key
-
-    wanted = set(statuses) or {s for s in STATUSES if s not in CLOSED}
-    unknown = wanted - set(STATUSES)
-    if unknown:
-        raise UsageError(f"unknown status {sorted(unknown)[0][:40]!r}; known: {', '.join(STATUSES)}")
-    need = set(labels)
-    picked = [row for row in rows.values() if row[STATUS] in wanted and need <= set(row[LABELS])]
-    picked.sort(key=order_key)
-    return [row[0] for row in picked]
 
 
 def layout(ids: list[str], rows: dict[str, tuple[Any, ...]]) -> tuple[list[tuple[float, float]], list[Any]]:

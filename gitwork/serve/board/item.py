@@ -19,16 +19,17 @@ def render_item(server: Server, who: Principal, text: str) -> str:
     from ..timeline import item_spans
     from . import graph
     from .leases import bars, table
+    from .query import neighbourhood
 
     with server.plane(who) as wp:
         view = show_json(wp.show(text))
         item_id = view["item"]
         records = wp.history(item_id)
         messages = wp.thread(item_id, 0)[1]
-        ctx, rows = wp.rows()
+        ctx = wp.context()
         spans = item_spans(records, ctx.lease(item_id), ctx.now)
         live_runs = [r for r in runs(wp, item_id) if r.get("state") in LIVE]
-        near = graph.neighbourhood(rows, item_id) if item_id in rows else []
+        near, rows = neighbourhood(ctx.snapshot, item_id, graph.NEIGHBOURS, graph.MAX_NODES)
         picture = graph.svg(near, rows, centre=item_id) if len(near) > 1 else ""
         now = ctx.now
     lease = view.get("lease") or {}

@@ -74,3 +74,47 @@ def read_page(snapshot: Any, now: Any, margin: int, *, q: str, labels: list[str]
         return BoardPage(total, {s: counts.get(s, 0) for s in STATUSES}, shown, ready, titles)
 
     return cache.at(snapshot, read, item_summary, thread_entry)  # type: ignore[no-any-return]
+
+
+def _rows(db: Any, columns: str, ids: list[str]) -> dict[str, tuple[Any, ...]]:
+    loads = marshal.loads
+    out: dict[str, tuple[Any, ...]] = {}
+    for start in range(0, len(ids), 500):  # SQLite's bound on host parameters is far above; stay modest
+        part = ids[start:start + 500]
+        for r in db.execute(f"SELECT {columns} FROM item i WHERE i.problem IS NULL AND i.id IN "
+                            f"({', '.join('?' * len(part))})", part).fetchall():
+            out[r[0]] = (r[0], r[1], r[2], r[3], loads(r[4]) if r[4] else (), loads(r[5]) if r[5] else (), *r[6:])
+    return out
+
+
+def neighbourhood(snapshot: Any, centre: str, depth: int, limit: int) -> tuple[list[str], dict[str, tuple[Any, ...]]]:
+    """``centre`` and the items within ``depth`` dependency steps of it, either way (at most ``limit``,
+    nearest first), with their summary rows: a few queries of the ``dep`` table, not the whole index."""
+    from ... import cache
+    from ...rows import item_summary, thread_entry
+
+    columns = ", ".join("i." + c.strip() for c in cache.ROW_COLUMNS.split(","))
+
+    def read(db: Any) -> tuple[list[str], dict[str, tuple[Any, ...]]]:
+        seen, frontier = [centre], [centre]
+        for _ in range(depth):
+            if not frontier or len(seen) >= limit:
+                break
+            marks = ", ".join("?" * len(frontier))
+            found = db.execute(f"SELECT on_id FROM dep WHERE item IN ({marks}) UNION "
+                               f"SELECT item FROM dep WHERE on_id IN ({marks})", [*frontier, *frontier]).fetchall()
+            frontier = sorted({f[0] for f in found} - set(seen))[: limit - len(seen)]
+            seen += frontier
+        rows = _rows(db, columns, seen)
+        return [i for i in seen if i in rows], rows
+
+    return cache.at(snapshot, read, item_summary, thread_entry)  # type: ignore[no-any-return]
+
+
+def rows_of(snapshot: Any, ids: list[str]) -> dict[str, tuple[Any, ...]]:
+    """The summary rows of ``ids`` (those that are sound)."""
+    from ... import cache
+    from ...rows import item_summary, thread_entry
+
+    columns = ", ".join("i." + c.strip() for c in cache.ROW_COLUMNS.split(","))
+    return cache.at(snapshot, lambda db: _rows(db, columns, ids), item_summary, thread_entry)  # type: ignore[no-any-return]
