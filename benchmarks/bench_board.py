@@ -51,7 +51,7 @@ def measure(items: int, runs: int) -> dict[str, Any]:
             context = browser.new_context()
             context.add_cookies([{"name": "gw_token", "value": server.token, "domain": host, "path": "/"}])
             page = context.new_page()
-            page.goto(f"{server.url}{path}", wait_until="load")
+            page.goto(f"{server.url}{path}", wait_until="load", timeout=600_000)  # the cold one builds the cache
             page.wait_for_function("performance.getEntriesByType('navigation')[0].loadEventEnd > 0")
             timing = page.evaluate(TIMING)
             context.close()

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import JSONResponse
 
 from .server import Principal, Server, principal
 from .timeline import MAX_WINDOW, WINDOW, history_spans, item_spans
 
 _OBJECT = {"type": "object", "additionalProperties": True}
+EXECUTION_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_-]{3,63}$"  # ops.executions.EXECUTION_ID, as a schema says it
 
 
 def _ok(description: str) -> dict[int | str, dict[str, Any]]:
@@ -24,7 +25,7 @@ def reads_router(server: Server) -> APIRouter:
     Who = Depends(principal)
 
     @router.get("/executions/{execution}/capture", responses=_ok("`{ok, execution, text}`: as `gw capture`."))
-    def capture(execution: str, lines: int = Query(40, ge=1, le=2000), who: Principal = Who) -> JSONResponse:
+    def capture(execution: str = Path(pattern=EXECUTION_PATTERN), lines: int = Query(40, ge=1, le=2000), who: Principal = Who) -> JSONResponse:
         """The last `lines` lines of a live execution's terminal on this host (`gw capture`)."""
         from ..launch.run import capture as read_screen
         from ..ops.executions import check_execution_id
@@ -43,7 +44,7 @@ def reads_router(server: Server) -> APIRouter:
         return JSONResponse({"ok": True, "item": item_id, "spans": spans})
 
     @router.get("/leases", responses=_ok("`{ok, spans, read, next, newest, oldest}`: a page of lease spans."))
-    def leases(holder: Optional[str] = Query(None, max_length=200), before: Optional[str] = Query(None, max_length=40),
+    def leases(holder: Optional[str] = Query(None, max_length=200), before: Optional[str] = Query(None, pattern="^[0-9a-f]{40}$"),
                limit: int = Query(WINDOW, ge=1, le=MAX_WINDOW), who: Principal = Who) -> JSONResponse:
         """Lease spans (of `holder`, or everyone's) found in `limit` commits of the state ref's history,
         newest first, from the tip or from `before`; `next` is the commit the next page starts from."""

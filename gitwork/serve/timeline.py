@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterator
 
-from ..errors import GwError, UsageError
+from ..errors import GwError, NotFound, UsageError
 
 WINDOW = 500  # commits a page of the state ref's history reads
 MAX_WINDOW = 5000
@@ -74,8 +74,8 @@ def commits(wp: Any, before: str | None, limit: int) -> Iterator[tuple[str, Any]
             return
         try:
             state = read(wp.store, commit)
-        except GwError as exc:  # not a commit of this repository: the request's fault
-            raise UsageError(f"{commit[:12]} is not a commit of the state ref") from exc
+        except GwError as exc:  # not a commit of this repository
+            raise NotFound(f"{commit[:12]} is not a commit of the state ref") from exc
         yield commit, state
         commit = state.parent
 
