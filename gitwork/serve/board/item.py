@@ -62,7 +62,7 @@ def render_item(server: Server, who: Principal, text: str) -> str:
 <section><h3>Criteria</h3><ol class="criteria">{criteria}</ol></section>
 <section><h3>Decisions</h3><ol class="decisions">{decisions}</ol>{asks}</section>
 <section><h3>Thread</h3><ol class="thread" data-last="{last}">{thread}</ol></section>
-<section class="neighbourhood"><h3>Dependencies</h3>{picture or '<p class="none">No dependencies either way. Add one with <code>gw edit ITEM --depends-on OTHER</code>.</p>'}</section>
+<section class="neighbourhood"><h3>Dependencies</h3>{picture or '<p class="none">No dependencies either way. Add one with <code>gw edit ITEM --add-dep OTHER</code>.</p>'}</section>
 <section class="item-leases"><h3>Lease timeline</h3>{bars(spans, now, label="holder") + table(spans, item_column=False) if spans else '<p class="none">Never leased. An agent takes it with <code>gw claim ITEM</code>.</p>'}</section>
 <section><h3>History</h3><table class="history"><tr><th>#</th><th>at</th><th>by</th><th>event</th></tr>{history}</table></section>
 </main>

@@ -32,7 +32,7 @@ def render_graph(server: Server, who: Principal, labels: list[str], statuses: li
     cut = (f'<p class="note">Showing the first {len(ids)} items, best first; more match: narrow it with a label '
            f'or a status.</p>' if picked.cut else f'<p class="found">{len(ids)} items.</p>')
     if not anything:
-        body = empty("No items yet.", 'Create some with <code>gw new "title" --depends-on OTHER</code>.')
+        body = empty("No items yet.", 'Create some with <code>gw new "title" --dep OTHER</code>.')
     elif not ids:
         body = empty(f'No item is {" or ".join(sorted(chosen))}{" with label " + esc(", ".join(labels)) if labels else ""}.',
                      f'<a href="/graph{query(status=list(STATUSES))}">Draw every status</a>.')
