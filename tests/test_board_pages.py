@@ -196,3 +196,21 @@ def test_exec_stop_records_a_request_only_on_a_live_execution_and_only_for_its_s
     with world.api("bot") as api:
         ended = api.post("/v1/commands", json=doc)
     assert (ended.status_code, ended.json()["error"]) == (409, "illegal-transition"), ended.text
+
+
+def test_search_finds_a_part_of_an_id_a_title_or_a_label_in_any_case_and_treats_wildcards_as_text(world: World) -> None:
+    with world.plane() as wp:
+        summer = wp.do("new", title="Été indien au Québec", labels=["Saisons"]).result["item"]
+        percent = wp.do("new", title="Cut 50% of the p99", labels=["perf"]).result["item"]
+        other = wp.do("new", title="Something else").result["item"]
+    with world.pages("alice") as pages:
+        def found(q: str) -> set[str]:
+            text = pages.get("/", params={"q": q}).text
+            return {item for item in (summer, percent, other) if f'data-item="{item}"' in text}
+
+        assert found("ÉTÉ INDIEN") == {summer}  # non-ASCII folded (casefold), not only ASCII
+        assert found("québec") == {summer}
+        assert found("saisons") == {summer}  # a label
+        assert found(summer[2:10].upper()) == {summer}  # a part of the id, any case
+        assert found("50%") == {percent} and found("%") == {percent}  # % is text, not a wildcard
+        assert found("_") == set()

@@ -40,8 +40,10 @@ def read_page(snapshot: Any, now: Any, margin: int, *, q: str, labels: list[str]
     filtered_where, filtered_args = list(where), list(args)
     if q:
         needle = q.casefold()
-        filtered_where.append("(i.id LIKE ? ESCAPE '\\' OR gw_fold(i.title) LIKE ? ESCAPE '\\' OR EXISTS "
-                              "(SELECT 1 FROM label l WHERE l.item = i.id AND gw_fold(l.label) LIKE ? ESCAPE '\\'))")
+        # SQLite's LIKE ignores the case of ASCII letters by itself; other text is folded in Python (slower).
+        fold_title, fold_label = ("i.title", "l.label") if needle.isascii() else ("gw_fold(i.title)", "gw_fold(l.label)")
+        filtered_where.append(f"(i.id LIKE ? ESCAPE '\\' OR {fold_title} LIKE ? ESCAPE '\\' OR EXISTS "
+                              f"(SELECT 1 FROM label l WHERE l.item = i.id AND {fold_label} LIKE ? ESCAPE '\\'))")
         filtered_args += [_like(needle), _like(needle), _like(needle)]  # an id's part, a title's, a label's
     columns = ", ".join("i." + c.strip() for c in cache.ROW_COLUMNS.split(","))
 
