@@ -214,3 +214,26 @@ def test_search_finds_a_part_of_an_id_a_title_or_a_label_in_any_case_and_treats_
         assert found(summer[2:10].upper()) == {summer}  # a part of the id, any case
         assert found("50%") == {percent} and found("%") == {percent}  # % is text, not a wildcard
         assert found("_") == set()
+
+
+def test_a_long_dependency_is_routed_through_the_layers_it_crosses_and_a_short_one_is_straight() -> None:
+    """The picture's layout (igraph's Sugiyama): each dependency is drawn above what waits on it, an edge
+    that spans several layers gets one point per layer it crosses, on its own route, and an edge between
+    neighbouring layers none (igraph's own routing once came back attached to the wrong edge)."""
+    from gitwork.serve.board import graph
+
+    def row(item: str, *deps: str) -> tuple[Any, ...]:
+        return (item, item, "open", 2, (), deps, "2026-01-01T00:00:00Z", None, None, None, None, None, None, "f")
+
+    rows = {"client": row("client", "api", "auth"), "docs": row("docs", "api"), "release": row("release", "client", "docs", "ci"),
+            "ci": row("ci"), "api": row("api"), "auth": row("auth"), "bench": row("bench", "api"), "cursor": row("cursor")}
+    ids = ["ci", "api", "release", "cursor", "client", "docs", "auth", "bench"]
+    coords, edges = graph.layout(ids, rows)
+    layer = {item: coords[n][1] for n, item in enumerate(ids)}
+    assert layer["ci"] == layer["api"] == 0 and layer["client"] == 1 and layer["release"] == 2
+    routes = {(ids[a], ids[b]): points for a, b, points in edges}
+    assert set(routes) == {("api", "client"), ("auth", "client"), ("api", "docs"), ("client", "release"),
+                           ("docs", "release"), ("ci", "release"), ("api", "bench")}
+    for (a, b), points in routes.items():
+        assert [y for _x, y in points] == list(range(int(layer[a]) + 1, int(layer[b]))), (a, b, points)
+    assert "<polyline" in graph.svg(ids, rows)

@@ -21,19 +21,64 @@ COLOURS = {"open": "#ffffff", "in_progress": "#fff1c9", "blocked": "#fbd5d5", "d
            "cancelled": "#e4e4e4"}
 
 
+def layers(ids: list[str], rows: dict[str, tuple[Any, ...]]) -> list[int]:
+    """Each item's layer: 0 without a dependency among ``ids``, else one below its deepest dependency
+    (longest-path layering; the engine refuses dependency cycles, and a cycle in damaged data is cut)."""
+    from ...index import DEPS
+
+    where = {item: n for n, item in enumerate(ids)}
+    deps = [[where[d] for d in rows[item][DEPS] if d in where] for item in ids]
+    layer: list[int | None] = [None] * len(ids)
+    for start in range(len(ids)):
+        stack, on_path = [start], set()
+        while stack:  # iterative depth-first: a long chain must not hit Python's recursion limit
+            node = stack[-1]
+            if layer[node] is not None:
+                stack.pop()
+                continue
+            on_path.add(node)
+            waiting = [d for d in deps[node] if layer[d] is None and d not in on_path]
+            if waiting:
+                stack.extend(waiting)
+                continue
+            known = [value for value in (layer[d] for d in deps[node]) if value is not None]
+            layer[node] = 1 + max(known, default=-1)
+            on_path.discard(node)
+            stack.pop()
+    return [value or 0 for value in layer]
+
+
 def layout(ids: list[str], rows: dict[str, tuple[Any, ...]]) -> tuple[list[tuple[float, float]], list[Any]]:
-    """Node positions (layer x, layer y) and, per edge (dependency, dependant), its route's points."""
+    """Node positions (x, layer) and, per edge (dependency, dependant), the points of its route: one
+    per layer it crosses. The long edges are split here through dummy vertices, one per crossed layer,
+    so igraph orders them with the nodes (igraph's own routing output came back attached to the wrong
+    edge in igraph 1.0; tests/test_board_pages.py keeps this honest)."""
     import igraph
 
     from ...index import DEPS
 
     where = {item: n for n, item in enumerate(ids)}
-    edges = [(where[dep], where[item]) for item in ids for dep in rows[item][DEPS] if dep in where]
-    graph = igraph.Graph(n=len(ids), edges=edges, directed=True)
-    placed = graph.layout_sugiyama()
-    coords = [(float(x), float(y)) for x, y in placed.coords[: len(ids)]]
-    routes = getattr(placed, "edge_routing", None) or [[] for _ in edges]
-    return coords, [(a, b, [tuple(p) for p in route]) for (a, b), route in zip(edges, routes, strict=False)]
+    level = layers(ids, rows)
+    count, vertex_layers = len(ids), list(level)
+    graph_edges: list[tuple[int, int]] = []
+    routes: list[tuple[int, int, list[int]]] = []
+    for b, item in enumerate(ids):
+        for dep in rows[item][DEPS]:
+            a = where.get(dep)
+            if a is None or level[a] >= level[b]:
+                continue  # not shown, or a cut cycle
+            chain, previous = [], a
+            for crossed in range(level[a] + 1, level[b]):
+                chain.append(count)
+                vertex_layers.append(crossed)
+                graph_edges.append((previous, count))
+                previous, count = count, count + 1
+            graph_edges.append((previous, b))
+            routes.append((a, b, chain))
+    graph = igraph.Graph(n=count, edges=graph_edges, directed=True)
+    placed = graph.layout_sugiyama(layers=vertex_layers)
+    coords = [(float(x), float(y)) for x, y in placed.coords[:count]]
+    return coords[: len(ids)], [(a, b, [coords[v] for v in chain]) for a, b, chain in routes]
 
 
 def svg(ids: list[str], rows: dict[str, tuple[Any, ...]], centre: str | None = None) -> str:
@@ -43,7 +88,7 @@ def svg(ids: list[str], rows: dict[str, tuple[Any, ...]], centre: str | None = N
     if not ids:
         return ""
     coords, edges = layout(ids, rows)
-    xs = [x for x, _ in coords] or [0.0]
+    xs = [x for x, _ in coords] + [x for _a, _b, route in edges for x, _ in route]
 
     def at(x: float, y: float) -> tuple[float, float]:
         return (PAD + (x - min(xs)) * (NODE_W + GAP_X), PAD + y * (NODE_H + GAP_Y))
