@@ -237,3 +237,19 @@ def test_a_long_dependency_is_routed_through_the_layers_it_crosses_and_a_short_o
     for (a, b), points in routes.items():
         assert [y for _x, y in points] == list(range(int(layer[a]) + 1, int(layer[b]))), (a, b, points)
     assert "<polyline" in graph.svg(ids, rows)
+
+
+def test_hostile_text_in_items_is_escaped_on_every_new_page(world: World) -> None:
+    hostile = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
+    with world.plane() as wp:
+        base = wp.do("new", title=hostile).result["item"]
+        item = wp.do("new", title="waits on " + hostile, depends_on=[base]).result["item"]
+    with world.plane("bot") as wp:
+        wp.do("claim", item=item, ttl="30m")
+    with world.pages("alice") as pages:
+        for path in ("/", f"/?q={hostile}", "/graph", f"/items/{item}", f"/items/{base}", "/leases",
+                     "/leases?holder=" + hostile):
+            page = pages.get(path)
+            assert page.status_code == 200, (path, page.status_code)
+            assert "<script>alert" not in page.text and "<img src=x" not in page.text, path
+            assert "&lt;script&gt;alert(1)" in page.text or path.startswith("/leases"), path

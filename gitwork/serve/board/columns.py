@@ -41,11 +41,11 @@ class Filters:
 def _card(row: dict[str, Any], rank: int | None) -> str:
     lease = ""
     if row["holder"]:
-        lease = (f'<div class="lease">held by <a class="holder" href="/leases?holder={esc(row["holder"])}">'
+        lease = (f'<div class="lease">held by <a class="holder" href="/leases{esc(query(holder=row["holder"]))}">'
                  f'{esc(row["holder"])}</a> <span class="countdown" data-expires="{esc(row["expires_at"])}">until '
                  f'{esc(row["expires_at"])}</span></div>')
     badge = f'<span class="rank" title="ready order">#{rank}</span>' if rank else ""
-    labels = "".join(f'<a class="label" href="/?label={esc(label)}">{esc(label)}</a>' for label in row["labels"])
+    labels = "".join(f'<a class="label" href="/{esc(query(label=label))}">{esc(label)}</a>' for label in row["labels"])
     return (f'<li class="card" data-item="{esc(row["item"])}">{badge}<a href="/items/{esc(row["item"])}">'
             f'{esc(row["title"])}</a><div class="meta"><code>{esc(row["item"][:8])}</code> p{esc(row["priority"])} '
             f'{labels}</div>{lease}</li>')

@@ -27,7 +27,7 @@ def bars(spans: list[dict[str, Any]], now: Any, *, label: str) -> str:
         stop = parse_instant(span["to"]) if span.get("to") else now
         width = max((stop - parse_instant(span["from"])).total_seconds() / total * 100, 0.6)
         key = span.get(label) or "?"
-        link = f"/items/{esc(key)}" if label == "item" else f"/leases{query(holder=key)}"
+        link = esc(f"/items/{key}" if label == "item" else f"/leases{query(holder=key)}")
         state = span.get("end") or "held"
         rows.append(f'<div class="span" data-epoch="{esc(span["epoch"])}" data-holder="{esc(span.get("holder"))}">'
                     f'<a class="key" href="{link}">{esc(key if label != "item" else key[:10])}</a>'
@@ -63,7 +63,7 @@ def render_leases(server: Server, who: Principal, holder: str | None, before: st
             f'placeholder="an agent or person"> <button type="submit">Show</button></form>')
     window = (f'<p class="window">{found["read"]} commits of the state ref read'
               + (f', {esc(found["oldest"])} to {esc(found["newest"])}' if found["newest"] else "") + ".</p>")
-    older = (f'<p><a class="older" href="/leases{query(holder=holder, before=found["next"], limit=limit if limit != WINDOW else None)}">'
+    older = (f'<p><a class="older" href="/leases{esc(query(holder=holder, before=found["next"], limit=limit if limit != WINDOW else None))}">'
              f'older commits →</a></p>' if found["next"] else "")
     if not spans:
         body = empty(f"No lease{whose} in these commits.",
