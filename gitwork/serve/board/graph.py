@@ -3,8 +3,8 @@
 The layout is igraph's Sugiyama layout (``Graph.layout_sugiyama``: crossings reduced by the
 barycenter heuristic) over layers computed here (longest path), each long edge split into one dummy
 vertex per layer it crosses. igraph is maintained, ships binary wheels on PyPI for Linux, macOS and Windows (``pip
-install 'gitwork[serve]'``), needs nothing from the network at run time, imports in ~5 ms and lays out
-500 nodes in ~50 ms (docs/serve.md says why it was chosen). A dependency is drawn above the items
+install 'gitwork[serve]'``), needs nothing from the network at run time, and its C core is fast
+enough to lay out a picture per request (docs/serve.md says why it was chosen). A dependency is drawn above the items
 that wait on it: an arrow points from what must be done first to what it unblocks.
 """
 
