@@ -65,6 +65,14 @@ class Selection:
         self.commit = commit
 
 
+# The rule of ``ready`` in SQL (the same rule as :func:`ready`; ``gw_live`` is registered by the reader).
+READY_WHERE = ("i.status IN ('open', 'in_progress')",
+               "NOT (i.lease_state = 'active' AND gw_live(i.expires))",
+               "NOT (i.status = 'in_progress' AND coalesce(i.lease_state, '') != 'active')",
+               "NOT EXISTS (SELECT 1 FROM dep d LEFT JOIN item j ON j.id = d.on_id"
+               " WHERE d.item = i.id AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL))")
+
+
 def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False, statuses: Any = None,
            closed: bool = False, labels: Any = (), labels_any: Any = (), owner: str | None = None,
            priority: int | None = None,
@@ -80,11 +88,7 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
     where = ["i.problem IS NULL"]
     args: list[Any] = []
     if ready:
-        where += ["i.status IN ('open', 'in_progress')",
-                  "NOT (i.lease_state = 'active' AND gw_live(i.expires))",
-                  "NOT (i.status = 'in_progress' AND coalesce(i.lease_state, '') != 'active')",
-                  "NOT EXISTS (SELECT 1 FROM dep d LEFT JOIN item j ON j.id = d.on_id"
-                  " WHERE d.item = i.id AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL))"]
+        where += list(READY_WHERE)
     elif statuses:
         # "expired" is not an item status but a lease past its expiry (gw list -s expired): either matches.
         real = [s for s in statuses if s != "expired"]

@@ -4,6 +4,10 @@ The rules (docs/leases.md, "Roles"), checked by the ops on the exact state a com
 
 - ``revoke``: admins. With no ``admins`` configured (a fresh repository), any person, as before
   roles existed; agents never.
+- ``handoff`` of someone else's live lease (the board's steering): admins, once ``admins`` is
+  configured (a person is refused); without admins, hand-off stays the holder's (exit 7, as before).
+  ``exec-stop`` of someone else's execution: as ``revoke``. A holder hands off its own lease, and
+  whoever started an execution may ask for it to stop, whatever their role.
 - ``decide``: admins, and the person the decision request was addressed to (``--to``). With no
   ``admins`` configured, any person. Agents never.
 - Agents act on an item (``edit``, ``check``, ``decision``, ``done``, ``cancel``, ``reopen``) only
@@ -52,6 +56,18 @@ def require_revoker(ctx: Context, item_id: str) -> None:
     if role == "agent":
         raise Forbidden(f"agents may not revoke (setting 'agents'); {_you(ctx)}: ask a person or an admin to revoke "
                         f"{item_id}", item=item_id, who=ctx.actor, role=role)
+
+
+def require_steerer(ctx: Context, item_id: str, what: str) -> None:
+    """Refuse steering someone else's work (``what``: "hand off bot's lease on w-1", ...) unless the
+    actor is an admin (or, with no admins configured, a person): the rule of ``revoke``."""
+    role = ctx.settings.role(ctx.actor)
+    if ctx.settings.admins and role != "admin":
+        raise Forbidden(f"only an admin may {what} (setting 'admins': {_admins(ctx)}); {_you(ctx)}",
+                        item=item_id, who=ctx.actor, role=role)
+    if role == "agent":
+        raise Forbidden(f"agents may not {what} (setting 'agents'); {_you(ctx)}: ask a person or an admin",
+                        item=item_id, who=ctx.actor, role=role)
 
 
 def require_decider(ctx: Context, item_id: str, question: dict[str, Any]) -> None:

@@ -1,12 +1,15 @@
 """The board in a real browser: Playwright for Python driving Debian's chromium (no browser download).
 
 A real server on a free port over a throwaway repository; changes come from the page (a tick, a
-decision) and from outside it (``gw msg`` in a child process), and are checked on the state ref and
-on the page without a reload. ``GW_SCREENSHOTS=1`` saves the board and an item page into docs/.
+decision, a revoke) and from outside it (``gw msg`` in a child process), and are checked on the state
+ref and on the page without a reload. One browser for the module, two signed-in pages: ``alice`` (a
+person) and ``lead`` (the one admin of the repository's settings). The screenshots in docs/ come from
+``python -m gitwork.serve.shots docs/``; these tests only check that a page renders to a real image.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,14 +23,13 @@ import pytest
 pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip install -e '.[test]')")
 sync_api = pytest.importorskip("playwright.sync_api", reason="the board tests need playwright (pip install -e '.[test]')")
 
-from conftest import ROOT, gw_cmd, make_repo, scrubbed  # noqa: E402
+from conftest import gw_cmd, make_repo, scrubbed  # noqa: E402
 from gitwork.serve.app import create_app  # noqa: E402
 from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402
 from gitwork.store import Repository  # noqa: E402
 from gitwork.workplane import Workplane  # noqa: E402
 
-SAVE = bool(os.environ.get("GW_SCREENSHOTS"))  # read at import: the fixtures scrub GW_* variables
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not os.path.exists(CHROMIUM) and os.geteuid() != 0:
     # As root, tests/system-packages.sh installs it: a missing browser there is a failure, not a skip.
@@ -47,8 +49,8 @@ def poll(check: Callable[[], Any], timeout: float = 15, what: str = "condition")
 
 
 class Board:
-    def __init__(self, repo: Path, url: str, page: Any, items: dict[str, str]) -> None:
-        self.repo, self.url, self.page, self.items = repo, url, page, items
+    def __init__(self, repo: Path, url: str, page: Any, items: dict[str, str], lead: Any = None) -> None:
+        self.repo, self.url, self.page, self.items, self.lead = repo, url, page, items, lead
 
     def plane(self, who: str = "alice") -> Workplane:
         return Workplane(str(self.repo), agent=who)
@@ -74,20 +76,35 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
             wp.post(schema, "Starting on the schema; two tables so far.")
             wp.do("claim", item=items["ci"], ttl="45m")
             wp.ask(items["ci"], "Which CI runner should we use?", options=["GitHub Actions", "self-hosted"], to="alice")
-        token = Tokens(Repository.discover(str(repo)).gitwork_dir()).add("alice", "person")[0]
-        with Running(create_app(str(repo))) as url, sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"{url}/")
-            page.fill("input[name=token]", token)  # the sign-in form sets the session cookie
-            page.click("button[type=submit]")
-            page.wait_for_selector("section.column")
-            yield Board(repo, url, page, items)
-            browser.close()
+        (repo / ".workplane").write_text("admins: [lead]\n")  # alice is a person, lead the admin
+        tokens = Tokens(Repository.discover(str(repo)).gitwork_dir())
+        token, lead_token = tokens.add("alice", "person")[0], tokens.add("lead", "admin")[0]
+        try:
+            with Running(create_app(str(repo))) as url, sync_api.sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                page, lead = (sign_in(browser, url, secret) for secret in (token, lead_token))
+                yield Board(repo, url, page, items, lead)
+                browser.close()
+        finally:
+            if shutil.which("tmux"):  # the repository's own tmux server (gw run's executions)
+                from gitwork.launch.tmux import socket_path
+
+                subprocess.run(["tmux", "-S", socket_path(Repository.discover(str(repo))), "kill-server"],
+                               capture_output=True)
+
+
+def sign_in(browser: Any, url: str, token: str) -> Any:
+    """A page of its own browser context (its own cookie), signed in through the sign-in form."""
+    page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+    page.goto(f"{url}/")
+    page.fill("input[name=token]", token)  # the sign-in form sets the session cookie
+    page.click("button[type=submit]")
+    page.wait_for_selector("section.column")
+    return page
 
 
 def screenshot(page: Any, name: str, tmp_path: Path) -> None:
-    target = ROOT / "docs" / name if SAVE else tmp_path / name
+    target = tmp_path / name
     page.screenshot(path=str(target), full_page=False)
     assert target.stat().st_size > 10_000
 
@@ -239,3 +256,181 @@ def test_a_page_of_another_origin_can_neither_write_nor_sign_out_nor_sign_in(boa
                        for m in wp.thread(board.items["docs"], 0)[1])
 
     poll(posted, what="the board's own post on the state ref")
+
+
+# --- steering, pictures, timelines, executions, search and paging ---------------------------------------
+
+
+def state_tip(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "refs/gitwork/state"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def held(board: Board, title: str, holder: str = "bot", **fields: Any) -> str:
+    with board.plane("root") as wp:
+        item = wp.do("new", title=title, **fields).result["item"]
+    with board.plane(holder) as wp:
+        wp.do("claim", item=item, ttl="30m")
+    return str(item)
+
+
+def test_an_admin_revokes_and_hands_off_on_the_item_page_and_a_person_is_refused_with_77(board: Board) -> None:
+    stuck, reassigned = held(board, "Stuck migration"), held(board, "Needs carol")
+    before = state_tip(board.repo)
+    page = board.page  # alice, a person: the forms are there, the server refuses them, the page says so
+    page.goto(f"{board.url}/items/{stuck}")
+    assert "admin role" in page.inner_text("section.steer .note")
+    page.fill("form.steer-revoke input[name=reason]", "looks stuck")
+    page.click("form.steer-revoke button[type=submit]")
+    page.wait_for_selector("#flash.error")
+    assert page.inner_text("#flash").startswith("forbidden (77): only an admin may revoke")
+    assert state_tip(board.repo) == before
+
+    lead = board.lead
+    lead.goto(f"{board.url}/items/{stuck}")
+    assert lead.locator("section.steer .note").count() == 0
+    lead.fill("form.steer-revoke input[name=reason]", "stuck for an hour")
+    lead.click("form.steer-revoke button[type=submit]")
+
+    def ended(item: str, state: str) -> Any:
+        with board.plane() as wp:
+            lease = wp.lease(item)
+            return lease if lease is not None and lease.state == state else None
+
+    lease = poll(lambda: ended(stuck, "revoked"), what="the revoke on the state ref")
+    assert (lease.ended_by, lease.reason) == ("lead", "stuck for an hour")
+    with board.plane() as wp:
+        assert {k: v for k, v in next(wp.log(1))["command"].items() if k != "id"} == {
+            "op": "revoke", "item": stuck, "reason": "stuck for an hour", "as": "lead"}  # one document, as lead
+    # The page re-renders from the event stream: the timeline shows bot's lease, revoked by lead, and why.
+    lead.wait_for_selector("section.item-leases td.end:has-text('revoked by lead: stuck for an hour')")
+    assert lead.inner_text("section.item-leases td.holder") == "bot"
+
+    lead.goto(f"{board.url}/items/{reassigned}")
+    lead.fill("form.steer-handoff input[name=to]", "carol")
+    lead.fill("form.steer-handoff input[name=message]", "carol knows the schema")
+    lead.click("form.steer-handoff button[type=submit]")
+    lease = poll(lambda: ended(reassigned, "handed-off"), what="the hand-off on the state ref")
+    assert lease.handoff == {"reason": "reassign", "to": "carol", "message": "carol knows the schema"}
+    assert lease.ended_by == "lead"
+    lead.wait_for_selector("li.message:has-text('carol knows the schema')")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+def test_the_executions_page_shows_a_live_terminal_and_an_admin_stops_the_execution(board: Board) -> None:
+    with board.plane("root") as wp:
+        item = wp.do("new", title="Run an agent").result["item"]
+    started = subprocess.run(gw_cmd("run", item, "--json", "--as", "bot", "--", "sh", "-c", "echo hello-from-the-agent; cat"),
+                             cwd=board.repo, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0, started.stderr
+    execution = json.loads(started.stdout)["execution"]
+    lead = board.lead
+    lead.goto(f"{board.url}/executions")
+    row = lead.locator(f"tr.execution[data-execution='{execution}']")
+    assert row.get_attribute("data-state") == "running"
+    screen = lead.locator(f"pre[data-capture*='{execution}']")
+    poll(lambda: "hello-from-the-agent" in screen.inner_text(), what="the agent's first line")
+    lead.evaluate("window.notReloaded = true")
+    sent = subprocess.run(gw_cmd("send", execution, "typed-from-a-terminal", "--enter"), cwd=board.repo,
+                          capture_output=True, text=True, timeout=60)
+    assert sent.returncode == 0, sent.stderr
+    poll(lambda: "typed-from-a-terminal" in screen.inner_text(), what="the terminal to refresh")
+    assert lead.evaluate("window.notReloaded") is True
+
+    page = board.page  # alice may not stop bot's execution
+    page.goto(f"{board.url}/executions")
+    before = state_tip(board.repo)
+    mine = page.locator(f"tr.execution[data-execution='{execution}']")
+    mine.locator("input[name=reason]").fill("mine now")
+    mine.locator("button[type=submit]").click()
+    page.wait_for_selector("#flash.error")
+    assert page.inner_text("#flash").startswith("forbidden (77)")
+    assert state_tip(board.repo) == before
+
+    row.locator("input[name=reason]").fill("wrong branch")
+    row.locator("button[type=submit]").click()
+
+    def asked() -> Any:
+        with board.plane() as wp:
+            from gitwork.launch.run import find
+
+            return (find(wp, execution) or {}).get("stop_requested")
+
+    assert poll(asked, what="the stop request")["by"] == "lead"
+    coordinated = subprocess.run(gw_cmd("coordinate", "--once", "--json"), cwd=board.repo, capture_output=True,
+                                 text=True, timeout=60)
+    assert coordinated.returncode == 0, coordinated.stderr
+    actions = json.loads(coordinated.stdout)["actions"]
+    assert [(a["execution"], a["action"]) for a in actions] == [(execution, "stopped")], actions
+    lead.wait_for_selector(f"tr.execution[data-execution='{execution}'][data-state=stopped]")
+    assert "stop asked by lead: wrong branch" in row.inner_text()
+
+
+def test_search_filters_and_a_column_that_pages_past_200_cards(board: Board) -> None:
+    with board.plane("root") as wp:
+        wp.do("batch", ops=[{"op": "new", "title": f"Bulk task {n:03}", "labels": ["bulk"]} for n in range(230)])
+        rows = [r for r in wp.rows()[1].values() if "bulk" in r[4]]
+    page = board.page
+    page.goto(f"{board.url}/")
+    page.fill("form.search input[name=q]", "BULK task")  # any case, a title's words
+    page.click("form.search button[type=submit]")
+    page.wait_for_selector("section.column[data-status=open] li.more")
+    open_column = "section.column[data-status=open]"
+    assert page.inner_text(f"{open_column} .count") == "230"
+    assert page.locator(f"{open_column} li.card").count() == 200
+    page.click(f"{open_column} a.next")
+    page.wait_for_selector("li.pager")
+    assert page.locator("section.column").count() == 1  # one column, its second page
+    assert page.locator(f"{open_column} li.card").count() == 30
+    assert "page 2 of 2" in page.inner_text("li.pager")
+    assert page.locator("li.card > a").first.inner_text().startswith("Bulk task")
+    page.goto(f"{board.url}/?q={rows[7][0][:12]}")  # by id
+    assert page.locator("li.card > a").all_inner_texts() == [rows[7][1]]
+    page.goto(f"{board.url}/?label=docs")  # a label filter, from a card's label
+    assert page.locator("li.card > a").all_inner_texts() == ["Write the docs"]
+    page.goto(f"{board.url}/?q=no-such-thing-at-all")
+    assert "No item matches" in page.inner_text(".empty")
+
+
+def test_dependency_pictures_of_an_item_and_of_the_whole_board(board: Board) -> None:
+    page = board.page
+    schema, api = board.items["schema"], board.items["api"]
+    page.goto(f"{board.url}/items/{api}")
+    svg = page.locator("section.neighbourhood svg.graph")
+    assert svg.locator(f"a.node.centre[data-item='{api}']").count() == 1
+    assert svg.locator(f"polyline.edge[data-from='{schema}'][data-to='{api}']").count() == 1
+    top = {item: float(svg.locator(f"a.node[data-item='{item}'] rect").get_attribute("y") or 0) for item in (schema, api)}
+    assert top[schema] < top[api]  # what must be done first is drawn above what it unblocks
+    svg.locator(f"a.node[data-item='{schema}']").click()  # each node links to its item
+    page.wait_for_url(f"**/items/{schema}")
+    page.goto(f"{board.url}/graph?label=docs")
+    nodes = page.locator("svg.graph a.node")
+    assert [nodes.nth(n).get_attribute("data-item") for n in range(nodes.count())] == [board.items["docs"]]
+    page.goto(f"{board.url}/graph?status=done")
+    assert board.items["old"] in [n.get_attribute("data-item") for n in page.locator("svg.graph a.node").all()]
+    page.goto(f"{board.url}/graph")
+    assert page.locator(f"svg.graph a.node[data-item='{board.items['old']}']").count() == 0  # open ones by default
+
+
+def test_lease_timelines_per_item_and_per_agent(board: Board) -> None:
+    item = held(board, "Timeline item", holder="tl-agent")
+    with board.plane("tl-agent") as wp:
+        wp.do("renew", item=item)
+        wp.do("release", item=item)
+    with board.plane("tl-other") as wp:
+        wp.do("claim", item=item, ttl="30m")
+    page = board.page
+    page.goto(f"{board.url}/items/{item}")
+    spans = page.locator("section.item-leases .span")
+    assert [spans.nth(n).get_attribute("data-holder") for n in range(spans.count())] == ["tl-agent", "tl-other"]
+    cells = page.locator("section.item-leases table tr").nth(1).locator("td").all_inner_texts()
+    assert (cells[0], cells[4]) == ("tl-agent", "released")  # holder, how it ended
+    page.goto(f"{board.url}/leases?holder=tl-agent")  # from the state ref's history: renewals counted too
+    assert page.locator("table.leases tr").count() == 2  # a header and the one lease
+    assert item[:10] in page.inner_text("table.leases")
+    assert page.inner_text("table.leases td.renewals") == "1"
+    page.goto(f"{board.url}/leases?limit=1")  # a page of one commit: tl-other's claim
+    assert page.locator("table.leases td.holder").all_inner_texts() == ["tl-other"]
+    page.click("a.older")
+    page.wait_for_url("**before=*")
+    assert "tl-agent" in page.locator("table.leases td.holder").all_inner_texts()

@@ -6,6 +6,8 @@ Each tick, for every live execution recorded on this host:
   gone is ``lost``;
 - a running one whose lease ended (taken over, revoked, released, handed off, expired, or a newer
   epoch) is killed and recorded ``stopped``: the fence rule applied to processes;
+- a running one someone asked to stop (op ``exec-stop``, e.g. from the board) is killed and recorded
+  ``stopped`` with that request's reason;
 - a running one whose lease is live is renewed, as its holder and under its fence, once less than
   half of the lease's ttl is left (so an interval well under half the ttl never lets it lapse);
 - an execution that cannot be reconciled (its backend errs) ``failures`` passes in a row has its
@@ -58,6 +60,12 @@ def _lease_ended(wp: Workplane, record: dict[str, Any]) -> str | None:
     if not lease.live_for_holder(wp.now(), wp.settings.clock_margin):
         return "its lease expired"
     return None
+
+
+def _stop_asked(record: dict[str, Any]) -> str | None:
+    """Why an execution must stop because someone asked (op ``exec-stop``: the board's Stop)."""
+    asked = record.get("stop_requested")
+    return f"stop asked by {asked.get('by')}: {asked.get('reason')}" if isinstance(asked, dict) else None
 
 
 class Reconcile:
@@ -230,7 +238,8 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
                 done.append({**entry, "action": record["state"] if record["state"] not in LIVE else "waiting",
                              "code": record.get("code")})
                 continue
-            why = _lease_ended(wp, record) or checks.item_closed(record) or checks.session_ended(record)
+            why = (_stop_asked(record) or _lease_ended(wp, record) or checks.item_closed(record)
+                   or checks.session_ended(record))
             if why:
                 _kill(wp, record, why)
                 done.append({**entry, "action": "stopped", "reason": why})

@@ -160,6 +160,41 @@ def exec_state(ctx: Context) -> None:
             fence=record.get("fence") if to == "launching" else None)
 
 
+@op("exec-stop", "ask for a live execution to be stopped: its host's gw coordinate kills it and records it stopped",
+    who=("whoever started the execution; anyone else: admins (setting `admins`; with no admins "
+         "configured, any person). Agents only their own."),
+    roles=True, execution="short!", reason="short!")
+def exec_stop(ctx: Context) -> None:
+    """A public op (the board's and any face's): it records the request on the execution, and the
+    coordinator of the execution's host (the only process that can reach it) kills it on its next pass
+    and records ``stopped`` with this reason. Whoever started the execution may ask; anyone else only
+    under the rule of ``revoke`` (an admin; with no admins configured, a person)."""
+    from ..roles import require_steerer
+
+    execution_id = check_execution_id(ctx.cmd["execution"])
+    record = load_execution(ctx, execution_id)
+    if record is None:
+        raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    item_id = record["item"]
+    if record.get("by") != ctx.actor:
+        require_steerer(ctx, item_id, f"stop {record.get('by')}'s execution {execution_id}")
+    if record["state"] not in LIVE:
+        raise Illegal(f"execution {execution_id} is {record['state']}: nothing to stop", execution=execution_id,
+                      state=record["state"])
+    asked = record.get("stop_requested")
+    if asked:
+        raise Illegal(f"execution {execution_id} was already asked to stop by {asked.get('by')} ({asked.get('reason')})",
+                      execution=execution_id, state=record["state"])
+    record["stop_requested"] = {"by": ctx.actor, "at": ctx.when, "reason": ctx.cmd["reason"]}
+    record["updated_at"] = ctx.when
+    ctx.outcome.changes[execution_path(execution_id)] = codec.dump_yaml(record)
+    ctx.event(item_id, "stop-requested", execution=execution_id, reason=ctx.cmd["reason"])
+    ctx.say(f"exec-stop {execution_id} on {item_id} by {ctx.actor}: {ctx.cmd['reason']}", item_id,
+            execution=execution_id)
+    ctx.outcome.result = {"execution": execution_id, "item": item_id, "state": record["state"],
+                          "stop_requested": record["stop_requested"]}
+
+
 # --- the coordinator's own lease: one `gw coordinate` per host ----------------------------------------
 
 @op("coord-lease", "take, renew or release the lease that makes one gw coordinate per host and clone",

@@ -14,7 +14,7 @@ from ..clock import format_instant
 from ..engine import Context, op
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
 from ..model import CLOSED, Lease, usable_ttl
-from ..roles import WHO_HOLDS, holder_check, require_revoker
+from ..roles import WHO_HOLDS, holder_check, require_revoker, require_steerer
 from .common import end_lease
 
 # How many of the best ready items a `claim --next` that lost a race spreads over.
@@ -215,12 +215,22 @@ def revoke(ctx: Context) -> None:
     ctx.outcome.result = lease_result(lease)
 
 
-@op("handoff", "hand the lease over: the next claimant need not wait for expiry", who=WHO_HOLDS,
+@op("handoff", "hand the lease over: the next claimant need not wait for expiry (an admin may hand off anyone's)",
+    who=("the holder, under its fence (any role); once `admins` is set, also an admin, for someone "
+         "else's live lease (without a fence); a person is then refused (77)."),
     mcp={"verb": "leases:handoff", "fields": ("item", "reason", "message", "to", "fence"), "lease": "end"}, arbiter=True,
-    item="item!", reason="|".join(HANDOFF_REASONS) + "!", message="text", to="name")
+    roles=True, item="item!", reason="|".join(HANDOFF_REASONS) + "!", message="text", to="name")
 def handoff(ctx: Context) -> None:
     item_id = ctx.target()
-    lease = _held(ctx, item_id)
+    lease = ctx.lease(item_id)
+    if (lease is not None and lease.is_active() and lease.holder != ctx.actor and "fence" not in ctx.cmd
+            and ctx.settings.admins and ctx.settings.role(ctx.actor) != "agent"):
+        # Steering (the board's hand-off), once admins are configured: an admin hands someone else's live
+        # lease over (a person is refused, 77). No fence is presented for it (a fence is not a
+        # credential); without admins, or for an agent, hand-off stays the holder's (_held: exit 7).
+        require_steerer(ctx, item_id, f"hand off {lease.holder}'s lease on {item_id}")
+    else:
+        lease = _held(ctx, item_id)
     lease.handoff = {"reason": ctx.cmd["reason"], "to": ctx.cmd.get("to"), "message": ctx.cmd.get("message")}
     lease.handoff = {k: v for k, v in lease.handoff.items() if v}
     end_lease(ctx, lease, "handed-off", reason=ctx.cmd["reason"], to=ctx.cmd.get("to"))

@@ -154,6 +154,9 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
 
     app.add_middleware(Guard)  # outermost but for CORS: refusals before any route (guard.py)
     app.include_router(api_router(server))
+    from .reads import reads_router  # the board's extra reads (lease timelines, a terminal's capture)
+
+    app.include_router(reads_router(server))
     if board:
         from .board import board_router
 

@@ -1,0 +1,74 @@
+(function () {
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll('[data-expires]').forEach(function (el) {
+      var left = Math.round((Date.parse(el.dataset.expires) - now) / 1000);
+      if (isNaN(left)) return;
+      if (left <= 0) { el.textContent = 'expired'; el.classList.add('expired'); return; }
+      var h = Math.floor(left / 3600), m = Math.floor(left % 3600 / 60), s = left % 60;
+      el.textContent = (h ? h + 'h ' : '') + (h || m ? m + 'm ' : '') + s + 's left';
+    });
+  }
+  function flash(text, bad) {
+    var el = document.getElementById('flash');
+    el.textContent = text || ''; el.className = bad ? 'error' : '';
+  }
+  var busy = false, again = false;
+  function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    fetch(location.href, {credentials: 'same-origin'}).then(function (r) { return r.text(); }).then(function (text) {
+      var fresh = new DOMParser().parseFromString(text, 'text/html').getElementById('live');
+      var live = document.getElementById('live');
+      if (fresh && live) { live.replaceWith(fresh); tick(); }
+    }).finally(function () { busy = false; if (again) { again = false; refresh(); } });
+  }
+  function value(input) {
+    if (input.hasAttribute('data-int')) return parseInt(input.value, 10);
+    if (input.hasAttribute('data-bool')) return input.value === 'true';
+    return input.value;
+  }
+  document.addEventListener('submit', function (event) {
+    var form = event.target;
+    if (!form.dataset || !form.dataset.op) return;
+    event.preventDefault();
+    var doc = {op: form.dataset.op};
+    form.querySelectorAll('input,textarea,select').forEach(function (input) {
+      if (!input.name || ((input.type === 'radio' || input.type === 'checkbox') && !input.checked)) return;
+      doc[input.name] = value(input);
+    });
+    var csrf = document.querySelector('meta[name=gw-csrf]');
+    fetch('/v1/commands', {method: 'POST', credentials: 'same-origin',
+                           headers: {'Content-Type': 'application/json', 'X-CSRF-Token': csrf ? csrf.content : ''},
+                           body: JSON.stringify(doc)})
+      .then(function (r) { return r.json().then(function (body) { return [r.status, body]; }); })
+      .then(function (answer) {
+        var body = answer[1];
+        if (body.ok) {
+          flash(doc.op + ' done');
+          if (form.querySelector('textarea') || !form.closest('#live')) form.reset();
+          refresh();
+        } else flash(body.error + ' (' + body.code + '): ' + body.message, true);
+      });
+  });
+  var live = document.getElementById('live');
+  if (live && window.EventSource) {
+    var source = new EventSource(live.dataset.live);
+    source.addEventListener('state', refresh);
+    document.documentElement.dataset.stream = 'connecting';
+    source.addEventListener('hello', function () { document.documentElement.dataset.stream = 'open'; });
+  }
+  // Live terminals (the executions page): each capture polls its endpoint while the page is open.
+  function captures() {
+    document.querySelectorAll('pre[data-capture]').forEach(function (el) {
+      fetch(el.dataset.capture, {credentials: 'same-origin'}).then(function (r) {
+        return r.ok ? r.json() : null;
+      }).then(function (body) {
+        if (body && body.ok && el.textContent !== body.text) { el.textContent = body.text; el.dataset.fresh = '1'; }
+      }).catch(function () {});
+    });
+  }
+  tick();
+  setInterval(tick, 1000);
+  if (document.querySelector('pre[data-capture]')) setInterval(captures, 2000);
+})();
