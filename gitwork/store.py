@@ -11,7 +11,6 @@ compares under it, so gitwork, plain git and other tools all serialise on the sa
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
 import time
@@ -45,6 +44,12 @@ def keeps_append_only(path: str, old: bytes | None, new: bytes | None) -> bool:
     if old is None or not path.endswith(APPEND_ONLY_SUFFIX):
         return True
     return new is not None and new.startswith(old)
+
+
+def jitter(low: float, high: float) -> float:
+    """A uniform draw in ``[low, high)`` for back-off sleeps (``os.urandom``: ``random`` costs every
+    command a few ms of start-up for these rare draws)."""
+    return low + (high - low) * int.from_bytes(os.urandom(4), "big") / 2**32
 
 
 def crash_point(name: str) -> None:
@@ -358,7 +363,7 @@ class Store:
                                 stderr=err, returncode=done.returncode)
             if ".lock" in err and "File exists" in err:
                 # Another writer holds git's lock: transient, unless it never goes away.
-                time.sleep(random.uniform(0.01, 0.09))
+                time.sleep(jitter(0.01, 0.09))
                 continue
             raise GitFailed(f"git update-ref {self.ref} failed: {err}", stderr=err)
         raise Locked(

@@ -1,0 +1,36 @@
+"""What ``gw claim`` / ``gw release`` load at start-up (issue 27 point 4: a command's cost is mostly
+its imports). Each module named here costs milliseconds per command and has a lighter stand-in on
+this path: ``subprocess`` (with ``threading``, ``locale``, ``selectors``: one ``git update-ref`` is
+spawned with ``os.posix_spawnp``), ``hashlib`` (OpenSSL's ``_hashlib``: object ids come from the
+interpreter's own ``_sha1``/``_sha256``), ``random`` (the odd jitter and auto-gc draw use ``os.urandom``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from gitwork.workplane import Workplane
+
+HEAVY = {"subprocess", "threading", "locale", "selectors", "hashlib", "_hashlib", "random"}
+
+
+def imported_by(repo: Path, *args: str) -> set[str]:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork", *args], cwd=repo,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def test_claim_and_release_load_no_heavy_module(repo: Path) -> None:
+    with Workplane(str(repo)) as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+    for verb in ("claim", "release"):
+        imported = imported_by(repo, verb, item, "--as", "bob")
+        assert "gitwork.engine" in imported  # the command ran through the engine
+        assert not imported & HEAVY, f"gw {verb} imports {sorted(imported & HEAVY)}"
+    with Workplane(str(repo)) as wp:
+        lease = wp.context().lease(item)
+        assert lease is not None and lease.state == "released" and lease.holder == "bob"
