@@ -109,7 +109,11 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[int, bytes, bytes
     their defaults), through ``os.posix_spawn``: importing subprocess (threading, locale, selectors)
     costs a one-commit ``gw claim`` more start-up than the one ``git update-ref`` it runs."""
     import select
-    import signal
+
+    try:
+        import _signal as signal  # the C module: signal.py builds enums at import (1 ms of start-up)
+    except ImportError:
+        import signal  # type: ignore[no-redef]
 
     program = next((p for p in (os.path.join(d, cmd[0]) for d in os.get_exec_path(env))
                     if os.access(p, os.X_OK) and not os.path.isdir(p)), None)

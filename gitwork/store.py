@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import time
 
 from . import gitcmd
@@ -55,6 +54,8 @@ def jitter(low: float, high: float) -> float:
 def crash_point(name: str) -> None:
     """Die like ``kill -9`` at a named step when ``GW_CRASH_AT`` names it (crash tests only)."""
     if os.environ.get("GW_CRASH_AT") == name:
+        import signal  # (not at the top: signal builds enums, 1 ms of every command's start-up)
+
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -1,8 +1,9 @@
 """What ``gw claim`` / ``gw release`` load at start-up (issue 27 point 4: a command's cost is mostly
 its imports). Each module named here costs milliseconds per command and has a lighter stand-in on
 this path: ``subprocess`` (with ``threading``, ``locale``, ``selectors``: one ``git update-ref`` is
-spawned with ``os.posix_spawnp``), ``hashlib`` (OpenSSL's ``_hashlib``: object ids come from the
-interpreter's own ``_sha1``/``_sha256``), ``random`` (the odd jitter and auto-gc draw use ``os.urandom``).
+spawned with ``os.posix_spawn``), ``hashlib`` (OpenSSL's ``_hashlib``: object ids come from the
+interpreter's own ``_sha1``/``_sha256``), ``random`` (the odd jitter and auto-gc draw use ``os.urandom``),
+``signal`` (its enums; the C module ``_signal`` gives the numbers).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from gitwork.workplane import Workplane
 
-HEAVY = {"subprocess", "threading", "locale", "selectors", "hashlib", "_hashlib", "random"}
+HEAVY = {"subprocess", "threading", "locale", "selectors", "signal", "hashlib", "_hashlib", "random"}
 
 
 def imported_by(repo: Path, *args: str) -> set[str]:
