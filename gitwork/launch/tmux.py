@@ -95,7 +95,7 @@ class Tmux:
 
         env_file = wrapper.write_env(folder, env)
         done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", "--",
-                          sys.executable, os.path.abspath(wrapper.__file__), folder, "--env", env_file, "--", *argv)
+                          sys.executable, "-S", os.path.abspath(wrapper.__file__), folder, "--env", env_file, "--", *argv)
         if done.returncode != 0:
             wrapper.remove(env_file)
             if "duplicate session" in done.err:
