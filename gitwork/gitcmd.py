@@ -111,7 +111,7 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[int, bytes, bytes
     import select
 
     try:
-        import _signal as signal  # the C module: signal.py builds enums at import (1 ms of start-up)
+        import _signal as signal  # type: ignore[import-not-found]  # C module: no enums (1 ms of start-up)
     except ImportError:
         import signal  # type: ignore[no-redef]
 

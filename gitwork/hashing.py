@@ -17,12 +17,12 @@ def new(algorithm: str, data: bytes = b"") -> Any:
     """A hash object of ``algorithm`` (``sha1`` or ``sha256``; any other name goes to ``hashlib``)."""
     try:
         if algorithm == "sha1":
-            from _sha1 import sha1
+            from _sha1 import sha1  # type: ignore[import-not-found]
 
             return sha1(data)
         if algorithm == "sha256":
             try:
-                from _sha2 import sha256  # Python 3.12+
+                from _sha2 import sha256  # type: ignore[import-not-found]  # Python 3.12+
             except ImportError:
                 from _sha256 import sha256  # type: ignore[import-not-found,no-redef]
             return sha256(data)

@@ -197,7 +197,7 @@ def _spawn(command: list[str], stdin: int | None, env: dict[str, str]) -> int:
     ``os.posix_spawn``: importing subprocess (threading, locale, selectors, signal's enums) would put
     milliseconds between ``gw run`` and the agent's first line. Its pid; ``OSError`` when it cannot start."""
     try:
-        import _signal as signals  # the C module: signal.py builds enums at import
+        import _signal as signals  # type: ignore[import-not-found]  # the C module: no enums built
     except ImportError:
         import signal as signals  # type: ignore[no-redef]
 
