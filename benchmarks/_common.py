@@ -205,11 +205,20 @@ def item_ids(n: int, seed: int = 1) -> list[str]:
     return out
 
 
-def build_state(repo: str | Path, n: int, *, realistic: bool = True, seed: int = 1, history: int = 0) -> dict[str, Any]:
+# Non-ASCII words for the "rich" shape's titles (accents, CJK, Cyrillic, emoji: 2-4 bytes in UTF-8).
+RICH_WORDS = ("réglage", "naïve", "Straße", "ćwiczenie", "日本語", "構成", "поиск", "δοκιμή", "ünïcode", "🚀",
+              "café", "señal", "Überprüfung", "数据", "ошибка", "fix", "the", "parser", "cache", "ready")
+
+
+def build_state(repo: str | Path, n: int, *, realistic: bool = True, seed: int = 1, history: int = 0,
+                shape: str = "plain") -> dict[str, Any]:
     """Write ``n`` items as ONE commit on a fresh state ref, through the library (Store.write_commit).
 
     ``realistic``: a fifth of the items are done and a tenth depend on an earlier item, so ``ready``
     has real filtering to do; otherwise every item is open with no dependency (contention runs).
+    ``shape="rich"`` (issue 27's data shape; implies ``realistic``): a quarter of the items done, every
+    item after the first ten with 1-3 dependencies on earlier items (for two in three of them only on
+    done ones, so about 55% are ready), 1-4 labels from a vocabulary of 40, non-ASCII titles.
     ``history``: also write that many ``commands/<h>/<id>`` records, as if that many commands had run
     (the records share one blob: what grows with history is the commands/ trees, not blob count).
     Returns the ids, the commit, and how long building and writing took.
@@ -228,15 +237,30 @@ def build_state(repo: str | Path, n: int, *, realistic: bool = True, seed: int =
         layout.COUNTERS: codec.dump_yaml({"fence": 0}),
     }
     open_ids: list[str] = []
+    rich = shape == "rich"
+    rng = random.Random(seed + 2)
+    done_ids: list[str] = []
     for i, item_id in enumerate(ids):
-        done = realistic and i % 5 == 4
-        deps = [ids[i - 7]] if realistic and i % 10 == 3 and i >= 7 else []
+        if rich:
+            done = i % 4 == 3
+            pool = done_ids if rng.random() < 2 / 3 and done_ids else ids[:i]
+            deps = sorted(set(rng.sample(pool, min(len(pool), rng.randint(1, 3))))) if i >= 10 else []
+            title = f"{' '.join(rng.choice(RICH_WORDS) for _ in range(rng.randint(3, 8)))} #{i}"
+            labels = sorted({f"{rng.choice(('area', 'team', 'kind', 'stage'))}-{rng.randint(0, 9)}"
+                             for _ in range(rng.randint(1, 4))})
+        else:
+            done = realistic and i % 5 == 4
+            deps = [ids[i - 7]] if realistic and i % 10 == 3 and i >= 7 else []
+            title = f"benchmark item {i}: make the frobnicator {i % 97} times faster"
+            labels = sorted({"bench", f"area-{i % 8}"})
+        if done:
+            done_ids.append(item_id)
         item = Item(
             id=item_id,
-            title=f"benchmark item {i}: make the frobnicator {i % 97} times faster",
+            title=title,
             status="done" if done else "open",
             priority=i % 4,
-            labels=sorted({"bench", f"area-{i % 8}"}),
+            labels=labels,
             depends_on=deps,
             provenance={"by": AGENT, "at": when},
             created_at=when,

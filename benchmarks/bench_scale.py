@@ -1,19 +1,25 @@
 """Per-command cost and ``gw ready`` / ``gw list`` as the item count grows.
 
-    python benchmarks/bench_scale.py [--quick] [--sizes 100,10000,100000] [--keep] [--no-packed]
+    python benchmarks/bench_scale.py [--quick] [--sizes 100,10000,100000] [--keep] [--no-packed] [--shape rich|plain]
 
 For each size the state is built through the library as ONE commit (Store.write_commit with every
 item.yaml and events.log, then Store.set_if_equals), and the build time is reported. Then, side by
 side with the floor (benchmarks/floor.sh: the same change with git plumbing):
 - in-process claim and release (one Workplane, Workplane.do), medians;
 - ``gw claim ID`` / ``gw release ID`` start-to-exit (the ref is reset before every run);
-- ``gw ready`` and ``gw list`` cold (the index cache ``<common dir>/gitwork/*.marshal`` deleted before
+- ``gw ready`` and ``gw list`` cold (the read cache ``<common dir>/gitwork/cache.sqlite*`` deleted before
   every run) and warm, next to the floor for reading every item.yaml with plumbing (``git ls-tree -r
   | git cat-file --batch``) and the interpreter floor (``python -c pass``);
 - with loose objects as built, and (largest size) again after ``git repack -ad``;
 - per-command cost and loose growth per renewal with 10,000 / 100,000 / 1,000,000 earlier commands
   recorded under ``commands/`` (the de-duplication records every command adds; ``--history``).
-``--keep`` reuses states built by an earlier run (under $TMPDIR/gw-bench/scale-N).
+``--shape rich`` (the default; issue 27's data shape): every item after the first ten with 1-3
+dependencies, 1-4 labels, non-ASCII titles, a quarter done (about 53% ready, 75% listed);
+``--shape plain``: the earlier shape (two labels each, a tenth with one dependency, a fifth done).
+The listings are timed beside their own floor: ONE SQL statement on the cache file returning the
+rows the listing prints (id, status, priority, holder, title; same filter and order) and writing
+them as tab-separated lines to /dev/null, in a fresh interpreter.
+``--keep`` reuses states built by an earlier run (under $TMPDIR/gw-bench/scale-SHAPE-N).
 Results: stdout (markdown) and benchmarks/results/bench_scale.json.
 """
 
@@ -32,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as c  # noqa: E402
 
 
-def prepared_state(n: int, keep: bool) -> tuple[Path, dict[str, object]]:
-    root = c.BENCH_TMP / f"scale-{n}"
+def prepared_state(n: int, keep: bool, shape: str = "rich") -> tuple[Path, dict[str, object]]:
+    root = c.BENCH_TMP / f"scale-{shape}-{n}"
     marker = root / "state.json"
     if keep and marker.exists():
         state = json.loads(marker.read_text())
@@ -53,7 +59,7 @@ def prepared_state(n: int, keep: bool) -> tuple[Path, dict[str, object]]:
     repo = c.make_repo(root / "repo")
     c.BUSY_SEEN.append(c.wait_quiet())
     c.log(f"{n} items: building the state in one commit ...")
-    state = c.build_state(repo, n)
+    state = c.build_state(repo, n, shape=shape)
     objects = c.common_dir(repo) / "objects"
     state["objects_du_kib"] = c.du_kib(objects)
     c.log(f"{n} items: built in {state['total_s']:.1f}s (encode {state['encode_s']:.1f}s, write objects "
@@ -141,10 +147,23 @@ def per_command(targets: dict[int, tuple[Path, str, str]], pairs: int, runs: int
     return out
 
 
+# The floor of a listing: one SQL statement returning the printed columns, written to /dev/null.
+FLOOR_SQL = """import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+where = {"ready": "status IN ('open', 'in_progress') AND waiting = 0 AND lease_state IS NOT 'active'",
+         "list": "status NOT IN ('done', 'cancelled')"}[sys.argv[2]]
+rows = db.execute("SELECT id, status, priority, holder, title FROM item WHERE problem IS NULL AND " + where
+                  + " ORDER BY priority, created, id").fetchall()
+with open("/dev/null", "w") as out:
+    out.write("".join(f"{r[0]}\t{r[1]}\t{r[2]}\t{r[3] or ''}\t{r[4]}\n" for r in rows))
+"""
+
+
 def reads(repo: Path, base: str, runs_cold: int, runs_warm: int, tag: str = "") -> dict[str, dict[str, float]]:
     gw, py = str(c.venv_gw()), str(c.venv_python())
     c.git(repo, "update-ref", c.REF, base)
-    cache_glob = str(c.common_dir(repo) / "gitwork" / "*.marshal")
+    cache_glob = str(c.common_dir(repo) / "gitwork" / "cache.sqlite*")
+    cache_file = str(c.common_dir(repo) / "gitwork" / "cache.sqlite")
     drop_cache = ["bash", "-c", f"rm -f {cache_glob}"]
     floor_read = ["bash", "-c", f"git ls-tree -r {c.REF} items | awk '/item\\.yaml$/ {{print $3}}' "
                                 "| git cat-file --batch >/dev/null"]
@@ -157,6 +176,8 @@ def reads(repo: Path, base: str, runs_cold: int, runs_warm: int, tag: str = "") 
         c.Case(f"gw ready warm{tag}", [gw, "ready"]),
         c.Case(f"gw list warm{tag}", [gw, "list"]),
         c.Case(f"floor: python -c pass{tag}", [py, "-c", "pass"]),
+        c.Case(f"floor ready: one SQL statement + write{tag}", [py, "-c", FLOOR_SQL, cache_file, "ready"]),
+        c.Case(f"floor list: one SQL statement + write{tag}", [py, "-c", FLOOR_SQL, cache_file, "list"]),
     ], repo, runs=runs_warm, warmup=2))
     return results
 
@@ -198,6 +219,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--history", help="earlier-command counts for the history table "
                                           "(default 10000,100000,1000000; quick 1000,10000; 0 to skip)")
     parser.add_argument("--keep", action="store_true", help="reuse states built by an earlier run")
+    parser.add_argument("--shape", choices=("rich", "plain"), default="rich",
+                        help="the items' data shape (default rich: 1-3 dependencies, labels, non-ASCII titles)")
     parser.add_argument("--no-packed", action="store_true", help="skip the repacked re-run at the largest size")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for an idle machine before timing")
     parser.add_argument("--reinstall", action="store_true", help="reinstall gitwork into the bench venv")
@@ -209,7 +232,7 @@ def main(argv: list[str]) -> int:
     info = c.machine()
     c.log(f"machine: {info}")
 
-    states: dict[int, tuple[Path, dict[str, object]]] = {n: prepared_state(n, args.keep) for n in sizes}
+    states: dict[int, tuple[Path, dict[str, object]]] = {n: prepared_state(n, args.keep, args.shape) for n in sizes}
     targets = {n: (repo, str(st["commit"]), str(st["claimable"][len(st["claimable"]) // 2]))  # type: ignore[index]
                for n, (repo, st) in states.items()}
     per_size = per_command(targets, pairs, runs, "items")

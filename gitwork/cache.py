@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 4  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
-# 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill)
+SCHEMA = 5  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
+# 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill);
+# 5: item.waiting and dep_on, so `ready` reads no dependency per row
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -49,12 +50,13 @@ CREATE TABLE IF NOT EXISTS item (
     holder TEXT, lease_state TEXT, expires TEXT, epoch INTEGER, fence INTEGER,
     problem TEXT,
     thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0,
-    shown INTEGER
+    shown INTEGER, waiting INTEGER
 );
 CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL, PRIMARY KEY (item, on_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL, PRIMARY KEY (item, label)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS label_label ON label (label, item);
+CREATE INDEX IF NOT EXISTS dep_on ON dep (on_id);
 CREATE INDEX IF NOT EXISTS item_shard ON item (shard);
 CREATE INDEX IF NOT EXISTS item_problem ON item (id) WHERE problem IS NOT NULL;
 CREATE INDEX IF NOT EXISTS item_ready ON item (status, priority, created, id);
@@ -171,6 +173,9 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     tip = snapshot.tree(layout.ITEMS) if snapshot.commit is not None else {}
     known = dict(db.execute("SELECT name, tree FROM shard"))
     touched: set[str] = set()  # ids added, removed or re-read: their neighbours' shortest forms may change
+    changed: set[str] = set()  # the same ids, kept whole: their dependents' ``waiting`` may change
+    pending: set[str] = set()  # re-read items with dependencies: their own ``waiting`` is to count
+    rebuild = not known
     for name in known.keys() - tip.keys():  # (no shortest form outside a shard depends on its ids)
         for table in ("dep", "label"):
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
@@ -183,17 +188,18 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     chunk = _BULK_SHARDS if many else max(1, len(work))
     forget = getattr(snapshot.store, "forget", None) if many else None
     for start in range(0, len(work), chunk):
-        _chunk(db, snapshot, work[start:start + chunk], touched, summarise, thread_entry)
+        _chunk(db, snapshot, work[start:start + chunk], (touched, changed, pending), summarise, thread_entry)
         if forget is not None:
             # Each folder and file is read once: the store's memo would otherwise keep every item of
             # the repository in memory (max RSS of a 100,000-item rebuild: 240 MB with it, 86 without)
             # for the collector to walk over and over.
             forget()
     _reshorten(db, touched)
+    _rewait(db, changed, pending, rebuild)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 
 
-def _chunk(db: sqlite3.Connection, snapshot: Snapshot, part: list[tuple[str, Any]], touched: set[str],
+def _chunk(db: sqlite3.Connection, snapshot: Snapshot, part: list[tuple[str, Any]], touched: tuple[set[str], set[str], set[str]],
            summarise: Any, thread_entry: Any) -> None:
     """Bring the shards in ``part`` (``(name, tree entry)``) to their trees; packed folders in bulk."""
     members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
@@ -243,11 +249,36 @@ def _reshorten(db: sqlite3.Connection, touched: set[str]) -> None:
         for item_id in again])
 
 
+_WAITING = ("SELECT count(*) FROM dep d LEFT JOIN item j ON j.id = d.on_id"
+            " WHERE d.item = {item} AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL)")
+
+
+def _rewait(db: sqlite3.Connection, changed: set[str], pending: set[str], rebuild: bool) -> None:
+    """Keep ``item.waiting`` (the number of an item's dependencies that are not done, missing or
+    unreadable; ``ready`` wants 0) true after the ids in ``changed`` were added, removed or re-read.
+
+    An item's count depends on its own dependencies and their rows alone: it is counted again when
+    the item was re-read (``pending``) or when one of its dependencies changed (found through
+    ``dep_on``). A rebuild counts every item with dependencies in one statement.
+    """
+    if rebuild:  # every row is new: the items with dependencies were inserted uncounted (NULL)
+        db.execute(f"UPDATE item SET waiting = ({_WAITING.format(item='item.id')}) WHERE waiting IS NULL")
+        return
+    again = set(pending)
+    for item_id in changed:
+        again.update(r[0] for r in db.execute("SELECT item FROM dep WHERE on_id=?", (item_id,)))
+    db.executemany(f"UPDATE item SET waiting = ({_WAITING.format(item='?1')}) WHERE id=?1", [(i,) for i in again])
+
+
 def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members: dict[str, Any],
-           before: dict[str, str], touched: set[str], summarise: Any, thread_entry: Any) -> None:
-    """Bring one shard's rows to its tree ``tree`` (``members``): only folders whose tree id changed."""
+           before: dict[str, str], sets: tuple[set[str], set[str], set[str]], summarise: Any, thread_entry: Any) -> None:
+    """Bring one shard's rows to its tree ``tree`` (``members``): only folders whose tree id changed.
+
+    ``sets``: the ids this pass touched, for _reshorten, for _rewait's dependents and own counts."""
+    touched, changed, pending = sets
     gone = before.keys() - members.keys()
     touched.update(gone)
+    changed.update(gone)
     if gone:
         for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
             db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
@@ -259,6 +290,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
             continue
         row, problem = summarise(snapshot, item_id, folder.oid)
         touched.add(item_id)
+        changed.add(item_id)
         previous = None
         if item_id in before:
             blob = db.execute("SELECT thread FROM item WHERE id=?", (item_id,)).fetchone()[0]
@@ -273,11 +305,15 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         # again starts from none, which is all that summary would say (fields: threads_index.Entry).
         kept = thread is not None and (thread[1] is not None or thread[2] is not None)
         values = (row or (item_id,) + (None,) * 12 + (folder.oid,))
+        # ``waiting``: how many dependencies are not done (or missing, or unreadable); NULL until
+        # counted by _rewait once every shard is in, 0 at once for an item with none.
         rows.append([values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
-                     name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None])
+                     name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None,
+                     None if row is not None and row[5] else 0])
         if row is not None:
             if row[5]:
                 deps.extend([(item_id, d) for d in row[5]])
+                pending.add(item_id)
             if row[4]:
                 labels.extend([(item_id, x) for x in row[4]])
     if not before:
@@ -299,8 +335,8 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         db.executemany("DELETE FROM label WHERE item=?", again)
     db.executemany(
         "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
-        " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown,"
+        " waiting) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
     # (A value listed twice in one item is one row: the queries only ask whether one exists.)
     db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
     db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)

@@ -447,11 +447,11 @@ class Pending(Snapshot):
 
 def digest(cmd: dict[str, Any]) -> str:
     """The digest of a command document: SHA-256 of its canonical JSON (keys sorted, nulls left out)."""
-    import hashlib
+    from .hashing import sha256_hex
 
     canonical = json.dumps({k: v for k, v in cmd.items() if v is not None}, ensure_ascii=False, sort_keys=True,
                            separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+    return "sha256:" + sha256_hex(canonical.encode("utf-8", "surrogatepass"))
 
 
 def _earlier_result(record_path: str, earlier: bytes, cmd: dict[str, Any]) -> dict[str, Any]:

@@ -10,10 +10,13 @@ all reads of a command, or from :func:`read_batch`, which asks for many objects 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 
 from .errors import GitFailed
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
 
 # Git must never stop to ask a person anything, nor page, nor localise the messages we parse.
 _QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C", "LANGUAGE": "C"}
@@ -73,14 +76,19 @@ def run(
     try:
         if keep is not None:
             returncode, stdout, stderr = _run_kept(cmd, keep, timeout, cwd, git_env(env))
+        elif cwd is None and input is None and timeout is None and _SPAWN:
+            returncode, stdout, stderr = _spawn(cmd, git_env(env))
         else:
-            proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, env=git_env(env), timeout=timeout,
-                                  check=False)
+            import subprocess
+
+            try:
+                proc = subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, env=git_env(env),
+                                      timeout=timeout, check=False)
+            except subprocess.TimeoutExpired as exc:
+                raise TimedOut(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
             returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except FileNotFoundError as exc:  # no git binary at all
         raise GitFailed("git is not installed or not on PATH") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise TimedOut(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
     done = Completed(tuple(cmd), returncode, stdout, stderr)
     if check and returncode != 0:
         raise GitFailed(
@@ -91,6 +99,64 @@ def run(
             stderr=done.err,
         )
     return done
+
+
+# os.posix_spawn and /proc/self/fd (to close inherited descriptors, as subprocess's close_fds does).
+_SPAWN = hasattr(os, "posix_spawn") and os.path.isdir("/proc/self/fd")
+
+
+def _spawn(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[int, bytes, bytes]:
+    """``cmd`` run as ``subprocess.run(cmd, capture_output=True, env=env)`` runs it (stdin inherited,
+    both streams read to their end, descriptors other than 0-2 closed, SIGPIPE and SIGXFSZ back to
+    their defaults), through ``os.posix_spawn``: importing subprocess (threading, locale, selectors)
+    costs a one-commit ``gw claim`` more start-up than the one ``git update-ref`` it runs."""
+    import select
+
+    try:
+        import _signal as signal  # type: ignore[import-not-found]  # C module: no enums (1 ms of start-up)
+    except ImportError:
+        import signal  # type: ignore[no-redef]
+
+    program = next((p for p in (os.path.join(d, cmd[0]) for d in os.get_exec_path(env))
+                    if os.access(p, os.X_OK) and not os.path.isdir(p)), None)
+    if program is None:
+        raise FileNotFoundError(cmd[0])
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    for name in os.listdir("/proc/self/fd"):  # an inherited descriptor must not outlive us in git's hooks
+        fd = int(name)
+        if fd > 2 and fd not in (out_r, out_w, err_r, err_w):
+            try:
+                if os.get_inheritable(fd):
+                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
+            except OSError:
+                pass  # the descriptor listdir itself used, closed since
+    try:
+        pid = os.posix_spawn(program, cmd, env, file_actions=actions,
+                             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    poller = select.poll()
+    for fd in chunks:
+        poller.register(fd, select.POLLIN)
+    left = set(chunks)
+    try:
+        while left:
+            for fd, _events in poller.poll():
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    poller.unregister(fd)
+                    left.discard(fd)
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+        _pid, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r])
 
 
 class _Kept:
@@ -121,6 +187,7 @@ def _run_kept(cmd: tuple[str, ...], most: int, timeout: float | None, cwd: str |
               env: dict[str, str]) -> tuple[int, bytes, bytes]:
     """Run ``cmd`` keeping only the ends of each stream; kill it and raise ``TimeoutExpired`` past ``timeout``."""
     import selectors
+    import subprocess
     import time
 
     proc = subprocess.Popen(cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -158,6 +225,8 @@ def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeou
     """Run another program (``tmux``, ``ssh-keygen``) as git is run: output captured, no stdin unless
     ``input`` is given; the exit status is the caller's to judge. ``FileNotFoundError`` (no such
     program) and ``TimeoutExpired`` propagate."""
+    import subprocess
+
     if input is not None:
         proc = subprocess.run(tuple(cmd), capture_output=True, env=env, timeout=timeout, input=input)
     else:
@@ -168,6 +237,8 @@ def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeou
 def start(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None) -> bool:
     """Start ``git *args`` detached (its own session, no streams) and do not wait: housekeeping a
     command must never wait for (``gc --auto``). False when git cannot be started."""
+    import subprocess
+
     try:
         subprocess.Popen(("git", *args), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, env=git_env(), start_new_session=True)
@@ -244,6 +315,8 @@ class CatFile:
 
     def _start(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
+            import subprocess
+
             self._drop_err()
             # Not a pipe: a long-lived reader nobody drains would block on a full one.
             memfd = getattr(os, "memfd_create", None)
@@ -313,6 +386,8 @@ class CatFile:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
+            import subprocess
+
             assert proc.stdin is not None
             try:
                 proc.stdin.close()

@@ -16,9 +16,9 @@ COMMANDS = "commands"
 
 def command_path(command_id: str) -> str:
     """Where the record of an applied command lives: sharded by a hash, since clients choose ids."""
-    import hashlib
+    from .hashing import sha1_hex
 
-    return f"{COMMANDS}/{hashlib.sha1(command_id.encode()).hexdigest()[:2]}/{command_id}"
+    return f"{COMMANDS}/{sha1_hex(command_id.encode())[:2]}/{command_id}"
 
 
 def item_dir(item_id: str) -> str:

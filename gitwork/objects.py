@@ -11,11 +11,12 @@ included (``core.sharedRepository``, ``core.fsync``/``core.fsyncObjectFiles``); 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 import zlib
 from collections.abc import Iterable, Mapping
+
+from . import hashing
 
 MODE_TREE = "40000"
 MODE_BLOB = "100644"
@@ -265,7 +266,7 @@ class LooseObjects:
 
     def hash(self, kind: str, data: bytes) -> str:
         header = f"{kind} {len(data)}\0".encode()
-        return hashlib.new(self.algorithm, header + data).hexdigest()
+        return str(hashing.new(self.algorithm, header + data).hexdigest())
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -300,7 +301,7 @@ class LooseObjects:
 
     def write(self, kind: str, data: bytes) -> str:
         header = f"{kind} {len(data)}\0".encode()
-        oid = hashlib.new(self.algorithm, header + data).hexdigest()
+        oid = str(hashing.new(self.algorithm, header + data).hexdigest())
         # No memory of what was written before: housekeeping may have packed, pruned or moved any of it
         # since (a long-lived Workplane spans many gc runs). Like git, look at the file every time.
         subdir = os.path.join(self.objects_dir, oid[:2])

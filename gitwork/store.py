@@ -11,9 +11,7 @@ compares under it, so gitwork, plain git and other tools all serialise on the sa
 from __future__ import annotations
 
 import os
-import random
 import re
-import signal
 import time
 
 from . import gitcmd
@@ -47,9 +45,17 @@ def keeps_append_only(path: str, old: bytes | None, new: bytes | None) -> bool:
     return new is not None and new.startswith(old)
 
 
+def jitter(low: float, high: float) -> float:
+    """A uniform draw in ``[low, high)`` for back-off sleeps (``os.urandom``: ``random`` costs every
+    command a few ms of start-up for these rare draws)."""
+    return low + (high - low) * int.from_bytes(os.urandom(4), "big") / 2**32
+
+
 def crash_point(name: str) -> None:
     """Die like ``kill -9`` at a named step when ``GW_CRASH_AT`` names it (crash tests only)."""
     if os.environ.get("GW_CRASH_AT") == name:
+        import signal  # (not at the top: signal builds enums, 1 ms of every command's start-up)
+
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -358,7 +364,7 @@ class Store:
                                 stderr=err, returncode=done.returncode)
             if ".lock" in err and "File exists" in err:
                 # Another writer holds git's lock: transient, unless it never goes away.
-                time.sleep(random.uniform(0.01, 0.09))
+                time.sleep(jitter(0.01, 0.09))
                 continue
             raise GitFailed(f"git update-ref {self.ref} failed: {err}", stderr=err)
         raise Locked(

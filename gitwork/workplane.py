@@ -11,7 +11,6 @@ have extended. The CLI, the Python API and later faces all end here.
 from __future__ import annotations
 
 import os
-import random
 import time
 from collections.abc import Callable, Iterator
 
@@ -19,7 +18,7 @@ from . import clock, codec, engine, ids, layout
 from .engine import Applied
 from .errors import Corrupt, GwError, Invalid
 from .model import Item, Lease
-from .store import Repository, Snapshot, Store, crash_point
+from .store import Repository, Snapshot, Store, crash_point, jitter
 from .workplane_messages import Conversations
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -51,7 +50,7 @@ class LocalRef(engine.CAS):
 
     def lost(self, attempt: int) -> None:
         # Someone else moved the ref: back off a little so a crowd of writers spreads out.
-        time.sleep(random.uniform(0, min(0.002 * attempt, 0.05)))
+        time.sleep(jitter(0, min(0.002 * attempt, 0.05)))
 
     def landed(self, applied: Applied, moved: bool) -> Applied:
         if moved:
@@ -229,7 +228,8 @@ def maybe_auto_gc(git_dir: str) -> None:
     nothing until git's own threshold (``gc.auto``, 6,700 loose objects; 0 turns it off) is passed;
     it is started detached so the command never waits for it.
     """
-    if random.randrange(AUTO_GC_ONE_IN) or os.environ.get("GW_NO_AUTO_GC"):
+    # os.urandom, not random: importing random costs every command a few ms for this one draw
+    if int.from_bytes(os.urandom(4), "big") % AUTO_GC_ONE_IN or os.environ.get("GW_NO_AUTO_GC"):
         return
     from . import gitcmd
 

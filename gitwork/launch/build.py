@@ -21,9 +21,13 @@ if TYPE_CHECKING:
 
 def gw_commit() -> str | None:
     """The commit of gitwork's own source, when it runs from a git checkout (an editable install)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # gitwork's own checkout has its .git beside the package: an installed package has none, and asks
+    # no git process (one less process between `gw run` and the agent's first line).
+    if not os.path.exists(os.path.join(os.path.dirname(here), ".git")):
+        return None
     from ..gitcmd import run
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = run(["-C", here, "rev-parse", "--show-toplevel", "HEAD"], check=False)
     lines = done.out.split("\n") if done.returncode == 0 else []
     # Only gitwork's own checkout: not some project repository a virtualenv happens to live in.

@@ -58,7 +58,7 @@ class Subprocess:
             os.mkfifo(fifo, 0o600)
         env_file = write_env(folder, env)  # the agent's environment: a 0600 file the wrapper reads and removes
         with open(os.path.join(folder, "output.log"), "ab") as log:
-            proc = subprocess.Popen([sys.executable, os.path.abspath(_wrapper.__file__), folder, "--env", env_file,
+            proc = subprocess.Popen([sys.executable, "-S", os.path.abspath(_wrapper.__file__), folder, "--env", env_file,
                                      "--", *argv],
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                     env={k: v for k, v in os.environ.items() if k != "GW_CRASH_AT"},

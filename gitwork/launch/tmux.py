@@ -69,14 +69,19 @@ class Tmux:
             raise Invalid(f"tmux on {self.socket} did not answer in 30 s") from exc
 
     def check(self) -> None:
-        """tmux runs, and gitwork's server (when there is one) answers a command."""
+        """tmux runs, and gitwork's server (when there is one) answers a command.
+
+        One tmux process, not two, on the way to the agent's first line: a server that answers
+        ``list-sessions`` says tmux runs; ``-V`` is asked only when there is no server to ask."""
+        if os.path.exists(self.socket):
+            listed = self._tmux("list-sessions", "-F", "#{session_name}")
+            if listed.returncode == 0:
+                return
+            if not _no_server(listed.err):
+                raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(listed.err)}")
         done = self._tmux("-V")
         if done.returncode != 0:
             raise Invalid(f"tmux does not run: {one_line(done.err)}")
-        if os.path.exists(self.socket):
-            listed = self._tmux("list-sessions", "-F", "#{session_name}")
-            if listed.returncode != 0 and not _no_server(listed.err):
-                raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(listed.err)}")
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
         os.makedirs(os.path.dirname(self.socket), mode=0o700, exist_ok=True)
@@ -94,7 +99,7 @@ class Tmux:
 
         env_file = wrapper.write_env(folder, env)
         done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", "--",
-                          sys.executable, os.path.abspath(wrapper.__file__), folder, "--env", env_file, "--", *argv)
+                          sys.executable, "-S", os.path.abspath(wrapper.__file__), folder, "--env", env_file, "--", *argv)
         if done.returncode != 0:
             wrapper.remove(env_file)
             if "duplicate session" in done.err:

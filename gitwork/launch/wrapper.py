@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -136,6 +134,8 @@ def survivors(folder: str) -> list[int]:
 
 def kill_groups(groups: list[int], wait: float = 2.0) -> None:
     """TERM (and CONT, for a paused one), then KILL, each process group."""
+    import signal  # (here, not at the top: the wrapper's own start-up is on the way to the agent)
+
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for group in groups:
             try:
@@ -201,14 +201,47 @@ def main(argv: list[str]) -> int:
     # Read-write, so the agent never sees end-of-file between two `gw send`s, and opening never blocks.
     stdin = os.open(fifo, os.O_RDWR) if os.path.exists(fifo) else None
     try:
-        child = subprocess.Popen(command, stdin=stdin, env=env)
+        child = _spawn(command, stdin, env)
     except OSError as exc:
         _write(folder, "failed", f"cannot start {command[0]}: {exc.strerror or exc}")
         return 127
-    _write(folder, "child", str(child.pid))  # started: what the launcher waits for before it says "running"
-    code = child.wait()
+    _write(folder, "child", str(child))  # started: what the launcher waits for before it says "running"
+    code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
     _write(folder, "code", str(128 - code if code < 0 else code))
     return 0
+
+
+def _spawn(command: list[str], stdin: int | None, env: dict[str, str]) -> int:
+    """Start ``command`` as ``subprocess.Popen(command, stdin=stdin, env=env)`` would (found on the PATH
+    of ``env``, descriptors other than 0-2 closed, SIGPIPE and SIGXFSZ back to their defaults), with
+    ``os.posix_spawn``: importing subprocess (threading, locale, selectors, signal's enums) would put
+    milliseconds between ``gw run`` and the agent's first line. Its pid; ``OSError`` when it cannot start."""
+    try:
+        import _signal as signals  # type: ignore[import-not-found]  # the C module: no enums built
+    except ImportError:
+        import signal as signals  # type: ignore[no-redef]
+
+    program = command[0]
+    if os.sep not in program:
+        found = [p for p in (os.path.join(d, program) for d in os.get_exec_path(env))
+                 if os.access(p, os.X_OK) and not os.path.isdir(p)]
+        if not found:
+            raise FileNotFoundError(2, "No such file or directory", program)
+        program = found[0]
+    actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, stdin, 0)] if stdin is not None else []
+    try:
+        inherited = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        inherited = list(range(3, 256))
+    for fd in inherited:
+        if fd > 2 and fd != stdin:
+            try:
+                if os.get_inheritable(fd):
+                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
+            except OSError:
+                pass  # not open (any more)
+    return os.posix_spawn(program, command, env, file_actions=actions,
+                          setsigdef=(signals.SIGPIPE, signals.SIGXFSZ))
 
 
 if __name__ == "__main__":
