@@ -32,9 +32,10 @@ def _clock(start: _dt.datetime) -> Callable[[], _dt.datetime]:
 
 def build(repo: Path) -> dict[str, str]:
     """The demo project: returns the ids the pages show."""
+    from .. import gitcmd
     from ..workplane import Workplane
 
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    gitcmd.run(["init", "-q", str(repo)])
     (repo / ".workplane").write_text("admins: [lead]\nagents: [claude-1, claude-2, codex-1]\n")
     now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
 
