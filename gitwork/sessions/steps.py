@@ -568,6 +568,61 @@ def _check_fields(folder: str, response: dict[str, Any], key: str) -> None:
             raise Invalid(f"field {name} of {key}: {path} does not exist in its response/", branch=key)
 
 
+GW_WRITTEN = ("response/response.json", "response/response.md", "response/changes.md", "response/sealed.sha256")
+
+
+def unregistered(folder: str, response: dict[str, Any]) -> list[str]:
+    """The files of a branch's ``response/`` that its ``response.json`` does not account for: not
+    ``response.json``/``response.md``, not written by gitwork (``changes.md``, ``sealed.sha256``), not a
+    ``fields`` path nor inside a folder a field names. Paths relative to the branch (``response/...``).
+
+    Branches open at the same time share a filesystem and gitwork cannot tell which process wrote a file:
+    the branch's own registry is what says a file is its own, and a file nobody registered was written
+    from outside the branch (a sibling planting it, say)."""
+    claimed = set(GW_WRITTEN)
+    prefixes = []
+    for path in (response.get("fields") or {}).values():
+        if isinstance(path, str):
+            claimed.add(path.rstrip("/"))
+            prefixes.append(path.rstrip("/") + "/")
+    found = []
+    for line in _response_listing(folder):
+        rel = line.partition(" ")[2]
+        if rel not in claimed and not rel.startswith(tuple(prefixes)):
+            found.append(rel)
+    return found
+
+
+def _sibling_plants(run: Run, key: str) -> list[str]:
+    """Files in another open branch's ``response/`` that its already written ``response.json`` does not
+    register (``response.json`` is written last: once it is there, that branch has said what is its own).
+    Found at any branch's submit, so a plant is refused whichever of the two branches submits first."""
+    found = []
+    for other in _ordered(k for k, b in run.manifest["branches"].items() if k != key and b["status"] == "open"):
+        data = _read(run.where.response(other))
+        if data is None:
+            continue
+        try:
+            doc = load_json(data, f"{other}/response/response.json")
+        except GwError:
+            continue  # its own submit judges it
+        if isinstance(doc, dict) and isinstance(doc.get("fields", {}), dict):
+            try:
+                found += [f"{other}/{rel}" for rel in unregistered(run.where.response_dir(other), doc)]
+            except Invalid:
+                continue
+    return found
+
+
+def _refuse_plants(key: str, paths: list[str], whose: str) -> None:
+    if paths:
+        raise Invalid(f"refused {key}: {', '.join(paths[:5])}" + (f" and {len(paths) - 5} more" if len(paths) > 5
+                                                                    else "")
+                      + f" in {whose} response/ but not registered in its response.json fields: a branch writes only"
+                      " its own response/ (a file written from outside the branch, by a sibling say)",
+                      branch=key, paths=paths)
+
+
 def _run_validator(operator: Operator, env: dict[str, str], cwd: str, key: str) -> None:
     """The operator's own gate, after the shared schema: ``sh -c VALIDATE`` in the branch folder."""
     if not operator.validate:
@@ -931,6 +986,8 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
     response = check_schema("response", load_json(data, f"{key}/response/response.json"),
                             f"{key}/response/response.json")
     _check_fields(folder, response, key)
+    _refuse_plants(key, [f"{key}/{rel}" for rel in unregistered(folder, response)], "its")
+    _refuse_plants(key, _sibling_plants(run, key), "a sibling's")
     if response["status"] == "waiting":
         if is_exchange(key):
             raise Invalid(f"{key} is a nested exchange: it answers done or blocked")
