@@ -53,8 +53,10 @@ WHO: dict[str, str] = {
     "release": _HOLDER,
     "handoff": _HOLDER,
     "revoke": "admins (setting `admins`); with no admins configured, any person. Agents never.",
-    "msg": ("anyone. Someone who does not hold the item gives the lease epoch it read (`epoch`); "
-            "`kind: decision-request` is an `ask`: the holder only."),
+    "msg": ("its holder, its owner (its creator while it names none), admins (setting `admins`), persons listed in `people`, and "
+            "anyone a message of its thread is addressed to; others are forbidden. Someone who does not hold "
+            "the item gives the lease epoch it read (`epoch`); `kind: decision-request` is an `ask`: the "
+            "holder only."),
     "ack": "anyone; it moves the acting identity's own cursors.",
     "ask": "only the holder, under its live fence (any role): asking makes the item wait.",
     "decide": ("admins, and the person the decision request was addressed to (`to`); with no admins "
