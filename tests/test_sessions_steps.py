@@ -321,6 +321,9 @@ def test_done_publishes_the_source_step_and_keeps_the_audit_on_the_ref(project: 
     done = steps.done(plane, session)
     assert done["status"] == "done" and done["folder"] is None and not folder.exists()
     assert git(project, "show", "main:a.txt") == "alpha, shipped"
+    # Only the published commit survives, on main: no session branch, no worktree is left behind.
+    assert git(project, "branch", "--list", "session/*") == "" and str(project / ".worktrees") not in \
+        git(project, "worktree", "list")
     assert plane.item(item).status == "done" and plane.lease(item).state == "released"
     # The audit record: what every branch was asked and answered, after the folder is gone.
     manifest = check_invariants(project, session)

@@ -1118,9 +1118,11 @@ def _sources(run: Run) -> list[Session]:
 
 
 def done(wp: Workplane, session: str, route: str = "publish", fence: int | None = None) -> dict[str, Any]:
-    """``done``: route to ``user`` or ``external`` (the lease released, the folder kept), or ``publish``:
-    each source step's commit published, the manifest recorded as the audit record, the item done (its
-    lease released) and the folder deleted. Run again after a crash it finishes the rest."""
+    """``done`` on every route (docs/sessions.md, "The lifecycle"): ``publish`` lands every source step's
+    commit (all or none); ``user`` or ``external`` publishes nothing and drops the unpublished source
+    sessions. Then, on every route, the manifest is recorded as the audit record, the item marked done
+    (its lease released), the folder and the session branches deleted: only published commits and the
+    audit record survive. Run again after a crash it finishes the rest."""
     if route not in ("user", "external", "publish"):
         raise Invalid(f"route must be user, external or publish (got {route[:40]!r})")
     run = _open_run(wp, session, fence)
@@ -1171,11 +1173,16 @@ def _end_sources(run: Run) -> None:
     for record in _sources(run):
         if record.get("state") in unpublished:
             drop_source(run.wp, record.id, reason=f"session {run.manifest['id']} ended")
-        elif record.get("state") == "published" and os.path.isdir(record.folder):
-            from . import git
+        elif record.get("state") == "published":
+            from . import git, is_published
 
-            git("worktree", "remove", "--force", record.source, cwd=run.where.top, check=False)
-            shutil.rmtree(record.folder, ignore_errors=True)
+            if os.path.isdir(record.folder):
+                git("worktree", "remove", "--force", record.source, cwd=run.where.top, check=False)
+                shutil.rmtree(record.folder, ignore_errors=True)
+            # Its commit is on the target now: the session branch only pointed at it. Deleted only while it
+            # still points there and that commit is reachable from a branch that is not a session branch.
+            if record.get("commit") and is_published(record["commit"], run.where.top):
+                git("update-ref", "-d", record.ref, record["commit"], cwd=run.where.top, check=False)
 
 
 def _finish(run: Run) -> dict[str, Any]:
