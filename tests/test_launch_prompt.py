@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_gw, tip
-from test_launch import coordinate, gw_json, item_of, launched, needs_tmux, poll, runs, socket_of  # noqa: F401
+from test_launch import coordinate, gw_json, item_of, launched, needs_tmux, poll, runs, socket_of  # noqa: F401 (a fixture)
 
 AGENT = r"""
 import sys, time
