@@ -576,7 +576,7 @@ def ack(
 
 @verb(messages.inbox)
 def inbox(json: Json = False, agent: As = None, path: Repo = None) -> None:
-    """Messages to you or on items you hold: unread, then read but unanswered; oldest first. Your reply with
+    """Messages to you or on items you hold or own: unread, then read but unanswered; oldest first. Your reply with
     `gw msg --reply-to SEQ` answers a message (a decision request is answered by `gw decide`)."""
 
 

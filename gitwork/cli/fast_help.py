@@ -44,7 +44,7 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
      "  msg         Post a message to an item's thread; prints its sequence...\n"
      "  thread      Replay an item's thread in order (JSON lines with --follow...\n"
      '  ack         Move your read or responded cursor on a thread (cursors...\n'
-     '  inbox       Messages to you or on items you hold: unread, then read but...\n'
+     '  inbox       Messages to you or on items you hold or own: unread, then...\n'
      '  ask         Ask for a human decision (the holder only): posts a...\n'
      '  decide      Answer a decision request: records a decision, unblocks the...\n'
      "  publish     Publish a session's commit (fast-forward, or a clean merge...\n"
@@ -621,9 +621,9 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
         '  -h, --help     Show this message and exit.\n',
  'inbox': 'Usage: gw inbox [OPTIONS]\n'
           '\n'
-          '  Messages to you or on items you hold: unread, then read but unanswered;\n'
-          '  oldest first. Your reply with `gw msg --reply-to SEQ` answers a message (a\n'
-          '  decision request is answered by `gw decide`).\n'
+          '  Messages to you or on items you hold or own: unread, then read but\n'
+          '  unanswered; oldest first. Your reply with `gw msg --reply-to SEQ` answers a\n'
+          '  message (a decision request is answered by `gw decide`).\n'
           '\n'
           'Options:\n'
           '  --json      Print JSON on stdout (errors too).\n'

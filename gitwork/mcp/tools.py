@@ -145,7 +145,7 @@ TOOLS: tuple[Tool, ...] = (
          local={"item": "item!", "since": "int"}, defaults={"since": 0}),
     Tool("ack", "messages:ack", op="ack", fields=("item", "upto", "read", "responded", "reply"),
          rename={"upto": "seq", "reply": "by"}),
-    Tool("inbox", "messages:inbox", "messages to you or on items you hold: unread, then unanswered"),
+    Tool("inbox", "messages:inbox", "messages to you or on items you hold or own: unread, then unanswered"),
     Tool("ask", "messages:ask", op="ask", fields=("item", "text", "options", "to", "fence"),
          rename={"text": "question", "options": "option"}),
     Tool("decide", "messages:decide", op="decide", fields=("item", "question", "choose", "why"),
