@@ -175,8 +175,8 @@ def msg(ctx: Context) -> None:
     if ctx.cmd.get("options"):
         raise Invalid("options go with a decision request (gw ask, or --kind decision-request)")
     text = _text(ctx)
+    epoch, held = stance(ctx, item_id, bygone=True)  # first: a lost lease's fence is 7, as for every fenced command
     require_poster(ctx, item_id)
-    epoch, held = stance(ctx, item_id, bygone=True)
     reply_to = resolve_message(ctx, item_id, "reply_to", "reply_to")["seq"] if "reply_to" in ctx.cmd else None
     record = post_message(ctx, item_id, kind, text, epoch=epoch, to=ctx.cmd.get("to"), reply_to=reply_to)
     _said(ctx, item_id, record, held, "msg")
