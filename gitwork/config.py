@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "lock_timeout": 5.0,  # seconds a ref lock may persist before we call it a crashed writer
     "admins": (),  # identities that may revoke and decide; empty: every person may (see docs/leases.md)
     "agents": (),  # identities that are agents: they act only on what they hold, may ask, never decide
+    "people": (),  # persons who may post on any item's thread (docs/leases.md, "Who may post")
     "remote": None,  # arbiter remote (several machines)
     "gates": (),  # commands that must pass before a merge is published
     "signing": None,  # "ssh": sign every state commit with gitwork.signingKey (docs/security.md)
@@ -43,6 +44,7 @@ class Settings:
     lock_timeout: float
     admins: tuple[str, ...]
     agents: tuple[str, ...]
+    people: tuple[str, ...]
     remote: str | None
     gates: tuple[str, ...]
     signing: str | None
@@ -102,7 +104,7 @@ def default_identity() -> str:
 
 
 _DURATIONS = {"default_ttl", "clock_margin"}
-_LISTS = {"admins", "agents", "gates"}
+_LISTS = {"admins", "agents", "people", "gates"}
 _ENV = {
     "GW_REF": "ref",
     "GW_TTL": "default_ttl",
@@ -155,6 +157,9 @@ def _check_roles(values: dict[str, Any]) -> None:
     both = sorted(set(values.get("admins", ())) & set(values.get("agents", ())))
     if both:
         raise Invalid(f"bad setting: {', '.join(both)} listed in both 'admins' and 'agents' (one role each)")
+    both = sorted(set(values.get("people", ())) & set(values.get("agents", ())))
+    if both:
+        raise Invalid(f"bad setting: {', '.join(both)} listed in both 'people' and 'agents' (one role each)")
 
 
 def load(toplevel: str | None, git_config: dict[str, str]) -> Settings:

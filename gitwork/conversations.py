@@ -70,8 +70,28 @@ def follow(store: Store, item_id: str, since: int, emit: Callable[[dict[str, Any
         time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
 
+def _creators(snapshot: Snapshot, folders: dict[str, str], who: str) -> set[str]:
+    """Of the items in ``folders`` (id -> the tree id of its folder), those ``who`` created."""
+    from .codec import load_yaml
+    from .errors import GwError
+    from .layout import ITEM_FILE
+
+    made = set()
+    for item_id, folder in folders.items():
+        try:
+            entry = snapshot.store.read_tree(folder).get(ITEM_FILE)
+            doc = load_yaml(snapshot.store.read_blob(entry.oid)) if entry is not None else {}
+        except GwError:
+            continue  # a bad item is named by the reads over the whole state
+        provenance = doc.get("provenance")
+        if isinstance(provenance, dict) and provenance.get("by") == who:
+            made.add(item_id)
+    return made
+
+
 def inbox(snapshot: Snapshot, who: str) -> dict[str, Any]:
-    """Messages addressed to ``who`` or on items ``who`` holds, not written by ``who``, split into
+    """Messages addressed to ``who`` or on items ``who`` holds or owns (its ``owner``, or its creator
+    when it names no owner), not written by ``who``, split into
     ``unread`` (after the read cursor) and ``unanswered`` (read, not yet responded to, of a kind that
     waits for an answer), oldest first.
 
@@ -87,14 +107,23 @@ def inbox(snapshot: Snapshot, who: str) -> dict[str, Any]:
                                   " AND problem IS NULL", (who,))],
         dict(db.execute("SELECT id, title FROM item WHERE problem IS NULL AND (has_thread = 1 OR"
                         " (lease_state = 'active' AND holder = ?))", (who,))),
-        dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))))
+        dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL")),
+        [r[0] for r in db.execute("SELECT id FROM item WHERE problem IS NULL AND has_thread = 1 AND owner = ?",
+                                  (who,))],
+        dict(db.execute("SELECT id, folder FROM item WHERE problem IS NULL AND has_thread = 1 AND owner IS NULL"))))
+    # (folder: the tree id of the item's folder)
     threads = threads_index.items()
-    held, titles, bad = threads_index.extra
+    held, titles, bad, owned, unowned = threads_index.extra
     if bad:
         from .index import note_problems
 
         note_problems(bad)  # named on stderr by the CLI, as for every read over the whole state
     held_set = set(held)
+    # The items `who` owns with something after its responded mark: read live, like the held ones. The
+    # creator is in item.yaml only, read for unowned threads that have something `who` has not answered.
+    pending = {i: f for i, f in unowned.items() if i not in held_set and i in threads
+               and threads[i][MARKS].get(who, (0, 0))[1] < threads[i][LAST]}
+    owned_set = (set(owned) | _creators(snapshot, pending, who)) - held_set
     picked: list[tuple[str, int, str, str, dict[str, Any] | None]] = []  # item, seq, box, why, record
 
     def place(item_id: str, seq: int, by: str, kind: str, marks: tuple[int, int], why: str,
@@ -116,8 +145,18 @@ def inbox(snapshot: Snapshot, who: str) -> dict[str, Any]:
         for message in replay(snapshot, item_id, marks[1]):
             place(item_id, message["seq"], str(message.get("by")), str(message.get("kind")), marks, "you hold it",
                   message)
+    for item_id in sorted(owned_set):
+        entry = threads.get(item_id)
+        if entry is None:
+            continue
+        marks = entry[MARKS].get(who, (0, 0))
+        if marks[1] >= entry[LAST]:
+            continue
+        for message in replay(snapshot, item_id, marks[1]):
+            place(item_id, message["seq"], str(message.get("by")), str(message.get("kind")), marks, "you own it",
+                  message)
     for item_id, entry in threads.items():
-        if item_id in held_set:
+        if item_id in held_set or item_id in owned_set:
             continue
         marks = entry[MARKS].get(who, (0, 0))
         if marks[1] >= entry[LAST]:

@@ -94,7 +94,7 @@ class Conversations:
 
     def inbox(self, who: str | None = None) -> dict[str, Any]:
         """``{who, unread, unanswered}`` for ``who`` (default: the acting identity): messages addressed to it or
-        on items it holds, not its own, split into unread and read-but-not-responded-to, oldest first."""
+        on items it holds or owns (docs/leases.md, "Who may post"), not its own, split into unread and read-but-not-responded-to, oldest first."""
         from .conversations import inbox
 
         return inbox(self.context().snapshot, who or self.settings.identity())

@@ -151,6 +151,12 @@ def wp(repo: Path):  # type: ignore[no-untyped-def]
     plane.close()
 
 
+def let_post(repo: Path | str, *names: str) -> None:
+    """List ``names`` in the setting ``people`` of ``repo`` (its git config): persons who may post on any
+    item's thread (docs/leases.md, "Who may post"), for tests about threads rather than about who may post."""
+    subprocess.run(["git", "config", "gitwork.people", ",".join(names)], cwd=repo, check=True)
+
+
 def tip(repo: Path | str, ref: str = "refs/gitwork/state") -> str | None:
     done = subprocess.run(["git", "rev-parse", "-q", "--verify", ref], cwd=repo, capture_output=True)
     return done.stdout.decode().strip() or None

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import git, make_repo, tip
+from conftest import git, let_post, make_repo, tip
 from gitwork.cli.main import main
 from gitwork.errors import GwError
 from gitwork.hooks_install import install_server
@@ -104,6 +104,7 @@ def clone(tmp_path: Path, name: str, bare: Path, key: str | None = None) -> Path
     path = make_repo(tmp_path / name)
     git(path, "remote", "add", "origin", f"file://{bare}")
     git(path, "config", "gitwork.agent", name)
+    let_post(path, "bob")  # bob posts on alice's item: these tests are about the derive, not who may post
     if key is not None:
         git(path, "config", "gitwork.signing", "ssh")
         git(path, "config", "gitwork.signingKey", key)
@@ -114,6 +115,7 @@ def clone(tmp_path: Path, name: str, bare: Path, key: str | None = None) -> Path
 def arbiter(tmp_path: Path, keys: dict[str, tuple[str, str]] | None = None) -> Path:
     bare = make_repo(tmp_path / "arbiter.git", bare=True)
     install_server(str(bare))
+    let_post(bare, "bob")  # the arbiter's own settings decide (its derive re-applies the rule)
     if keys:
         git(bare, "config", "gitwork.signing", "ssh")
         (bare / "gitwork").mkdir()

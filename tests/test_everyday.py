@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import environment, git, run_gw, tip
+from conftest import environment, git, let_post, run_gw, tip
 from gitwork.cli import main as cli_main
 
 ALICE = {"GW_AGENT": "alice", "GW_NO_AUTO_GC": "1"}
@@ -192,6 +192,7 @@ def test_prime_names_the_identity_the_loop_and_what_is_held(plane: Path) -> None
     text = gw_ok(plane, "prime")
     assert f"- {item} the task (fence {claimed['fence']}" in text and "[ ] 1. tests pass" in text  # type: ignore[index]
     gw_ok(plane, "decision", item, "use tomllib", "--why", "standard library")
+    let_post(plane, "bob")  # a reviewer: may post on any item (docs/leases.md, "Who may post")
     gw_ok(plane, "msg", item, "how is it going?", "--kind", "question", "--to", "alice", env={"GW_AGENT": "bob"})
     doc = gw_json(plane, "prime")
     assert doc["item"] == item and doc["identity"] == "alice"  # type: ignore[index]
@@ -433,7 +434,8 @@ def test_a_reply_to_a_question_counts_as_its_answer_in_the_inbox(plane: Path) ->
     box = json.loads(gw_ok(plane, "inbox", "--json", env=bob))
     assert [(m["item"], m["seq"]) for m in box["unread"] + box["unanswered"]] == [(other, 1)]
     assert "which size?" in gw_ok(plane, "inbox", env=bob) and "what colour?" not in gw_ok(plane, "inbox", env=bob)
-    # someone else's reply does not answer it for bob
+    # someone else's reply does not answer it for bob (carol, a reviewer, may post on any item)
+    let_post(plane, "carol")
     gw_ok(plane, "msg", other, "I think M", "--reply-to", "1", env={"GW_AGENT": "carol"})
     assert [m["item"] for m in json.loads(gw_ok(plane, "inbox", "--json", env=bob))["unread"]] == [other]
 

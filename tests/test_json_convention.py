@@ -91,6 +91,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "coordinate": (["--once"], "object"),
     "context": ([B], "object"),
     "attach": (["{execution}"], "object"),
+    "detach": (["{execution}"], "object"),  # released, not killed: the loop below ends its process
     "stop": (["{execution}"], "object"),
     "cache status": ([], "object"),
     "cache rebuild": ([], "object"),
@@ -262,6 +263,12 @@ def test_every_command_prints_one_json_value_by_the_convention(project: Path, tm
         doc = check_shape(path, shape, out)
         if path == "run":
             found.update(execution=doc["execution"])
+        if path == "detach":  # gw no longer answers for it: end it here, by its process group
+            import os
+            import signal
+
+            handle = project / ".git" / "gitwork" / "executions" / doc["execution"] / "handle"
+            os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
         if path == "session start":
             found.update(session=doc["session"], worktree=doc["worktree"])
             (Path(doc["worktree"]) / "new.txt").write_text("new\n")

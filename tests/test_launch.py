@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import gw_cmd, make_repo, run_gw, tip
+from conftest import gw_cmd, let_post, make_repo, run_gw, tip
 from gitwork.store import Repository
 from gitwork.workplane import Workplane
 
@@ -365,6 +365,7 @@ def test_the_agent_is_given_its_launch_context_and_gw_context_prints_the_same(la
     item = item_of(launched)
     with Workplane(str(launched), agent="setup") as plane:
         plane.do("edit", item=item, add_criteria=["the schema is reviewed"])
+    let_post(launched, "bob")  # a reviewer, who may post on any item (docs/leases.md, "Who may post")
     assert run_gw(launched, "msg", item, "start with the schema", "--as", "bob").returncode == 0
     code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--",
                         "sh", "-c", 'cat "$GW_CONTEXT"; cat')

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
-from conftest import git, gw_cmd, tip
+from conftest import git, gw_cmd, let_post, tip
 from gitwork.mcp import tools
 from gitwork.workplane import Workplane
 
@@ -287,6 +287,7 @@ def test_a_takeover_makes_the_remembered_lease_stale_and_nothing_is_written(repo
     item are refused as stale and write nothing, also when the same identity holds a newer lease
     granted elsewhere. After one refused message the agent can still say that it stopped."""
     first, second = seed(repo, "Long job", "Other job")
+    let_post(repo, "alice")  # once bob took the item over, alice says that she stopped (docs/leases.md, "Who may post")
 
     def cli_claim(item: str, who: str) -> dict[str, Any]:
         # An hour later (by this process's clock) the server's one-minute leases have expired.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from freezegun import freeze_time
 
-from conftest import git, gw_cmd, gw_here, make_repo, run_gw, tip
+from conftest import git, gw_cmd, gw_here, let_post, make_repo, run_gw, tip
 from gitwork import thread as T
 from gitwork.errors import Forbidden, Illegal, Invalid, NotFound, Stale
 from gitwork.threads_index import LAST, MARKS, SEGMENTS, load_threads
@@ -24,6 +24,15 @@ from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
 INVALID, NOT_FOUND, ILLEGAL, STALE, FORBIDDEN = 5, 3, 6, 7, 77
+
+
+POSTERS = ("alice", "ann", "ben", "bob", "carol", "cat", "dana")  # not "bot": an agent in one test
+
+
+@pytest.fixture(autouse=True)
+def posters(repo: Path) -> None:
+    """These tests are about threads, not about who may post: every identity they use may (test_conversation_scope.py)."""
+    let_post(repo, *POSTERS)
 
 
 @pytest.fixture
@@ -548,6 +557,7 @@ def test_follow_stops_at_its_timeout(repo, item):
 def _machine(tmp: Path, name: str, url: str) -> Path:
     path = make_repo(tmp / name)
     git(path, "remote", "add", "origin", url)
+    let_post(path, *POSTERS)
     assert gw_here(path, "init", "--remote", "origin").returncode == 0
     return path
 

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from conftest import git, gw_cmd
+from conftest import git, gw_cmd, let_post
 from gitwork.workplane import Workplane
 
 WRITER = r"""
@@ -39,6 +39,7 @@ wp.close()
 
 def test_concurrent_posters_each_land_exactly_once(repo: Path, wp: Workplane, tmp_path: Path):
     item = wp.do("new", title="busy thread").result["item"]
+    let_post(repo, *(f"lib{k}" for k in range(5)), *(f"cli{k}" for k in range(3)))  # the racing posters may post
     gate = tmp_path / "go"
     writers = [
         subprocess.Popen([sys.executable, "-c", WRITER, str(repo), item, f"lib{k}", "12", str(gate)],

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, gw_cmd, run_gw, tip
+from conftest import git, gw_cmd, let_post, run_gw, tip
 from daemon import GitDaemon, bare_repo
 from gitwork import pushturn
 from test_sync import STATE, assert_sound, command_ids, gw_ok, machine, new_item
@@ -71,6 +71,8 @@ def test_a_carried_waiter_does_not_adopt_the_arbiter_tip_over_a_local_command(tm
     bare = bare_repo(served, "plane")
     with GitDaemon(served) as daemon:
         a = machine(tmp_path, "a", daemon.url("plane"), publish=True)
+        for repo in (a, bare):  # dave posts on items he neither holds nor owns (docs/leases.md, "Who may post")
+            let_post(repo, "dave")
         x, y, z = (new_item(a, f"item {n}") for n in "xyz")
         gw_ok(a, "sync")
         b = machine(tmp_path, "b", daemon.url("plane"))
@@ -131,6 +133,8 @@ def test_a_local_command_landing_while_the_holder_s_push_is_in_the_server_is_rep
     bare = bare_repo(served, "plane")
     with GitDaemon(served) as daemon:
         a = machine(tmp_path, "a", daemon.url("plane"), publish=True)
+        for repo in (a, bare):  # dave posts on items he neither holds nor owns (docs/leases.md, "Who may post")
+            let_post(repo, "dave")
         x, y = new_item(a, "item x"), new_item(a, "item y")
         gw_ok(a, "sync")
         gate, arrived, release = tmp_path / "gate", tmp_path / "arrived", tmp_path / "release"
@@ -213,6 +217,8 @@ def test_every_acknowledged_command_reaches_the_arbiter_once_whatever_the_interl
         gw_ok(a, "sync")
         b = machine(tmp_path, "b", daemon.url("plane"))
         clones = [a, b]
+        for repo in (a, b, bare):  # one_op's posters, who neither hold nor own the items they post on
+            let_post(repo, *(f"{c.name}-agent-{i}" for c in clones for i in range(64)))
         acknowledged: dict[str, tuple[str, list[str]]] = {}
         n = 0
         for _batch in range(6):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Clock, git, gw_here, run_gw, tip
+from conftest import Clock, git, gw_here, let_post, run_gw, tip
 from gitwork.errors import ExitCode, Forbidden, Invalid, Stale
 from gitwork.workplane import Workplane
 
@@ -63,7 +63,11 @@ def test_an_outsider_cannot_make_someone_elses_item_wait_but_may_ask_a_question(
     assert as_json.returncode == FORBIDDEN and (doc["error"], doc["code"]) == ("forbidden", FORBIDDEN)
     shown = wp.show(item)["item"]
     assert shown["status"] == "in_progress" and shown.get("waiting") is None
-    # A question blocks nothing.
+    # A question blocks nothing; mallory may post one once she may post on the item at all (a person listed in
+    # `people`: docs/leases.md, "Who may post"); before that she is refused too.
+    refused(repo, "msg", item, "Postgres or SQLite?", "--kind", "question", "--as", "mallory", code=FORBIDDEN,
+            says=("may post", "(you are mallory)"))
+    let_post(repo, "mallory")
     posted = run_gw(repo, "msg", item, "Postgres or SQLite?", "--kind", "question", "--to", "alice", "--as", "mallory")
     assert posted.returncode == 0, posted.stderr
     shown = wp.show(item)["item"]
@@ -196,10 +200,13 @@ def test_agents_act_only_on_what_they_hold(repo: Path, wp: Workplane, item: str)
         refused(repo, *args, "--as", "bot", code=FORBIDDEN, says=("agents act only on items they hold", "claim it"))
     # A person may still act on an item nobody holds (the documented rule 3 of fencing) ...
     assert run_gw(repo, "edit", item, "--title", "renamed by a person", "--as", "carol").returncode == 0
-    # ... and an agent may post, claim, and then act as the holder.
+    # ... and an agent may claim, and then post and act as the holder (before it holds the item, nobody made it
+    # its business: it may not post on it, docs/leases.md "Who may post").
     bot = plane(repo, "bot")
-    assert bot.post(item, "may I?", kind="question").result["seq"] == 1
+    with pytest.raises(Forbidden, match="you are bot"):
+        bot.post(item, "may I?", kind="question")
     bot.do("claim", item=item)
+    assert bot.post(item, "on it", kind="question").result["seq"] == 1
     assert bot.do("check", item=item, criterion=1).result["checked"] is True
     bot.do("done", item=item)
     with pytest.raises(Forbidden, match="agents act only"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gw_here, make_repo, tip
+from conftest import gw_here, let_post, make_repo, tip
 
 
 @pytest.fixture
@@ -51,6 +51,8 @@ def two_clones(tmp_path: Path):  # type: ignore[no-untyped-def]
     from harness.world import World
 
     made = World(tmp_path / "world", clones=2, items=1)
+    for repo in (*made.clones, made.arbiter):  # bob posts on an item he neither holds nor owns
+        let_post(repo, "bob")
     try:
         yield made
     finally:

@@ -27,7 +27,7 @@ import httpx  # noqa: E402
 from fastapi import APIRouter, Depends, Request  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 
-from conftest import ROOT, gw_cmd, make_repo, scrubbed, tip  # noqa: E402
+from conftest import ROOT, gw_cmd, let_post, make_repo, scrubbed, tip  # noqa: E402
 from gitwork import commands, engine  # noqa: E402
 from gitwork.cli.main import main as gw_main  # noqa: E402
 from gitwork.errors import ExitCode  # noqa: E402
@@ -65,6 +65,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         repo = make_repo(tmp_path_factory.mktemp("serve") / "repo")
         with Workplane(str(repo), agent="root") as wp:
             wp.do("init")
+        let_post(repo, "alice", "bob", "carol")  # they post on root's items: these tests are about the faces
         yield World(repo)
 
 

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip install -e '.[test]')")
 sync_api = pytest.importorskip("playwright.sync_api", reason="the board tests need playwright (pip install -e '.[test]')")
 
-from conftest import gw_cmd, make_repo, scrubbed  # noqa: E402
+from conftest import gw_cmd, let_post, make_repo, scrubbed  # noqa: E402
 from gitwork.serve.app import create_app  # noqa: E402
 from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402
@@ -61,6 +61,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
     with scrubbed(tmp_path_factory):
         repo = make_repo(tmp_path_factory.mktemp("board") / "repo")
         items: dict[str, str] = {}
+        let_post(repo, "alice", "bob", "carol")  # they post on root's items: these tests are about the faces
         with Workplane(str(repo), agent="root") as wp:
             wp.do("init")
             schema = items["schema"] = wp.do("new", title="Design the schema", priority=1,

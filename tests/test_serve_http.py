@@ -24,7 +24,7 @@ pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip insta
 
 import httpx  # noqa: E402
 
-from conftest import ROOT, gw_cmd, make_repo, scrubbed, tip  # noqa: E402
+from conftest import ROOT, gw_cmd, let_post, make_repo, scrubbed, tip  # noqa: E402
 from gitwork.serve.app import serving_app  # noqa: E402
 from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402
@@ -60,6 +60,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         repo = make_repo(tmp_path_factory.mktemp("http") / "repo")
         with Workplane(str(repo), agent="root") as wp:
             wp.do("init")
+        let_post(repo, "alice", "bob", "bot", "carol")  # they post on root's items: these tests are about the faces
         subprocess.run(["git", "config", "gitwork.peer.laptop.allow", "plan"], cwd=repo, check=True)
         tokens = Tokens(Repository.discover(str(repo)).gitwork_dir())
         names = {name: tokens.add(name, role)[0] for name, role in (("alice", "person"), ("bot", "agent"),

@@ -321,6 +321,9 @@ def test_done_publishes_the_source_step_and_keeps_the_audit_on_the_ref(project: 
     done = steps.done(plane, session)
     assert done["status"] == "done" and done["folder"] is None and not folder.exists()
     assert git(project, "show", "main:a.txt") == "alpha, shipped"
+    # Only the published commit survives, on main: no session branch, no worktree is left behind.
+    assert git(project, "branch", "--list", "session/*") == "" and str(project / ".worktrees") not in \
+        git(project, "worktree", "list")
     assert plane.item(item).status == "done" and plane.lease(item).state == "released"
     # The audit record: what every branch was asked and answered, after the folder is gone.
     manifest = check_invariants(project, session)
@@ -765,3 +768,58 @@ def test_lifecycle_state_machine(tmp_path: Path) -> None:
     run_state_machine_as_test(lifecycle_machine(tmp_path), settings=settings(
         max_examples=4, stateful_step_count=16, deadline=None, derandomize=True,
         suppress_health_check=list(HealthCheck)))
+
+
+# --- point 4: a write into another branch's response/ ----------------------------------------------
+
+
+def _planted_world(plane: Workplane, project: Path) -> tuple[str, Path]:
+    """Plan done, then the two parallel build branches open side by side (the feature chain)."""
+    session = steps.create(plane, new_item(plane), "feature")["session"]
+    folder = project / ".worktrees" / "sessions" / session
+    answer(folder, "step-1/parallel-1", {"status": "done", "fields": {}}, {"response.md": "planned\n"})
+    steps.submit(plane, session, "step-1/parallel-1")
+    return session, folder
+
+
+def test_a_file_planted_in_a_siblings_response_is_refused_at_the_siblings_submit(project: Path,
+                                                                                 plane: Workplane) -> None:
+    session, folder = _planted_world(plane, project)
+    # Branch 2 writes its own answer, and plants a file in branch 1's response/ while both are open.
+    answer(folder, "step-2/parallel-2", {"status": "done", "fields": {"code": "response/response.md"}},
+           {"response.md": "two\n"})
+    (folder / "step-2/parallel-1/response").mkdir(parents=True, exist_ok=True)
+    (folder / "step-2/parallel-1/response/planted.md").write_text("not yours\n")
+    answer(folder, "step-2/parallel-1", {"status": "done", "fields": {"code": "response/response.md"}},
+           {"response.md": "one\n"})
+    before = tip(project)
+    done = run_gw(project, "step", "submit", session, "step-2/parallel-1", env={"GW_AGENT": "alice"})
+    assert done.returncode == 5, done.stderr
+    assert "step-2/parallel-1/response/planted.md" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert tip(project) == before
+    assert steps.read_session(plane, session)["manifest"]["branches"]["step-2/parallel-1"]["status"] == "open"
+    # Registering the planted file is how its own branch claims it: then it is its own.
+    answer(folder, "step-2/parallel-1", {"status": "done", "fields": {"code": "response/response.md",
+                                                                      "extra": "response/planted.md"}})
+    assert steps.submit(plane, session, "step-2/parallel-1")["already"] is False
+
+
+def test_a_file_planted_in_a_siblings_response_is_refused_at_the_planters_submit(project: Path,
+                                                                                 plane: Workplane) -> None:
+    session, folder = _planted_world(plane, project)
+    answer(folder, "step-2/parallel-1", {"status": "done", "fields": {"code": "response/response.md"}},
+           {"response.md": "one\n"})  # branch 1 has answered (response.json last), not yet submitted
+    (folder / "step-2/parallel-1/response/data").mkdir(exist_ok=True)
+    (folder / "step-2/parallel-1/response/data/planted.md").write_text("not yours\n")
+    answer(folder, "step-2/parallel-2", {"status": "done", "fields": {"code": "response/response.md"}},
+           {"response.md": "two\n"})
+    before = tip(project)
+    with pytest.raises(Invalid, match="step-2/parallel-1/response/data/planted.md"):
+        steps.submit(plane, session, "step-2/parallel-2")
+    assert tip(project) == before
+    with pytest.raises(Invalid, match="step-2/parallel-1/response/data/planted.md"):
+        steps.submit(plane, session, "step-2/parallel-1")
+    assert tip(project) == before
+    (folder / "step-2/parallel-1/response/data/planted.md").unlink()
+    steps.submit(plane, session, "step-2/parallel-2")
+    assert steps.submit(plane, session, "step-2/parallel-1")["open"] == ["step-3/parallel-1"]

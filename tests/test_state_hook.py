@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_world, git, make_repo, run_gw, scrubbed, tip
+from conftest import copy_world, git, let_post, make_repo, run_gw, scrubbed, tip
 from daemon import GitDaemon
 from test_sync import STATE, gw_ok, machine, new_item
 
@@ -185,6 +185,8 @@ def test_a_well_formed_append_by_hand_is_refused_but_gw_s_own_is_accepted(guarde
     forged = craft(guarded.a, guarded.tip, {path: old + (json.dumps(last) + "\n").encode()})
     guarded.refused(push(guarded.a, guarded.url, f"{forged}:{STATE}"), "carries no command document")
     item = path.split("/")[2]
+    for repo in (guarded.a, guarded.bare):  # alice may post on any item, here and on the arbiter that derives it
+        let_post(repo, "alice")
     gw_ok(guarded.a, "msg", item, "an honest append", "--as", "alice")
     done = push(guarded.a, guarded.url, f"{STATE}:{STATE}")
     assert done.returncode == 0, done.stderr

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import environment, git, gw_here
+from conftest import environment, git, gw_here, let_post
 from harness import invariants
 from harness.ledger import Ack, Ledger
 from harness.run import Report, Switches, run_once
@@ -76,6 +76,8 @@ def test_fresh_seed(tmp_path: Path) -> None:
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
     made = World(tmp_path / "world", clones=2, items=2)
+    for repo in (*made.clones, made.arbiter):  # bob posts on items he neither holds nor owns
+        let_post(repo, "bob")
     try:
         yield made
     finally:

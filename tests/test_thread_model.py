@@ -37,6 +37,8 @@ class ThreadModel(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="gw-thread-model-"))
         subprocess.run(["git", "init", "-q", str(self.dir)], check=True)
+        # The model is the epoch rule, not who may post: every participant may (docs/leases.md, "Who may post").
+        subprocess.run(["git", "config", "gitwork.people", ",".join(PEOPLE)], cwd=self.dir, check=True)
         self.now = START
         self.planes = {p: Workplane(str(self.dir), now=lambda: self.now, agent=p) for p in PEOPLE}
         self.messages: list[dict] = []  # what the thread should hold, in order

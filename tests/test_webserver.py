@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import git, let_post, run_gw, tip
 from daemon import in_group
 from test_state_hook import craft, events_log
 from test_sync import STATE, assert_sound, gw_ok, machine, new_item
@@ -56,6 +56,8 @@ def test_clone_fetch_push_and_sync_through_nginx(tmp_path: Path, web_server: Web
     assert gw_ok(b, "show", item)["title"] == "served by nginx"
 
     # B's work reaches A through the arbiter: gw sync both ways.
+    for repo in (b, plane):  # bob posts on an item he neither holds nor owns, here and on the deriving arbiter
+        let_post(repo, "bob")
     gw_ok(b, "msg", item, "hello from b", "--as", "bob")
     gw_ok(b, "sync")
     gw_ok(a, "sync")

@@ -598,7 +598,7 @@ def ack(
 
 @verb(messages.inbox)
 def inbox(json: Json = False, agent: As = None, path: Repo = None) -> None:
-    """Messages to you or on items you hold: unread, then read but unanswered; oldest first. Your reply with
+    """Messages to you or on items you hold or own: unread, then read but unanswered; oldest first. Your reply with
     `gw msg --reply-to SEQ` answers a message (a decision request is answered by `gw decide`)."""
 
 
@@ -752,9 +752,21 @@ def send(
     text: Annotated[str, typer.Argument(help="Text to type into the execution's terminal.", show_default=False)],
     key: Annotated[Optional[list[str]], typer.Option("--key", help="A key to press after the text, e.g. Enter (repeatable).")] = None,
     enter: Annotated[bool, typer.Option("--enter", help="Press Enter after the text.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Send the text as one line, then wait until the agent is back "
+                                                      "at its prompt (exit 75 after --timeout).")] = False,
+    timeout: Annotated[float, typer.Option("--timeout", help="With --wait: seconds to wait.")] = 60.0,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Type text (and keys) into a running execution."""
+
+
+@verb(launch.detach)
+def detach(
+    execution: ExecArg,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why it is released (recorded).")] = None,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Release an execution without killing it: recorded released, no longer judged by the coordinator."""
 
 
 @verb(launch.stop)

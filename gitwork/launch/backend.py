@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 
         def attach_argv(self, name: str, handle: str) -> list[str]: ...
 
+        def prompt(self, name: str, handle: str, text: str, timeout: float) -> None: ...
+        # send a line, then wait until the agent is back at its prompt (launch/prompt.py says what that
+        # is for each backend); Held on timeout, Illegal when the agent ended
+
+        def release(self, name: str, handle: str) -> None: ...
+        # detach without killing: the process runs on, gitwork stops answering for it
+
 KINDS = ("tmux", "subprocess")  # a third (a JSON-RPC terminal server) is one more module and one more branch below
 
 

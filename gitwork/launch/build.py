@@ -1,8 +1,9 @@
 """Which gitwork build is running, and the rule that an execution is acted on only by the build that
 launched it (docs/launch.md, "One build").
 
-A build is gw's version and the commit of gitwork's own checkout (``gw_commit``; "release" for
-an installed package). ``gw run`` records it in the execution, and the coordinator in its lease: a
+A build is gw's version and the commit it was built from (``gw_commit``: stamped into the package at
+build time by ``hatch_build.py``; for an editable install, the checkout's commit, asked of git; "release"
+only for a package built without the stamp, docs/operations.md). ``gw run`` records it in the execution, and the coordinator in its lease: a
 ``gw run`` refuses to launch beside a live coordinator of another build, and neither a coordinator nor
 a retry of ``gw run`` acts on an execution another build recorded. Exit 9, error kind ``build-mismatch``.
 """
@@ -19,11 +20,25 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def stamped() -> str | None:
+    """The commit stamped into an installed package at build time (``hatch_build.py``), or None."""
+    try:
+        from .. import _build  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    commit = getattr(_build, "COMMIT", None)
+    return commit if isinstance(commit, str) and commit else None
+
+
 def gw_commit() -> str | None:
-    """The commit of gitwork's own source, when it runs from a git checkout (an editable install)."""
+    """The commit of gitwork's own source: stamped at build time into a wheel, else asked of git when it
+    runs from a git checkout (an editable install, or the source tree itself)."""
+    commit = stamped()
+    if commit is not None:
+        return commit
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    # gitwork's own checkout has its .git beside the package: an installed package has none, and asks
-    # no git process (one less process between `gw run` and the agent's first line).
+    # gitwork's own checkout has its .git beside the package: an installed package without a stamp has
+    # none, and asks no git process (one less process between `gw run` and the agent's first line).
     if not os.path.exists(os.path.join(os.path.dirname(here), ".git")):
         return None
     from ..gitcmd import run

@@ -152,3 +152,18 @@ class Subprocess:
 
     def attach_argv(self, name: str, handle: str) -> list[str]:
         return ["tail", "-f", os.path.join(self.folder(name), "output.log")]
+
+    def prompt(self, name: str, handle: str, text: str, timeout: float) -> None:
+        """Write ``text`` and a newline to the agent's stdin, then wait until it has read all of it and
+        is reading its stdin again (``prompt.py``)."""
+        from .prompt import reading, unread, wait_until
+
+        fifo = os.path.join(self.folder(name), "stdin")
+        group, _start = self._split(handle)
+        self.send_text(name, handle, text + "\n")
+        wait_until(lambda: unread(fifo) == 0 and reading(group, fifo),
+                   lambda: self.status(name, handle)[0] != "running", name, timeout)
+
+    def release(self, name: str, handle: str) -> None:
+        """Detach without killing: the wrapper and its agent run on in their own session; nothing here
+        holds them (their output still goes to ``output.log``, their code to the folder)."""

@@ -389,10 +389,17 @@ def capture(wp: Workplane, execution_id: str, lines: int | None = None) -> str:
     return backend.capture(execution_id, handle, lines)
 
 
-def send(wp: Workplane, execution_id: str, text: str, keys: Sequence[str] = ()) -> None:
+def send(wp: Workplane, execution_id: str, text: str, keys: Sequence[str] = (), wait: bool = False,
+         timeout: float = 60.0) -> None:
+    """Type into a live execution; ``wait``: the text as one line, then until it is back at its prompt."""
     record, backend, handle = _live_handle(wp, execution_id)
     if record["state"] not in LIVE:
         raise Invalid(f"execution {execution_id} is {record['state']}", execution=execution_id)
+    if wait:
+        if keys:
+            raise Invalid("--wait sends the text as one line (Enter included): no --key with it")
+        backend.prompt(execution_id, handle, text, timeout)
+        return
     if text:
         backend.send_text(execution_id, handle, text)
     if keys:
@@ -421,6 +428,22 @@ def stop(wp: Workplane, execution_id: str, reason: str | None = None) -> dict[st
         backend.kill(execution_id, handle)
     _kill_survivors(wp, execution_id)  # what the handle did not reach (no handle yet, a wrapper gone)
     return result(_mark(wp, record, "stopped", reason=reason or "stopped by gw stop"), existing=True)
+
+
+def release(wp: Workplane, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+    """Detach a running execution without killing it: recorded ``released`` (no coordinator judges it
+    again, its lane is free); its process runs on. One that already ended is recorded as it ended."""
+    record, backend, handle = _live_handle(wp, execution_id)
+    if record["state"] != "running":
+        raise Invalid(f"execution {execution_id} is {record['state']}: only a running one is released",
+                      execution=execution_id)
+    status, detail = backend.status(execution_id, handle)
+    if status == "exited":
+        return result(_mark(wp, record, "exited", code=int(str(detail)), handle=handle), existing=True)
+    if status != "running":
+        return stop(wp, execution_id, reason)
+    backend.release(execution_id, handle)
+    return result(_mark(wp, record, "released", reason=reason or "released by gw detach"), existing=True)
 
 
 def attach_argv(wp: Workplane, execution_id: str) -> list[str]:

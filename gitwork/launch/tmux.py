@@ -164,6 +164,21 @@ class Tmux:
     def attach_argv(self, name: str, handle: str) -> list[str]:
         return ["tmux", "-S", self.socket, "attach-session", "-t", f"={handle}"]
 
+    def prompt(self, name: str, handle: str, text: str, timeout: float) -> None:
+        """Type ``text`` and Enter, then wait until the pane is back at a prompt (``prompt.py``)."""
+        from .prompt import PaneWatch, wait_until
+
+        before = self.capture(name, handle)
+        self.send_text(name, handle, text)
+        self.send_keys(name, handle, ["Enter"])
+        wait_until(PaneWatch(lambda: self.capture(name, handle), before),
+                   lambda: self.status(name, handle)[0] != "running", name, timeout)
+
+    def release(self, name: str, handle: str) -> None:
+        """Detach without killing: the session goes on running on gitwork's server (``gw attach`` still
+        reaches it), but no longer stays behind once its agent exits (``remain-on-exit`` off)."""
+        self._check(self._tmux("set-option", "-w", "-t", f"={handle}:", "remain-on-exit", "off"), handle)
+
     def _check(self, done: Completed, handle: str) -> None:
         if done.returncode != 0:
             raise Invalid(f"tmux session {handle} is not there: {one_line(done.err)}")

@@ -132,7 +132,7 @@ READ_TOOLS: tuple[Tool, ...] = (
          local={"item": "item!"}),
     Tool("thread", "messages:thread", "an item's messages after number since",
          local={"item": "item!", "since": "int"}, defaults={"since": 0}),
-    Tool("inbox", "messages:inbox", "messages to you or on items you hold: unread, then unanswered"),
+    Tool("inbox", "messages:inbox", "messages to you or on items you hold or own: unread, then unanswered"),
 )
 
 

@@ -1,7 +1,7 @@
 """Execution records: an agent process started for an item, under its lease (docs/launch.md).
 
-An execution goes ``reserved → launching → running → exited | lost | stopped`` (and ``failed`` when
-its command could not be started). Its current record is ``executions/<shard>/<id>.yaml``; every
+An execution goes ``reserved → launching → running → exited | lost | stopped | released`` (and ``failed``
+when its command could not be started; ``released``: detached, not killed). Its current record is ``executions/<shard>/<id>.yaml``; every
 transition is also an ``execution`` event in the item's ``events.log``, so the item's history says
 what ran under which lease.
 
@@ -118,7 +118,7 @@ def exec_reserve(ctx: Context) -> None:
 
 
 @op("exec-state", "record an execution's next state: launching (fenced), running, exited, failed, lost, stopped",
-    internal=True, execution="short!", to="launching|running|exited|failed|lost|stopped!", handle="short",
+    internal=True, execution="short!", to="launching|running|exited|failed|lost|stopped|released!", handle="short",
     code="int", reason="short", launcher="mapping", item="item")
 def exec_state(ctx: Context) -> None:
     """``item`` is the execution's, recorded in the document (sync follows a fenced command's lease by

@@ -22,7 +22,7 @@ from ..engine import Context, op
 from ..errors import Forbidden, Illegal, Invalid, Stale
 from ..model import CLOSED, Lease
 from ..roles import holder_check, require_decider
-from ..thread import POST_KINDS, cursors_path, dump_cursors, load_cursors
+from ..thread import POST_KINDS, cursors_path, dump_cursors, load_cursors, replay
 from .conversation import message, post_message, resolve_message, thread_ids
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -79,6 +79,47 @@ def stance(ctx: Context, item_id: str, *, bygone: bool = False) -> tuple[int, Le
     return current, None
 
 
+# --- who may post ----------------------------------------------------------------------------------
+
+# The sources of authority to post on an item's thread, in the order they are asked (the first that
+# grants answers; the order is the cost order: the thread is read only when nothing cheaper granted).
+# Pinned by tests/test_conversation_scope.py; docs/leases.md, "Who may post".
+POST_AUTHORITY = ("holder", "owner", "admin", "people", "addressee")
+
+
+def post_authority(ctx: Context, item_id: str) -> str | None:
+    """Which source lets ``ctx.actor`` post on ``item_id`` (one of :data:`POST_AUTHORITY`), or None."""
+    who = ctx.actor
+    for source in POST_AUTHORITY:
+        if source == "holder":
+            lease = ctx.lease(item_id)
+            if lease is not None and lease.is_active() and lease.holder == who:
+                return source
+        elif source == "owner":
+            item = ctx.item(item_id)  # its `owner`; while it names none, whoever created it
+            if who == (item.owner if item.owner else (item.provenance or {}).get("by")):
+                return source
+        elif source == "admin":
+            if who in ctx.settings.admins:
+                return source
+        elif source == "people":
+            if who in ctx.settings.people:
+                return source
+        elif any(record.get("to") == who for record in replay(ctx.snapshot, item_id)):
+            return source  # "addressee": a message of its thread is addressed to them
+    return None
+
+
+def require_poster(ctx: Context, item_id: str) -> str:
+    """Refuse a post by anyone no source of :data:`POST_AUTHORITY` lets post (exit 77)."""
+    source = post_authority(ctx, item_id)
+    if source is None:
+        raise Forbidden(f"only its holder, its owner (its creator while it names none), an admin, a person listed in 'people' (.workplane) "
+                        f"or someone its thread addresses may post on {item_id} (you are {ctx.actor})",
+                        item=item_id, who=ctx.actor)
+    return source
+
+
 # --- shared pieces ---------------------------------------------------------------------------------
 
 
@@ -120,8 +161,10 @@ def _said(ctx: Context, item_id: str, record: dict[str, Any], held: Lease | None
 # --- ops -------------------------------------------------------------------------------------------
 
 
-@op("msg", "post a message to an item's thread", who=("anyone. Someone who does not hold the item gives the lease epoch it read (`epoch`); "
-         "`kind: decision-request` is an `ask`: the holder only."),
+@op("msg", "post a message to an item's thread", who=("its holder, its owner (its creator while it names none), admins (setting `admins`), persons listed in "
+         "`people`, and anyone a message of its thread is addressed to; others are forbidden. Someone who does "
+         "not hold the item gives the lease epoch it read (`epoch`); `kind: decision-request` is an `ask`: the "
+         "holder only."),
     mcp={"verb": "messages:msg", "fields": ("item", "text", "kind", "reply_to", "to", "fence")}, roles=True, item="item!", text="text!", kind="|".join(POST_KINDS),
     reply_to="msgref", to="name", epoch="epoch", options="texts")
 def msg(ctx: Context) -> None:
@@ -136,7 +179,8 @@ def msg(ctx: Context) -> None:
     if ctx.cmd.get("options"):
         raise Invalid("options go with a decision request (gw ask, or --kind decision-request)")
     text = _text(ctx)
-    epoch, held = stance(ctx, item_id, bygone=True)
+    epoch, held = stance(ctx, item_id, bygone=True)  # first: a lost lease's fence is 7, as for every fenced command
+    require_poster(ctx, item_id)
     reply_to = resolve_message(ctx, item_id, "reply_to", "reply_to")["seq"] if "reply_to" in ctx.cmd else None
     record = post_message(ctx, item_id, kind, text, epoch=epoch, to=ctx.cmd.get("to"), reply_to=reply_to)
     _said(ctx, item_id, record, held, "msg")

@@ -24,11 +24,13 @@ EXECUTIONS = "executions"
 # Names a file and a tmux session: no '.', ':' (tmux target syntax) nor '/'.
 EXECUTION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{3,63}\Z")
 LIVE = ("reserved", "launching", "running")
-TERMINAL = ("exited", "lost", "stopped", "failed")
+# ``released``: detached without being killed (``gw detach``): its process may go on running, but gitwork
+# no longer answers for it, so no coordinator judges it and its lane is free.
+TERMINAL = ("exited", "lost", "stopped", "failed", "released")
 TRANSITIONS = {
     "reserved": ("launching", "failed", "lost", "stopped"),
     "launching": ("running", "exited", "failed", "lost", "stopped"),
-    "running": ("exited", "lost", "stopped"),
+    "running": ("exited", "lost", "stopped", "released"),
 }
 
 

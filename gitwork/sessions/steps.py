@@ -15,6 +15,10 @@ same command again converges instead of repeating work::
             response.json  response.md  <other>.md  data/  artifacts/  (changes.md: source steps)
         step-N/parallel-M/<exchange>/request/request.json and <exchange>/response/
 
+The procedures are split by job: ``manifest.py`` (the folder and the record), ``plan.py`` (which
+branches are due, their requests, settling), ``gates.py`` (what a submit checks), ``finish.py``
+(``done`` and ``stop``); this module holds the verbs and re-exports what the faces use.
+
 A source-writing step also gets a commit-once session ``<id>-sN-pM`` (``gitwork.sessions.start``), a
 sibling folder with its own worktree and branch ``session/<id>-sN-pM``.
 """
@@ -23,16 +27,12 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import shutil
-import subprocess
 
-from .. import clock, fsutil
-from ..errors import GwError, Held, Illegal, Invalid, NonFastForward, NotFound
+from .. import clock
+from ..errors import GwError, Held, Illegal, Invalid, NotFound
 from ..records.sessions import (
-    MAX_DOCUMENT_BYTES,
     SESSIONS_TREE,
-    branch_path,
     canonical,
     check_schema,
     load_json,
@@ -40,11 +40,46 @@ from ..records.sessions import (
     sha256,
 )
 from ..store import crash_point
-from . import Session, ensure_ignored, main_worktree, new_session_id, session_dir, slug
-from . import drop as drop_source
-from . import start as start_source
-from .rules import Operator, Rules
+from . import ensure_ignored, main_worktree, new_session_id, slug
+from .finish import done, stop, stop_operators
+from .gates import (
+    _changes_md,
+    _check_fields,
+    _refuse_plants,
+    _response_listing,
+    _run_validator,
+    _seal,
+    _settled_outside_writes,
+    _sibling_plants,
+    branch_env,
+    check_request,
+    outside_writes,
+    unregistered,
+)
+from .manifest import (
+    STATE,
+    Run,
+    Where,
+    _branch_key,
+    _open_run,
+    _read,
+    _recorded,
+    check_id,
+    check_key,
+    finished,
+    is_exchange,
+    load,
+    round_keys,
+    view,
+    write_atomic,
+)
+from .plan import settle
 from .rules import load as load_rules
+
+# The faces and the tests reach the whole lifecycle through this module, what lives in the others too.
+__all__ = ["Where", "block", "branch_env", "branch_execution", "check_id", "check_key", "create", "done",
+           "finished", "is_exchange", "next_step", "outside_writes", "read_session", "read_sessions", "resume",
+           "round_keys", "settle_operators", "stop", "stop_operators", "submit", "view", "wait"]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -52,628 +87,7 @@ if TYPE_CHECKING:
 
     from ..workplane import Workplane
 
-STATE = "state.json"
-SESSION_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]{0,120}\Z")
-_KEY = re.compile(r"step-([1-9][0-9]{0,3})/parallel-([1-9][0-9]{0,2})(/[a-z0-9][a-z0-9-]{0,39})?\Z")
-MAX_RESPONSE_FILES = 1000
-VALIDATOR_TIMEOUT = 300.0
-
-
-# --- files -----------------------------------------------------------------------------------------
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``path`` whole or not at all, durably (:func:`gitwork.fsutil.write_atomic`), its folder made."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fsutil.write_atomic(path, data, fsync=True)
-
-
-def _read(path: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(limit + 1)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-
-
-def _hash_file(path: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 16), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def check_key(key: str) -> str:
-    if not isinstance(key, str) or not _KEY.match(key):
-        raise Invalid(f"bad branch key {str(key)[:60]!r}: step-N/parallel-M, or step-N/parallel-M/EXCHANGE")
-    return key
-
-
-def check_id(session: str) -> str:
-    if not isinstance(session, str) or not SESSION_ID.match(session):
-        raise Invalid(f"malformed session id {str(session)[:60]!r}")
-    return session
-
-
-def round_of(key: str) -> int:
-    return int(key.split("/", 1)[0][len("step-"):])
-
-
-def is_exchange(key: str) -> bool:
-    return key.count("/") == 2
-
-
-def _branch_key(n: int, m: int) -> str:
-    return f"step-{n}/parallel-{m}"
-
-
-class Where:
-    """The folders of one session."""
-
-    def __init__(self, top: str, session: str) -> None:
-        self.top, self.session = top, session
-        self.folder = session_dir(top, session)
-
-    def branch(self, key: str) -> str:
-        return os.path.join(self.folder, *key.split("/"))
-
-    def request(self, key: str) -> str:
-        return os.path.join(self.branch(key), "request", "request.json")
-
-    def response_dir(self, key: str) -> str:
-        return os.path.join(self.branch(key), "response")
-
-    def response(self, key: str) -> str:
-        return os.path.join(self.response_dir(key), "response.json")
-
-
-# --- the record ------------------------------------------------------------------------------------
-
-
-def _recorded(wp: Workplane, session: str) -> dict[str, Any] | None:
-    return recorded_manifest(wp.context(), session)
-
-
-def _recorded_file(wp: Workplane, session: str, key: str, *rest: str) -> bytes | None:
-    return wp.context().file(branch_path(session, key, *rest))
-
-
-def mirror(where: Where, manifest: dict[str, Any]) -> None:
-    """Make the folder's ``state.json`` the recorded manifest (a published session's folder stays gone)."""
-    if manifest["status"] == "done" and not os.path.isdir(where.folder):
-        return  # a done session's folder stays gone
-    path = os.path.join(where.folder, STATE)
-    data = canonical(manifest)
-    if _read(path, 1 << 20) != data:
-        write_atomic(path, data)
-
-
-def load(wp: Workplane, session: str) -> tuple[Where, dict[str, Any]]:
-    """The session's folders and its recorded manifest, with the folder's copy brought in step."""
-    check_id(session)
-    manifest = _recorded(wp, session)
-    if manifest is None:
-        raise NotFound(f"no session {session} on the record (gw session list shows them)", session=session)
-    where = Where(main_worktree(wp.repo), session)
-    mirror(where, manifest)
-    return where, manifest
-
-
-class Run:
-    """One procedure's progress: the session, its manifest as last recorded, and the transitions made."""
-
-    def __init__(self, wp: Workplane, where: Where, manifest: dict[str, Any], fence: int | None) -> None:
-        self.wp, self.where, self.manifest, self.fence = wp, where, manifest, fence
-        self.transitions: list[dict[str, Any]] = []
-        self._rules: Rules | None = None
-
-    @property
-    def rules(self) -> Rules:
-        if self._rules is None:
-            self._rules = load_rules(self.wp.settings)
-        return self._rules
-
-    def record(self, op: str, new: dict[str, Any], **fields: Any) -> None:
-        """One transition: one op, one commit; then the folder's manifest mirrors it."""
-        holder = new["holder"]
-        lease = self.wp.lease(new["item"])
-        if lease is not None and lease.is_active() and lease.holder == holder \
-                and not new["leases"].get(holder, {}).get("released"):
-            # The lease the holder acts under now (a new grant after a release and claim shows here).
-            new["leases"][holder] = {"item": new["item"], "fence": lease.fence, "epoch": lease.epoch}
-        applied = self.wp.record(op, item=new["item"], session=new["id"], manifest=canonical(new).decode("utf-8"),
-                                 fence=self.fence, **fields)
-        self.manifest = new
-        self.transitions.append({"op": op, "branch": fields.get("key"), "commit": applied.commit,
-                                 "command_id": applied.command["id"]})
-        crash_point(f"{op}-recorded")
-        mirror(self.where, new)
-
-    def refresh(self) -> bool:
-        """Take up what another process recorded meanwhile (``False``: nothing new, so a refusal stands)."""
-        fresh = _recorded(self.wp, self.manifest["id"])
-        if fresh is None or fresh == self.manifest:
-            return False
-        self.manifest = fresh
-        mirror(self.where, fresh)
-        return True
-
-    def result(self, **extra: Any) -> dict[str, Any]:
-        return {**view(self.where, self.manifest), "transitions": self.transitions, **extra}
-
-
-def view(where: Where, manifest: dict[str, Any]) -> dict[str, Any]:
-    """A session as the faces show it: the manifest, its folder, and what is open now."""
-    open_ = sorted(k for k, b in manifest["branches"].items() if b["status"] == "open")
-    return {"session": manifest["id"], "item": manifest["item"], "status": manifest["status"],
-            "folder": where.folder if os.path.isdir(where.folder) else None, "open": open_,
-            "finished": finished(manifest), "manifest": manifest}
-
-
-# --- planning: which branches are due ---------------------------------------------------------------
-
-
-def round_keys(manifest: dict[str, Any], n: int) -> list[str]:
-    keys = [k for k in manifest["branches"] if not is_exchange(k) and round_of(k) == n]
-    return sorted(keys, key=lambda k: int(k.rpartition("-")[2]))
-
-
-def _request(manifest: dict[str, Any], key: str, operator: str, stage: str, **extra: Any) -> dict[str, Any]:
-    return {"session": manifest["id"], "branch": key, "operator": operator, "stage": stage,
-            "item": manifest["item"], "inputs": extra.pop("inputs", []), "resume": extra.pop("resume", None), **extra}
-
-
-def _inputs(wp: Workplane, manifest: dict[str, Any], position: int, needs: list[str] | None = None
-            ) -> list[dict[str, Any]]:
-    """Handoff by kind: for each field kind registered by the done branches of the steps before
-    ``position`` (or only the kinds in ``needs``), the nearest earlier producer's paths: every done
-    branch of the latest step that registered that kind (a fan-out hands on all its branches), paths
-    from the session root. Ordered by kind, then chain order. Nested exchanges hand nothing on."""
-    produced: dict[str, list[tuple[int, str, str]]] = {}
-    for key in sorted((k for k, b in manifest["branches"].items()
-                       if not is_exchange(k) and b.get("position", 0) < position and b["status"] == "done"),
-                      key=lambda k: (round_of(k), int(k.rpartition("-")[2]))):
-        data = _recorded_file(wp, manifest["id"], key, "response", "response.json")
-        fields = load_json(data, f"the recorded response of {key}").get("fields", {}) if data else {}
-        for name, path in fields.items():
-            produced.setdefault(name, []).append((manifest["branches"][key].get("position", 0), key, path))
-    found = []
-    for name in sorted(produced):
-        if needs is not None and name not in needs:
-            continue
-        nearest = max(p for p, _k, _path in produced[name])
-        found += [{"name": name, "from": key, "path": f"{key}/{path}"}
-                  for p, key, path in produced[name] if p == nearest]
-    return found
-
-
-def planned(wp: Workplane, manifest: dict[str, Any], n: int) -> list[tuple[dict[str, Any], int]]:
-    """Round ``n``'s requests (with their chain positions), a function of the rounds before it only, so
-    a command killed half-way through a round plans exactly the same round again."""
-    stages = manifest["stages"]
-    if n == 1:
-        position = 0
-        inputs: list[dict[str, Any]] = []
-    else:
-        previous = round_keys(manifest, n - 1)
-        if not previous:
-            return []
-        blocked = [k for k in previous if manifest["branches"][k]["status"] == "blocked"]
-        if blocked:  # a resume round: each blocked branch re-entered by its own operator
-            out = []
-            for index, key in enumerate(blocked, 1):
-                data = _recorded_file(wp, manifest["id"], key, "request", "request.json")
-                earlier = load_json(data or b"{}", f"the recorded request of {key}")
-                new_key = _branch_key(n, index)
-                out.append((_request(manifest, new_key, manifest["steps"][key], manifest["branches"][key]["stage"],
-                                     inputs=earlier.get("inputs", []), resume=key,
-                                     parallel={"index": index, "of": len(blocked)}),
-                            manifest["branches"][key]["position"]))
-            return out
-        position = manifest["branches"][previous[0]]["position"] + 1
-        if position >= len(manifest["plan"]):
-            return []  # the chain is finished
-    stage = manifest["plan"][position]
-    rule = stages[stage]
-    if n > 1:
-        inputs = _inputs(wp, manifest, position, rule.get("needs"))
-        if rule.get("seal"):  # a review step: each artifact it is handed, by the hash it was recorded with
-            inputs = [{**i, "sha256": _recorded_listing_of(wp, manifest["id"], i["from"]).get(i["path"], "")}
-                      for i in inputs]
-    return [(_request(manifest, _branch_key(n, m), rule["operator"], stage, inputs=inputs,
-                      parallel={"index": m, "of": rule["parallel"]}), position)
-            for m in range(1, rule["parallel"] + 1)]
-
-
-def due(wp: Workplane, manifest: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
-    """The branches that should exist now and do not (none while a branch of the round is unfinished)."""
-    if manifest["status"] != "running":
-        return []
-    n = manifest["current"]
-    if n >= 1:
-        missing = [p for p in planned(wp, manifest, n) if p[0]["branch"] not in manifest["requests"]]
-        if missing:
-            return missing
-        if any(manifest["branches"][k]["status"] in ("open", "waiting") for k in round_keys(manifest, n)):
-            return []  # the join: the next round waits for every branch of this one
-    # (blocked branches in a running session: it was resumed, so the next round re-enters them)
-    return planned(wp, manifest, n + 1)
-
-
-def finished(manifest: dict[str, Any]) -> bool:
-    """Every branch settled, the last round done, and it ran the chain's last step."""
-    n = manifest["current"]
-    keys = round_keys(manifest, n)
-    if not keys or any(manifest["branches"][k]["status"] != "done" for k in keys):
-        return False
-    if any(b["status"] in ("open", "waiting") for b in manifest["branches"].values()):
-        return False
-    return manifest["branches"][keys[0]].get("position") == len(manifest["plan"]) - 1
-
-
-# --- transitions -----------------------------------------------------------------------------------
-
-
-def _ordered(keys: Any) -> list[str]:
-    return sorted(keys, key=lambda k: (round_of(k), int(k.split("/")[1].rpartition("-")[2])))
-
-
-def _earlier_sources(run: Run, position: int) -> list[tuple[str, Session]]:
-    """The done source-writing branches of the steps before ``position``, in chain order, with their
-    commit-once sessions (each committed: a done source branch has its one commit)."""
-    found = []
-    for key in _ordered(k for k, b in run.manifest["branches"].items()
-                        if b.get("source") and b["status"] == "done" and b.get("position", 0) < position
-                        and not is_exchange(k)):
-        found.append((key, Session.load(run.where.top, run.manifest["branches"][key]["source"])))
-    return found
-
-
-def _frozen_head(run: Run) -> str | None:
-    """The commit the session's first source step started from (later ones build on it)."""
-    for key in _ordered(k for k, b in run.manifest["branches"].items() if b.get("base")):
-        return str(run.manifest["branches"][key]["base"])
-    return None
-
-
-def _source_base(run: Run, position: int) -> tuple[str | None, list[dict[str, str]]]:
-    """Where a source step at ``position`` starts: the frozen head with every earlier step's committed
-    source on it (``None``: no earlier source step, start from the main worktree's HEAD), and the pins:
-    each earlier commit it was made against."""
-    earlier = _earlier_sources(run, position)
-    head = _frozen_head(run)
-    if not earlier or head is None:
-        return None, []
-    pins = [{"from": key, "commit": record["commit"]} for key, record in earlier]
-    from .combine import combine
-
-    made = combine(run.where.top, head, [p["commit"] for p in pins], actor=run.manifest["holder"],
-                   trailers=f"Work-Item: {run.manifest['item']}\nSession: {run.manifest['id']}\n",
-                   title=f"Base of session {run.manifest['id']} at step {position + 1}")
-    if made["conflicts"]:
-        raise Illegal(f"the earlier source steps of session {run.manifest['id']} conflict in "
-                      f"{', '.join(made['conflicts'])}: no base for step {position + 1}", conflicts=made["conflicts"])
-    return made["commit"], pins
-
-
-def _source_for(run: Run, key: str, position: int) -> dict[str, Any]:
-    """The commit-once session a source-writing branch writes through (started once, then reused), from
-    a base holding every earlier source step's commit; the request pins those commits."""
-    source_id = f"{run.manifest['id']}-s{round_of(key)}-p{key.rpartition('-')[2]}"
-    base, pins = _source_base(run, position)
-    try:
-        record = Session.load(run.where.top, source_id)
-    except NotFound:
-        start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id, base_commit=base)
-        record = Session.load(run.where.top, source_id)
-    out = {"session": source_id, "branch": record.branch, "base": record["base"], "worktree": record.source}
-    return {**out, "pins": pins} if pins else out
-
-
-def branch(run: Run, request: dict[str, Any], position: int) -> None:
-    """The ``branch`` transition: the request written (never rewritten), then hashed into the manifest."""
-    key = request["branch"]
-    if run.manifest["stages"].get(request["stage"], {}).get("writesSource") and not is_exchange(key):
-        request["source"] = _source_for(run, key, position)
-    data = canonical(check_schema("request", request, f"the request of {key}"))
-    path = run.where.request(key)
-    existing = _read(path)
-    if existing is None:
-        write_atomic(path, data)
-    elif existing != data:
-        raise Illegal(f"{path} already holds another request: a request is never rewritten", branch=key)
-    for folder in ("data", "artifacts"):
-        os.makedirs(os.path.join(run.where.response_dir(key), folder), exist_ok=True)
-    crash_point("session-request-written")
-    new = copy.deepcopy(run.manifest)
-    new["chain"].append(key)
-    new["steps"][key] = request["operator"]
-    new["requests"][key] = sha256(data)
-    new["branches"][key] = {"stage": request["stage"], "status": "open", "position": position}
-    if "source" in request:
-        new["branches"][key]["source"] = request["source"]["session"]
-        new["branches"][key]["base"] = request["source"]["base"]
-    if not is_exchange(key):
-        new["current"] = max(new["current"], round_of(key))
-    run.record("session-branch", new, key=key, request=data.decode("utf-8"))
-
-
-def _exchange_request(run: Run, key: str) -> tuple[str, dict[str, Any]] | None:
-    """The nested exchange a waiting branch asked for: its key and request (``None``: recorded already)."""
-    data = _recorded_file(run.wp, run.manifest["id"], key, "response", "response.json")
-    awaiting = load_json(data or b"{}", f"the recorded response of {key}").get("awaiting") or {}
-    exchange = f"{key}/{awaiting.get('exchange')}"
-    if exchange in run.manifest["requests"]:
-        return None
-    parent = run.manifest["branches"][key]
-    return exchange, _request(run.manifest, exchange, awaiting["operator"], parent["stage"], ask=awaiting.get("ask"))
-
-
-def settle(run: Run) -> None:
-    """Make every transition that is due now: nested exchanges asked for, waiting branches whose exchange
-    is done resumed, and the next round's branches (a fan-out after a join, or the next step)."""
-    for _round in range(1000):
-        try:
-            if not _settle_one(run):
-                return
-        except (Illegal, Invalid):
-            if not run.refresh():  # another process made this transition first: plan again on its record
-                raise
-
-
-def _settle_one(run: Run) -> bool:
-    """Make one due transition; ``False`` when none is due."""
-    manifest = run.manifest
-    if manifest["status"] not in ("running", "blocked"):
-        return False
-    for key, state in sorted(manifest["branches"].items()):
-        if state["status"] != "waiting":
-            continue  # (a waiting branch's exchange runs even while another branch blocks the session)
-        asked = _exchange_request(run, key)
-        if asked is not None:
-            branch(run, asked[1], state.get("position", 0))
-            return True
-        exchanges = [k for k in manifest["branches"] if k.startswith(key + "/")]
-        done = [k for k in exchanges if manifest["branches"][k]["status"] == "done"
-                and not any(r["from"] == k for r in manifest["resumes"])]
-        if done:
-            new = copy.deepcopy(manifest)
-            new["branches"][key]["status"] = "open"
-            new["resumes"].append({"branch": key, "from": done[0], "reason": "wait",
-                                   "at": clock.format_instant(run.wp.now())})
-            run.record("session-resume", new, key=key, reason="wait")
-            return True
-    pending = due(run.wp, manifest)
-    if not pending:
-        return False
-    request, position = pending[0]
-    branch(run, request, position)
-    return True
-
-
-# --- gates -----------------------------------------------------------------------------------------
-
-
-def check_request(run: Run, key: str) -> dict[str, Any]:
-    """The gate before an operator starts: the request on disk is the one recorded, it satisfies the
-    schema, and a ``resume`` names a branch the manifest recorded for the same operator."""
-    path = run.where.request(key)
-    data = _read(path)
-    if data is None or sha256(data) != run.manifest["requests"].get(key):
-        raise Invalid(f"the request of {key} is missing or changed on disk ({path}): it no longer matches the "
-                      "hash in the manifest", branch=key)
-    request = check_schema("request", load_json(data, f"the request of {key}"), f"the request of {key}")
-    resume = request.get("resume")
-    if resume is not None and run.manifest["steps"].get(resume) != request["operator"]:
-        raise Invalid(f"the request of {key} resumes {resume}, which is not a branch of {request['operator']}",
-                      branch=key)
-    return request
-
-
-def _recorded_listing(run: Run, key: str) -> dict[str, str]:
-    return _recorded_listing_of(run.wp, run.manifest["id"], key)
-
-
-def _recorded_listing_of(wp: Workplane, session: str, key: str) -> dict[str, str]:
-    data = _recorded_file(wp, session, key, "response", "files.sha256") or b""
-    listing = {}
-    for line in data.decode("utf-8", "replace").splitlines():
-        digest, _, path = line.partition(" ")
-        listing[f"{key}/{path}"] = digest
-    return listing
-
-
-def outside_writes(run: Run, writer: str | None = None) -> list[str]:
-    """Paths in the session folder that differ from the record, outside the ``response/`` folders of the
-    branches that are open now (where their operators write): a write anywhere else is detected here."""
-    manifest = run.manifest
-    expected = {STATE: sha256(canonical(manifest))}
-    expected.update({f"{key}/request/request.json": digest for key, digest in manifest["requests"].items()})
-    for key, state in manifest["branches"].items():
-        if state["status"] != "open" and key in manifest["responses"]:
-            expected.update(_recorded_listing(run, key))
-    writable = tuple(f"{k}/response/" for k, b in manifest["branches"].items() if b["status"] == "open")
-    changed = []
-    seen = set()
-    for root, dirs, files in os.walk(run.where.folder):
-        dirs.sort()
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            rel = os.path.relpath(full, run.where.folder).replace(os.sep, "/")
-            if rel.startswith(writable) or fsutil.is_temp(name):
-                continue
-            seen.add(rel)
-            digest = "symlink" if os.path.islink(full) else _hash_file(full)
-            if expected.get(rel) != digest:
-                changed.append(rel)
-    changed += [p for p in expected if p not in seen and not p.startswith(writable)]
-    return sorted(set(changed))
-
-
-def _settled_outside_writes(wp: Workplane, session: str, fence: int | None, run: Run) -> tuple[Run, list[str]]:
-    """:func:`outside_writes`, judged on a settled record: a sibling branch's submit that lands while this
-    one checks rewrites ``state.json`` (and may lay out the next step) just after its record moves, so a
-    difference is only believed once it is still there on the newest record a moment later. A real write
-    outside the open ``response/`` folders stays and is refused; only the refusal comes later."""
-    import time
-
-    outside = outside_writes(run)
-    for attempt in range(1, 9):  # at most ~1.8 s in all, only when something differs
-        if not outside:
-            break
-        time.sleep(0.05 * attempt)
-        run = _open_run(wp, session, fence)
-        outside = outside_writes(run)
-    return run, outside
-
-
-def _response_listing(folder: str) -> list[str]:
-    """``<sha256> response/<path>`` for every file an operator left in its ``response/`` folder."""
-    lines = []
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            rel = "response/" + os.path.relpath(full, folder).replace(os.sep, "/")
-            if os.path.islink(full):
-                raise Invalid(f"{rel} is a symbolic link: a response holds files only")
-            lines.append(f"{_hash_file(full)} {rel}")
-            if len(lines) > MAX_RESPONSE_FILES:
-                raise Invalid(f"the response holds more than {MAX_RESPONSE_FILES} files")
-    return lines
-
-
-def _check_fields(folder: str, response: dict[str, Any], key: str) -> None:
-    root = os.path.realpath(folder)
-    for name, path in response.get("fields", {}).items():
-        parts = path.split("/")
-        if ".." in parts or "" in parts[1:] or path.startswith("/"):
-            raise Invalid(f"field {name} of {key}: {path!r} is not a plain path inside response/")
-        full = os.path.realpath(os.path.join(os.path.dirname(folder), path))
-        if not (full == root or full.startswith(root + os.sep)) or not os.path.exists(full):
-            raise Invalid(f"field {name} of {key}: {path} does not exist in its response/", branch=key)
-
-
-def _run_validator(operator: Operator, env: dict[str, str], cwd: str, key: str) -> None:
-    """The operator's own gate, after the shared schema: ``sh -c VALIDATE`` in the branch folder."""
-    if not operator.validate:
-        return
-    try:
-        done = subprocess.run(["sh", "-c", operator.validate], cwd=cwd, env={**os.environ, **env},
-                              capture_output=True, timeout=VALIDATOR_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise Invalid(f"the {operator.name} validator did not finish in {VALIDATOR_TIMEOUT:.0f}s", branch=key) from None
-    if done.returncode != 0:
-        said = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
-        raise Invalid(f"the {operator.name} validator refused {key} (exit {done.returncode})"
-                      + (f": {said[-1][:200]}" if said else ""), branch=key)
-
-
-def branch_env(where: Where, manifest: dict[str, Any], key: str) -> dict[str, str]:
-    """What an operator is told: the path of its own branch (it never reads the session folder itself)."""
-    env = {"GW_SESSION": manifest["id"], "GW_SESSION_KEY": key, "GW_SESSION_ROOT": where.folder,
-           "GW_SESSION_BRANCH": where.branch(key), "GW_SESSION_REQUEST": where.request(key),
-           "GW_SESSION_RESPONSE": where.response_dir(key), "GW_ITEM": manifest["item"]}
-    resumed = [r for r in manifest["resumes"] if r["branch"] == key and r["reason"] == "wait"]
-    if resumed:
-        env["GW_SESSION_EXCHANGE"] = where.response_dir(resumed[-1]["from"])
-    source = manifest["branches"].get(key, {}).get("source")
-    if source:
-        env["GW_SESSION_SOURCE"] = os.path.join(session_dir(where.top, source), "source")
-    return env
-
-
-def _changes_md(run: Run, key: str, folder: str, response: dict[str, Any]) -> None:
-    """A source-writing branch: its ``commits`` must be its commit-once session's commit, and
-    ``changes.md`` names every path with its blob before and after, and the commit."""
-    source = run.manifest["branches"][key].get("source")
-    commits = response.get("commits") or []
-    if not source:
-        if commits:
-            raise Invalid(f"{key} does not write source: its response names no commits", branch=key)
-        return
-    record = Session.load(run.where.top, source)
-    if record.get("state") == "started":
-        if commits or response["status"] == "done":
-            raise Invalid(f"{key} writes source: commit it first (gw session commit {source} --file ... -m ...)",
-                          branch=key)
-        return
-    if commits != [record["commit"]]:
-        raise Invalid(f"{key}: response.json commits must be [{record['commit']}], its session's one commit",
-                      branch=key)
-    _check_pinned(run, key, record)
-    _check_siblings(run, key, record)
-    lines = [f"# Changes of {key}", "", f"Commit: {record['commit']}", f"Base: {record['base']}",
-             f"Session branch: {record.branch}", "", "| path | before | after |", "|---|---|---|"]
-    lines += [f"| {c['path']} | {c.get('before') or '-'} | {c.get('after') or '-'} |"
-              for c in record.get("changes", [])]
-    data = ("\n".join(lines) + "\n").encode("utf-8")
-    if _read(os.path.join(folder, "changes.md")) != data:
-        write_atomic(os.path.join(folder, "changes.md"), data)
-
-
-def _seal(run: Run, key: str, folder: str) -> None:
-    """A review step's seal: each artifact it was handed, with the sha256 its request pinned and the one on
-    disk now (they must agree: it reviewed exactly that), written to ``response/sealed.sha256`` and so
-    recorded with the response's files."""
-    request = load_json(_read(run.where.request(key)) or b"{}", f"the request of {key}")
-    lines = []
-    for entry in request.get("inputs") or []:
-        full = os.path.join(run.where.folder, *entry["path"].split("/"))
-        now = _hash_file(full) if os.path.isfile(full) else "missing"
-        if entry.get("sha256") and now != entry["sha256"]:
-            raise Invalid(f"{key}: the artifact {entry['path']} it reviewed is not the one handed to it "
-                          f"({now[:12]} on disk, {entry['sha256'][:12]} pinned)", branch=key)
-        lines.append(f"{now} {entry['path']}\n")
-    data = "".join(lines).encode("utf-8")
-    if _read(os.path.join(folder, "sealed.sha256")) != data:
-        write_atomic(os.path.join(folder, "sealed.sha256"), data)
-
-
-def _check_pinned(run: Run, key: str, record: Session) -> None:
-    """The gate on what a source response was made against: its commit's one parent is the base its
-    request pinned, and every commit the request pins is in it (a response made on another checkout, or
-    a session re-pointed at another base, is refused)."""
-    from . import git
-    from .combine import is_ancestor
-
-    request = load_json(_read(run.where.request(key)) or b"{}", f"the request of {key}")
-    pinned = (request.get("source") or {}).get("base")
-    parents = git("rev-list", "--parents", "-n1", record["commit"], cwd=run.where.top).out.split()[1:]
-    if pinned and (parents != [pinned] or record["base"] != pinned):
-        raise Invalid(f"{key}: commit {record['commit'][:12]} was made against {(parents or ['nothing'])[0][:12]}, "
-                      f"not the base {pinned[:12]} its request pinned", branch=key)
-    missing = [p["from"] for p in (request.get("source") or {}).get("pins") or []
-               if not is_ancestor(p["commit"], record["commit"], run.where.top)]
-    if missing:
-        raise Invalid(f"{key}: commit {record['commit'][:12]} lacks the pinned source of {', '.join(missing)}",
-                      branch=key)
-
-
-def _check_siblings(run: Run, key: str, record: Session) -> None:
-    """Parallel source branches (the same step, a re-entered one included) may not touch the same file: the
-    second to submit is refused, naming the files and the sibling (so a conflict between them is never found as late as ``gw session done``)."""
-    mine = {c["path"] for c in record.get("changes") or []}
-    for other in _ordered(k for k, b in run.manifest["branches"].items()
-                          if k != key and not is_exchange(k) and b.get("source") and b["status"] == "done"
-                          and b.get("position") == run.manifest["branches"][key].get("position")):
-        theirs = Session.load(run.where.top, run.manifest["branches"][other]["source"])
-        both = sorted(mine & {c["path"] for c in theirs.get("changes") or []})
-        if both:
-            raise Invalid(f"refused {key}: {', '.join(both)} also changed by its parallel sibling {other}: parallel "
-                          "branches may not touch the same file (block this branch, or redo it without them)",
-                          branch=key, paths=both, sibling=other)
-
-
 # --- the verbs ---------------------------------------------------------------------------------------
-
-
-def _open_run(wp: Workplane, session: str, fence: int | None) -> Run:
-    where, manifest = load(wp, session)
-    return Run(wp, where, manifest, fence)
 
 
 def _unfinished_for(wp: Workplane, item_id: str, chain: str) -> str | None:
@@ -871,21 +285,6 @@ def next_step(wp: Workplane, session: str, launch: bool = False, backend: str | 
     return run.result(branches=rows, settled=settled)
 
 
-def stop_operators(wp: Workplane, session: str, reason: str) -> list[str]:
-    """Stop every live execution of the session's branches on this host (a session stopped, or done):
-    its operators must not go on writing into a session that has ended. The ids stopped."""
-    from ..launch.run import host, runs
-    from ..launch.run import stop as stop_execution
-    from ..records.executions import LIVE
-
-    stopped = []
-    for row in runs(wp):
-        if row.get("session") == session and row["state"] in LIVE and row.get("host") == host():
-            stop_execution(wp, row["execution"], reason=reason)
-            stopped.append(row["execution"])
-    return stopped
-
-
 def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> dict[str, Any]:
     """``advance``/``wait``/``block`` from a branch's response: both gates, then one ``session-submit``."""
     check_key(key)
@@ -920,6 +319,8 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
     response = check_schema("response", load_json(data, f"{key}/response/response.json"),
                             f"{key}/response/response.json")
     _check_fields(folder, response, key)
+    _refuse_plants(key, [f"{key}/{rel}" for rel in unregistered(folder, response)], "its")
+    _refuse_plants(key, _sibling_plants(run, key), "a sibling's")
     if response["status"] == "waiting":
         if is_exchange(key):
             raise Invalid(f"{key} is a nested exchange: it answers done or blocked")
@@ -1027,120 +428,6 @@ def resume(wp: Workplane, session: str, fence: int | None = None) -> dict[str, A
     run.record("session-resume", new, reason="block")
     settle(run)
     return run.result(already=False)
-
-
-def _lease_held(wp: Workplane, item_id: str) -> Any:
-    lease = wp.lease(item_id)
-    if lease is not None and lease.is_active() and lease.holder == wp.settings.identity():
-        return lease
-    return None
-
-
-def _sources(run: Run) -> list[Session]:
-    """The commit-once sessions of the source-writing branches, in chain order."""
-    found = []
-    for key in _ordered(run.manifest["branches"]):
-        state = run.manifest["branches"][key]
-        if state.get("source"):
-            try:
-                found.append(Session.load(run.where.top, state["source"]))
-            except NotFound:
-                continue
-    return found
-
-
-def done(wp: Workplane, session: str, route: str = "publish", fence: int | None = None) -> dict[str, Any]:
-    """``done``: route to ``user`` or ``external`` (the lease released, the folder kept), or ``publish``:
-    each source step's commit published, the manifest recorded as the audit record, the item done (its
-    lease released) and the folder deleted. Run again after a crash it finishes the rest."""
-    if route not in ("user", "external", "publish"):
-        raise Invalid(f"route must be user, external or publish (got {route[:40]!r})")
-    run = _open_run(wp, session, fence)
-    manifest = run.manifest
-    if manifest["status"] == "done":
-        return _finish(run)
-    if manifest["status"] != "running" or not finished(manifest):
-        raise Illegal(f"session {session} is {manifest['status']} and "
-                      + ("has finished its chain" if finished(manifest) else "has not finished its chain")
-                      + ": it cannot be done yet", session=session)
-    item = wp.item(manifest["item"])
-    unchecked = [n for n, c in enumerate(item.criteria, 1) if not c.get("checked")]
-    if unchecked:  # every route marks the item done
-        raise Illegal(f"{item.id} has unchecked criteria {unchecked}: check them before the session is done")
-    if route == "publish":
-        from .land import land
-
-        landed = land(wp, session, manifest["item"], [r for r in _sources(run) if r.get("state") == "committed"])
-        if landed["conflicts"]:
-            _block_on_conflicts(run, landed)
-    new = copy.deepcopy(manifest)
-    new.update(status="done", route=route, stoppedAt=clock.format_instant(wp.now()))
-    for lease in new["leases"].values():
-        lease["released"] = True
-    run.record("session-end", new, to="done", route=route)
-    return _finish(run)
-
-
-def _block_on_conflicts(run: Run, landed: dict[str, Any]) -> None:
-    """Nothing landed: the session is ``blocked`` with the conflicting paths named (``gw step resume``
-    takes it up again once they are resolved on the target), then exit 13."""
-    conflicts = landed["conflicts"]
-    new = copy.deepcopy(run.manifest)
-    new.update(status="blocked", conflicts=conflicts,
-               reason=f"publishing conflicts with {landed['target'][:12]} in {', '.join(conflicts)}"[:1024])
-    run.record("session-end", new, to="blocked", route="publish", reason=new["reason"])
-    raise NonFastForward(f"session {run.manifest['id']} was not published: its source conflicts with "
-                         f"{landed['target'][:12]} in {', '.join(conflicts)}. Nothing landed; the session is "
-                         "blocked. Resolve it on the target, then gw step resume and gw session done again.",
-                         session=run.manifest["id"], conflicts=conflicts, target=landed["target"])
-
-
-def _end_sources(run: Run) -> None:
-    """A session that ended leaves no commit-once session open: those without a commit are dropped, and so
-    are committed ones a done session did not publish (a person's route): only published commits survive."""
-    manifest = run.manifest
-    unpublished = ("started", "committed") if manifest["status"] == "done" else ("started",)
-    for record in _sources(run):
-        if record.get("state") in unpublished:
-            drop_source(run.wp, record.id, reason=f"session {run.manifest['id']} ended")
-        elif record.get("state") == "published" and os.path.isdir(record.folder):
-            from . import git
-
-            git("worktree", "remove", "--force", record.source, cwd=run.where.top, check=False)
-            shutil.rmtree(record.folder, ignore_errors=True)
-
-
-def _finish(run: Run) -> dict[str, Any]:
-    manifest = run.manifest
-    if manifest["status"] == "stopped":  # before the lease goes: its operators stop with the session
-        stop_operators(run.wp, manifest["id"], f"session {manifest['id']} stopped")
-    _end_sources(run)
-    lease = _lease_held(run.wp, manifest["item"])
-    if lease is not None:
-        if manifest["status"] == "done":  # every route: the session finished its chain, the item is done
-            run.wp.do("done", item=manifest["item"], fence=lease.fence,
-                      reason=f"session {manifest['id']} done ({manifest.get('route')})")
-        else:
-            run.wp.do("release", item=manifest["item"], fence=lease.fence)
-    crash_point("session-end-released")
-    if manifest["status"] == "done":  # the spec: release the lease, delete the folder (the audit is on the ref)
-        shutil.rmtree(run.where.folder, ignore_errors=True)
-    return run.result()
-
-
-def stop(wp: Workplane, session: str, reason: str | None = None, fence: int | None = None) -> dict[str, Any]:
-    """``stop``: the session ends without finishing (recorded, lease released, folder kept for a person)."""
-    run = _open_run(wp, session, fence)
-    if run.manifest["status"] == "stopped":
-        return _finish(run)
-    if run.manifest["status"] == "done":
-        raise Illegal(f"session {session} is done already", session=session)
-    new = copy.deepcopy(run.manifest)
-    new.update(status="stopped", stoppedAt=clock.format_instant(wp.now()), reason=reason)
-    for lease in new["leases"].values():
-        lease["released"] = True
-    run.record("session-end", new, to="stopped", reason=reason)
-    return _finish(run)
 
 
 # --- reading (for the faces and gw serve) -------------------------------------------------------------

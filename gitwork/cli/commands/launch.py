@@ -1,4 +1,4 @@
-"""Running agents under a lease: ``run``, ``runs``, ``capture``, ``send``, ``stop``, ``attach``.
+"""Running agents under a lease: ``run``, ``runs``, ``capture``, ``send``, ``stop``, ``detach``, ``attach``.
 
 Each calls one function of ``gitwork.launch.run``; the state ref is only written through the
 execution records (``ops/executions.py``) and lease commands that module submits.
@@ -78,17 +78,36 @@ def capture(wp: Workplane, as_json: bool, execution: str, lines: int | None) -> 
     sys.stdout.write(text)
 
 
-def send(wp: Workplane, as_json: bool, execution: str, text: str, key: list[str] | None, enter: bool) -> None:
+def send(wp: Workplane, as_json: bool, execution: str, text: str, key: list[str] | None, enter: bool,
+         wait: bool = False, timeout: float = 60.0) -> None:
+    from ...errors import Invalid
     from ...launch.run import get_execution
     from ...launch.run import send as send_
 
     keys = [*(key or []), *(["Enter"] if enter else [])]
-    send_(wp, execution, text, keys)
+    if wait and key:
+        raise Invalid("--wait sends the text as one line (Enter included): no --key with it")
+    if not timeout >= 0 or timeout > 86400:
+        raise Invalid(f"--timeout must be 0 to 86400 seconds (got {timeout:g})")
+    send_(wp, execution, text, [] if wait else keys, wait=wait, timeout=timeout)
+    keys = ["Enter"] if wait else keys
     if as_json:
         output.emit_json({"ok": True, "execution": execution, "item": get_execution(wp, execution)["item"],
-                          "sent": text, "keys": keys})
+                          "sent": text, "keys": keys, "waited": wait})
         return
-    output.info(f"sent {len(text)} character(s){' and ' + ' '.join(keys) if keys else ''} to {execution}")
+    output.info(f"sent {len(text)} character(s){' and ' + ' '.join(keys) if keys else ''} to {execution}"
+                + ("; it is back at its prompt" if wait else ""))
+
+
+def detach(wp: Workplane, as_json: bool, execution: str, reason: str | None) -> None:
+    from ...launch.run import release
+
+    info = release(wp, execution, reason)
+    if as_json:
+        output.emit_json({"ok": True, **info})
+        return
+    output.line(info["execution"])
+    output.info(_line(info))
 
 
 def stop(wp: Workplane, as_json: bool, execution: str, reason: str | None) -> None:
