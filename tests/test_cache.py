@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from conftest import Clock, git, make_repo, run_gw, tip
+from conftest import Clock, examples, git, make_repo, run_gw, tip
 from gitwork import cache
 from gitwork.errors import GwError
 from gitwork.ids import shortest_unique
@@ -207,7 +207,7 @@ class CacheEquivalence(RuleBasedStateMachine):
 def test_every_cached_answer_equals_the_tree_at_the_tip() -> None:
     run_state_machine_as_test(
         CacheEquivalence,
-        settings=settings(max_examples=12, stateful_step_count=14, deadline=None,
+        settings=settings(max_examples=examples(quick=5, thorough=12), stateful_step_count=14, deadline=None,
                           suppress_health_check=list(HealthCheck)),
     )
 
