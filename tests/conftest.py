@@ -272,14 +272,15 @@ def examples(quick: int, thorough: int) -> int:
     return thorough if hypothesis_run() == "thorough" else quick
 
 
-def poll(check: Callable[[], T | None], timeout: float, interval: float = 0.02, what: str = "the condition") -> T:
-    """Call ``check`` every ``interval`` seconds until it returns something other than ``None`` or
-    ``False``, and return that; fail the test after ``timeout`` seconds (the one wait loop of the tests,
-    issue 26: a short interval, so a test waits for what it waits for and not for the next tick)."""
+def poll(check: Callable[[], T], timeout: float, interval: float = 0.02, what: str = "the condition") -> T:
+    """Call ``check`` every ``interval`` seconds until it returns something true, and return that; fail
+    the test after ``timeout`` seconds. The one wait loop of the tests (issue 26): the interval is short
+    for a cheap check (a file, a ref), so a test waits for what it waits for and not for the next tick;
+    a check that starts a process each time takes a longer one."""
     deadline = _monotonic() + timeout
     while True:
         got = check()
-        if got is not None and got is not False:
+        if got:
             return got
         if _monotonic() > deadline:
             pytest.fail(f"{what} did not happen within {timeout} s", pytrace=False)
