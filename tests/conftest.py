@@ -15,17 +15,21 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import freezegun
 import pytest
+from hypothesis import settings
 
 from gitwork import gitcmd
 from gitwork.workplane import Workplane
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+_monotonic = time.monotonic  # the real one: a test may freeze time (freezegun) while it polls
 
 # freezegun patches the clocks of every loaded module, pytest's own timing module included, so
 # `pytest --durations` reported frozen (nonsense) durations for the tests that freeze time.
@@ -238,6 +242,55 @@ def machine_a(published_template: Path, tmp_path: Path, remote: Path) -> Path:
     published = tip(remote)
     assert published is not None and tip(tmp_path / "a") == published
     return tmp_path / "a"
+
+
+# How hard the property tests search (issue 26): the default run takes the `quick` number of examples of
+# each heavy property and state machine (the suite must stay near 3 minutes on 2 cores), and
+# `GW_HYPOTHESIS=thorough pytest ...` the `thorough` one (the numbers these tests had before, or more:
+# for a change to a model, before a release, or a long run on a spare machine). Neither derandomizes:
+# each default run draws new examples, so the runs add up.
+HYPOTHESIS_RUNS = ("default", "thorough")
+
+
+def hypothesis_run() -> str:
+    run = os.environ.get("GW_HYPOTHESIS", "") or "default"
+    if run not in HYPOTHESIS_RUNS:
+        raise pytest.UsageError(f"GW_HYPOTHESIS={run!r}: expected one of {', '.join(HYPOTHESIS_RUNS)}")
+    return run
+
+
+# Shared defaults: no per-example deadline (the machines are shared, an example's time says nothing),
+# and the properties without their own `max_examples` take 5 times hypothesis' 100 in the thorough run.
+settings.register_profile("default", deadline=None)
+settings.register_profile("thorough", deadline=None, max_examples=500)
+
+
+def load_hypothesis_profile() -> None:
+    settings.load_profile(hypothesis_run())
+
+
+load_hypothesis_profile()
+
+
+def examples(quick: int, thorough: int) -> int:
+    """``max_examples`` for a heavy property: ``quick`` in the default run, ``thorough`` under
+    ``GW_HYPOTHESIS=thorough``. Read when the decorator runs (at import)."""
+    return thorough if hypothesis_run() == "thorough" else quick
+
+
+def poll(check: Callable[[], T], timeout: float, interval: float = 0.02, what: str = "the condition") -> T:
+    """Call ``check`` every ``interval`` seconds until it returns something true, and return that; fail
+    the test after ``timeout`` seconds. The one wait loop of the tests (issue 26): the interval is short
+    for a cheap check (a file, a ref), so a test waits for what it waits for and not for the next tick;
+    a check that starts a process each time takes a longer one."""
+    deadline = _monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if _monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout} s", pytrace=False)
+        time.sleep(interval)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
+from conftest import examples
 from gitwork import codec
 from gitwork.errors import Corrupt, Invalid
 
@@ -56,7 +57,7 @@ def ruamel_load(data: bytes) -> Any:
 
 
 @pytest.mark.slow
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(quick=60, thorough=200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents(reserved_ok=False))
 @example({"a": ["x: y", {"b": "c\nd"}], "t": "line\n", "u": " lead\ntrail ", "e": "", "z": "\u2028\x85\r"})
 @example({"n": "null", "b": "True", "i": "007", "f": "1.5", "d": "2024-01-01", "y": "y", "s": "~"})

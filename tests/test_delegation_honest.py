@@ -30,7 +30,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import git, make_repo, scrubbed, tip
+from conftest import git, gw_here, make_repo, scrubbed, tip
 from gitwork import codec
 from gitwork.delegation import client, peers, signing
 from gitwork.launch.run import runs
@@ -399,14 +399,19 @@ def test_delegations_and_receipts_verify_honour_dash_c_from_another_cwd(world: W
                      ["delegations", f"-C{world.sender}", "--json"],
                      ["-C", str(world.sender), "delegations", "--json"],
                      [f"-C{world.sender}", "--json", "delegations"]):
-            assert run(cwd, argv) == expected, (cwd, argv)
-        assert len(run(cwd, ["receipts", "verify", f"-C{world.sender}", "--json"])) == len(
+            assert run(cwd, argv, in_process=True) == expected, (cwd, argv)
+        assert len(run(cwd, ["receipts", "verify", f"-C{world.sender}", "--json"], in_process=True)) == len(
             [r for r in expected if r["outcome"] != "unanswered"])
 
 
-def run(cwd: Path, argv: list[str]) -> Any:
-    done = subprocess.run([sys.executable, "-m", "gitwork", *argv], cwd=cwd, capture_output=True, text=True,
-                          check=False)
+def run(cwd: Path, argv: list[str], in_process: bool = False) -> Any:
+    """``gw argv`` in ``cwd``: a real process, or the CLI's entry point in this process (``gw_here``: the same
+    parsing of ``-C`` wherever it stands, from the same working directory, without an interpreter start)."""
+    if in_process:
+        done = gw_here(cwd, *argv)
+    else:
+        done = subprocess.run([sys.executable, "-m", "gitwork", *argv], cwd=cwd, capture_output=True, text=True,
+                              check=False)
     assert done.returncode == 0, (argv, done.stderr)
     return json.loads(done.stdout)
 

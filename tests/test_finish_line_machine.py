@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from conftest import Clock, git, make_repo
+from conftest import Clock, examples, git, make_repo
 from gitwork import engine, sessions
 from gitwork.errors import GwError
 from gitwork.publish import finish, publish
@@ -202,5 +202,5 @@ def _is_ancestor(repo: Path, old: str, new: str) -> bool:
 @pytest.mark.slow
 def test_every_order_of_the_finish_line() -> None:
     run_state_machine_as_test(FinishLine, settings=settings(
-        max_examples=30, stateful_step_count=10, database=None, deadline=None,
+        max_examples=examples(quick=10, thorough=30), stateful_step_count=10, database=None, deadline=None,
         suppress_health_check=list(HealthCheck)))

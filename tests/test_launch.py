@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import gw_cmd, let_post, make_repo, run_gw, tip
+from conftest import poll as wait_until
 from gitwork.store import Repository
 from gitwork.workplane import Workplane
 
@@ -81,13 +82,8 @@ def runs(repo: Path, *args: str) -> list[dict[str, Any]]:
 
 
 def poll(condition: Any, what: str, limit: float = 15.0) -> Any:
-    deadline = time.monotonic() + limit
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    """conftest's ``poll``; most checks here start a ``gw`` process, hence the longer interval."""
+    return wait_until(condition, timeout=limit, interval=0.05, what=what)
 
 
 # --- one run per item, whatever the race -----------------------------------------------------------

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
+from conftest import examples
 from gitwork.clock import format_instant
 from gitwork.errors import GwError, Held, Invalid, Stale
 from gitwork.workplane import Workplane
@@ -297,6 +298,6 @@ class LeaseMachine(RuleBasedStateMachine):
 def test_lease_state_machine_matches_the_model() -> None:
     run_state_machine_as_test(
         LeaseMachine,
-        settings=settings(max_examples=40, stateful_step_count=20, deadline=None,
+        settings=settings(max_examples=examples(quick=15, thorough=40), stateful_step_count=20, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]),
     )

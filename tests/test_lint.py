@@ -42,20 +42,27 @@ def test_ruff_finds_nothing_in_the_code_the_tests_or_the_benchmarks() -> None:
     assert done.returncode == 0, f"ruff check (fix, or `ruff check --fix` for imports):\n{done.stdout}{done.stderr}"
 
 
-def test_mypy_finds_nothing_in_gitwork() -> None:
+BAD = ("import sys\nimport os\n\n\ndef pairs(a, b):\n    return list(zip(a, b))\n\n\n"
+       "def untyped():\n    x: int = 'text'\n    return x\n")  # one finding of each kind the settings select
+
+
+def test_mypy_finds_nothing_in_gitwork_and_its_settings_are_in_force(tmp_path: Path) -> None:
     done = mypy()  # the files are pyproject.toml's ([tool.mypy] files)
     assert done.returncode == 0, f"mypy:\n{done.stdout}{done.stderr}"
-
-
-def test_the_checks_are_the_configured_ones(tmp_path: Path) -> None:
-    """The settings are in force: a file with one finding of each kind is refused with each one
-    (so a lost [tool.ruff] or [tool.mypy] section, or a rule dropped from it, fails here)."""
+    # The settings are in force (a lost [tool.mypy] section, or check_untyped_defs dropped from it, fails
+    # here): the body of a function without annotations is checked too. After the run above and with its
+    # cache, so the typeshed is not analysed a second time (a cache of its own made it a cold run).
     bad = tmp_path / "bad.py"
-    bad.write_text("import sys\nimport os\n\n\ndef pairs(a, b):\n    return list(zip(a, b))\n\n\n"
-                   "def untyped():\n    x: int = 'text'\n    return x\n")
+    bad.write_text(BAD)
+    typed = mypy(str(bad))
+    assert typed.returncode == 1 and "bad.py:10: error: Incompatible types in assignment" in typed.stdout, typed.stdout
+
+
+def test_the_ruff_rules_are_the_configured_ones(tmp_path: Path) -> None:
+    """A file with one finding of each rule is refused with each one (so a lost [tool.ruff] section, or a
+    rule dropped from it, fails here)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(BAD)
     found = ruff(str(bad)).stdout
     for code in ("F401", "B905", "I001"):
         assert code in found, (code, found)
-    typed = mypy(str(bad), cache=tmp_path / "mypy-cache")  # not the shared one: the other test may be writing it
-    # check_untyped_defs: the body of a function without annotations is checked too.
-    assert typed.returncode == 1 and "bad.py:10: error: Incompatible types in assignment" in typed.stdout, typed.stdout

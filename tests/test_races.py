@@ -165,10 +165,13 @@ def test_sixteen_claims_on_one_item_have_exactly_one_winner(repo: Path, tmp_path
     assert lease is not None and (lease.holder, lease.epoch, lease.fence) == (winner["holder"], 1, 1)
 
 
-def test_eight_workers_claim_two_hundred_items_each_exactly_once(repo: Path, tmp_path: Path) -> None:
+def test_eight_workers_claim_every_item_exactly_once(repo: Path, tmp_path: Path) -> None:
+    # 80 items, 10 per worker on average: every claim still races seven others for the queue's head (it was 200:
+    # 2.5 times the interpreter starts and commits for the same race, issue 26).
+    count = 80
     with Workplane(str(repo), agent="setup") as wp:
         wp.do("init")
-        items = {wp.do("new", title=f"task {n}", priority=n % 5).result["item"] for n in range(200)}
+        items = {wp.do("new", title=f"task {n}", priority=n % 5).result["item"] for n in range(count)}
     workers = [f"worker-{n}" for n in range(8)]
     outs = [tmp_path / f"{name}.jsonl" for name in workers]
     procs = start_at_barrier(tmp_path, repo, CLAIM_LOOP, [[str(out), name] for out, name in zip(outs, workers, strict=True)])
@@ -190,13 +193,13 @@ def test_eight_workers_claim_two_hundred_items_each_exactly_once(repo: Path, tmp
             assert (doc["holder"], doc["epoch"]) == (name, 1)
             claimed.append(doc["item"])
             reported_commits.add(doc["commit"])
-    assert len(claimed) == 200 and set(claimed) == items  # each item exactly once
+    assert len(claimed) == count and set(claimed) == items  # each item exactly once
 
     entries = log_entries(repo)
     claim_items = collections.Counter(e["item"] for e in entries if e["subject"].startswith("claim "))
     assert set(claim_items) == items and set(claim_items.values()) == {1}
     assert reported_commits == {e["commit"] for e in entries if e["subject"].startswith("claim ")}
-    assert assert_single_chain(repo) == 1 + 200 + 200
+    assert assert_single_chain(repo) == 1 + count + count
     with Workplane(str(repo)) as wp:
         ctx, rows = wp.rows()
         fences = []
@@ -204,7 +207,7 @@ def test_eight_workers_claim_two_hundred_items_each_exactly_once(repo: Path, tmp
             lease = wp.lease(item)
             assert lease is not None and lease.epoch == 1 and lease.state == "active"
             fences.append(lease.fence)
-        assert sorted(fences) == list(range(1, 201))  # one global counter, no fence handed out twice
+        assert sorted(fences) == list(range(1, count + 1))  # one global counter, no fence handed out twice
         assert wp.ready() == []
 
 

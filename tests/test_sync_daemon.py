@@ -25,7 +25,7 @@ from test_sync import STATE, command_ids, gw_ok, machine
 
 pytestmark = pytest.mark.slow
 
-CLONES, PROCS, ITEMS = 3, 4, 60
+CLONES, PROCS, ITEMS = 3, 4, 30  # 12 claimers over 30 items: each item still raced (it was 60, issue 26)
 PER_PROCESS_TIMEOUT = 300.0
 
 # One claimer: loop until nothing is ready (exit 3); every attempt's exit code and JSON is logged.

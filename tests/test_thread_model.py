@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from conftest import examples
 from gitwork import thread as T
 from gitwork.errors import GwError, Held, Invalid, NotFound, Stale
 from gitwork.workplane import Workplane
@@ -259,7 +260,7 @@ class ThreadModel(RuleBasedStateMachine):
 # 20 runs of 40 steps: 800 steps per test run; posts land and go stale, acks move forwards and backwards (see
 # --hypothesis-show-statistics). Raised locally (max_examples) when the model changes.
 ThreadModel.TestCase.settings = settings(
-    max_examples=20, stateful_step_count=40, deadline=None,
+    max_examples=examples(quick=8, thorough=20), stateful_step_count=40, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestThreadModel = pytest.mark.slow(ThreadModel.TestCase)  # long: collected first so xdist spreads it

@@ -10,7 +10,9 @@ Options every command takes: ``--json`` (machine-readable stdout, errors include
 started in PATH, like ``git -C``).
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: typer reads every verb's annotations each time it builds the
+# click command, and string annotations made it ``eval`` each one (~70 % of the build, paid by every
+# typer-path ``gw``); evaluated once at import they cost nothing more (tests/test_suite_speed.py).
 
 import functools
 import os
@@ -883,11 +885,11 @@ def peer_app() -> typer.Typer:
     return peers
 
 
-def _peer_target(argv: list[str]) -> typer.Typer | None:
-    """``peer_app()`` for a delegation verb in a repository with a peer configured, else ``None``: one git config
-    read, and only when the verb is a delegation one."""
+def _peer_target(argv: list[str]) -> bool:
+    """Whether ``argv`` is a delegation verb in a repository with a peer configured (then ``peer_app()`` runs
+    it): one git config read, and only when the verb is a delegation one."""
     if not argv or argv[0] not in PEER_VERBS:
-        return None
+        return False
     from ..delegation.peers import configured_at
 
     where = None  # the command's -C, spelt "-C DIR" or "-CDIR" (the last one wins, as for the parser)
@@ -898,7 +900,7 @@ def _peer_target(argv: list[str]) -> typer.Typer | None:
             where = argv[index + 1]
         elif arg.startswith("-C") and len(arg) > 2 and (index == 0 or argv[index - 1] != "-C"):
             where = arg[2:]
-    return peer_app() if configured_at(where) else None
+    return configured_at(where)
 # --- multi-step sessions (commands/sessions.py; gitwork/sessions/steps.py, docs/sessions.md) ---------
 
 step_app = typer.Typer(help="The branches of a multi-step session: what is open, submitting, waiting, blocking, "
@@ -1102,6 +1104,16 @@ def serve_token_revoke(
     """Revoke one token: the server refuses it from the next request and ends its open event streams."""
 
 
+@functools.lru_cache(maxsize=2)
+def _command(peers: bool) -> Any:
+    """The click command typer builds from the declarations (``peer_app()``'s or ``app``'s), once per process.
+    Building it reads the signature and type hints of every verb (~0.13 s of CPU for ~80 commands); calling the
+    ``typer.Typer`` itself rebuilds it on every call, which a process running several commands through
+    ``main`` in turn (an embedding program, the tests' in-process ``gw``) paid each time. A click command
+    keeps no state between invocations (each gets a new ``Context``)."""
+    return typer.main.get_command(peer_app() if peers else app)
+
+
 def run_app(argv: list[str]) -> int:
     """Run the typer app. A usage error is reported like every other error (docs/exit-codes.md): one
     line on stderr and, with --json, one JSON error object on stdout; exit 2."""
@@ -1110,7 +1122,7 @@ def run_app(argv: list[str]) -> int:
 
         completion_init()
     try:
-        result = (_peer_target(argv) or app)(args=argv, prog_name="gw", standalone_mode=False)
+        result = _command(_peer_target(argv))(args=argv, prog_name="gw", standalone_mode=False)
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 1)
