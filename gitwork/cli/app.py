@@ -434,6 +434,12 @@ def claim(
     """Acquire the lease on an item. Exit 75 if someone else holds it (retry later)."""
 
 
+@verb(leases.conflicts, sample=[])
+def conflicts(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Live pairs that would conflict if both published now: path leases of different holders whose globs
+    overlap, and live session branches that git merge-tree cannot merge cleanly."""
+
+
 @verb(leases.renew)
 def renew(item: ItemArg, ttl: Ttl = None, fence: Fence = None, offline: Offline = False, json: Json = False,
           agent: As = None, path: Repo = None) -> None:

@@ -43,14 +43,21 @@ def _next(ctx: Context) -> str:
 
     wanted = 1 if tries == 1 else SPREAD
     leased_paths = bool(index(ctx))  # no live path lease: nothing to skip, the plain (cheap) path
+    # Items the face predicted would conflict with live work (conflicts.py: a live session branch changes
+    # files their paths cover): ranked after every other candidate. Given in the document, so the choice
+    # stays a function of it (the arbiter replays the recorded item, never the prediction).
+    last = set(ctx.cmd.get("last") or ())
     rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
                   labels_any=ctx.cmd.get("labels_any") or (), owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
-                  limit=SCAN if leased_paths else wanted, shorten=False).rows
+                  limit=SCAN if leased_paths or last else wanted, shorten=False).rows
     candidates = [str(row[0]) for row in rows]
     skipped = 0
     if leased_paths:
         free = [c for c in candidates if not _paths_conflict(ctx, c)]
-        skipped, candidates = len(candidates) - len(free), free[:wanted]
+        skipped, candidates = len(candidates) - len(free), free
+    if last:
+        candidates = [c for c in candidates if c not in last] + [c for c in candidates if c in last]
+    candidates = candidates[:wanted]
     if not candidates:
         more = f" ({skipped} skipped: their paths overlap live leases; see gw ready --explain)" if skipped else ""
         raise NotFound(f"no ready item to claim{more}")
@@ -166,7 +173,7 @@ def _claimable(ctx: Context, item_id: str) -> Lease | None:
          "labels, owner, priority); held by another: error held", "fields": ("item", "next", "ttl", "labels", "owner",
          "priority"), "rename": {"labels": "label"}, "lease": "grant"}, arbiter=True,
     item="item", next="bool", ttl="duration", labels="labels", labels_any="labels", owner="name",
-    priority="priority")
+    priority="priority", last="items")
 def claim(ctx: Context) -> None:
     if ctx.cmd.get("next"):
         if "item" in ctx.cmd:
@@ -175,12 +182,12 @@ def claim(ctx: Context) -> None:
         # The document in the commit names what was actually claimed: a replay on another tip
         # (sync) claims that item again rather than whatever is best there.
         ctx.cmd["item"] = item_id
-        for key in ("next", "labels", "labels_any", "owner", "priority"):
+        for key in ("next", "labels", "labels_any", "owner", "priority", "last"):
             ctx.cmd.pop(key, None)
         _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
         return
-    if any(key in ctx.cmd for key in ("labels", "labels_any", "owner", "priority")):
-        raise Invalid("--label, --label-any, --owner and --priority choose among ready items: use them with --next")
+    if any(key in ctx.cmd for key in ("labels", "labels_any", "owner", "priority", "last")):
+        raise Invalid("--label, --label-any, --owner, --priority and last choose among ready items: use them with --next")
     if "item" not in ctx.cmd:
         raise Invalid("claim needs an item id, or --next")
     item_id = ctx.target()
