@@ -20,17 +20,35 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any
 
-    from .hookcheck import Push
     from .model import Lease
 
+    Push = Any  # hookcheck.Push (not imported: hookcheck imports this module)
+
 LIMIT = 20  # refusal lines per push: enough to act on, never a flood
+STATE_PREFIX = "refs/gitwork/"
+
+
+def _lease_of(push: Push, item: str) -> Lease | None:
+    """The item's lease on the remote's state ref (``None``: none, or unreadable: the state hook judges that)."""
+    from . import ids, layout
+    from .errors import GwError
+    from .model import load_lease
+
+    if not ids.is_full(item):
+        return None
+    data = push.state_file(layout.item_path(item, layout.LEASE_FILE))
+    if data is None:
+        return None
+    try:
+        return load_lease(data, item)
+    except GwError:
+        return None
 
 
 def _live_path_leases(push: Push) -> list[tuple[str, Lease]]:
     """The live path leases on the remote's state ref as another party sees them (expiry plus margin)."""
     from . import clock, codec
     from .errors import GwError
-    from .hookcheck import _lease_of
     from .paths import PATHS_FILE
     from .store import Repository
 
@@ -70,8 +88,6 @@ def strict(push: Push) -> bool:
 
 def _new_commits(push: Push) -> Iterable[tuple[str, list[str], list[str], list[str]]]:
     """(commit, Work-Item values, Fence values, changed paths) of every commit new to the remote."""
-    from .hookcheck import STATE_PREFIX
-
     tips = [u.new for u in push.updates if u.new is not None and not u.ref.startswith(STATE_PREFIX)]
     if not tips:
         return
@@ -97,10 +113,8 @@ def _pusher(push: Push, items: list[str], fences: list[str]) -> set[str]:
     if not fences:
         return holders
     pairs = zip(items, fences, strict=True) if len(items) == len(fences) else ((i, fences[0]) for i in items)
-    from .hookcheck import _ITEM, _lease_of
-
     for item, fence in pairs:
-        if not _ITEM.match(item) or not fence.isdigit():
+        if not fence.isdigit():
             continue
         lease = _lease_of(push, item)
         if lease is not None and lease.is_active() and lease.fence == int(fence) and now < lease.expires():

@@ -67,7 +67,7 @@ def _next(ctx: Context) -> str:
 def _paths_conflict(ctx: Context, item_id: str) -> bool:
     from ..pathleases import holders
 
-    paths = ctx.item(item_id).paths
+    paths = ctx.item(item_id).paths or []
     return bool(paths) and bool(holders(ctx, item_id, paths, ctx.actor)[0])
 
 
