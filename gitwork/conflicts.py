@@ -135,7 +135,7 @@ def live_pairs(wp: Workplane) -> dict[str, Any]:
             files = merge_conflicts(wp, one.tip, other.tip)
             if files is not None:
                 pairs.append({"kind": "session", "a": one.to_json(), "b": other.to_json(), "files": files})
-    return {"pairs": pairs, "sessions": len(sessions), "path_leases": len(leases)}
+    return {"ok": True, "pairs": pairs, "sessions": len(sessions), "path_leases": len(leases)}
 
 
 def describe(reason: dict[str, Any]) -> str:
