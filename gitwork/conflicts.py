@@ -39,8 +39,26 @@ class Session:
         return {"branch": self.ref.removeprefix("refs/heads/"), "item": self.item, "holder": self.holder}
 
 
+def _any_session_ref(common_dir: str) -> bool:
+    """A session branch may exist: a loose one under ``refs/heads/session/`` or a packed one (read as files;
+    a reftable or anything unusual answers yes, and git is asked)."""
+    import os
+
+    if os.path.isdir(os.path.join(common_dir, "refs", "heads", "session")):
+        return True
+    try:
+        with open(os.path.join(common_dir, "packed-refs"), "rb") as packed:
+            return b" refs/heads/session/" in packed.read()
+    except FileNotFoundError:
+        return os.path.exists(os.path.join(common_dir, "reftable"))
+    except OSError:
+        return True
+
+
 def live_sessions(wp: Workplane, view: View) -> list[Session]:
     """Session branches whose ``Work-Item:`` lease is live (anyone's view: expiry plus the margin)."""
+    if not _any_session_ref(wp.repo.common_dir):
+        return []  # the common case: claim --next pays no git process for the prediction
     cwd = wp.repo.toplevel or wp.repo.git_dir
     done = gitcmd.run(["for-each-ref", "--format=%(refname)%00%(objectname)%00%(trailers:key=Work-Item,valueonly,"
                        "separator=%x1f)", SESSION_REFS], cwd=cwd, check=False)
