@@ -125,6 +125,8 @@ def _pusher(push: Push, items: list[str], fences: list[str]) -> set[str]:
 def refusals(push: Push) -> Iterable[str]:
     from .paths import matches
 
+    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) for u in push.updates):
+        return  # only the state ref moves: no code to judge
     live = _live_path_leases(push)
     is_strict: bool | None = None
     count = 0
