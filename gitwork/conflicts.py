@@ -62,23 +62,39 @@ def live_sessions(wp: Workplane, view: View) -> list[Session]:
     cwd = wp.repo.toplevel or wp.repo.git_dir
     done = gitcmd.run(["for-each-ref", "--format=%(refname)%00%(objectname)%00%(trailers:key=Work-Item,valueonly,"
                        "separator=%x1f)", SESSION_REFS], cwd=cwd, check=False)
-    found = []
+    from . import ids
+    from .errors import GwError
+
+    live: list[tuple[str, str, str, str]] = []
     for line in done.out.splitlines():
         parts = line.split("\0")
         if len(parts) != 3 or not parts[2].strip():
             continue
         ref, tip, items = parts
         item = items.split("\x1f")[0].strip()
+        if not ids.is_full(item):
+            continue
         try:
             lease = view.lease(item)
-        except Exception:  # an id the state does not know or cannot read: not live work
+        except GwError:  # a lease the state cannot read: not live work
             continue
-        if lease is None or lease.takeable(view.now, view.settings.clock_margin):
-            continue
-        changed = gitcmd.run(["diff-tree", "--no-commit-id", "--name-only", "-r", "--no-renames", tip], cwd=cwd,
-                             check=False)
-        found.append(Session(ref, tip, item, lease.holder, [f for f in changed.out.splitlines() if f]))
-    return found
+        if lease is not None and not lease.takeable(view.now, view.settings.clock_margin):
+            live.append((ref, tip, item, lease.holder))
+    files = _changed_files(cwd, [tip for _, tip, _, _ in live])
+    return [Session(ref, tip, item, holder, files.get(tip, [])) for ref, tip, item, holder in live]
+
+
+def _changed_files(cwd: str, tips: list[str]) -> dict[str, list[str]]:
+    """The files each commit changes against its first parent: one ``git log --no-walk`` for all of them."""
+    if not tips:
+        return {}
+    done = gitcmd.run(["-c", "core.quotePath=false", "log", "--no-walk=unsorted", "--no-renames", "--name-only", "-z",
+                       "--format=%x1e%H%x1f", *tips], cwd=cwd, check=False)
+    out: dict[str, list[str]] = {}
+    for record in done.out.split("\x1e")[1:]:
+        commit, _, names = record.partition("\x1f")
+        out[commit.strip()] = [n.strip("\n") for n in names.split("\0") if n.strip("\n")]
+    return out
 
 
 def merge_conflicts(wp: Workplane, a: str, b: str) -> list[str] | None:
