@@ -138,3 +138,19 @@ def test_strict_from_the_workplane_file_on_the_remote_head(world: World) -> None
     commit(world.work, {"README": "hello\n"}, "an unleased path, no lease")
     done = push(world.work, "work")
     assert done.returncode != 0 and "paths: strict" in done.stderr and world.branch("work") is None
+
+
+def test_a_commit_already_on_the_remote_is_not_judged_again_when_published(world: World) -> None:
+    """Alice's work landed on a branch under her lease; after her release Bob leases the same paths. Publishing
+    her commit into main is not refused: it was judged when it first reached the remote."""
+    hers = commit(world.work, {"src/api/x.py": "x\n"}, under(world.api, world.api_fence))
+    assert push(world.work, "work").returncode == 0
+    with Workplane(str(world.work), agent="alice") as alice, Workplane(str(world.work), agent="carol") as carol:
+        alice.do("release", item=world.api)
+        wide = carol.do("new", title="all of src", paths=["src/**"]).result["item"]
+        carol.do("claim", item=wide)
+    world.publish_state()
+    assert push(world.work, f"{hers}:refs/heads/main").returncode == 0 and world.branch("main") == hers
+    commit(world.work, {"src/api/z.py": "z\n"}, "new work on carol's paths", branch="late")
+    late = push(world.work, "late")
+    assert late.returncode != 0 and "leased to carol" in late.stderr
