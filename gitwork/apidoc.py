@@ -50,6 +50,7 @@ def _kinds() -> dict[str, str]:
         "item": "an item id (`w-` and 16 hex digits) or a unique prefix of one",
         "items": "a list of item ids or prefixes (one may be given bare)",
         "labels": "a list of labels (one may be given bare): 1-64 of `A-Za-z0-9_.:/+-`, starting with a letter or digit",
+        "globs": "a list of path globs (one may be given bare), relative to the repository root: `*`, `?`, `[...]` within a segment, `**` for any segments; at most 32 of at most 200 characters (docs/leases.md, \"Path leases\")",
         "texts": f"a list of one-line texts (one may be given bare), each at most {c.MAX_SHORT} UTF-8 bytes",
         "ints": "a list of whole numbers (one may be given bare)",
         "mapping": f"a mapping of one-line texts to one-line texts or null, each at most {c.MAX_SHORT} UTF-8 bytes",

@@ -145,6 +145,12 @@ def _labels(value: Any, field: str) -> list[str]:
     return list(value)
 
 
+def _globs(value: Any, field: str) -> list[str]:
+    from .paths import check_globs
+
+    return check_globs(value, field)
+
+
 def _texts(value: Any, field: str) -> list[str]:
     if isinstance(value, str):
         value = [value]
@@ -261,6 +267,7 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
     "item": _item,
     "items": _items,
     "labels": _labels,
+    "globs": _globs,
     "texts": _texts,
     "ints": _ints,
     "mapping": _mapping,

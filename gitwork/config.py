@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "signing": None,  # "ssh": sign every state commit with gitwork.signingKey (docs/security.md)
     "sessions": None,  # multi-step session rules: operators, steps, chains (gitwork/sessions/rules.py)
     "tmux_socket": None,  # gw run's own tmux server; None: under the git common dir (docs/launch.md)
+    "paths": None,  # "strict": the code remote refuses a push touching a path no live lease of the pusher covers
 }
 
 
@@ -50,6 +51,7 @@ class Settings:
     signing: str | None
     sessions: dict[str, Any] | None
     tmux_socket: str | None
+    paths: str | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -143,6 +145,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             return tuple(str(v) for v in value or ())
         if value is None:
             return None
+        if name == "paths":
+            if str(value) not in ("strict", "open"):
+                raise ValueError("not strict or open")
+            return None if str(value) == "open" else "strict"
         if name == "signing":
             if str(value) not in ("ssh", "none"):
                 raise ValueError("not ssh or none")

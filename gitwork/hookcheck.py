@@ -527,7 +527,15 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
     return problems
 
 
-SERVER_CHECKS: list[ServerCheck] = [check_server_state, check_server_sessions, check_server_fences]
+def check_server_paths(push: Push) -> Iterable[str]:
+    """Path leases: a new commit touching a path another live holder leased (or, with ``paths: strict``,
+    one no live lease of the pusher covers) is refused (``pathcheck.py``)."""
+    from .pathcheck import refusals
+
+    yield from refusals(push)
+
+
+SERVER_CHECKS: list[ServerCheck] = [check_server_state, check_server_sessions, check_server_fences, check_server_paths]
 
 
 def register_server_check(check: ServerCheck) -> ServerCheck:

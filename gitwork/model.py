@@ -10,6 +10,7 @@ import datetime as _dt
 
 from .clock import format_instant, parse_instant
 from .errors import Corrupt
+from .paths import sound_globs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -163,6 +164,8 @@ class Lease(Record):
     handoff: dict[str, Any] | None = field(_optional(_mapping), "a mapping")
     # id of the command that granted this lease (pins replayed commands to it)
     grant: str | None = field(_optional(_text), "text")
+    # the item's path globs when this lease was granted (gitwork/paths.py): held as long as the lease
+    paths: list[str] | None = field(_optional(sound_globs), "a list of path globs")
 
     def expires(self) -> _dt.datetime:
         return parse_instant(self.expires_at)
@@ -225,6 +228,8 @@ class Item(Record):
     parent: str | None = field(_optional(_text), "an item id")
     created_at: str = field(_optional(_text), "text", "")
     updated_at: str = field(_optional(_text), "text", "")
+    # the paths the item will change (globs, gitwork/paths.py); a claim leases them; absent: none
+    paths: list[str] | None = field(_optional(sound_globs), "a list of path globs")
 
 
 def stamp(now: _dt.datetime) -> str:

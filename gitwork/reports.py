@@ -515,4 +515,12 @@ def explain_ready(wp: Workplane) -> list[dict[str, Any]]:
             why.append({"kind": "other", "reason": f"status {row['status']} without a live lease"})
         out.append({"item": item_id, "title": row["title"], "status": row["status"], "ready": item_id in ready_ids,
                     "why_not": [] if item_id in ready_ids else why})
+    # Ready items that claim --next ranks last or skips: their paths overlap a live lease, or cover files a
+    # live session branch changed (conflicts.py; items without declared paths cost nothing here).
+    from .conflicts import predict
+
+    predicted = predict(wp, ctx, [e["item"] for e in out if e["ready"]])
+    for entry in out:
+        if entry["item"] in predicted:
+            entry["conflicts"] = predicted[entry["item"]]
     return out

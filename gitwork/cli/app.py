@@ -183,6 +183,7 @@ def new(
     source: Annotated[Optional[str], typer.Option("--from", help="Provenance: URL, commit:SHA, file:PATH, an item id or text.")] = None,
     type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore; default task.")] = None,
     parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (gw children lists them).")] = None,
+    lease_path: Annotated[Optional[list[str]], typer.Option("--path", help="A path glob the item will change, e.g. 'src/api/**' (repeatable): claiming it leases them.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Create a work item; prints its id. With -e, write its title and description in your editor."""
@@ -265,6 +266,8 @@ def edit(
     type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore.")] = None,
     parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (not itself nor "
                                                                    "one of its descendants).")] = None,
+    lease_path: Annotated[Optional[list[str]], typer.Option("--path", help="Add a path glob the item will change (repeatable).")] = None,
+    remove_path: Annotated[Optional[list[str]], typer.Option("--remove-path", help="Remove a path glob (repeatable).")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Change items' fields (the holder only, while it is leased). -e edits the title and description in your
@@ -431,6 +434,12 @@ def claim(
     ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Acquire the lease on an item. Exit 75 if someone else holds it (retry later)."""
+
+
+@verb(leases.conflicts, sample=[])
+def conflicts(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Live pairs that would conflict if both published now: path leases of different holders whose globs
+    overlap, and live session branches that git merge-tree cannot merge cleanly."""
 
 
 @verb(leases.renew)

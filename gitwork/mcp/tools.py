@@ -41,7 +41,7 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "duration": {"type": "string", "description": "e.g. 30m"},
     **dict.fromkeys(("int", "fence", "priority", "epoch"), _INTEGER),
     "bool": {"type": "boolean"},
-    **dict.fromkeys(("labels", "texts", "items"), _STRINGS),
+    **dict.fromkeys(("labels", "texts", "items", "globs"), _STRINGS),
     "msgref": {"type": ["integer", "string"], "description": "message number"},
 }
 

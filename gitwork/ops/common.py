@@ -22,6 +22,10 @@ def end_lease(ctx: Context, lease: Lease, state: str, reason: str | None = None,
     lease.ended_by = ctx.actor
     lease.reason = reason
     ctx.save_lease(lease)
+    if lease.paths:  # its globs are free again (gitwork/pathleases.py)
+        from ..pathleases import drop
+
+        drop(ctx, lease.item)
     item = ctx.item(lease.item)
     if item.status == "in_progress":
         item.status = "open"

@@ -8,6 +8,7 @@ from .. import ids
 from ..engine import Context, op
 from ..errors import Illegal, Invalid
 from ..model import ITEM_TYPES, TRANSITIONS, Item
+from ..paths import check_globs
 from ..roles import WHO_ACTS_ON, act_on
 from .common import check_cycle as _check_cycle
 from .common import end_lease, note_parent, parent_of, record_decision
@@ -95,6 +96,7 @@ def _criteria(ctx: Context, texts: list[str]) -> list[dict[str, Any]]:
     item="item",
     type="|".join(ITEM_TYPES),
     parent="item",
+    paths="globs",
 )
 def new(ctx: Context) -> None:
     cmd = ctx.cmd
@@ -121,6 +123,7 @@ def new(ctx: Context) -> None:
         type=cmd.get("type"),
         parent=parent,
         created_at=ctx.when,
+        paths=cmd.get("paths") or None,
     )
     ctx.save_item(item)
     ctx.event(item_id, "created", title=item.title)
@@ -147,6 +150,9 @@ def new(ctx: Context) -> None:
     reason="short",
     type="|".join(ITEM_TYPES),
     parent="item",
+    paths="globs",
+    add_paths="globs",
+    remove_paths="globs",
 )
 def edit(ctx: Context) -> None:
     cmd = ctx.cmd
@@ -164,6 +170,12 @@ def edit(ctx: Context) -> None:
     if sorted(labels) != item.labels:
         item.labels = sorted(labels)
         changed["labels"] = item.labels
+    if any(key in cmd for key in ("paths", "add_paths", "remove_paths")):
+        globs = set(cmd["paths"]) if "paths" in cmd else set(item.paths or [])
+        globs = (globs | set(cmd.get("add_paths", []))) - set(cmd.get("remove_paths", []))
+        if sorted(globs) != (item.paths or []):
+            item.paths = check_globs(sorted(globs)) or None  # bounded again: the union may exceed the limit
+            changed["paths"] = item.paths or []
     if "add_deps" in cmd or "remove_deps" in cmd:
         wanted = _resolve_deps(ctx, item_id, cmd.get("add_deps", []))
         removed = {ctx.resolve(d) for d in cmd.get("remove_deps", [])}

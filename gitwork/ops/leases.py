@@ -19,6 +19,9 @@ from .common import end_lease
 
 # How many of the best ready items a `claim --next` that lost a race spreads over.
 SPREAD = 8
+# How many of the best ready items a `claim --next` looks through when path leases are live (it skips
+# those whose paths overlap another holder's live lease).
+SCAN = 64
 
 HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
@@ -36,12 +39,36 @@ def _next(ctx: Context) -> str:
 
     command = ctx.cmd.get("id", "")
     tries = ctx.attempt  # engine.run's round: the op keeps no count of its own (apply is a pure function)
+    from ..pathleases import index
+
+    wanted = 1 if tries == 1 else SPREAD
+    leased_paths = bool(index(ctx))  # no live path lease: nothing to skip, the plain (cheap) path
+    # Items the face predicted would conflict with live work (conflicts.py: a live session branch changes
+    # files their paths cover): ranked after every other candidate. Given in the document, so the choice
+    # stays a function of it (the arbiter replays the recorded item, never the prediction).
+    last = set(ctx.cmd.get("last") or ())
     rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
                   labels_any=ctx.cmd.get("labels_any") or (), owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
-                  limit=1 if tries == 1 else SPREAD, shorten=False).rows
-    if not rows:
-        raise NotFound("no ready item to claim")
-    return str(rows[spread_pick(ctx.actor, command, tries, len(rows))][0])
+                  limit=SCAN if leased_paths or last else wanted, shorten=False).rows
+    candidates = [str(row[0]) for row in rows]
+    skipped = 0
+    if leased_paths:
+        free = [c for c in candidates if not _paths_conflict(ctx, c)]
+        skipped, candidates = len(candidates) - len(free), free
+    if last:
+        candidates = [c for c in candidates if c not in last] + [c for c in candidates if c in last]
+    candidates = candidates[:wanted]
+    if not candidates:
+        more = f" ({skipped} skipped: their paths overlap live leases; see gw ready --explain)" if skipped else ""
+        raise NotFound(f"no ready item to claim{more}")
+    return candidates[spread_pick(ctx.actor, command, tries, len(candidates))]
+
+
+def _paths_conflict(ctx: Context, item_id: str) -> bool:
+    from ..pathleases import holders
+
+    paths = ctx.item(item_id).paths or []
+    return bool(paths) and bool(holders(ctx, item_id, paths, ctx.actor)[0])
 
 
 def spread_pick(actor: str, command: str, tries: int, candidates: int) -> int:
@@ -63,6 +90,8 @@ def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lea
     fence = last + 1
     counters["fence"] = fence
     ttl = usable_ttl(ctx.cmd.get("ttl") or ctx.settings.default_ttl, ctx.settings.clock_margin)
+    if item.paths or (previous is not None and previous.paths):
+        _take_paths(ctx, item_id, item.paths or [])
     # Recorded: the default is this machine's setting (.workplane, GW_DEFAULT_TTL), and the arbiter
     # replays the document with its own settings (derive.py) and must derive the same lease.
     ctx.cmd["ttl"] = ttl
@@ -76,6 +105,7 @@ def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lea
         expires_at=format_instant(ctx.now + _dt.timedelta(seconds=ttl)),
         ttl=ttl,
         grant=ctx.cmd["id"],
+        paths=item.paths or None,
     )
     if item.status in ("open", "blocked"):
         item.status = "in_progress"
@@ -97,7 +127,7 @@ def _grant(ctx: Context, item_id: str, previous: Lease | None, kind: str) -> Lea
 
 
 def lease_result(lease: Lease) -> dict[str, object]:
-    return {
+    result: dict[str, object] = {
         "item": lease.item,
         "holder": lease.holder,
         "epoch": lease.epoch,
@@ -105,6 +135,21 @@ def lease_result(lease: Lease) -> dict[str, object]:
         "state": lease.state,
         "expires_at": lease.expires_at,
     }
+    if lease.paths:
+        result["paths"] = lease.paths
+    return result
+
+
+def _take_paths(ctx: Context, item_id: str, globs: list[str]) -> None:
+    """The grant takes the item's path globs: refused (held, exit 75) while another holder's live lease
+    holds an overlapping glob (gitwork/pathleases.py, docs/leases.md "Path leases")."""
+    from ..pathleases import describe, holders, take
+
+    conflicts, dead = holders(ctx, item_id, globs, ctx.actor)
+    if conflicts:
+        raise Held(f"{item_id}'s paths overlap a live lease: {describe(conflicts)}", item=item_id,
+                   holder=conflicts[0]["holder"], conflicts=conflicts)
+    take(ctx, item_id, globs, dead)
 
 
 def _claimable(ctx: Context, item_id: str) -> Lease | None:
@@ -128,7 +173,7 @@ def _claimable(ctx: Context, item_id: str) -> Lease | None:
          "labels, owner, priority); held by another: error held", "fields": ("item", "next", "ttl", "labels", "owner",
          "priority"), "rename": {"labels": "label"}, "lease": "grant"}, arbiter=True,
     item="item", next="bool", ttl="duration", labels="labels", labels_any="labels", owner="name",
-    priority="priority")
+    priority="priority", last="items")
 def claim(ctx: Context) -> None:
     if ctx.cmd.get("next"):
         if "item" in ctx.cmd:
@@ -137,12 +182,12 @@ def claim(ctx: Context) -> None:
         # The document in the commit names what was actually claimed: a replay on another tip
         # (sync) claims that item again rather than whatever is best there.
         ctx.cmd["item"] = item_id
-        for key in ("next", "labels", "labels_any", "owner", "priority"):
+        for key in ("next", "labels", "labels_any", "owner", "priority", "last"):
             ctx.cmd.pop(key, None)
         _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
         return
-    if any(key in ctx.cmd for key in ("labels", "labels_any", "owner", "priority")):
-        raise Invalid("--label, --label-any, --owner and --priority choose among ready items: use them with --next")
+    if any(key in ctx.cmd for key in ("labels", "labels_any", "owner", "priority", "last")):
+        raise Invalid("--label, --label-any, --owner, --priority and last choose among ready items: use them with --next")
     if "item" not in ctx.cmd:
         raise Invalid("claim needs an item id, or --next")
     item_id = ctx.target()

@@ -77,6 +77,8 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "item": _ITEM,
     "items": _one_or_many(_ITEM),
     "labels": _one_or_many(_LABEL),
+    "globs": _one_or_many({"type": "string", "minLength": 1, "maxLength": 200,
+                           "description": "A path glob relative to the repository root (gitwork/paths.py)."}),
     "texts": _one_or_many(_SHORT),
     "ints": _one_or_many(_INT),
     "mapping": {"type": "object", "propertyNames": _SHORT, "additionalProperties": {"anyOf": [_SHORT, {"type": "null"}]}},

@@ -118,6 +118,7 @@ def search(wp: Workplane, as_json: bool, text: str, **filters: Any) -> None:
 
 def explain_ready(wp: Workplane, as_json: bool, limit: int | None) -> None:
     """``gw ready --explain``: every open item, ready first as usual, and why each other is not."""
+    from ...conflicts import describe
     from ...reports import explain_ready as explain
 
     entries = explain(wp)
@@ -125,7 +126,11 @@ def explain_ready(wp: Workplane, as_json: bool, limit: int | None) -> None:
     if as_json:
         output.emit_json(entries)
         return
-    _print_with_reasons(wp, entries, "why_not", lambda entry: "ready" if entry["ready"] else "not ready")
+    for entry in entries:  # predicted conflicts are reasons too: claim --next skips or ranks these last
+        if entry.get("conflicts"):
+            entry["why_not"] = [{"kind": "other", "reason": describe(c)} for c in entry["conflicts"]]
+    _print_with_reasons(wp, entries, "why_not", lambda entry: (("ready, ranked last" if entry.get("conflicts")
+                                                                else "ready") if entry["ready"] else "not ready"))
 
 
 def _print_with_reasons(wp: Workplane, entries: list[dict[str, Any]], key: str, state: Any) -> None:
