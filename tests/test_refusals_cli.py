@@ -102,7 +102,7 @@ def test_every_holder_verb_says_who_you_are(repo: Path) -> None:
     free = ok(repo, "new", "nobody's").strip()
     ok(repo, "claim", held, env={"GW_AGENT": "bob"})
     before = tip(repo)
-    verbs = [("renew",), ("release",), ("handoff", "--reason", "blocked"), ("edit", "--title", "x"), ("check", "1"),
+    verbs = [("renew",), ("release",), ("handoff", "--reason", "blocked"), ("edit", "-p", "0"), ("check", "1"),
              ("decision", "d", "--why", "w"), ("done",), ("cancel",)]
     for verb, *rest in verbs:
         for item in (held, free):

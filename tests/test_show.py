@@ -37,7 +37,7 @@ def plane(repo: Path) -> dict[str, str]:
     item = gw(repo, "new", "Build the API", "--dep", base, "-p", "1", "-l", "api", "-l", "backend",
               "-c", "tests pass", "-c", "docs written", "-d", "The REST face.\n\nSee the board.").strip()
     later = gw(repo, "new", "Ship it", "--dep", item).strip()
-    gw(repo, "claim", item, "--ttl", "30m")
+    gw(repo, "claim", item, "--ttl", "30m", "--force")  # its dependency is open
     gw(repo, "check", item, "2")
     gw(repo, "decision", item, "use SQLite", "--why", "one file")
     for n in range(1, 8):

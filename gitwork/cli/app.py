@@ -270,7 +270,8 @@ def decision(
 @verb(items.done)
 def done(
     item: ItemsArg,
-    force: Annotated[bool, typer.Option("--force", help="Even with unchecked criteria (needs --reason).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Even with unchecked criteria (needs --reason) or "
+                                                        "dependencies not done.")] = False,
     reason: Annotated[Optional[str], typer.Option("--reason")] = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
@@ -404,9 +405,12 @@ def claim(
     label_any: LabelAny = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="With --next: only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="With --next: only items of this priority.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Even when its dependencies are not done (exit 6 "
+                                                        "without).")] = False,
     ttl: Ttl = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Acquire the lease on an item. Exit 75 if someone else holds it (retry later)."""
+    """Acquire the lease on an item. Exit 75 if someone else holds it (retry later); exit 6 if its
+    dependencies are not done (--force to claim it anyway)."""
 
 
 @verb(leases.renew)

@@ -11,9 +11,9 @@ if TYPE_CHECKING:
 
 def claim(wp: Workplane, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False,
           label: list[str] | None = None, owner: str | None = None, priority: int | None = None,
-          label_any: list[str] | None = None) -> None:
+          label_any: list[str] | None = None, force: bool = False) -> None:
     applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline, labels=label or None,
-                    labels_any=label_any or None, owner=owner, priority=priority)
+                    labels_any=label_any or None, owner=owner, priority=priority, force=force or None)
     r = applied.result
     done_line(applied, as_json,
               f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}", data=r["item"])
