@@ -309,7 +309,7 @@ diagnostics and errors go to stderr, one line each.
 6. Record progress: tick acceptance criteria as they pass, `gw check ID N` (N as `gw show` numbers
    them); record choices with `gw decision ID "what" --why "why"` (append-only).
 7. Finish (the finish line). Do your commits in a session: `gw session start ID` makes a branch and
-   worktree (it prints the path; work there), `gw session commit -f FILE... -m MSG` commits exactly
+   worktree (it prints the path; work there), `gw session commit --file FILE... -m MSG` commits exactly
    those files. Then `gw done ID`: it publishes your open session first (fast-forward or a clean
    merge into the branch it started from), marks the item done and releases the lease, or refuses,
    naming the session, with nothing changed. Unchecked criteria refuse too (exit 6): check them, or

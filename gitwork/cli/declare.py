@@ -18,11 +18,41 @@ import sys
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+import typer.core
 
 from .. import __version__
-from . import actions
+from . import actions, helptext
+
+
+class TopicGroup(typer.core.TyperGroup):
+    """The root command: ``gw --help`` lists the verbs by topic (``helptext.TOPICS``) and the global options."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        super().format_options(ctx, formatter)
+        with formatter.section("Global options (before or after the verb)"):
+            formatter.write_dl(list(helptext.GLOBAL_OPTIONS))
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        width = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
+        for topic, names in helptext.TOPICS.items():
+            rows = [(name, self.commands[name].get_short_help_str(width)) for name in names
+                    if name in self.commands and not self.commands[name].hidden]
+            if rows:
+                with formatter.section(topic):
+                    formatter.write_dl(rows)
+        rest = [(name, command.get_short_help_str(width)) for name, command in self.commands.items()
+                if not command.hidden and not any(name in names for names in helptext.TOPICS.values())]
+        if rest:  # a command given no topic still shows (tests/test_everyday_help.py says to give it one)
+            with formatter.section("Commands"):
+                formatter.write_dl(rest)
+
+    def format_epilog(self, ctx: Any, formatter: Any) -> None:
+        formatter.write_paragraph()
+        formatter.write_text("gw help VERB (or gw VERB --help) shows a verb's options and examples.")
+
 
 app = typer.Typer(
+    cls=TopicGroup,
     name="gw",
     help="gitwork: work items, fenced leases and conversations kept on a git ref.",
     no_args_is_help=True,
@@ -85,7 +115,7 @@ def verb(action: Callable[..., Any], name: Optional[str] = None, group: Optional
             _run(action, json, path, agent, **options)
 
         command.gw_action = f"{action.__module__.rpartition('.')[2]}:{action.__name__}"  # type: ignore[attr-defined]
-        (group or app).command(name, **settings)(command)
+        (group or app).command(name, epilog=helptext.epilog(declaration.__name__), **settings)(command)
         return command
 
     return register
@@ -105,7 +135,7 @@ def plain(function: Callable[..., int], name: Optional[str] = None, group: Optio
                 raise typer.Exit(code)
 
         command.gw_plain = f"{function.__module__.rpartition('.')[2]}:{function.__name__}"  # type: ignore[attr-defined]
-        (group or app).command(name, **settings)(command)
+        (group or app).command(name, epilog=helptext.epilog(declaration.__name__), **settings)(command)
         return command
 
     return register

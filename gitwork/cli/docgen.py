@@ -32,7 +32,7 @@ stdout holds exactly one JSON value; a single result is one object with `"ok": t
 object with `"ok": false`; only `thread --follow --json` streams, as JSON lines (one message per
 line). An item is always named by its full id under the key `item`. Diagnostics go to stderr.
 
-Global options, as in git and gh (docs/everyday.md): `-C DIR` and `--json` also before the verb,
+Global options, as in git and gh (docs/everyday.md): `-C DIR`, `--json` and `--as NAME` also before the verb,
 `--json=FIELDS` selects fields, `--jq EXPR` filters the JSON, and listings on a terminal go through a
 pager (`GW_PAGER`, `GIT_PAGER`, `core.pager`, `PAGER`, `less`) unless `gw --no-pager` (`-P`).
 """

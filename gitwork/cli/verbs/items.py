@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import helptext
 from ..commands import items, reports
 from ..commands import plain as plain_verbs
 from ..declare import (
@@ -105,19 +106,19 @@ def ready(
 @verb(items.edit)
 def edit(
     item: ItemsArg,
-    title: Annotated[Optional[str], typer.Option("--title")] = None,
+    title: Annotated[Optional[str], typer.Option("--title", help="The new one-line title.")] = None,
     description: Annotated[Optional[str], typer.Option("-d", "--description", help="'-' reads it from stdin.")] = None,
     description_file: DescriptionFile = None,
     use_editor: UseEditor = False,
-    priority: Annotated[Optional[int], typer.Option("-p", "--priority")] = None,
-    add_label: Annotated[Optional[list[str]], typer.Option("--add-label")] = None,
-    remove_label: Annotated[Optional[list[str]], typer.Option("--remove-label")] = None,
-    add_dep: Annotated[Optional[list[str]], typer.Option("--add-dep")] = None,
-    remove_dep: Annotated[Optional[list[str]], typer.Option("--remove-dep")] = None,
-    add_criterion: Annotated[Optional[list[str]], typer.Option("--add-criterion")] = None,
-    owner: Annotated[Optional[str], typer.Option("--owner")] = None,
+    priority: Annotated[Optional[int], typer.Option("-p", "--priority", help="0 (highest) to 4 (lowest).")] = None,
+    add_label: Annotated[Optional[list[str]], typer.Option("--add-label", help="Add this label (repeatable).")] = None,
+    remove_label: Annotated[Optional[list[str]], typer.Option("--remove-label", help="Remove this label (repeatable).")] = None,
+    add_dep: Annotated[Optional[list[str]], typer.Option("--add-dep", help="Depend on this item too (repeatable).")] = None,
+    remove_dep: Annotated[Optional[list[str]], typer.Option("--remove-dep", help="No longer depend on this item (repeatable).")] = None,
+    add_criterion: Annotated[Optional[list[str]], typer.Option("--add-criterion", help="Add an acceptance criterion (repeatable).")] = None,
+    owner: Annotated[Optional[str], typer.Option("--owner", help="The new owner.")] = None,
     status: Annotated[Optional[str], typer.Option("--status", help="open or blocked.")] = None,
-    reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Change items' fields (the holder only, while it is leased). -e edits the title and description in your
@@ -149,7 +150,7 @@ def done(
     item: ItemsArg,
     force: Annotated[bool, typer.Option("--force", help="Even with unchecked criteria (needs --reason) or "
                                                         "dependencies not done.")] = False,
-    reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
     into: Annotated[Optional[str], typer.Option("--into", help="Where to publish an open session.")] = None,
     remote: Annotated[Optional[str], typer.Option("--remote", help="Publish an open session to this remote.")] = None,
     fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
@@ -160,7 +161,7 @@ def done(
 
 @verb(items.cancel)
 def cancel(
-    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
     fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Cancel items (several ids: one command each; exit code of the first failure)."""
@@ -168,7 +169,7 @@ def cancel(
 
 @verb(items.reopen)
 def reopen(
-    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Reopen done or cancelled items (several ids: one command each; exit code of the first failure)."""
@@ -248,7 +249,7 @@ def onboard(json: Json = False, path: Repo = None) -> None:
     """Print a snippet for AGENTS.md / CLAUDE.md that points agents at `gw prime`."""
 
 
-@app.command()
+@app.command(epilog=helptext.epilog("completion"))
 @typer_only("prints typer's own completion script")
 def completion(
     shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False)],
@@ -258,8 +259,8 @@ def completion(
     # Not through verb(): it reads no repository.
     from typer._completion_shared import get_completion_script
 
-    from ..errors import UsageError
-    from .output import emit_json, fail
+    from ...errors import UsageError
+    from ..output import emit_json, fail
 
     if shell not in ("bash", "zsh", "fish"):
         raise typer.Exit(fail(UsageError(f"no completion for shell {shell!r}: use bash, zsh or fish"), json))
@@ -268,3 +269,12 @@ def completion(
         emit_json({"ok": True, "item": None, "shell": shell, "script": script})
     else:
         sys.stdout.write(script)
+
+
+@plain(plain_verbs.help_, "help")
+def help(
+    words: Annotated[Optional[list[str]], typer.Argument(help="The verb (two words for a group's: session create).",
+                                                         show_default=False)] = None,
+    json: Json = False, path: Repo = None,
+) -> None:
+    """Show a verb's help: its options and examples (gw help alone: every verb, by topic)."""

@@ -52,7 +52,7 @@ def runs(
 @verb(launch.capture)
 def capture(
     execution: ExecArg,
-    lines: Annotated[Optional[int], typer.Option("--lines", "-n", help="Only the last N lines.")] = None,
+    lines: Annotated[Optional[int], typer.Option("--lines", help="Only the last N lines.")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Print what an execution's terminal shows (tmux) or what it wrote (subprocess)."""

@@ -75,7 +75,7 @@ def revoke(
 def handoff(
     item: ItemArg,
     reason: Annotated[str, typer.Option("--reason", help="done, blocked, needs-human, timeout, reconcile-failure or reassign.")],
-    message: Annotated[Optional[str], typer.Option("--message", "-m")] = None,
+    message: Annotated[Optional[str], typer.Option("--message", "-m", help="A note for the next holder (posted to the thread).")] = None,
     to: Annotated[Optional[str], typer.Option("--to", help="Who should pick it up.")] = None,
     fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import helptext
 from ..commands import serve as serving
 from ..declare import (
     As,
@@ -20,7 +21,7 @@ from ..declare import (
 # --- gw serve: the REST API and the board (commands/serve.py; issue 14) -----------------------------
 
 serve_app = typer.Typer(help="The REST API (OpenAPI at /docs) and the web board over this repository; "
-                             "`gw serve token` manages who may use it.")
+                             "`gw serve token` manages who may use it.", epilog=helptext.epilog("serve"))
 app.add_typer(serve_app, name="serve")
 token_app = typer.Typer(help="Bearer tokens of gw serve (stored hashed in the common git dir).", no_args_is_help=True)
 serve_app.add_typer(token_app, name="token")

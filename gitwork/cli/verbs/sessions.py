@@ -46,7 +46,7 @@ def session_start(
 @plain(plain_verbs.session_commit, "commit", group=session_app)
 def session_commit(
     session: SessionArg = None,
-    file: Annotated[Optional[list[str]], typer.Option("--file", "-f", help="A file this commit changes (repeat).")] = None,
+    file: Annotated[Optional[list[str]], typer.Option("--file", help="A file this commit changes (repeat).")] = None,
     message: Annotated[str, typer.Option("--message", "-m", help="Commit message.")] = "",
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
@@ -82,7 +82,7 @@ def publish(
     keep_open: Annotated[bool, typer.Option("--keep-open", help="Keep the lease and the item in progress "
                                                                 "(more sessions to come).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Mark done even with unchecked criteria (needs --reason).")] = False,
-    reason: Annotated[Optional[str], typer.Option("--reason")] = None,
+    reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Publish a session's commit (fast-forward, or a clean merge whose gates pass; exit 13 otherwise) and mark the

@@ -47,8 +47,8 @@ def import_(
 
 @verb(transfer.export)
 def export(
-    format: Annotated[str, typer.Option("--format", "-f", help="jsonl (gitwork's own), beads or csv.")] = "jsonl",
-    out: Annotated[Optional[str], typer.Option("--output", "-o", help="Write to this file (default: stdout).")] = None,
+    format: Annotated[str, typer.Option("--format", help="jsonl (gitwork's own), beads or csv.")] = "jsonl",
+    out: Annotated[Optional[str], typer.Option("--output", help="Write to this file (default: stdout).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Export every item (with its thread) in a format gw import reads back."""
