@@ -54,22 +54,29 @@ SORTS = {
 }
 
 
+# An item waiting on a dependency that is not done (or is missing, or does not parse): gw blocked's rule.
+WAITING = ("EXISTS (SELECT 1 FROM dep d LEFT JOIN item j ON j.id = d.on_id"
+           " WHERE d.item = i.id AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL))")
+
+
 class Selection:
     """The rows one query picked (summary tuples, ``index.py`` layout), whether a limit cut them, and
     each picked id's shortest unique form among all sound items."""
 
-    def __init__(self, rows: list[tuple[Any, ...]], cut: bool, short: dict[str, str], commit: str | None) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], cut: bool, short: dict[str, str], commit: str | None,
+                 waiting: frozenset[str] = frozenset()) -> None:
         self.rows = rows
         self.cut = cut
         self.short = short
         self.commit = commit
+        self.waiting = waiting  # ids (of every item, not only the picked) with a dependency not done
 
 
 def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False, statuses: Any = None,
            closed: bool = False, labels: Any = (), labels_any: Any = (), owner: str | None = None,
            priority: int | None = None,
            holder: str | None = None, sort: str = "rank", limit: int | None = None,
-           shorten: bool = True, use_cache: bool = True) -> Selection:
+           shorten: bool = True, use_cache: bool = True, exclude_labels: Any = ()) -> Selection:
     """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
     the closed ones unless ``closed``), filtered, sorted and limited in SQL on the cache at ``snapshot``."""
     from . import cache
@@ -83,13 +90,14 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
         where += ["i.status IN ('open', 'in_progress')",
                   "NOT (i.lease_state = 'active' AND gw_live(i.expires))",
                   "NOT (i.status = 'in_progress' AND coalesce(i.lease_state, '') != 'active')",
-                  "NOT EXISTS (SELECT 1 FROM dep d LEFT JOIN item j ON j.id = d.on_id"
-                  " WHERE d.item = i.id AND (j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL))"]
+                  f"NOT {WAITING}"]
     elif statuses:
         # "expired" is not an item status but a lease past its expiry (gw list -s expired): either matches.
         real = [s for s in statuses if s != "expired"]
         either = [f"i.status IN ({', '.join('?' * len(real))})"] if real else []
         args += real
+        if "blocked" in statuses:  # as gw blocked says: also an item not closed waiting on a dependency
+            either.append(f"(i.status IN ('open', 'in_progress') AND {WAITING})")
         if "expired" in statuses:
             either.append("(i.lease_state = 'active' AND i.expires <= ?)")
             args.append(format_instant(now))
@@ -104,6 +112,10 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
         where.append(f"EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label IN "
                      f"({', '.join('?' * len(labels_any))}))")
         args += list(labels_any)
+    if exclude_labels:  # none of them (--exclude-label)
+        where.append(f"NOT EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label IN "
+                     f"({', '.join('?' * len(exclude_labels))}))")
+        args += list(exclude_labels)
     if owner is not None:
         where.append("i.owner = ?")
         args.append(owner)
@@ -133,11 +145,14 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
                  r[9], r[10], r[11], r[12], r[13]) for r in records]
         short = {r[0]: r[0][: r[14]] for r in records} if shorten else {}
         commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
+        waiting = frozenset(row[0] for row in db.execute(
+            "SELECT DISTINCT d.item FROM dep d LEFT JOIN item j ON j.id = d.on_id"
+            " WHERE j.status IS NULL OR j.status != 'done' OR j.problem IS NOT NULL"))
         bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
         if bad:
             from .index import note_problems
 
             note_problems(bad)  # named on stderr by the CLI: a listing leaves them out
-        return Selection(rows, cut, short, commit)
+        return Selection(rows, cut, short, commit, waiting)
 
     return cache.at(snapshot, read, summary, entry, use_cache=use_cache)  # type: ignore[no-any-return]

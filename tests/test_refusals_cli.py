@@ -47,7 +47,8 @@ def test_listings_without_a_state_ref_say_how_to_get_one(tmp_path: Path) -> None
             assert "no gitwork state" in done.stderr and hint in done.stderr, (where, done.stderr)
         assert tip(where) is None  # a listing creates nothing
     ok(plain, "init")
-    assert run_gw(plain, "list", env=ALICE).stderr == ""  # an empty listing of a real state says nothing
+    # An empty listing of a real state says so in the one style of every empty listing (issue 25, point 7).
+    assert run_gw(plain, "list", env=ALICE).stderr == "gw: no items match\n"
 
 
 def test_holder_at_me_and_mine(repo: Path) -> None:

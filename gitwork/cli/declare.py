@@ -166,6 +166,11 @@ def main(
     """gitwork: work items, fenced leases and conversations kept on a git ref."""
 
 
+ExcludeLabel = Annotated[Optional[list[str]], typer.Option("--exclude-label", help="Leave out items with any of "
+                                                                                  "these labels (repeatable; a,b).")]
+Reverse = Annotated[bool, typer.Option("--reverse", help="The order reversed (the limit applies after).")]
+SortBy = Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, updated (last "
+                                                              "changed first), id or title.")]
 LabelAny = Annotated[Optional[list[str]], typer.Option("--label-any", help="Only items with at least one of these "
                                                                           "labels (repeatable; with --label: both).")]
 

@@ -79,25 +79,26 @@ def show(wp: Workplane, as_json: bool, item: list[str], web: bool = False) -> No
 def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
                limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
-               mine: bool = False) -> None:
+               mine: bool = False, exclude_label: list[str] | None = None, reverse: bool = False) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
-                  limit=limit, text=text, label_any=label_any, mine=mine)
+                  limit=limit, text=text, label_any=label_any, mine=mine, exclude_label=exclude_label,
+                  reverse=reverse)
     rows_view(picked, as_json, "items")
-    no_state_hint(wp, picked)
+    no_state_hint(wp, picked, "items", as_json)
 
 
 def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
           priority: int | None = None, sort: str | None = None, explain: bool = False,
-          label_any: list[str] | None = None) -> None:
+          label_any: list[str] | None = None, exclude_label: list[str] | None = None, reverse: bool = False) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
         from .reports import explain_ready
 
         check_limit(limit)
         return explain_ready(wp, as_json, limit)
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
-                  limit=limit)
+                  limit=limit, exclude_label=exclude_label, reverse=reverse)
     rows_view(picked, as_json, "ready")
-    no_state_hint(wp, picked)
+    no_state_hint(wp, picked, "ready items", as_json)
 
 
 def edit(wp: Workplane, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,

@@ -13,6 +13,7 @@ from ..commands import plain as plain_verbs
 from ..declare import (
     As,
     DescriptionFile,
+    ExcludeLabel,
     Fence,
     ItemArg,
     ItemsArg,
@@ -20,6 +21,8 @@ from ..declare import (
     LabelAny,
     Offline,
     Repo,
+    Reverse,
+    SortBy,
     UseEditor,
     app,
     plain,
@@ -70,17 +73,21 @@ def show(
 
 @verb(items.list_items, "list")
 def list_(
-    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable; "
-                                                                               "expired: a lease past its expiry).")] = None,
-    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    status: Annotated[Optional[list[str]], typer.Option("--status", "-s", help="Only this status (repeatable, or "
+                                                                               "a,b; expired: a lease past its expiry; "
+                                                                               "blocked: also waiting on a dependency, "
+                                                                               "as gw blocked).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable, "
+                                                                             "or a,b: all of them).")] = None,
     label_any: LabelAny = None,
+    exclude_label: ExcludeLabel = None,
     all: Annotated[bool, typer.Option("--all", "-a", help="Include done and cancelled items.")] = False,
     holder: Annotated[Optional[str], typer.Option("--holder", help="Only items leased by this identity (@me: "
                                                                    "yours).")] = None,
     mine: Annotated[bool, typer.Option("--mine", help="Only the items you hold (--holder @me).")] = False,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
-    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    sort: SortBy = None, reverse: Reverse = False,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     text: Annotated[Optional[str], typer.Option("--text", help="Only items whose title, description, criteria, "
                                                                "decisions or thread hold this (as gw search).")] = None,
@@ -92,11 +99,13 @@ def list_(
 @verb(items.ready)
 def ready(
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
-    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable: all of them).")] = None,
+    label: Annotated[Optional[list[str]], typer.Option("--label", "-l", help="Only items with this label (repeatable, "
+                                                                             "or a,b: all of them).")] = None,
     label_any: LabelAny = None,
+    exclude_label: ExcludeLabel = None,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
-    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    sort: SortBy = None, reverse: Reverse = False,
     explain: Annotated[bool, typer.Option("--explain", help="Every open item: ready, or why not.")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
@@ -208,7 +217,7 @@ def search(
     mine: Annotated[bool, typer.Option("--mine", help="Only the items you hold (--holder @me).")] = False,
     owner: Annotated[Optional[str], typer.Option("--owner", help="Only items owned by this identity.")] = None,
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
-    sort: Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, id or title.")] = None,
+    sort: SortBy = None, reverse: Reverse = False, exclude_label: ExcludeLabel = None,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
