@@ -168,6 +168,8 @@ def main(
 
 ExcludeLabel = Annotated[Optional[list[str]], typer.Option("--exclude-label", help="Leave out items with any of "
                                                                                   "these labels (repeatable; a,b).")]
+Since = Annotated[Optional[str], typer.Option("--since", help="Only from then on: a duration back from now (7d, "
+                                                              "12h) or an instant (2026-12-01T09:00:00Z).")]
 Reverse = Annotated[bool, typer.Option("--reverse", help="The order reversed (the limit applies after).")]
 SortBy = Annotated[Optional[str], typer.Option("--sort", help="rank (default: best first), created, updated (last "
                                                               "changed first), id or title.")]

@@ -25,8 +25,8 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
      '  stale     Leases past their expiry, and leases held longer than...\n'
      '  summary   Counts: items by status, ready, blocked, expired leases,...\n'
      '  dep       Dependencies between items.\n'
-     "  history   An item's own event history (append-only).\n"
-     "  log       The state ref's history, newest first: one commit per command.\n"
+     "  history   An item's own event history, oldest first, each change as...\n"
+     "  log       The state ref's history, newest first: one commit per...\n"
      '\n'
      'Leases:\n'
      '  claim     Acquire the lease on an item.\n'
@@ -360,32 +360,43 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
            '    gw reopen w-3fa9 --reason "the bug is back"\n',
  'history': 'Usage: gw history [OPTIONS] {item}\n'
             '\n'
-            "  An item's own event history (append-only).\n"
+            "  An item's own event history, oldest first, each change as old -> new\n"
+            '  (append-only).\n'
             '\n'
             'Arguments:\n'
             '  item  Item id or unique prefix.  [required]\n'
             '\n'
             'Options:\n'
-            '  --json      Print JSON on stdout (errors too).\n'
-            '  --as <str>  Acting identity.  [env var: GW_AGENT]\n'
-            '  -C <str>    Run as if gw was started in this directory.\n'
-            '  -h, --help  Show this message and exit.\n'
+            '  --since <str>  Only from then on: a duration back from now (7d, 12h) or an\n'
+            '                 instant (2026-12-01T09:00:00Z).\n'
+            '  --json         Print JSON on stdout (errors too).\n'
+            '  --as <str>     Acting identity.  [env var: GW_AGENT]\n'
+            '  -C <str>       Run as if gw was started in this directory.\n'
+            '  -h, --help     Show this message and exit.\n'
             '\n'
-            '  Example:\n'
-            '    gw history w-3fa9\n',
- 'log': 'Usage: gw log [OPTIONS]\n'
+            '  Examples:\n'
+            '    gw history w-3fa9\n'
+            '    gw history w-3fa9 --since 2d\n',
+ 'log': 'Usage: gw log [OPTIONS] [item]\n'
         '\n'
-        "  The state ref's history, newest first: one commit per command.\n"
+        "  The state ref's history, newest first: one commit per command (gw log ITEM:\n"
+        "  that item's history).\n"
+        '\n'
+        'Arguments:\n'
+        '  item  Only this item: its history, as gw history shows it.\n'
         '\n'
         'Options:\n'
         '  -n, --limit <int>  At most this many commits.\n'
+        '  --since <str>      Only from then on: a duration back from now (7d, 12h) or\n'
+        '                     an instant (2026-12-01T09:00:00Z).\n'
         '  --json             Print JSON on stdout (errors too).\n'
         '  --as <str>         Acting identity.  [env var: GW_AGENT]\n'
         '  -C <str>           Run as if gw was started in this directory.\n'
         '  -h, --help         Show this message and exit.\n'
         '\n'
-        '  Example:\n'
-        '    gw log -n 20\n',
+        '  Examples:\n'
+        '    gw log -n 20\n'
+        '    gw log w-3fa9 --since 7d\n',
  'blocked': 'Usage: gw blocked [OPTIONS]\n'
             '\n'
             '  Items that cannot start, each with why: dependencies not done (named), a\n'

@@ -22,8 +22,10 @@ from ..declare import (
     Offline,
     Repo,
     Reverse,
+    Since,
     SortBy,
     UseEditor,
+    _complete_items,
     app,
     plain,
     typer_only,
@@ -185,16 +187,19 @@ def reopen(
 
 
 @verb(items.history)
-def history(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
-    """An item's own event history (append-only)."""
+def history(item: ItemArg, since: Since = None, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """An item's own event history, oldest first, each change as old -> new (append-only)."""
 
 
 @verb(items.log)
 def log(
+    item: Annotated[Optional[str], typer.Argument(help="Only this item: its history, as gw history shows it.",
+                                                  show_default=False, autocompletion=_complete_items)] = None,
     limit: Annotated[Optional[int], typer.Option("-n", "--limit", help="At most this many commits.")] = None,
+    since: Since = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """The state ref's history, newest first: one commit per command."""
+    """The state ref's history, newest first: one commit per command (gw log ITEM: that item's history)."""
 
 
 # --- reports (commands/reports.py; read-only) ----------------------------------------------------
