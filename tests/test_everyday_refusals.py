@@ -97,3 +97,14 @@ def test_claim_and_done_refuse_open_dependencies_unless_forced(plane: Path) -> N
     ok(plane, "done", base)
     ok(plane, "claim", after)
     ok(plane, "done", after)
+
+
+def test_whoami_names_the_identity_its_role_and_what_it_holds(plane: Path) -> None:
+    item = ok(plane, "new", "held")["item"]
+    ok(plane, "claim", item, env=BOB)
+    (plane / ".workplane").write_text("admins: [carol]\n")
+    assert ok(plane, "whoami", env=BOB) == {"ok": True, "item": None, "who": "bob", "role": "person",
+                                            "holding": [item]}
+    assert ok(plane, "whoami", env=CAROL)["role"] == "admin"
+    text = gw_here(plane, "whoami", "--as", "dave", env=BOB)
+    assert text.returncode == 0 and text.stdout == "dave (person); holds nothing\n", text

@@ -58,6 +58,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "prime": ([], "object"),
     "onboard": ([], "object"),
     "help": (["claim"], "object"),
+    "whoami": ([], "object"),
     "completion": (["bash"], "object"),
     "search": (["first", "--all"], "array"),
     "apply": (["{document}"], "object"),

@@ -21,7 +21,7 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "Remote (several machines)": ("remote", "sync", "push", "pull", "status", "retry"),
     "Serve and MCP": ("serve", "mcp"),
     "Import and export": ("import", "export", "apply", "shadow"),
-    "Help and housekeeping": ("help", "completion", "cache", "demo"),
+    "Help and housekeeping": ("help", "whoami", "completion", "cache", "demo"),
 }
 
 # The options every verb takes, accepted before the verb too (``gw -C DIR --as bob claim ID``).
@@ -55,6 +55,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "stale": ("gw stale --for 2h",),
     "summary": ("gw summary --json",),
     "prime": ("gw prime",),
+    "whoami": ("gw whoami", "GW_AGENT=bot-1 gw whoami --json"),
     "onboard": ("gw onboard >> AGENTS.md",),
     "completion": ('eval "$(gw completion bash)"',),
     "help": ("gw help claim", "gw help session create"),

@@ -114,7 +114,7 @@ MEANINGS = {"assign": "claim ID (or edit ID --owner NAME)", "take": "claim ID", 
             "complete": "done ID", "delete": "cancel ID", "rm": "cancel ID", "remove": "cancel ID",
             "ls": "list", "todo": "ready", "info": "show ID", "get": "show ID", "comments": "thread ID",
             "reply": "msg ID TEXT --reply-to N", "unclaim": "release ID", "drop": "release ID",
-            "deps": "dep tree ID", "dep-tree": "dep tree ID", "stats": "summary", "whoami": "prime",
+            "deps": "dep tree ID", "dep-tree": "dep tree ID", "stats": "summary",
             "mine": "list --mine", "label": "edit ID --add-label L", "assignee": "list --holder NAME"}
 
 

@@ -253,6 +253,11 @@ def summary(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """Counts: items by status, ready, blocked, expired leases, open questions (items awaiting a decision)."""
 
 
+@verb(reports.whoami)
+def whoami(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Who you act as here (--as, GW_AGENT, gitwork.agent or the default), your role, and the items you hold."""
+
+
 @verb(reports.prime)
 def prime(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """What an agent needs in its context: its identity, the work loop, exit codes, and the items it holds."""
