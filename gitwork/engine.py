@@ -18,7 +18,7 @@ import re
 from . import codec, ids, layout
 from .commands import Field, check_unicode, parse_fields, validate
 from .config import Settings
-from .errors import Corrupt, Forbidden, GwError, Held, Invalid, NotFound, Stale
+from .errors import Corrupt, Forbidden, GwError, Held, Invalid, NotFound, NotHolder, Stale
 from .model import Item, Lease, load_item, load_lease, stamp
 from .store import Snapshot, Store, identity_signature
 
@@ -321,7 +321,7 @@ class View:
                             item=item_id)
             return lease, fence
         if lease is not None and not lease.takeable(self.now, margin):
-            raise Stale(
+            raise NotHolder(
                 f"{item_id} is held by {lease.holder} (epoch {lease.epoch}); only its holder may do this, with --fence "
                 f"(you are {self.actor})",
                 item=item_id,

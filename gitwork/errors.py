@@ -23,7 +23,7 @@ class ExitCode(enum.IntEnum):
     AMBIGUOUS = 4  # an id prefix matches more than one item
     INVALID = 5  # the input is well formed but not acceptable (empty title, cycle, bad duration...)
     ILLEGAL = 6  # the transition is not allowed from the item's current state
-    STALE = 7  # stale fence / not the holder: the lease you act under is gone
+    STALE = 7  # stale fence (kind stale) or not the holder (kind not-holder): you may not act as holder
     CORRUPT = 8  # the state ref holds something that does not parse
     NEWER_FORMAT = 9  # the state ref was written by a newer gitwork
     NOT_A_REPO = 10  # not inside a git repository
@@ -76,6 +76,16 @@ class Illegal(GwError):
 
 class Stale(GwError):
     code, kind = ExitCode.STALE, "stale"
+
+
+class NotHolder(Stale):
+    """Someone else holds the item (or nobody does and you present no lease): you are not its holder.
+
+    Its own kind, so a reader tells it from a lease that ended under you; the same exit code (7), so a
+    loop that stops working on the item on 7 still does. A subclass of :class:`Stale`: every place
+    that treats "the lease you act under is not there" alike keeps doing so."""
+
+    kind = "not-holder"
 
 
 class Corrupt(GwError):
@@ -134,7 +144,7 @@ class GitFailed(GwError):
 
 # The refusals a process may hand to another as an answer (``pushturn``: a turn holder answering a
 # command it carried): the engine's verdicts on a state, rebuilt from ``to_json`` by their kind.
-_VERDICTS = {cls.kind: cls for cls in (NotFound, Ambiguous, Invalid, Illegal, Stale, Held, Forbidden)}
+_VERDICTS = {cls.kind: cls for cls in (NotFound, Ambiguous, Invalid, Illegal, Stale, NotHolder, Held, Forbidden)}
 
 
 def verdict_from_json(doc: Any) -> GwError | None:

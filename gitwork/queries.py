@@ -54,15 +54,22 @@ SORTS = {
 }
 
 
+# An item waiting on a dependency that is not done (or is missing, or does not parse): gw blocked's rule.
+# ``item.waiting`` counts them, kept by the cache when rows change (cache._rewait).
+WAITING = "i.waiting > 0"
+
+
 class Selection:
     """The rows one query picked (summary tuples, ``index.py`` layout), whether a limit cut them, and
     each picked id's shortest unique form among all sound items."""
 
-    def __init__(self, rows: list[tuple[Any, ...]], cut: bool, short: dict[str, str], commit: str | None) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]], cut: bool, short: dict[str, str], commit: str | None,
+                 waiting: frozenset[str] = frozenset()) -> None:
         self.rows = rows
         self.cut = cut
         self.short = short
         self.commit = commit
+        self.waiting = waiting  # ids (of every item, not only the picked) with a dependency not done
 
 
 # The rule of ``ready`` in SQL (the same rule as :func:`ready`; ``gw_live`` is registered by the reader).
@@ -78,7 +85,7 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
            closed: bool = False, labels: Any = (), labels_any: Any = (), owner: str | None = None,
            priority: int | None = None,
            holder: str | None = None, sort: str = "rank", limit: int | None = None,
-           shorten: bool = True, use_cache: bool = True) -> Selection:
+           shorten: bool = True, use_cache: bool = True, exclude_labels: Any = ()) -> Selection:
     """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
     the closed ones unless ``closed``), filtered, sorted and limited in SQL on the cache at ``snapshot``."""
     from . import cache
@@ -86,7 +93,8 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
     from .rows import thread_entry as entry
 
     sql, args = statement(now, ready=ready, statuses=statuses, closed=closed, labels=labels, labels_any=labels_any,
-                          owner=owner, priority=priority, holder=holder, sort=sort, limit=limit)
+                          owner=owner, priority=priority, holder=holder, sort=sort, limit=limit,
+                          exclude_labels=exclude_labels)
 
     def live(expires: str | None) -> bool:
         return expires is not None and held_for_others("active", parse_instant(expires), now, margin)
@@ -103,19 +111,21 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
                  r[9], r[10], r[11], r[12], r[13]) for r in records]
         short = {r[0]: r[0][: r[14]] for r in records} if shorten else {}
         commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
+        waiting = frozenset(row[0] for row in db.execute("SELECT id FROM item WHERE waiting > 0"))
         bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
         if bad:
             from .index import note_problems
 
             note_problems(bad)  # named on stderr by the CLI: a listing leaves them out
-        return Selection(rows, cut, short, commit)
+        return Selection(rows, cut, short, commit, waiting)
 
     return cache.at(snapshot, read, summary, entry, use_cache=use_cache)  # type: ignore[no-any-return]
 
 
 def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, closed: bool = False,
               labels: Any = (), labels_any: Any = (), owner: str | None = None, priority: int | None = None,
-              holder: str | None = None, sort: str = "rank", limit: int | None = None) -> tuple[str, list[Any]]:
+              holder: str | None = None, sort: str = "rank", limit: int | None = None,
+              exclude_labels: Any = ()) -> tuple[str, list[Any]]:
     """The one SELECT of :func:`select` (its rows: ``cache.ROW_COLUMNS`` and ``item.shown``) and its
     arguments; ``gw_live(expires)`` is the SQL function ``select`` defines (a lease live by the clock)."""
     from . import cache
@@ -130,6 +140,8 @@ def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, c
         real = [s for s in statuses if s != "expired"]
         either = [f"i.status IN ({', '.join('?' * len(real))})"] if real else []
         args += real
+        if "blocked" in statuses:  # as gw blocked says: also an item not closed waiting on a dependency
+            either.append(f"(i.status IN ('open', 'in_progress') AND {WAITING})")
         if "expired" in statuses:
             either.append("(i.lease_state = 'active' AND i.expires <= ?)")
             args.append(format_instant(now))
@@ -144,6 +156,10 @@ def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, c
         where.append(f"EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label IN "
                      f"({', '.join('?' * len(labels_any))}))")
         args += list(labels_any)
+    if exclude_labels:  # none of them (--exclude-label)
+        where.append(f"NOT EXISTS (SELECT 1 FROM label l WHERE l.item = i.id AND l.label IN "
+                     f"({', '.join('?' * len(exclude_labels))}))")
+        args += list(exclude_labels)
     if owner is not None:
         where.append("i.owner = ?")
         args.append(owner)

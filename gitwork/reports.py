@@ -43,8 +43,10 @@ def lease_view(row: tuple[Any, ...], now: Any) -> tuple[str | None, bool]:
 
 
 def listing_json(rows: list[tuple[Any, ...]], now: Any,
-                 matches: dict[str, list[dict[str, str]]] | None = None) -> list[dict[str, Any]]:
-    """``gw list --json`` / ``gw ready --json`` (and the REST listings): one object per summary row."""
+                 matches: dict[str, list[dict[str, str]]] | None = None,
+                 waiting: frozenset[str] | None = None) -> list[dict[str, Any]]:
+    """``gw list --json`` / ``gw ready --json`` (and the REST listings): one object per summary row;
+    ``blocked`` (with ``waiting``, the ids waiting on a dependency): status blocked, or waiting on one."""
     from .index import EXPIRES, ID, LABELS, LEASE_STATE, PRIORITY, STATUS, TITLE
 
     out = []
@@ -53,6 +55,7 @@ def listing_json(rows: list[tuple[Any, ...]], now: Any,
         out.append({"item": r[ID], "title": r[TITLE], "status": r[STATUS], "priority": r[PRIORITY],
                     "labels": list(r[LABELS]), "holder": holder,
                     "expires_at": r[EXPIRES] if r[LEASE_STATE] == "active" else None, "expired": expired,
+                    **({"blocked": r[STATUS] == "blocked" or r[ID] in waiting} if waiting is not None else {}),
                     **({"matches": matches[r[ID]]} if matches is not None else {})})
     return out
 
@@ -309,7 +312,7 @@ diagnostics and errors go to stderr, one line each.
 6. Record progress: tick acceptance criteria as they pass, `gw check ID N` (N as `gw show` numbers
    them); record choices with `gw decision ID "what" --why "why"` (append-only).
 7. Finish (the finish line). Do your commits in a session: `gw session start ID` makes a branch and
-   worktree (it prints the path; work there), `gw session commit -f FILE... -m MSG` commits exactly
+   worktree (it prints the path; work there), `gw session commit --file FILE... -m MSG` commits exactly
    those files. Then `gw done ID`: it publishes your open session first (fast-forward or a clean
    merge into the branch it started from), marks the item done and releases the lease, or refuses,
    naming the session, with nothing changed. Unchecked criteria refuse too (exit 6): check them, or

@@ -97,7 +97,7 @@ def test_one_bad_priority_leaves_the_rest_of_the_state_readable(state: Path) -> 
     path = bad_item(state)
     for args in (("list",), ("ready",), ("list", "--all")):
         done = gw_ok(state, *args)
-        listed = [line.split("\t")[4] for line in done.stdout.splitlines()]
+        listed = [line.split("\t")[5] for line in done.stdout.splitlines()]
         assert "a sound one" in listed and "the bad one" not in listed
         assert done.stderr.count("\n") == 1 and path in done.stderr and "priority must be" in done.stderr
     rows = json.loads(gw_ok(state, "list", "--json").stdout)
@@ -126,7 +126,7 @@ def test_a_bad_expiry_in_a_lease_is_named_and_only_that_item_refuses(state: Path
     lines = [('expires_at: "tomorrow"' if line.startswith("expires_at:") else line) for line in text.splitlines()]
     commit_file(state, path, ("\n".join(lines) + "\n").encode())
     done = gw_ok(state, "ready")
-    assert [line.split("\t")[4] for line in done.stdout.splitlines()] == ["a sound one"]
+    assert [line.split("\t")[5] for line in done.stdout.splitlines()] == ["a sound one"]
     assert path in done.stderr and "expires_at must be an instant" in done.stderr
     refused(state, "show", BAD, names=path)
     refused(state, "claim", BAD, "--as", "bob", names=path)
@@ -170,7 +170,7 @@ def test_the_library_lists_sound_items_and_reports_the_bad_one(state: Path) -> N
     text = state_file(state, path).replace("priority: high", "priority: 0")
     commit_file(state, path, text.encode() + b"\n")
     done = gw_ok(state, "ready")
-    assert done.stdout.splitlines()[0].split("\t")[4] == "the bad one" and done.stderr == ""
+    assert done.stdout.splitlines()[0].split("\t")[5] == "the bad one" and done.stderr == ""
 
 
 def test_the_arbiters_hook_refuses_a_bad_value_before_it_spreads(state: Path, tmp_path: Path) -> None:

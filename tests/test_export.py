@@ -68,7 +68,7 @@ def kept(doc: dict) -> dict:
 
 def test_jsonl_round_trip_is_the_identity_on_gitworks_fields(source: Path, tmp_path: Path) -> None:
     out = tmp_path / "items.jsonl"
-    done = run_gw(source, "export", "--format", "jsonl", "-o", str(out), "--json")
+    done = run_gw(source, "export", "--format", "jsonl", "--output", str(out), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["items"] == 5
     fresh = make_repo(tmp_path / "fresh")
@@ -97,7 +97,7 @@ def test_an_item_in_progress_comes_back_in_progress_without_a_lease_and_not_read
         idle = origin.do("new", title="Idle").result["item"]
         origin.do("claim", item=busy)
         assert origin.item(busy).status == "in_progress"
-    done = run_gw(origin_repo, "export", "--format", "jsonl", "-o", str(out), "--json")
+    done = run_gw(origin_repo, "export", "--format", "jsonl", "--output", str(out), "--json")
     assert done.returncode == 0, done.stderr
     fresh = make_repo(tmp_path / "fresh")
     with Workplane(str(fresh), agent="importer") as wp:
@@ -209,7 +209,7 @@ def test_beads_export_then_import_changes_nothing_and_is_a_fixed_point(tmp_path:
         assert tip(repo) == before, result  # export -> import of the same file: ref unchanged
         # Work done in gitwork goes out in the export; importing that export is then a fixed point.
         api = importers.item_id("beads", "gw-api")
-        lease = wp.do("claim", item=api).result
+        lease = wp.do("claim", item=api, force=True).result  # its dependency is still in progress
         wp.do("done", item=api, fence=lease["fence"], force=True, reason="shipped")
         second = _export_beads(wp, tmp_path / "second.jsonl")
         assert next(line for line in second if line["id"] == "gw-api")["status"] == "closed"

@@ -63,7 +63,7 @@ def refused_with(error: type[Exception], repo: Path, wp: Workplane, op: str, **a
 
 
 HOLDER_OPS: list[tuple[str, dict[str, Any]]] = [
-    ("edit", {"title": "late edit"}),
+    ("edit", {"priority": 0}),  # not the title: the creator may curate title/labels/deps of a leased item
     ("renew", {}),
     ("release", {}),
     ("done", {"force": True, "reason": "late"}),

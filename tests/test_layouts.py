@@ -339,7 +339,7 @@ def test_session_commit_and_publish(name: str, tmp_path: Path) -> None:
     worktree = Path(started["worktree"])
     (worktree / "a.txt").write_text("alpha, changed in a session\n")
     session = Layout(worktree, layout.env)
-    committed = session.ok("session", "commit", "-f", "a.txt", "-m", "change a", "--as", "alice")
+    committed = session.ok("session", "commit", "--file", "a.txt", "-m", "change a", "--as", "alice")
     published = session.ok("publish", "--into", branch, "--as", "alice")
     assert published["commit"] == committed["commit"] == layout.git("rev-parse", branch)
     layout.fsck()

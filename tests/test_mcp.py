@@ -242,7 +242,7 @@ def test_bad_input_is_a_tool_error_with_its_kind_and_the_server_keeps_serving(re
                 ("show", "usage", "USAGE", {"item": item, "verbose": True}),  # an unknown argument
                 ("msg", "invalid", "INVALID", {"item": item, "text": "x" * 300_000}),  # a huge string
                 ("show", "not-found", "NOT_FOUND", {"item": "w-0000"}),
-                ("release", "stale", "STALE", {"item": item}),  # nothing held
+                ("release", "not-holder", "STALE", {"item": item}),  # nothing held: not the holder (exit 7)
             ]
             for tool, kind, exit, arguments in cases:
                 await refused(session, repo, tool, kind, exit, **arguments)

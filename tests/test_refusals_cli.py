@@ -47,7 +47,8 @@ def test_listings_without_a_state_ref_say_how_to_get_one(tmp_path: Path) -> None
             assert "no gitwork state" in done.stderr and hint in done.stderr, (where, done.stderr)
         assert tip(where) is None  # a listing creates nothing
     ok(plain, "init")
-    assert run_gw(plain, "list", env=ALICE).stderr == ""  # an empty listing of a real state says nothing
+    # An empty listing of a real state says so in the one style of every empty listing (issue 25, point 7).
+    assert run_gw(plain, "list", env=ALICE).stderr == "gw: no items match\n"
 
 
 def test_holder_at_me_and_mine(repo: Path) -> None:
@@ -102,7 +103,7 @@ def test_every_holder_verb_says_who_you_are(repo: Path) -> None:
     free = ok(repo, "new", "nobody's").strip()
     ok(repo, "claim", held, env={"GW_AGENT": "bob"})
     before = tip(repo)
-    verbs = [("renew",), ("release",), ("handoff", "--reason", "blocked"), ("edit", "--title", "x"), ("check", "1"),
+    verbs = [("renew",), ("release",), ("handoff", "--reason", "blocked"), ("edit", "-p", "0"), ("check", "1"),
              ("decision", "d", "--why", "w"), ("done",), ("cancel",)]
     for verb, *rest in verbs:
         for item in (held, free):

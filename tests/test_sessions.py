@@ -303,10 +303,10 @@ def test_cli_session_commit_exit_codes(repo: Path) -> None:
     source = Path(run_gw(repo, "session", "start", item, env=env).stdout.strip())
     (source / "a.txt").write_text("changed\n")
     (source / "b.txt").write_text("changed too\n")
-    undeclared = run_gw(source, "session", "commit", "-f", "a.txt", "-m", "x", "--json", env=env)
+    undeclared = run_gw(source, "session", "commit", "--file", "a.txt", "-m", "x", "--json", env=env)
     assert undeclared.returncode == 5
     assert "b.txt" in json.loads(undeclared.stdout)["message"]
-    stale = run_gw(source, "session", "commit", "-f", "a.txt", "-f", "b.txt", "-m", "x",
+    stale = run_gw(source, "session", "commit", "--file", "a.txt", "--file", "b.txt", "-m", "x",
                    env={**env, "GW_NOW": "2030-01-01T14:00:00Z"})  # the lease has expired by then
     assert stale.returncode == 7, stale.stderr
     assert git(source, "rev-list", "--count", "main..HEAD") == "0"

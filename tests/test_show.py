@@ -45,7 +45,7 @@ def plane(repo: Path) -> dict[str, str]:
     item = setup_gw(repo, "new", "Build the API", "--dep", base, "-p", "1", "-l", "api", "-l", "backend",
                     "-c", "tests pass", "-c", "docs written", "-d", "The REST face.\n\nSee the board.").strip()
     later = setup_gw(repo, "new", "Ship it", "--dep", item).strip()
-    setup_gw(repo, "claim", item, "--ttl", "30m")
+    setup_gw(repo, "claim", item, "--ttl", "30m", "--force")  # its dependency is open
     setup_gw(repo, "check", item, "2")
     setup_gw(repo, "decision", item, "use SQLite", "--why", "one file")
     for n in range(1, 8):

@@ -19,8 +19,16 @@ class Picked:
     ``--limit`` cut it, and with ``--text`` where each row matched."""
 
     def __init__(self, rows: list[tuple[Any, ...]], short: dict[str, str], now: Any, cut: bool, limit: int | None,
-                 matches: dict[str, list[dict[str, str]]] | None) -> None:
+                 matches: dict[str, list[dict[str, str]]] | None, waiting: frozenset[str] = frozenset()) -> None:
         self.rows, self.short, self.now, self.cut, self.limit, self.matches = rows, short, now, cut, limit, matches
+        self.waiting = waiting  # ids waiting on a dependency not done: shown as blocked
+
+
+def words(values: list[str] | None) -> list[str] | None:
+    """``-l a,b -l c`` is ``-l a -l b -l c`` (bd's and gh's comma lists), for labels and statuses."""
+    if values is None:
+        return None
+    return [word.strip() for value in values for word in value.split(",") if word.strip()]
 
 
 def statuses(status: list[str] | None) -> list[str] | None:
@@ -37,17 +45,21 @@ def statuses(status: list[str] | None) -> list[str] | None:
 def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None, label: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
          sort: str | None = None, limit: int | None = None, text: str | None = None,
-         label_any: list[str] | None = None, mine: bool = False, types: list[str] | None = None,
-         parent: str | None = None) -> Picked:
+         label_any: list[str] | None = None, mine: bool = False, exclude_label: list[str] | None = None,
+         reverse: bool = False, types: list[str] | None = None, parent: str | None = None) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after); with
     ``types`` or ``parent``, only the items of those types or with that parent (read from each
-    candidate's file: the cache has no column for them yet, so the limit applies after, too)."""
+    candidate's file: the cache has no column for them yet, so the limit applies after, too).
+    ``--sort updated`` (the item's last change is not in the cache) and ``--reverse`` order the rows here,
+    and the limit applies after them."""
     from ..queries import SORTS, select
 
     check_limit(limit)
-    if sort is not None and sort not in SORTS:
-        raise Invalid(f"unknown --sort {sort!r}: use {', '.join(SORTS)}")
+    if sort is not None and sort not in (*SORTS, "updated"):
+        raise Invalid(f"unknown --sort {sort!r}: use {', '.join((*SORTS, 'updated'))}")
+    status, label, label_any, exclude_label = words(status), words(label), words(label_any), words(exclude_label)
+    here = text is None and sort != "updated" and not reverse and not types and parent is None  # the limit can go to SQL
     if priority is not None and priority < 0:
         raise Invalid(f"--priority must be 0 or more, not {priority}")
     if text is not None and not text.strip():
@@ -57,24 +69,25 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
     unknown_types = [t for t in types or () if t not in ITEM_TYPES]
     if unknown_types:
         raise Invalid(f"unknown type {unknown_types[0]!r}: use {', '.join(ITEM_TYPES)}")
-    if label or label_any:  # the rule claim --next applies: a typo must not look like an empty listing
+    if label or label_any or exclude_label:  # the rule claim --next applies: a typo must not look like an empty list
         from ..commands import parse_fields, validate
 
-        validate({"label": [*(label or ()), *(label_any or ())]}, parse_fields({"label": "labels"}))
+        validate({"label": [*(label or ()), *(label_any or ()), *(exclude_label or ())]},
+                 parse_fields({"label": "labels"}))
     if mine or holder == "@me":  # gh's @me: the acting identity
         if mine and holder not in (None, "@me"):
             raise Invalid(f"--mine is --holder @me: not with --holder {holder}")
         holder = wp.settings.identity()
     ctx = wp.context()
     parent_id = ctx.resolve(parent) if parent is not None else None  # NotFound (3) for no such item
-    by_file = bool(types) or parent_id is not None
-    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
-                    limit=None if text is not None or by_file else limit, priority=priority, ready=ready,
+    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort="rank" if sort == "updated" else sort or "rank",
+                    limit=limit if here else None, priority=priority, ready=ready,
                     statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
-                    owner=owner)
+                    owner=owner, exclude_labels=exclude_label)
+    from ..index import ID
+
     rows, cut, matches = picked.rows, picked.cut, None
-    if by_file:
-        from ..index import ID
+    if types or parent_id is not None:
 
         def keep(row: Any) -> bool:
             item = ctx.item(row[ID])
@@ -82,18 +95,20 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
                 (parent_id is None or item.parent == parent_id)
 
         rows = [r for r in rows if keep(r)]
-        if text is None:
-            cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
-            rows = rows[:limit or None]
     if text is not None:
-        from ..index import ID
         from ..reports import search
 
         matches = search(wp, ctx, text, [r[ID] for r in rows])
         rows = [r for r in rows if r[ID] in matches]
+    if sort == "updated":  # most recently changed first, as gh lists
+        updated = {r[ID]: ctx.item(r[ID]).updated_at or "" for r in rows}
+        rows = sorted(rows, key=lambda r: updated[r[ID]], reverse=True)
+    if reverse:
+        rows = rows[::-1]
+    if not here:
         cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
         rows = rows[:limit or None]
-    return Picked(rows, picked.short, ctx.now, cut, limit, matches)
+    return Picked(rows, picked.short, ctx.now, cut, limit, matches, picked.waiting)
 
 
 def said_cut(picked: Picked, title: str) -> None:
@@ -103,30 +118,51 @@ def said_cut(picked: Picked, title: str) -> None:
 
 
 def rows_view(picked: Picked, as_json: bool, title: str) -> None:
-    from ..index import ID, LEASE_STATE, PRIORITY, STATUS, TITLE
+    from ..index import ID, LABELS, LEASE_STATE, PRIORITY, TITLE
     from ..reports import lease_view, listing_json  # the JSON is the REST listings' too (gw serve)
 
     rows, short = picked.rows, picked.short
     if as_json:
-        output.emit_json(listing_json(rows, picked.now, picked.matches))
+        output.emit_json(listing_json(rows, picked.now, picked.matches, picked.waiting))
     else:
         # Most rows hold no lease: no call for those (a full listing at 100,000 items is 75,000 rows).
         unheld = (None, False)
         leases = [lease_view(r, picked.now) if r[LEASE_STATE] == "active" else unheld for r in rows]
         output.table(
-            ("id", "status", "pri", "holder", "title"),
-            [(short[r[ID]], "expired" if expired else r[STATUS], r[PRIORITY], holder or "", r[TITLE])
+            ("id", "status", "pri", "holder", "labels", "title"),
+            [(short[r[ID]], shown_status(r, expired, picked.waiting), r[PRIORITY], holder or "",
+              ",".join(r[LABELS]), r[TITLE])
              for r, (holder, expired) in zip(rows, leases, strict=True)],
-            title=title,
+            title=title, colours={1: STATUS_COLOURS, 2: PRIORITY_COLOURS},
         )
     said_cut(picked, title)
 
 
-def no_state_hint(wp: Workplane, picked: Picked) -> None:
+# Semantic colour on a terminal (output.table: none when piped or with NO_COLOR).
+STATUS_COLOURS = {"open": "green", "in_progress": "cyan", "blocked": "yellow", "expired": "red",
+                  "done": "dim", "cancelled": "dim"}
+PRIORITY_COLOURS = {"0": "bold red", "1": "red", "4": "dim"}
+
+
+def shown_status(row: tuple[Any, ...], expired: bool, waiting: frozenset[str]) -> str:
+    """The status a person reads: ``expired`` for a lease past its expiry, ``blocked`` for an open item waiting
+    on a dependency (as ``gw blocked`` says), else the stored status."""
+    from ..index import ID, STATUS
+
+    if expired:
+        return "expired"
+    return "blocked" if row[STATUS] == "open" and row[ID] in waiting else str(row[STATUS])
+
+
+def no_state_hint(wp: Workplane, picked: Picked, title: str = "items", as_json: bool = False) -> None:
     """An empty listing in a repository with no state ref says how to get one (on stderr: the listing
     itself, and its exit code, stay what they are): ``gw init``, or, with a remote, ``gw init --remote``,
     which adopts the state that remote has."""
-    if picked.rows or wp.store.tip() is not None:
+    if picked.rows:
+        return
+    if wp.store.tip() is not None:
+        if not output.FIELDS and not as_json:  # one style for every empty listing: stderr, stdout stays empty
+            output.info(f"gw: no {title} match")
         return
     from .. import gitcmd
 

@@ -16,8 +16,8 @@ NO_PAGER = frozenset(("--no-pager", "-P"))  # git's spellings
 
 
 def hoist(args: list[str]) -> list[str]:
-    """git's habit: options before the verb, ``gw -C DIR --json VERB ...``, are moved after the verb,
-    where every command declares them (``-C``, ``--json``). Several ``-C`` combine as in git
+    """git's habit: options before the verb, ``gw -C DIR --json --as NAME VERB ...``, are moved after the
+    verb, where every command declares them (``-C``, ``--json``, ``--as``). Several ``-C`` combine as in git
     (``-C a -C b`` is ``a/b``). The verb's own ``-C`` after it, if any, still wins (the last one).
     ``--no-pager``/``-P`` (git's global option, only before the verb) is taken out: see :func:`no_pager`."""
     directory: str | None = None
@@ -34,6 +34,12 @@ def hoist(args: list[str]) -> list[str]:
             directory = os.path.join(directory, arg[2:]) if directory else arg[2:]
             index += 1
         elif arg == "--json":
+            flags.append(arg)
+            index += 1
+        elif arg == "--as" and index + 1 < len(args):
+            flags += args[index:index + 2]
+            index += 2
+        elif arg.startswith("--as="):
             flags.append(arg)
             index += 1
         else:
@@ -108,7 +114,7 @@ MEANINGS = {"assign": "claim ID (or edit ID --owner NAME)", "take": "claim ID", 
             "complete": "done ID", "delete": "cancel ID", "rm": "cancel ID", "remove": "cancel ID",
             "ls": "list", "todo": "ready", "info": "show ID", "get": "show ID", "comments": "thread ID",
             "reply": "msg ID TEXT --reply-to N", "unclaim": "release ID", "drop": "release ID",
-            "deps": "dep tree ID", "dep-tree": "dep tree ID", "stats": "summary", "whoami": "prime",
+            "deps": "dep tree ID", "dep-tree": "dep tree ID", "stats": "summary",
             "mine": "list --mine", "label": "edit ID --add-label L", "assignee": "list --holder NAME"}
 
 

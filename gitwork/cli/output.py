@@ -79,16 +79,23 @@ def line(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> None:
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
+          colours: dict[int, dict[str, str]] | None = None) -> None:
+    """Rows as a rich table on a terminal (``colours``: column -> value -> style, semantic colour; none with
+    NO_COLOR), else as tab-separated lines (no colour, ever)."""
     if _tty() and rows:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         view = Table(title=title, header_style="bold", box=None, pad_edge=False)
         for header in headers:
             view.add_column(header, overflow="fold")
+        styles = colours or {}
         for row in rows:
-            view.add_row(*("" if v is None else str(v) for v in row))
+            cells = ["" if v is None else str(v) for v in row]
+            view.add_row(*(Text(cell, style=styles[n].get(cell, "")) if n in styles else cell
+                           for n, cell in enumerate(cells)))
         Console(no_color=bool(os.environ.get("NO_COLOR")) or None, force_terminal=bool(PAGED) or None,
                 width=PAGED or None).print(view)
         return

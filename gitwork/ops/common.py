@@ -8,7 +8,7 @@ can end a lease and ``decide`` can record a decision without the op modules impo
 from __future__ import annotations
 
 from ..engine import Context
-from ..errors import Invalid
+from ..errors import Illegal, Invalid
 from ..model import Lease
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -72,3 +72,15 @@ def parent_of(ctx: Context, item_id: str) -> str | None:
 
 def note_parent(ctx: Context, item_id: str, parent: str | None) -> None:
     ctx.memo("parents")[item_id] = parent
+
+
+def refuse_open_dependencies(ctx: Context, item_id: str, verb: str) -> None:
+    """Refuse (exit 6) to ``verb`` an item whose dependencies are not all done, unless ``force``: working on
+    it, or closing it, before what it waits on is the mistake ``gw ready`` exists to avoid."""
+    if ctx.cmd.get("force"):
+        return
+    waiting = [dep for dep in ctx.item(item_id).depends_on if ctx.item(dep).status != "done"]
+    if waiting:
+        named = ", ".join(f"{dep} ({ctx.item(dep).status})" for dep in waiting)
+        raise Illegal(f"{item_id} depends on {named}: finish {'it' if len(waiting) == 1 else 'them'} first, or "
+                      f"{verb} with --force", item=item_id, open=waiting)

@@ -9,9 +9,9 @@ from ..engine import Context, op
 from ..errors import Illegal, Invalid
 from ..model import ITEM_TYPES, TRANSITIONS, Item
 from ..paths import check_globs
-from ..roles import WHO_ACTS_ON, act_on
+from ..roles import WHO_ACTS_ON, act_on, edit_on
 from .common import check_cycle as _check_cycle
-from .common import end_lease, note_parent, parent_of, record_decision
+from .common import end_lease, note_parent, parent_of, record_decision, refuse_open_dependencies
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -157,8 +157,8 @@ def new(ctx: Context) -> None:
 def edit(ctx: Context) -> None:
     cmd = ctx.cmd
     item_id = ctx.target()
-    act_on(ctx, item_id)
     item = ctx.item(item_id)
+    edit_on(ctx, item, {key for key in cmd if key not in ("op", "id", "as", "item", "reason", "fence", "lease")})
     changed: dict[str, Any] = {}
     for key in ("title", "description", "priority", "owner", "type"):
         if key in cmd and cmd[key] != getattr(item, key):
@@ -260,6 +260,7 @@ def _close(ctx: Context, target: str) -> None:
             )
         if open_criteria and not reason:
             raise Invalid("--force needs a --reason")
+        refuse_open_dependencies(ctx, item_id, "done")
     _transition(item, target)
     item.closed_reason = reason
     ctx.save_item(item)

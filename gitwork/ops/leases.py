@@ -12,10 +12,10 @@ import datetime as _dt
 from .. import layout
 from ..clock import format_instant
 from ..engine import Context, op
-from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, Stale
+from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, NotHolder, Stale
 from ..model import CLOSED, Lease, usable_ttl
 from ..roles import WHO_HOLDS, holder_check, require_revoker, require_steerer
-from .common import end_lease
+from .common import end_lease, refuse_open_dependencies
 
 # How many of the best ready items a `claim --next` that lost a race spreads over.
 SPREAD = 8
@@ -173,7 +173,7 @@ def _claimable(ctx: Context, item_id: str) -> Lease | None:
          "labels, owner, priority); held by another: error held", "fields": ("item", "next", "ttl", "labels", "owner",
          "priority"), "rename": {"labels": "label"}, "lease": "grant"}, arbiter=True,
     item="item", next="bool", ttl="duration", labels="labels", labels_any="labels", owner="name",
-    priority="priority", last="items")
+    priority="priority", last="items", force="bool")
 def claim(ctx: Context) -> None:
     if ctx.cmd.get("next"):
         if "item" in ctx.cmd:
@@ -191,7 +191,9 @@ def claim(ctx: Context) -> None:
     if "item" not in ctx.cmd:
         raise Invalid("claim needs an item id, or --next")
     item_id = ctx.target()
-    _grant(ctx, item_id, _claimable(ctx, item_id), "claim")
+    previous = _claimable(ctx, item_id)
+    refuse_open_dependencies(ctx, item_id, "claim")
+    _grant(ctx, item_id, previous, "claim")
 
 
 @op("takeover", "take an expired or handed-off lease", who="anyone, once the lease has expired or was handed off.", arbiter=True, item="item!", ttl="duration")
@@ -206,11 +208,14 @@ def takeover(ctx: Context) -> None:
 def _held(ctx: Context, item_id: str) -> Lease:
     lease = holder_check(ctx, item_id)
     if lease is None:
-        raise Stale(f"you hold no lease on {item_id} (you are {ctx.actor})", item=item_id, who=ctx.actor)
+        last = ctx.lease(item_id)
+        # Your own lease that ended (released, revoked, expired) is stale; never having held it is not.
+        kind = Stale if last is not None and last.holder == ctx.actor else NotHolder
+        raise kind(f"you hold no lease on {item_id} (you are {ctx.actor})", item=item_id, who=ctx.actor)
     if lease.holder != ctx.actor:
         # A fence is not a credential: presenting the holder's fence does not make you the holder
         # (an administrator ends someone's lease with revoke or takeover, never as them).
-        raise Stale(f"you hold no lease on {item_id}: {lease.holder} holds it (epoch {lease.epoch}, fence "
+        raise NotHolder(f"you hold no lease on {item_id}: {lease.holder} holds it (epoch {lease.epoch}, fence "
                     f"{lease.fence}; you are {ctx.actor})", item=item_id, holder=lease.holder, who=ctx.actor)
     return lease
 

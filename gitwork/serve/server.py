@@ -194,7 +194,7 @@ def listing(server: Server, who: Principal, *, sort: str, limit: int | None, pri
         ctx = wp.context()
         picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort, limit=limit, priority=priority,
                         shorten=False, **filters)
-        return listing_json(picked.rows, ctx.now)
+        return listing_json(picked.rows, ctx.now, waiting=picked.waiting)
 
 
 def read_thread(server: Server, who: Principal, item: str, since: int) -> tuple[str, list[dict[str, Any]]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ...errors import UsageError
+from ...errors import Invalid, UsageError
 from .. import output
 from ..actions import each, submit
 from ..listing import check_limit, no_state_hint, pick, rows_view
@@ -81,11 +81,13 @@ def show(wp: Workplane, as_json: bool, item: list[str], web: bool = False) -> No
 def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: list[str] | None, all: bool,
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
                limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
-               mine: bool = False, type: list[str] | None = None, parent: str | None = None) -> None:
+               mine: bool = False, exclude_label: list[str] | None = None, reverse: bool = False,
+               type: list[str] | None = None, parent: str | None = None) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
-                  limit=limit, text=text, label_any=label_any, mine=mine, types=type, parent=parent)
+                  limit=limit, text=text, label_any=label_any, mine=mine, exclude_label=exclude_label,
+                  reverse=reverse, types=type, parent=parent)
     rows_view(picked, as_json, "items")
-    no_state_hint(wp, picked)
+    no_state_hint(wp, picked, "items", as_json)
 
 
 def children(wp: Workplane, as_json: bool, item: str, type: list[str] | None = None) -> None:
@@ -96,16 +98,16 @@ def children(wp: Workplane, as_json: bool, item: str, type: list[str] | None = N
 
 def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
           priority: int | None = None, sort: str | None = None, explain: bool = False,
-          label_any: list[str] | None = None) -> None:
+          label_any: list[str] | None = None, exclude_label: list[str] | None = None, reverse: bool = False) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
         from .reports import explain_ready
 
         check_limit(limit)
         return explain_ready(wp, as_json, limit)
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
-                  limit=limit)
+                  limit=limit, exclude_label=exclude_label, reverse=reverse)
     rows_view(picked, as_json, "ready")
-    no_state_hint(wp, picked)
+    no_state_hint(wp, picked, "ready items", as_json)
 
 
 def edit(wp: Workplane, as_json: bool, item: list[str], title: str | None, description: str | None, priority: int | None,
@@ -190,16 +192,40 @@ def reopen(wp: Workplane, as_json: bool, item: list[str], reason: str | None) ->
     each(wp, as_json, item, lambda one: submit(wp, as_json, "reopen", item=one, reason=reason))
 
 
-def history(wp: Workplane, as_json: bool, item: str) -> None:
+def since_instant(wp: Workplane, since: str | None) -> str | None:
+    """``--since``: a duration back from now (``7d``, ``12h``) or an instant, as the canonical instant text
+    (which sorts as time does); ``None`` without it."""
+    if not since:
+        return None
+    import datetime as _dt
+
+    from ... import clock
+    from ...codec import parse_duration
+
+    if "T" in since:
+        try:
+            return clock.format_instant(clock.parse_instant(since))
+        except ValueError as exc:
+            raise Invalid(f"--since {since[:40]!r}: a duration (7d, 12h) or an instant") from exc
+    return clock.format_instant(wp.now() - _dt.timedelta(seconds=parse_duration(since)))
+
+
+def history(wp: Workplane, as_json: bool, item: str, since: str | None = None) -> None:
+    start = since_instant(wp, since)
     records = wp.history(item)
+    if start is not None:  # the old -> new values still come from the whole log, only the rows are cut
+        shown = {id(r) for r in records if str(r.get("at") or "") >= start}
     if as_json:
+        records = records if start is None else [r for r in records if id(r) in shown]
         output.emit_json(records)
         return
     rows = []
     known: dict[str, Any] = {}  # each field's value as the log last set it: the "old" of the next change
     for record in records:
         extra = {k: v for k, v in record.items() if k not in ("seq", "at", "by", "type", "cmd")}
-        rows.append((record["seq"], record["at"], record["by"], record["type"], _details(extra, known)))
+        details = _details(extra, known)
+        if start is None or id(record) in shown:
+            rows.append((record["seq"], record["at"], record["by"], record["type"], details))
     output.table(("seq", "at", "by", "event", "details"), rows)
 
 
@@ -227,9 +253,20 @@ def _details(extra: dict[str, Any], known: dict[str, Any]) -> str:
     return " ".join(filter(None, ["; ".join(parts), *rest]))
 
 
-def log(wp: Workplane, as_json: bool, limit: int | None) -> None:
+def log(wp: Workplane, as_json: bool, limit: int | None, item: str | None = None, since: str | None = None) -> None:
+    """``gw log``: the state ref's commits, newest first; ``gw log ITEM``: that item's history (``gw history``,
+    old -> new values, oldest first); ``--since`` keeps what happened from then on."""
     check_limit(limit)
-    entries = list(wp.log(limit or None))
+    if item is not None:
+        history(wp, as_json, item, since)
+        return
+    start = since_instant(wp, since)
+    entries = []
+    for entry in wp.log(None if start is not None else limit or None):
+        if start is not None and (entry["at"] or "") < start:
+            break  # newest first (first parent): the rest is older
+        entries.append(entry)
+    entries = entries[:limit or None]
     if as_json:
         output.emit_json(entries)
         return

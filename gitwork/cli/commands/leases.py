@@ -12,14 +12,14 @@ if TYPE_CHECKING:
 
 def claim(wp: Workplane, as_json: bool, item: str | None, next: bool, ttl: str | None, offline: bool = False,
           label: list[str] | None = None, owner: str | None = None, priority: int | None = None,
-          label_any: list[str] | None = None) -> None:
+          label_any: list[str] | None = None, force: bool = False) -> None:
     last = None
     if next:  # rank last what would conflict with a live session branch (gitwork/conflicts.py)
         from ...conflicts import rank_last
 
         last = rank_last(wp) or None
     applied = wp.do("claim", item=item, next=next or None, ttl=ttl, offline=offline, labels=label or None,
-                    labels_any=label_any or None, owner=owner, priority=priority, last=last)
+                    labels_any=label_any or None, owner=owner, priority=priority, last=last, force=force or None)
     r = applied.result
     done_line(applied, as_json,
               f"claimed {r['item']} (epoch {r['epoch']}, fence {r['fence']}) until {r['expires_at']}", data=r["item"])

@@ -12,6 +12,22 @@ from ...errors import UsageError
 from .. import output
 
 
+def help_(words: list[str] | None = None, json: bool = False, path: str | None = None) -> int:
+    """``gw help [VERB...]``: the stored help of that command (``fast_help.py``), as ``gw VERB --help`` prints it
+    (reads no repository: -C is accepted and unused)."""
+    from ..fast_help import HELP
+
+    command = " ".join(words or ())
+    text = HELP.get(command)
+    if text is None:
+        return output.fail(UsageError(f"no command {command!r}: gw help lists them"), json)
+    if json:
+        output.emit_json({"ok": True, "item": None, "command": command, "help": text})
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def onboard(json: bool = False, path: str | None = None) -> int:
     """It reads no repository (it can be run anywhere; -C is accepted and unused)."""
     from ...reports import ONBOARD

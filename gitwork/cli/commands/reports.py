@@ -143,3 +143,18 @@ def _print_with_reasons(wp: Workplane, entries: list[dict[str, Any]], key: str, 
         output.line(f"{short[entry['item']]}\t{state(entry)}\t{entry['title']}")
         for reason in entry[key]:
             output.line(f"\t{describe_reason(reason, short)}")
+
+
+def whoami(wp: Workplane, as_json: bool) -> None:
+    """``gw whoami``: the identity this command acts as (``--as``, ``GW_AGENT``, ``gitwork.agent``, else the
+    default), its role (settings ``admins``/``agents``) and the items it holds."""
+    from ..listing import pick
+
+    who = wp.settings.identity()
+    role = wp.settings.role(who)
+    held = [row[0] for row in pick(wp, holder=who).rows]
+    if as_json:
+        output.emit_json({"ok": True, "item": None, "who": who, "role": role, "holding": held})
+        return
+    holding = f"holds {', '.join(held)}" if held else "holds nothing"
+    output.line(f"{who} ({role}); {holding}")
