@@ -66,3 +66,20 @@ def test_the_ruff_rules_are_the_configured_ones(tmp_path: Path) -> None:
     found = ruff(str(bad)).stdout
     for code in ("F401", "B905", "I001"):
         assert code in found, (code, found)
+
+
+GENERATED = {"cli/fast_table.py", "cli/fast_help.py", "ops/table.py"}  # written by python -m gitwork.cli.fastgen
+
+
+def test_no_hand_written_module_is_over_700_lines() -> None:
+    """Issue 26: small modules with one job; only generated tables may be long."""
+    long = {str(path.relative_to(ROOT / "gitwork")): n for path in (ROOT / "gitwork").rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 700}
+    assert set(long) <= GENERATED, {name: n for name, n in long.items() if name not in GENERATED}
+
+
+def test_a_work_plane_parameter_is_typed() -> None:
+    """Issue 26: ``wp: Workplane`` (under TYPE_CHECKING), never ``wp: Any``: mypy then checks every seam."""
+    untyped = [f"{path.relative_to(ROOT)}:{number}" for path in (ROOT / "gitwork").rglob("*.py")
+               for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if "wp: Any" in line]
+    assert untyped == []

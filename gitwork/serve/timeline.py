@@ -10,9 +10,12 @@ lease epoch. A span whose start is older than the page names its holder from the
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import GwError, NotFound, UsageError
+
+if TYPE_CHECKING:
+    from ..workplane import Workplane
 
 WINDOW = 500  # commits a page of the state ref's history reads
 MAX_WINDOW = 5000
@@ -59,7 +62,7 @@ def _settle(span: dict[str, Any], lease: Any, now: Any) -> None:
         span.update(to=expires, end="expired")
 
 
-def commits(wp: Any, before: str | None, limit: int) -> Iterator[tuple[str, Any]]:
+def commits(wp: Workplane, before: str | None, limit: int) -> Iterator[tuple[str, Any]]:
     """``(commit, parsed state commit)`` for ``limit`` commits of the state ref's first-parent history,
     from the tip or from ``before`` (which must be one of them: a page's link carries it)."""
     from ..statecommit import read
@@ -80,7 +83,7 @@ def commits(wp: Any, before: str | None, limit: int) -> Iterator[tuple[str, Any]
         commit = state.parent
 
 
-def history_spans(wp: Any, holder: str | None, before: str | None, limit: int = WINDOW) -> dict[str, Any]:
+def history_spans(wp: Workplane, holder: str | None, before: str | None, limit: int = WINDOW) -> dict[str, Any]:
     """Lease spans found in one page of the state ref's history, newest first, for ``holder`` (or all),
     with the commit the next (older) page starts from."""
     if not 1 <= limit <= MAX_WINDOW:
