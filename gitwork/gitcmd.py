@@ -75,7 +75,12 @@ def run(
     cmd = ("git", *args)
     try:
         if keep is not None:
-            returncode, stdout, stderr = _run_kept(cmd, keep, timeout, cwd, git_env(env))
+            import subprocess
+
+            try:
+                returncode, stdout, stderr = _run_kept(cmd, keep, timeout, cwd, git_env(env))
+            except subprocess.TimeoutExpired as exc:
+                raise TimedOut(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
         elif cwd is None and input is None and timeout is None and _SPAWN:
             returncode, stdout, stderr = _spawn(cmd, git_env(env))
         else:

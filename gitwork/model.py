@@ -191,6 +191,9 @@ def held_for_others(state: str | None, expires: _dt.datetime | None, now: _dt.da
     return now < expires + _dt.timedelta(seconds=margin)
 
 
+# Why a lease was handed over (`gw handoff --reason`): the op checks it, the board offers it.
+HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
+
 def usable_ttl(ttl: int, margin: int) -> int:
     """``ttl`` if a lease of that length is of any use to its holder; else refused (exit 5).
 

@@ -245,7 +245,7 @@ def test_hostile_text_in_items_is_escaped_on_every_new_page(world: World) -> Non
         base = wp.do("new", title=hostile).result["item"]
         item = wp.do("new", title="waits on " + hostile, depends_on=[base]).result["item"]
     with world.plane("bot") as wp:
-        wp.do("claim", item=item, ttl="30m")
+        wp.do("claim", item=item, ttl="30m", force=True)
     with world.pages("alice") as pages:
         for path in ("/", f"/?q={hostile}", "/graph", f"/items/{item}", f"/items/{base}", "/leases",
                      "/leases?holder=" + hostile):

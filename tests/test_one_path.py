@@ -36,7 +36,7 @@ STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish",
                    "exec-reserve"}  # exec-reserve: two clones of one holder must not each launch
 # The role rules an op may call (roles.py, and asking the settings for a role itself).
-ROLE_RULES = {"act_on", "require_revoker", "require_decider", "require_steerer", "role"}
+ROLE_RULES = {"act_on", "edit_on", "require_revoker", "require_decider", "require_steerer", "role"}
 
 
 def python_modules(folder: Path) -> Iterator[tuple[Path, ast.Module]]:

@@ -324,7 +324,7 @@ def test_every_import_commit_replays_to_the_same_tree_on_its_parent(tmp_path: Pa
         wp.do("edit", item=bead("bd-1"), title="Schema (ours)")
         wp.do("edit", item=bead("bd-3"), add_deps=[bead("bd-2")])
         with Workplane(str(repo), agent="carol", now=clock) as carol:
-            carol.do("claim", item=bead("bd-2"), ttl="1h")
+            carol.do("claim", item=bead("bd-2"), ttl="1h", force=True)
         lines[0]["title"] = "Schema (theirs)"  # a conflict
         lines[1]["status"] = "closed"  # held by carol: a conflict too
         lines[2].update(priority=0, dependencies=[{"issue_id": "bd-3", "depends_on_id": "bd-1", "type": "blocks"}])

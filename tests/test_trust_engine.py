@@ -375,8 +375,12 @@ def test_ask_numbers_the_event_log_consecutively(state: Path) -> None:
 
 
 def test_the_append_helper_owns_seq(state: Path) -> None:
+    from gitwork import engine
+
     with Workplane(str(state), agent="alice") as wp:
-        ctx = wp.context()
+        view = wp.context()  # reads are a read-only View; an op's writes go through a Context
+        ctx = engine.Context(view.snapshot, {"op": "edit", "as": "alice", "id": "c-0123456789abcdef"}, view.now,
+                             wp.settings)
         first = ctx.append(A, layout.EVENTS_FILE, {"type": "x", "seq": 99})
         second = ctx.event(A, "y", seq=1)
     assert first["seq"] == 2 and second["seq"] == 3  # "created" is 1

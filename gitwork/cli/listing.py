@@ -28,7 +28,8 @@ def words(values: list[str] | None) -> list[str] | None:
     """``-l a,b -l c`` is ``-l a -l b -l c`` (bd's and gh's comma lists), for labels and statuses."""
     if values is None:
         return None
-    return [word.strip() for value in values for word in value.split(",") if word.strip()]
+    # An empty word is kept ("" or "a,,b"): the check after this refuses it, so a typo is never an empty filter.
+    return [word.strip() for value in values for word in value.split(",")]
 
 
 def statuses(status: list[str] | None) -> list[str] | None:

@@ -13,7 +13,7 @@ from .. import layout
 from ..clock import format_instant
 from ..engine import Context, op
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, NotHolder, Stale
-from ..model import CLOSED, Lease, usable_ttl
+from ..model import CLOSED, HANDOFF_REASONS, Lease, usable_ttl
 from ..roles import WHO_HOLDS, holder_check, require_revoker, require_steerer
 from .common import end_lease, refuse_open_dependencies
 
@@ -23,7 +23,6 @@ SPREAD = 8
 # those whose paths overlap another holder's live lease).
 SCAN = 64
 
-HANDOFF_REASONS = ("done", "blocked", "needs-human", "timeout", "reconcile-failure", "reassign")
 
 
 def _next(ctx: Context) -> str:

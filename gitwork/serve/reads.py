@@ -28,7 +28,7 @@ def reads_router(server: Server) -> APIRouter:
     def capture(execution: str = Path(pattern=EXECUTION_PATTERN), lines: int = Query(40, ge=1, le=2000), who: Principal = Who) -> JSONResponse:
         """The last `lines` lines of a live execution's terminal on this host (`gw capture`)."""
         from ..launch.run import capture as read_screen
-        from ..ops.executions import check_execution_id
+        from ..records.executions import check_execution_id
 
         with server.plane(who) as wp:
             text = read_screen(wp, check_execution_id(execution), lines)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ops.leases import HANDOFF_REASONS
+from ...model import HANDOFF_REASONS
 from ..server import Principal, Server
 from .page import esc
 
