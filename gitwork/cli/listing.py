@@ -29,7 +29,8 @@ def words(values: list[str] | None) -> list[str] | None:
     if values is None:
         return None
     # An empty word is kept ("" or "a,,b"): the check after this refuses it, so a typo is never an empty filter.
-    return [word.strip() for value in values for word in value.split(",")]
+    # Only spaces are trimmed ("a, b"): a newline or tab stays, and the label check refuses it.
+    return [word.strip(" ") for value in values for word in value.split(",")]
 
 
 def statuses(status: list[str] | None) -> list[str] | None:
