@@ -27,7 +27,7 @@ import httpx  # noqa: E402
 
 from conftest import gw_cmd, let_post, make_repo, poll, run_gw, scrubbed  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402
-from gitwork.serve.webhooks import Sender, sign  # noqa: E402
+from gitwork.serve.webhooks import Sender, sign, valid_url  # noqa: E402
 from gitwork.store import Repository  # noqa: E402
 from gitwork.workplane import Workplane  # noqa: E402
 
@@ -208,3 +208,13 @@ def test_the_signature_is_over_timestamp_dot_body() -> None:
     assert sign(b"key", "1700000000", body) == "sha256=" + hmac.new(
         b"key", b"1700000000." + body, hashlib.sha256).hexdigest()
     assert sign(b"key", "1700000001", body) != sign(b"key", "1700000000", body)
+
+
+@pytest.mark.parametrize("url", ["not a url", "ftp://h/x", "http://", "http://[::1/x", "http://h:99999/x",
+                                 "http://h:port/x", "http://h /x", "file:///etc/passwd", "http://h/\nx"])
+def test_a_hostile_url_is_not_valid_and_does_not_raise(url: str) -> None:
+    assert not valid_url(url)
+
+
+def test_a_plain_url_is_valid() -> None:
+    assert valid_url("http://127.0.0.1:8080/hook") and valid_url("https://ci.example/gitwork?x=1")

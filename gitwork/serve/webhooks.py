@@ -57,8 +57,15 @@ def sign(secret: bytes, timestamp: str, body: bytes) -> str:
 
 
 def valid_url(url: str) -> bool:
-    parts = urllib.parse.urlsplit(url)
-    return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(c.isspace() for c in url)
+    """Whether ``url`` is an http(s) URL with a host (and a port in range, when it names one)."""
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        return False
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 class Sender:
