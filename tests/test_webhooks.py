@@ -218,3 +218,24 @@ def test_a_hostile_url_is_not_valid_and_does_not_raise(url: str) -> None:
 
 def test_a_plain_url_is_valid() -> None:
     assert valid_url("http://127.0.0.1:8080/hook") and valid_url("https://ci.example/gitwork?x=1")
+
+
+def test_a_forged_state_commit_is_posted_as_what_it_is_and_later_moves_still_flow(world: World) -> None:
+    """A commit put on the state ref with plain git, its message built to look like a record separator
+    and another commit: it is posted under its own id with no op, and the next real command still is."""
+    before = subprocess.run(["git", "rev-parse", "refs/gitwork/state"], cwd=world.repo, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    tree = subprocess.run(["git", "rev-parse", f"{before}^{{tree}}"], cwd=world.repo, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    message = f"forged\x1e{'f' * 40}\x00{before}\x00claim\n\nCommand: not json\n"
+    raw = (f"tree {tree}\nparent {before}\nauthor M <m@x> 1700000000 +0000\n"
+           f"committer M <m@x> 1700000000 +0000\n\n{message}").encode()
+    forged = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin", "--literally"], cwd=world.repo,
+                            input=raw, capture_output=True, check=True).stdout.decode().strip()
+    subprocess.run(["git", "update-ref", "refs/gitwork/state", forged, before], cwd=world.repo, check=True)
+    body = world.delivered("ok", forged)
+    assert (body["op"], body["item"], body["previous"]) == (None, None, before)
+    assert not any(b["commit"] == "f" * 40 for b in world.receivers["ok"].bodies(None))
+    done = run_gw(world.repo, "new", "after the forgery", "--json")
+    assert done.returncode == 0, done.stderr
+    world.delivered("ok", json.loads(done.stdout)["commit"])

@@ -147,24 +147,26 @@ class Sender:
         return "" if 200 <= status < 300 else f"HTTP {status}"
 
 
-def events_between(path: str, previous: str | None, tip: str) -> list[dict[str, Any]]:
+def events_between(git_dir: str, previous: str | None, tip: str) -> list[dict[str, Any]]:
     """The events of the commits in ``previous..tip``, oldest first (the tip alone when git cannot list
-    the range: the ref was rewound)."""
+    the range: the ref was rewound). Ids come from ``rev-list`` and each commit is read whole with
+    ``cat-file``, never by splitting formatted output: a message may hold any byte a forger chose."""
     span = f"{previous}..{tip}" if previous else tip
-    fmt = "--format=%H%x00%P%x00%B%x1e"
     try:
-        done = gitcmd.run(["log", f"--max-count={READ_MOST}", fmt, span], cwd=path, check=True, timeout=30)
+        done = gitcmd.run(["--git-dir", git_dir, "rev-list", f"--max-count={READ_MOST}", span], check=True,
+                          timeout=30)
+        ids = done.out.split()
     except GwError:
-        try:
-            done = gitcmd.run(["log", "--max-count=1", fmt, tip], cwd=path, check=True, timeout=30)
-        except GwError:
-            return []
+        ids = [tip]
+    found = gitcmd.read_batch(git_dir, ids)
     out = []
-    for record in reversed(done.out.split("\x1e")):
-        commit, _, rest = record.strip("\n").partition("\x00")
-        parents, _, message = rest.partition("\x00")
-        if commit:
-            out.append(event_of(commit, parents.split(" ")[0] or None, message))
+    for commit in reversed(ids):
+        kind_content = found.get(commit)
+        if kind_content is None or kind_content[1] != "commit":
+            continue
+        head, _, message = kind_content[2].partition(b"\n\n")
+        parents = [line[7:].decode("ascii", "replace") for line in head.split(b"\n") if line.startswith(b"parent ")]
+        out.append(event_of(commit, parents[0] if parents else None, message.decode("utf-8", "replace")))
     return out
 
 
@@ -222,6 +224,9 @@ class Webhooks:
 
     async def feed(self, watcher: Any, path: str) -> None:
         """Post every commit the watcher sees land after the server started, in order."""
+        from ..store import Repository
+
+        git_dir = Repository.discover(path).git_dir
         await watcher.start()
         version, seen = watcher.version, watcher.tip
         while True:
@@ -230,7 +235,7 @@ class Webhooks:
             if tip is None or tip == seen:
                 continue
             try:
-                for event in await asyncio.to_thread(events_between, path, seen, tip):
+                for event in await asyncio.to_thread(events_between, git_dir, seen, tip):
                     self.post(event)
             except (GwError, OSError) as error:  # a feeder that died would end every later post
                 print(f"gw serve: webhooks: could not read {tip[:12]}: {error}", file=sys.stderr, flush=True)
