@@ -26,6 +26,8 @@ pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip insta
 import httpx  # noqa: E402
 
 from conftest import gw_cmd, let_post, make_repo, poll, run_gw, scrubbed  # noqa: E402
+from gitwork.serve.app import create_app  # noqa: E402
+from gitwork.serve.threaded import Running  # noqa: E402
 from gitwork.serve.tokens import Tokens  # noqa: E402
 from gitwork.serve.webhooks import Sender, sign, valid_url  # noqa: E402
 from gitwork.store import Repository  # noqa: E402
@@ -239,3 +241,26 @@ def test_a_forged_state_commit_is_posted_as_what_it_is_and_later_moves_still_flo
     done = run_gw(world.repo, "new", "after the forgery", "--json")
     assert done.returncode == 0, done.stderr
     world.delivered("ok", json.loads(done.stdout)["commit"])
+
+
+def test_moves_brought_by_gw_sync_from_another_machine_are_posted_in_order(machine_a: Path, url: str,
+                                                                            tmp_path: Path) -> None:
+    receiver = Receiver("ok")
+    try:
+        subprocess.run(["git", "config", "--add", "gitwork.webhook.url", receiver.url], cwd=machine_a, check=True)
+        subprocess.run(["git", "config", "gitwork.webhook.secret", SECRET], cwd=machine_a, check=True)
+        b = make_repo(tmp_path / "b")
+        subprocess.run(["git", "remote", "add", "origin", url], cwd=b, check=True)
+        let_post(b, "bob")
+        assert run_gw(b, "init", "--remote", "origin", "--as", "bob").returncode == 0
+        item = json.loads(run_gw(b, "new", "made on machine b", "--as", "bob", "--json").stdout)["item"]
+        assert run_gw(b, "msg", item, "from b", "--as", "bob").returncode == 0
+        assert run_gw(b, "sync", "--as", "bob").returncode == 0
+        with Running(create_app(str(machine_a))):
+            done = run_gw(machine_a, "sync", "--as", "alice")  # adopts b's two commits from the arbiter
+            assert done.returncode == 0, done.stderr
+            poll(lambda: len(receiver.bodies()) >= 2, 30, what="both of b's commits posted")
+        ops = [(body["op"], body["item"]) for body in receiver.bodies()]
+        assert ops[:2] == [("new", item), ("msg", item)] and receiver.bodies()[1]["text"] == "from b", ops
+    finally:
+        receiver.close()

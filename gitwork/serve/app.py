@@ -111,7 +111,7 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         hooks = await asyncio.to_thread(Webhooks.configured, server.path, now)  # git config: docs/serve.md
         if hooks is not None:
-            hooks.start(server.watcher, server.path)
+            await hooks.start(server.watcher, server.path)
         yield
         if hooks is not None:
             await hooks.stop()

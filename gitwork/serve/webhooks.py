@@ -222,13 +222,8 @@ class Webhooks:
         for sender in self.senders:
             sender.put(event)
 
-    async def feed(self, watcher: Any, path: str) -> None:
-        """Post every commit the watcher sees land after the server started, in order."""
-        from ..store import Repository
-
-        git_dir = Repository.discover(path).git_dir
-        await watcher.start()
-        version, seen = watcher.version, watcher.tip
+    async def feed(self, watcher: Any, git_dir: str, version: int, seen: str | None) -> None:
+        """Post every commit the watcher sees land after ``seen`` (its tip at ``version``), in order."""
         while True:
             version = await watcher.changed_since(version, 3600.0)
             tip = watcher.tip
@@ -241,8 +236,14 @@ class Webhooks:
                 print(f"gw serve: webhooks: could not read {tip[:12]}: {error}", file=sys.stderr, flush=True)
             seen = tip
 
-    def start(self, watcher: Any, path: str) -> None:
-        self._task = asyncio.get_running_loop().create_task(self.feed(watcher, path))
+    async def start(self, watcher: Any, path: str) -> None:
+        """Start following ``watcher`` from its first look: everything that lands once the server answers
+        is posted (the application's startup waits for this)."""
+        from ..store import Repository
+
+        git_dir = Repository.discover(path).git_dir
+        await watcher.start()
+        self._task = asyncio.get_running_loop().create_task(self.feed(watcher, git_dir, watcher.version, watcher.tip))
 
     async def stop(self) -> None:
         for sender in self.senders:
