@@ -33,6 +33,7 @@ from . import schema
 from .guard import Guard
 from .server import Principal, Server, TooLarge, Unauthorized, listing, principal, read_thread
 from .streams import follow_ref, follow_thread, last_event_id, stream
+from .webhooks import Webhooks
 
 # The one table from an exit code to an HTTP status (docs/serve.md shows it; a test keeps them in step).
 HTTP_STATUS: dict[ExitCode, int] = {
@@ -108,7 +109,12 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        hooks = await asyncio.to_thread(Webhooks.configured, server.path, now)  # git config: docs/serve.md
+        if hooks is not None:
+            await hooks.start(server.watcher, server.path)
         yield
+        if hooks is not None:
+            await hooks.stop()
         await server.watcher.stop()
 
     app = FastAPI(title="gitwork", version=__version__, lifespan=lifespan,
