@@ -55,6 +55,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "blocked": ("gw blocked",),
     "search": ('gw search "login" -s open',),
     "dep_tree": ("gw dep tree w-3fa9",),
+    "dep_graph": ("gw dep graph | mmdc -i - -o deps.svg", "gw dep graph w-3fa9 --format dot | dot -Tsvg > deps.svg"),
     "stale": ("gw stale --for 2h",),
     "summary": ("gw summary --json",),
     "prime": ("gw prime",),

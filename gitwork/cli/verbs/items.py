@@ -260,6 +260,17 @@ def dep_tree(item: ItemArg, json: Json = False, agent: As = None, path: Repo = N
     """What an item depends on and what depends on it, recursively (both directions)."""
 
 
+@verb(reports.dep_graph, "graph", group=dep_app)
+def dep_graph(
+    item: Annotated[Optional[str], typer.Argument(help="Only the graph around this item (what it depends on and "
+                                                       "what depends on it).", show_default=False,
+                                                  autocompletion=_complete_items)] = None,
+    format: Annotated[str, typer.Option("--format", help="mermaid (default) or dot.")] = "mermaid",
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """The dependency graph as Mermaid or dot text (an arrow: do this first), whole or around ITEM."""
+
+
 @verb(reports.stale)
 def stale(
     held_for: Annotated[Optional[str], typer.Option("--for", help="Also list leases held longer than this "
