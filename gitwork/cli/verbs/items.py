@@ -260,7 +260,7 @@ def dep_tree(item: ItemArg, json: Json = False, agent: As = None, path: Repo = N
     """What an item depends on and what depends on it, recursively (both directions)."""
 
 
-@verb(reports.dep_graph, "graph", group=dep_app)
+@verb(reports.dep_graph, "graph", group=dep_app, sample=["{item}", "--format", "dot"])
 def dep_graph(
     item: Annotated[Optional[str], typer.Argument(help="Only the graph around this item (what it depends on and "
                                                        "what depends on it).", show_default=False,
