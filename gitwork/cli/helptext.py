@@ -21,7 +21,7 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "Remote (several machines)": ("remote", "sync", "push", "pull", "status", "retry"),
     "Serve and MCP": ("serve", "mcp"),
     "Import and export": ("import", "export", "apply", "shadow"),
-    "Help and housekeeping": ("help", "whoami", "completion", "cache", "demo"),
+    "Help and housekeeping": ("help", "whoami", "doctor", "completion", "cache", "demo"),
 }
 
 # The options every verb takes, accepted before the verb too (``gw -C DIR --as bob claim ID``).
@@ -61,6 +61,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "prime": ("gw prime",),
     "whoami": ("gw whoami", "GW_AGENT=bot-1 gw whoami --json"),
     "onboard": ("gw onboard >> AGENTS.md",),
+    "doctor": ("gw doctor", "gw doctor --json"),
     "completion": ('eval "$(gw completion bash)"',),
     "help": ("gw help claim", "gw help session create"),
     "claim": ("gw claim w-3fa9 --ttl 30m", "gw claim --next -l backend"),

@@ -300,6 +300,12 @@ def onboard(json: Json = False, path: Repo = None) -> None:
     """Print a snippet for AGENTS.md / CLAUDE.md that points agents at `gw prime`."""
 
 
+@plain(plain_verbs.doctor)
+def doctor(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Check the repository, state ref, arbiter remote, hooks, read cache, identity and optional extras: one line
+    each, ok or what to do; exit 1 when one fails. Reads only."""
+
+
 @app.command(epilog=helptext.epilog("completion"))
 @typer_only("prints typer's own completion script")
 def completion(
