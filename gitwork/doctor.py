@@ -1,7 +1,7 @@
 """``gw doctor``: is this repository ready for gitwork, and if not, what to do (issue 25, point 8).
 
-Read-only by construction: it opens the repository, reads refs, git config, hook files and the read
-cache's file with ``mode=ro``, and never calls anything that builds the cache, makes gitwork's folder
+Read-only by construction: it opens the repository, reads refs, git config, hook files and a copy of the
+read cache, and never calls anything that builds the cache, makes gitwork's folder
 or writes a ref (tests/test_doctor.py compares every ref and file before and after). Each check is
 ``{"check", "ok", "detail", "fix"}``: ``fix`` says what to do when ``ok`` is false. Optional extras
 never fail: they say what is missing and what it would give.
@@ -97,14 +97,25 @@ def _hooks(where: str) -> dict[str, Any]:
 
 
 def _cache(wp: Any) -> dict[str, Any]:
+    import shutil
+    import tempfile
+
     from .cache import NAME, status
 
-    # Not repo.gitwork_dir(): that makes the folder, and the doctor writes nothing.
-    found = status(os.path.join(wp.repo.common_dir, "gitwork", NAME))
-    if not found["exists"]:
+    # Not repo.gitwork_dir(): that makes the folder. And not the file itself: even a read-only SQLite
+    # reader writes its read marks into the -shm file, so the check reads a copy (the file and its WAL).
+    path = os.path.join(wp.repo.common_dir, "gitwork", NAME)
+    if not os.path.exists(path):
         return _check("read cache", True, "not built yet (the next read builds it)")
+    with tempfile.TemporaryDirectory(prefix="gw-doctor-") as scratch:
+        copy = os.path.join(scratch, NAME)
+        for suffix in ("", "-wal"):
+            if os.path.exists(path + suffix):
+                shutil.copyfile(path + suffix, copy + suffix)
+        found = status(copy)
     if not found["ok"]:
-        return _check("read cache", False, f"{found['path']} is damaged or of another version", "gw cache rebuild")
+        return _check("read cache", False, f"{path} is damaged or of another version (or was being written: "
+                      "run gw doctor again)", "gw cache rebuild")
     behind = "" if found["commit"] == wp.store.tip() else ", behind the tip (the next read catches up)"
     return _check("read cache", True, f"{found['items']} items{behind}")
 
