@@ -45,7 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "check": ("gw check w-3fa9 1",),
     "decision": ('gw decision w-3fa9 "use SQLite" --why "one file, no server"',),
     "done": ("gw done w-3fa9", 'gw done w-3fa9 --force --reason "criterion 2 moved to w-77c1"'),
-    "cancel": ('gw cancel w-3fa9 --reason "not needed"',),
+    "cancel": ('gw cancel w-3fa9 --reason "not needed"', "gw cancel w-77c1 --duplicate-of w-3fa9"),
     "reopen": ('gw reopen w-3fa9 --reason "the bug is back"',),
     "history": ("gw history w-3fa9", "gw history w-3fa9 --since 2d"),
     "children": ("gw children w-3fa9", "gw children w-3fa9 -t bug --json"),

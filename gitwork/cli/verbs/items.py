@@ -194,6 +194,9 @@ def done(
 @verb(items.cancel)
 def cancel(
     item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
+    duplicate_of: Annotated[Optional[str], typer.Option("--duplicate-of", help="The item this one duplicates (must "
+                                                                               "exist; recorded in the reason and "
+                                                                               "the event).")] = None,
     fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Cancel items (several ids: one command each; exit code of the first failure)."""
