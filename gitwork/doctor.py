@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from .errors import GwError
+from .errors import GwError, NotARepo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,8 +34,11 @@ def checks(path: str | None = None, agent: str | None = None) -> list[dict[str, 
     out: list[dict[str, Any]] = []
     try:
         wp = Workplane(path)
-    except GwError as error:
+    except NotARepo as error:
         out.append(_check("repository", False, error.message, "run gw inside a git repository (or pass -C DIR)"))
+        return out + _extras()
+    except GwError as error:  # a bad .workplane, gitwork.* setting or GW_* variable: named in the message
+        out.append(_check("settings", False, error.message, "fix the value the message names"))
         return out + _extras()
     with wp:
         repo = wp.repo

@@ -83,6 +83,8 @@ def test_a_damaged_cache_and_a_bad_identity_fail(repo: Path) -> None:
     assert code == 1 and by_name["read cache"]["fix"] == "gw cache rebuild"
     done = run_gw(repo, "doctor", "--as", "no spaces allowed", env=ALICE)
     assert done.returncode == 1 and "identity: " in done.stdout and "; fix: set a valid --as" in done.stdout
+    bad = run_gw(repo, "doctor", env={**ALICE, "GW_AGENT": "no spaces allowed"})
+    assert bad.returncode == 1 and bad.stdout.startswith("settings: ") and "Traceback" not in bad.stderr
     assert snapshot(repo) == before
 
 
