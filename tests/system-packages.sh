@@ -12,6 +12,7 @@ tmux tmux
 chromium chromium
 nginx nginx-light
 fcgiwrap fcgiwrap
+dot graphviz
 PACKAGES
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -85,6 +85,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "pull": ([], "object"),
     "status": ([], "object"),
     "hooks install": ([], "object"),
+    "doctor": ([], "array"),  # after hooks install: every check passes (exit 0)
     "demo": ([], "object"),
     "run": ([B, "--backend", "subprocess", "cat"], "object"),
     "runs": ([], "array"),

@@ -21,7 +21,7 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "Remote (several machines)": ("remote", "sync", "push", "pull", "status", "retry"),
     "Serve and MCP": ("serve", "mcp"),
     "Import and export": ("import", "export", "apply", "shadow"),
-    "Help and housekeeping": ("help", "whoami", "completion", "cache", "demo"),
+    "Help and housekeeping": ("help", "whoami", "doctor", "completion", "cache", "demo"),
 }
 
 # The options every verb takes, accepted before the verb too (``gw -C DIR --as bob claim ID``).
@@ -45,7 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "check": ("gw check w-3fa9 1",),
     "decision": ('gw decision w-3fa9 "use SQLite" --why "one file, no server"',),
     "done": ("gw done w-3fa9", 'gw done w-3fa9 --force --reason "criterion 2 moved to w-77c1"'),
-    "cancel": ('gw cancel w-3fa9 --reason "not needed"',),
+    "cancel": ('gw cancel w-3fa9 --reason "not needed"', "gw cancel w-77c1 --duplicate-of w-3fa9"),
     "reopen": ('gw reopen w-3fa9 --reason "the bug is back"',),
     "history": ("gw history w-3fa9", "gw history w-3fa9 --since 2d"),
     "children": ("gw children w-3fa9", "gw children w-3fa9 -t bug --json"),
@@ -55,11 +55,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "blocked": ("gw blocked",),
     "search": ('gw search "login" -s open',),
     "dep_tree": ("gw dep tree w-3fa9",),
+    "dep_graph": ("gw dep graph | mmdc -i - -o deps.svg", "gw dep graph w-3fa9 --format dot | dot -Tsvg > deps.svg"),
     "stale": ("gw stale --for 2h",),
     "summary": ("gw summary --json",),
     "prime": ("gw prime",),
     "whoami": ("gw whoami", "GW_AGENT=bot-1 gw whoami --json"),
     "onboard": ("gw onboard >> AGENTS.md",),
+    "doctor": ("gw doctor", "gw doctor --json"),
     "completion": ('eval "$(gw completion bash)"',),
     "help": ("gw help claim", "gw help session create"),
     "claim": ("gw claim w-3fa9 --ttl 30m", "gw claim --next -l backend"),

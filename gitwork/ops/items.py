@@ -247,11 +247,11 @@ def decision(ctx: Context) -> None:
     record_decision(ctx, item_id, ctx.cmd["text"], ctx.cmd["why"])
 
 
-def _close(ctx: Context, target: str) -> None:
+def _close(ctx: Context, target: str, duplicate_of: str | None = None) -> None:
     item_id = ctx.target()
     lease = act_on(ctx, item_id)
     item = ctx.item(item_id)
-    reason = ctx.cmd.get("reason")
+    reason = ctx.cmd.get("reason") or (f"duplicate of {duplicate_of}" if duplicate_of else None)
     if target == "done":
         open_criteria = [i + 1 for i, c in enumerate(item.criteria) if not c.get("checked")]
         if open_criteria and not ctx.cmd.get("force"):
@@ -264,11 +264,11 @@ def _close(ctx: Context, target: str) -> None:
     _transition(item, target)
     item.closed_reason = reason
     ctx.save_item(item)
-    ctx.event(item_id, target, reason=reason, forced=bool(ctx.cmd.get("force")) or None)
+    ctx.event(item_id, target, reason=reason, forced=bool(ctx.cmd.get("force")) or None, duplicate_of=duplicate_of)
     if lease is not None:
         end_lease(ctx, lease, "released", reason=target)
     ctx.say(f"{target} {item_id} by {ctx.actor}", item_id, fence=ctx.cmd.get("fence"))
-    ctx.outcome.result = {"item": item_id, "status": target}
+    ctx.outcome.result = {"item": item_id, "status": target, **({"duplicate_of": duplicate_of} if duplicate_of else {})}
 
 
 @op("done", "mark an item done (releases the holder's lease)", who=WHO_ACTS_ON,
@@ -285,9 +285,18 @@ def done(ctx: Context) -> None:
     _close(ctx, "done")
 
 
-@op("cancel", "cancel an item", who=WHO_ACTS_ON, arbiter=True, roles=True, item="item!", reason="short")
+@op("cancel", "cancel an item (duplicate_of: the item it duplicates, recorded in its reason and event)",
+    who=WHO_ACTS_ON, arbiter=True, roles=True, item="item!", reason="short", duplicate_of="item")
 def cancel(ctx: Context) -> None:
-    _close(ctx, "cancelled")
+    duplicate_of = None
+    if ctx.cmd.get("duplicate_of") is not None:
+        item_id = ctx.target()
+        # Resolved (3 when no such item) and recorded in full in the document, as a parent is.
+        duplicate_of = ctx.cmd["duplicate_of"] = ctx.resolve(ctx.cmd["duplicate_of"])
+        ctx.item(duplicate_of)  # must exist and parse
+        if duplicate_of == item_id:
+            raise Invalid(f"{item_id} cannot be a duplicate of itself", item=item_id)
+    _close(ctx, "cancelled", duplicate_of)
 
 
 @op("reopen", "reopen a done or cancelled item", who=WHO_ACTS_ON, roles=True, item="item!", reason="short")

@@ -183,9 +183,9 @@ def _done(wp: Workplane, as_json: bool, item: str, **args: Any) -> None:
 
 
 def cancel(wp: Workplane, as_json: bool, item: list[str], reason: str | None, fence: int | None,
-           offline: bool = False) -> None:
+           offline: bool = False, duplicate_of: str | None = None) -> None:
     each(wp, as_json, item, lambda one: submit(wp, as_json, "cancel", item=one, reason=reason, fence=fence,
-                                               offline=offline))
+                                               offline=offline, duplicate_of=duplicate_of))
 
 
 def reopen(wp: Workplane, as_json: bool, item: list[str], reason: str | None) -> None:

@@ -1,4 +1,4 @@
-"""The verbs that open no work plane, for both parsers: ``onboard``, ``demo``, ``hooks install``,
+"""The verbs that open no work plane, for both parsers: ``onboard``, ``doctor``, ``demo``, ``hooks install``,
 ``session commit``. Each takes the parsed keywords (``json``, ``path``... as declared in app.py) and
 returns the exit code; app.py declares them with ``plain()`` and the fast path calls them directly.
 """
@@ -37,6 +37,22 @@ def onboard(json: bool = False, path: str | None = None) -> int:
     else:
         sys.stdout.write(ONBOARD)
     return 0
+
+
+def doctor(json: bool = False, agent: str | None = None, path: str | None = None) -> int:
+    """``gw doctor``: one line per check (gitwork/doctor.py); exit 1 when one fails. No work plane is opened
+    first, so outside a repository it still reports, as a failed check."""
+    from ...doctor import checks
+
+    found = checks(path, agent)
+    failed = [c for c in found if not c["ok"]]
+    if json:
+        output.emit_json(found)
+    else:
+        for c in found:
+            output.line(f"{c['check']}: ok, {c['detail']}" if c["ok"] else
+                        f"{c['check']}: {c['detail']}; fix: {c['fix']}")
+    return 1 if failed else 0
 
 
 def demo(what: str | None = None, keep: bool = False, json: bool = False) -> int:

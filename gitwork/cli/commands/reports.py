@@ -1,4 +1,4 @@
-"""Reports: ``blocked``, ``dep tree``, ``stale``, ``summary``, ``prime``, ``onboard`` (read-only;
+"""Reports: ``blocked``, ``dep tree``, ``dep graph``, ``stale``, ``summary``, ``prime``, ``onboard`` (read-only;
 the logic is in ``gitwork/reports.py``)."""
 
 from __future__ import annotations
@@ -51,6 +51,19 @@ def dep_tree(wp: Workplane, as_json: bool, item: str) -> None:
     output.line("needed by:" if tree["dependents"] else "needed by: nothing")
     for text in tree_lines(tree["dependents"], "dependents", short):
         output.line(text)
+
+
+def dep_graph(wp: Workplane, as_json: bool, item: str | None, format: str) -> None:
+    from ...depgraph import graph, render
+
+    doc = graph(wp, item)
+    text = render(doc, format)
+    if as_json:
+        output.emit_json({"ok": True, "format": format, **doc, "text": text})
+        return
+    import sys
+
+    sys.stdout.write(text)
 
 
 def stale(wp: Workplane, as_json: bool, held_for: str | None) -> None:

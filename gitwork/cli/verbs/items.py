@@ -194,6 +194,9 @@ def done(
 @verb(items.cancel)
 def cancel(
     item: ItemsArg, reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
+    duplicate_of: Annotated[Optional[str], typer.Option("--duplicate-of", help="The item this one duplicates (must "
+                                                                               "exist; recorded in the reason and "
+                                                                               "the event).")] = None,
     fence: Fence = None, offline: Offline = False, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Cancel items (several ids: one command each; exit code of the first failure)."""
@@ -260,6 +263,17 @@ def dep_tree(item: ItemArg, json: Json = False, agent: As = None, path: Repo = N
     """What an item depends on and what depends on it, recursively (both directions)."""
 
 
+@verb(reports.dep_graph, "graph", group=dep_app, sample=["{item}", "--format", "dot"])
+def dep_graph(
+    item: Annotated[Optional[str], typer.Argument(help="Only the graph around this item (what it depends on and "
+                                                       "what depends on it).", show_default=False,
+                                                  autocompletion=_complete_items)] = None,
+    format: Annotated[str, typer.Option("--format", help="mermaid (default) or dot.")] = "mermaid",
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """The dependency graph as Mermaid or dot text (an arrow: do this first), whole or around ITEM."""
+
+
 @verb(reports.stale)
 def stale(
     held_for: Annotated[Optional[str], typer.Option("--for", help="Also list leases held longer than this "
@@ -287,6 +301,12 @@ def prime(json: Json = False, agent: As = None, path: Repo = None) -> None:
 @plain(plain_verbs.onboard)
 def onboard(json: Json = False, path: Repo = None) -> None:
     """Print a snippet for AGENTS.md / CLAUDE.md that points agents at `gw prime`."""
+
+
+@plain(plain_verbs.doctor)
+def doctor(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Check the repository, state ref, arbiter remote, hooks, read cache, identity and optional extras: one line
+    each, ok or what to do; exit 1 when one fails. Reads only."""
 
 
 @app.command(epilog=helptext.epilog("completion"))
