@@ -135,26 +135,16 @@ def inbox(snapshot: Snapshot, who: str) -> dict[str, Any]:
         elif seq > marks[1] and kind in ANSWERABLE:
             picked.append((item_id, seq, "unanswered", why, record))
 
-    for item_id in held:
-        entry = threads.get(item_id)
-        if entry is None:
-            continue
-        marks = entry[MARKS].get(who, (0, 0))
-        if marks[1] >= entry[LAST]:
-            continue
-        for message in replay(snapshot, item_id, marks[1]):
-            place(item_id, message["seq"], str(message.get("by")), str(message.get("kind")), marks, "you hold it",
-                  message)
-    for item_id in sorted(owned_set):
-        entry = threads.get(item_id)
-        if entry is None:
-            continue
-        marks = entry[MARKS].get(who, (0, 0))
-        if marks[1] >= entry[LAST]:
-            continue
-        for message in replay(snapshot, item_id, marks[1]):
-            place(item_id, message["seq"], str(message.get("by")), str(message.get("kind")), marks, "you own it",
-                  message)
+    for item_ids, why in ((held, "you hold it"), (sorted(owned_set), "you own it")):
+        for item_id in item_ids:
+            entry = threads.get(item_id)
+            if entry is None:
+                continue
+            marks = entry[MARKS].get(who, (0, 0))
+            if marks[1] >= entry[LAST]:
+                continue
+            for message in replay(snapshot, item_id, marks[1]):
+                place(item_id, message["seq"], str(message.get("by")), str(message.get("kind")), marks, why, message)
     for item_id, entry in threads.items():
         if item_id in held_set or item_id in owned_set:
             continue
