@@ -18,6 +18,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from .workplane import Workplane
+
 # extra -> (the module it brings, what it gives)
 EXTRAS = {"serve": ("fastapi", "gw serve (REST and the board)"), "mcp": ("mcp", "gw mcp"),
           "sessions": ("fastjsonschema", "gw session / gw step"), "jq": ("jq", "gw --jq")}
@@ -51,7 +53,7 @@ def checks(path: str | None = None, agent: str | None = None) -> list[dict[str, 
     return out + _extras()
 
 
-def _identity(wp: Any, agent: str | None) -> dict[str, Any]:
+def _identity(wp: Workplane, agent: str | None) -> dict[str, Any]:
     from .ids import check_identity
 
     try:
@@ -61,7 +63,7 @@ def _identity(wp: Any, agent: str | None) -> dict[str, Any]:
     return _check("identity", True, f"{who} ({wp.settings.role(who)})")
 
 
-def _state(wp: Any) -> dict[str, Any]:
+def _state(wp: Workplane) -> dict[str, Any]:
     ref = wp.store.ref
     try:
         tip = wp.store.tip()
@@ -73,7 +75,7 @@ def _state(wp: Any) -> dict[str, Any]:
     return _check("state ref", True, f"{ref} at {tip[:12]}")
 
 
-def _remote(wp: Any) -> dict[str, Any]:
+def _remote(wp: Workplane) -> dict[str, Any]:
     from . import gitcmd
 
     name = wp.settings.remote
@@ -99,7 +101,7 @@ def _hooks(where: str) -> dict[str, Any]:
     return _check("hooks", True, f"{', '.join(LOCAL_HOOKS)} in {folder}")
 
 
-def _cache(wp: Any) -> dict[str, Any]:
+def _cache(wp: Workplane) -> dict[str, Any]:
     import shutil
     import tempfile
 
