@@ -5,7 +5,6 @@ source steps the commit, its pinned base and its siblings' files."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 from .. import fsutil
 from ..errors import GwError, Invalid
@@ -200,6 +199,8 @@ def _run_validator(operator: Operator, env: dict[str, str], cwd: str, key: str) 
     """The operator's own gate, after the shared schema: ``sh -c VALIDATE`` in the branch folder."""
     if not operator.validate:
         return
+    import subprocess  # only for a validator: not on every session verb's start
+
     try:
         done = subprocess.run(["sh", "-c", operator.validate], cwd=cwd, env={**os.environ, **env},
                               capture_output=True, timeout=VALIDATOR_TIMEOUT)
