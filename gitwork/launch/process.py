@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -57,6 +56,8 @@ class Subprocess:
         if not os.path.exists(fifo):
             os.mkfifo(fifo, 0o600)
         env_file = write_env(folder, env)  # the agent's environment: a 0600 file the wrapper reads and removes
+        import subprocess  # only to start one: not on every launch verb's start
+
         with open(os.path.join(folder, "output.log"), "ab") as log:
             proc = subprocess.Popen([sys.executable, "-S", os.path.abspath(_wrapper.__file__), folder, "--env", env_file,
                                      "--", *argv],

@@ -7,10 +7,9 @@ sessions read. The rules of the transitions are the ops'; this module holds only
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import re
 
-from .. import codec
+from .. import codec, hashing
 from ..clock import parse_instant
 from ..errors import Invalid
 
@@ -42,7 +41,7 @@ def never_ran(record: dict[str, Any]) -> bool:
 
 
 def execution_path(execution_id: str) -> str:
-    return f"{EXECUTIONS}/{hashlib.sha1(execution_id.encode()).hexdigest()[:2]}/{execution_id}.yaml"
+    return f"{EXECUTIONS}/{hashing.sha1_hex(execution_id.encode())[:2]}/{execution_id}.yaml"
 
 
 def check_execution_id(value: str) -> str:
