@@ -289,6 +289,20 @@ class Push:
         got = self._cat.get(f"{self.state_ref}:{path}")
         return got[2] if got and got[1] == "blob" else None
 
+    def lease(self, item: str) -> Lease | None:
+        """The item's lease on the server's state ref, read as the engine reads it; ``None`` if unknown."""
+        from . import layout
+        from .errors import GwError
+        from .model import load_lease
+
+        data = self.state_file(layout.item_path(item, layout.LEASE_FILE))
+        if data is None:
+            return None
+        try:
+            return load_lease(data, item)
+        except GwError:
+            return None  # the state check refuses a state that does not parse; nothing to judge by here
+
     def close(self) -> None:
         if self._cat is not None:
             self._cat.close()
@@ -316,21 +330,6 @@ def check_server_sessions(push: Push) -> Iterable[str]:
                    "record its drop with `gw session drop` and push the state ref)")
 
 
-def _lease_of(push: Push, item: str) -> Lease | None:
-    """The item's lease on the server's state ref, read as the engine reads it; ``None`` if unknown."""
-    from . import layout
-    from .errors import GwError
-    from .model import load_lease
-
-    data = push.state_file(layout.item_path(item, layout.LEASE_FILE))
-    if data is None:
-        return None
-    try:
-        return load_lease(data, item)
-    except GwError:
-        return None  # the state check refuses a state that does not parse; nothing to judge by here
-
-
 def fence_refusal(push: Push, item: str, fence: int) -> str | None:
     """Why ``fence`` may not land for ``item``, by the server's state ref; ``None`` if it may.
 
@@ -340,7 +339,7 @@ def fence_refusal(push: Push, item: str, fence: int) -> str | None:
     its fence unusable here. Passed: the live latest grant, items the server does not know, and fences
     above the latest grant (a server whose state ref lags behind the clients' cannot judge them).
     """
-    lease = _lease_of(push, item)
+    lease = push.lease(item)
     if lease is None:
         return None
     if fence < lease.fence:

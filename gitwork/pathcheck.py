@@ -29,20 +29,11 @@ STATE_PREFIX = "refs/gitwork/"
 
 
 def _lease_of(push: Push, item: str) -> Lease | None:
-    """The item's lease on the remote's state ref (``None``: none, or unreadable: the state hook judges that)."""
-    from . import ids, layout
-    from .errors import GwError
-    from .model import load_lease
+    """The item's lease on the remote's state ref (``None``: none, a malformed id, or unreadable: the state
+    hook judges that)."""
+    from . import ids
 
-    if not ids.is_full(item):
-        return None
-    data = push.state_file(layout.item_path(item, layout.LEASE_FILE))
-    if data is None:
-        return None
-    try:
-        return load_lease(data, item)
-    except GwError:
-        return None
+    return push.lease(item) if ids.is_full(item) else None
 
 
 def _live_path_leases(push: Push) -> list[tuple[str, Lease]]:
