@@ -316,6 +316,13 @@ def url(remote: Path) -> str:
     return f"file://{remote}"
 
 
+def second_clone(url: str, where: Path) -> Path:
+    """Another machine: a clone of the arbiter at ``url`` in ``where``, with ``gw init --remote origin`` run."""
+    subprocess.run(["git", "clone", "-q", url, str(where)], check=True, capture_output=True)
+    assert run_gw(where, "init", "--remote", "origin").returncode == 0
+    return where
+
+
 def replace_blob(repo: Path, path: str, data: bytes) -> str:
     """Commit, on top of the state ref, a tree where ``path`` holds ``data``; return the new tip."""
     index = repo / ".git" / "crafted-index"

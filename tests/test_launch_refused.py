@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import run_gw
+from conftest import run_gw, second_clone
 from test_launch import gw_json, poll, runs
 from test_launch_seams import agent, alive, pids
 
@@ -29,8 +28,7 @@ from test_launch_seams import agent, alive, pids
 def test_an_agent_whose_launch_records_the_arbiter_refused_is_killed_before_it_is_lost(
         tmp_path: Path, machine_a: Path, url: str) -> None:
     a, b = machine_a, tmp_path / "b"
-    subprocess.run(["git", "clone", "-q", url, str(b)], check=True, capture_output=True)
-    assert run_gw(b, "init", "--remote", "origin").returncode == 0
+    second_clone(url, b)
     code, made = gw_json(a, "new", "A's work")
     assert code == 0, made
     assert run_gw(a, "sync").returncode == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_gw, tip
+from conftest import run_gw, second_clone, tip
 from test_launch import gw_json, item_of, launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
 
 AGENT = "import os, sys, time\nopen(sys.argv[1], 'a').write(f'{os.getpid()}\\n')\ntime.sleep(600)\n"
@@ -208,8 +208,7 @@ def test_two_clones_on_one_host_each_judge_and_coordinate_only_their_own(tmp_pat
 def test_after_another_clone_moved_the_arbiter_sync_keeps_the_running_agent_and_run_adopts_it(
         tmp_path: Path, machine_a: Path, url: str) -> None:
     a, b = machine_a, tmp_path / "b"
-    subprocess.run(["git", "clone", "-q", url, str(b)], check=True, capture_output=True)
-    assert run_gw(b, "init", "--remote", "origin").returncode == 0
+    second_clone(url, b)
     code, made = gw_json(a, "new", "A's work")
     assert code == 0, made
     try:

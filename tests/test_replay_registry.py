@@ -13,13 +13,12 @@ The test is over the registry: an op declared with ``@op`` and not listed in ``C
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import git, run_gw, second_clone, tip
 from gitwork import engine
 from gitwork.errors import GwError
 from gitwork.records import protocol
@@ -229,8 +228,7 @@ def replayed(tmp_path: Path, machine_a: Path, url: str) -> tuple[Path, dict[str,
     of each command id, the op of each, and the sync report."""
     a = machine_a
     b = tmp_path / "b"
-    subprocess.run(["git", "clone", "-q", url, str(b)], check=True, capture_output=True)
-    assert run_gw(b, "init", "--remote", "origin").returncode == 0
+    second_clone(url, b)
     (a / ".workplane").write_text(RULES)  # a project with sessions, on a published branch
     (a / "a.txt").write_text("alpha\n")
     git(a, "checkout", "-q", "-b", "main")
