@@ -69,7 +69,7 @@ class Selection:
         self.cut = cut
         self.short = short
         self.commit = commit
-        self.waiting = waiting  # ids (of every item, not only the picked) with a dependency not done
+        self.waiting = waiting  # ids with a dependency not done (empty for ready: none of its rows waits)
 
 
 # The rule of ``ready`` in SQL (the same rule as :func:`ready`; ``gw_live`` is registered by the reader).
@@ -111,7 +111,8 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
                  r[9], r[10], r[11], r[12], r[13]) for r in records]
         short = {r[0]: r[0][: r[14]] for r in records} if shorten else {}
         commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
-        waiting = frozenset(row[0] for row in db.execute("SELECT id FROM item WHERE waiting > 0"))
+        # Which items wait on a dependency (shown "blocked"); ready's rows never do, so it skips the scan.
+        waiting = frozenset() if ready else frozenset(row[0] for row in db.execute("SELECT id FROM item WHERE waiting > 0"))
         bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
         if bad:
             from .index import note_problems
