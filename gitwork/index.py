@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from .store import Snapshot
 
 # Per item: a tuple, cheap to marshal; field positions below.
-ID, TITLE, STATUS, PRIORITY, LABELS, DEPS, CREATED, OWNER, HOLDER, LEASE_STATE, EXPIRES, EPOCH, FENCE, TREE = range(14)
+ID, TITLE, STATUS, PRIORITY, LABELS, DEPS, CREATED, OWNER, HOLDER, LEASE_STATE, EXPIRES, EPOCH, FENCE, TREE, GATE = range(15)
+# GATE: None, a timer's instant (ready once it passes) or model.GATE_OPEN (a ref or command wait is open)
 
 
 class Index:

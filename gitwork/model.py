@@ -233,6 +233,51 @@ class Item(Record):
     updated_at: str = field(_optional(_text), "text", "")
     # the paths the item will change (globs, gitwork/paths.py); a claim leases them; absent: none
     paths: list[str] | None = field(_optional(sound_globs), "a list of path globs")
+    # what the item waits on besides its dependencies (ops/waits.py): a timer, a ref, a command's exit
+    waits: list[dict[str, Any]] | None = field(_optional(lambda v: _mappings(v) and all(_sound_wait(w) for w in v)),
+                                               "a list of waits (kind timer, ref or command)")
+
+
+WAIT_KINDS = ("timer", "ref", "command")
+# The read cache's ``gate`` of an item waiting on a ref or a command: after every instant, so "gate <= now"
+# (ready) is false until the wait ends by a command; a timer's gate is its instant, passed without one.
+GATE_OPEN = "~"
+
+
+def _sound_wait(wait: dict[str, Any]) -> bool:
+    if wait.get("kind") not in WAIT_KINDS or not isinstance(wait.get("id"), str):
+        return False
+    if wait["kind"] == "timer":
+        return _instant(wait.get("until"))
+    if wait["kind"] == "ref":
+        return isinstance(wait.get("ref"), str) and isinstance(wait.get("target"), str)
+    return isinstance(wait.get("command"), str) and _count(wait.get("every")) and _count(wait.get("timeout"))
+
+
+def gate_of(waits: Any) -> str | None:
+    """The cache's ``gate`` of an item (``None``: it waits on nothing): ``GATE_OPEN`` while a ref or command
+    wait is open, else the latest timer's instant (canonical text, so it compares as time does)."""
+    if not waits:
+        return None
+    if any(w.get("kind") != "timer" for w in waits):
+        return GATE_OPEN
+    return max(format_instant(parse_instant(w["until"])) for w in waits)
+
+
+def open_waits(waits: Any, now: _dt.datetime) -> list[dict[str, Any]]:
+    """The waits that still hold the item at ``now``: every ref and command wait, and a timer not yet passed."""
+    return [w for w in waits or () if w.get("kind") != "timer" or parse_instant(w["until"]) > now]
+
+
+def describe_wait(wait: dict[str, Any]) -> str:
+    """One wait in words: ``timer until …``, ``ref R reachable from main (on origin)``, ``command 'C'``."""
+    kind = wait.get("kind")
+    if kind == "timer":
+        return f"timer until {wait.get('until')}"
+    if kind == "ref":
+        remote = f" on {wait['remote']}" if wait.get("remote") else ""
+        return f"ref {wait.get('ref')} reachable from {wait.get('target')}{remote}"
+    return f"command {wait.get('command')!r} (every {wait.get('every')}s, timeout {wait.get('timeout')}s)"
 
 
 def stamp(now: _dt.datetime) -> str:

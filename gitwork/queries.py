@@ -6,7 +6,7 @@ import datetime as _dt
 import marshal
 
 from .clock import format_instant, parse_instant
-from .index import CREATED, DEPS, EXPIRES, ID, LEASE_STATE, PRIORITY, STATUS, Index
+from .index import CREATED, DEPS, EXPIRES, GATE, ID, LEASE_STATE, PRIORITY, STATUS, Index
 from .model import held_for_others
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -33,12 +33,15 @@ def ready(index: Index, now: _dt.datetime, margin: int) -> list[tuple[Any, ...]]
     """
     rows = index.items()
     out = []
+    at = format_instant(now)
     for row in rows.values():
+        if row[GATE] is not None and row[GATE] > at:
+            continue
         if row[STATUS] not in ("open", "in_progress") or lease_is_live(row, now, margin):
             continue
         if row[STATUS] == "in_progress" and row[LEASE_STATE] != "active":
             continue
-        if all(rows.get(dep, (None,) * 14)[STATUS] == "done" for dep in row[DEPS]):
+        if all(rows.get(dep, (None,) * 15)[STATUS] == "done" for dep in row[DEPS]):
             out.append(row)
     out.sort(key=order_key)
     return out
@@ -57,6 +60,9 @@ SORTS = {
 # An item waiting on a dependency that is not done (or is missing, or does not parse): gw blocked's rule.
 # ``item.waiting`` counts them, kept by the cache when rows change (cache._rewait).
 WAITING = "i.waiting > 0"
+# An item waiting on a timer not yet passed, a ref or a command (ops/waits.py; ``item.gate``, model.gate_of):
+# its one argument is the reader's now, so a timer passes at read time with no commit.
+GATED = "coalesce(i.gate > ?, 0)"
 
 
 class Selection:
@@ -78,7 +84,9 @@ READY_WHERE = ("i.status IN ('open', 'in_progress')",
                "NOT (i.status = 'in_progress' AND coalesce(i.lease_state, '') != 'active')",
                # every dependency done: counted in the cache when rows change (cache._rewait), so
                # a listing reads no dependency row (at 100,000 items with 1-3 each: 5x the SQL time)
-               "i.waiting = 0")
+               "i.waiting = 0",
+               # nothing else waited on: a timer's instant passed, no ref or command wait open (``GATED``)
+               f"NOT {GATED}")
 
 
 def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False, statuses: Any = None,
@@ -108,11 +116,12 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
         if cut:
             del records[limit:]
         rows = [(r[0], r[1], r[2], r[3], loads(r[4]) if r[4] else (), loads(r[5]) if r[5] else (), r[6], r[7], r[8],
-                 r[9], r[10], r[11], r[12], r[13]) for r in records]
-        short = {r[0]: r[0][: r[14]] for r in records} if shorten else {}
+                 r[9], r[10], r[11], r[12], r[13], r[14]) for r in records]
+        short = {r[0]: r[0][: r[15]] for r in records} if shorten else {}
         commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
         # Which items wait on a dependency (shown "blocked"); ready's rows never do, so it skips the scan.
-        waiting = frozenset() if ready else frozenset(row[0] for row in db.execute("SELECT id FROM item WHERE waiting > 0"))
+        waiting = frozenset() if ready else frozenset(row[0] for row in db.execute(
+            "SELECT id FROM item WHERE waiting > 0 OR gate > ?", (format_instant(now),)))
         bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
         if bad:
             from .index import note_problems
@@ -136,13 +145,15 @@ def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, c
     args: list[Any] = []
     if ready:
         where += list(READY_WHERE)
+        args.append(format_instant(now))  # GATED's one argument
     elif statuses:
         # "expired" is not an item status but a lease past its expiry (gw list -s expired): either matches.
         real = [s for s in statuses if s != "expired"]
         either = [f"i.status IN ({', '.join('?' * len(real))})"] if real else []
         args += real
         if "blocked" in statuses:  # as gw blocked says: also an item not closed waiting on a dependency
-            either.append(f"(i.status IN ('open', 'in_progress') AND {WAITING})")
+            either.append(f"(i.status IN ('open', 'in_progress') AND ({WAITING} OR {GATED}))")
+            args.append(format_instant(now))
         if "expired" in statuses:
             either.append("(i.lease_state = 'active' AND i.expires <= ?)")
             args.append(format_instant(now))
@@ -175,3 +186,19 @@ def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, c
     if limit and int(limit) < 2**62:  # SQLite's LIMIT is a 64-bit integer: a larger one is no limit at all
         sql += f" LIMIT {int(limit) + 1}"
     return sql, args
+
+
+def gated(snapshot: Any) -> list[str]:
+    """The ids of the items with an open ref or command wait (``item.gate`` is ``model.GATE_OPEN``), for
+    the coordinator's pass over waits (gitwork/gates.py): one indexed-free scan of one column, no item read."""
+    from . import cache
+    from .model import CLOSED, GATE_OPEN
+    from .rows import item_summary as summary
+    from .rows import thread_entry as entry
+
+    def read(db: Any) -> list[str]:
+        return [r[0] for r in db.execute(
+            f"SELECT id FROM item WHERE gate = ? AND problem IS NULL AND status NOT IN ({', '.join('?' * len(CLOSED))})"
+            " ORDER BY id", (GATE_OPEN, *CLOSED))]
+
+    return cache.at(snapshot, read, summary, entry)  # type: ignore[no-any-return]

@@ -25,12 +25,12 @@ DEFAULT_LONG_HELD = "1h"
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:
     """A summary row as named fields (the one place that knows the row's layout)."""
-    from .index import DEPS, EXPIRES, HOLDER, ID, LEASE_STATE, PRIORITY, STATUS, TITLE
+    from .index import DEPS, EXPIRES, GATE, HOLDER, ID, LEASE_STATE, PRIORITY, STATUS, TITLE
 
     active = row[LEASE_STATE] == "active"
     return {"item": row[ID], "title": row[TITLE], "status": row[STATUS], "priority": row[PRIORITY],
             "deps": tuple(row[DEPS]), "holder": row[HOLDER] if active else None,
-            "expires_at": row[EXPIRES] if active else None}
+            "expires_at": row[EXPIRES] if active else None, "gate": row[GATE]}
 
 
 def lease_view(row: tuple[Any, ...], now: Any) -> tuple[str | None, bool]:
@@ -83,10 +83,13 @@ def blocked(wp: Workplane) -> list[dict[str, Any]]:
     """Every open item that cannot be started, best first, each with why.
 
     ``blocked_by`` lists the reasons: ``dependency`` (an item it depends on that is not done, named
-    with its status), ``decision`` (a decision request waiting for a person) and ``manual`` (set to
-    blocked by hand with ``gw edit --status blocked``, with the recorded reason).
+    with its status), ``decision`` (a decision request waiting for a person), ``manual`` (set to
+    blocked by hand with ``gw edit --status blocked``, with the recorded reason; ``wait-failed``: a
+    wait that failed or timed out blocked it) and ``wait`` (a timer not yet passed, a ref or a command:
+    ops/waits.py).
     """
     ctx, rows, order = _rows(wp)
+    at = format_instant(ctx.now)
     out = []
     for item_id in order:
         row = rows[item_id]
@@ -101,6 +104,8 @@ def blocked(wp: Workplane) -> list[dict[str, Any]]:
                                 "status": other["status"] if other else "unknown"})
         if row["status"] == "blocked":
             reasons.extend(_blocked_reasons(ctx, item_id))
+        if row["gate"] is not None and row["gate"] > at:  # only items that wait (the cache's gate) are read
+            reasons.extend(wait_reasons(ctx.item(item_id).waits, ctx.now))
         if reasons:
             out.append({"item": item_id, "title": row["title"], "status": row["status"],
                         "priority": row["priority"], "holder": row["holder"], "blocked_by": reasons})
@@ -113,18 +118,37 @@ def _blocked_reasons(ctx: Any, item_id: str) -> list[dict[str, Any]]:
     if waiting:
         return [{"kind": "decision", "seq": waiting.get("seq"), "question": waiting.get("question"),
                  "options": waiting.get("options") or [], "by": waiting.get("by"), "at": waiting.get("at")}]
-    # Blocked by hand: the newest edit that set the status says who, when and why.
+    # Blocked by hand: the newest edit that set the status says who, when and why (or the wait whose
+    # failure or timeout blocked it).
     for record in reversed(ctx.records(item_id)):
         changes = record.get("changes") or {}
         if record.get("type") == "edited" and changes.get("status") == "blocked":
             return [{"kind": "manual", "reason": record.get("reason"), "by": record.get("by"),
                      "at": record.get("at")}]
+        if record.get("type") == "wait-ended" and record.get("blocked"):
+            return [{"kind": "wait-failed", "wait": record.get("wait"), "what": record.get("what"),
+                     "outcome": record.get("outcome"), "code": record.get("code"), "by": record.get("by"),
+                     "at": record.get("at")}]
     return [{"kind": "manual", "reason": None, "by": None, "at": None}]
+
+
+def wait_reasons(waits: Any, now: Any) -> list[dict[str, Any]]:
+    """``gw blocked``'s reasons of kind ``wait``: each wait still open at ``now`` (model.open_waits)."""
+    from .model import describe_wait, open_waits
+
+    return [{"kind": "wait", "wait": w["id"], "wait_kind": w["kind"], "what": describe_wait(w),
+             **{k: w[k] for k in ("until", "ref", "target", "remote", "command") if k in w}, "by": w.get("by"),
+             "at": w.get("at")} for w in open_waits(waits, now)]
 
 
 def describe_reason(reason: dict[str, Any], short: dict[str, str]) -> str:
     """One reason in words, for the text output."""
     kind = reason["kind"]
+    if kind == "wait":
+        return f"waiting on: {reason['what']} (wait {reason['wait']}, by {reason['by']})"
+    if kind == "wait-failed":
+        code = f", exit {reason['code']}" if reason.get("code") is not None else ""
+        return f"blocked: wait {reason['wait']} ({reason['what']}) ended {reason['outcome']}{code}"
     if kind == "dependency":
         name = short.get(reason["item"], reason["item"])
         return f"waits on {name} ({reason['status']}{': ' + reason['title'] if reason['title'] else ''})"

@@ -134,3 +134,37 @@ def edit_on(ctx: Context, item: Item, fields: set[str]) -> None:
                              f"dependencies of an item someone else holds (not {', '.join(sorted(fields - CURATED))})")
             error.args = (error.message,)
             raise
+
+
+# Who may declare a command wait, and who may end any wait (ops/waits.py; docs/everyday.md, "Waiting on
+# events"): a command wait runs a program on the coordinator's host, and ending a wait makes an item
+# ready, so neither is left to whoever holds the item (an agent would end its own gate).
+WHO_RUNS = ("a ref wait: as edit (the holder, or any person or admin while nobody holds it); a command wait "
+            "(it runs on the coordinator's host): admins and the item's owner, with no admins configured any "
+            "person; agents never.")
+WHO_GATES = ("admins, and the person who declared the wait; with no admins configured, any person. Agents never "
+             "(the coordinator records outcomes under its own identity, which must be allowed).")
+
+
+def require_command_waiter(ctx: Context, item: Item) -> None:
+    """Refuse declaring a command wait unless the actor is an admin or the item's owner (with no admins
+    configured, any person); an agent never, whatever else it is."""
+    role = ctx.settings.role(ctx.actor)
+    what = f"declare a command wait on {item.id} (the coordinator runs it on its host)"
+    if role == "agent":
+        raise Forbidden(f"agents may not {what}; {_you(ctx)}", item=item.id, who=ctx.actor, role=role)
+    if ctx.settings.admins and role != "admin" and not curator(ctx, item):
+        raise Forbidden(f"only an admin or the item's owner may {what} (setting 'admins': {_admins(ctx)}); "
+                        f"{_you(ctx)}", item=item.id, who=ctx.actor, role=role)
+
+
+def require_gatekeeper(ctx: Context, item_id: str, wait: dict[str, Any]) -> None:
+    """Refuse recording a wait's outcome (or ending it) unless the actor is an admin or declared it (with no
+    admins configured, any person); an agent never: a forged "satisfied" would make its item ready."""
+    role = ctx.settings.role(ctx.actor)
+    what = f"end the {wait.get('kind')} wait {wait.get('id')} of {item_id}"
+    if role == "agent":
+        raise Forbidden(f"agents may not {what}; {_you(ctx)}", item=item_id, who=ctx.actor, role=role)
+    if ctx.settings.admins and role != "admin" and wait.get("by") != ctx.actor:
+        raise Forbidden(f"only an admin or its declarer ({wait.get('by')}) may {what} (setting 'admins': "
+                        f"{_admins(ctx)}); {_you(ctx)}", item=item_id, who=ctx.actor, role=role)

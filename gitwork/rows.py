@@ -13,7 +13,7 @@ import sys
 
 from . import codec, layout
 from .errors import Corrupt
-from .model import item_problem, lease_problem
+from .model import gate_of, item_problem, lease_problem
 from .thread import CURSORS_FILE, THREAD_DIR, load_cursors, parse_segment, segments
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
@@ -49,6 +49,7 @@ def summarise(item_doc: dict[str, Any], lease_doc: dict[str, Any] | None, tree: 
         lease.get("epoch", 0),
         lease.get("fence"),
         tree,
+        gate_of(item_doc.get("waits")),  # GATE: what the item waits on besides dependencies (model.gate_of)
     )
 
 

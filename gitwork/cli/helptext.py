@@ -12,7 +12,8 @@ from __future__ import annotations
 # Topic title -> the top-level commands under it, in the order the root help lists them.
 TOPICS: dict[str, tuple[str, ...]] = {
     "Items": ("init", "new", "show", "list", "ready", "edit", "check", "decision", "done", "cancel", "reopen",
-              "search", "blocked", "stale", "summary", "dep", "history", "log", "children"),
+              "search", "blocked", "stale", "summary", "dep", "history", "log", "children", "defer", "undefer",
+              "wait", "unwait", "waits"),
     "Leases": ("claim", "renew", "release", "handoff", "takeover", "revoke", "conflicts"),
     "Conversations": ("msg", "thread", "inbox", "ack", "ask", "decide"),
     "Sessions": ("session", "step", "publish", "hooks"),
@@ -43,6 +44,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "ready": ("gw ready", "gw ready -l backend -n 5 --explain"),
     "edit": ("gw edit w-3fa9 --title \"Fix the login form\" --add-label ui", "gw edit w-3fa9 w-77c1 -p 0"),
     "check": ("gw check w-3fa9 1",),
+    "defer": ("gw defer w-3fa9 --until 2h", "gw defer w-3fa9 --until 2030-01-31"),
+    "undefer": ("gw undefer w-3fa9",),
+    "wait": ("gw wait w-3fa9 --ref refs/pull/12/head --reachable-from main --remote origin",
+             "gw wait w-3fa9 --command 'gh pr checks 12' --every 1m --timeout 4h"),
+    "unwait": ("gw unwait w-3fa9 2",),
+    "waits_check": ("gw waits check",),
     "decision": ('gw decision w-3fa9 "use SQLite" --why "one file, no server"',),
     "done": ("gw done w-3fa9", 'gw done w-3fa9 --force --reason "criterion 2 moved to w-77c1"'),
     "cancel": ('gw cancel w-3fa9 --reason "not needed"', "gw cancel w-77c1 --duplicate-of w-3fa9"),

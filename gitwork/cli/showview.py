@@ -74,9 +74,20 @@ def render(wp: Workplane, view: dict[str, Any], now: _dt.datetime) -> str:
             if reason["kind"] == "decision":
                 out.append(f"blocked:   waits for a decision on #{reason['seq']}: {reason['question']} "
                            f"(asked by {reason['by']})")
+            elif reason["kind"] == "wait-failed":
+                from ..reports import describe_reason
+
+                out.append(f"blocked:   {describe_reason(reason, {}).removeprefix('blocked: ')}")
             else:
                 out.append(f"blocked:   {reason.get('reason') or '(no reason given)'}"
                            + (f" (by {reason['by']}, {reason['at']})" if reason.get("by") else ""))
+    if item.get("waits"):
+        from ..model import describe_wait, open_waits
+
+        still = {w["id"] for w in open_waits(item["waits"], now)}
+        for wait in item["waits"]:  # a timer that passed holds nothing: shown as passed until undeferred
+            out.append(f"waiting:   {wait['id']}. {describe_wait(wait)}" + ("" if wait["id"] in still else " (passed)")
+                       + f" (by {wait.get('by')}, {wait.get('at')})")
     description = (item.get("description") or "").rstrip()
     if description:
         out += ["", *("  " + line if line else "" for line in description.splitlines())]

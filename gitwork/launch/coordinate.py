@@ -20,7 +20,9 @@ Each tick, for every live execution recorded on this host:
   holder's lease is live: a branch whose operator ended without a response is blocked with the
   reason (one that left a response has it submitted), what is due is recorded, and each open agent
   branch is launched (``gw step next --launch``: every branch in its own lane, so parallel branches
-  run at once under the session's one lease, and each once).
+  run at once under the session's one lease, and each once);
+- and it checks what items wait on (gitwork/gates.py): a ref reachable from another, a command's exit
+  (only the commands this repository's ``.workplane`` allows), recording each outcome as a command.
 
 The coordinator itself is single per host: it holds the lease ``coordinators/<host>.yaml`` (op
 ``coord-lease``), checked before every execution it acts on and renewed once half of its ttl is
@@ -272,7 +274,22 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             continue
         _streak(wp, record["id"], False)
     done += drive_sessions(wp, coordinator)
+    done += check_waits(wp, coordinator)
     return done
+
+
+def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
+    """The pass over items' ref and command waits (gitwork/gates.py), each entry marked ``wait``; an error
+    reading them is reported, never the end of the pass (the executions above were looked after)."""
+    from ..gates import check
+
+    try:
+        return [{**entry, "action": f"wait-{entry['action']}"} for entry in
+                check(wp, coordinator.keep if coordinator is not None else None)]
+    except Stale:
+        raise  # our own lease taken over: stop, as everywhere in the pass
+    except GwError as error:
+        return [{"action": "wait-error", "error": error.kind, "message": error.message}]
 
 
 def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:

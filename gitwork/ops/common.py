@@ -84,3 +84,17 @@ def refuse_open_dependencies(ctx: Context, item_id: str, verb: str) -> None:
         named = ", ".join(f"{dep} ({ctx.item(dep).status})" for dep in waiting)
         raise Illegal(f"{item_id} depends on {named}: finish {'it' if len(waiting) == 1 else 'them'} first, or "
                       f"{verb} with --force", item=item_id, open=waiting)
+
+
+def refuse_open_waits(ctx: Context, item_id: str, verb: str) -> None:
+    """Refuse (exit 6) to ``verb`` an item that waits on a timer not yet passed, a ref or a command
+    (ops/waits.py), unless ``force``: the same rule as open dependencies, and the same override."""
+    if ctx.cmd.get("force"):
+        return
+    from ..model import describe_wait, open_waits
+
+    waiting = open_waits(ctx.item(item_id).waits, ctx.now)
+    if waiting:
+        named = "; ".join(f"{describe_wait(w)} (wait {w['id']})" for w in waiting)
+        raise Illegal(f"{item_id} is waiting on {named}: wait for it, or {verb} with --force", item=item_id,
+                      waits=[w["id"] for w in waiting])

@@ -15,7 +15,7 @@ from ..engine import Context, op
 from ..errors import Corrupt, Held, Illegal, Invalid, NotFound, NotHolder, Stale
 from ..model import CLOSED, HANDOFF_REASONS, Lease, usable_ttl
 from ..roles import WHO_HOLDS, holder_check, require_revoker, require_steerer
-from .common import end_lease, refuse_open_dependencies
+from .common import end_lease, refuse_open_dependencies, refuse_open_waits
 
 # How many of the best ready items a `claim --next` that lost a race spreads over.
 SPREAD = 8
@@ -192,6 +192,7 @@ def claim(ctx: Context) -> None:
     item_id = ctx.target()
     previous = _claimable(ctx, item_id)
     refuse_open_dependencies(ctx, item_id, "claim")
+    refuse_open_waits(ctx, item_id, "claim")
     _grant(ctx, item_id, previous, "claim")
 
 

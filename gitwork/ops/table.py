@@ -38,4 +38,8 @@ OP_MODULES: dict[str, str] = {
     'session-submit': 'sessions',
     'session-resume': 'sessions',
     'session-end': 'sessions',
+    'defer': 'waits',
+    'undefer': 'waits',
+    'wait': 'waits',
+    'wait-end': 'waits',
 }

@@ -271,3 +271,40 @@ def log(wp: Workplane, as_json: bool, limit: int | None, item: str | None = None
         output.emit_json(entries)
         return
     output.table(("commit", "at", "summary"), [(e["commit"][:10], e["at"], e["summary"]) for e in entries])
+
+
+def defer(wp: Workplane, as_json: bool, item: str, until: str, fence: int | None = None) -> None:
+    """``gw defer ID --until WHEN``: the op resolves WHEN against the clock and records the instant."""
+    submit(wp, as_json, "defer", "until", item=item, until=until, fence=fence)
+
+
+def undefer(wp: Workplane, as_json: bool, item: str, fence: int | None = None) -> None:
+    submit(wp, as_json, "undefer", item=item, fence=fence)
+
+
+def wait(wp: Workplane, as_json: bool, item: str, ref: str | None = None, reachable_from: str | None = None,
+         remote: str | None = None, command: str | None = None, every: str | None = None,
+         timeout: str | None = None, fence: int | None = None) -> None:
+    submit(wp, as_json, "wait", "what", item=item, ref=ref, reachable_from=reachable_from, remote=remote,
+           command=command, every=every, timeout=timeout, fence=fence)
+
+
+def unwait(wp: Workplane, as_json: bool, item: str, wait: str) -> None:
+    """``gw unwait ID N``: end one wait by hand (op ``wait-end``, outcome ``cancelled``)."""
+    submit(wp, as_json, "wait-end", item=item, wait=wait, outcome="cancelled")
+
+
+def waits_check(wp: Workplane, as_json: bool) -> None:
+    """``gw waits check``: one pass of the coordinator's check of ref and command waits (gitwork/gates.py)."""
+    from ...gates import check
+
+    done = check(wp)
+    if as_json:
+        output.emit_json({"ok": True, "checked": done})
+        return
+    if not done:
+        output.info("no ref or command wait is open")
+    for entry in done:
+        why = entry.get("reason") or entry.get("message") or entry.get("commit") or ""
+        output.line(f"{entry['item']} wait {entry.get('wait', '?')} ({entry.get('kind', '?')}): {entry['action']}"
+                    + (f": {why}" if why else ""))

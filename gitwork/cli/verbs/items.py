@@ -210,6 +210,61 @@ def reopen(
     """Reopen done or cancelled items (several ids: one command each; exit code of the first failure)."""
 
 
+@verb(items.defer, sample=["{item}", "--until", "2h"])
+def defer(
+    item: ItemArg,
+    until: Annotated[str, typer.Option("--until", help="When it may start: 2h, 3d, tomorrow (next UTC midnight), "
+                                                       "2030-01-31 or 2030-01-31T09:00:00Z.")],
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Make an item wait until a time: not ready, not offered by claim --next, until then (no commit when
+    it passes)."""
+
+
+@verb(items.undefer)
+def undefer(item: ItemArg, fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """End an item's timer (gw defer): ready again now, unless something else holds it."""
+
+
+@verb(items.wait, sample=["{item}", "--ref", "feature"])
+def wait(
+    item: ItemArg,
+    ref: Annotated[Optional[str], typer.Option("--ref", help="Wait until this ref (or commit) is reachable from "
+                                                             "--reachable-from, e.g. refs/pull/12/head.")] = None,
+    reachable_from: Annotated[Optional[str], typer.Option("--reachable-from", help="The ref it must reach "
+                                                                                   "(default main).")] = None,
+    remote: Annotated[Optional[str], typer.Option("--remote", help="Fetch both refs from this git remote "
+                                                                   "before each check.")] = None,
+    command: Annotated[Optional[str], typer.Option("--command", help="Wait until this command exits 0 (run by "
+                                                                     "the coordinator, without a shell; admins "
+                                                                     "and the owner only).")] = None,
+    every: Annotated[Optional[str], typer.Option("--every", help="Poll the command this often (default 30s), "
+                                                                 "backing off up to 8x.")] = None,
+    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Give up (outcome timeout: the item is "
+                                                                     "blocked) after this long (default 2h).")] = None,
+    fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Make an item wait on a ref reachable from another (a PR merged) or on a command's exit (a CI check)."""
+
+
+@verb(items.unwait)
+def unwait(
+    item: ItemArg,
+    wait: Annotated[str, typer.Argument(help="The wait's number (gw show, gw blocked).")],
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """End one of an item's waits by hand (recorded as outcome cancelled)."""
+
+
+waits_app = typer.Typer(help="What items wait on: refs and commands (gw defer, gw wait).", no_args_is_help=True)
+app.add_typer(waits_app, name="waits")
+
+
+@verb(items.waits_check, "check", group=waits_app)
+def waits_check(json: Json = False, agent: As = None, path: Repo = None) -> None:
+    """Check every open ref and command wait now, as the coordinator does each pass, recording outcomes."""
+
+
 @verb(items.history)
 def history(item: ItemArg, since: Since = None, json: Json = False, agent: As = None, path: Repo = None) -> None:
     """An item's own event history, oldest first, each change as old -> new (append-only)."""

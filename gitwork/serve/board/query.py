@@ -27,7 +27,7 @@ def read_page(snapshot: Any, now: Any, margin: int, *, q: str, labels: list[str]
               sizes: dict[str, tuple[int, int]]) -> BoardPage:
     """``sizes``: per status shown, (offset, how many)."""
     from ... import cache
-    from ...clock import parse_instant
+    from ...clock import format_instant, parse_instant
     from ...model import held_for_others
     from ...queries import READY_WHERE, SORTS
     from ...rows import item_summary, thread_entry
@@ -69,10 +69,11 @@ def read_page(snapshot: Any, now: Any, margin: int, *, q: str, labels: list[str]
             shown[status] = [(r[0], r[1], r[2], r[3], loads(r[4]) if r[4] else (), loads(r[5]) if r[5] else (), *r[6:])
                              for r in records]
         ready_where = " AND ".join([*where, *READY_WHERE])
+        ready_args = [*args, format_instant(now)]  # READY_WHERE's one argument: now (a timer passed)
         ready = [r[0] for r in db.execute(f"SELECT i.id FROM item i WHERE {ready_where} ORDER BY {SORTS['rank']}",
-                                          args).fetchall()]
+                                          ready_args).fetchall()]
         titles = db.execute(f"SELECT i.id, i.title FROM item i WHERE {ready_where} ORDER BY {SORTS['rank']} "
-                            "LIMIT 20", args).fetchall()
+                            "LIMIT 20", ready_args).fetchall()
         return BoardPage(total, {s: counts.get(s, 0) for s in STATUSES}, shown, ready, titles)
 
     return cache.at(snapshot, read, item_summary, thread_entry)  # type: ignore[no-any-return]
