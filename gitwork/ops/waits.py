@@ -63,7 +63,10 @@ def parse_until(text: str, now: _dt.datetime) -> _dt.datetime:
 def _next_id(ctx: Context, item_id: str) -> str:
     """A wait's id: its number among every wait this item ever had (the events log is append-only, so a
     number never names two waits: an outcome recorded for an old wait cannot end a new one)."""
-    return str(1 + sum(1 for r in ctx.records(item_id) if r.get("type") in ("deferred", "wait")))
+    declared = sum(1 for r in ctx.records(item_id) if r.get("type") in ("deferred", "wait"))
+    # ...and after every id the item's file holds (one written by another tool has no event)
+    held = [int(w["id"]) for w in ctx.item(item_id).waits or () if str(w.get("id", "")).isdigit()]
+    return str(1 + max([declared, *held]))
 
 
 def _open_item(ctx: Context, item_id: str) -> Any:
