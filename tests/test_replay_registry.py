@@ -83,6 +83,16 @@ def _items(wp: Workplane, items: dict[str, str]) -> None:
     wp.do("decision", item=item, text="use git", why="it is there")
 
 
+def _waits(wp: Workplane, items: dict[str, str]) -> None:
+    item = items["main"]
+    wp.do("defer", item=item, until="2h")  # recorded as an instant: replayed later it means the same time
+    wp.do("undefer", item=item)
+    wp.do("wait", item=item, ref="feature", reachable_from="main")
+    wp.do("wait", item=item, command="true", every="10s", timeout="1h")
+    wp.do("wait-end", item=item, wait="2", outcome="satisfied", commit="0" * 40)  # 1 was the timer
+    wp.do("wait-end", item=item, wait="3", outcome="cancelled")
+
+
 def _leases(wp: Workplane, items: dict[str, str]) -> None:
     item = items["lease"]
     wp.do("claim", item=item, ttl="1h", offline=True)
@@ -170,6 +180,7 @@ CASES: dict[str, Callable[[Workplane, dict[str, str]], None]] = {
     "init": lambda wp, items: wp.do("init"),  # a no-op on existing state, first and on replay
     "new": lambda wp, items: wp.do("new", title="Made offline", criteria=["one"]),
     "edit": _items, "check": _items, "decision": _items,
+    "defer": _waits, "undefer": _waits, "wait": _waits, "wait-end": _waits,
     "claim": _leases, "renew": _leases, "release": _leases, "handoff": _leases, "takeover": _leases,
     "revoke": _leases,
     "msg": _messages, "ack": _messages, "ask": _messages, "decide": _messages,
