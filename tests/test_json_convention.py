@@ -43,6 +43,11 @@ CASES: dict[str, tuple[list[str], str]] = {
     "renew": ([A, "--ttl", "20m"], "object"),
     "check": ([A, "1"], "object"),
     "decision": ([A, "one table", "--why", "simple"], "object"),
+    "defer": ([A, "--until", "2h"], "object"),
+    "undefer": ([A], "object"),
+    "wait": ([A, "--ref", "main"], "object"),  # wait 2 (the timer was 1)
+    "unwait": ([A, "2"], "object"),
+    "waits check": ([], "object"),
     "msg": ([A, "hello", "--to", "bob"], "object"),
     "thread": ([A], "array"),
     "ack": ([A, "1", "--as", "bob"], "object"),
