@@ -326,3 +326,36 @@ def test_a_forged_wait_satisfied_by_someone_not_allowed_is_refused_by_the_arbite
         wp.do("wait-end", item=item, wait="1", outcome="satisfied")
     assert main(["sync", "-C", str(alice)]) == 0
     assert tip(bare) == tip(alice)
+
+
+# --- the other faces: REST and MCP --------------------------------------------------------------------
+
+
+def test_an_agent_defers_over_mcp_and_a_person_over_rest_and_listings_mark_it_blocked(plane: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from gitwork.mcp.tools import Session
+    from gitwork.serve.app import create_app
+    from gitwork.serve.tokens import Tokens
+    from gitwork.store import Repository
+
+    one, two = new(plane, "one"), new(plane, "two")
+    with Workplane(str(plane), agent="bot", now=lambda: dt.datetime(2030, 1, 1, 12, tzinfo=dt.timezone.utc)) as wp:
+        wp.do("claim", item=one)
+        failed, doc = Session(wp).call("defer", {"item": one, "until": "1h"})
+        assert not failed and doc["until"] == "2030-01-01T13:00:00Z", doc
+        failed, doc = Session(wp).call("defer", {"item": one, "until": "yesterday"})
+        assert failed and doc["error"] == "invalid"
+    token = Tokens(Repository.discover(str(plane)).gitwork_dir()).add("carol", "person")[0]
+    http = TestClient(create_app(str(plane)), base_url="http://gw", headers={"Authorization": f"Bearer {token}"})
+    got = http.post("/v1/commands", json={"op": "defer", "item": two, "until": "2999-01-01T00:00:00Z"})
+    assert got.status_code == 200, got.text
+    before = tip(plane)
+    bad = http.post("/v1/commands", json={"op": "defer", "item": two, "until": "2000-01-01"})
+    assert bad.status_code == 422 and "not in the future" in bad.text, bad.text  # exit 5, never a 500
+    assert tip(plane) == before
+    listed = {r["item"]: r for r in js(gw(plane, "list", "--json"))}
+    assert listed[two]["blocked"] is True
+    assert two in [r["item"] for r in js(gw(plane, "list", "-s", "blocked", "--json"))]
+    explained = {e["item"]: e for e in js(gw(plane, "ready", "--explain", "--json"))}
+    assert explained[two]["why_not"][0]["kind"] == "wait"
