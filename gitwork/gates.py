@@ -8,7 +8,9 @@ passes at read time.
 
 - **ref**: ``git merge-base --is-ancestor REF TARGET`` in this repository (after ``git fetch`` of both
   from ``--remote`` into refs private to this run, deleted afterwards). Satisfied: recorded with the
-  commit; a ref not found or not yet reachable: left waiting (reported ``pending``).
+  commit; a ref not found or not yet reachable: left waiting (reported ``pending``). A local check
+  costs two ``rev-parse`` and one ``merge-base``, so it runs every pass; one that fetches is tried again
+  after ``REF_EVERY`` seconds, doubling up to ``BACKOFF`` times that (a coordinator passes every 5 s).
 - **command**: run only if this repository's ``.workplane`` lists it under ``wait_commands`` (argument
   patterns, ``fnmatch`` per argument, same number of arguments): it is declared by a command on the
   state ref, which anyone with push access could forge, and it runs on this host. It runs without a
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 TAIL = 2000  # bytes of a command's output kept (the end: where a failure says why)
 BACKOFF = 8  # the longest pause between two polls, in multiples of ``every``
 RUN_LIMIT = 300  # seconds one run of a command may take, at most (``every``, at least 10 s, below that)
+REF_EVERY = 30  # seconds between two fetches for one ref wait, at first
 FAILED_EXITS = (126, 127)  # the shell's "not executable" and "not found": polling again cannot help
 
 
@@ -66,9 +69,10 @@ def allowed(wp: Workplane, command: str) -> bool:
     return False
 
 
-def check(wp: Workplane, keep: Any = None) -> list[dict[str, Any]]:
+def check(wp: Workplane, keep: Any = None, now: bool = False) -> list[dict[str, Any]]:
     """One pass over every open ref and command wait; what was done to each (``action``: satisfied, failed,
-    timeout, pending, refused, error). ``keep()`` (the coordinator's lease check) runs before each."""
+    timeout, pending, refused, error). ``keep()`` (the coordinator's lease check) runs before each.
+    ``now``: try each at once, whatever its back-off says (``gw waits check``: a person asking now)."""
     from .model import CLOSED
     from .queries import gated
 
@@ -89,7 +93,8 @@ def check(wp: Workplane, keep: Any = None) -> list[dict[str, Any]]:
                 keep()
             entry = {"item": item_id, "wait": wait["id"], "kind": wait["kind"]}
             try:
-                found = _ref(wp, wait) if wait["kind"] == "ref" else _command(wp, item_id, wait)
+                found = (_ref(wp, item_id, wait, now) if wait["kind"] == "ref" else
+                         _command(wp, item_id, wait, now))
                 if found.get("outcome"):
                     outcome = found.pop("outcome")
                     wp.do("wait-end", item=item_id, wait=wait["id"], outcome=outcome, **found)
@@ -113,10 +118,33 @@ def _commit(wp: Workplane, name: str) -> str | None:
     return found.out.strip() if found.returncode == 0 and found.out.strip() else None
 
 
-def _ref(wp: Workplane, wait: dict[str, Any]) -> dict[str, Any]:
+def _ref(wp: Workplane, item_id: str, wait: dict[str, Any], now: bool) -> dict[str, Any]:
     ref, target, remote = wait["ref"], wait["target"], wait.get("remote")
     if not remote:
         return _reachable(wp, ref, target)
+    path = _state_path(wp, item_id, wait["id"])
+    state = _load(path)
+    if not now and state.get("next") and wp.now() < parse_instant(str(state["next"])):
+        return {"action": "pending", "reason": f"next fetch at {state['next']}"}
+    found = _fetched(wp, ref, target, remote)
+    if not found.get("outcome"):
+        _later(wp, path, state, REF_EVERY, found)
+    return found
+
+
+def _later(wp: Workplane, path: str, state: dict[str, Any], every: int, found: dict[str, Any]) -> str:
+    """Record the next try after ``every`` doubled per try so far (at most ``BACKOFF`` times); return it."""
+    from .fsutil import write_atomic
+
+    tries = int(state.get("tries", 0)) + 1
+    later = format_instant(wp.now() + _dt.timedelta(seconds=min(every * 2 ** (tries - 1), every * BACKOFF)))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_atomic(path, json.dumps({"next": later, "tries": tries, "code": found.get("code"),
+                                   "tail": found.pop("tail", None)}), fsync=False)
+    return later
+
+
+def _fetched(wp: Workplane, ref: str, target: str, remote: str) -> dict[str, Any]:
     # Fetched into refs of this run alone (two checkers never share them), deleted afterwards.
     base = f"refs/gitwork-waits/{os.getpid()}"
     specs = [f"+{target}:{base}/target"]
@@ -129,7 +157,8 @@ def _ref(wp: Workplane, wait: dict[str, Any]) -> dict[str, Any]:
             from .sync.transport import git_reason
 
             return {"action": "pending", "reason": f"git fetch {remote} failed: {git_reason(fetched.err)}"[:300]}
-        return _reachable(wp, ref if _is_hex(ref) else f"{base}/ref", f"{base}/target")
+        return _reachable(wp, ref if _is_hex(ref) else f"{base}/ref", f"{base}/target",
+                          (ref, f"{remote}'s {target}"))
     finally:
         for name in ("ref", "target"):
             _git(wp, "update-ref", "-d", f"{base}/{name}")
@@ -139,15 +168,18 @@ def _is_hex(text: str) -> bool:
     return 7 <= len(text) <= 64 and all(c in "0123456789abcdef" for c in text)
 
 
-def _reachable(wp: Workplane, ref: str, target: str) -> dict[str, Any]:
+def _reachable(wp: Workplane, ref: str, target: str, names: tuple[str, str] | None = None) -> dict[str, Any]:
+    """Whether ``ref``'s commit is an ancestor of ``target``'s; ``names``: how to name them (fetched refs)."""
+    shown_ref, shown_target = names or (ref, target)
     commit, tip = _commit(wp, ref), _commit(wp, target)
     if commit is None or tip is None:
-        return {"action": "pending", "reason": f"{ref if commit is None else target} not found"}
+        return {"action": "pending", "reason": f"{shown_ref if commit is None else shown_target} not found"}
     found = _git(wp, "merge-base", "--is-ancestor", commit, tip)
     if found.returncode == 0:
         return {"outcome": "satisfied", "commit": commit}
     if found.returncode == 1:
-        return {"action": "pending", "reason": f"{commit[:12]} is not reachable from {target} ({tip[:12]})"}
+        return {"action": "pending", "reason": f"{shown_ref} ({commit[:12]}) is not reachable from {shown_target} "
+                                               f"({tip[:12]})"}
     return {"action": "pending", "reason": f"git merge-base failed: {gitcmd.one_line(found.err)}"[:300]}
 
 
@@ -174,7 +206,7 @@ def _forget(wp: Workplane, item_id: str, wait_id: str) -> None:
         pass
 
 
-def _command(wp: Workplane, item_id: str, wait: dict[str, Any]) -> dict[str, Any]:
+def _command(wp: Workplane, item_id: str, wait: dict[str, Any], asked_now: bool) -> dict[str, Any]:
     if not allowed(wp, wait["command"]):
         return {"action": "refused", "reason": "not allowed here: .workplane's wait_commands does not list it"}
     now = wp.now()
@@ -185,20 +217,14 @@ def _command(wp: Workplane, item_id: str, wait: dict[str, Any]) -> dict[str, Any
         return {"outcome": "timeout", "code": state.get("code"),
                 "detail": f"no success within {wait['timeout']}s ({state.get('tries', 0)} tries)"
                           + (f"; last output: {state['tail']}" if state.get("tail") else "")}
-    if state.get("next") and now < parse_instant(str(state["next"])):
+    if not asked_now and state.get("next") and now < parse_instant(str(state["next"])):
         return {"action": "pending", "reason": f"next try at {state['next']}", "code": state.get("code")}
     code, tail = run(wp, wait["command"], max(10, min(RUN_LIMIT, int(wait["every"]))))
     if code == 0:
         return {"outcome": "satisfied", "code": 0, **({"detail": tail} if tail else {})}
     if code in FAILED_EXITS:
         return {"outcome": "failed", "code": code, **({"detail": tail} if tail else {})}
-    tries = int(state.get("tries", 0)) + 1
-    pause = min(int(wait["every"]) * 2 ** (tries - 1), int(wait["every"]) * BACKOFF)
-    later = format_instant(now + _dt.timedelta(seconds=pause))
-    from .fsutil import write_atomic
-
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    write_atomic(path, json.dumps({"next": later, "tries": tries, "code": code, "tail": tail}), fsync=False)
+    later = _later(wp, path, state, int(wait["every"]), {"code": code, "tail": tail})
     return {"action": "pending", "reason": f"exit {code}; next try at {later}", "code": code}
 
 

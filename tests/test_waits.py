@@ -183,16 +183,19 @@ def test_the_coordinator_fetches_both_refs_from_a_remote_and_records_the_merge(t
     item = new(plane, "after pr 12")
     assert gw(plane, "wait", item, "--ref", "pr-12", "--remote", "origin").returncode == 0
 
-    def coordinate() -> list[dict[str, Any]]:
-        done = run_gw(plane, "coordinate", "--once", "--json", env={"GW_AGENT": "alice"})
+    def coordinate(at: str) -> list[dict[str, Any]]:
+        done = run_gw(plane, "coordinate", "--once", "--json", env={"GW_AGENT": "alice", "GW_NOW": at})
         assert done.returncode == 0, done.stderr
         return [a for a in json.loads(done.stdout)["actions"] if a["action"].startswith("wait-")]
 
-    assert [a["action"] for a in coordinate()] == ["wait-pending"]
+    first = coordinate(T0)
+    assert [a["action"] for a in first] == ["wait-pending"] and "is not reachable from origin's main" in first[0]["reason"]
     git(dev, "checkout", "-q", "main")
     git(dev, "merge", "-q", "--no-ff", "--no-edit", "pr-12")
     git(dev, "push", "-q", "origin", "main")
-    assert [a["action"] for a in coordinate()] == ["wait-satisfied"]
+    # The next pass does not fetch again before the back-off says (a coordinator passes every 5 s)...
+    assert [a["reason"] for a in coordinate("2030-01-01T12:00:05Z")] == ["next fetch at 2030-01-01T12:00:30Z"]
+    assert [a["action"] for a in coordinate("2030-01-01T12:00:30Z")] == ["wait-satisfied"]
     assert item in ready(plane)
     assert git(plane, "for-each-ref", "refs/gitwork-waits") == ""  # the refs of the check are gone
 

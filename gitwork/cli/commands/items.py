@@ -298,7 +298,7 @@ def waits_check(wp: Workplane, as_json: bool) -> None:
     """``gw waits check``: one pass of the coordinator's check of ref and command waits (gitwork/gates.py)."""
     from ...gates import check
 
-    done = check(wp)
+    done = check(wp, now=True)  # asked by hand: now, whatever the coordinator's back-off says
     if as_json:
         output.emit_json({"ok": True, "checked": done})
         return
