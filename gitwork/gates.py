@@ -238,14 +238,24 @@ def run(wp: Workplane, command: str, limit: float) -> tuple[int | None, str]:
     argv = shlex.split(command)
     with tempfile.TemporaryFile() as out:  # bounded in memory: only the tail is read back
         try:
-            code: int | None = subprocess.run(argv, cwd=wp.repo.toplevel or wp.repo.common_dir,
-                                              stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                              timeout=limit, start_new_session=True).returncode
+            # Its own process group, so a run past its bound is ended whole (a child it started too).
+            proc = subprocess.Popen(argv, cwd=wp.repo.toplevel or wp.repo.common_dir, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         except FileNotFoundError:
             return 127, f"{argv[0]}: not found"
         except PermissionError:
             return 126, f"{argv[0]}: not executable"
+        code: int | None
+        try:
+            code = proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
+            import signal
+
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
             code = None
         size = out.seek(0, os.SEEK_END)
         out.seek(max(0, size - TAIL))

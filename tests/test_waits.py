@@ -287,8 +287,10 @@ def test_a_hostile_command_wait_is_never_run_by_a_coordinator_whose_workplane_do
     replace_blob(plane, path, codec.dump_yaml(doc))
     assert gw(plane, "wait", item, "--command", "echo hi; touch pwned-semicolon", who="lead").returncode == 0
     assert gw(plane, "wait", item, "--command", "echo '$(touch pwned-subshell)'", who="lead").returncode == 0
+    git(plane, "config", "gitwork.wait-commands", "touch *")  # neither git config nor the environment
     before = tip(plane)
-    done = {a["wait"]: a for a in js(gw(plane, "waits", "check", "--json", who="lead"))["checked"]}
+    done = {a["wait"]: a for a in js(gw_here(plane, "waits", "check", "--json", env={
+        "GW_NOW": T0, "GW_AGENT": "lead", "GW_WAIT_COMMANDS": "touch *"}))["checked"]}
     assert done["1"]["action"] == "refused" and done["2"]["action"] == "refused"  # not listed: never run
     assert done["3"]["action"] == "satisfied"  # echo ran, without a shell: "$(...)" is its argument
     assert not list(plane.glob("pwned*"))
