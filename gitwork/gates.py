@@ -8,9 +8,9 @@ passes at read time.
 
 - **ref**: ``git merge-base --is-ancestor REF TARGET`` in this repository (after ``git fetch`` of both
   from ``--remote`` into refs private to this run, deleted afterwards). Satisfied: recorded with the
-  commit; a ref not found or not yet reachable: left waiting (reported ``pending``). A local check
-  costs two ``rev-parse`` and one ``merge-base``, so it runs every pass; one that fetches is tried again
-  after ``REF_EVERY`` seconds, doubling up to ``BACKOFF`` times that (a coordinator passes every 5 s).
+  commit; a ref not found or not yet reachable: left waiting (reported ``pending``) and checked again
+  after ``REF_EVERY`` seconds, doubling up to ``BACKOFF`` times that: a coordinator passes every 5 s,
+  and each check is three git processes (and a fetch with ``--remote``).
 - **command**: run only if this repository's ``.workplane`` lists it under ``wait_commands`` (argument
   patterns, ``fnmatch`` per argument, same number of arguments): it is declared by a command on the
   state ref, which anyone with push access could forge, and it runs on this host. It runs without a
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 TAIL = 2000  # bytes of a command's output kept (the end: where a failure says why)
 BACKOFF = 8  # the longest pause between two polls, in multiples of ``every``
 RUN_LIMIT = 300  # seconds one run of a command may take, at most (``every``, at least 10 s, below that)
-REF_EVERY = 30  # seconds between two fetches for one ref wait, at first
+REF_EVERY = 30  # seconds between two checks of one ref wait, at first
 FAILED_EXITS = (126, 127)  # the shell's "not executable" and "not found": polling again cannot help
 
 
@@ -120,13 +120,11 @@ def _commit(wp: Workplane, name: str) -> str | None:
 
 def _ref(wp: Workplane, item_id: str, wait: dict[str, Any], now: bool) -> dict[str, Any]:
     ref, target, remote = wait["ref"], wait["target"], wait.get("remote")
-    if not remote:
-        return _reachable(wp, ref, target)
     path = _state_path(wp, item_id, wait["id"])
     state = _load(path)
     if not now and state.get("next") and wp.now() < parse_instant(str(state["next"])):
-        return {"action": "pending", "reason": f"next fetch at {state['next']}"}
-    found = _fetched(wp, ref, target, remote)
+        return {"action": "pending", "reason": f"next check at {state['next']}"}
+    found = _fetched(wp, ref, target, remote) if remote else _reachable(wp, ref, target)
     if not found.get("outcome"):
         _later(wp, path, state, REF_EVERY, found)
     return found

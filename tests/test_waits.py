@@ -193,8 +193,8 @@ def test_the_coordinator_fetches_both_refs_from_a_remote_and_records_the_merge(t
     git(dev, "checkout", "-q", "main")
     git(dev, "merge", "-q", "--no-ff", "--no-edit", "pr-12")
     git(dev, "push", "-q", "origin", "main")
-    # The next pass does not fetch again before the back-off says (a coordinator passes every 5 s)...
-    assert [a["reason"] for a in coordinate("2030-01-01T12:00:05Z")] == ["next fetch at 2030-01-01T12:00:30Z"]
+    # The next pass does not fetch again before the back-off says (a coordinator passes every 5 s).
+    assert [a["reason"] for a in coordinate("2030-01-01T12:00:05Z")] == ["next check at 2030-01-01T12:00:30Z"]
     assert [a["action"] for a in coordinate("2030-01-01T12:00:30Z")] == ["wait-satisfied"]
     assert item in ready(plane)
     assert git(plane, "for-each-ref", "refs/gitwork-waits") == ""  # the refs of the check are gone
