@@ -10,7 +10,7 @@ passes at read time.
   from ``--remote`` into refs private to this run, deleted afterwards). Satisfied: recorded with the
   commit; a ref not found or not yet reachable: left waiting (reported ``pending``) and checked again
   after ``REF_EVERY`` seconds, doubling up to ``BACKOFF`` times that: a coordinator passes every 5 s,
-  and each check is three git processes (and a fetch with ``--remote``).
+  and each check is a git process (and a fetch with ``--remote``).
 - **command**: run only if this repository's ``.workplane`` lists it under ``wait_commands`` (argument
   patterns, ``fnmatch`` per argument, same number of arguments): it is declared by a command on the
   state ref, which anyone with push access could forge, and it runs on this host. It runs without a
@@ -169,15 +169,15 @@ def _is_hex(text: str) -> bool:
 def _reachable(wp: Workplane, ref: str, target: str, names: tuple[str, str] | None = None) -> dict[str, Any]:
     """Whether ``ref``'s commit is an ancestor of ``target``'s; ``names``: how to name them (fetched refs)."""
     shown_ref, shown_target = names or (ref, target)
-    commit, tip = _commit(wp, ref), _commit(wp, target)
-    if commit is None or tip is None:
-        return {"action": "pending", "reason": f"{shown_ref if commit is None else shown_target} not found"}
-    found = _git(wp, "merge-base", "--is-ancestor", commit, tip)
+    # One git process for a wait still pending (the common case, every few passes): merge-base resolves
+    # both names itself; the commit is looked up only for the record of a satisfied wait.
+    found = _git(wp, "merge-base", "--is-ancestor", ref, target)
     if found.returncode == 0:
-        return {"outcome": "satisfied", "commit": commit}
+        return {"outcome": "satisfied", "commit": _commit(wp, ref)}
     if found.returncode == 1:
-        return {"action": "pending", "reason": f"{shown_ref} ({commit[:12]}) is not reachable from {shown_target} "
-                                               f"({tip[:12]})"}
+        return {"action": "pending", "reason": f"{shown_ref} is not reachable from {shown_target}"}
+    if _commit(wp, ref) is None or _commit(wp, target) is None:
+        return {"action": "pending", "reason": f"{shown_ref if _commit(wp, ref) is None else shown_target} not found"}
     return {"action": "pending", "reason": f"git merge-base failed: {gitcmd.one_line(found.err)}"[:300]}
 
 
