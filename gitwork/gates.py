@@ -78,6 +78,7 @@ def check(wp: Workplane, keep: Any = None, now: bool = False) -> list[dict[str, 
 
     done: list[dict[str, Any]] = []
     ctx = wp.context()
+    kept: set[str] = set()  # the poll-state files of the waits still open
     for item_id in gated(ctx.snapshot):
         try:
             item = ctx.item(item_id)
@@ -92,6 +93,7 @@ def check(wp: Workplane, keep: Any = None, now: bool = False) -> list[dict[str, 
             if keep is not None:
                 keep()
             entry = {"item": item_id, "wait": wait["id"], "kind": wait["kind"]}
+            kept.add(os.path.basename(_state_path(wp, item_id, wait["id"])))
             try:
                 found = (_ref(wp, item_id, wait, now) if wait["kind"] == "ref" else
                          _command(wp, item_id, wait, now))
@@ -103,7 +105,25 @@ def check(wp: Workplane, keep: Any = None, now: bool = False) -> list[dict[str, 
                 done.append({**entry, **found})
             except GwError as error:
                 done.append({**entry, "action": "error", "error": error.kind, "message": error.message})
+    _sweep(wp, kept)
     return done
+
+
+def _sweep(wp: Workplane, kept: set[str]) -> None:
+    """Delete the poll state of waits no longer open (ended by hand, by another clone, their item closed)."""
+    folder = os.path.dirname(_state_path(wp, "x", "x"))
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    from .fsutil import is_temp
+
+    for name in names:
+        if name not in kept and not is_temp(name):  # a temporary file: another checker is writing
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass  # another checker's sweep got there first
 
 
 # --- ref waits ---------------------------------------------------------------------------------------

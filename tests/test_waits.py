@@ -255,6 +255,7 @@ def test_the_coordinator_polls_an_allowed_command_with_back_off_until_it_exits_0
     assert ended["outcome"] == "satisfied" and ended["code"] == 0 and "not yet" in ended["detail"]
     assert ended["by"] == "lead" and tip(plane) != before
     assert (plane / "runs.log").read_text().count("run") == 3
+    assert not list((plane / ".git" / "gitwork" / "waits").iterdir())  # its poll state went with it
 
 
 def test_a_command_that_never_passes_times_out_and_blocks_the_item_and_a_missing_one_fails(plane: Path) -> None:
