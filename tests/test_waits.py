@@ -352,6 +352,10 @@ def test_an_agent_defers_over_mcp_and_a_person_over_rest_and_listings_mark_it_bl
         assert not failed and doc["until"] == "2030-01-01T13:00:00Z", doc
         failed, doc = Session(wp).call("defer", {"item": one, "until": "yesterday"})
         assert failed and doc["error"] == "invalid"
+        failed, doc = Session(wp).call("wait", {"item": one, "ref": "feature"})  # its PR merged: the holder may
+        assert not failed and doc["what"] == "ref feature reachable from main", doc
+        failed, doc = Session(wp).call("wait", {"item": one, "command": "true"})  # no such argument for a tool
+        assert failed and doc["error"] in ("invalid", "usage"), doc
     token = Tokens(Repository.discover(str(plane)).gitwork_dir()).add("carol", "person")[0]
     http = TestClient(create_app(str(plane)), base_url="http://gw", headers={"Authorization": f"Bearer {token}"})
     got = http.post("/v1/commands", json={"op": "defer", "item": two, "until": "2999-01-01T00:00:00Z"})

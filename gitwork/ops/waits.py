@@ -130,7 +130,11 @@ def _command(text: str) -> list[str]:
 
 
 @op("wait", "make an item wait on a ref reachable from another (e.g. a PR merged into main) or on a "
-    "command's exit (polled by the coordinator)", who=WHO_RUNS, roles=True, item="item!", ref="short",
+    "command's exit (polled by the coordinator)", who=WHO_RUNS, roles=True,
+    mcp={"verb": "items:wait", "summary": "make an item wait until a ref is reachable from another (your PR "
+         "merged into main): not ready until the coordinator sees it", "fields": ("item", "ref", "reachable_from",
+                                                                                 "remote", "fence")},
+    item="item!", ref="short",
     reachable_from="short", remote="short", command="short", every="duration", timeout="duration")
 def wait(ctx: Context) -> None:
     cmd = ctx.cmd
