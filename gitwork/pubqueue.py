@@ -105,7 +105,7 @@ def enqueue(wp: Workplane, session: str | None, into: str | None = None, remote:
         said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
         raise NonFastForward(f"{name} refused the session branch {record.branch}: {said}", remote=name)
     applied = wp.submit({k: v for k, v in document.items() if v is not None})
-    return {**applied.to_json(), "remote": name, "branch": record.branch}
+    return {**applied.to_json(), "state_commit": applied.commit, "remote": name, "branch": record.branch}
 
 
 # --- the publisher -------------------------------------------------------------------------------------

@@ -22,10 +22,9 @@ def enqueue(wp: Workplane, as_json: bool, session: str | None, into: str | None 
     if as_json:
         output.emit_json(info)
         return
-    result = info["result"]
-    output.line(str(result["seq"]))
-    output.info(f"queued session {result['session']} of {result['item']} into {result['into']} "
-                f"(#{result['seq']}, position {result['position']}); pushed {info['branch']} to {info['remote']}")
+    output.line(str(info["seq"]))
+    output.info(f"queued session {info['session']} of {info['item']} into {info['into']} "
+                f"(#{info['seq']}, position {info['position']}); pushed {info['branch']} to {info['remote']}")
 
 
 def queue_list(wp: Workplane, as_json: bool) -> None:

@@ -1,0 +1,291 @@
+"""The publish queue on the arbiter (docs/sessions.md, "The publish queue"; gitwork/pubqueue.py, ops/queue.py).
+
+One world: ``origin.git``, the arbiter and the code remote, guarded by the server hook as a user installs it
+(`gw hooks install --server`); alice's clone (item A claimed), bob's clone (item B claimed) and the
+publisher's clone. Sessions are real commit-once session branches, merges are made by `git merge-tree`,
+gates run with `sh -c` in a scratch worktree, every push goes through the server hook.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import Clock, git, make_repo, pin_arbiter_clock, run_gw, scrubbed
+from gitwork import pubqueue, sessions
+from gitwork.clock import format_instant
+from gitwork.errors import Held, NotFound, Stale
+from gitwork.sync import Arbiter, configure_remote
+from gitwork.workplane import Workplane
+from test_sessions import T0, init_project, person_identity  # noqa: F401  (autouse fixture)
+
+STATE = "refs/gitwork/state"
+
+
+def arbitered(path: Path, bare: Path, clock: Clock, agent: str, **settings: Any) -> Workplane:
+    git(path, "remote", "set-url", "origin", str(bare))
+    plane = Workplane(str(path), now=clock, agent=agent, **settings)
+    configure_remote(plane, "origin")
+    return plane
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    with scrubbed(tmp_path_factory), pytest.MonkeyPatch.context() as monkeypatch:
+        for role in ("AUTHOR", "COMMITTER"):
+            monkeypatch.setenv(f"GIT_{role}_NAME", "Person")
+            monkeypatch.setenv(f"GIT_{role}_EMAIL", "person@example.com")
+        base = tmp_path_factory.mktemp("queue")
+        bare = make_repo(base / "origin.git", bare=True)
+        assert run_gw(base, "hooks", "install", "--server", str(bare)).returncode == 0
+        pin_arbiter_clock(bare, format_instant(T0 + dt.timedelta(days=1)))
+        repo, clock = make_repo(base / "alice"), Clock(T0)
+        init_project(repo)
+        git(repo, "remote", "add", "origin", str(bare))
+        git(repo, "push", "-q", "origin", "main")
+        git(bare, "symbolic-ref", "HEAD", "refs/heads/main")
+        with arbitered(repo, bare, clock, "alice") as alice:
+            alice.do("init")
+            first = alice.do("new", title="Alice's change").result["item"]
+            second = alice.do("new", title="Bob's change").result["item"]
+            Arbiter(alice).sync()
+            alice.do("claim", item=first)
+        for name in ("bob", "pub"):
+            git(base, "clone", "-q", str(bare), str(base / name))
+            with arbitered(base / name, bare, clock, name) as plane:
+                Arbiter(plane).sync()
+                if name == "bob":
+                    plane.do("claim", item=second)
+    return base, first, second
+
+
+class World:
+    def __init__(self, tmp_path: Path, template: tuple[Path, str, str], gates: tuple[str, ...]) -> None:
+        self.clock = Clock(T0 + dt.timedelta(minutes=1))
+        shutil.copytree(template[0], tmp_path, symlinks=True, dirs_exist_ok=True)
+        self.base, self.bare = tmp_path, tmp_path / "origin.git"
+        self.items = {"alice": template[1], "bob": template[2]}
+        self.planes = {name: arbitered(tmp_path / name, self.bare, self.clock, name,
+                                       **({"gates": gates} if name == "pub" else {}))
+                       for name in ("alice", "bob", "pub")}
+
+    def session(self, who: str, files: dict[str, str]) -> str:
+        """A committed session of ``who``'s item writing ``files``."""
+        started = sessions.start(self.planes[who], self.items[who])
+        for name, text in files.items():
+            Path(started["worktree"], name).write_text(text)
+        sessions.commit(self.planes[who], list(files), f"{who}'s change", cwd=started["worktree"])
+        return str(started["session"])
+
+    def main(self) -> str:
+        return git(self.bare, "rev-parse", "refs/heads/main")
+
+    def refs(self) -> str:
+        return git(self.bare, "for-each-ref", "--format=%(objectname) %(refname)")
+
+    def close(self) -> None:
+        for plane in self.planes.values():
+            plane.close()
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest, tmp_path: Path, template: tuple[Path, str, str]) -> Iterator[World]:
+    gates = getattr(request, "param", ("test -f a.txt",))
+    built = World(tmp_path, template, gates)
+    yield built
+    built.close()
+
+
+def thread_texts(wp: Workplane, item: str) -> list[dict[str, Any]]:
+    Arbiter(wp).sync()
+    return wp.thread(item)
+
+
+# Red together, green alone: each session adds one file; the gate fails when both are there.
+CLASH = ('if test -f x.txt && test -f y.txt; then echo "x.txt and y.txt together break the build"; exit 3; fi',)
+
+
+def test_two_green_sessions_land_in_order_fast_forward_then_a_merge(world: World) -> None:
+    first = world.session("alice", {"x.txt": "x\n"})
+    second = world.session("bob", {"y.txt": "y\n"})
+    queued = [pubqueue.enqueue(world.planes["alice"], first), pubqueue.enqueue(world.planes["bob"], second)]
+    assert [q["position"] for q in queued] == [1, 2]
+    assert [e["session"] for e in pubqueue.listing(world.planes["pub"])] == [first, second]
+
+    result = pubqueue.work(world.planes["pub"], once=True)
+
+    assert [(h["session"], h["outcome"], h["mode"]) for h in result["handled"]] == [
+        (first, "landed", "fast-forward"), (second, "landed", "merge")]
+    main = world.main()
+    assert git(world.bare, "show", f"{main}:x.txt") == "x" and git(world.bare, "show", f"{main}:y.txt") == "y"
+    assert git(world.bare, "rev-list", "--count", "--merges", "main") == "1"
+    assert pubqueue.listing(world.planes["pub"]) == []
+    assert "session/" not in world.refs()  # the landed session branches were deleted on the code remote
+    for who in ("alice", "bob"):
+        Arbiter(world.planes[who]).sync()
+        ctx = world.planes[who].context()
+        assert ctx.item(world.items[who]).status == "done"
+        assert ctx.lease(world.items[who]).state == "released"
+    publisher = world.planes["pub"].context().file("queue/publisher.yaml")
+    assert publisher is not None and b"state: released" in publisher
+
+
+@pytest.mark.parametrize("world", [CLASH], indirect=True)
+def test_red_together_the_second_is_sent_back_with_the_gate_output_and_main_stays_at_the_first(world: World) -> None:
+    first = world.session("alice", {"x.txt": "x\n"})
+    second = world.session("bob", {"y.txt": "y\n"})
+    pubqueue.enqueue(world.planes["alice"], first)
+    pubqueue.enqueue(world.planes["bob"], second)
+
+    result = pubqueue.work(world.planes["pub"], once=True)
+
+    assert [(h["session"], h["outcome"]) for h in result["handled"]] == [(first, "landed"), (second, "returned")]
+    main = world.main()
+    assert git(world.bare, "show", f"{main}:x.txt") == "x"
+    assert subprocess.run(["git", "cat-file", "-e", f"{main}:y.txt"], cwd=world.bare).returncode != 0
+    returned = result["handled"][1]
+    assert returned["gate"] == CLASH[0] and "break the build" in returned["output"]
+    # The item stays with its holder; the holder is told, in the item's thread, with the gate's output.
+    bob = world.planes["bob"]
+    messages = thread_texts(bob, world.items["bob"])
+    assert messages[-1]["to"] == "bob" and "together break the build" in messages[-1]["text"]
+    ctx = bob.context()
+    assert ctx.item(world.items["bob"]).status == "in_progress" and ctx.lease(world.items["bob"]).holder == "bob"
+    assert pubqueue.listing(bob) == []
+
+
+def test_a_conflict_is_sent_back_naming_the_paths(world: World) -> None:
+    first = world.session("alice", {"a.txt": "alice\n"})
+    second = world.session("bob", {"a.txt": "bob\n"})
+    pubqueue.enqueue(world.planes["alice"], first)
+    pubqueue.enqueue(world.planes["bob"], second)
+    result = pubqueue.work(world.planes["pub"], once=True)
+    assert [h["outcome"] for h in result["handled"]] == ["landed", "returned"]
+    assert "conflicts in: a.txt" in result["handled"][1]["reason"]
+    assert git(world.bare, "show", "main:a.txt") == "alice"
+
+
+def test_hostile_input_changes_nothing(world: World) -> None:
+    first = world.session("alice", {"x.txt": "x\n"})
+    refs = world.refs()
+    env = {"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:05:00Z"}
+    unknown = run_gw(world.base / "alice", "publish", "--queue", "20300101-120000-nope-alice", "--json", env=env)
+    assert unknown.returncode == 3, unknown.stdout + unknown.stderr
+    assert json.loads(unknown.stdout)["ok"] is False
+    # bob queues alice's session by hand (gw apply): not his to queue.
+    doc = json.dumps({"op": "queue-add", "item": world.items["alice"], "session": first})
+    theirs = run_gw(world.base / "bob", "apply", "-", "--json", env={**env, "GW_AGENT": "bob"}, input=doc)
+    assert theirs.returncode in (7, 77), theirs.stdout + theirs.stderr
+    # Only gitwork's own publisher writes the publisher's records.
+    land = json.dumps({"op": "queue-land", "epoch": 1, "session": first, "commit": "0" * 40, "mode": "merge"})
+    assert run_gw(world.base / "bob", "apply", "-", env={**env, "GW_AGENT": "bob"}, input=land).returncode == 5
+    assert world.refs() == refs
+    # Removing someone else's entry: refused (77) for a person when admins are configured; nothing changes.
+    pubqueue.enqueue(world.planes["alice"], first)
+    refs = world.refs()
+    git(world.base / "bob", "config", "gitwork.admins", "root")
+    other = run_gw(world.base / "bob", "queue", "remove", first, "--json", env={**env, "GW_AGENT": "bob"})
+    assert other.returncode == 77, other.stdout + other.stderr
+    assert world.refs() == refs
+    gone = run_gw(world.base / "alice", "queue", "remove", first, "--json", env=env)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert pubqueue.listing(world.planes["pub"]) == []
+
+
+def test_a_forged_queue_entry_pushed_with_plain_git_is_refused_by_the_arbiter(world: World) -> None:
+    first = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], first)
+    repo = world.base / "bob"
+    Arbiter(world.planes["bob"]).sync()
+    tip = git(repo, "rev-parse", STATE)
+    entry = git(repo, "show", f"{STATE}:queue/entries/00000001.yaml")
+    forged = entry.replace("holder: alice", "holder: bob").replace("seq: 1", "seq: 2")
+    env = {**os.environ, "GIT_INDEX_FILE": str(repo / ".git" / "forged-index")}
+    plumb = lambda *a, i=None: subprocess.run(["git", *a], cwd=repo, env=env, input=i, capture_output=True,  # noqa: E731
+                                              text=True, check=True).stdout.strip()
+    plumb("read-tree", STATE)
+    blob = plumb("hash-object", "-w", "--stdin", i=forged + "\n")
+    plumb("update-index", "--add", "--cacheinfo", f"100644,{blob},queue/entries/00000002.yaml")
+    commit = plumb("commit-tree", plumb("write-tree"), "-p", tip, "-m", "queue-add forged")
+    before = git(world.bare, "rev-parse", STATE)
+    pushed = subprocess.run(["git", "push", "origin", f"{commit}:{STATE}"], cwd=repo, capture_output=True, text=True)
+    assert pushed.returncode != 0 and "remote:" in pushed.stderr
+    assert git(world.bare, "rev-parse", STATE) == before
+    assert [e["session"] for e in pubqueue.listing(world.planes["pub"])] == [first]
+
+
+def test_one_publisher_at_a_time_and_a_stale_publisher_is_refused(world: World) -> None:
+    first = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], first)
+    old = pubqueue.Publisher(world.planes["pub"], ttl=60)
+    old.take()
+    rival = pubqueue.Publisher(world.planes["bob"], ttl=60)
+    with pytest.raises(Held):
+        rival.take()
+    world.clock.at += dt.timedelta(minutes=2)  # the first publisher paused past its lease
+    rival.take()
+    assert rival.epoch == (old.epoch or 0) + 1
+    main, state = world.main(), git(world.bare, "rev-parse", STATE)
+    with pytest.raises(Stale, match="publisher lease epoch"):
+        old.handle(pubqueue.entries(pubqueue.view(world.planes["pub"]))[0])
+    assert (world.main(), git(world.bare, "rev-parse", STATE)) == (main, state)  # its stale fence moved nothing
+    assert [h["outcome"] for h in rival.pass_once()] == ["landed"]
+
+
+def test_unknown_and_unqueued_sessions(world: World) -> None:
+    with pytest.raises(NotFound):
+        pubqueue.enqueue(world.planes["alice"], "20300101-120000-nope-alice")
+    assert run_gw(world.base / "alice", "queue", "remove", "20300101-120000-nope-alice",
+                  env={"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:05:00Z"}).returncode == 3
+
+
+@pytest.mark.parametrize("world", [("touch \"$GW_MARK\"; sleep 30",)], indirect=True)
+def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice(world: World) -> None:
+    first = world.session("alice", {"x.txt": "x\n"})
+    second = world.session("bob", {"y.txt": "y\n"})
+    pubqueue.enqueue(world.planes["alice"], first)
+    pubqueue.enqueue(world.planes["bob"], second)
+    mark = world.base / "gate-started"
+    pub = world.base / "pub"
+    git(pub, "config", "gitwork.gates", 'touch "$GW_MARK"; sleep 30')
+    env = {**os.environ, "GW_AGENT": "pub", "GW_NOW": "2030-01-01T12:02:00Z", "GW_MARK": str(mark)}
+    doomed = subprocess.Popen([*run_gw_cmd(), "queue", "work", "--once", "--ttl", "60s"], cwd=pub, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not mark.exists() and time.monotonic() < deadline and doomed.poll() is None:
+        time.sleep(0.05)
+    assert mark.exists(), doomed.communicate()
+    os.killpg(doomed.pid, signal.SIGKILL)  # the publisher, its gate and any git it runs
+    doomed.wait()
+    # Another publisher on another clone: while the dead one's lease lasts it is refused (75); after, it takes over.
+    other = world.base / "bob"
+    git(other, "config", "gitwork.gates", "true")
+    busy = run_gw(other, "queue", "work", "--once", env={"GW_AGENT": "pub2", "GW_NOW": "2030-01-01T12:02:30Z"})
+    assert busy.returncode == 75, busy.stdout + busy.stderr
+    later = {"GW_AGENT": "pub2", "GW_NOW": "2030-01-01T12:04:00Z"}
+    done = run_gw(other, "queue", "work", "--once", "--json", env=later)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["landed"] == 2
+    log = git(world.bare, "log", "--format=%H %s", "main")
+    assert log.count("bob's change") == 1 and log.count("alice's change") == 1
+    assert git(world.bare, "rev-list", "--count", "--merges", "main") == "1"
+    again = run_gw(other, "queue", "work", "--once", "--json", env={**later, "GW_NOW": "2030-01-01T12:05:00Z"})
+    assert json.loads(again.stdout)["handled"] == []
+    listed = run_gw(other, "queue", "--json", env=later)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+def run_gw_cmd() -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "gitwork"]
