@@ -28,12 +28,14 @@ thread; the item and its lease stay the holder's.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import shutil
 import socket
 import subprocess
 import time
 
+from .clock import parse_instant
 from .errors import GwError, Held, Invalid, NonFastForward, RemoteError, RemoteRefused, Stale
 from .records.queue import bounded, entries
 from .sessions import ensure_ignored, find, git, identity_env, main_worktree, resolve_commit
@@ -120,19 +122,24 @@ class Publisher:
         self.remote = code_remote(wp, remote)
         self.ttl = ttl
         self.epoch: int | None = None
+        self.until: _dt.datetime | None = None
         self.with_record = _same_remote(self.top, self.remote, wp.settings.remote)
 
     def _lease(self, action: str) -> dict[str, Any]:
         holder = {"host": socket.gethostname()[:64] or "host", "pid": os.getpid()}
         applied = self.wp.record("queue-lease", action=action, holder=holder, ttl=f"{self.ttl}s", epoch=self.epoch)
         self.epoch = int(applied.result["epoch"])
+        self.until = parse_instant(str(applied.result["expires_at"]))
         return applied.result
 
     def take(self) -> dict[str, Any]:
         return self._lease("take")
 
     def renew(self) -> None:
-        self._lease("renew")
+        """Renew once half the lease is gone (each renewal is a push to the arbiter). A publisher paused
+        past its lease is not saved by this: the arbiter refuses its records under the old epoch."""
+        if self.until is None or self.wp.now() >= self.until - _dt.timedelta(seconds=self.ttl / 2):
+            self._lease("renew")
 
     def release(self) -> None:
         if self.epoch is not None:
@@ -183,7 +190,7 @@ class Publisher:
                     return self._return(entry, f"gate `{gate}` failed (exit {code}) on the {mode} of session "
                                                f"{session} onto {into} at {target[:12]}", output=output, gate=gate)
                 moving = ref
-            self.renew()  # a publisher paused past its lease learns it here, before it pushes anything
+            self.renew()
             try:
                 landed = self._land(entry, new, target, mode, gates, moving)
             except (RemoteRefused, NonFastForward) as error:  # the code remote's hook said no (paths, fences)

@@ -108,7 +108,7 @@ def world(request: pytest.FixtureRequest, tmp_path: Path, template: tuple[Path, 
 
 def thread_texts(wp: Workplane, item: str) -> list[dict[str, Any]]:
     Arbiter(wp).sync()
-    return wp.thread(item)
+    return wp.thread(item)[1]
 
 
 # Red together, green alone: each session adds one file; the gate fails when both are there.
