@@ -29,6 +29,7 @@ thread; the item and its lease stay the holder's.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import shutil
 import socket
@@ -119,11 +120,20 @@ class Publisher:
     def __init__(self, wp: Workplane, remote: str | None = None, ttl: int = DEFAULT_TTL) -> None:
         self.wp = wp
         self.top = main_worktree(wp.repo)
-        self.remote = code_remote(wp, remote)
+        self.named = remote
         self.ttl = ttl
         self.epoch: int | None = None
         self.until: _dt.datetime | None = None
-        self.with_record = _same_remote(self.top, self.remote, wp.settings.remote)
+
+    @functools.cached_property
+    def remote(self) -> str:
+        """The code remote, looked up at the first entry: an empty queue needs none."""
+        return code_remote(self.wp, self.named)
+
+    @functools.cached_property
+    def with_record(self) -> bool:
+        """Whether the code remote is the arbiter: then a landing and its record are one atomic push."""
+        return _same_remote(self.top, self.remote, self.wp.settings.remote)
 
     def _lease(self, action: str) -> dict[str, Any]:
         holder = {"host": socket.gethostname()[:64] or "host", "pid": os.getpid()}

@@ -1366,7 +1366,10 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
           'Commands:\n'
           '  list    The publish queue, head first: position, session, item, holder,...\n'
           '  work    Be the publisher: take its lease, gate each queued session on...\n'
-          '  remove  Take a session out of the publish queue (its holder, or an admin).\n',
+          '  remove  Take a session out of the publish queue (its holder, or an admin).\n'
+          '\n'
+          '  Example:\n'
+          '    gw queue\n',
  'queue list': 'Usage: gw queue list [OPTIONS]\n'
                '\n'
                '  The publish queue, head first: position, session, item, holder, fence,\n'

@@ -316,6 +316,14 @@ def api_router(server: Server) -> APIRouter:
         with server.plane(who) as wp:
             return JSONResponse(list_sessions(wp))
 
+    @router.get("/queue", responses=_ok(_array(_OBJECT), "As `gw queue --json`."))
+    def queue(who: Principal = Who) -> JSONResponse:
+        """The publish queue, head first (`gw queue`); queue a session with the `queue-add` command."""
+        from ..pubqueue import listing as queued
+
+        with server.plane(who) as wp:
+            return JSONResponse(queued(wp))
+
     @router.get("/log", responses=_ok(_array(_OBJECT), "As `gw log --json`."))
     def log(limit: Optional[int] = Query(None, ge=0, le=MAX_LIMIT), who: Principal = Who) -> JSONResponse:
         """The state ref's history, newest first: one commit per command (`gw log`)."""

@@ -7,11 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import helptext
 from ..commands import queue
 from ..declare import As, Json, Repo, _run, app, typer_only, verb
 
 queue_app = typer.Typer(help="The publish queue on the arbiter: sessions waiting for the publisher to land them "
-                             "on the code remote's branch, gated on its current tip.")
+                             "on the code remote's branch, gated on its current tip.", epilog=helptext.epilog("queue_"))
 app.add_typer(queue_app, name="queue")
 QueueRemote = Annotated[Optional[str], typer.Option("--remote", help="The code remote (default: the arbiter remote, "
                                                                      "else origin).")]
@@ -25,12 +26,12 @@ def queue_(ctx: typer.Context, json: Json = False, agent: As = None, path: Repo 
         _run(queue.queue_list, json, path, agent)
 
 
-@verb(queue.queue_list, "list", group=queue_app)
+@verb(queue.queue_list, "list", group=queue_app, sample=[])
 def queue_list(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """The publish queue, head first: position, session, item, holder, fence, commit, target."""
 
 
-@verb(queue.work, "work", group=queue_app)
+@verb(queue.work, "work", group=queue_app, sample=["--once"])
 def queue_work(
     remote: QueueRemote = None,
     once: Annotated[bool, typer.Option("--once", help="One pass over the queue, then release the publisher lease "
