@@ -161,7 +161,7 @@ class Publisher:
 
     def pass_once(self) -> list[dict[str, Any]]:
         """Land or send back every entry queued now, head first; what happened to each."""
-        done = []
+        done: list[dict[str, Any]] = []
         while True:
             queued = entries(view(self.wp))
             if not queued:
@@ -178,7 +178,7 @@ class Publisher:
             if target is None:
                 return self._return(entry, f"{self.remote} has no branch {into}")
             source = self._fetch_session(session)
-            if source != entry["commit"]:
+            if source is None or source != entry["commit"]:
                 why = "is not on" if source is None else f"is at {source[:12]}, not the queued commit, on"
                 return self._return(entry, f"the session branch session/{session} {why} {self.remote}: "
                                            "gw publish --queue pushes it")
