@@ -303,3 +303,35 @@ def test_the_readme_queue_example_runs_as_written(world: World) -> None:
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert git(world.bare, "show", "main:a.txt") == "fixed"
     assert "landed" in ran.stdout
+
+
+def test_the_rest_route_and_the_mcp_tools_are_the_same_queue(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from gitwork.mcp import tools
+    from gitwork.serve.app import create_app
+    from gitwork.serve.tokens import Tokens
+    from gitwork.store import Repository
+
+    monkeypatch.setenv("GW_NOW", "2030-01-01T12:05:00Z")
+    first = world.session("alice", {"x.txt": "x\n"})
+    repo = world.base / "alice"
+    # MCP: the tool queue-add runs gw publish --queue's function (pushes the branch, records queue-add).
+    session = tools.Session(world.planes["alice"])
+    failed, queued = session.call("queue-add", {"item": world.items["alice"], "session": first})
+    assert not failed and queued["position"] == 1, queued
+    failed, again = session.call("queue-add", {"item": world.items["alice"], "session": first})
+    assert failed and again["code"] == 6  # queued already
+    failed, listed = session.call("queue", {})
+    assert not failed and [e["session"] for e in listed] == [first]
+    token = Tokens(Repository.discover(str(repo)).gitwork_dir()).add("bob", "person")[0]
+    with TestClient(create_app(str(repo)), base_url="http://gw", headers={"Authorization": f"Bearer {token}"}) as http:
+        assert http.get("/v1/queue").json() == listed
+        # REST: bob cannot queue alice's session by document, nor remove her entry (no admins: a person may).
+        refused = http.post("/v1/commands", json={"op": "queue-add", "item": world.items["alice"], "session": first})
+        assert refused.status_code in (403, 409) and refused.json()["ok"] is False
+        forged = http.post("/v1/commands", json={"op": "queue-land", "epoch": 1, "session": first,
+                                                 "commit": "0" * 40, "mode": "merge"})
+        assert forged.status_code == 422
+        assert http.get("/v1/queue").json() == listed
