@@ -249,23 +249,45 @@ def test_unknown_and_unqueued_sessions(world: World) -> None:
                   env={"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:05:00Z"}).returncode == 3
 
 
-@pytest.mark.parametrize("world", [("touch \"$GW_MARK\"; sleep 30",)], indirect=True)
-def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice(world: World) -> None:
+# The slow push: a pre-receive hook that was there before gitwork (kept as pre-receive.legacy, run first)
+# holds a push of main for a while, so the test can kill the publisher while its landing is in flight.
+SLOW_PUSH = """#!/bin/sh
+input=$(cat)
+case "$input" in *refs/heads/main*) if [ -f slow-push ]; then rm -f slow-push; touch pushing; sleep 4; fi ;; esac
+exit 0
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phase", ["gate", "push"])
+def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice(world: World, phase: str) -> None:
+    """``gate``: killed (with its gate) while the gate runs, before anything moved. ``push``: only the
+    publisher's own process is killed while its atomic push of main and the queue-land record is inside
+    the code remote's hook; that orphaned push may still land both. Either way the next publisher,
+    once the dead one's lease has expired, lands what is left, and nothing twice."""
     first = world.session("alice", {"x.txt": "x\n"})
     second = world.session("bob", {"y.txt": "y\n"})
     pubqueue.enqueue(world.planes["alice"], first)
     pubqueue.enqueue(world.planes["bob"], second)
-    mark = world.base / "gate-started"
     pub = world.base / "pub"
-    git(pub, "config", "gitwork.gates", 'touch "$GW_MARK"; sleep 30')
+    mark = world.base / "gate-started" if phase == "gate" else world.bare / "pushing"
+    git(pub, "config", "gitwork.gates", 'touch "$GW_MARK"; sleep 30' if phase == "gate" else "true")
+    if phase == "push":
+        legacy = world.bare / "hooks" / "pre-receive.legacy"
+        legacy.write_text(SLOW_PUSH)
+        legacy.chmod(0o755)
+        (world.bare / "slow-push").touch()
     env = {**os.environ, "GW_AGENT": "pub", "GW_NOW": "2030-01-01T12:02:00Z", "GW_MARK": str(mark)}
     doomed = subprocess.Popen([*run_gw_cmd(), "queue", "work", "--once", "--ttl", "60s"], cwd=pub, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while not mark.exists() and time.monotonic() < deadline and doomed.poll() is None:
         time.sleep(0.05)
     assert mark.exists(), doomed.communicate()
-    os.killpg(doomed.pid, signal.SIGKILL)  # the publisher, its gate and any git it runs
+    if phase == "gate":
+        os.killpg(doomed.pid, signal.SIGKILL)  # the publisher and its gate
+    else:
+        os.kill(doomed.pid, signal.SIGKILL)  # the publisher only: its git push goes on without it
     doomed.wait()
     # Another publisher on another clone: while the dead one's lease lasts it is refused (75); after, it takes over.
     other = world.base / "bob"
@@ -275,7 +297,9 @@ def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice
     later = {"GW_AGENT": "pub2", "GW_NOW": "2030-01-01T12:04:00Z"}
     done = run_gw(other, "queue", "work", "--once", "--json", env=later)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads(done.stdout)["landed"] == 2
+    handled = json.loads(done.stdout)["handled"]
+    assert all(h["outcome"] == "landed" for h in handled)
+    assert [h["session"] for h in handled] == ([first, second] if phase == "gate" else [first, second][-len(handled):])
     log = git(world.bare, "log", "--format=%H %s", "main")
     assert log.count("bob's change") == 1 and log.count("alice's change") == 1
     assert git(world.bare, "rev-list", "--count", "--merges", "main") == "1"
@@ -283,6 +307,13 @@ def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice
     assert json.loads(again.stdout)["handled"] == []
     listed = run_gw(other, "queue", "--json", env=later)
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    # Each session was recorded landed exactly once on the state.
+    with Workplane(str(other), agent="pub2") as plane:
+        Arbiter(plane).sync()
+        ctx = plane.context()
+        for who, session in (("alice", first), ("bob", second)):
+            landed = [e for e in ctx.records(world.items[who]) if e.get("type") == "publish"]
+            assert [e["session"] for e in landed] == [session]
 
 
 def run_gw_cmd() -> list[str]:
