@@ -326,8 +326,6 @@ def test_the_readme_queue_example_runs_as_written(world: World) -> None:
     from test_readme import gw_on_path, shell_block
 
     block = shell_block("gw publish --queue")
-    world.planes["pub"].do("new", title="Fix a.txt")
-    Arbiter(world.planes["pub"]).sync()
     alice = world.base / "alice"
     env = {**gw_on_path(world.base), "GW_AGENT": "carol", "GW_NOW": "2030-01-01T12:10:00Z"}
     ran = subprocess.run(["sh", "-ec", block], cwd=alice, env=env, capture_output=True, text=True, timeout=120)
