@@ -182,10 +182,17 @@ def test_hostile_input_changes_nothing(world: World) -> None:
     unknown = run_gw(world.base / "alice", "publish", "--queue", "20300101-120000-nope-alice", "--json", env=env)
     assert unknown.returncode == 3, unknown.stdout + unknown.stderr
     assert json.loads(unknown.stdout)["ok"] is False
+    with pytest.raises(NotFound):
+        pubqueue.enqueue(world.planes["alice"], "20300101-120000-nope-alice")
+    assert run_gw(world.base / "alice", "queue", "remove", "20300101-120000-nope-alice", env=env).returncode == 3
     # bob queues alice's session by hand (gw apply): not his to queue.
     doc = json.dumps({"op": "queue-add", "item": world.items["alice"], "session": first})
     theirs = run_gw(world.base / "bob", "apply", "-", "--json", env={**env, "GW_AGENT": "bob"}, input=doc)
     assert theirs.returncode in (7, 77), theirs.stdout + theirs.stderr
+    # A target that is not a plain branch name (the publisher puts it in refspecs) is refused.
+    for into in ("x:refs/heads/main", "session/x", "../main", "-x", "+main"):
+        bad = json.dumps({"op": "queue-add", "item": world.items["alice"], "session": first, "into": into})
+        assert run_gw(world.base / "alice", "apply", "-", env=env, input=bad).returncode == 5, into
     # Only gitwork's own publisher writes the publisher's records.
     land = json.dumps({"op": "queue-land", "epoch": 1, "session": first, "commit": "0" * 40, "mode": "merge"})
     assert run_gw(world.base / "bob", "apply", "-", env={**env, "GW_AGENT": "bob"}, input=land).returncode == 5
@@ -240,13 +247,6 @@ def test_one_publisher_at_a_time_and_a_stale_publisher_is_refused(world: World) 
         old.handle(pubqueue.entries(pubqueue.view(world.planes["pub"]))[0])
     assert (world.main(), git(world.bare, "rev-parse", STATE)) == (main, state)  # its stale fence moved nothing
     assert [h["outcome"] for h in rival.pass_once()] == ["landed"]
-
-
-def test_unknown_and_unqueued_sessions(world: World) -> None:
-    with pytest.raises(NotFound):
-        pubqueue.enqueue(world.planes["alice"], "20300101-120000-nope-alice")
-    assert run_gw(world.base / "alice", "queue", "remove", "20300101-120000-nope-alice",
-                  env={"GW_AGENT": "alice", "GW_NOW": "2030-01-01T12:05:00Z"}).returncode == 3
 
 
 # The slow push: a pre-receive hook that was there before gitwork (kept as pre-receive.legacy, run first)

@@ -24,6 +24,7 @@ the push whatever the client did.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 
 from .. import codec
 from ..clock import format_instant
@@ -50,6 +51,9 @@ from .sessions import SESSION_ID, _commit
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     from typing import Any
+
+
+_BRANCH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/-]{0,199}\Z")
 
 
 def _session(ctx: Context) -> str:
@@ -102,8 +106,11 @@ def queue_add(ctx: Context) -> None:
     into = ctx.cmd.get("into") or started.get("into") or "main"
     if into.startswith("refs/heads/"):
         into = into[len("refs/heads/"):]
-    if into.startswith(("session/", "-")) or not into:
-        raise Invalid(f"a session cannot be queued into {into!r}")
+    if not _BRANCH.match(into) or ".." in into or "//" in into or into.endswith((".lock", "/", ".")) \
+            or into.startswith("session/"):
+        # The publisher puts it in refspecs (fetch, push): only a plain branch name, never a session branch.
+        raise Invalid(f"a session cannot be queued into {into[:80]!r}: a branch name (letters, digits, . _ - /), "
+                      "not a session branch")
     ctx.cmd["into"] = into
     seq = next_seq(ctx)
     entry = {"seq": seq, "session": session, "item": item_id, "holder": ctx.actor, "fence": lease.fence,
