@@ -170,7 +170,18 @@ class Publisher:
             done.append(self.handle(queued[0]))
 
     def handle(self, entry: dict[str, Any]) -> dict[str, Any]:
-        """Land the head entry, or send it back to its holder."""
+        """Land the head entry, or send it back to its holder; an entry taken out of the queue meanwhile
+        (``gw queue remove`` while its gates ran) is skipped: its record is refused, and when the code
+        remote is the arbiter the branch move with it."""
+        try:
+            return self._handle(entry)
+        except Invalid:
+            if any(e.get("session") == entry["session"] for e in entries(view(self.wp))):
+                raise
+            return {"session": entry["session"], "item": entry["item"], "outcome": "removed",
+                    "reason": "taken out of the queue while the publisher worked on it"}
+
+    def _handle(self, entry: dict[str, Any]) -> dict[str, Any]:
         session, into = str(entry["session"]), str(entry["into"])
         ref = f"refs/heads/{into}"
         for _round in range(MAX_ROUNDS):

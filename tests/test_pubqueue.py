@@ -258,6 +258,19 @@ exit 0
 """
 
 
+def test_an_entry_removed_while_the_publisher_works_on_it_is_skipped(world: World) -> None:
+    first = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], first)
+    publisher = pubqueue.Publisher(world.planes["pub"], ttl=60)
+    publisher.take()
+    entry = pubqueue.entries(pubqueue.view(world.planes["pub"]))[0]
+    world.planes["alice"].do("queue-remove", session=first, reason="not yet")
+    main = world.main()
+    assert publisher.handle(entry)["outcome"] == "removed"
+    assert world.main() == main  # the branch moves with the record or not at all
+    publisher.release()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["gate", "push"])
 def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice(world: World, phase: str) -> None:
