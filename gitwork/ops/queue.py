@@ -147,6 +147,8 @@ def queue_lease(ctx: Context) -> None:
     """``take``: refused (75) while another live publisher holds it; each take is a new epoch. ``renew``
     and ``release`` need the caller's epoch: a publisher whose lease was taken over learns it here (7)."""
     action, holder = ctx.cmd["action"], ctx.cmd["holder"]
+    if ctx.cmd["ttl"] < 10:
+        raise Invalid(f"a publisher lease of {ctx.cmd['ttl']}s would end before its first landing: 10s at least")
     record = load_publisher(ctx)
     if action == "take":
         if publisher_live(record, ctx.now) and record is not None:
