@@ -136,6 +136,8 @@ def test_two_green_sessions_land_in_order_fast_forward_then_a_merge(world: World
         ctx = world.planes[who].context()
         assert ctx.item(world.items[who]).status == "done"
         assert ctx.lease(world.items[who]).state == "released"
+        (listed,) = sessions.list_sessions(world.planes[who])  # the holder's own clone reads the record
+        assert (listed["state"], listed["live"]) == ("published", False)
     publisher = world.planes["pub"].context().file("queue/publisher.yaml")
     assert publisher is not None and b"state: released" in publisher
 
