@@ -260,6 +260,36 @@ exit 0
 """
 
 
+def test_a_code_remote_apart_from_the_arbiter_a_landing_found_on_the_branch_is_recorded_not_repeated(
+        world: World) -> None:
+    """With a code remote that is not the arbiter the branch moves first, then the record: a publisher
+    that died in between left the session on the branch. The next one records it (mode ``found``)
+    without a second merge, and lands the next entry by a CAS push to the code remote."""
+    code = make_repo(world.base / "code.git", bare=True)
+    assert run_gw(world.base, "hooks", "install", "--server", str(code)).returncode == 0
+    git(world.base / "alice", "push", "-q", str(code), "main")
+    for name in ("alice", "bob", "pub"):
+        git(world.base / name, "remote", "add", "code", str(code))
+    first = world.session("alice", {"x.txt": "x\n"})
+    second = world.session("bob", {"y.txt": "y\n"})
+    pubqueue.enqueue(world.planes["alice"], first, remote="code")
+    pubqueue.enqueue(world.planes["bob"], second, remote="code")
+    alice = world.base / "alice"
+    (alice / "z.txt").write_text("z\n")  # main moves under the queue: landing the first needs a merge
+    git(alice, "add", "z.txt")
+    git(alice, "commit", "-q", "-m", "z")
+    git(alice, "push", "-q", str(code), "main")
+    source = git(code, "rev-parse", f"refs/heads/session/{first}")
+    tree = git(code, "merge-tree", "--write-tree", "main", source)
+    merged = git(code, "commit-tree", tree, "-p", "main", "-p", source, "-m", f"Merge session {first}")
+    git(code, "update-ref", "refs/heads/main", merged)  # what the dead publisher pushed before its record
+    result = pubqueue.work(world.planes["pub"], "code", once=True)
+    assert [(h["session"], h["mode"]) for h in result["handled"]] == [(first, "found"), (second, "merge")]
+    assert git(code, "rev-list", "--count", "--merges", "main") == "2"  # the dead one's, and the second's
+    assert git(code, "log", "--format=%s", "main").count("alice's change") == 1
+    assert world.main() == git(world.base / "alice", "rev-parse", "origin/main")  # the arbiter's main: untouched
+
+
 def test_an_entry_removed_while_the_publisher_works_on_it_is_skipped(world: World) -> None:
     first = world.session("alice", {"x.txt": "x\n"})
     pubqueue.enqueue(world.planes["alice"], first)
