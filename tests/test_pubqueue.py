@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import Clock, git, make_repo, pin_arbiter_clock, run_gw, scrubbed
+from conftest import Clock, git, gw_cmd, make_repo, pin_arbiter_clock, run_gw, scrubbed
 from gitwork import pubqueue, sessions
 from gitwork.clock import format_instant
 from gitwork.errors import Held, NotFound, Stale
@@ -323,7 +323,7 @@ def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice
         legacy.chmod(0o755)
         (world.bare / "slow-push").touch()
     env = {**os.environ, "GW_AGENT": "pub", "GW_NOW": "2030-01-01T12:02:00Z", "GW_MARK": str(mark)}
-    doomed = subprocess.Popen([*run_gw_cmd(), "queue", "work", "--once", "--ttl", "60s"], cwd=pub, env=env,
+    doomed = subprocess.Popen([*gw_cmd(), "queue", "work", "--once", "--ttl", "60s"], cwd=pub, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 60
     while not mark.exists() and time.monotonic() < deadline and doomed.poll() is None:
@@ -359,12 +359,6 @@ def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice
         for who, session in (("alice", first), ("bob", second)):
             landed = [e for e in ctx.records(world.items[who]) if e.get("type") == "publish"]
             assert [e["session"] for e in landed] == [session]
-
-
-def run_gw_cmd() -> list[str]:
-    import sys
-
-    return [sys.executable, "-m", "gitwork"]
 
 
 def test_the_readme_queue_example_runs_as_written(world: World) -> None:
