@@ -399,6 +399,8 @@ def test_the_rest_route_and_the_mcp_tools_are_the_same_queue(world: World, monke
         # REST: bob cannot queue alice's session by document, nor remove her entry (no admins: a person may).
         refused = http.post("/v1/commands", json={"op": "queue-add", "item": world.items["alice"], "session": first})
         assert refused.status_code in (403, 409) and refused.json()["ok"] is False
+        elsewhere = http.post("/v1/queue", json={"item": world.items["alice"], "session": first})
+        assert elsewhere.status_code in (403, 409) and elsewhere.json()["ok"] is False
         forged = http.post("/v1/commands", json={"op": "queue-land", "epoch": 1, "session": first,
                                                  "commit": "0" * 40, "mode": "merge"})
         assert forged.status_code == 422
