@@ -74,6 +74,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "session start": ([A], "object"),
     "session commit": (["--file", "new.txt", "-m", "add a file", "-C", "{worktree}"], "object"),
     "session list": ([], "array"),
+    "queue remove": (["{session}"], "object"),  # queued by SETUP_AFTER["session list"]
     "publish": (["{session}", "--keep-open"], "object"),
     "done": ([A], "object"),
     "reopen": ([A], "object"),
@@ -144,7 +145,7 @@ def steps_setup(path: str, doc: dict[str, Any], project: Path, found: dict[str, 
         found.update(steps=made["session"])
 # Run after a case, to set up later ones: items B and C exist; B is claimed for handoff and for revoke.
 SETUP_AFTER = {"new": [["new", "second"], ["new", "third"]], "cancel": [["claim", B]], "release": [["claim", B]],
-               "reopen": [["claim", A], ["session", "start", A]]}
+               "reopen": [["claim", A], ["session", "start", A]], "session list": [["publish", "--queue"]]}
 
 
 def command_paths() -> set[str]:

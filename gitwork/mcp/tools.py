@@ -133,6 +133,7 @@ READ_TOOLS: tuple[Tool, ...] = (
     Tool("thread", "messages:thread", "an item's messages after number since",
          local={"item": "item!", "since": "int"}, defaults={"since": 0}),
     Tool("inbox", "messages:inbox", "messages to you or on items you hold or own: unread, then unanswered"),
+    Tool("queue", "queue:queue_list", "the publish queue, head first: the sessions waiting to be landed"),
 )
 
 

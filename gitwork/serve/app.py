@@ -316,6 +316,25 @@ def api_router(server: Server) -> APIRouter:
         with server.plane(who) as wp:
             return JSONResponse(list_sessions(wp))
 
+    @router.post("/queue", responses=_ok(RESULT, "The session was queued: as `POST /v1/commands` answers."),
+                 openapi_extra={"requestBody": {
+                     "required": True, "description": "The `queue-add` document; `op` may be left out.",
+                     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Command_queue_add"}}}}})
+    async def enqueue(request: Request, who: Principal = Who) -> JSONResponse:
+        """Queue a committed session for the publisher (`queue-add`: only its holder). The session branch
+        must be on the code remote already (`gw publish --queue` pushes it), else the publisher sends it back."""
+        document = await read_document(request)
+        applied = await asyncio.to_thread(submit, server, who, {**document, "op": "queue-add"})
+        return JSONResponse(applied)
+
+    @router.get("/queue", responses=_ok(_array(_OBJECT), "As `gw queue --json`."))
+    def queue(who: Principal = Who) -> JSONResponse:
+        """The publish queue, head first (`gw queue`); queue a session with the `queue-add` command."""
+        from ..pubqueue import listing as queued
+
+        with server.plane(who) as wp:
+            return JSONResponse(queued(wp))
+
     @router.get("/log", responses=_ok(_array(_OBJECT), "As `gw log --json`."))
     def log(limit: Optional[int] = Query(None, ge=0, le=MAX_LIMIT), who: Principal = Who) -> JSONResponse:
         """The state ref's history, newest first: one commit per command (`gw log`)."""

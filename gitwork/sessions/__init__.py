@@ -448,7 +448,23 @@ def list_sessions(wp: Workplane) -> list[dict[str, Any]]:
     """Every session with ``live``: whether an open session's lease is still the holder's (else it is dead)."""
     top = main_worktree(wp.repo)
     ctx = wp.context()
-    return [{**s.view(), "live": s.get("state") in OPEN_STATES and lease_live(wp, s, ctx)} for s in all_sessions(top)]
+    rows = []
+    for record in all_sessions(top):
+        row = {**record.view(), "live": record.get("state") in OPEN_STATES and lease_live(wp, record, ctx)}
+        if row.get("state") == "committed" and _published_on_record(ctx, record):
+            row.update(state="published", live=False)  # landed by the publish queue's publisher (pubqueue.py)
+        rows.append(row)
+    return rows
+
+
+def _published_on_record(ctx: Any, record: Session) -> bool:
+    """Whether the state records this session's publish (a publisher of the publish queue landed it; the
+    holder's manifest, a local convenience, still says ``committed``)."""
+    try:
+        events = ctx.records(record["item"])
+    except GwError:
+        return False
+    return any(e.get("type") == "publish" and e.get("session") == record.id for e in events)
 
 
 # --- session drop --------------------------------------------------------------------------------

@@ -92,7 +92,16 @@ def drop(wp: Workplane, as_json: bool, session: str, keep_branch: bool, reason: 
 
 
 def publish(wp: Workplane, as_json: bool, session: str | None, into: str | None, remote: str | None,
-             keep_open: bool = False, force: bool = False, reason: str | None = None) -> None:
+             keep_open: bool = False, force: bool = False, reason: str | None = None, queue: bool = False) -> None:
+    if queue:
+        if keep_open or force or reason:
+            from ...errors import UsageError
+
+            raise UsageError("--queue takes --into and --remote only: the publisher marks the item done when it lands")
+        from .queue import enqueue
+
+        enqueue(wp, as_json, session, into=into, remote=remote)
+        return
     from ...publish import publish as publish_
 
     info = publish_(wp, session, into=into, remote=remote, keep_open=keep_open, force=force, reason=reason)

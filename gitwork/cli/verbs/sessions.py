@@ -84,6 +84,8 @@ def publish(
                                                                 "(more sessions to come).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Mark done even with unchecked criteria (needs --reason).")] = False,
     reason: Annotated[Optional[str], typer.Option("--reason", help="Why (recorded in the history).")] = None,
+    queue: Annotated[bool, typer.Option("--queue", help="Queue it for the publisher (gw queue work) instead: pushes "
+                                                        "the session branch, records queue-add.")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Publish a session's commit (fast-forward, or a clean merge whose gates pass; exit 13 otherwise) and mark the

@@ -1,0 +1,384 @@
+"""The publish queue (docs/sessions.md, "The publish queue"): ``gw publish --queue``, ``gw queue``,
+``gw queue work``, ``gw queue remove``.
+
+The queue is state on the arbiter (``records/queue.py``, ops in ``ops/queue.py``); this module is the
+git side. ``enqueue`` pushes the session branch to the code remote (one new commit, which the server
+hook allows) and records ``queue-add``. The publisher (:class:`Publisher`, ``gw queue work``) holds the
+publisher lease (``queue-lease``: one at a time across clones, an expired one is taken over, a stale
+epoch refused), takes the head entry and:
+
+1. fetches the code remote's target branch (its tip ``T``) and the session branch (it must still be at
+   the commit the state recorded);
+2. if the session commit ``C`` is already on ``T`` (a publisher died after its push, with a code remote
+   that is not the arbiter), records the landing (mode ``found``) and moves nothing: nothing lands twice;
+3. otherwise combines: ``C`` itself when ``T`` is its ancestor (fast-forward), else a merge commit of
+   ``T`` and ``C`` made by ``git merge-tree --write-tree`` (no worktree touched; a conflict sends the
+   session back, naming the paths);
+4. runs every gate (``gates`` setting) on the combined commit in a scratch worktree, a fast-forward too:
+   main is never moved to a tree the gates did not see. A failing gate sends the session back with the
+   gate's output (bounded);
+5. lands it by a CAS push of the target (``--force-with-lease=<ref>:T``). When the code remote is the
+   arbiter, the branch and the ``queue-land`` record go in one atomic push: both or neither, so a
+   publisher killed mid-push leaves either the landing with its record or nothing. If the target moved,
+   the decision is made again on the new tip.
+
+Sending back is ``queue-return``: the entry leaves the queue and the holder gets a message in the item's
+thread; the item and its lease stay the holder's.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+from .clock import parse_instant
+from .errors import GwError, Held, Invalid, NonFastForward, RemoteError, RemoteRefused, Stale
+from .records.queue import bounded, entries
+from .sessions import ensure_ignored, find, git, identity_env, main_worktree, resolve_commit
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .engine import View
+    from .workplane import Workplane
+
+MAX_ROUNDS = 5  # the target moved under the publisher this many times in a row: try again on the next pass
+DEFAULT_TTL = 120  # seconds of the publisher lease; renewed before each entry and each landing
+
+
+def code_remote(wp: Workplane, remote: str | None) -> str:
+    """The code remote: the one named, else the arbiter, else ``origin``."""
+    name = remote or wp.settings.remote or "origin"
+    top = main_worktree(wp.repo)
+    if git("remote", "get-url", "--", name, cwd=top, check=False).returncode != 0:
+        raise Invalid(f"no git remote named {name!r} (git remote add {name} URL)")
+    return name
+
+
+def view(wp: Workplane) -> View:
+    """The state the queue is decided on: the arbiter's (fetched now, with this clone's unseen commands
+    replayed on it), else the local one. Read-only."""
+    from . import engine
+    from .store import Snapshot
+
+    if not wp.settings.remote:
+        return wp.context()
+    from .sync import Arbiter
+
+    arbiter = Arbiter(wp)
+    base, _replayed, _refused = arbiter.rebuild(wp.store.tip(), arbiter.fetch())
+    snapshot = wp.store.snapshot(base) if base else Snapshot(wp.store, None, None)
+    snapshot.check_format()
+    return engine.View(snapshot, wp.now(), wp.settings)
+
+
+def listing(wp: Workplane) -> list[dict[str, Any]]:
+    """The queue, head first, each entry with its position (1 = next to land)."""
+    return [{"position": n, **entry} for n, entry in enumerate(entries(view(wp)), 1)]
+
+
+def enqueue(wp: Workplane, session: str | None, into: str | None = None, remote: str | None = None) -> dict[str, Any]:
+    """``gw publish --queue``: push the session branch to the code remote, record ``queue-add``.
+
+    The record is tried first on the state it would extend (nothing pushed if it would be refused);
+    the session branch is pushed as is (the server hook allows a session branch created with its one
+    commit); then the record, decided by the arbiter."""
+    from .publish import _precheck
+
+    record = find(wp, session)
+    actor = wp.settings.identity()
+    if record.get("holder") != actor:
+        raise Stale(f"session {record.id} is {record.get('holder')}'s, and you are {actor}: only its holder queues it",
+                    holder=record.get("holder"))
+    if record.get("state") != "committed" or not record.get("commit"):
+        raise Invalid(f"session {record.id} has no commit yet: gw session commit --file PATH... -m MSG first")
+    name = code_remote(wp, remote)
+    if resolve_commit(record.ref, record.top) != record["commit"]:
+        raise Invalid(f"{record.branch} no longer points at the session commit {record['commit'][:12]}")
+    document = {"op": "queue-add", "item": record["item"], "session": record.id, "into": into or record.get("into")}
+    _precheck(wp, document)
+    done = git("push", "--porcelain", name, f"{record['commit']}:{record.ref}", cwd=record.top, check=False)
+    if done.returncode != 0:
+        said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
+        raise NonFastForward(f"{name} refused the session branch {record.branch}: {said}", remote=name)
+    applied = wp.submit({k: v for k, v in document.items() if v is not None})
+    return {**applied.to_json(), "state_commit": applied.commit, "remote": name, "branch": record.branch}
+
+
+# --- the publisher -------------------------------------------------------------------------------------
+
+
+class Publisher:
+    """One ``gw queue work``: the publisher lease, and landing or sending back the head entry."""
+
+    def __init__(self, wp: Workplane, remote: str | None = None, ttl: int = DEFAULT_TTL) -> None:
+        self.wp = wp
+        self.top = main_worktree(wp.repo)
+        self.named = remote
+        self.ttl = ttl
+        self.epoch: int | None = None
+        self.until: _dt.datetime | None = None
+
+    @functools.cached_property
+    def remote(self) -> str:
+        """The code remote, looked up at the first entry: an empty queue needs none."""
+        return code_remote(self.wp, self.named)
+
+    @functools.cached_property
+    def with_record(self) -> bool:
+        """Whether the code remote is the arbiter: then a landing and its record are one atomic push."""
+        return _same_remote(self.top, self.remote, self.wp.settings.remote)
+
+    def _lease(self, action: str) -> dict[str, Any]:
+        holder = {"host": socket.gethostname()[:64] or "host", "pid": os.getpid()}
+        applied = self.wp.record("queue-lease", action=action, holder=holder, ttl=f"{self.ttl}s", epoch=self.epoch)
+        self.epoch = int(applied.result["epoch"])
+        self.until = parse_instant(str(applied.result["expires_at"]))
+        return applied.result
+
+    def take(self) -> dict[str, Any]:
+        return self._lease("take")
+
+    def renew(self) -> None:
+        """Renew once half the lease is gone (each renewal is a push to the arbiter). A publisher paused
+        past its lease is not saved by this: the arbiter refuses its records under the old epoch."""
+        if self.until is None or self.wp.now() >= self.until - _dt.timedelta(seconds=self.ttl / 2):
+            self._lease("renew")
+
+    def release(self) -> None:
+        if self.epoch is not None:
+            try:
+                self._lease("release")
+            except GwError:
+                pass  # taken over meanwhile: nothing of ours to release
+            self.epoch = None
+
+    def pass_once(self) -> list[dict[str, Any]]:
+        """Land or send back every entry queued now, head first; what happened to each."""
+        done: list[dict[str, Any]] = []
+        while True:
+            queued = entries(view(self.wp))
+            if not queued:
+                return done
+            self.renew()
+            done.append(self.handle(queued[0]))
+
+    def handle(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """Land the head entry, or send it back to its holder; an entry taken out of the queue meanwhile
+        (``gw queue remove`` while its gates ran) is skipped: its record is refused, and when the code
+        remote is the arbiter the branch move with it."""
+        try:
+            return self._handle(entry)
+        except Invalid:
+            if any(e.get("session") == entry["session"] for e in entries(view(self.wp))):
+                raise
+            return {"session": entry["session"], "item": entry["item"], "outcome": "removed",
+                    "reason": "taken out of the queue while the publisher worked on it"}
+
+    def _handle(self, entry: dict[str, Any]) -> dict[str, Any]:
+        session, into = str(entry["session"]), str(entry["into"])
+        ref = f"refs/heads/{into}"
+        for _round in range(MAX_ROUNDS):
+            target = self._fetch(into)
+            if target is None:
+                return self._return(entry, f"{self.remote} has no branch {into}")
+            source = self._fetch_session(session)
+            if source is None or source != entry["commit"]:
+                why = "is not on" if source is None else f"is at {source[:12]}, not the queued commit, on"
+                return self._return(entry, f"the session branch session/{session} {why} {self.remote}: "
+                                           "gw publish --queue pushes it")
+            gates: list[str] = []
+            if _is_ancestor(source, target, self.top):  # landed already, by a publisher that died before its record
+                new, mode, moving = target, "found", None
+            else:
+                if _is_ancestor(target, source, self.top):
+                    new, mode = source, "fast-forward"
+                else:
+                    merged = self._merge(entry, target, source)
+                    if isinstance(merged, list):
+                        return self._return(entry, f"{into} has moved and merging session {session} into it conflicts "
+                                                   f"in: {', '.join(merged) or '(see git merge-tree)'}")
+                    new, mode = merged, "merge"
+                failed, gates = self._gates(entry, new)
+                if failed is not None:
+                    gate, code, output = failed
+                    return self._return(entry, f"gate `{gate}` failed (exit {code}) on the {mode} of session "
+                                               f"{session} onto {into} at {target[:12]}", output=output, gate=gate)
+                moving = ref
+            self.renew()
+            try:
+                landed = self._land(entry, new, target, mode, gates, moving)
+            except (RemoteRefused, NonFastForward) as error:  # the code remote's hook said no (paths, fences)
+                return self._return(entry, f"{self.remote} refused {into}: {error.message}")
+            except Stale as error:
+                if "session" not in error.details:  # this publisher's own lease was taken over: stop
+                    raise
+                return self._return(entry, error.message)
+            if landed is not None:
+                return landed
+        raise NonFastForward(f"{into} kept moving while landing session {session}; the next pass tries again")
+
+    # --- git -----------------------------------------------------------------------------------------
+
+    def _fetch(self, into: str) -> str | None:
+        tracking = f"refs/remotes/{self.remote}/{into}"
+        done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", self.remote,
+                   f"+refs/heads/{into}:{tracking}", cwd=self.top, check=False)
+        if done.returncode != 0:
+            if "couldn't find remote ref" in done.err:
+                return None
+            raise RemoteError(f"cannot fetch {into} from {self.remote}: {done.err}", remote=self.remote)
+        return resolve_commit(tracking, self.top)
+
+    def _fetch_session(self, session: str) -> str | None:
+        tracking = f"refs/gitwork/queue/{session}"  # not a branch: the local hooks and branch listings ignore it
+        done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", self.remote,
+                   f"+refs/heads/session/{session}:{tracking}", cwd=self.top, check=False)
+        if done.returncode != 0:
+            return None
+        return resolve_commit(tracking, self.top)
+
+    def _merge(self, entry: dict[str, Any], target: str, source: str) -> str | list[str]:
+        """The merge commit of ``source`` into ``target`` (no worktree touched), or the conflicting paths."""
+        done = git("merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", target, source, cwd=self.top,
+                   check=False)
+        parts = done.out.split("\0")
+        if done.returncode == 1:
+            return sorted({p.strip() for p in parts[1:] if p.strip()})
+        if done.returncode != 0:
+            raise RemoteError(f"git merge-tree failed: {done.err}")
+        trailers = f"Work-Item: {entry['item']}\nFence: {entry['fence']}\nSession: {entry['session']}\n"
+        message = f"Merge session {entry['session']} into {entry['into']} (publish queue)\n\n{trailers}"
+        env = identity_env(self.top, self.wp.settings.identity())
+        return git("commit-tree", parts[0].strip(), "-p", target, "-p", source, "-F", "-", cwd=self.top,
+                   input=message.encode(), env=env).out.strip()
+
+    def _gates(self, entry: dict[str, Any], commit: str) -> tuple[tuple[str, int, str] | None, list[str]]:
+        """Run every gate on ``commit`` in a scratch worktree: (the first failure, the gates that ran)."""
+        gates = tuple(self.wp.settings.gates)
+        if not gates:
+            return None, []
+        ensure_ignored(self.top)
+        scratch = os.path.join(self.top, ".worktrees", "queue", f"{int(entry['seq']):08d}")
+        _remove_worktree(self.top, scratch)
+        git("worktree", "add", "-q", "--detach", scratch, commit, cwd=self.top)
+        ran = []
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+            env.update(GW_SESSION=str(entry["session"]), GW_MERGE=commit)
+            for gate in gates:
+                proc = subprocess.run(["/bin/sh", "-c", gate], cwd=scratch, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                ran.append(gate)
+                if proc.returncode != 0:
+                    return (gate, proc.returncode, bounded(proc.stdout.decode("utf-8", "replace"))), ran
+        finally:
+            _remove_worktree(self.top, scratch)
+        return None, ran
+
+    # --- the records ---------------------------------------------------------------------------------
+
+    def _land(self, entry: dict[str, Any], new: str, target: str, mode: str, gates: list[str],
+              ref: str | None) -> dict[str, Any] | None:
+        """Move the target (unless ``found``) and record ``queue-land``; ``None`` when the target moved."""
+        from . import engine
+
+        document = {"op": "queue-land", "epoch": self.epoch, "session": entry["session"], "commit": new,
+                    "previous": target, "remote": self.remote, "mode": mode, "gates": gates or None}
+        cmd = engine.validate_command({k: v for k, v in document.items() if v is not None}, internal=True)
+        cmd.setdefault("as", self.wp.settings.identity())
+        if ref is not None and self.with_record:
+            from .sync import Arbiter, Rider, RiderMoved
+
+            try:
+                applied = Arbiter(self.wp).submit(cmd, (Rider(ref, target, new),))
+            except RiderMoved:
+                return None
+        else:
+            if ref is not None and not _push(self.top, self.remote, ref, new, target):
+                return None
+            applied = self.wp.submit_record(cmd)
+        self._forget(entry, new)
+        return {"session": entry["session"], "item": entry["item"], "outcome": "landed", "mode": mode,
+                "commit": new, "previous": target, "gates": gates, "state_commit": applied.commit}
+
+    def _return(self, entry: dict[str, Any], reason: str, output: str | None = None,
+                gate: str | None = None) -> dict[str, Any]:
+        applied = self.wp.record("queue-return", epoch=self.epoch, session=entry["session"], reason=reason[:1000],
+                                 output=output or None, gate=gate)
+        return {"session": entry["session"], "item": entry["item"], "outcome": "returned", "reason": reason,
+                "gate": gate, "output": output, "message": applied.result.get("message"),
+                "state_commit": applied.commit}
+
+    def _forget(self, entry: dict[str, Any], new: str) -> None:
+        """After a landing: the session branch on the code remote is published history now; delete it
+        (the server hook allows it: its commit is on a branch) and the local fetch of it. Best effort."""
+        session = entry["session"]
+        git("push", "-q", self.remote, f":refs/heads/session/{session}", cwd=self.top, check=False)
+        git("update-ref", "-d", f"refs/gitwork/queue/{session}", cwd=self.top, check=False)
+        git("update-ref", f"refs/remotes/{self.remote}/{entry['into']}", new, cwd=self.top, check=False)
+
+
+def work(wp: Workplane, remote: str | None = None, *, once: bool = False, ttl: int = DEFAULT_TTL,
+         poll: float = 2.0) -> dict[str, Any]:
+    """``gw queue work``: take the publisher lease and land the queue. ``once``: one pass, then release
+    (exit 75 if another publisher holds the lease). Otherwise wait for the lease (taking over an
+    expired one) and keep going until interrupted."""
+    publisher = Publisher(wp, remote, ttl)
+    handled: list[dict[str, Any]] = []
+    while publisher.epoch is None:
+        try:
+            publisher.take()
+        except Held:
+            if once:
+                raise
+            time.sleep(poll)
+    try:
+        while True:
+            handled.extend(publisher.pass_once())
+            if once:
+                break
+            time.sleep(poll)
+            publisher.renew()
+    finally:
+        publisher.release()
+    return {"ok": True, "handled": handled, "landed": sum(1 for h in handled if h["outcome"] == "landed"),
+            "returned": sum(1 for h in handled if h["outcome"] == "returned")}
+
+
+def _is_ancestor(older: str, newer: str, cwd: str) -> bool:
+    return git("merge-base", "--is-ancestor", older, newer, cwd=cwd, check=False).returncode == 0
+
+
+def _push(top: str, remote: str, ref: str, new: str, target: str) -> bool:
+    """CAS push of the code remote's branch; ``False`` when it is no longer at ``target``."""
+    done = git("push", "--porcelain", f"--force-with-lease={ref}:{target}", remote, f"{new}:{ref}", cwd=top,
+               check=False)
+    if done.returncode == 0:
+        return True
+    if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
+        return False
+    said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
+    raise NonFastForward(f"{remote} refused {ref}: {said}", remote=remote)
+
+
+def _same_remote(top: str, remote: str, arbiter: str | None) -> bool:
+    """Whether the code remote is the arbiter: the same remote, or one that pushes to the same URL."""
+    if not arbiter:
+        return False
+    if remote == arbiter:
+        return True
+    urls = [git("remote", "get-url", "--push", "--", n, cwd=top, check=False).out.strip() for n in (remote, arbiter)]
+    return bool(urls[0]) and urls[0] == urls[1]
+
+
+def _remove_worktree(top: str, path: str) -> None:
+    git("worktree", "remove", "--force", path, cwd=top, check=False)
+    shutil.rmtree(path, ignore_errors=True)
+    git("worktree", "prune", cwd=top, check=False)

@@ -1,0 +1,77 @@
+"""The publish queue's records on the state ref (docs/sessions.md, "The publish queue"): formats and readers.
+
+``queue/entries/<seq>.yaml``, one per queued session (``seq`` zero-padded, so the tree's order is the
+queue's), ``queue/seq.yaml`` the next number (never reused, even after the entry it named is gone), and
+``queue/publisher.yaml`` the publisher's own fenced lease: one ``gw queue work`` at a time across clones.
+The rules are the ops' (``ops/queue.py``); this module holds the formats and the reads, below ``ops/`` so
+the procedure (``pubqueue.py``) and the faces read them without importing an op module.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from .. import codec
+from ..clock import parse_instant
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..engine import View
+
+QUEUE = "queue"
+ENTRIES = f"{QUEUE}/entries"
+SEQ_PATH = f"{QUEUE}/seq.yaml"
+PUBLISHER_PATH = f"{QUEUE}/publisher.yaml"
+# What a sent-back session's message quotes of the failing gate: its last lines, and at most this much.
+OUTPUT_LINES = 20
+OUTPUT_CHARS = 4000
+
+
+def entry_path(seq: int) -> str:
+    return f"{ENTRIES}/{seq:08d}.yaml"
+
+
+def entries(view: View) -> list[dict[str, Any]]:
+    """The queued entries, head first. An op's own pending writes count (a batch member sees them)."""
+    names = set(view.snapshot.tree(ENTRIES))
+    pending = getattr(getattr(view, "outcome", None), "changes", {})
+    names.update(p.rsplit("/", 1)[1] for p in pending if p.startswith(f"{ENTRIES}/"))
+    found = []
+    for name in sorted(names):
+        path = f"{ENTRIES}/{name}"
+        data = view.file(path)
+        if data is not None:
+            found.append(codec.load_yaml(data, what=path))
+    return sorted(found, key=lambda e: int(e.get("seq") or 0))
+
+
+def next_seq(view: View) -> int:
+    data = view.file(SEQ_PATH)
+    return int((codec.load_yaml(data, what=SEQ_PATH) or {}).get("next") or 1) if data else 1
+
+
+def find_entry(view: View, session: str) -> dict[str, Any] | None:
+    return next((e for e in entries(view) if e.get("session") == session), None)
+
+
+def load_publisher(view: View) -> dict[str, Any] | None:
+    data = view.file(PUBLISHER_PATH)
+    return codec.load_yaml(data, what=PUBLISHER_PATH) if data else None
+
+
+def publisher_live(record: dict[str, Any] | None, now: _dt.datetime) -> bool:
+    """Does the publisher's lease still bind (not released, not expired)?"""
+    if record is None or record.get("state") == "released":
+        return False
+    try:
+        return parse_instant(str(record.get("expires_at"))) > now
+    except ValueError:
+        return False
+
+
+def bounded(output: str) -> str:
+    """The tail of a gate's output that a message may quote: its last lines, at most ``OUTPUT_CHARS``."""
+    tail = "\n".join(output.rstrip().splitlines()[-OUTPUT_LINES:])
+    return tail[-OUTPUT_CHARS:]
