@@ -43,6 +43,7 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "bool": {"type": "boolean"},
     **dict.fromkeys(("labels", "texts", "items", "globs"), _STRINGS),
     "msgref": {"type": ["integer", "string"], "description": "message number"},
+    "usd": {"type": ["number", "string"], "description": "USD, e.g. 0.25"},
 }
 
 # Names an agent might try to act as someone else with. The identity is fixed when the server starts.
@@ -330,6 +331,8 @@ def _matches(value: Any, schema: dict[str, Any]) -> bool:
         if kind == "string" and isinstance(value, str):
             return True
         if kind == "integer" and type(value) is int:  # not a bool, not 5.0
+            return True
+        if kind == "number" and type(value) in (int, float):  # not a bool; NaN and 1e400 are the kind's to refuse
             return True
         if kind == "boolean" and isinstance(value, bool):
             return True
