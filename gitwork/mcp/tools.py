@@ -349,7 +349,7 @@ def _described(schema: dict[str, Any]) -> str:
     if "enum" in schema:
         return "one of " + ", ".join(schema["enum"])
     declared = schema["type"]
-    names = {"string": "a string", "integer": "an integer", "boolean": "true or false",
+    names = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
              "array": f"an array of {schema.get('items', {}).get('type', 'values')}s"}
     return " or ".join(names[kind] for kind in (declared if isinstance(declared, list) else [declared]))
 

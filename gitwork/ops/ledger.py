@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import money
 from ..engine import Context, op
-from ..errors import Illegal, Invalid, NotFound, Stale
+from ..errors import Illegal, Invalid, NotFound, NotHolder, Stale
 from ..records.executions import check_execution_id, execution_path, load_execution
 from ..records.ledger import add_report, check_report, default_budget, item_budget, spent, usage
 from .. import codec
@@ -37,10 +37,12 @@ if TYPE_CHECKING:
     mcp={"verb": "ledger:report", "summary": "report what you used in your execution: tokens in and out, cost in "
                                             "USD, model (your execution and fence are known to gw)",
          "fields": ("execution", "tokens_in", "tokens_out", "cost", "model", "fence")},
-    execution="short!", item="item", tokens_in="int", tokens_out="int", cost="usd", model="short")
+    execution="short", item="item", tokens_in="int", tokens_out="int", cost="usd", model="short")
 def exec_report(ctx: Context) -> None:
     """``item`` is the execution's, recorded in the document (sync follows a fenced command's lease by
     its item); given, it must be the execution's."""
+    if not ctx.cmd.get("execution"):  # optional in the schema: gw report and gw mcp default it to GW_EXECUTION
+        raise Invalid("a report names its execution (a launched agent has it in GW_EXECUTION)")
     execution_id = check_execution_id(ctx.cmd["execution"])
     report = check_report({k: ctx.cmd[k] for k in ("tokens_in", "tokens_out", "cost", "model") if k in ctx.cmd},
                           "a report")
@@ -55,6 +57,9 @@ def exec_report(ctx: Context) -> None:
     if lease is None:
         raise Stale(f"you hold no lease on {item_id}: only the holder of execution {execution_id}'s lease reports "
                     "on it", item=item_id, execution=execution_id)
+    if lease.holder != ctx.actor:  # a fence is no pass for another identity: the holder reports
+        raise NotHolder(f"{item_id} is held by {lease.holder}; only its holder reports on execution {execution_id} "
+                        f"(you are {ctx.actor})", item=item_id, holder=lease.holder, who=ctx.actor)
     if record.get("fence") is None:
         raise Illegal(f"execution {execution_id} never launched ({record['state']}): nothing ran to report on",
                       execution=execution_id, state=record["state"])
