@@ -43,7 +43,7 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "bool": {"type": "boolean"},
     **dict.fromkeys(("labels", "texts", "items", "globs"), _STRINGS),
     "msgref": {"type": ["integer", "string"], "description": "message number"},
-    "usd": {"type": ["number", "string"], "description": "USD, e.g. 0.25"},
+    "usd": {"type": ["integer", "number", "string"], "description": "USD, e.g. 0.25"},
 }
 
 # Names an agent might try to act as someone else with. The identity is fixed when the server starts.
