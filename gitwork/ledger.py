@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from typing import Any, Iterable, Iterator
 
     from .engine import View
-
     from .workplane import Workplane
 
 GROUPS = ("item", "agent", "day")

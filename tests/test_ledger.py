@@ -58,8 +58,10 @@ def agent(repo: Path, name: str, body: str) -> str:
     return f"./{name}"
 
 
-def gw_json(repo: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
-    done = run_gw(repo, args[0], "--json", *args[1:], env=env)
+def gw_json(repo: Path, *args: str, env: dict[str, str] | None = None, here: bool = False) -> tuple[int, Any]:
+    """``gw ARGS --json``: a real process, or (``here``) the same entry point in this process, for the
+    reads and retries around the one process a test is about."""
+    done = (gw_here if here else run_gw)(repo, args[0], "--json", *args[1:], env=env)
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr}
 
 
@@ -100,7 +102,8 @@ def test_a_launched_agent_reports_and_its_report_json_adds_up_once(plane: Path) 
     assert started["attempt"] == 1
 
     def settled() -> dict[str, Any] | None:  # a retry under the same id settles the record with the backend
-        found = gw_json(plane, "run", item, "--backend", "subprocess", "--id", "x-first", "--as", "bot", "--", script)
+        found = gw_json(plane, "run", item, "--backend", "subprocess", "--id", "x-first", "--as", "bot", "--", script,
+                        here=True)
         return found[1] if found[1].get("state") == "exited" else None
 
     ended = wait_until(settled, timeout=30, what="the agent's exit")
@@ -112,17 +115,18 @@ def test_a_launched_agent_reports_and_its_report_json_adds_up_once(plane: Path) 
 
     # A second execution of the item is attempt 2 (derived from the state, not a counter of this clone).
     again = agent(plane, "again.sh", "gw report --tokens-in 1 --cost 1 || exit 9")
-    rc, second = gw_json(plane, "run", item, "--backend", "subprocess", "--id", "x-second", "--as", "bot", "--", again)
+    rc, second = gw_json(plane, "run", item, "--backend", "subprocess", "--id", "x-second", "--as", "bot", "--", again,
+                         here=True)
     assert rc == 0 and second["attempt"] == 2, second
     wait_until(lambda: execution(plane, "x-second").get("usage"), timeout=30, what="the second report")
 
-    rc, by_item = gw_json(plane, "cost")
+    rc, by_item = gw_json(plane, "cost", here=True)
     assert rc == 0, by_item
     assert by_item["rows"] == [{"key": item, "executions": 2, "reports": 4, "tokens_in": 1006, "tokens_out": 206,
                                 "cost": "1.4", "wall_seconds": by_item["rows"][0]["wall_seconds"]}]
-    rc, by_agent = gw_json(plane, "cost", "--by", "agent", "--since", "1d")
+    rc, by_agent = gw_json(plane, "cost", "--by", "agent", "--since", "1d", here=True)
     assert [(r["key"], r["cost"]) for r in by_agent["rows"]] == [("bot", "1.4")]
-    rc, by_day = gw_json(plane, "cost", "--by", "day", "--item", item, "--agent", "nobody")
+    rc, by_day = gw_json(plane, "cost", "--by", "day", "--item", item, "--agent", "nobody", here=True)
     assert by_day["rows"] == [] and by_day["total"]["cost"] == "0"
     assert "1.4 USD; 1006 tokens in, 206 out; 2 executions" in gw_here(plane, "show", item).stdout
 
@@ -132,7 +136,7 @@ def test_a_malformed_report_json_is_recorded_as_such_and_the_exit_still_is(plane
     script = agent(plane, "bad.sh", "echo '{\"cost\": NaN, \"tokens_in\": 1e400}' > \"$GW_REPORT\"; exit 3")
     assert gw_json(plane, "run", item, "--backend", "subprocess", "--id", "x-bad", "--as", "bot", "--", script)[0] == 0
     wait_until(lambda: (plane / ".git" / "gitwork" / "executions" / "x-bad" / "code").exists(), timeout=30)
-    rc, stopped = gw_json(plane, "stop", "x-bad", "--as", "bot")  # records the end as it was
+    rc, stopped = gw_json(plane, "stop", "x-bad", "--as", "bot", here=True)  # records the end as it was
     assert rc == 0 and stopped["state"] == "exited" and stopped["code"] == 3, stopped
     assert "usage" not in stopped and "report.json" in stopped["report_error"], stopped
 
@@ -150,12 +154,12 @@ def test_kill_9_of_the_wrapper_before_it_reads_report_json_counts_the_report_onc
     folder = plane / ".git" / "gitwork" / "executions" / "x-slow"
     os.kill(int(folder.joinpath("handle").read_text().partition("@")[0]), signal.SIGKILL)  # the wrapper alone
     assert not (folder / "report").exists()  # it never read the file
-    for _ in range(2):  # the end is recorded once; a second pass (a retry) finds it ended and adds nothing
-        rc, passed = gw_json(plane, "coordinate", "--once", "--as", "bot")
+    for here in (False, True):  # the end is recorded once; a second pass (a retry) finds it ended, adds nothing
+        rc, passed = gw_json(plane, "coordinate", "--once", "--as", "bot", here=here)
         assert rc == 0, passed
     # the same report id sent again after the end: answered as the first time, not counted twice
     rc, retried = gw_json(plane, "report", "--execution", "x-slow", "--tokens-in", "10", "--cost", "0.5",
-                          "--id", "r-during", "--as", "bot", env={"GW_FENCE": str(started["fence"])})
+                          "--id", "r-during", "--as", "bot", env={"GW_FENCE": str(started["fence"])}, here=True)
     assert rc == 0 and retried.get("duplicate") is True, retried
     record = execution(plane, "x-slow")
     assert record["state"] == "lost", record
@@ -258,7 +262,7 @@ def test_a_spent_budget_refuses_launches_until_its_owner_raises_it(plane: Path) 
     assert tip(plane) == before  # nothing reserved, nothing claimed
     assert "(budget spent)" in gw_here(plane, "show", item).stdout
     assert gw_here(plane, "edit", item, "--budget", "0.75", "--as", "carol").returncode == 0
-    rc, started = gw_json(plane, "run", item, "--backend", "subprocess", "--as", "bot", "--", script)
+    rc, started = gw_json(plane, "run", item, "--backend", "subprocess", "--as", "bot", "--", script, here=True)
     assert rc == 0 and started["attempt"] == 2, started
 
 
@@ -287,11 +291,10 @@ def test_the_workplane_default_budgets_an_item_and_a_session(plane: Path) -> Non
 
 def test_the_arbiter_refuses_a_forged_report_and_a_launch_over_budget(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_arbiter_derive import forge, push, refused, tree_with
-
     from conftest import git
     from gitwork.cli.main import main
     from gitwork.hooks_install import install_server
+    from test_arbiter_derive import forge, push, refused, tree_with
 
     bare = make_repo(tmp_path / "arbiter.git", bare=True)
     install_server(str(bare))

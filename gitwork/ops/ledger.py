@@ -20,12 +20,11 @@ re-derives ``exec-reserve``, an arbiter op) from the reports it has.
 
 from __future__ import annotations
 
-from .. import money
+from .. import codec, money
 from ..engine import Context, op
 from ..errors import Illegal, Invalid, NotFound, NotHolder, Stale
 from ..records.executions import check_execution_id, execution_path, load_execution
 from ..records.ledger import add_report, check_report, default_budget, item_budget, spent, usage
-from .. import codec
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
