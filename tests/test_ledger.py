@@ -261,9 +261,27 @@ def test_a_spent_budget_refuses_launches_until_its_owner_raises_it(plane: Path) 
     assert done.returncode == ILLEGAL and "budget spent" in done.stderr, done.stderr
     assert tip(plane) == before  # nothing reserved, nothing claimed
     assert "(budget spent)" in gw_here(plane, "show", item).stdout
+    board_says(plane, item, "0.5 USD of a 0.5 USD budget (budget spent)", "0.5 USD")
     assert gw_here(plane, "edit", item, "--budget", "0.75", "--as", "carol").returncode == 0
     rc, started = gw_json(plane, "run", item, "--backend", "subprocess", "--as", "bot", "--", script, here=True)
     assert rc == 0 and started["attempt"] == 2, started
+
+
+def board_says(repo: Path, item: str, on_item: str, on_executions: str) -> None:
+    """The board's item page and executions page (gw serve), as a person's browser gets them."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from gitwork.serve.app import create_app
+    from gitwork.serve.tokens import Tokens
+    from gitwork.store import Repository
+
+    token = Tokens(Repository.discover(str(repo)).gitwork_dir()).add("carol", "person")[0]
+    pages = TestClient(create_app(str(repo)), base_url="http://gw", cookies={"gw_token": token})
+    page = pages.get(f"/items/{item}")
+    assert page.status_code == 200 and on_item in page.text, page.text[:2000]
+    page = pages.get("/executions")
+    assert page.status_code == 200 and on_executions in page.text, page.text[:2000]
 
 
 def test_the_workplane_default_budgets_an_item_and_a_session(plane: Path) -> None:
