@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from conftest import gw_here, make_repo, run_gw, tip
 from conftest import poll as wait_until
+from gitwork.errors import Illegal
 from gitwork.launch.build import current
 from gitwork.workplane import Workplane
 
@@ -291,8 +293,6 @@ def test_the_workplane_default_budgets_an_item_and_a_session(plane: Path) -> Non
     assert gw_here(plane, "report", "--cost", "0.3", env=env).returncode == 0
     with Workplane(str(plane), agent="bot") as wp:
         wp.record("exec-state", execution="x-hand", to="lost", reason="gone")
-        from gitwork.errors import Illegal
-
         with pytest.raises(Illegal, match="budget spent"):
             wp.record("exec-reserve", item=item, execution="x-next", command=["cat"], backend="subprocess",
                       host="h", build=current())
@@ -300,6 +300,22 @@ def test_the_workplane_default_budgets_an_item_and_a_session(plane: Path) -> Non
     with Workplane(str(plane), agent="bot") as wp:
         assert wp.record("exec-reserve", item=item, execution="x-next", command=["cat"], backend="subprocess",
                          host="h", build=current()).result["attempt"] == 2
+        wp.record("exec-state", execution="x-next", to="failed", reason="not needed")
+
+        def branch(execution_id: str, key: str) -> Any:
+            return wp.record("exec-reserve", item=item, execution=execution_id, command=["cat"],
+                             backend="subprocess", host="h", build=current(), session="m-20300101-one",
+                             branch=key)
+
+        branch("s-one", "step-1/a")
+        wp.do("release", item=item)  # x-hand was lost under this epoch: a launch needs a new one
+        fence = wp.do("claim", item=item, ttl="1h").result["fence"]
+        wp.record("exec-state", execution="s-one", to="launching", fence=fence)
+        wp.do("exec-report", execution="s-one", cost="0.2")
+        with pytest.raises(Illegal, match="session m-20300101-one's executions cost 0.2 USD"):
+            branch("s-two", "step-1/b")  # the session's other branch: its cap is spent
+        assert wp.record("exec-reserve", item=item, execution="x-plain", command=["cat"], backend="subprocess",
+                         host="h", build=current(), session="m-20300101-two", branch="step-1/a").result["attempt"] == 4
     (plane / ".workplane").write_text("budget: lots\n")
     assert gw_here(plane, "cost").returncode == INVALID
 
@@ -356,3 +372,24 @@ def test_the_arbiter_refuses_a_forged_report_and_a_launch_over_budget(tmp_path: 
                   build=current(), offline=True)
     assert tip(alice) != spent_tip
     refused(push(alice, "refs/gitwork/state:refs/gitwork/state"), bare, spent_tip, "budget spent")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+def test_under_tmux_the_wrapper_reads_report_json_too(plane: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    socket = tmp_path / "tmux.sock"
+    monkeypatch.setenv("GW_TMUX_SOCKET", str(socket))
+    item = item_of(plane)
+    script = agent(plane, "pane.sh", "gw report --tokens-in 3 --cost 0.01 || exit 9\n"
+                                     "echo '{\"tokens_out\": 4, \"cost\": \"0.02\"}' > \"$GW_REPORT\"")
+    try:
+        rc, started = gw_json(plane, "run", item, "--id", "x-pane", "--as", "bot", "--", script)
+        assert rc == 0 and started["backend"] == "tmux", started
+        folder = plane / ".git" / "gitwork" / "executions" / "x-pane"
+        wait_until(lambda: (folder / "code").exists(), timeout=30, what="the pane's exit")
+        assert (folder / "report").exists()  # the wrapper read it at exit, in the pane too
+        rc, ended = gw_json(plane, "stop", "x-pane", "--as", "bot", here=True)
+        assert rc == 0 and ended["state"] == "exited", ended
+        assert ended["usage"] == {"tokens_in": 3, "tokens_out": 4, "cost": "0.03", "reports": 2}, ended
+    finally:
+        subprocess.run(["tmux", "-S", str(socket), "kill-server"], capture_output=True)
