@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import decimal
 
-from .errors import Invalid
+from .errors import Corrupt, Invalid
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,8 +53,11 @@ def parse_text(value: Any, field: str = "cost") -> str:
 
 
 def stored(value: Any) -> decimal.Decimal:
-    """An amount read back from a record (written by :func:`text`); an unreadable one counts as 0 only
-    if absent: a bad one is refused, so a damaged record never silently lowers a total."""
+    """An amount read back from a record (written by :func:`text`): absent counts as 0; a bad one is
+    ``Corrupt`` (8), so a damaged record never silently lowers a total."""
     if value is None:
         return ZERO
-    return usd(value, "a recorded cost")
+    try:
+        return usd(value, "a recorded cost")
+    except Invalid as exc:
+        raise Corrupt(f"{exc.message}: the record was not written by gitwork") from exc

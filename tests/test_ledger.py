@@ -393,3 +393,32 @@ def test_under_tmux_the_wrapper_reads_report_json_too(plane: Path, tmp_path: Pat
         assert ended["usage"] == {"tokens_in": 3, "tokens_out": 4, "cost": "0.03", "reports": 2}, ended
     finally:
         subprocess.run(["tmux", "-S", str(socket), "kill-server"], capture_output=True)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"{not json", "not JSON"), (b"[1, 2]", "JSON object"), (b'{"cost": NaN}', "finite"),
+    (b'{"cost": 1e400}', "finite"), (b'{"tokens_in": -3}', "from 0"), (b'{"tokens": 3}', "unknown field"),
+    (b'{"model": "m"}', "reports nothing"), (b"\xff\xfe", "not JSON"), (b"{" * 100_000, "larger than"),
+    (b'{"cost": "0.5", "tokens_in": true}', "whole number"),
+])
+def test_every_malformed_report_json_becomes_a_one_line_report_error(tmp_path: Path, content: bytes,
+                                                                     words: str) -> None:
+    from gitwork.launch.ledger import exit_report
+
+    (tmp_path / "report.json").write_bytes(content)
+    found = exit_report(str(tmp_path))
+    assert list(found) == ["report_error"] and words in found["report_error"], found
+    assert "\n" not in found["report_error"] and len(found["report_error"]) <= 200
+
+
+def test_a_report_comes_only_with_an_end_and_is_checked_by_the_engine_too(plane: Path) -> None:
+    launched_by_hand(plane)
+    with Workplane(str(plane), agent="bot") as wp:
+        from gitwork.errors import Invalid
+
+        with pytest.raises(Invalid, match="with its execution's end"):
+            wp.record("exec-state", execution="x-hand", to="launching", report={"cost": "1"})
+        with pytest.raises(Invalid, match="finite"):  # a launcher that skipped the check is refused all the same
+            wp.record("exec-state", execution="x-hand", to="exited", code=0, report={"cost": "NaN"})
+        ended = wp.record("exec-state", execution="x-hand", to="exited", code=0, report={"cost": 2}).result
+    assert ended["usage"]["cost"] == "2" and ended["reports"][0]["id"] == "exit"

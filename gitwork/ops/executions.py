@@ -137,6 +137,8 @@ def exec_state(ctx: Context) -> None:
         raise Invalid(f"execution {execution_id} runs {record['item']}, not {ctx.cmd['item']}", execution=execution_id)
     ctx.cmd["item"] = item_id = record["item"]
     to, now = ctx.cmd["to"], record["state"]
+    if (ctx.cmd.get("report") is not None or ctx.cmd.get("report_error")) and to not in TERMINAL:
+        raise Invalid("an agent's report.json is recorded with its execution's end")
     if to not in TRANSITIONS.get(now, ()):
         raise Illegal(f"execution {execution_id} is {now}; it cannot become {to}", execution=execution_id, state=now)
     extra: dict[str, Any] = {}
