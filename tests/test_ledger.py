@@ -192,6 +192,9 @@ def test_bad_numbers_stale_fences_and_other_identities_are_refused_and_write_not
     assert gw_here(plane, "report", "--cost", "1", env={**env, "GW_EXECUTION": "../x"}).returncode == INVALID
     for value in ("-1", "NaN", "1e400", "cheap"):
         assert gw_here(plane, "edit", item_of(plane), "--budget", value, "--as", "carol").returncode == INVALID
+    for args in (["--by", "week"], ["--since", "0"], ["--since", "soon"], ["--item", "w-00"]):
+        done = gw_here(plane, "cost", *args)
+        assert done.returncode in (INVALID, 3) and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
     assert tip(plane) == before
     assert gw_here(plane, "report", "--cost", "0.000001", env=env).returncode == 0
 
