@@ -425,3 +425,42 @@ def test_a_report_comes_only_with_an_end_and_is_checked_by_the_engine_too(plane:
             wp.record("exec-state", execution="x-hand", to="exited", code=0, report={"cost": "NaN"})
         ended = wp.record("exec-state", execution="x-hand", to="exited", code=0, report={"cost": 2}).result
     assert ended["usage"]["cost"] == "2" and ended["reports"][0]["id"] == "exit"
+
+
+def test_reports_made_in_two_clones_add_up_on_the_arbiter_and_each_counts_once(tmp_path: Path) -> None:
+    """The holder's two machines each report on one execution, offline from each other; both sync (twice):
+    the arbiter's record adds the two, once each, and a budget decided there sees the sum."""
+    from conftest import git
+    from gitwork.cli.main import main
+    from gitwork.hooks_install import install_server
+
+    bare = make_repo(tmp_path / "arbiter.git", bare=True)
+    install_server(str(bare))
+    one = make_repo(tmp_path / "one")
+    git(one, "remote", "add", "origin", f"file://{bare}")
+    assert main(["init", "--remote", "origin", "-C", str(one), "--as", "alice"]) == 0
+    with Workplane(str(one), agent="alice") as wp:
+        item = wp.do("new", title="metered").result["item"]
+        wp.do("edit", item=item, budget="0.5")
+        wp.record("exec-reserve", item=item, execution="x-both", command=["cat"], backend="subprocess", host="h",
+                  build=current())
+        fence = wp.do("claim", item=item, ttl="1h").result["fence"]
+        wp.record("exec-state", execution="x-both", to="launching", fence=fence)
+    assert main(["sync", "-C", str(one)]) == 0
+    two = tmp_path / "two"
+    subprocess.run(["git", "clone", "-q", f"file://{bare}", str(two)], check=True, capture_output=True)
+    assert main(["init", "--remote", "origin", "-C", str(two), "--as", "alice"]) == 0
+    assert main(["sync", "-C", str(two)]) == 0
+    for clone, cost in ((one, "0.25"), (two, "0.3")):
+        with Workplane(str(clone), agent="alice") as wp:
+            wp.do("exec-report", execution="x-both", cost=cost, tokens_in=1)
+    for clone in (one, two, one):  # one lands first, two replays onto it, one catches up
+        assert main(["sync", "-C", str(clone)]) == 0
+    assert tip(one) == tip(two) == tip(bare)
+    record = execution(one, "x-both")
+    assert record["usage"] == {"tokens_in": 2, "tokens_out": 0, "cost": "0.55", "reports": 2}, record
+    with Workplane(str(two), agent="alice") as wp:
+        wp.record("exec-state", execution="x-both", to="exited", code=0)
+        with pytest.raises(Illegal, match="budget spent"):  # decided by the arbiter, on the sum
+            wp.record("exec-reserve", item=item, execution="x-more", command=["cat"], backend="subprocess",
+                      host="h", build=current())
