@@ -130,7 +130,7 @@ def edit_on(ctx: Context, item: Item, fields: set[str]) -> None:
         if not curator(ctx, item) or "fence" in ctx.cmd:
             raise
         if fields - CURATED:
-            error.message = (f"{error.message}; as its owner or an admin you may change only the title, labels, budget and "
-                             f"dependencies of an item someone else holds (not {', '.join(sorted(fields - CURATED))})")
+            error.message = (f"{error.message}; as its owner or an admin you may change only the title, labels and "
+                             f"dependencies (and its budget) of an item someone else holds (not {', '.join(sorted(fields - CURATED))})")
             error.args = (error.message,)
             raise
