@@ -113,7 +113,8 @@ def exec_reserve(ctx: Context) -> None:
     # The item's attempt number: its executions so far, this one included (derived from the state the
     # arbiter decides on, so 1, 2, 3... across clones; a retry under the same id keeps its number).
     attempt = 1 + sum(1 for other in item_executions(ctx, item_id) if other != execution_id)
-    record = {"id": execution_id, "item": item_id, "state": "reserved", "attempt": attempt, "command": list(ctx.cmd["command"]),
+    record = {"id": execution_id, "item": item_id, "state": "reserved", "attempt": attempt,
+              "command": list(ctx.cmd["command"]),
               "backend": ctx.cmd["backend"], "host": ctx.cmd["host"], "by": ctx.actor, "created_at": ctx.when,
               "launcher": ctx.cmd.get("launcher"), "build": ctx.cmd["build"], "session": ctx.cmd.get("session"),
               "branch": ctx.cmd.get("branch"), "env": env or None, "reserved": again if again > 1 else None,
