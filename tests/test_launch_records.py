@@ -45,7 +45,7 @@ def test_one_live_execution_per_item(plane: Any) -> None:
     assert lane_taken.value.details["execution"] == "x-two2"
     plane.record("exec-state", execution="x-two2", to="lost", reason="launcher died before launching")
     again = reserve(plane, plane.item_id, "x-one1")
-    assert (again["reserved"], again["attempt"]) == (2, 2)  # reserved a second time; still the item's attempt 2
+    assert (again["reserved"], again["attempt"]) == (2, 2)  # reserved a second time, numbered after x-two2
 
 
 SESSION = "20300101-120000-proj-bot"

@@ -110,8 +110,9 @@ def exec_reserve(ctx: Context) -> None:
     if lease is not None and lease.holder != ctx.actor and not lease.takeable(ctx.now, ctx.settings.clock_margin):
         raise Held(f"{item_id} is held by {lease.holder} until {lease.expires_at} (epoch {lease.epoch})",
                    item=item_id, holder=lease.holder, expires_at=lease.expires_at)
-    # The item's attempt number: its executions so far, this one included (derived from the state the
-    # arbiter decides on, so 1, 2, 3... across clones; a retry under the same id keeps its number).
+    # The item's attempt number: its other executions so far, plus one (derived from the state the arbiter
+    # decides on, so 1, 2, 3... across clones; an id reserved again, nothing having run under it, is
+    # numbered again: after whatever ran meanwhile).
     attempt = 1 + sum(1 for other in item_executions(ctx, item_id) if other != execution_id)
     record = {"id": execution_id, "item": item_id, "state": "reserved", "attempt": attempt,
               "command": list(ctx.cmd["command"]),
