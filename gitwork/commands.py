@@ -212,6 +212,13 @@ def _cmd_id(value: Any, field: str) -> str:
     return value
 
 
+def _usd(value: Any, field: str) -> str:
+    # An amount of money (a cost, a budget): canonical decimal text, bounded (gitwork/money.py).
+    from .money import parse_text
+
+    return parse_text(value, field)
+
+
 MAX_BATCH = 1000  # members of one batch document (ops/batch.py); an import sends 500 items a batch
 MAX_DATA = 256 * 1024  # canonical JSON bytes of one structured field (the import op's criteria, comments...)
 
@@ -275,6 +282,7 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
     "msgref": parse_msgref,
     "docs": _docs,
     "data": _data,
+    "usd": _usd,
 }
 
 

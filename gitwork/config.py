@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "sessions": None,  # multi-step session rules: operators, steps, chains (gitwork/sessions/rules.py)
     "tmux_socket": None,  # gw run's own tmux server; None: under the git common dir (docs/launch.md)
     "paths": None,  # "strict": the code remote refuses a push touching a path no live lease of the pusher covers
+    "budget": None,  # default budgets in USD: {"item": ..., "session": ...} (docs/launch.md, "Budgets")
 }
 
 
@@ -52,6 +53,7 @@ class Settings:
     sessions: dict[str, Any] | None
     tmux_socket: str | None
     paths: str | None
+    budget: dict[str, str] | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -132,6 +134,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if value is not None and not isinstance(value, dict):
             raise Invalid(f"bad setting 'sessions' in {source}: a mapping of operators, steps and chains")
         return value
+    if name == "budget":
+        return _budget(value, source)
     try:
         if name in _DURATIONS:
             return parse_duration(value) if name != "clock_margin" or str(value) != "0" else 0
@@ -156,6 +160,23 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         return str(value)
     except (ValueError, Invalid) as exc:
         raise Invalid(f"bad setting {name!r} in {source}: {value!r}") from exc
+
+
+def _budget(value: Any, source: str) -> dict[str, str] | None:
+    """``budget``: a mapping of ``item`` and ``session`` to amounts in USD (a bare amount: ``item``'s)."""
+    from .money import parse_text
+
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        value = {"item": value}
+    unknown = sorted(str(k) for k in value if k not in ("item", "session"))
+    if unknown:
+        raise Invalid(f"bad setting 'budget' in {source}: {unknown[0][:40]!r} is not item or session")
+    try:
+        return {str(k): parse_text(v, f"budget.{k}") for k, v in value.items() if v is not None} or None
+    except Invalid as exc:
+        raise Invalid(f"bad setting 'budget' in {source}: {exc.message}") from exc
 
 
 def _check_roles(values: dict[str, Any]) -> None:

@@ -59,6 +59,17 @@ def _optional(check: Any) -> Any:
     return lambda value: value is None or check(value)
 
 
+def _amount(value: Any) -> bool:
+    """An amount in USD as gitwork writes it (gitwork/money.py): text, canonical."""
+    from .errors import Invalid
+    from .money import parse_text
+
+    try:
+        return isinstance(value, str) and parse_text(value) == value
+    except Invalid:
+        return False
+
+
 def _text(value: Any) -> bool:
     return isinstance(value, str)
 
@@ -166,6 +177,8 @@ class Lease(Record):
     grant: str | None = field(_optional(_text), "text")
     # the item's path globs when this lease was granted (gitwork/paths.py): held as long as the lease
     paths: list[str] | None = field(_optional(sound_globs), "a list of path globs")
+    # what its executions may cost in all, USD (docs/launch.md, "Budgets"); absent: the .workplane default
+    budget: str | None = field(_optional(_amount), "an amount in USD like \"2.5\"")
 
     def expires(self) -> _dt.datetime:
         return parse_instant(self.expires_at)
@@ -233,6 +246,8 @@ class Item(Record):
     updated_at: str = field(_optional(_text), "text", "")
     # the paths the item will change (globs, gitwork/paths.py); a claim leases them; absent: none
     paths: list[str] | None = field(_optional(sound_globs), "a list of path globs")
+    # what its executions may cost in all, USD (docs/launch.md, "Budgets"); absent: the .workplane default
+    budget: str | None = field(_optional(_amount), "an amount in USD like \"2.5\"")
     # what the item waits on besides its dependencies (ops/waits.py): a timer, a ref, a command's exit
     waits: list[dict[str, Any]] | None = field(_optional(lambda v: _mappings(v) and all(_sound_wait(w) for w in v)),
                                                "a list of waits (kind timer, ref or command)")

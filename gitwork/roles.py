@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .model import Item, Lease
 
 # What the owner and admins may change on an item someone else holds (``edit``'s fields).
-CURATED = frozenset(("title", "labels", "add_labels", "remove_labels", "add_deps", "remove_deps"))
+CURATED = frozenset(("title", "labels", "add_labels", "remove_labels", "add_deps", "remove_deps", "budget"))
 
 
 # Who may submit the ops these rules guard, in words for people (each op's ``who=``; docs/api.md).
@@ -131,7 +131,7 @@ def edit_on(ctx: Context, item: Item, fields: set[str]) -> None:
             raise
         if fields - CURATED:
             error.message = (f"{error.message}; as its owner or an admin you may change only the title, labels and "
-                             f"dependencies of an item someone else holds (not {', '.join(sorted(fields - CURATED))})")
+                             f"dependencies (and its budget) of an item someone else holds (not {', '.join(sorted(fields - CURATED))})")
             error.args = (error.message,)
             raise
 

@@ -97,6 +97,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "runs": ([], "array"),
     "send": (["{execution}", "hello", "--enter"], "object"),
     "capture": (["{execution}"], "object"),
+    "report": (["--execution", "{execution}", "--tokens-in", "10", "--cost", "0.01"], "object"),
+    "cost": (["--by", "agent"], "object"),
     "coordinate": (["--once"], "object"),
     "context": ([B], "object"),
     "attach": (["{execution}"], "object"),

@@ -44,7 +44,8 @@ def test_one_live_execution_per_item(plane: Any) -> None:
         reserve(plane, plane.item_id, "x-one1")
     assert lane_taken.value.details["execution"] == "x-two2"
     plane.record("exec-state", execution="x-two2", to="lost", reason="launcher died before launching")
-    assert reserve(plane, plane.item_id, "x-one1")["attempt"] == 2
+    again = reserve(plane, plane.item_id, "x-one1")
+    assert (again["reserved"], again["attempt"]) == (2, 2)  # reserved a second time, numbered after x-two2
 
 
 SESSION = "20300101-120000-proj-bot"
@@ -66,7 +67,7 @@ def test_one_live_execution_per_session_branch(plane: Any) -> None:
     # A branch's execution that never launched (its gw run died first) is reserved again under its id;
     # one that launched is never reserved again (a lost process may still run under its fence).
     plane.record("exec-state", execution="s-one1", to="lost", reason="launcher died before launching")
-    assert reserve(plane, item, "s-one1", **branch("step-1/parallel-1"))["attempt"] == 2
+    assert reserve(plane, item, "s-one1", **branch("step-1/parallel-1"))["reserved"] == 2
     fence = plane.do("claim", item=item).result["fence"]
     plane.record("exec-state", execution="s-two2", to="launching", fence=fence)
     plane.record("exec-state", execution="s-two2", to="lost")

@@ -65,8 +65,10 @@ def _executions(wp: Workplane, items: dict[str, str]) -> None:
               env=["TOKEN"], offline=True)  # decided by the arbiter (like the claim): offline, to stay local
     wp.record("exec-state", execution="x-replay-1", to="launching", launcher={"host": "h1", "pid": "1", "start": "1"})
     wp.record("exec-state", execution="x-replay-1", to="running", handle="x-replay-1")
+    wp.do("exec-report", execution="x-replay-1", tokens_in=10, cost="0.25", model="m")  # the ledger: fenced
     wp.do("exec-stop", execution="x-replay-1", reason="asked from the board")  # public; its starter may ask
-    wp.record("exec-state", execution="x-replay-1", to="exited", code=3, handle="x-replay-1")
+    wp.record("exec-state", execution="x-replay-1", to="exited", code=3, handle="x-replay-1",
+              report={"tokens_out": 5, "cost": "0.5"})
 
 
 def _coordinator(wp: Workplane, items: dict[str, str]) -> None:
@@ -187,7 +189,7 @@ CASES: dict[str, Callable[[Workplane, dict[str, str]], None]] = {
     "done": _closing, "reopen": _closing, "cancel": _closing,
     "batch": _batch,
     "import": _imports, "shadow-report": _imports,
-    "exec-reserve": _executions, "exec-state": _executions, "exec-stop": _executions,
+    "exec-reserve": _executions, "exec-state": _executions, "exec-stop": _executions, "exec-report": _executions,
     "coord-lease": _coordinator,
     "delegation-sent": _delegation("delegation-sent"), "delegation-received": _delegation("delegation-received"),
     "session-start": _session, "session-commit": _session, "session-drop": _session,

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from .declare import app
-from .verbs import items, launch, leases, messages, queue, serve, sessions, transfer  # noqa: F401  (registers the verbs)
+from .verbs import items, launch, leases, ledger, messages, queue, serve, sessions, transfer  # noqa: F401  (registers the verbs)
 from .verbs.peers import PEER_VERBS, _peer_target, peer_app  # noqa: F401  (docgen, fastgen)
 
 __all__ = ["app", "peer_app", "run_app", "PEER_VERBS"]

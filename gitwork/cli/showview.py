@@ -67,6 +67,11 @@ def render(wp: Workplane, view: dict[str, Any], now: _dt.datetime) -> str:
            + (f"    owner: {item['owner']}" if item.get("owner") else ""),
            f"labels:    {', '.join(item.get('labels') or []) or '-'}",
            _holder_line(lease, now)]
+    from ..ledger import cost_line, item_cost
+
+    spent = cost_line(item_cost(wp.context(), item_id))
+    if spent:
+        out.append(f"cost:      {spent}")
     if item["status"] == "blocked":
         from ..reports import _blocked_reasons
 

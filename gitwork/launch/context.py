@@ -83,6 +83,8 @@ def render(doc: dict[str, Any]) -> str:
             f"- renew your lease: `gw renew {item}`",
             f"- check a criterion: `gw check {item} N`",
             f"- report progress: `gw msg {item} \"TEXT\"`",
+            "- report what you used: `gw report --tokens-in N --tokens-out N --cost USD --model NAME` (or write "
+            "{\"tokens_in\": N, \"tokens_out\": N, \"cost\": USD} to $GW_REPORT before you exit)",
             f"- ask a person to decide: `gw ask {item} \"QUESTION\" -o A -o B`",
             f"- read the thread: `gw thread {item}`; mark it read: `gw ack {item} SEQ`",
             f"- hand off: `gw handoff {item} --reason blocked -m \"WHY\"`",

@@ -21,6 +21,7 @@ import shutil
 from ..errors import GwError, Held, Invalid, NotFound
 from ..records.executions import (
     LIVE,
+    TERMINAL,
     check_env_names,
     check_execution_id,
     item_executions,
@@ -108,6 +109,10 @@ def result(record: dict[str, Any], existing: bool) -> dict[str, Any]:
 
 
 def _mark(wp: Workplane, record: dict[str, Any], to: str, **args: Any) -> dict[str, Any]:
+    if to in TERMINAL:  # the end carries what the agent's report.json said (docs/launch.md, "The execution ledger")
+        from .ledger import exit_report
+
+        args.update(exit_report(os.path.join(executions_dir(wp.repo), record["id"])))
     applied = wp.record("exec-state", execution=record["id"], to=to, **args)
     return {"id": record["id"], **{k: v for k, v in applied.result.items() if k not in ("execution", "duplicate")}}
 
@@ -331,7 +336,7 @@ def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, comman
     env = dict(os.environ)
     env.update(extra)  # the caller's (checked: none of the names below), never recorded with their values
     env.update(GW_AGENT=lease.holder, GW_ITEM=item_id, GW_FENCE=str(lease.fence), GW_EXECUTION=execution_id,
-               GW_CONTEXT=launch_md)
+               GW_CONTEXT=launch_md, GW_REPORT=os.path.join(os.path.dirname(launch_md), "report.json"))
     env.pop("GW_CRASH_AT", None)
     try:
         handle, _created = backend.start(execution_id, command, env, cwd)
@@ -357,7 +362,7 @@ def get_execution(wp: Workplane, execution_id: str) -> dict[str, Any]:
 
 def runs(wp: Workplane, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
     from ..codec import load_yaml
-    from ..records.executions import EXECUTIONS, TERMINAL
+    from ..records.executions import EXECUTIONS
 
     if state is not None and state not in (*LIVE, *TERMINAL):
         raise Invalid(f"unknown execution state {state[:40]!r}; known: {', '.join((*LIVE, *TERMINAL))}")

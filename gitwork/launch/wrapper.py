@@ -207,8 +207,34 @@ def main(argv: list[str]) -> int:
         return 127
     _write(folder, "child", str(child))  # started: what the launcher waits for before it says "running"
     code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    _take_report(folder)  # before the code: whoever records the end finds the report beside it
     _write(folder, "code", str(128 - code if code < 0 else code))
     return 0
+
+
+def _take_report(folder: str) -> None:
+    """Read the agent's ``report.json`` (``$GW_REPORT``, the execution ledger) as it exits: ``report``
+    (the object it holds, as JSON) or ``report.error`` (why not) beside it. gw checks the numbers when
+    it records the end (gitwork/launch/ledger.py); nothing here can fail the wrapper."""
+    try:
+        with open(os.path.join(folder, "report.json"), "rb") as read:
+            data = read.read(64 * 1024 + 1)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        _write(folder, "report.error", f"report.json cannot be read: {exc.strerror or exc}")
+        return
+    try:
+        if len(data) > 64 * 1024:
+            raise ValueError("larger than 65536 bytes")
+        doc = json.loads(data.decode("utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        text = json.dumps(doc)
+    except (ValueError, RecursionError) as exc:
+        _write(folder, "report.error", " ".join(f"report.json is not a JSON object: {exc}".split())[:200])
+        return
+    _write(folder, "report", text)
 
 
 def _spawn(command: list[str], stdin: int | None, env: dict[str, str]) -> int:

@@ -43,6 +43,7 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "bool": {"type": "boolean"},
     **dict.fromkeys(("labels", "texts", "items", "globs"), _STRINGS),
     "msgref": {"type": ["integer", "string"], "description": "message number"},
+    "usd": {"type": ["integer", "number", "string"], "description": "USD, e.g. 0.25"},
 }
 
 # Names an agent might try to act as someone else with. The identity is fixed when the server starts.
@@ -332,6 +333,8 @@ def _matches(value: Any, schema: dict[str, Any]) -> bool:
             return True
         if kind == "integer" and type(value) is int:  # not a bool, not 5.0
             return True
+        if kind == "number" and type(value) in (int, float):  # not a bool; NaN and 1e400 are the kind's to refuse
+            return True
         if kind == "boolean" and isinstance(value, bool):
             return True
         if kind == "array" and isinstance(value, list) and all(_matches(v, schema["items"]) for v in value):
@@ -347,7 +350,7 @@ def _described(schema: dict[str, Any]) -> str:
     if "enum" in schema:
         return "one of " + ", ".join(schema["enum"])
     declared = schema["type"]
-    names = {"string": "a string", "integer": "an integer", "boolean": "true or false",
+    names = {"string": "a string", "integer": "an integer", "number": "a number", "boolean": "true or false",
              "array": f"an array of {schema.get('items', {}).get('type', 'values')}s"}
     return " or ".join(names[kind] for kind in (declared if isinstance(declared, list) else [declared]))
 

@@ -86,7 +86,7 @@ def exec_reserve(ctx: Context) -> None:
     mine = lane(ctx.cmd)
     env = check_env_names(list(ctx.cmd.get("env") or []))
     existing = load_execution(ctx, execution_id)
-    attempt = 1
+    again = 1
     if existing is not None:
         if existing.get("item") == item_id and existing.get("state") in LIVE:
             # Another gw run with the same --id reserved it first: the caller settles that one (75).
@@ -94,10 +94,13 @@ def exec_reserve(ctx: Context) -> None:
                        execution=execution_id, state=existing["state"])
         if existing.get("item") != item_id or not never_ran(existing) or lane(existing) != mine:
             raise Invalid(f"execution {execution_id} exists already", execution=execution_id)
-        attempt = int(existing.get("attempt") or 1) + 1  # it never launched: nothing ran under this id
+        again = int(existing.get("reserved") or 1) + 1  # it never launched: nothing ran under this id
     item = ctx.item(item_id)
     if item.status in CLOSED:
         raise Illegal(f"{item_id} is {item.status}; reopen it before running anything on it")
+    from .ledger import refuse_over_budget
+
+    refuse_over_budget(ctx, item, ctx.cmd.get("session"))
     for other, event in item_executions(ctx, item_id).items():
         if event["state"] in LIVE and same_lane(mine, lane(event)):
             raise Held(f"{item_id} already has execution {other} ({event['state']})"
@@ -107,10 +110,15 @@ def exec_reserve(ctx: Context) -> None:
     if lease is not None and lease.holder != ctx.actor and not lease.takeable(ctx.now, ctx.settings.clock_margin):
         raise Held(f"{item_id} is held by {lease.holder} until {lease.expires_at} (epoch {lease.epoch})",
                    item=item_id, holder=lease.holder, expires_at=lease.expires_at)
-    record = {"id": execution_id, "item": item_id, "state": "reserved", "command": list(ctx.cmd["command"]),
+    # The item's attempt number: its other executions so far, plus one (derived from the state the arbiter
+    # decides on, so 1, 2, 3... across clones; an id reserved again, nothing having run under it, is
+    # numbered again: after whatever ran meanwhile).
+    attempt = 1 + sum(1 for other in item_executions(ctx, item_id) if other != execution_id)
+    record = {"id": execution_id, "item": item_id, "state": "reserved", "attempt": attempt,
+              "command": list(ctx.cmd["command"]),
               "backend": ctx.cmd["backend"], "host": ctx.cmd["host"], "by": ctx.actor, "created_at": ctx.when,
               "launcher": ctx.cmd.get("launcher"), "build": ctx.cmd["build"], "session": ctx.cmd.get("session"),
-              "branch": ctx.cmd.get("branch"), "env": env or None, "attempt": attempt if attempt > 1 else None,
+              "branch": ctx.cmd.get("branch"), "env": env or None, "reserved": again if again > 1 else None,
               "clone": check_clone(ctx.cmd["clone"]) if ctx.cmd.get("clone") else None}
     _save(ctx, {k: v for k, v in record.items() if v is not None}, backend=ctx.cmd["backend"], host=ctx.cmd["host"])
     ctx.say(f"exec-reserve {execution_id} on {item_id} by {ctx.actor} ({ctx.cmd['backend']} on {ctx.cmd['host']})",
@@ -119,7 +127,7 @@ def exec_reserve(ctx: Context) -> None:
 
 @op("exec-state", "record an execution's next state: launching (fenced), running, exited, failed, lost, stopped",
     internal=True, execution="short!", to="launching|running|exited|failed|lost|stopped|released!", handle="short",
-    code="int", reason="short", launcher="mapping", item="item")
+    code="int", reason="short", launcher="mapping", item="item", report="data", report_error="short")
 def exec_state(ctx: Context) -> None:
     """``item`` is the execution's, recorded in the document (sync follows a fenced command's lease by
     its item): declared, so the recorded document validates again when it is replayed on a later tip."""
@@ -131,6 +139,8 @@ def exec_state(ctx: Context) -> None:
         raise Invalid(f"execution {execution_id} runs {record['item']}, not {ctx.cmd['item']}", execution=execution_id)
     ctx.cmd["item"] = item_id = record["item"]
     to, now = ctx.cmd["to"], record["state"]
+    if (ctx.cmd.get("report") is not None or ctx.cmd.get("report_error")) and to not in TERMINAL:
+        raise Invalid("an agent's report.json is recorded with its execution's end")
     if to not in TRANSITIONS.get(now, ()):
         raise Illegal(f"execution {execution_id} is {now}; it cannot become {to}", execution=execution_id, state=now)
     extra: dict[str, Any] = {}
@@ -152,8 +162,13 @@ def exec_state(ctx: Context) -> None:
         if ctx.cmd.get(field) is not None:
             record[field] = extra[field] = ctx.cmd[field]
     record["state"] = to
+    if to == "running":
+        record["started_at"] = ctx.when
     if to in TERMINAL:
         record["ended_at"] = ctx.when
+        from .ledger import exit_report
+
+        exit_report(ctx, record)  # what its report.json said (the execution ledger), with its end
     _save(ctx, record, **extra)
     detail = f" (code {ctx.cmd['code']})" if to == "exited" else (f" ({ctx.cmd['reason']})" if ctx.cmd.get("reason") else "")
     ctx.say(f"exec-state {execution_id} on {item_id}: {now} -> {to}{detail}", item_id, execution=execution_id,

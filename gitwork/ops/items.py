@@ -6,7 +6,7 @@ import re
 
 from .. import ids
 from ..engine import Context, op
-from ..errors import Illegal, Invalid
+from ..errors import Forbidden, Illegal, Invalid
 from ..model import ITEM_TYPES, TRANSITIONS, Item
 from ..paths import check_globs
 from ..roles import WHO_ACTS_ON, act_on, edit_on
@@ -153,6 +153,7 @@ def new(ctx: Context) -> None:
     paths="globs",
     add_paths="globs",
     remove_paths="globs",
+    budget="usd",
 )
 def edit(ctx: Context) -> None:
     cmd = ctx.cmd
@@ -196,6 +197,8 @@ def edit(ctx: Context) -> None:
             item.parent = parent
             changed["parent"] = parent
             note_parent(ctx, item_id, parent)
+    if "budget" in cmd:
+        _budget(ctx, item, cmd["budget"], changed)
     if cmd.get("add_criteria"):
         item.criteria = item.criteria + _criteria(ctx, cmd["add_criteria"])
         changed["criteria_added"] = cmd["add_criteria"]
@@ -208,6 +211,19 @@ def edit(ctx: Context) -> None:
     ctx.event(item_id, "edited", changes=changed, reason=cmd.get("reason"))
     ctx.say(f"edit {item_id} by {ctx.actor}: {', '.join(changed)}", item_id, fence=cmd.get("fence"))
     ctx.outcome.result = {"item": item_id, "changed": sorted(changed)}
+
+
+def _budget(ctx: Context, item: Item, budget: str, changed: dict[str, Any]) -> None:
+    """A budget is the owner's or an admin's to set: never its holder's as such (an agent would lift its
+    own limit). A budget of 0 allows no launch at all (docs/launch.md, "Budgets")."""
+    from ..roles import curator
+
+    if not curator(ctx, item):
+        raise Forbidden(f"only the owner of {item.id} or an admin sets its budget (you are {ctx.actor})",
+                        item=item.id, who=ctx.actor)
+    if budget != item.budget:
+        item.budget = budget
+        changed["budget"] = budget
 
 
 def _transition(item: Item, target: str) -> None:

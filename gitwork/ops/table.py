@@ -25,6 +25,7 @@ OP_MODULES: dict[str, str] = {
     'release': 'leases',
     'revoke': 'leases',
     'handoff': 'leases',
+    'exec-report': 'ledger',
     'msg': 'messages',
     'ack': 'messages',
     'ask': 'messages',

@@ -56,7 +56,7 @@ def load_execution(ctx: View, execution_id: str) -> dict[str, Any] | None:
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-RESERVED_ENV = ("GW_AGENT", "GW_ITEM", "GW_FENCE", "GW_EXECUTION", "GW_CONTEXT")  # the launcher sets these
+RESERVED_ENV = ("GW_AGENT", "GW_ITEM", "GW_FENCE", "GW_EXECUTION", "GW_CONTEXT", "GW_REPORT")  # the launcher sets these
 
 
 def lane(record: dict[str, Any]) -> tuple[str, str] | None:

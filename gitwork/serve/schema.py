@@ -93,6 +93,9 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
              "items": {"type": "object", "required": ["op"], "properties": {"op": {"type": "string"}}},
              "description": f"At most {commands.MAX_BATCH} command documents, applied in order as one commit."},
     "data": {"description": f"Plain JSON data the op checks itself, at most {commands.MAX_DATA} bytes as JSON."},
+    "usd": {"anyOf": [{"type": "number", "minimum": 0, "maximum": 1000000},
+                      {"type": "string", "pattern": r"^\s*[0-9]{1,7}(\.[0-9]{1,20})?\s*$"}],
+            "description": "An amount in USD from 0 to 1,000,000, e.g. 0.25 (kept to the micro-dollar)."},
 }
 
 

@@ -115,7 +115,7 @@ def edit(wp: Workplane, as_json: bool, item: list[str], title: str | None, descr
          remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
          reason: str | None, fence: int | None, description_file: str | None = None,
          use_editor: bool = False, type: str | None = None, parent: str | None = None,
-         lease_path: list[str] | None = None, remove_path: list[str] | None = None) -> None:
+         lease_path: list[str] | None = None, remove_path: list[str] | None = None, budget: str | None = None) -> None:
     """``gw edit ID... [changes]``: the same changes to each item, one command each (``actions.each``)."""
     from ..textinput import description as read_description
 
@@ -125,7 +125,7 @@ def edit(wp: Workplane, as_json: bool, item: list[str], title: str | None, descr
     changes: dict[str, Any] = dict(title=title, description=description, priority=priority, add_label=add_label,
                    remove_label=remove_label, add_dep=add_dep, remove_dep=remove_dep, add_criterion=add_criterion,
                    owner=owner, status=status, reason=reason, fence=fence, use_editor=use_editor, type=type,
-                   parent=parent, lease_path=lease_path, remove_path=remove_path)
+                   parent=parent, lease_path=lease_path, remove_path=remove_path, budget=budget)
     each(wp, as_json, item, lambda one: _edit(wp, as_json, one, **changes))
 
 
@@ -133,7 +133,8 @@ def _edit(wp: Workplane, as_json: bool, item: str, title: str | None, descriptio
           add_label: list[str] | None, remove_label: list[str] | None, add_dep: list[str] | None,
           remove_dep: list[str] | None, add_criterion: list[str] | None, owner: str | None, status: str | None,
           reason: str | None, fence: int | None, use_editor: bool, type: str | None = None,
-          parent: str | None = None, lease_path: list[str] | None = None, remove_path: list[str] | None = None) -> None:
+          parent: str | None = None, lease_path: list[str] | None = None, remove_path: list[str] | None = None,
+          budget: str | None = None) -> None:
     from ..textinput import edit_form
 
     if use_editor:
@@ -146,7 +147,7 @@ def _edit(wp: Workplane, as_json: bool, item: str, title: str | None, descriptio
     submit(wp, as_json, "edit", item=item, title=title, description=description, priority=priority,
            add_labels=add_label, remove_labels=remove_label, add_deps=add_dep, remove_deps=remove_dep,
            add_criteria=add_criterion, owner=owner, status=status, reason=reason, fence=fence, type=type,
-           parent=parent, add_paths=lease_path, remove_paths=remove_path)
+           parent=parent, add_paths=lease_path, remove_paths=remove_path, budget=budget)
 
 
 def check(wp: Workplane, as_json: bool, item: str, criterion: int, uncheck: bool, fence: int | None) -> None:

@@ -151,6 +151,8 @@ def edit(
                                                                    "one of its descendants).")] = None,
     lease_path: Annotated[Optional[list[str]], typer.Option("--path", help="Add a path glob the item will change (repeatable).")] = None,
     remove_path: Annotated[Optional[list[str]], typer.Option("--remove-path", help="Remove a path glob (repeatable).")] = None,
+    budget: Annotated[Optional[str], typer.Option("--budget", help="What its executions may cost in all, USD (owner "
+                                                                   "or admin; gw run refuses once spent).")] = None,
     fence: Fence = None, json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Change items' fields (the holder only, while it is leased). -e edits the title and description in your

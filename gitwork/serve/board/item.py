@@ -15,6 +15,7 @@ from .page import esc
 
 def render_item(server: Server, who: Principal, text: str) -> str:
     from ...launch.run import LIVE, runs
+    from ...ledger import cost_line, item_cost
     from ...reports import show_json
     from ..timeline import item_spans
     from . import graph
@@ -32,6 +33,7 @@ def render_item(server: Server, who: Principal, text: str) -> str:
         near, rows = neighbourhood(ctx.snapshot, item_id, graph.NEIGHBOURS, graph.MAX_NODES)
         picture = graph.svg(near, rows, centre=item_id) if len(near) > 1 else ""
         now = ctx.now
+        spent = cost_line(item_cost(ctx, item_id))  # the execution ledger and budget (docs/launch.md)
     lease = view.get("lease") or {}
     lease_html = "<p>No lease.</p>"
     if lease.get("state") == "active":
@@ -59,6 +61,7 @@ def render_item(server: Server, who: Principal, text: str) -> str:
 <p><code>{esc(item_id)}</code> priority {esc(view.get("priority"))}</p>
 <p class="description">{esc(view.get("description"))}</p>
 {lease_html}
+{f'<p class="ledger">cost: {esc(spent)}</p>' if spent else ""}
 <section><h3>Criteria</h3><ol class="criteria">{criteria}</ol></section>
 <section><h3>Decisions</h3><ol class="decisions">{decisions}</ol>{asks}</section>
 <section><h3>Thread</h3><ol class="thread" data-last="{last}">{thread}</ol></section>

@@ -16,9 +16,11 @@ LINES = 20
 
 def render_executions(server: Server, who: Principal) -> str:
     from ...launch.run import LIVE, capture, ours, runs
+    from ...ledger import totals
 
     with server.plane(who) as wp:
         rows = runs(wp)
+        spent = totals(rows, wp.now())["total"]  # the execution ledger (docs/launch.md), as gw cost totals it
         screens: dict[str, tuple[str, bool]] = {}
         for row in rows:
             if row.get("state") in LIVE:
@@ -37,9 +39,11 @@ def render_executions(server: Server, who: Principal) -> str:
     live = sum(1 for r in rows if r.get("state") in LIVE)
     body = "".join(_row(r, screens.get(r["execution"]), who) for r in reversed(rows))
     return (f'<main id="live" data-live="/v1/events"><h2>Executions <span class="count">{len(rows)}</span> '
-            f'<small>{live} live</small></h2>'
+            f'<small>{live} live; <span class="cost">{esc(spent["cost"])} USD, {esc(spent["tokens_in"])} tokens in, '
+            f'{esc(spent["tokens_out"])} out</span></small></h2>'
             f'<table class="executions"><tr><th>execution</th><th>item</th><th>state</th><th>by</th><th>backend</th>'
-            f'<th>host</th><th>command</th><th></th></tr>{body}</table></main>')
+            f'<th>host</th><th>command</th><th>cost</th><th></th></tr>{body}</table></main>')
+
 
 
 def _row(r: dict[str, Any], screen: tuple[str, bool] | None, who: Principal) -> str:
@@ -56,9 +60,19 @@ def _row(r: dict[str, Any], screen: tuple[str, bool] | None, who: Principal) -> 
     line = (f'<tr class="execution" data-execution="{esc(r["execution"])}" data-state="{esc(r["state"])}">'
             f'<td><code>{esc(r["execution"])}</code></td><td><a href="/items/{esc(r["item"])}">{esc(r["item"][:10])}</a>'
             f'</td><td class="state">{state}{why}</td><td>{esc(r.get("by"))}</td><td>{esc(r.get("backend"))}</td>'
-            f'<td>{esc(r.get("host"))}</td><td><code>{esc(" ".join(r.get("command") or []))}</code></td><td>{stop}</td></tr>')
+            f'<td>{esc(r.get("host"))}</td><td><code>{esc(" ".join(r.get("command") or []))}</code></td>'
+            f'<td class="cost">{_cost(r)}</td><td>{stop}</td></tr>')
     if screen is not None:
         text, here = screen
         poll = f' data-capture="/v1/executions/{esc(r["execution"])}/capture?lines={LINES}"' if here else ""
-        line += f'<tr><td colspan="8"><pre class="capture"{poll}>{esc(text)}</pre></td></tr>'
+        line += f'<tr><td colspan="9"><pre class="capture"{poll}>{esc(text)}</pre></td></tr>'
     return line
+
+
+def _cost(r: dict[str, Any]) -> str:
+    """What its agent reported (``gw report``, report.json): cost and tokens, or nothing."""
+    used = r.get("usage") or {}
+    if not used:
+        return f'<small class="why">{esc(r.get("report_error"))}</small>' if r.get("report_error") else ""
+    return (f'{esc(used.get("cost"))} USD <small>{esc(used.get("tokens_in"))}/{esc(used.get("tokens_out"))} '
+            f'tokens</small>')
