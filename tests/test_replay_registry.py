@@ -33,6 +33,9 @@ NOT_HERE = {
     # Decided by the arbiter and never tentative (gw publish/done --offline is refused: publishing
     # moves a branch and needs the arbiter's word), so no clone's gw sync ever replays its record.
     "publish": "an arbiter op with no offline form: never replayed by sync",
+    # The publisher's record of a landing goes in the same atomic push as the branch it moved (or
+    # after its CAS push to a separate code remote): like publish, never a tentative local commit.
+    "queue-land": "the publisher's landing record, pushed with the branch move: never replayed by sync",
 }
 RULES = """sessions:
   operators:
@@ -145,6 +148,28 @@ def _session(wp: Workplane, items: dict[str, str]) -> None:
     assert top.is_dir()
 
 
+def _queue(wp: Workplane, items: dict[str, str]) -> None:
+    from gitwork import sessions
+
+    holder = {"host": "h1", "pid": "1", "start": "1"}
+    queued = []
+    for name in ("queued", "returned"):
+        item = items[name]
+        wp.do("claim", item=item, ttl="1h", offline=True)
+        wp.do("check", item=item, criterion=1)
+        started = sessions.start(wp, item)
+        (Path(started["worktree"]) / f"{name}.txt").write_text(name + "\n")
+        sessions.commit(wp, [f"{name}.txt"], name, session=started["session"], cwd=started["worktree"])
+        wp.do("queue-add", item=item, session=started["session"], into="main", offline=True)
+        queued.append(started["session"])
+    wp.do("queue-remove", session=queued[0], reason="not yet", offline=True)
+    taken = wp.record("queue-lease", action="take", holder=holder, ttl=60, offline=True).result
+    wp.record("queue-lease", action="renew", holder=holder, ttl=60, epoch=taken["epoch"], offline=True)
+    wp.record("queue-return", epoch=taken["epoch"], session=queued[1], reason="gate failed", gate="tests",
+              output="1 failed", offline=True)
+    wp.record("queue-lease", action="release", holder=holder, ttl=60, epoch=taken["epoch"], offline=True)
+
+
 def _steps(wp: Workplane, items: dict[str, str]) -> None:
     from gitwork.sessions import steps
 
@@ -195,6 +220,7 @@ CASES: dict[str, Callable[[Workplane, dict[str, str]], None]] = {
     "session-start": _session, "session-commit": _session, "session-drop": _session,
     "session-create": _steps, "session-branch": _steps, "session-submit": _steps, "session-resume": _steps,
     "session-end": _steps,
+    "queue-add": _queue, "queue-remove": _queue, "queue-lease": _queue, "queue-return": _queue,
 }
 
 
@@ -249,7 +275,7 @@ def replayed(tmp_path: Path, machine_a: Path, url: str) -> tuple[Path, dict[str,
     git(a, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
     with Workplane(str(a)) as wp:
         items = {name: wp.do("new", title=name, criteria=["one"]).result["item"] for name in
-                 ("main", "lease", "close", "run", "session", "dropped", "steps")}
+                 ("main", "lease", "close", "run", "session", "dropped", "steps", "queued", "returned")}
     assert run_gw(a, "sync").returncode == 0
     published = tip(a)
     with Workplane(str(a)) as wp:
