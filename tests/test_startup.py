@@ -134,3 +134,66 @@ def test_text_outside_printable_ascii_is_still_escaped_and_refused() -> None:
     dumped = codec.dump_yaml({"title": "del\x7f, nel\x85, sep\u2028"}).decode()
     assert "\\u007f" in dumped and "\\u0085" in dumped and "\\u2028" in dumped
     assert codec.load_yaml(dumped.encode()) == {"title": "del\x7f, nel\x85, sep\u2028"}
+
+
+def test_gw_run_reaches_a_tmux_agent_without_subprocess_hashlib_or_shutil(repo: Path, tmp_path: Path) -> None:
+    """``gw run --backend tmux`` (issue 27: to the agent's first line within a few times a bare ``tmux
+    new-session``): its tmux clients are started with ``os.posix_spawn`` (``gitcmd.run_tool``), the
+    socket digest comes from ``hashing.py``, the command is found on PATH without ``shutil``."""
+    import os
+    import shutil
+
+    if shutil.which("tmux") is None:
+        import pytest
+
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    with Workplane(str(repo), agent="setup") as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+    socket = str(tmp_path / "tmux.sock")
+    env = {**os.environ, "GW_TMUX_SOCKET": socket}
+    try:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork", "run", item, "--as", "bob", "--",
+                               "sleep", "30"], cwd=repo, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+        assert "gitwork.launch.tmux" in imported
+        heavy = imported & (HEAVY | {"shutil"})
+        assert not heavy, f"gw run imports {sorted(heavy)}"
+        listed = subprocess.run(["tmux", "-S", socket, "list-sessions", "-F", "#{session_name}"], capture_output=True,
+                                text=True)
+        assert len(listed.stdout.split()) == 1, listed  # and the agent runs
+    finally:
+        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
+
+
+TOOL_PROBE = """
+import subprocess, sys, time
+from gitwork.gitcmd import run_tool
+done = run_tool(["sh", "-c", "echo out; echo err >&2; cat; exit 3"])  # stdin: /dev/null, not ours (a pipe)
+assert (done.returncode, done.stdout, done.stderr) == (3, b"out\\n", b"err\\n"), done
+t0 = time.monotonic()
+try:
+    run_tool(["sleep", "20"], timeout=0.3)
+except subprocess.TimeoutExpired as exc:
+    assert time.monotonic() - t0 < 10 and exc.timeout == 0.3
+else:
+    raise AssertionError("no timeout")
+try:
+    run_tool(["no-such-tool-gw-test"])
+except FileNotFoundError:
+    print("ok")
+"""
+
+
+def test_a_tool_run_through_posix_spawn_keeps_subprocess_run_s_contract() -> None:
+    """``gitcmd.run_tool`` without input (tmux's calls) no longer goes through subprocess: the exit
+    code and both streams, stdin from /dev/null (the caller's stdin, a pipe left open here, is not
+    read), ``subprocess.TimeoutExpired`` past the timeout (the process killed), ``FileNotFoundError``."""
+    proc = subprocess.Popen([sys.executable, "-c", TOOL_PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out == "ok\n", err

@@ -16,7 +16,6 @@ execution never start two processes; the reservation keeps two executions of one
 from __future__ import annotations
 
 import os
-import shutil
 
 from ..errors import GwError, Held, Invalid, NotFound
 from ..records.executions import (
@@ -200,9 +199,19 @@ def startable(argv: Sequence[str], cwd: str) -> None:
     if not argv or not argv[0]:
         raise Invalid("gw run needs a command after --, e.g. gw run ITEM -- claude")
     program = argv[0]
-    found = (os.path.join(cwd, program) if "/" in program else shutil.which(program))
+    found = os.path.join(cwd, program) if "/" in program else which(program)
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise Invalid(f"cannot start {program[:80]!r}: no such executable" + ("" if "/" in program else " on PATH"))
+
+
+def which(program: str) -> str | None:
+    """``shutil.which(program)`` for a bare name: the first executable file of that name on PATH
+    (shutil itself, with its archive modules, costs gw run milliseconds before its agent starts)."""
+    for folder in os.get_exec_path():
+        path = os.path.join(folder or ".", program)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
 
 
 MAX_ENV_BYTES = 64 * 1024
