@@ -5,11 +5,11 @@ when its command could not be started; ``released``: detached, not killed). Its 
 transition is also an ``execution`` event in the item's ``events.log``, so the item's history says
 what ran under which lease.
 
-All three ops are **record ops** (``internal=True``): they claim that gitwork's launcher
+The record ops (``internal=True``: ``exec-reserve``, ``exec-state``) claim that gitwork's launcher
 (``gitwork/launch``) reserved, started or saw the end of a process on this host, so no face may
-submit them. None is an **arbiter** op: they grant, renew and end no lease. Across machines the
-lease is the mutex (``claim`` is decided by the arbiter) and the ``launching`` record is fenced on
-it; a reservation only keeps two ``gw run`` of one clone from both getting as far as the claim.
+submit them. ``exec-reserve`` is an **arbiter** op: one live execution per lane is a decision across
+clones, and with ``launch`` (what ``gw run`` submits) it is the whole launch before the agent starts,
+in one commit: the reservation, the caller's lease kept or claimed, and ``launching`` fenced on it.
 
 The rules the engine enforces, whatever the launcher does:
 
@@ -73,7 +73,7 @@ def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
 
 # arbiter=True: one live execution per item (and lane) is a decision across clones, like the lease: two
 # clones of one holder each reserving on their own state started two agents under one fence (the soak's I1).
-@op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True, arbiter=True,
+@op("exec-reserve", "reserve an execution of an item; with launch, also its lease and launching (gw run: one commit)", internal=True, arbiter=True,
     item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping",
     build="mapping!", session="short", branch="short", env="texts", clone="short", launch="bool", ttl="duration")
 def exec_reserve(ctx: Context) -> None:
