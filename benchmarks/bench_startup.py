@@ -7,7 +7,8 @@ a user's ``pip install`` has it: the ``gw`` console script, bytecode compiled (P
 unset, one warm-up round). On a five-item repository, each round runs, interleaved:
 ``python -c pass`` (the interpreter with site), ``python -S -c pass`` (without site),
 ``python -I -S -c pass``, ``gw --version`` (entry point, nothing else),
-``gw claim ID --ttl 30m`` and ``gw release ID`` (each a real state commit through the engine).
+``gw claim ID --ttl 30m`` and ``gw release ID`` (each a real state commit through the engine);
+with ``--against VENV``, the same three gw cases of the build installed in VENV, in the same rounds.
 Each process is reaped with ``os.wait4``: its CPU time (user + system, its own children included,
 the one ``git update-ref``) is per process, not a mean. Prints medians and minima of wall and CPU
 time, and ``uptime``'s load, as one JSON object. Nothing here asserts a speed.
@@ -52,10 +53,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reinstall", action="store_true")
+    parser.add_argument("--against", metavar="VENV", help="another venv with another build of gitwork installed: "
+                        "its gw --version, claim and release are timed in the same rounds (a before/after pair)")
+    parser.add_argument("--default-identity", action="store_true",
+                        help="no GW_AGENT: each gw works out user@host/sSID itself, as a person's shell has it")
     args = parser.parse_args()
     c.enter_venv(sys.argv[1:])
+    if args.against:
+        args.against = os.path.abspath(args.against)
     runs = 5 if args.quick else args.runs
     env = c.child_env(bytecode=True)
+    if args.default_identity:
+        del env["GW_AGENT"]
     py, gw = str(c.venv_python()), str(c.venv_gw())
     repo = c.scratch("startup")
     c.make_repo(repo)
@@ -71,6 +80,11 @@ def main() -> None:
         "gw claim ID --ttl 30m": [gw, "claim", item, "--ttl", "30m"],
         "gw release ID": [gw, "release", item],
     }
+    if args.against:  # the other build, interleaved: the same repository, the same item, the same load
+        other = os.path.join(args.against, "bin", "gw")
+        cases.update({"gw --version (against)": [other, "--version"],
+                      "gw claim ID --ttl 30m (against)": [other, "claim", item, "--ttl", "30m"],
+                      "gw release ID (against)": [other, "release", item]})
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     load_before = os.getloadavg()
     for round_no in range(runs + 1):  # round 0 compiles the bytecode and warms the page cache
