@@ -115,3 +115,17 @@ def test_the_arbiter_derives_the_launch_commit_under_the_clients_default_ttl(tmp
     lease_file = next(p for p in git(bare, "ls-tree", "-r", "--name-only", STATE).splitlines()
                       if f"/{item}/" in p and p.endswith("lease.yaml"))
     assert "ttl: 7200" in git(bare, "cat-file", "blob", f"{STATE}:{lease_file}")
+
+
+def test_a_ttl_without_launch_is_refused_and_records_nothing(repo: Path) -> None:
+    item = one_item(repo)
+    before = tip(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        try:
+            wp.record("exec-reserve", item=item, execution="x-nolaunch", command=["cat"], backend="subprocess",
+                      host="h", build=current(), ttl="20m")
+        except Exception as error:  # Invalid (5): the ttl of a lease no command grants
+            assert getattr(error, "code", None) == 5 and "launch" in str(error), error
+        else:
+            raise AssertionError("a ttl without launch was accepted")
+    assert tip(repo) == before

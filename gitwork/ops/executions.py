@@ -83,6 +83,8 @@ def exec_reserve(ctx: Context) -> None:
         raise Invalid("an execution needs a command")
     if bool(ctx.cmd.get("session")) != bool(ctx.cmd.get("branch")):
         raise Invalid("an execution of a session branch names both its session and its branch")
+    if ctx.cmd.get("ttl") is not None and not ctx.cmd.get("launch"):
+        raise Invalid("ttl is the lease's of a launch: give it with launch")
     mine = lane(ctx.cmd)
     env = check_env_names(list(ctx.cmd.get("env") or []))
     existing = load_execution(ctx, execution_id)
