@@ -9,7 +9,9 @@ its own tmux server (``GW_TMUX_SOCKET`` under the temporary folder), killed at t
 - **first output**: each run starts ``sh -c 'echo first > MARK; exec sleep 600'`` on a fresh item
   and polls (every 0.5 ms) until MARK exists: the agent's first line written. Interleaved, each
   round: ``gw run --backend tmux``, ``gw run --backend subprocess``, and the floor,
-  ``tmux new-session -d`` of the same command on the same server. Medians and 90th percentiles.
+  ``tmux new-session -d`` of the same command on the same server. Medians and 90th percentiles, and
+  the CPU time of the launching process (``os.wait4``: its own and its reaped children's, git and
+  tmux clients; not the tmux server's nor the agent's).
 - **coordinator pass**: ``--executions`` agents (``sleep 600`` in tmux) started in-process through
   ``gitwork.launch.run.run``; then ``tick()`` in-process (no renewals due: a pass that only checks)
   and ``gw coordinate --once`` as a process (which also takes and releases the coordinator lease).
@@ -41,15 +43,22 @@ def wait_for(path: str, limit: float = 30.0) -> None:
         time.sleep(0.0005)
 
 
-def first_output(argv: list[str], cwd: str, mark: str) -> float:
-    """Seconds from starting ``argv`` to the agent's first line (the mark file)."""
+CPU: dict[str, list[float]] = {}  # case -> CPU seconds (user + system) of the launching process and its reaped children
+
+
+def first_output(argv: list[str], cwd: str, mark: str, case: str = "") -> float:
+    """Seconds from starting ``argv`` to the agent's first line (the mark file); the CPU time of the
+    process (its own, and its children's it waited for: git, tmux clients) goes to ``CPU[case]``."""
     env = {**os.environ, "MARK": mark}
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(mark)
     elapsed = time.perf_counter() - t0
-    if proc.wait() != 0:
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
         raise SystemExit(f"{argv[:6]} failed: {proc.stderr.read().decode() if proc.stderr else ''}")
+    CPU.setdefault(case, []).append(usage.ru_utime + usage.ru_stime)
     return elapsed
 
 
@@ -79,29 +88,41 @@ def main() -> None:
 
         with Workplane(repo) as wp:
             wp.do("init")
-            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(3 * args.runs + args.executions + 1)]
+            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(2 * args.runs + args.executions + 1)]
         # One warm-up of each, so the tmux server and the page cache are up before anything is timed.
         # (gw's own start of the server, so it runs with gitwork's tmux configuration).
         subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-        times: dict[str, list[float]] = {"gw run (tmux)": [], "gw run (subprocess)": [], "tmux new-session": []}
+        cases = ["gw run (tmux)", "gw run (subprocess)", "tmux new-session", "tmux new-session, python -S in the pane",
+                 "gw --version", "python -c pass"]
+        times: dict[str, list[float]] = {case: [] for case in cases}
+        # The floor of a Python wrapper in the pane (gw's design: the wrapper reports the start and the
+        # exit code): the same tmux new-session, its pane starting the agent through `python -S`.
+        exec_agent = "import os; os.execvp('sh', ['sh', '-c', os.environ['AGENT']])"
         for n in range(args.runs):
-            for case in times:
-                item = items.pop()
-                mark = os.path.join(root, f"mark-{n}-{case.split()[-1].strip('()')}")
+            for index, case in enumerate(cases):
+                mark = os.path.join(root, f"mark-{n}-{index}")
                 if case == "tmux new-session":
                     argv = ["tmux", "-S", socket, "new-session", "-d", "-s", f"floor-{n}", "-e", f"MARK={mark}",
                             "--", "sh", "-c", AGENT]
+                elif case.startswith("tmux new-session,"):
+                    argv = ["tmux", "-S", socket, "new-session", "-d", "-s", f"floor-py-{n}", "-e", f"MARK={mark}",
+                            "-e", f"AGENT={AGENT}", "--", sys.executable, "-S", "-c", exec_agent]
+                elif case in ("gw --version", "python -c pass"):  # start-up floors: no agent, start to exit
+                    argv = [*gw, "--version"] if case == "gw --version" else [sys.executable, "-c", "pass"]
+                    t0 = time.perf_counter()
+                    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+                    _pid, _status, usage = os.wait4(proc.pid, 0)
+                    times[case].append(time.perf_counter() - t0)
+                    CPU.setdefault(case, []).append(usage.ru_utime + usage.ru_stime)
+                    continue
                 else:
-                    argv = [*gw, "run", item, "--backend", case.split("(")[1].rstrip(")"), "--", "sh", "-c", AGENT]
-                times[case].append(first_output(argv, repo, mark))
-        versions = []
-        for _ in range(args.runs):  # the start-up floor of any gw process: interpreter plus entry point
-            t0 = time.perf_counter()
-            subprocess.run([*gw, "--version"], check=True, stdout=subprocess.DEVNULL)
-            versions.append(time.perf_counter() - t0)
-        times["gw --version"] = versions
-        result: dict[str, object] = {"first_output": {case: summary(t) for case, t in times.items()}}
+                    argv = [*gw, "run", items.pop(), "--backend", case.split("(")[1].rstrip(")"), "--", "sh", "-c",
+                            AGENT]
+                times[case].append(first_output(argv, repo, mark, case))
+        result: dict[str, object] = {"first_output": {case: summary(t) for case, t in times.items()},
+                                     "cpu_of_the_launching_process": {case: summary(t) for case, t in CPU.items()},
+                                     "load_before_coordinator": os.getloadavg()[0]}
         # Stop the first-output agents, then start the live executions the coordinator passes over.
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
         for folder in Path(repo, ".git", "gitwork", "executions").glob("*/handle"):

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 
 from .errors import Corrupt, Invalid
+from .lazyre import Lazy
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ _RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "nan",
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
 _INT = re.compile(r"-?(0|[1-9][0-9]*)\Z")
 # Characters YAML readers treat as breaks or refuse unescaped.
-_ESCAPE = re.compile("[\u007f-\u009f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]")
+_ESCAPE = Lazy("[\u007f-\u009f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]")
 
 
 _DECODER = json.JSONDecoder()
@@ -40,13 +41,21 @@ class _NotCanonical(Exception):
 
 def _quote(text: str) -> str:
     out = json.dumps(text, ensure_ascii=False)
+    if not _escaped(out):
+        return out
     return _ESCAPE.sub(lambda m: "\\u%04x" % ord(m.group()), out)
+
+
+def _escaped(text: str) -> bool:
+    """Has ``text`` a character YAML output escapes (``_ESCAPE``)? ASCII without DEL has none: the
+    usual text is answered without compiling the pattern."""
+    return not (text.isascii() and "\x7f" not in text) and _ESCAPE.search(text) is not None
 
 
 def _literal_ok(text: str) -> bool:
     if "\n" not in text or text.endswith("\n\n") or text.startswith((" ", "\n")):
         return False
-    if _ESCAPE.search(text) or any(c < " " and c != "\n" for c in text):
+    if _escaped(text) or any(c < " " and c != "\n" for c in text):
         return False
     return all(line == line.rstrip() for line in text.split("\n"))
 
@@ -429,8 +438,8 @@ def iter_records(data: bytes, *, what: str = "log") -> Iterator[dict[str, Any]]:
 # --- durations ---------------------------------------------------------------------------------------
 
 # At most 12 digits per part: far beyond the 366-day limit, and int() of it is instant.
-_DURATION = re.compile(r"(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m)?(?:([0-9]{1,12})s)?\Z")
-_SECONDS = re.compile(r"[0-9]{1,20}\Z")
+_DURATION = Lazy(r"(?:([0-9]{1,12})d)?(?:([0-9]{1,12})h)?(?:([0-9]{1,12})m)?(?:([0-9]{1,12})s)?\Z")
+_SECONDS = Lazy(r"[0-9]{1,20}\Z")
 
 
 def parse_duration(text: str | int) -> int:

@@ -18,6 +18,7 @@ import re
 from . import ids
 from .codec import parse_duration
 from .errors import Invalid
+from .lazyre import Lazy
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -26,14 +27,15 @@ if TYPE_CHECKING:
 MAX_TITLE = 200
 MAX_TEXT = 64 * 1024
 MAX_SHORT = 1024
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]")
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}\Z")
+_CONTROL = Lazy("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]")
+_LABEL = Lazy(r"[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}\Z")
 
 
 def check_text(value: Any, field: str, *, limit: int = MAX_TEXT, multiline: bool = True, empty: bool = True) -> str:
     if not isinstance(value, str):
         raise Invalid(f"{field} must be text")
-    if _CONTROL.search(value) or (not multiline and ("\n" in value or "\r" in value)):
+    # Printable ASCII has none of _CONTROL: the usual text is answered without compiling it.
+    if (not (value.isascii() and value.isprintable()) and _CONTROL.search(value)) or (not multiline and ("\n" in value or "\r" in value)):
         raise Invalid(f"{field} contains binary or control characters")
     if len(value.encode("utf-8", "surrogatepass")) > limit:
         raise Invalid(f"{field} is too long ({len(value)} characters; at most {limit} bytes)")
@@ -177,8 +179,8 @@ def _mapping(value: Any, field: str) -> dict[str, Any]:
     return {str(k): (str(v) if v is not None else None) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
 
 
-_SEQ_REF = re.compile(r"#?(\d+)\Z")
-_MESSAGE_ID = re.compile(r"[A-Za-z0-9_.:-]{4,64}\Z")
+_SEQ_REF = Lazy(r"#?(\d+)\Z")
+_MESSAGE_ID = Lazy(r"[A-Za-z0-9_.:-]{4,64}\Z")
 
 
 def parse_msgref(value: Any, field: str) -> int | str:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 
 from . import codec, ids, layout
 from .commands import Field, check_unicode, parse_fields, validate
 from .config import Settings
 from .errors import Corrupt, Forbidden, GwError, Held, Invalid, NotFound, NotHolder, Stale
+from .lazyre import Lazy
 from .model import Item, Lease, load_item, load_lease, stamp
 from .store import Snapshot, Store, identity_signature
 
@@ -637,12 +637,14 @@ def _initialise(outcome: Outcome) -> None:
 
 # Anything that could end or fake a line in a commit message (or in `git log`'s display of it) is
 # written escaped: control characters, DEL, C1 controls, and the Unicode line and paragraph separators.
-_LINE_BREAKING = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_LINE_BREAKING = Lazy("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def one_line(text: str) -> str:
     """``text`` as one line of a commit message: user text (titles, names, reasons) is escaped, so
     it can never start a line of its own, such as a planted ``Command:`` line or a trailer."""
+    if text.isascii() and text.isprintable():  # none of _LINE_BREAKING: answered without compiling it
+        return text
     return _LINE_BREAKING.sub(lambda m: json.dumps(m.group())[1:-1] if m.group() != "\t" else " ", text)
 
 
@@ -655,7 +657,8 @@ def commit_message(cmd: dict[str, Any], outcome: Outcome) -> str:
     whatever text a user gave.
     """
     document = json.dumps(cmd, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
-    document = _LINE_BREAKING.sub(lambda m: "\\u%04x" % ord(m.group()), document)  # U+2028 and kin
+    if not (document.isascii() and document.isprintable()):
+        document = _LINE_BREAKING.sub(lambda m: "\\u%04x" % ord(m.group()), document)  # U+2028 and kin
     trailers = "\n".join(f"{one_line(k)}: {one_line(str(v))}" for k, v in outcome.trailers.items())
     return f"{one_line(outcome.summary or cmd['op'])}\n\nCommand: {document}\n\n{trailers}\n"
 

@@ -17,6 +17,7 @@ from .errors import GitFailed
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import subprocess
+    from typing import Any
 
 # Git must never stop to ask a person anything, nor page, nor localise the messages we parse.
 _QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "LC_ALL": "C", "LANGUAGE": "C"}
@@ -110,11 +111,14 @@ def run(
 _SPAWN = hasattr(os, "posix_spawn") and os.path.isdir("/proc/self/fd")
 
 
-def _spawn(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[int, bytes, bytes]:
+def _spawn(cmd: tuple[str, ...], env: dict[str, str], *, timeout: float | None = None,
+           no_stdin: bool = False) -> tuple[int, bytes, bytes]:
     """``cmd`` run as ``subprocess.run(cmd, capture_output=True, env=env)`` runs it (stdin inherited,
     both streams read to their end, descriptors other than 0-2 closed, SIGPIPE and SIGXFSZ back to
     their defaults), through ``os.posix_spawn``: importing subprocess (threading, locale, selectors)
-    costs a one-commit ``gw claim`` more start-up than the one ``git update-ref`` it runs."""
+    costs a one-commit ``gw claim`` more start-up than the one ``git update-ref`` it runs.
+    ``no_stdin``: stdin from /dev/null. Past ``timeout`` seconds the process is killed and
+    ``subprocess.TimeoutExpired`` raised, as ``subprocess.run`` does (subprocess imported only then)."""
     import select
 
     try:
@@ -128,7 +132,9 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[int, bytes, bytes
         raise FileNotFoundError(cmd[0])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+    if no_stdin:
+        actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
     for name in os.listdir("/proc/self/fd"):  # an inherited descriptor must not outlive us in git's hooks
         fd = int(name)
         if fd > 2 and fd not in (out_r, out_w, err_r, err_w):
@@ -148,9 +154,17 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[int, bytes, bytes
     for fd in chunks:
         poller.register(fd, select.POLLIN)
     left = set(chunks)
+    deadline = None if timeout is None else _monotonic() + timeout
+    killed = False
     try:
         while left:
-            for fd, _events in poller.poll():
+            wait = None if deadline is None else max(0.0, deadline - _monotonic())
+            ready = poller.poll(None if wait is None else int(wait * 1000) + 1)
+            if not ready and deadline is not None and _monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+                break
+            for fd, _events in ready:
                 data = os.read(fd, 65536)
                 if data:
                     chunks[fd].append(data)
@@ -161,7 +175,17 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str]) -> tuple[int, bytes, bytes
         os.close(out_r)
         os.close(err_r)
         _pid, status = os.waitpid(pid, 0)
+    if killed:
+        import subprocess
+
+        raise subprocess.TimeoutExpired(cmd, timeout or 0.0, b"".join(chunks[out_r]), b"".join(chunks[err_r]))
     return os.waitstatus_to_exitcode(status), b"".join(chunks[out_r]), b"".join(chunks[err_r])
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
 
 
 class _Kept:
@@ -229,7 +253,12 @@ def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeou
              input: bytes | None = None) -> Completed:
     """Run another program (``tmux``, ``ssh-keygen``) as git is run: output captured, no stdin unless
     ``input`` is given; the exit status is the caller's to judge. ``FileNotFoundError`` (no such
-    program) and ``TimeoutExpired`` propagate."""
+    program) and ``subprocess.TimeoutExpired`` propagate. Without ``input``, through ``os.posix_spawn``
+    (``_spawn``): ``gw run``'s tmux calls need no subprocess module on the way to the agent."""
+    if input is None and _SPAWN:
+        code, out, err = _spawn(tuple(cmd), dict(os.environ if env is None else env), timeout=timeout,
+                                no_stdin=True)
+        return Completed(tuple(cmd), code, out, err)
     import subprocess
 
     if input is not None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import re
 
 from .errors import Invalid
+from .lazyre import Lazy
 
 MAX_GLOBS = 32  # globs per item
 MAX_GLOB = 200  # characters per glob
 WILDCARDS = "*?["
 # Segments made of these only (plus the wildcards); no spaces, quotes, backslashes or control characters.
-_ALLOWED = re.compile(r"[A-Za-z0-9_.+@=,%~*?!^\[\]-]+\Z")
+_ALLOWED = Lazy(r"[A-Za-z0-9_.+@=,%~*?!^\[\]-]+\Z")
 PATHS_FILE = "paths.yaml"
 
 

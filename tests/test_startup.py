@@ -65,3 +65,135 @@ def test_the_launch_wrapper_reaches_the_agent_without_subprocess(tmp_path: Path)
     wrapper_run(missing, "no-such-agent-gw-test", code=127)
     assert (missing / "failed").read_text().startswith("cannot start no-such-agent-gw-test")
     assert not (missing / "code").exists() and not (missing / "child").exists()
+
+
+def test_a_claim_under_the_default_identity_loads_neither_socket_nor_getpass(repo: Path) -> None:
+    """Without ``--as`` or ``GW_AGENT`` the identity is ``user@host/sSID``: the user from getpass's own
+    sources (LOGNAME, USER, ..., the password database), the host from ``os.uname()``, not the
+    modules (``socket`` alone is ~3 ms: selectors, enums)."""
+    import os
+
+    with Workplane(str(repo), agent="setup") as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+    env = {k: v for k, v in os.environ.items() if k != "GW_AGENT"}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork", "claim", item], cwd=repo,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert not imported & {"socket", "getpass", "_socket"}, sorted(imported & {"socket", "getpass", "_socket"})
+    import getpass
+    import socket
+
+    from gitwork.ids import plain_identity
+
+    # The same name the modules give (the child shares this process's session).
+    expected = f"{plain_identity(getpass.getuser())[:24]}@{plain_identity(socket.gethostname().split('.')[0])[:24]}"
+    with Workplane(str(repo)) as wp:
+        lease = wp.lease(item)
+        assert lease is not None and lease.holder == f"{expected}/s{os.getsid(0)}", lease
+
+
+# The character classes with wide Unicode ranges cost 0.3-0.6 ms each to compile (issue 27): compiled on
+# first use, and an ASCII text is answered without them.
+WIDE = {"gitwork.codec": "_ESCAPE", "gitwork.commands": "_CONTROL", "gitwork.engine": "_LINE_BREAKING"}
+PROBE = """
+import importlib, sys
+from gitwork.cli.main import main
+code = main(sys.argv[1:])
+compiled = [m + "." + n for m, n in {wide!r}.items() if getattr(importlib.import_module(m), n)._compiled is not None]
+print(code, ",".join(compiled))
+"""
+
+
+def test_an_ascii_claim_compiles_none_of_the_wide_patterns(repo: Path) -> None:
+    with Workplane(str(repo), agent="setup") as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+    done = subprocess.run([sys.executable, "-c", PROBE.format(wide=WIDE), "claim", item, "--as", "bob", "--ttl", "30m"],
+                          cwd=repo, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2].split(" ") == ["0", ""], done.stdout
+
+
+def test_text_outside_printable_ascii_is_still_escaped_and_refused() -> None:
+    """The ASCII shortcut never skips what the patterns catch: DEL (ASCII, not printable), C1 controls,
+    U+2028, lone surrogates."""
+    from gitwork import codec, commands, engine
+    from gitwork.errors import Invalid
+
+    assert engine.one_line("a\x7fb\u2028c\nd") == "a\\u007fb\\u2028c\\nd"
+    assert engine.one_line("plain ascii, printable") == "plain ascii, printable"
+    for bad in ("a\x7f", "a\x00", "a\x1b[2J", "a\ud800"):
+        try:
+            commands.check_text(bad, "title")
+        except Invalid:
+            continue
+        raise AssertionError(f"{bad!r} was accepted")
+    assert commands.check_text("tab\tand text\n", "title") == "tab\tand text\n"
+    dumped = codec.dump_yaml({"title": "del\x7f, nel\x85, sep\u2028"}).decode()
+    assert "\\u007f" in dumped and "\\u0085" in dumped and "\\u2028" in dumped
+    assert codec.load_yaml(dumped.encode()) == {"title": "del\x7f, nel\x85, sep\u2028"}
+
+
+def test_gw_run_reaches_a_tmux_agent_without_subprocess_hashlib_or_shutil(repo: Path, tmp_path: Path) -> None:
+    """``gw run --backend tmux`` (issue 27: to the agent's first line within a few times a bare ``tmux
+    new-session``): its tmux clients are started with ``os.posix_spawn`` (``gitcmd.run_tool``), the
+    socket digest comes from ``hashing.py``, the command is found on PATH without ``shutil``."""
+    import os
+    import shutil
+
+    if shutil.which("tmux") is None:
+        import pytest
+
+        pytest.skip("tmux is not installed (apt-get install tmux)")
+    with Workplane(str(repo), agent="setup") as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+    socket = str(tmp_path / "tmux.sock")
+    env = {**os.environ, "GW_TMUX_SOCKET": socket}
+    try:
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork", "run", item, "--as", "bob", "--",
+                               "sleep", "30"], cwd=repo, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+        assert "gitwork.launch.tmux" in imported
+        heavy = imported & (HEAVY | {"shutil"})
+        assert not heavy, f"gw run imports {sorted(heavy)}"
+        listed = subprocess.run(["tmux", "-S", socket, "list-sessions", "-F", "#{session_name}"], capture_output=True,
+                                text=True)
+        assert len(listed.stdout.split()) == 1, listed  # and the agent runs
+    finally:
+        subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
+
+
+TOOL_PROBE = """
+import subprocess, sys, time
+from gitwork.gitcmd import run_tool
+done = run_tool(["sh", "-c", "echo out; echo err >&2; cat; exit 3"])  # stdin: /dev/null, not ours (a pipe)
+assert (done.returncode, done.stdout, done.stderr) == (3, b"out\\n", b"err\\n"), done
+t0 = time.monotonic()
+try:
+    run_tool(["sleep", "20"], timeout=0.3)
+except subprocess.TimeoutExpired as exc:
+    assert time.monotonic() - t0 < 10 and exc.timeout == 0.3
+else:
+    raise AssertionError("no timeout")
+try:
+    run_tool(["no-such-tool-gw-test"])
+except FileNotFoundError:
+    print("ok")
+"""
+
+
+def test_a_tool_run_through_posix_spawn_keeps_subprocess_run_s_contract() -> None:
+    """``gitcmd.run_tool`` without input (tmux's calls) no longer goes through subprocess: the exit
+    code and both streams, stdin from /dev/null (the caller's stdin, a pipe left open here, is not
+    read), ``subprocess.TimeoutExpired`` past the timeout (the process killed), ``FileNotFoundError``."""
+    proc = subprocess.Popen([sys.executable, "-c", TOOL_PROBE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and out == "ok\n", err

@@ -133,12 +133,14 @@ def test_good_identities_pass_and_sign_the_commit(state: Path) -> None:
 
 
 def test_the_default_identity_follows_the_rule_whatever_the_login(monkeypatch: pytest.MonkeyPatch) -> None:
-    import getpass
-    import socket
+    import os
+    import types
 
-    monkeypatch.setattr(getpass, "getuser", lambda: "Jane Doe <jd>\nCommand: {}")
-    monkeypatch.setattr(socket, "gethostname", lambda: "-weird host" + "x" * 100)
+    # getpass.getuser's first source, and the node name (what socket.gethostname returns on POSIX).
+    monkeypatch.setenv("LOGNAME", "Jane Doe <jd>\nCommand: {}")
+    monkeypatch.setattr(os, "uname", lambda: types.SimpleNamespace(nodename="-weird host" + "x" * 100))
     name = default_identity()
+    assert name.startswith("Jane-Doe--jd--Command")
     assert "\n" not in name and " " not in name and len(name) <= 64
     from gitwork.ids import check_identity
 

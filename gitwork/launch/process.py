@@ -9,7 +9,6 @@ the FIFO ``DIR/stdin``. The handle is ``PID@START`` (the kernel's start time of 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 
@@ -114,6 +113,8 @@ class Subprocess:
         pid, start = self._split(handle)
         if not pid or not alive(pid, start):
             return
+        import signal  # here: its enums cost every launch verb's start-up (gw run imports this module)
+
         for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
             try:
                 os.killpg(pid, sig)

@@ -16,7 +16,6 @@ execution never start two processes; the reservation keeps two executions of one
 from __future__ import annotations
 
 import os
-import shutil
 
 from ..errors import GwError, Held, Invalid, NotFound
 from ..records.executions import (
@@ -205,9 +204,19 @@ def startable(argv: Sequence[str], cwd: str) -> None:
     if not argv or not argv[0]:
         raise Invalid("gw run needs a command after --, e.g. gw run ITEM -- claude")
     program = argv[0]
-    found = (os.path.join(cwd, program) if "/" in program else shutil.which(program))
+    found = os.path.join(cwd, program) if "/" in program else which(program)
     if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
         raise Invalid(f"cannot start {program[:80]!r}: no such executable" + ("" if "/" in program else " on PATH"))
+
+
+def which(program: str) -> str | None:
+    """``shutil.which(program)`` for a bare name: the first executable file of that name on PATH
+    (shutil itself, with its archive modules, costs gw run milliseconds before its agent starts)."""
+    for folder in os.get_exec_path():
+        path = os.path.join(folder or ".", program)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
 
 
 MAX_ENV_BYTES = 64 * 1024
@@ -288,54 +297,32 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
                     return answer
         new_id = execution or mint()
         try:
-            wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
-                      host=host(), clone=clone_id(wp.repo), launcher=me(), build=current_build(), session=session,
-                      branch=branch,
-                      env=sorted(extra) or None)
+            # One state commit before the agent starts (issue 27): the reservation, the lease (kept or
+            # claimed) and `launching` under it, all or nothing (ops/executions.py, `launch`).
+            launched = wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
+                                 host=host(), clone=clone_id(wp.repo), launcher=me(), build=current_build(),
+                                 session=session, branch=branch, env=sorted(extra) or None, launch=True, ttl=ttl)
         except Held as error:
-            if error.details.get("execution"):
+            if error.details.get("state"):
                 continue  # another gw run reserved first: settle that one on the next round
             raise
+        # The crash points of the three commits this one replaced: a launcher killed here left one
+        # `launching` record and nothing started (settled as `failed`, launched again by a retry).
         crash_point("after-reserve")
-        return _launch(wp, backend, new_id, item_id, command, cwd, ttl, extra)
+        crash_point("after-claim")
+        crash_point("after-launching")
+        return _launch(wp, backend, new_id, item_id, command, cwd, launched.result, extra)
     raise Held(f"{item_id}: executions kept changing under this gw run; try again", item=item_id)
 
 
-def _lease(wp: Workplane, item_id: str, ttl: str | None, execution_id: str) -> Any:
-    """The caller's live lease on the item, with an epoch no lost execution ran under; else a new grant."""
-    me_ = wp.settings.identity()
-    lease = wp.lease(item_id)
-    if lease is not None and lease.is_active() and lease.holder == me_ and lease.live_for_holder(
-            wp.now(), wp.settings.clock_margin):
-        lost = [e for e in item_executions(wp.context(), item_id).values()
-                if e["state"] == "lost" and e.get("epoch") == lease.epoch]
-        if not lost:
-            return lease
-        others = [i for i, e in item_executions(wp.context(), item_id).items() if e["state"] in LIVE and i != execution_id]
-        if others:  # a new epoch would end their lease under them: launch once they have ended
-            raise Held(f"{item_id} needs a new lease epoch (execution {lost[0]['execution']} was lost under epoch "
-                       f"{lease.epoch}), and {others[0]} still runs under it", item=item_id, execution=others[0])
-        wp.do("release", item=item_id, fence=lease.fence)  # a new epoch fences the lost process out
-    wp.do("claim", item=item_id, ttl=ttl)
-    return wp.lease(item_id)
-
-
 def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
-            ttl: str | None, extra: dict[str, str]) -> dict[str, Any]:
-    try:
-        lease = _lease(wp, item_id, ttl, execution_id)
-    except GwError as error:
-        wp.record("exec-state", execution=execution_id, to="failed", reason=f"no lease: {error.message}"[:200])
-        raise
-    crash_point("after-claim")
-    wp.record("exec-state", execution=execution_id, to="launching", fence=lease.fence, launcher=me())
-    crash_point("after-launching")
+            record: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
     from .context import build, write
 
     launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), build(wp, item_id, execution_id))
     env = dict(os.environ)
     env.update(extra)  # the caller's (checked: none of the names below), never recorded with their values
-    env.update(GW_AGENT=lease.holder, GW_ITEM=item_id, GW_FENCE=str(lease.fence), GW_EXECUTION=execution_id,
+    env.update(GW_AGENT=record["holder"], GW_ITEM=item_id, GW_FENCE=str(record["fence"]), GW_EXECUTION=execution_id,
                GW_CONTEXT=launch_md, GW_REPORT=os.path.join(os.path.dirname(launch_md), "report.json"))
     env.pop("GW_CRASH_AT", None)
     try:

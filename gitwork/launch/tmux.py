@@ -12,9 +12,7 @@ Every tmux call goes through ``gitcmd.run_tool``.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 import sys
 import time
 
@@ -46,7 +44,9 @@ def socket_path(repo: Repository, configured: str | None = None) -> str:
     path = os.path.join(repo.common_dir, "gitwork", "tmux", "sock")
     if len(path.encode()) <= SOCKET_MAX:
         return path
-    digest = hashlib.sha1(os.path.abspath(repo.common_dir).encode()).hexdigest()[:16]
+    from ..hashing import sha1_hex  # not hashlib: OpenSSL's load, on gw run's way to the agent
+
+    digest = sha1_hex(os.path.abspath(repo.common_dir).encode())[:16]
     return os.path.join("/tmp", f"gw-tmux-{os.getuid()}", digest, "sock")
 
 
@@ -65,8 +65,12 @@ class Tmux:
         except FileNotFoundError as exc:
             raise Invalid("the tmux backend needs tmux, and it is not installed or not on PATH "
                           "(apt-get install tmux, or --backend subprocess)") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise Invalid(f"tmux on {self.socket} did not answer in 30 s") from exc
+        except Exception as exc:
+            import subprocess  # only now: gw run starts its agent without importing subprocess
+
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise Invalid(f"tmux on {self.socket} did not answer in 30 s") from exc
+            raise
 
     def check(self) -> None:
         """tmux runs, and gitwork's server (when there is one) answers a command.

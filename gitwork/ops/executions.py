@@ -5,11 +5,11 @@ when its command could not be started; ``released``: detached, not killed). Its 
 transition is also an ``execution`` event in the item's ``events.log``, so the item's history says
 what ran under which lease.
 
-All three ops are **record ops** (``internal=True``): they claim that gitwork's launcher
+The record ops (``internal=True``: ``exec-reserve``, ``exec-state``) claim that gitwork's launcher
 (``gitwork/launch``) reserved, started or saw the end of a process on this host, so no face may
-submit them. None is an **arbiter** op: they grant, renew and end no lease. Across machines the
-lease is the mutex (``claim`` is decided by the arbiter) and the ``launching`` record is fenced on
-it; a reservation only keeps two ``gw run`` of one clone from both getting as far as the claim.
+submit them. ``exec-reserve`` is an **arbiter** op: one live execution per lane is a decision across
+clones, and with ``launch`` (what ``gw run`` submits) it is the whole launch before the agent starts,
+in one commit: the reservation, the caller's lease kept or claimed, and ``launching`` fenced on it.
 
 The rules the engine enforces, whatever the launcher does:
 
@@ -73,9 +73,9 @@ def _save(ctx: Context, record: dict[str, Any], **event: Any) -> None:
 
 # arbiter=True: one live execution per item (and lane) is a decision across clones, like the lease: two
 # clones of one holder each reserving on their own state started two agents under one fence (the soak's I1).
-@op("exec-reserve", "reserve an execution of an item: the first step of gw run", internal=True, arbiter=True,
+@op("exec-reserve", "reserve an execution of an item; with launch, also its lease and launching (gw run: one commit)", internal=True, arbiter=True,
     item="item!", execution="short!", command="texts!", backend="name!", host="short!", launcher="mapping",
-    build="mapping!", session="short", branch="short", env="texts", clone="short")
+    build="mapping!", session="short", branch="short", env="texts", clone="short", launch="bool", ttl="duration")
 def exec_reserve(ctx: Context) -> None:
     item_id = ctx.target()
     execution_id = check_execution_id(ctx.cmd["execution"])
@@ -83,6 +83,8 @@ def exec_reserve(ctx: Context) -> None:
         raise Invalid("an execution needs a command")
     if bool(ctx.cmd.get("session")) != bool(ctx.cmd.get("branch")):
         raise Invalid("an execution of a session branch names both its session and its branch")
+    if ctx.cmd.get("ttl") is not None and not ctx.cmd.get("launch"):
+        raise Invalid("ttl is the lease's of a launch: give it with launch")
     mine = lane(ctx.cmd)
     env = check_env_names(list(ctx.cmd.get("env") or []))
     existing = load_execution(ctx, execution_id)
@@ -123,6 +125,53 @@ def exec_reserve(ctx: Context) -> None:
     _save(ctx, {k: v for k, v in record.items() if v is not None}, backend=ctx.cmd["backend"], host=ctx.cmd["host"])
     ctx.say(f"exec-reserve {execution_id} on {item_id} by {ctx.actor} ({ctx.cmd['backend']} on {ctx.cmd['host']})",
             item_id, execution=execution_id)
+    if ctx.cmd.get("launch"):
+        _lease_and_launch(ctx, item_id, execution_id)
+
+
+def _step(ctx: Context, doc: dict[str, Any], func: Any) -> Context:
+    """One step of a launch, run by its own op on the tree the steps before it left (``Context.member``,
+    as a batch's members), under this command's id and identity: its events name this command, and a
+    lease it grants is this command's grant."""
+    child = ctx.member({**doc, "id": ctx.cmd["id"], "as": ctx.actor})
+    func(child)
+    return child
+
+
+def _lease_and_launch(ctx: Context, item_id: str, execution_id: str) -> None:
+    """``launch``: gw run's steps before its agent starts, in the reservation's one commit (issue 27:
+    one state commit, not three, before the pane): the caller's live lease on the item is kept, else
+    a new one is claimed (``ttl``), and the execution becomes ``launching`` under it (``exec-state``'s
+    fencing rule). A lease whose epoch lost an execution is released and claimed again first (a lost
+    process may still run under its fence), unless another live execution still runs under it (75).
+    All or nothing: a refused claim records no reservation either."""
+    from .leases import claim, release
+
+    lease = ctx.lease(item_id)
+    keep = lease is not None and lease.is_active() and lease.holder == ctx.actor and lease.live_for_holder(
+        ctx.now, ctx.settings.clock_margin)
+    if lease is not None and keep:
+        executions = item_executions(ctx, item_id)
+        lost = [e for e in executions.values() if e["state"] == "lost" and e.get("epoch") == lease.epoch]
+        if lost:
+            others = [i for i, e in executions.items() if e["state"] in LIVE and i != execution_id]
+            if others:  # a new epoch would end their lease under them: launch once they have ended
+                raise Held(f"{item_id} needs a new lease epoch (execution {lost[0]['execution']} was lost under epoch "
+                           f"{lease.epoch}), and {others[0]} still runs under it", item=item_id, execution=others[0])
+            _step(ctx, {"op": "release", "item": item_id, "fence": lease.fence}, release)
+            keep = False
+    epoch = None  # the Lease-Epoch trailer: only when this commit grants the lease (serve/timeline.py starts a span)
+    if not keep:
+        granted = _step(ctx, {"op": "claim", "item": item_id, "ttl": ctx.cmd.get("ttl")}, claim)
+        ctx.cmd["ttl"] = granted.cmd["ttl"]  # the default resolved here: the arbiter replays this very lease
+        epoch = granted.outcome.result.get("epoch")
+    launching = _step(ctx, {"op": "exec-state", "execution": execution_id, "to": "launching",
+                            "launcher": ctx.cmd.get("launcher")}, exec_state)
+    ctx.outcome.result = launching.outcome.result
+    fence = launching.outcome.result.get("fence")
+    ctx.say(f"exec-reserve {execution_id} on {item_id} by {ctx.actor} ({ctx.cmd['backend']} on {ctx.cmd['host']}), "
+            f"launching under epoch {launching.outcome.result.get('epoch')}, fence {fence}", item_id,
+            execution=execution_id, fence=fence, lease_epoch=epoch)
 
 
 @op("exec-state", "record an execution's next state: launching (fenced), running, exited, failed, lost, stopped",

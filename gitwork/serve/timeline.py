@@ -107,7 +107,7 @@ def history_spans(wp: Workplane, holder: str | None, before: str | None, limit: 
         span = groups.setdefault(key, {"item": item, "epoch": int(epoch), "holder": None, "from": None, "to": None,
                                        "end": None, "renewals": 0, "commit": commit})
         who = (state.command or {}).get("as")
-        if op in ("claim", "takeover"):
+        if op in ("claim", "takeover", "exec-reserve"):  # gw run's one commit carries Lease-Epoch when it claims
             span.update(holder=who, **{"from": at})
         elif op == "renew":
             span["renewals"] += 1
