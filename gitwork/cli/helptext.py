@@ -21,7 +21,7 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "Remote (several machines)": ("remote", "sync", "push", "pull", "status", "retry"),
     "Serve and MCP": ("serve", "mcp"),
     "Import and export": ("import", "export", "apply", "shadow"),
-    "Help and housekeeping": ("help", "whoami", "doctor", "completion", "cache", "demo"),
+    "Help and housekeeping": ("help", "whoami", "doctor", "completion", "cache", "config", "demo"),
 }
 
 # The options every verb takes, accepted before the verb too (``gw -C DIR --as bob claim ID``).
@@ -71,6 +71,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "revoke": ('gw revoke w-3fa9 --reason "worker crashed"',),
     "handoff": ('gw handoff w-3fa9 --reason needs-human -m "stuck on the API key"',),
     "cache_status": ("gw cache status",),
+    "config_get": ("gw config get default_ttl", "gw config get admins --json"),
+    "config_set": ("gw config set default_ttl 30m", "gw config set admins lead,ops --shared"),
+    "config_list": ("gw config list",),
     "cache_rebuild": ("gw cache rebuild",),
     "cache_drop": ("gw cache drop",),
     "remote_set": ("gw remote set origin",),
