@@ -143,6 +143,9 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
         '  --path <str>              A path glob the item will change, e.g.\n'
         "                            'src/api/**' (repeatable): claiming it leases\n"
         '                            them.\n'
+        "  --template <str>          Start from this template of .workplane's\n"
+        '                            templates: (options given override it; -l and -c\n'
+        '                            add to its lists).\n'
         '  --json                    Print JSON on stdout (errors too).\n'
         '  --as <str>                Acting identity.  [env var: GW_AGENT]\n'
         '  -C <str>                  Run as if gw was started in this directory.\n'
@@ -150,7 +153,8 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
         '\n'
         '  Examples:\n'
         '    gw new "Fix the login form" -p 1 -l ui -c "tests pass"\n'
-        '    gw new "Deploy" --dep w-3fa9\n',
+        '    gw new "Deploy" --dep w-3fa9\n'
+        '    gw new "login fails" --template bug\n',
  'show': 'Usage: gw show [OPTIONS] {item}...\n'
          '\n'
          '  Show items for a person: status, holder and lease time left, numbered\n'

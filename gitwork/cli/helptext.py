@@ -37,7 +37,8 @@ GLOBAL_OPTIONS: tuple[tuple[str, str], ...] = (
 # Declaration function name (verbs/<topic>.py) -> example command lines.
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "init": ("gw init", "gw init --remote origin"),
-    "new": ('gw new "Fix the login form" -p 1 -l ui -c "tests pass"', 'gw new "Deploy" --dep w-3fa9'),
+    "new": ('gw new "Fix the login form" -p 1 -l ui -c "tests pass"', 'gw new "Deploy" --dep w-3fa9',
+            'gw new "login fails" --template bug'),
     "show": ("gw show w-3fa9", "gw show w-3fa9 w-77c1 --json"),
     "list_": ("gw list", "gw list -s open,blocked -l ui --sort updated", "gw list --mine --json=item,title"),
     "ready": ("gw ready", "gw ready -l backend -n 5 --explain"),

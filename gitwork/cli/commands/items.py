@@ -37,18 +37,28 @@ def init(wp: Workplane, as_json: bool, remote: str | None = None) -> None:
 def new(wp: Workplane, as_json: bool, title: str | None, description: str | None, priority: int | None,
         label: list[str] | None, dep: list[str] | None, criterion: list[str] | None, owner: str | None,
         source: str | None, description_file: str | None = None, use_editor: bool = False, type: str | None = None,
-        parent: str | None = None, lease_path: list[str] | None = None) -> None:
+        parent: str | None = None, lease_path: list[str] | None = None, template: str | None = None) -> None:
     from ..textinput import description as read_description
     from ..textinput import edit_form
 
     description = read_description(description, description_file)
+    fields: dict[str, Any] = dict(description=description, priority=priority, labels=label, criteria=criterion,
+                                  type=type)
+    if template is not None:  # .workplane's templates (gitwork/templates.py): checked before the editor opens
+        from ...templates import expand
+
+        fields = expand(wp.settings, template, {**fields, "title": None})
     if use_editor:
-        title, description = edit_form(title or "", description or "")
+        title, fields["description"] = edit_form(title or "", fields["description"] or "")
     elif title is None:
         raise UsageError("missing the title: gw new TITLE (or gw new -e to write it in your editor)")
-    submit(wp, as_json, "new", "item", title=title, description=description, priority=priority, labels=label,
-           depends_on=dep, criteria=criterion, owner=owner, source=source, type=type, parent=parent,
-           paths=lease_path)
+    if template is not None:
+        from ...templates import prefixed
+
+        title = prefixed(wp.settings, template, title)
+    submit(wp, as_json, "new", "item", title=title, description=fields["description"], priority=fields["priority"],
+           labels=fields["labels"], depends_on=dep, criteria=fields["criteria"], owner=owner, source=source,
+           type=fields["type"], parent=parent, paths=lease_path)
 
 
 def show(wp: Workplane, as_json: bool, item: list[str], web: bool = False) -> None:

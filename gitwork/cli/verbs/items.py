@@ -61,6 +61,9 @@ def new(
     type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore; default task.")] = None,
     parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (gw children lists them).")] = None,
     lease_path: Annotated[Optional[list[str]], typer.Option("--path", help="A path glob the item will change, e.g. 'src/api/**' (repeatable): claiming it leases them.")] = None,
+    template: Annotated[Optional[str], typer.Option("--template", help="Start from this template of .workplane's "
+                                                                      "templates: (options given override it; "
+                                                                      "-l and -c add to its lists).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Create a work item; prints its id. With -e, write its title and description in your editor."""
