@@ -48,7 +48,9 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
          sort: str | None = None, limit: int | None = None, text: str | None = None,
          label_any: list[str] | None = None, mine: bool = False, exclude_label: list[str] | None = None,
-         reverse: bool = False, types: list[str] | None = None, parent: str | None = None) -> Picked:
+         reverse: bool = False, types: list[str] | None = None, parent: str | None = None,
+         created_after: str | None = None, created_before: str | None = None, updated_after: str | None = None,
+         updated_before: str | None = None) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after); with
     ``types`` or ``parent``, only the items of those types or with that parent (read from each
@@ -85,7 +87,9 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
     picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort="rank" if sort == "updated" else sort or "rank",
                     limit=limit if here else None, priority=priority, ready=ready,
                     statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
-                    owner=owner, exclude_labels=exclude_label)
+                    owner=owner, exclude_labels=exclude_label, dates=when_filters(ctx.now, dict(
+                        created_after=created_after, created_before=created_before, updated_after=updated_after,
+                        updated_before=updated_before)))
     from ..index import ID
 
     rows, cut, matches = picked.rows, picked.cut, None
@@ -111,6 +115,15 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
         cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
         rows = rows[:limit or None]
     return Picked(rows, picked.short, ctx.now, cut, limit, matches, picked.waiting)
+
+
+def when_filters(now: Any, dates: dict[str, str | None]) -> tuple[tuple[str, str, str], ...]:
+    """``--created-after`` and kin (``gitwork/when.py``) as the SQL filters of ``queries.statement``."""
+    if not any(v is not None for v in dates.values()):
+        return ()
+    from ..when import filters
+
+    return filters(now, **dates)
 
 
 def said_cut(picked: Picked, title: str) -> None:

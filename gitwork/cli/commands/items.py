@@ -92,10 +92,10 @@ def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: li
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
                limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
                mine: bool = False, exclude_label: list[str] | None = None, reverse: bool = False,
-               type: list[str] | None = None, parent: str | None = None) -> None:
+               type: list[str] | None = None, parent: str | None = None, **dates: str | None) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
                   limit=limit, text=text, label_any=label_any, mine=mine, exclude_label=exclude_label,
-                  reverse=reverse, types=type, parent=parent)
+                  reverse=reverse, types=type, parent=parent, **dates)
     rows_view(picked, as_json, "items")
     no_state_hint(wp, picked, "items", as_json)
 
@@ -108,14 +108,15 @@ def children(wp: Workplane, as_json: bool, item: str, type: list[str] | None = N
 
 def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
           priority: int | None = None, sort: str | None = None, explain: bool = False,
-          label_any: list[str] | None = None, exclude_label: list[str] | None = None, reverse: bool = False) -> None:
+          label_any: list[str] | None = None, exclude_label: list[str] | None = None, reverse: bool = False,
+          **dates: str | None) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
         from .reports import explain_ready
 
         check_limit(limit)
         return explain_ready(wp, as_json, limit)
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
-                  limit=limit, exclude_label=exclude_label, reverse=reverse)
+                  limit=limit, exclude_label=exclude_label, reverse=reverse, **dates)
     rows_view(picked, as_json, "ready")
     no_state_hint(wp, picked, "ready items", as_json)
 
