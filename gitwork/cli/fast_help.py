@@ -1231,6 +1231,8 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
            "                              import: gitwork (keep gitwork's value, report\n"
            "                              the conflict) or source (take the source's).\n"
            '                              [default: gitwork]\n'
+           '  --dry-run                   Only report what would be created, updated, left\n'
+           '                              unchanged or deleted (ids too); write nothing.\n'
            '  --json                      Print JSON on stdout (errors too).\n'
            '  --as <str>                  Acting identity.  [env var: GW_AGENT]\n'
            '  -C <str>                    Run as if gw was started in this directory.\n'
