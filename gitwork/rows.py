@@ -59,7 +59,9 @@ def aliases(item_doc: dict[str, Any]) -> tuple[str, ...]:
     GitHub issue's number also as ``#12``), by which ``gw show`` and every verb find it (cache.alias)."""
     prov = item_doc.get("provenance")
     source = prov.get("source") if isinstance(prov, dict) else None
-    ref = source.get("ref") if isinstance(source, dict) else None
+    if not isinstance(source, dict):
+        return ()
+    ref = source.get("ref")
     if not isinstance(ref, (str, int)) or isinstance(ref, bool) or not str(ref).strip():
         return ()
     ref = str(ref).strip()

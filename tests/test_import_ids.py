@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 
 from conftest import git, gw_here
-
 from gitwork.importers import item_id
 
 ENV = {"GW_AGENT": "lead", "GW_NO_AUTO_GC": "1"}
