@@ -64,8 +64,8 @@ def test_created_and_updated_windows(world: tuple[Path, dict[str, str]]) -> None
 
 
 @pytest.mark.parametrize("value", ["soon", "7x", "2026-13-45", "", "-3d", "tomorrow"])
-def test_malformed_dates_are_exit_5(world: tuple[Path, dict[str, str]], value: str) -> None:
-    repo, _item = world
+def test_malformed_dates_are_exit_5(repo: Path, value: str) -> None:
+    ok(repo, "init")
     done = gw_here(repo, "list", "--created-after", value, env=ENV)
     assert done.returncode == 5 and "--created-after" in done.stderr, (done.stdout, done.stderr)
     assert len(done.stderr.strip().splitlines()) == 1
