@@ -126,6 +126,7 @@ def test_in_progress_with_an_assignee_is_not_offered(tmp_path: Path, repo: Path)
     assert token not in ready and item_id("beads", "bd-a1") in ready
     explained = {row["item"]: row for row in json.loads(ok(repo, "ready", "--explain", "--json"))}
     assert explained[token]["ready"] is False
+    assert "in progress in beads bd-a2 when imported (assignee alice)" in explained[token]["why_not"][0]["reason"]
     for _ in range(3):  # claim --next takes the others, never it
         code, out, _err = run(repo, "claim", "--next", "--json")
         if code != 0:
