@@ -92,12 +92,13 @@ def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: li
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
                limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
                mine: bool = False, exclude_label: list[str] | None = None, reverse: bool = False,
-               type: list[str] | None = None, parent: str | None = None, created_after: str | None = None, created_before: str | None = None,
-               updated_after: str | None = None, updated_before: str | None = None) -> None:
+               type: list[str] | None = None, parent: str | None = None, created_after: str | None = None,
+               created_before: str | None = None, updated_after: str | None = None,
+               updated_before: str | None = None) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
                   limit=limit, text=text, label_any=label_any, mine=mine, exclude_label=exclude_label,
-                  reverse=reverse, types=type, parent=parent, created_after=created_after, created_before=created_before, updated_after=updated_after,
-                  updated_before=updated_before)
+                  reverse=reverse, types=type, parent=parent, created_after=created_after,
+                  created_before=created_before, updated_after=updated_after, updated_before=updated_before)
     rows_view(picked, as_json, "items")
     no_state_hint(wp, picked, "items", as_json)
 
@@ -119,8 +120,8 @@ def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | No
         check_limit(limit)
         return explain_ready(wp, as_json, limit)
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
-                  limit=limit, exclude_label=exclude_label, reverse=reverse, created_after=created_after, created_before=created_before, updated_after=updated_after,
-                  updated_before=updated_before)
+                  limit=limit, exclude_label=exclude_label, reverse=reverse, created_after=created_after,
+                  created_before=created_before, updated_after=updated_after, updated_before=updated_before)
     rows_view(picked, as_json, "ready")
     no_state_hint(wp, picked, "ready items", as_json)
 
