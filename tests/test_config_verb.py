@@ -91,3 +91,13 @@ def test_config_runs_without_typer(repo: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, env={**ENV,
                           "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).parents[1])})
     assert done.returncode == 0 and done.stdout.strip() == "30", (done.stdout, done.stderr)
+
+
+def test_a_block_list_is_replaced_whole_and_comments_stay() -> None:
+    from gitwork.settings_edit import edited
+
+    text = "# top\nadmins:\n  - a\n  - b\nagents:\n- x\n- y\n\n# tail\npeople: [p]\n"
+    assert edited(text, "admins", 'admins: ["c"]\n') == '# top\nadmins: ["c"]\nagents:\n- x\n- y\n\n# tail\npeople: [p]\n'
+    assert edited(text, "agents", 'agents: ["z"]\n') == '# top\nadmins:\n  - a\n  - b\nagents: ["z"]\n\n# tail\npeople: [p]\n'
+    assert edited("default-ttl: 5m", "default_ttl", 'default_ttl: "30m"\n') == 'default_ttl: "30m"\n'
+    assert edited("x: 1", "remote", 'remote: "origin"\n') == 'x: 1\nremote: "origin"\n'
