@@ -49,6 +49,7 @@ def ready(index: Index, now: _dt.datetime, margin: int) -> list[tuple[Any, ...]]
 SORTS = {
     "rank": "i.priority, i.created, i.id",  # the documented order of `ready`: best first
     "created": "i.created, i.id",
+    "updated": "i.updated DESC, i.priority, i.created, i.id",  # last changed first, as gh lists (cache.py: item.updated)
     "id": "i.id",
     "title": "i.title, i.id",
 }

@@ -78,3 +78,18 @@ def test_the_filter_is_sql_over_the_cache() -> None:
                           dates=(("created", ">=", "2026-11-01T00:00:00Z"), ("updated", "<", "2026-12-01T00:00:00Z")))
     assert "i.created >= ?" in sql and "i.updated < ?" in sql
     assert "2026-11-01T00:00:00Z" in args and "2026-12-01T00:00:00Z" in args
+
+
+def test_sort_updated_is_sql_too(world: tuple[Path, dict[str, str]]) -> None:
+    import datetime as dt
+
+    from gitwork.queries import statement
+
+    sql, _args = statement(dt.datetime(2026, 12, 2, tzinfo=dt.timezone.utc), sort="updated")
+    assert "ORDER BY i.updated DESC" in sql, "no item file is read to sort by the last change"
+    repo, item = world
+    with freeze_time("2026-12-02T12:00:00Z"):
+        rows = json.loads(ok(repo, "list", "--sort", "updated", "--json"))
+        assert [r["item"] for r in rows] == [item["old"], item["new"], item["mid"]]
+        cut = json.loads(ok(repo, "list", "--sort", "updated", "-n", "1", "--json"))
+    assert [r["item"] for r in cut] == [item["old"]]

@@ -55,15 +55,15 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after); with
     ``types`` or ``parent``, only the items of those types or with that parent (read from each
     candidate's file: the cache has no column for them yet, so the limit applies after, too).
-    ``--sort updated`` (the item's last change is not in the cache) and ``--reverse`` order the rows here,
-    and the limit applies after them."""
+    ``--reverse`` orders the rows here, and the limit applies after it (``--sort updated`` is SQL: the
+    cache's ``item.updated``)."""
     from ..queries import SORTS, select
 
     check_limit(limit)
-    if sort is not None and sort not in (*SORTS, "updated"):
-        raise Invalid(f"unknown --sort {sort!r}: use {', '.join((*SORTS, 'updated'))}")
+    if sort is not None and sort not in SORTS:
+        raise Invalid(f"unknown --sort {sort!r}: use {', '.join(SORTS)}")
     status, label, label_any, exclude_label = words(status), words(label), words(label_any), words(exclude_label)
-    here = text is None and sort != "updated" and not reverse and not types and parent is None  # the limit can go to SQL
+    here = text is None and not reverse and not types and parent is None  # the limit can go to SQL
     if priority is not None and priority < 0:
         raise Invalid(f"--priority must be 0 or more, not {priority}")
     if text is not None and not text.strip():
@@ -84,7 +84,7 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
         holder = wp.settings.identity()
     ctx = wp.context()
     parent_id = ctx.resolve(parent) if parent is not None else None  # NotFound (3) for no such item
-    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort="rank" if sort == "updated" else sort or "rank",
+    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
                     limit=limit if here else None, priority=priority, ready=ready,
                     statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
                     owner=owner, exclude_labels=exclude_label, dates=when_filters(ctx.now, dict(
@@ -106,9 +106,6 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
 
         matches = search(wp, ctx, text, [r[ID] for r in rows])
         rows = [r for r in rows if r[ID] in matches]
-    if sort == "updated":  # most recently changed first, as gh lists
-        updated = {r[ID]: ctx.item(r[ID]).updated_at or "" for r in rows}
-        rows = sorted(rows, key=lambda r: updated[r[ID]], reverse=True)
     if reverse:
         rows = rows[::-1]
     if not here:
