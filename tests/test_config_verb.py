@@ -101,3 +101,20 @@ def test_a_block_list_is_replaced_whole_and_comments_stay() -> None:
     assert edited(text, "agents", 'agents: ["z"]\n') == '# top\nadmins:\n  - a\n  - b\nagents: ["z"]\n\n# tail\npeople: [p]\n'
     assert edited("default-ttl: 5m", "default_ttl", 'default_ttl: "30m"\n') == 'default_ttl: "30m"\n'
     assert edited("x: 1", "remote", 'remote: "origin"\n') == 'x: 1\nremote: "origin"\n'
+
+
+def test_an_environment_variable_wins_and_says_so_and_a_bare_repository_has_no_workplane(tmp_path: Path) -> None:
+    from conftest import make_repo
+
+    repo = make_repo(tmp_path / "work")
+    ok(repo, "init")
+    done = gw_here(repo, "config", "set", "remote", "origin", "--json", env={**ENV, "GW_REMOTE": "arbiter"})
+    doc = json.loads(done.stdout)
+    assert done.returncode == 0 and doc["wrote"] == "git config gitwork.remote"
+    assert doc["value"] == "arbiter" and doc["source"] == "GW_REMOTE", "GW_* is above git config"
+    bare = make_repo(tmp_path / "bare.git", bare=True)
+    refused = gw_here(bare, "config", "set", "admins", "lead", "--shared", env=ENV)
+    assert refused.returncode == 2 and "--local" in refused.stderr
+    assert not (bare / ".workplane").exists()
+    assert gw_here(bare, "config", "set", "admins", "lead", env=ENV).returncode == 0
+    assert git(bare, "config", "gitwork.admins") == "lead"
