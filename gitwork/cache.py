@@ -34,9 +34,11 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 6  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
+SCHEMA = 7  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
 # 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill);
-# 5: item.waiting and dep_on, so `ready` reads no dependency per row; 6: item.gate (model.gate_of)
+# 5: item.waiting and dep_on, so `ready` reads no dependency per row; 6: item.gate (model.gate_of);
+# 7: item.updated (the date filters) and alias (an imported item's id in its source: `gw show bd-a2`
+# looks it up, rows.aliases)
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -50,8 +52,9 @@ CREATE TABLE IF NOT EXISTS item (
     holder TEXT, lease_state TEXT, expires TEXT, epoch INTEGER, fence INTEGER,
     problem TEXT,
     thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0,
-    shown INTEGER, waiting INTEGER, gate TEXT
+    shown INTEGER, waiting INTEGER, gate TEXT, updated TEXT
 );
+CREATE TABLE IF NOT EXISTS alias (name TEXT NOT NULL, item TEXT NOT NULL, PRIMARY KEY (name, item)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL, PRIMARY KEY (item, on_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL, PRIMARY KEY (item, label)) WITHOUT ROWID;
@@ -177,7 +180,7 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     pending: set[str] = set()  # re-read items with dependencies: their own ``waiting`` is to count
     rebuild = not known
     for name in known.keys() - tip.keys():  # (no shortest form outside a shard depends on its ids)
-        for table in ("dep", "label"):
+        for table in ("dep", "label", "alias"):
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
         db.execute("DELETE FROM item WHERE shard=?", (name,))
         db.execute("DELETE FROM shard WHERE name=?", (name,))
@@ -280,11 +283,12 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
     touched.update(gone)
     changed.update(gone)
     if gone:
-        for table, key in (("dep", "item"), ("label", "item"), ("item", "id")):
+        for table, key in (("dep", "item"), ("label", "item"), ("alias", "item"), ("item", "id")):
             db.executemany(f"DELETE FROM {table} WHERE {key}=?", [(i,) for i in gone])
     rows: list[list[Any]] = []  # lists: the shortest form is set in place once the shard is read
     deps: list[tuple[str, str]] = []
     labels: list[tuple[str, str]] = []
+    aliases: list[tuple[str, str]] = []
     for item_id, folder in members.items():
         if before.get(item_id) == folder.oid:
             continue
@@ -309,13 +313,15 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         # counted by _rewait once every shard is in, 0 at once for an item with none.
         rows.append([values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
                      name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None,
-                     None if row is not None and row[5] else 0, values[14]])
+                     None if row is not None and row[5] else 0, values[14], row[15] if row is not None else None])
         if row is not None:
             if row[5]:
                 deps.extend([(item_id, d) for d in row[5]])
                 pending.add(item_id)
             if row[4]:
                 labels.extend([(item_id, x) for x in row[4]])
+            if row[16]:
+                aliases.extend([(a, item_id) for a in row[16]])
     if not before:
         # A shard read whole (a rebuild): its ids' shortest forms are known now (ids of other shards
         # differ in their first two digits, fewer than are always shown), so none is left to fix.
@@ -333,13 +339,15 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
     if again:
         db.executemany("DELETE FROM dep WHERE item=?", again)
         db.executemany("DELETE FROM label WHERE item=?", again)
+        db.executemany("DELETE FROM alias WHERE item=?", again)
     db.executemany(
         "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
         " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown,"
-        " waiting, gate) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        " waiting, gate, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
     # (A value listed twice in one item is one row: the queries only ask whether one exists.)
     db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
     db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)
+    db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
     db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, tree))
 
 

@@ -193,31 +193,46 @@ def _check_roles(values: dict[str, Any]) -> None:
         raise Invalid(f"bad setting: {', '.join(both)} listed in both 'people' and 'agents' (one role each)")
 
 
-def load(toplevel: str | None, git_config: dict[str, str]) -> Settings:
+# Settings the arbiter remote decides with its OWN settings (its git config: derive.py re-applies every
+# pushed command with them), so with a remote set the value here is only this clone's view of them.
+ARBITER = ("admins", "agents", "people", "clock_margin", "default_ttl", "signing")
+
+
+def load(toplevel: str | None, git_config: dict[str, str], origins: dict[str, str] | None = None,
+         workplane: bytes | None = None) -> Settings:
+    """The settings in force; ``origins`` (when given) is filled with where each set one came from
+    (``.workplane``, ``git config gitwork.KEY``, ``GW_X``); a setting not in it is its default.
+    ``workplane``: this text instead of the ``.workplane`` file (what ``gw config set`` would write)."""
     known = set(DEFAULTS)
+    origins = {} if origins is None else origins
     values: dict[str, Any] = {}
     extra: dict[str, Any] = {}
-    if toplevel:
-        path = os.path.join(toplevel, ".workplane")
-        if os.path.exists(path):
-            from .codec import load_yaml
+    path = os.path.join(toplevel, ".workplane") if toplevel else None
+    if workplane is None and path is not None and os.path.exists(path):
+        with open(path, "rb") as handle:
+            workplane = handle.read()
+    if workplane is not None:
+        from .codec import load_yaml
 
-            with open(path, "rb") as handle:
-                doc = load_yaml(handle.read(), what=".workplane", allow_empty=True)
-            for key, value in doc.items():
-                name = key.replace("-", "_")
-                if name in known:
-                    values[name] = _coerce(name, value, ".workplane")
-                else:
-                    extra[key] = value
+        # (the file's text, or the text gw config set is about to write: checked before it is written)
+        doc = load_yaml(workplane, what=".workplane", allow_empty=True)
+        for key, value in doc.items():
+            name = key.replace("-", "_")
+            if name in known:
+                values[name] = _coerce(name, value, ".workplane")
+                origins[name] = ".workplane"
+            else:
+                extra[key] = value
     for key, value in git_config.items():
         name = key.removeprefix("gitwork.").replace("-", "_").lower()
         if name.replace("_", "") in {k.replace("_", "") for k in known}:
             name = next(k for k in known if k.replace("_", "") == name.replace("_", ""))
             values[name] = _coerce(name, value, f"git config {key}")
+            origins[name] = f"git config {key}"
     for env, name in _ENV.items():
         if os.environ.get(env):
             values[name] = _coerce(name, os.environ[env], env)
+            origins[name] = env
     if not str(values.get("ref", "refs/gitwork/state")).startswith("refs/"):
         raise Invalid(f"the state ref must start with refs/: {values['ref']!r}")
     _check_roles(values)

@@ -52,6 +52,7 @@ def ready(index: Index, now: _dt.datetime, margin: int) -> list[tuple[Any, ...]]
 SORTS = {
     "rank": "i.priority, i.created, i.id",  # the documented order of `ready`: best first
     "created": "i.created, i.id",
+    "updated": "i.updated DESC, i.priority, i.created, i.id",  # last changed first, as gh lists (cache.py: item.updated)
     "id": "i.id",
     "title": "i.title, i.id",
 }
@@ -93,7 +94,7 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
            closed: bool = False, labels: Any = (), labels_any: Any = (), owner: str | None = None,
            priority: int | None = None,
            holder: str | None = None, sort: str = "rank", limit: int | None = None,
-           shorten: bool = True, use_cache: bool = True, exclude_labels: Any = ()) -> Selection:
+           shorten: bool = True, use_cache: bool = True, exclude_labels: Any = (), dates: Any = ()) -> Selection:
     """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
     the closed ones unless ``closed``), filtered, sorted and limited in SQL on the cache at ``snapshot``."""
     from . import cache
@@ -102,7 +103,7 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
 
     sql, args = statement(now, ready=ready, statuses=statuses, closed=closed, labels=labels, labels_any=labels_any,
                           owner=owner, priority=priority, holder=holder, sort=sort, limit=limit,
-                          exclude_labels=exclude_labels)
+                          exclude_labels=exclude_labels, dates=dates)
 
     def live(expires: str | None) -> bool:
         return expires is not None and held_for_others("active", parse_instant(expires), now, margin)
@@ -135,7 +136,7 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
 def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, closed: bool = False,
               labels: Any = (), labels_any: Any = (), owner: str | None = None, priority: int | None = None,
               holder: str | None = None, sort: str = "rank", limit: int | None = None,
-              exclude_labels: Any = ()) -> tuple[str, list[Any]]:
+              exclude_labels: Any = (), dates: Any = ()) -> tuple[str, list[Any]]:
     """The one SELECT of :func:`select` (its rows: ``cache.ROW_COLUMNS`` and ``item.shown``) and its
     arguments; ``gw_live(expires)`` is the SQL function ``select`` defines (a lease live by the clock)."""
     from . import cache
@@ -181,6 +182,11 @@ def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, c
     if holder is not None:
         where.append("i.lease_state = 'active' AND i.holder = ?")
         args.append(holder)
+    for column, op, at in dates:  # (created|updated, >=|<, canonical instant: it sorts as time does)
+        if column not in ("created", "updated") or op not in (">=", "<"):
+            raise ValueError(f"bad date filter {column} {op}")
+        where.append(f"i.{column} {op} ?")
+        args.append(at)
     sql = (f"SELECT {', '.join('i.' + c.strip() for c in cache.ROW_COLUMNS.split(','))}, i.shown FROM item i"
            f" WHERE {' AND '.join(where)} ORDER BY {SORTS[sort]}")
     if limit and int(limit) < 2**62:  # SQLite's LIMIT is a 64-bit integer: a larger one is no limit at all

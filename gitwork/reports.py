@@ -539,7 +539,7 @@ def explain_ready(wp: Workplane) -> list[dict[str, Any]]:
             if lease is not None and not lease.takeable(now, margin):
                 why.insert(0, {"kind": "held", "holder": lease.holder, "expires_at": lease.expires_at})
         if item_id not in ready_ids and not why:
-            why.append({"kind": "other", "reason": f"status {row['status']} without a live lease"})
+            why.append({"kind": "other", "reason": _no_lease(ctx, item_id, row["status"])})
         out.append({"item": item_id, "title": row["title"], "status": row["status"], "ready": item_id in ready_ids,
                     "why_not": [] if item_id in ready_ids else why})
     # Ready items that claim --next ranks last or skips: their paths overlap a live lease, or cover files a
@@ -551,3 +551,16 @@ def explain_ready(wp: Workplane) -> list[dict[str, Any]]:
         if entry["item"] in predicted:
             entry["conflicts"] = predicted[entry["item"]]
     return out
+
+
+def _no_lease(ctx: Any, item_id: str, status: str) -> str:
+    """Why an item with no live lease is not ready; an imported ``in_progress`` item says where it was in
+    progress and who to ask (docs/format.md, "Imported in_progress with an assignee")."""
+    item = ctx.item(item_id)
+    prov = item.provenance if isinstance(item.provenance, dict) else {}
+    source = prov.get("source") if isinstance(prov.get("source"), dict) else None
+    if status == "in_progress" and source is not None:
+        owner = f" (assignee {item.owner})" if item.owner else ""
+        return (f"in progress in {source.get('kind')} {source.get('ref')} when imported{owner}; nobody holds it "
+                f"here: gw claim {item_id[:8]} takes it, gw edit --status open puts it back in line")
+    return f"status {status} without a live lease"

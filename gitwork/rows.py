@@ -50,7 +50,25 @@ def summarise(item_doc: dict[str, Any], lease_doc: dict[str, Any] | None, tree: 
         lease.get("fence"),
         tree,
         gate_of(item_doc.get("waits")),  # GATE: what the item waits on besides dependencies (model.gate_of)
+        item_doc.get("updated_at") or item_doc.get("created_at", ""),  # not in the listing's row (cache only)
+        aliases(item_doc),
     )
+
+
+def aliases(item_doc: dict[str, Any]) -> tuple[str, ...]:
+    """The names an imported item had in its source (``provenance.source.ref``: ``bd-a2``, ``J-1``; a
+    GitHub issue's number also as ``#12``), by which ``gw show`` and every verb find it (cache.alias)."""
+    prov = item_doc.get("provenance")
+    source = prov.get("source") if isinstance(prov, dict) else None
+    if not isinstance(source, dict):
+        return ()
+    ref = source.get("ref")
+    if not isinstance(ref, (str, int)) or isinstance(ref, bool) or not str(ref).strip():
+        return ()
+    ref = str(ref).strip()
+    if source.get("kind") == "github" and ref.isdigit():
+        return (ref, f"#{ref}")
+    return (ref,)
 
 
 def item_summary(snapshot: Snapshot, item_id: str, folder: str) -> tuple[tuple[Any, ...] | None, str | None]:

@@ -92,6 +92,9 @@ CASES: dict[str, tuple[list[str], str]] = {
     "status": ([], "object"),
     "hooks install": ([], "object"),
     "doctor": ([], "array"),  # after hooks install: every check passes (exit 0)
+    "config get": (["default_ttl"], "object"),
+    "config set": (["default_ttl", "20m"], "object"),
+    "config list": ([], "object"),
     "demo": ([], "object"),
     "run": ([B, "--backend", "subprocess", "cat"], "object"),
     "runs": ([], "array"),

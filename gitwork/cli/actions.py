@@ -35,7 +35,7 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
 
             check_identity(os.environ["GW_AGENT"], "GW_AGENT")
         wp = Workplane(path, agent=agent)
-        func(wp, as_json=as_json, **kwargs)
+        func(wp, as_json=as_json, **named(wp, kwargs))
         return int(ExitCode.OK)
     except Failed as failed:  # already reported (several ids: each one's outcome printed)
         return failed.code
@@ -60,6 +60,32 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
         _name_left_out()
         if wp is not None:
             wp.close()
+
+
+# The options that name items: an imported item's id in its source (bd-a2, #12) stands for it (aliases.py).
+ITEM_OPTIONS = ("item", "dep", "add_dep", "remove_dep", "parent", "duplicate_of")
+
+
+def named(wp: Workplane, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with each item named by its id in a source replaced by its gitwork id (nothing is read
+    unless a value is not a ``w-`` id)."""
+    from ..ids import PREFIX
+
+    def plain(value: Any) -> bool:
+        return not isinstance(value, str) or value.strip().lower().startswith(PREFIX)
+
+    out = kwargs
+    for key in ITEM_OPTIONS:
+        value = kwargs.get(key)
+        if value is None or (plain(value) if not isinstance(value, list) else all(plain(v) for v in value)):
+            continue
+        from ..aliases import resolve
+
+        snapshot = wp.context().snapshot
+        out = dict(out) if out is kwargs else out
+        out[key] = [resolve(snapshot, v) if isinstance(v, str) else v for v in value] if isinstance(value, list) \
+            else resolve(snapshot, value)
+    return out
 
 
 # The optional extras (pyproject.toml), by the module each brings, and the code their absence is

@@ -200,3 +200,11 @@ DescriptionFile = Annotated[
 ]
 UseEditor = Annotated[bool, typer.Option("-e", "--edit", help="Write the title and description in $VISUAL/$EDITOR.")]
 
+
+
+# Date filters of the listings (gitwork/when.py): SQL over the read cache.
+_WHEN = "a date (2026-12-01), an instant, 7d/2w/12h back from now, today or yesterday"
+CreatedAfter = Annotated[Optional[str], typer.Option("--created-after", help=f"Only items created from then on: {_WHEN}.")]
+CreatedBefore = Annotated[Optional[str], typer.Option("--created-before", help="Only items created before then.")]
+UpdatedAfter = Annotated[Optional[str], typer.Option("--updated-after", help="Only items changed from then on.")]
+UpdatedBefore = Annotated[Optional[str], typer.Option("--updated-before", help="Only items last changed before then.")]

@@ -22,7 +22,7 @@ TOPICS: dict[str, tuple[str, ...]] = {
     "Remote (several machines)": ("remote", "sync", "push", "pull", "status", "retry"),
     "Serve and MCP": ("serve", "mcp"),
     "Import and export": ("import", "export", "apply", "shadow"),
-    "Help and housekeeping": ("help", "whoami", "doctor", "completion", "cache", "demo"),
+    "Help and housekeeping": ("help", "whoami", "doctor", "completion", "cache", "config", "demo"),
 }
 
 # The options every verb takes, accepted before the verb too (``gw -C DIR --as bob claim ID``).
@@ -38,7 +38,8 @@ GLOBAL_OPTIONS: tuple[tuple[str, str], ...] = (
 # Declaration function name (verbs/<topic>.py) -> example command lines.
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "init": ("gw init", "gw init --remote origin"),
-    "new": ('gw new "Fix the login form" -p 1 -l ui -c "tests pass"', 'gw new "Deploy" --dep w-3fa9'),
+    "new": ('gw new "Fix the login form" -p 1 -l ui -c "tests pass"', 'gw new "Deploy" --dep w-3fa9',
+            'gw new "login fails" --template bug'),
     "show": ("gw show w-3fa9", "gw show w-3fa9 w-77c1 --json"),
     "list_": ("gw list", "gw list -s open,blocked -l ui --sort updated", "gw list --mine --json=item,title"),
     "ready": ("gw ready", "gw ready -l backend -n 5 --explain"),
@@ -78,6 +79,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "revoke": ('gw revoke w-3fa9 --reason "worker crashed"',),
     "handoff": ('gw handoff w-3fa9 --reason needs-human -m "stuck on the API key"',),
     "cache_status": ("gw cache status",),
+    "config_get": ("gw config get default_ttl", "gw config get admins --json"),
+    "config_set": ("gw config set default_ttl 30m", "gw config set admins lead,ops --shared"),
+    "config_list": ("gw config list",),
     "cache_rebuild": ("gw cache rebuild",),
     "cache_drop": ("gw cache drop",),
     "remote_set": ("gw remote set origin",),

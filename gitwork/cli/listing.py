@@ -48,20 +48,22 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
          sort: str | None = None, limit: int | None = None, text: str | None = None,
          label_any: list[str] | None = None, mine: bool = False, exclude_label: list[str] | None = None,
-         reverse: bool = False, types: list[str] | None = None, parent: str | None = None) -> Picked:
+         reverse: bool = False, types: list[str] | None = None, parent: str | None = None,
+         created_after: str | None = None, created_before: str | None = None, updated_after: str | None = None,
+         updated_before: str | None = None) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after); with
     ``types`` or ``parent``, only the items of those types or with that parent (read from each
     candidate's file: the cache has no column for them yet, so the limit applies after, too).
-    ``--sort updated`` (the item's last change is not in the cache) and ``--reverse`` order the rows here,
-    and the limit applies after them."""
+    ``--reverse`` orders the rows here, and the limit applies after it (``--sort updated`` is SQL: the
+    cache's ``item.updated``)."""
     from ..queries import SORTS, select
 
     check_limit(limit)
-    if sort is not None and sort not in (*SORTS, "updated"):
-        raise Invalid(f"unknown --sort {sort!r}: use {', '.join((*SORTS, 'updated'))}")
+    if sort is not None and sort not in SORTS:
+        raise Invalid(f"unknown --sort {sort!r}: use {', '.join(SORTS)}")
     status, label, label_any, exclude_label = words(status), words(label), words(label_any), words(exclude_label)
-    here = text is None and sort != "updated" and not reverse and not types and parent is None  # the limit can go to SQL
+    here = text is None and not reverse and not types and parent is None  # the limit can go to SQL
     if priority is not None and priority < 0:
         raise Invalid(f"--priority must be 0 or more, not {priority}")
     if text is not None and not text.strip():
@@ -82,10 +84,12 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
         holder = wp.settings.identity()
     ctx = wp.context()
     parent_id = ctx.resolve(parent) if parent is not None else None  # NotFound (3) for no such item
-    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort="rank" if sort == "updated" else sort or "rank",
+    picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort=sort or "rank",
                     limit=limit if here else None, priority=priority, ready=ready,
                     statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
-                    owner=owner, exclude_labels=exclude_label)
+                    owner=owner, exclude_labels=exclude_label, dates=when_filters(ctx.now, dict(
+                        created_after=created_after, created_before=created_before, updated_after=updated_after,
+                        updated_before=updated_before)))
     from ..index import ID
 
     rows, cut, matches = picked.rows, picked.cut, None
@@ -102,15 +106,21 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
 
         matches = search(wp, ctx, text, [r[ID] for r in rows])
         rows = [r for r in rows if r[ID] in matches]
-    if sort == "updated":  # most recently changed first, as gh lists
-        updated = {r[ID]: ctx.item(r[ID]).updated_at or "" for r in rows}
-        rows = sorted(rows, key=lambda r: updated[r[ID]], reverse=True)
     if reverse:
         rows = rows[::-1]
     if not here:
         cut = bool(limit) and len(rows) > limit  # type: ignore[operator]
         rows = rows[:limit or None]
     return Picked(rows, picked.short, ctx.now, cut, limit, matches, picked.waiting)
+
+
+def when_filters(now: Any, dates: dict[str, str | None]) -> tuple[tuple[str, str, str], ...]:
+    """``--created-after`` and kin (``gitwork/when.py``) as the SQL filters of ``queries.statement``."""
+    if not any(v is not None for v in dates.values()):
+        return ()
+    from ..when import filters
+
+    return filters(now, **dates)
 
 
 def said_cut(picked: Picked, title: str) -> None:

@@ -23,6 +23,23 @@ if TYPE_CHECKING:
 PAGED = 0
 
 
+def width() -> int:
+    """The columns text for a person may use: the pager's, else ``COLUMNS``, else the terminal's, else 80
+    (piped); never under 40."""
+    if PAGED:
+        return PAGED
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 80
+        except (OSError, ValueError, AttributeError):
+            columns = 80
+    return max(40, columns)
+
+
 def _tty() -> bool:
     return bool(PAGED) or (sys.stdout.isatty() and os.environ.get("TERM") != "dumb")
 

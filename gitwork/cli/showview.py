@@ -122,7 +122,8 @@ def render(wp: Workplane, view: dict[str, Any], now: _dt.datetime) -> str:
         for message in shown:
             to = f" -> {message['to']}" if message.get("to") else ""
             text = " ".join(str(message.get("text") or "").split())
-            out.append(f"  #{message['seq']} {message.get('at')} {message.get('by')} {message.get('kind')}{to}: {text}")
+            at = message.get("written_at") or message.get("at")  # an imported comment: its own date
+            out.append(f"  #{message['seq']} {at} {message.get('by')} {message.get('kind')}{to}: {text}")
     return "\n".join(out) + "\n"
 
 

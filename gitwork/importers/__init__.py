@@ -289,6 +289,34 @@ def run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None, size
             "conflicts": list(conflicts.values())}
 
 
+def dry_run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None,
+            prefer: str = "gitwork") -> dict[str, Any]:
+    """What ``run`` would change, decided on the current tip in memory (``_check``: the same decisions,
+    the same refusals naming the file's line), writing nothing: counts and ids of the items that would be
+    created, updated, left unchanged or deleted (cancelled by a tombstone), and the conflicts."""
+    if prefer not in PREFER:
+        raise UsageError(f"--prefer must be one of {', '.join(PREFER)}")
+    records = read(kind, path, mapping)
+    docs = plan(kind, records, path)
+    if prefer == "source":
+        for doc in docs:
+            doc["prefer"] = "source"
+    lines = {r["external"]: r["line"] for r in records}
+    actions: dict[str, str] = {}
+    conflicts: dict[tuple[str, str], dict[str, Any]] = {}
+    comments = 0
+    for result in _check(wp, docs, lines, path) if docs else []:
+        if "item" in result:
+            comments += _tally(result, actions, conflicts)
+    tombstones = {doc["item"] for doc in docs if doc.get("tombstone")}
+    ids: dict[str, list[str]] = {name: [] for name in ("created", "updated", "unchanged", "deleted")}
+    for item, action in actions.items():
+        ids["deleted" if item in tombstones and action == "updated" else action].append(item)
+    return {"ok": True, "dry_run": True, "source": kind, "file": path, "items": len(records),
+            "documents": len(docs), **{name: len(found) for name, found in ids.items()}, "comments": comments,
+            "ids": {name: sorted(found) for name, found in ids.items()}, "conflicts": list(conflicts.values())}
+
+
 def _tally(result: dict[str, Any], actions: dict[str, str], conflicts: dict[tuple[str, str], dict[str, Any]]) -> int:
     """Count one document's result; how many comments it posted."""
     # An item sent twice (its forward links in a second document) counts once, as its strongest

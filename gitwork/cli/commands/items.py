@@ -37,18 +37,28 @@ def init(wp: Workplane, as_json: bool, remote: str | None = None) -> None:
 def new(wp: Workplane, as_json: bool, title: str | None, description: str | None, priority: int | None,
         label: list[str] | None, dep: list[str] | None, criterion: list[str] | None, owner: str | None,
         source: str | None, description_file: str | None = None, use_editor: bool = False, type: str | None = None,
-        parent: str | None = None, lease_path: list[str] | None = None) -> None:
+        parent: str | None = None, lease_path: list[str] | None = None, template: str | None = None) -> None:
     from ..textinput import description as read_description
     from ..textinput import edit_form
 
     description = read_description(description, description_file)
+    fields: dict[str, Any] = dict(description=description, priority=priority, labels=label, criteria=criterion,
+                                  type=type)
+    if template is not None:  # .workplane's templates (gitwork/templates.py): checked before the editor opens
+        from ...templates import expand
+
+        fields = expand(wp.settings, template, {**fields, "title": None})
     if use_editor:
-        title, description = edit_form(title or "", description or "")
+        title, fields["description"] = edit_form(title or "", fields["description"] or "")
     elif title is None:
         raise UsageError("missing the title: gw new TITLE (or gw new -e to write it in your editor)")
-    submit(wp, as_json, "new", "item", title=title, description=description, priority=priority, labels=label,
-           depends_on=dep, criteria=criterion, owner=owner, source=source, type=type, parent=parent,
-           paths=lease_path)
+    if template is not None:
+        from ...templates import prefixed
+
+        title = prefixed(wp.settings, template, title)
+    submit(wp, as_json, "new", "item", title=title, description=fields["description"], priority=fields["priority"],
+           labels=fields["labels"], depends_on=dep, criteria=fields["criteria"], owner=owner, source=source,
+           type=fields["type"], parent=parent, paths=lease_path)
 
 
 def show(wp: Workplane, as_json: bool, item: list[str], web: bool = False) -> None:
@@ -82,10 +92,13 @@ def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: li
                holder: str | None, owner: str | None = None, priority: int | None = None, sort: str | None = None,
                limit: int | None = None, text: str | None = None, label_any: list[str] | None = None,
                mine: bool = False, exclude_label: list[str] | None = None, reverse: bool = False,
-               type: list[str] | None = None, parent: str | None = None) -> None:
+               type: list[str] | None = None, parent: str | None = None, created_after: str | None = None,
+               created_before: str | None = None, updated_after: str | None = None,
+               updated_before: str | None = None) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
                   limit=limit, text=text, label_any=label_any, mine=mine, exclude_label=exclude_label,
-                  reverse=reverse, types=type, parent=parent)
+                  reverse=reverse, types=type, parent=parent, created_after=created_after,
+                  created_before=created_before, updated_after=updated_after, updated_before=updated_before)
     rows_view(picked, as_json, "items")
     no_state_hint(wp, picked, "items", as_json)
 
@@ -98,14 +111,17 @@ def children(wp: Workplane, as_json: bool, item: str, type: list[str] | None = N
 
 def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | None = None, owner: str | None = None,
           priority: int | None = None, sort: str | None = None, explain: bool = False,
-          label_any: list[str] | None = None, exclude_label: list[str] | None = None, reverse: bool = False) -> None:
+          label_any: list[str] | None = None, exclude_label: list[str] | None = None, reverse: bool = False,
+          created_after: str | None = None, created_before: str | None = None,
+          updated_after: str | None = None, updated_before: str | None = None) -> None:
     if explain:  # every open item and why it is not ready (commands/reports.py)
         from .reports import explain_ready
 
         check_limit(limit)
         return explain_ready(wp, as_json, limit)
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
-                  limit=limit, exclude_label=exclude_label, reverse=reverse)
+                  limit=limit, exclude_label=exclude_label, reverse=reverse, created_after=created_after,
+                  created_before=created_before, updated_after=updated_after, updated_before=updated_before)
     rows_view(picked, as_json, "ready")
     no_state_hint(wp, picked, "ready items", as_json)
 

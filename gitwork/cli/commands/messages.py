@@ -61,9 +61,17 @@ def ack(wp: Workplane, as_json: bool, item: str, seq: str, by: str | None, **arg
 _array = output.json_array  # one compact record per line: long threads and inboxes print fast
 
 
+def written(record: dict[str, Any]) -> str:
+    """When a message was written, for people: an imported comment's own date (``written_at``), marked, not
+    the import's; else when it was posted."""
+    if record.get("written_at"):
+        return f"{record['written_at']} (imported {str(record.get('at', ''))[:10]})"
+    return str(record.get("at", ""))
+
+
 def render(record: dict[str, Any]) -> str:
     """A message for people: a header line, then the text indented."""
-    head = [f"#{record['seq']}", str(record.get("at", "")), str(record.get("by", "")), str(record.get("kind", ""))]
+    head = [f"#{record['seq']}", written(record), str(record.get("by", "")), str(record.get("kind", ""))]
     if record.get("to"):
         head.append(f"to {record['to']}")
     if record.get("reply_to"):
@@ -132,11 +140,26 @@ def inbox(wp: Workplane, as_json: bool) -> None:
         return
     rows = [("unread", m) for m in box["unread"]] + [("unanswered", m) for m in box["unanswered"]]
     short = shortest_unique([m["item"] for _, m in rows]) if rows else {}
-    output.table(
-        ("state", "item", "seq", "at", "from", "kind", "why", "text"),
-        [(state, short.get(m["item"], m["item"]), m["seq"], m.get("at"), m.get("by"), m.get("kind"), m["why"],
-          str(m.get("text", "")).split("\n")[0][:80]) for state, m in rows],
-        title=f"inbox of {box['who']}",
-    )
+    if rows:
+        sys.stdout.write(inbox_text(box["who"], rows, short, output.width()))
     if not rows:
         output.info(f"inbox of {box['who']}: nothing unread or unanswered")
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the cut marked with ``...``."""
+    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
+
+
+def inbox_text(who: str, rows: list[tuple[str, dict[str, Any]]], short: dict[str, str], width: int) -> str:
+    """The inbox for a person, no line wider than ``width``: per message a header (state, item, ``#seq``,
+    kind, who, when, why) and the first line of its text, indented; names, reasons and text are cut."""
+    unread = sum(1 for state, _ in rows if state == "unread")
+    out = [fit(f"inbox of {who}: {unread} unread, {len(rows) - unread} unanswered", width)]
+    for state, m in rows:
+        at = str(m.get("written_at") or m.get("at") or "").replace("T", " ").removesuffix("Z")[:16]
+        head = (f"{state:<10} {short.get(m['item'], m['item'])} #{m['seq']} {m.get('kind') or 'note'} "
+                f"from {m.get('by')}  {at}  ({m['why']})")
+        first = str(m.get("text", "")).strip().split("\n")[0]
+        out += [fit(head, width), fit("    " + first, width)]
+    return "\n".join(out) + "\n"

@@ -8,6 +8,10 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 from ...errors import UsageError
 from .. import output
 
@@ -80,3 +84,71 @@ def session_commit(session: str | None = None, file: list[str] | None = None, me
 
     return invoke(commit, as_json=json, path=path, agent=agent, session=session, file=file, message=message,
                   cwd=os.path.abspath(path or os.getcwd()))
+
+
+def _config(json: bool, work: Any) -> int:
+    from ...errors import GwError
+
+    try:
+        work()
+    except GwError as error:
+        return output.fail(error, json)
+    return 0
+
+
+def _plain_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        import json as _json
+
+        return _json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def config_get(key: str, json: bool = False, path: str | None = None) -> int:
+    """``gw config get KEY``: the value in force (nothing printed for an unset one)."""
+    from ...settings_edit import get
+
+    def work() -> None:
+        found = get(path, key)
+        if json:
+            output.emit_json({"ok": True, "item": None, **found})
+        else:
+            sys.stdout.write(_plain_value(found["value"]) + "\n")
+
+    return _config(json, work)
+
+
+def config_set(key: str, value: str, shared: bool = False, json: bool = False, path: str | None = None) -> int:
+    from ...settings_edit import set_value
+
+    def work() -> None:
+        done = set_value(path, key, value, shared)
+        if json:
+            output.emit_json({"ok": True, "item": None, **done})
+            return
+        output.info(f"{done['key']} = {_plain_value(done['value'])} (wrote {done['wrote']})")
+        if done["source"] != done["wrote"] and not (done["source"] == "default"):
+            output.info(f"note: {done['source']} overrides it here")
+        if done["enforced_by_arbiter"]:
+            output.info(f"note: with an arbiter remote, its own setting of {done['key']} is the one enforced")
+
+    return _config(json, work)
+
+
+def config_list(json: bool = False, path: str | None = None) -> int:
+    from ...settings_edit import entries
+
+    def work() -> None:
+        found = entries(path)
+        if json:
+            output.emit_json({"ok": True, "item": None, "settings": found})
+            return
+        sys.stdout.write("".join(f"{e['key']} = {_plain_value(e['value'])}  ({e['source']})"
+                                 f"{'  [arbiter]' if e['enforced_by_arbiter'] else ''}\n" for e in found))
+        output.info("[arbiter]: with an arbiter remote, the one enforced is the remote's own setting")
+
+    return _config(json, work)

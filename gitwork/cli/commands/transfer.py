@@ -112,11 +112,23 @@ def _progress(enabled: bool) -> Any:
 
 
 def import_(wp: Workplane, as_json: bool, kind: str, source: str, mapping: str | None = None, batch: int = 500,
-            progress: bool = True, prefer: str = "gitwork") -> None:
+            progress: bool = True, prefer: str = "gitwork", dry_run: bool = False) -> None:
     from ... import importers
 
     if not 1 <= batch <= 1000:
         raise UsageError("--batch must be 1 to 1000 items")
+    if dry_run:
+        report = importers.dry_run(wp, kind, source, mapping=mapping, prefer=prefer)
+        if as_json:
+            output.emit_json(report)
+            return
+        for name in ("created", "updated", "deleted"):
+            for item in report["ids"][name][:50]:
+                output.line(f"{name}\t{item}")
+        output.info(f"import {kind} {source} (dry run, nothing written): {report['created']} created, "
+                    f"{report['updated']} updated, {report['unchanged']} unchanged, {report['deleted']} deleted, "
+                    f"{report['comments']} comments, {len(report['conflicts'])} conflicts")
+        return
     result = importers.run(wp, kind, source, mapping=mapping, size=batch, progress=_progress(progress),
                            prefer=prefer)
     if as_json:

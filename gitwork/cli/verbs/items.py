@@ -13,6 +13,8 @@ from ..commands import items, reports
 from ..commands import plain as plain_verbs
 from ..declare import (
     As,
+    CreatedAfter,
+    CreatedBefore,
     DescriptionFile,
     ExcludeLabel,
     Fence,
@@ -25,6 +27,8 @@ from ..declare import (
     Reverse,
     Since,
     SortBy,
+    UpdatedAfter,
+    UpdatedBefore,
     UseEditor,
     _complete_items,
     app,
@@ -61,6 +65,9 @@ def new(
     type: Annotated[Optional[str], typer.Option("-t", "--type", help="bug, feature, task, epic or chore; default task.")] = None,
     parent: Annotated[Optional[str], typer.Option("--parent", help="The item this one is part of (gw children lists them).")] = None,
     lease_path: Annotated[Optional[list[str]], typer.Option("--path", help="A path glob the item will change, e.g. 'src/api/**' (repeatable): claiming it leases them.")] = None,
+    template: Annotated[Optional[str], typer.Option("--template", help="Start from this template of .workplane's "
+                                                                      "templates: (options given override it; "
+                                                                      "-l and -c add to its lists).")] = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Create a work item; prints its id. With -e, write its title and description in your editor."""
@@ -100,6 +107,8 @@ def list_(
     type: Annotated[Optional[list[str]], typer.Option("-t", "--type", help="Only items of this type (repeatable: any "
                                                                            "of them): bug, feature, task, epic, chore.")] = None,
     parent: Annotated[Optional[str], typer.Option("--parent", help="Only the children of this item.")] = None,
+    created_after: CreatedAfter = None, created_before: CreatedBefore = None, updated_after: UpdatedAfter = None,
+    updated_before: UpdatedBefore = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """List items, best first (open and active ones unless --all or --status; -s expired: leases past their expiry)."""
@@ -125,6 +134,8 @@ def ready(
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: SortBy = None, reverse: Reverse = False,
     explain: Annotated[bool, typer.Option("--explain", help="Every open item: ready, or why not.")] = False,
+    created_after: CreatedAfter = None, created_before: CreatedBefore = None, updated_after: UpdatedAfter = None,
+    updated_before: UpdatedBefore = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Open, unleased items whose dependencies are done, best first."""
@@ -305,6 +316,8 @@ def search(
     priority: Annotated[Optional[int], typer.Option("--priority", "-p", help="Only items of this priority.")] = None,
     sort: SortBy = None, reverse: Reverse = False, exclude_label: ExcludeLabel = None,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", help="At most this many (says so on stderr when more match).")] = None,
+    created_after: CreatedAfter = None, created_before: CreatedBefore = None, updated_after: UpdatedAfter = None,
+    updated_before: UpdatedBefore = None,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Items whose title, description, criteria, decisions or thread hold TEXT, with where it matched (the filters of

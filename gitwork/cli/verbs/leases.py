@@ -110,6 +110,37 @@ def cache_drop(json: Json = False, agent: As = None, path: Repo = None) -> None:
     """Delete the cache; the next read rebuilds it."""
 
 
+# --- settings (gw config; gitwork/settings_edit.py, commands/plain.py) ------------------------------
+
+config_app = typer.Typer(help="Settings: the value in force and where it comes from; set in this clone's git "
+                              "config or, with --shared, in the tracked .workplane.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+ConfigKey = Annotated[str, typer.Argument(help="A setting (default_ttl or default-ttl; gw config list names them).",
+                                          show_default=False)]
+
+
+@plain(plain_verbs.config_get, "get", group=config_app)
+def config_get(key: ConfigKey, json: Json = False, path: Repo = None) -> None:
+    """Print a setting's value in force (--json: and its source: default, .workplane, git config, GW_*)."""
+
+
+@plain(plain_verbs.config_set, "set", group=config_app)
+def config_set(
+    key: ConfigKey,
+    value: Annotated[str, typer.Argument(help="The value (a list: a,b; a duration: 30m).", show_default=False)],
+    shared: Annotated[bool, typer.Option("--shared/--local", help="Write the tracked .workplane (commit it to "
+                                                                  "share) instead of this clone's git config "
+                                                                  "(--local, the default).")] = False,
+    json: Json = False, path: Repo = None,
+) -> None:
+    """Set a setting, checked first (a bad key or value: exit 5, nothing written)."""
+
+
+@plain(plain_verbs.config_list, "list", group=config_app)
+def config_list(json: Json = False, path: Repo = None) -> None:
+    """Every setting: its value in force and where it comes from; those the arbiter remote decides marked."""
+
+
 # --- several machines (commands/remote.py) --------------------------------------------------------
 
 remote_app = typer.Typer(help="The arbiter remote that decides leases across machines.", no_args_is_help=True)

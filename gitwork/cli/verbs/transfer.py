@@ -41,6 +41,8 @@ def import_(
     prefer: Annotated[str, typer.Option("--prefer", help="A field changed on both sides since the last import: "
                                                          "gitwork (keep gitwork's value, report the conflict) or "
                                                          "source (take the source's).")] = "gitwork",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only report what would be created, updated, left "
+                                                            "unchanged or deleted (ids too); write nothing.")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Import another tracker's export: a re-import takes only what the source changed since the last one."""

@@ -1,0 +1,147 @@
+"""``gw config get|set|list``: the settings in force, where each comes from, and changing one.
+
+As git does: ``set`` writes this clone's git config (``gitwork.<key>``, ``--local``, the default); with
+``--shared`` it writes the tracked ``.workplane`` at the top of the working tree (commit it to share it).
+Precedence stays ``config.py``'s (defaults < ``.workplane`` < git config < ``GW_*``), so ``get`` names
+the source that won. A new value is checked by loading the settings as they would be after the write
+(every rule of ``config.load``, the one-role rule included) before anything is written: a refusal
+writes nothing. The ``.workplane`` is edited as text (the key's line, or its block, replaced; else one
+line appended): its comments and other keys stay as they are, and no YAML emitter is imported.
+
+Standard library and ``config``/``gitdir``/``gitcmd`` only: the verb stays on the fast path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .config import ARBITER, DEFAULTS, load
+from .errors import Invalid, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .gitdir import Location
+
+_LISTS = ("admins", "agents", "people", "gates")
+_MAPPINGS = ("sessions",)  # set by editing .workplane: a mapping is no one-word value
+
+
+def _where(path: str | None) -> Location:
+    from .gitdir import discover
+
+    return discover(os.path.abspath(path or os.getcwd()))
+
+
+def _gitwork_config(where: Location) -> dict[str, str]:
+    return {k: v for k, v in where.config.items() if k.startswith("gitwork.")}
+
+
+def key_name(key: str) -> str:
+    """The setting a key names (dashes or underscores, any case, as ``.workplane`` and git config take
+    them); an unknown key is exit 5 naming the known ones."""
+    name = key.strip().replace("-", "_").lower()
+    for known in DEFAULTS:
+        if known.replace("_", "") == name.replace("_", ""):
+            return known
+    raise Invalid(f"unknown setting {key[:40]!r}: one of {', '.join(DEFAULTS)}")
+
+
+def _shown(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def entries(path: str | None) -> list[dict[str, Any]]:
+    """Every setting: its value in force, where it comes from, and whether the arbiter decides with its own."""
+    where = _where(path)
+    origins: dict[str, str] = {}
+    settings = load(where.toplevel, _gitwork_config(where), origins)
+    return [{"key": name, "value": _shown(getattr(settings, name)), "source": origins.get(name, "default"),
+             "enforced_by_arbiter": name in ARBITER} for name in DEFAULTS]
+
+
+def get(path: str | None, key: str) -> dict[str, Any]:
+    name = key_name(key)
+    return next(e for e in entries(path) if e["key"] == name)
+
+
+def _yaml_value(name: str, value: str) -> str:
+    """The command line's VALUE as a YAML flow value (JSON is YAML): lists from ``a,b``, the rest as text."""
+    if name in _LISTS:
+        return json.dumps([v.strip() for v in value.split(",") if v.strip()], ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def edited(text: str, name: str, line: str) -> str:
+    """``text`` (a ``.workplane``) with ``name``'s top-level entry (any spelling, its block of indented or
+    ``- `` lines included) replaced by ``line``, or ``line`` appended when there is none."""
+    spellings = "|".join(re.escape(s) for s in {name, name.replace("_", "-")})
+    lines = text.splitlines(keepends=True)
+    head = re.compile(rf"^(?:{spellings})\s*:")
+    for number, current in enumerate(lines):
+        if head.match(current):
+            end = number + 1
+            while end < len(lines) and lines[end][:1] in (" ", "\t", "-") and lines[end].strip():
+                end += 1
+            return "".join(lines[:number]) + line + "".join(lines[end:])
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + line
+
+
+def set_value(path: str | None, key: str, value: str, shared: bool = False) -> dict[str, Any]:
+    """Write ``key = value`` to this clone's git config, or with ``shared`` to ``.workplane``, once the
+    settings it leaves are known to load; what is in force afterwards, and what wrote it."""
+    name = key_name(key)
+    if name in _MAPPINGS:
+        raise Invalid(f"{name} is a mapping: edit it in .workplane (gitwork/sessions/rules.py describes it)")
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise Invalid(f"a value for {name} is one line")
+    if name in ("admins", "agents", "people"):  # names of identities: each passes the identity rule
+        from .ids import check_identity
+
+        for who in value.split(","):
+            if who.strip():
+                check_identity(who.strip(), f"{name} entry")
+    where = _where(path)
+    config = _gitwork_config(where)
+    if shared:
+        if not where.toplevel:
+            raise UsageError("no working tree here, so no .workplane: set it with --local (git config)")
+        file = os.path.join(where.toplevel, ".workplane")
+        try:
+            with open(file, encoding="utf-8") as handle:
+                text = handle.read()
+        except FileNotFoundError:
+            text = ""
+        except (OSError, UnicodeDecodeError) as exc:
+            raise Invalid(f"cannot read .workplane: {exc}") from exc
+        new = edited(text, name, f"{name}: {_yaml_value(name, value)}\n")
+        load(where.toplevel, config, workplane=new.encode("utf-8"))  # refused here: nothing written
+        from .fsutil import write_atomic
+
+        write_atomic(file, new, fsync=True)
+        wrote = ".workplane"
+    else:
+        git_key = "gitwork." + name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
+        trial = {k: v for k, v in config.items() if key_name_or_none(k) != name}
+        trial[git_key.lower()] = value
+        load(where.toplevel, trial)  # refused here: nothing written
+        from . import gitcmd
+
+        for old in [k for k in config if key_name_or_none(k) == name and k != git_key.lower()]:
+            gitcmd.run(["config", "--unset-all", old], cwd=where.git_dir)  # one spelling in force, not two
+        gitcmd.run(["config", git_key, value], cwd=where.git_dir)
+        wrote = f"git config {git_key}"
+    now = get(path, name)
+    return {**now, "wrote": wrote}
+
+
+def key_name_or_none(git_key: str) -> str | None:
+    try:
+        return key_name(git_key.removeprefix("gitwork."))
+    except Invalid:
+        return None
