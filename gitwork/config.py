@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "sessions": None,  # multi-step session rules: operators, steps, chains (gitwork/sessions/rules.py)
     "tmux_socket": None,  # gw run's own tmux server; None: under the git common dir (docs/launch.md)
     "paths": None,  # "strict": the code remote refuses a push touching a path no live lease of the pusher covers
+    "arbiter": None,  # "batch": lease commands go to the arbiter's inbox, applied in batches (docs/deploy.md)
 }
 
 
@@ -52,6 +53,7 @@ class Settings:
     sessions: dict[str, Any] | None
     tmux_socket: str | None
     paths: str | None
+    arbiter: str | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -115,6 +117,7 @@ _ENV = {
     "GW_LOCK_TIMEOUT": "lock_timeout",
     "GW_REMOTE": "remote",
     "GW_TMUX_SOCKET": "tmux_socket",
+    "GW_ARBITER": "arbiter",
 }
 
 
@@ -149,6 +152,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             if str(value) not in ("strict", "open"):
                 raise ValueError("not strict or open")
             return None if str(value) == "open" else "strict"
+        if name == "arbiter":
+            if str(value) not in ("batch", "cas"):
+                raise ValueError("not batch or cas")
+            return None if str(value) == "cas" else "batch"
         if name == "signing":
             if str(value) not in ("ssh", "none"):
                 raise ValueError("not ssh or none")

@@ -1,0 +1,133 @@
+"""A clone's side of the batch arbiter (``arbiter: batch``): push the request, read the answer, adopt.
+
+:func:`submit` writes the command's request commit (:mod:`.inbox`) and pushes it to
+``refs/gitwork/inbox/<id>``: a create, so it races nobody. The arbiter's post-receive hook
+(:mod:`.applier`) applies it in the next batch and the push prints its answer. Then:
+
+- landed: fetch the state ref, check that the tip records the command (an answer is believed only
+  when the objects say so), adopt it onto the local ref as after any grant, and return the result;
+- refused: the arbiter's verdict, raised as the engine's own error (the exit code of the refusal);
+- no answer (the push was cut short, the applier killed): outcome unknown, kept for ``gw retry``.
+
+``gw retry`` (or any re-submit of the same id) finds the inbox ref taken: it fetches the answer
+that ref holds, or, if the request still waits (its applier was killed), sends it again (the arbiter
+allows re-sending a waiting request with the same document) so that a batch decides it. A command
+the arbiter already recorded is answered with its first result: nothing lands twice.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .. import engine, gitcmd
+from ..errors import GwError, Invalid, RemoteError, verdict_from_json
+from .inbox import EMPTY_TREE, REQUEST_BYTES, answers_said, inbox_ref, nonce, parse_answer, request_body
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..engine import Applied
+    from .replay import Replay
+
+_TAKEN = ("already exists", "fetch first", "non-fast-forward", "stale info", "rejected")
+
+
+def fits(cmd: dict[str, Any]) -> bool:
+    """Whether ``cmd`` goes through the inbox (a document too large for a request uses the CAS)."""
+    return len(json.dumps(cmd, ensure_ascii=False)) < REQUEST_BYTES - 4096
+
+
+def submit(arbiter: Replay, cmd: dict[str, Any]) -> Applied:
+    answer = _ask(arbiter, cmd, force=False)
+    if answer is None:
+        raise RemoteError(f"{arbiter.remote} gave no answer for command {cmd['id']}", remote=arbiter.remote)
+    return _answered(arbiter, cmd, answer)
+
+
+def _write_request(arbiter: Replay, cmd: dict[str, Any], again: bool) -> str:
+    store = arbiter.store
+    tree = store.writer.write_tree({})
+    if tree not in EMPTY_TREE.values():
+        raise Invalid("the empty tree has an unexpected id (unknown object format)")
+    when = int(arbiter.wp.now().timestamp())
+    return store.writer.write("commit", request_body(cmd, when, tree, nonce() if again else ""))
+
+
+def _push(arbiter: Replay, commit: str, ref: str, force: bool) -> tuple[str, str]:
+    """Push ``commit`` to ``ref``: (the porcelain status flag, git's stderr)."""
+    spec = f"{'+' if force else ''}{commit}:{ref}"
+    done = arbiter._git("push", "--porcelain", arbiter.remote, spec)
+    flag = ""
+    for line in done.out.splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 2 and fields[1].endswith(":" + ref):
+            flag = fields[0]
+            if flag == "!" and not any(word in (fields[2] if len(fields) > 2 else "") for word in _TAKEN):
+                raise arbiter._refused(fields[2] if len(fields) > 2 else "rejected", done.err)
+    if not flag:
+        arbiter._unless_denied("push to", done.err)
+        from .transport import git_reason
+
+        raise RemoteError(f"cannot push to {arbiter.remote}: {git_reason(done.err)}", remote=arbiter.remote)
+    return flag, done.err
+
+
+def _ask(arbiter: Replay, cmd: dict[str, Any], force: bool) -> dict[str, Any] | None:
+    ref = inbox_ref(cmd["id"])
+    flag, err = _push(arbiter, _write_request(arbiter, cmd, force), ref, force)
+    if flag != "!":
+        return answers_said(err).get(cmd["id"])
+    # The id is taken: an earlier try of this very command (a lost reply), or another document.
+    answer = fetch_answer(arbiter, cmd["id"])
+    if answer is not None or force:
+        return answer
+    return _ask(arbiter, cmd, force=True)  # still waiting (its applier was killed): send it again
+
+
+def fetch_answer(arbiter: Replay, command_id: str) -> dict[str, Any] | None:
+    """The answer the arbiter's inbox ref for ``command_id`` holds (``None``: still waiting, or none)."""
+    local = f"refs/gitwork/answers/{command_id}"
+    done = arbiter._git("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", arbiter.remote,
+                        f"+{inbox_ref(command_id)}:{local}")
+    if done.returncode != 0:
+        return None
+    try:
+        got = gitcmd.read_batch(arbiter.git_dir, [local]).get(local)
+    finally:
+        gitcmd.run(["--git-dir", arbiter.git_dir, "update-ref", "-d", local], check=False)
+    return parse_answer(got[2], command_id) if got and got[1] == "commit" else None
+
+
+def _answered(arbiter: Replay, cmd: dict[str, Any], answer: dict[str, Any]) -> Applied:
+    from .replay import unique
+
+    if answer.get("status") == "refused":
+        refusal = verdict_from_json(answer.get("error"))
+        if refusal is None:
+            error = answer.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            refusal = Invalid(f"{arbiter.remote} refused command {cmd['id']}: {message or 'no reason given'}")
+        raise refusal
+    command, commit, result, summary = (answer.get("command"), answer.get("commit"), answer.get("result"),
+                                        answer.get("summary"))
+    if not (isinstance(command, dict) and command.get("id") == cmd["id"] and isinstance(commit, str)
+            and isinstance(result, dict) and isinstance(summary, str)):
+        raise RemoteError(f"{arbiter.remote} answered command {cmd['id']} in a form gw cannot read",
+                          remote=arbiter.remote)
+    tip = arbiter.fetch()
+    if tip is None or not record_of(arbiter.store, tip, cmd["id"]):
+        raise RemoteError(f"{arbiter.remote} said command {cmd['id']} landed, but its state does not record it",
+                          remote=arbiter.remote)
+    refused = unique(arbiter.adopt(arbiter.store.tip(), tip, built_on_local=False))
+    return arbiter.answer(engine.Applied(command, commit, result, summary, 1), refused)
+
+
+def record_of(store: Any, commit: str, command_id: str) -> bool:
+    """Whether the state at ``commit`` records ``command_id`` (an answer is believed only then)."""
+    from .. import layout
+
+    try:
+        return store.snapshot(commit).blob(layout.command_path(command_id)) is not None
+    except (GwError, ValueError):
+        return False
