@@ -21,6 +21,7 @@ import json
 
 from .. import engine, gitcmd
 from ..errors import GwError, Invalid, RemoteError, verdict_from_json
+from ..store import crash_point
 from .inbox import EMPTY_TREE, REQUEST_BYTES, answers_said, inbox_ref, nonce, parse_answer, request_body
 
 TYPE_CHECKING = False
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ..engine import Applied
     from .replay import Replay
 
-_TAKEN = ("already exists", "fetch first", "non-fast-forward", "stale info", "rejected")
+_TAKEN = ("already exists", "fetch first", "non-fast-forward", "stale info")
 
 
 def fits(cmd: dict[str, Any]) -> bool:
@@ -75,7 +76,10 @@ def _push(arbiter: Replay, commit: str, ref: str, force: bool) -> tuple[str, str
 
 def _ask(arbiter: Replay, cmd: dict[str, Any], force: bool) -> dict[str, Any] | None:
     ref = inbox_ref(cmd["id"])
-    flag, err = _push(arbiter, _write_request(arbiter, cmd, force), ref, force)
+    request = _write_request(arbiter, cmd, force)
+    crash_point("before-push")
+    flag, err = _push(arbiter, request, ref, force)
+    crash_point("after-push")
     if flag != "!":
         return answers_said(err).get(cmd["id"])
     # The id is taken: an earlier try of this very command (a lost reply), or another document.
