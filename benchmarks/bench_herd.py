@@ -1,6 +1,7 @@
 """``claim --next`` under contention through a real ``git daemon`` or smart-HTTP arbiter.
 
     python benchmarks/bench_herd.py [--procs 12] [--clones 3] [--items 60] [--transport daemon|http|nginx]
+                                    [--arbiter cas|batch]
 
 One bare arbiter served by ``git daemon`` (tests/daemon.py), by ``git http-backend`` behind a
 local Python HTTP server (tests/httpd.py), or by the deployment of docs/deploy.md: nginx + fcgiwrap
@@ -12,6 +13,10 @@ claim: the wall time of the call that got it, and the time since that worker's p
 75 and its retry count against the claim). Afterwards the arbiter's history is checked: every item
 granted exactly once. Prints one JSON object (median and worst of both, how many pushes moved the
 arbiter's ref, and the CPU time of every process the herd started, servers included) on stdout.
+
+``--arbiter batch``: the batch arbiter (docs/deploy.md): the server hooks are installed, the arbiter's
+git config says ``gitwork.arbiter batch`` and every clone pushes its commands to the arbiter's inbox
+(``GW_ARBITER=batch``); "pushes" then counts the batches that moved the state ref.
 
 Runs ``python -m gitwork`` from the interpreter running this script (the worktree's venv), with
 bytecode written and read as a normal install has it (this machine sets PYTHONDONTWRITEBYTECODE).
@@ -65,14 +70,14 @@ def machine(base: Path, name: str, url: str) -> Path:
     return path
 
 
-def serve(transport: str, base: Path, fcgi_workers: int = 8,
-          server_hook: bool | None = None) -> tuple[Path, GitDaemon | GitHTTPServer | WebServer]:
+def serve(transport: str, base: Path, fcgi_workers: int = 8, server_hook: bool | None = None,
+          arbiter_mode: str = "cas") -> tuple[Path, GitDaemon | GitHTTPServer | WebServer]:
     """The bare arbiter and its (not yet started) server: ``git daemon``, the Python smart-HTTP server, or
     the deployment of docs/deploy.md (nginx + fcgiwrap + git http-backend). ``server_hook``: install
     gitwork's pre-receive hook (``gw hooks install --server``); by default only for nginx, the
     deployment, so the daemon and http figures stay comparable with the earlier runs (which had none)."""
     if server_hook is None:
-        server_hook = transport == "nginx"
+        server_hook = transport == "nginx" or arbiter_mode == "batch"
     server: GitDaemon | GitHTTPServer | WebServer
     if transport == "daemon":
         arbiter, server = bare_repo(base, "arbiter"), GitDaemon(base)
@@ -87,18 +92,21 @@ def serve(transport: str, base: Path, fcgi_workers: int = 8,
     if server_hook:
         subprocess.run([sys.executable, "-m", "gitwork", "hooks", "install", "--server", str(arbiter)],
                        check=True, capture_output=True)
+    if arbiter_mode == "batch":
+        git(arbiter, "config", "gitwork.arbiter", "batch")
     return arbiter, server
 
 
 def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_workers: int = 8,
-         server_hook: bool | None = None) -> tuple[dict, list[tuple[int, float, float, int]], list[float]]:
+         server_hook: bool | None = None,
+         arbiter_mode: str = "cas") -> tuple[dict, list[tuple[int, float, float, int]], list[float]]:
     """One herd run: its summary, every call as (worker, start s, seconds, exit code), and per grant the
     time since that worker's previous grant (a claim's latency as the agent sees it, 75s included)."""
     base = Path(tempfile.mkdtemp(prefix="gw-herd-"))
     os.environ.update({"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@x", "GIT_COMMITTER_NAME": "bench",
                        "GIT_COMMITTER_EMAIL": "b@x"})
     try:
-        arbiter, server = serve(transport, base, fcgi_workers, server_hook)
+        arbiter, server = serve(transport, base, fcgi_workers, server_hook, arbiter_mode)
         git(arbiter, "config", "core.logAllRefUpdates", "always")  # one reflog line per push that moved it
         with server:
             url = server.url("arbiter")
@@ -125,7 +133,7 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
                 since = time.monotonic()
                 while True:
                     t0 = time.monotonic()
-                    done = gw(repo, "claim", "--next", "--ttl", "1h", "--as", f"agent-{k}")
+                    done = gw(repo, "claim", "--next", "--ttl", "1h", "--as", f"agent-{k}", env=mode_env)
                     t1 = time.monotonic()
                     with lock:
                         calls_log.append((k, round(t0 - started, 3), round(t1 - t0, 3), done.returncode))
@@ -144,6 +152,7 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
                             errors.append(f"agent-{k}: exit {done.returncode}: {done.stderr.strip()}")
                         return
 
+            mode_env = {"GW_ARBITER": arbiter_mode}
             moves_before = len(git(arbiter, "reflog", "show", "--format=%H", REF).split())
             cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.monotonic()
@@ -162,7 +171,7 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
         calls = [g[0] for g in grants]
         waits = [g[1] for g in grants]
         summary = {
-            "transport": transport, "server_hook": (arbiter / "hooks" / "pre-receive").exists(),
+            "transport": transport, "arbiter": arbiter_mode, "server_hook": (arbiter / "hooks" / "pre-receive").exists(),
             "procs": procs, "clones": clones_wanted, "items": items,
             "granted": len(grants), "pushes": pushes, "cpu_s": round(cpu, 2),
             "granted_once_each": len(counts) == items and set(counts.values()) == {1},
@@ -190,10 +199,12 @@ def main() -> None:
     parser.add_argument("--fcgi-workers", type=int, default=8, help="--transport nginx: fcgiwrap's children")
     parser.add_argument("--server-hook", action=argparse.BooleanOptionalAction, default=None,
                         help="install gw's server hook on the arbiter (default: only with --transport nginx)")
+    parser.add_argument("--arbiter", choices=("cas", "batch"), default="cas",
+                        help="cas: each clone pushes state commits; batch: the arbiter's inbox (docs/deploy.md)")
     parser.add_argument("--calls", help="write every call as [worker, start s, seconds, exit code] to this JSON file")
     args = parser.parse_args()
     summary, calls_log, _waits = herd(args.transport, args.procs, args.clones, args.items, args.fcgi_workers,
-                                         args.server_hook)
+                                         args.server_hook, args.arbiter)
     print(json.dumps(summary, indent=2))
     if args.calls:
         with open(args.calls, "w", encoding="utf-8") as handle:

@@ -262,17 +262,26 @@ def _answer_all(git_dir: str, store: Store, waiting: list[Waiting], answers: dic
 
 
 def _locked(path: str) -> int | None:
+    """The applier lock, waited for without polling (a herd of waiting hooks must not spin on a core):
+    a blocking ``flock`` cut short by an alarm after ``LOCK_WAIT``. ``None``: not had in time."""
+    import signal
+
     handle = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    deadline = time.monotonic() + LOCK_WAIT
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return handle
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                os.close(handle)
-                return None
-            time.sleep(0.002)
+
+    def late(_signum: int, _frame: object) -> None:
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, LOCK_WAIT)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        return handle
+    except TimeoutError:
+        os.close(handle)
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def apply_waiting(git_dir: str, mine: list[str]) -> dict[str, dict[str, Any]]:

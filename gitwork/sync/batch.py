@@ -40,10 +40,48 @@ def fits(cmd: dict[str, Any]) -> bool:
 
 
 def submit(arbiter: Replay, cmd: dict[str, Any]) -> Applied:
-    answer = _ask(arbiter, cmd, force=False)
+    """Ask the arbiter for ``cmd`` through its inbox; the processes of one clone take turns
+    (:mod:`pushturn`): one holds the turn and pushes its own request with every request its siblings
+    left in the clone's queue, in one push (one pre-receive, one post-receive, one fetch for all)."""
+    import os
+
+    from ..pushturn import TURN_FILE, Carry, PushTurn
+    from .cas import _carry_key
+
+    gitwork_dir = arbiter.wp.repo.gitwork_dir()
+    turn = PushTurn(os.path.join(gitwork_dir, TURN_FILE))
+    carry = Carry(gitwork_dir, "batch " + _carry_key(arbiter.wp.settings))
+    try:
+        if turn.try_take() is False and carry.leave(cmd, None):
+            try:
+                said = carry.wait(turn, cmd["id"])
+            finally:
+                carry.withdraw(cmd["id"])
+            if said is not None and isinstance(said.get("inbox"), dict):
+                return _answered(arbiter, cmd, said["inbox"], fetched=True)
+            # No answer from a holder: the turn is ours now (or waiting is over): ask ourselves.
+        return _hold(arbiter, cmd, carry, turn)
+    finally:
+        turn.give()
+
+
+def _hold(arbiter: Replay, cmd: dict[str, Any], carry: Any, turn: Any) -> Applied:
+    from .inbox import PER_PUSH
+
+    entries = carry.pending(PER_PUSH - 1) if turn.handle is not None else []
+    answers: dict[str, dict[str, Any]] = {}
+    try:
+        answers = _ask(arbiter, [cmd] + [entry.cmd for entry in entries])
+        if any(a.get("status") == "landed" for a in answers.values()):
+            arbiter.fetch()  # once for every landed command of this push
+    finally:
+        for entry in entries:
+            answer = answers.get(str(entry.cmd.get("id")))
+            carry.answer(entry, {"inbox": answer} if answer is not None else {"own": True})
+    answer = answers.get(cmd["id"])
     if answer is None:
         raise RemoteError(f"{arbiter.remote} gave no answer for command {cmd['id']}", remote=arbiter.remote)
-    return _answered(arbiter, cmd, answer)
+    return _answered(arbiter, cmd, answer, fetched=True)
 
 
 def _write_request(arbiter: Replay, cmd: dict[str, Any], again: bool) -> str:
@@ -55,38 +93,50 @@ def _write_request(arbiter: Replay, cmd: dict[str, Any], again: bool) -> str:
     return store.writer.write("commit", request_body(cmd, when, tree, nonce() if again else ""))
 
 
-def _push(arbiter: Replay, commit: str, ref: str, force: bool) -> tuple[str, str]:
-    """Push ``commit`` to ``ref``: (the porcelain status flag, git's stderr)."""
-    spec = f"{'+' if force else ''}{commit}:{ref}"
-    done = arbiter._git("push", "--porcelain", arbiter.remote, spec)
-    flag = ""
+def _push(arbiter: Replay, requests: dict[str, str], force: bool) -> tuple[dict[str, str], str]:
+    """Push each request (command id -> commit) to its inbox ref: the porcelain flag per id, git's stderr."""
+    specs = [f"{'+' if force else ''}{commit}:{inbox_ref(command_id)}" for command_id, commit in requests.items()]
+    done = arbiter._git("push", "--porcelain", arbiter.remote, *specs)
+    flags: dict[str, str] = {}
     for line in done.out.splitlines():
         fields = line.split("\t")
-        if len(fields) >= 2 and fields[1].endswith(":" + ref):
-            flag = fields[0]
-            if flag == "!" and not any(word in (fields[2] if len(fields) > 2 else "") for word in _TAKEN):
-                raise arbiter._refused(fields[2] if len(fields) > 2 else "rejected", done.err)
-    if not flag:
+        if len(fields) < 2 or ":" not in fields[1]:
+            continue
+        command_id = fields[1].rsplit(":", 1)[1].removeprefix(inbox_ref(""))
+        if command_id not in requests:
+            continue
+        flags[command_id] = fields[0]
+        if fields[0] == "!" and not any(word in (fields[2] if len(fields) > 2 else "") for word in _TAKEN):
+            raise arbiter._refused(fields[2] if len(fields) > 2 else "rejected", done.err)
+    if not flags:
         arbiter._unless_denied("push to", done.err)
         from .transport import git_reason
 
         raise RemoteError(f"cannot push to {arbiter.remote}: {git_reason(done.err)}", remote=arbiter.remote)
-    return flag, done.err
+    return flags, done.err
 
 
-def _ask(arbiter: Replay, cmd: dict[str, Any], force: bool) -> dict[str, Any] | None:
-    ref = inbox_ref(cmd["id"])
-    request = _write_request(arbiter, cmd, force)
+def _ask(arbiter: Replay, cmds: list[dict[str, Any]], force: bool = False) -> dict[str, dict[str, Any]]:
+    """Push the requests of ``cmds`` at once; the answers the arbiter gave (by command id)."""
+    requests = {cmd["id"]: _write_request(arbiter, cmd, force) for cmd in cmds}
     crash_point("before-push")
-    flag, err = _push(arbiter, request, ref, force)
+    flags, err = _push(arbiter, requests, force)
     crash_point("after-push")
-    if flag != "!":
-        return answers_said(err).get(cmd["id"])
-    # The id is taken: an earlier try of this very command (a lost reply), or another document.
-    answer = fetch_answer(arbiter, cmd["id"])
-    if answer is not None or force:
-        return answer
-    return _ask(arbiter, cmd, force=True)  # still waiting (its applier was killed): send it again
+    said = answers_said(err)
+    answers = {i: said[i] for i in requests if flags.get(i) != "!" and i in said}
+    # An id already taken: an earlier try of this very command (a lost reply), or another document.
+    again = []
+    for cmd in cmds:
+        if flags.get(cmd["id"]) != "!":
+            continue
+        answer = fetch_answer(arbiter, cmd["id"])
+        if answer is not None:
+            answers[cmd["id"]] = answer
+        elif not force:
+            again.append(cmd)  # still waiting (its applier was killed): send it again
+    if again:
+        answers.update(_ask(arbiter, again, force=True))
+    return answers
 
 
 def fetch_answer(arbiter: Replay, command_id: str) -> dict[str, Any] | None:
@@ -103,7 +153,9 @@ def fetch_answer(arbiter: Replay, command_id: str) -> dict[str, Any] | None:
     return parse_answer(got[2], command_id) if got and got[1] == "commit" else None
 
 
-def _answered(arbiter: Replay, cmd: dict[str, Any], answer: dict[str, Any]) -> Applied:
+def _answered(arbiter: Replay, cmd: dict[str, Any], answer: dict[str, Any], *, fetched: bool) -> Applied:
+    """``cmd``'s outcome from the arbiter's ``answer`` (``fetched``: the tracking ref is already as
+    new as the answer, by our own fetch or the holder's that carried it)."""
     from .replay import unique
 
     if answer.get("status") == "refused":
@@ -119,7 +171,9 @@ def _answered(arbiter: Replay, cmd: dict[str, Any], answer: dict[str, Any]) -> A
             and isinstance(result, dict) and isinstance(summary, str)):
         raise RemoteError(f"{arbiter.remote} answered command {cmd['id']} in a form gw cannot read",
                           remote=arbiter.remote)
-    tip = arbiter.fetch()
+    tip = arbiter.known_remote_tip() if fetched else arbiter.fetch()
+    if tip is None or not record_of(arbiter.store, tip, cmd["id"]):
+        tip = arbiter.fetch()  # the holder's fetch may predate it (a re-sent request): ask once more
     if tip is None or not record_of(arbiter.store, tip, cmd["id"]):
         raise RemoteError(f"{arbiter.remote} said command {cmd['id']} landed, but its state does not record it",
                           remote=arbiter.remote)
