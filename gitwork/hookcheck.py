@@ -537,7 +537,7 @@ def check_server_paths(push: Push) -> Iterable[str]:
 
 def check_server_inbox(push: Push) -> Iterable[str]:
     """The batch arbiter's inbox (``refs/gitwork/inbox/*``): requests only, bounded (``sync/applier.py``)."""
-    from .sync.applier import inbox_refusals
+    from .applier import inbox_refusals
 
     yield from inbox_refusals(push)
 
@@ -572,7 +572,7 @@ def pre_receive(args: list[str], text: str) -> list[str]:
 def post_receive(args: list[str], text: str) -> list[str]:
     """The batch arbiter's applier (``sync/applier.py``): prints one answer per inbox request of the
     push; never refuses (the refs have moved already)."""
-    from .sync.applier import post_receive as apply
+    from .applier import post_receive as apply
 
     for line in apply(parse_updates(text), _location().git_dir):
         sys.stdout.write(line + "\n")

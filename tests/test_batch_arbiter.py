@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, gw_cmd, gw_here, run_gw, scrubbed, tip
-from gitwork.sync.inbox import EMPTY_TREE, INBOX_PREFIX, REQUEST_BYTES
+from gitwork.inbox import EMPTY_TREE, INBOX_PREFIX, REQUEST_BYTES
 from test_sync import STATE, gw_ok
 
 HELD, REMOTE, REMOTE_REFUSED = 75, 12, 14
@@ -139,43 +139,51 @@ def _push(clone: Path, spec: str) -> subprocess.CompletedProcess[str]:
 
 def test_forged_inbox_pushes_are_refused_and_write_nothing(world: dict[str, Path]) -> None:
     clone, bare = world["c"], world["remote"]
-    good = {"op": "claim", "id": "c-forged000000001", "as": "alice", "next": True}
     a_file = git(clone, "hash-object", "-w", "--stdin", input=b"x").strip()
     tree = subprocess.run(["git", "mktree"], cwd=clone, input=f"100644 blob {a_file}\tf\n", text=True,
                           capture_output=True, check=True).stdout.strip()
-    landed = _request(clone, {**good, "id": "c-forged000000009"})
+
+    def doc(n: int, **fields: object) -> dict:
+        return {"op": "claim", "id": f"c-forged{n:010d}", "as": "alice", "next": True, **fields}
+
+    parent = _request(clone, doc(99))
+    # Each forgery under its own inbox ref, all in one push: the arbiter names every one and takes none.
     forgeries = {
-        "author is someone else": (_request(clone, good, author="mallory"), good["id"]),
-        "a tree of files": (_request(clone, good, tree=tree), good["id"]),
-        "not JSON": (_request(clone, good, message=f"gitwork request {good['id']}\n\n{{nope\n"), good["id"]),
-        "not a request": (_request(clone, good, message="hello\n"), good["id"]),
-        "id differs from the ref": (_request(clone, good), "c-another00000001"),
-        "unknown op": (_request(clone, {**good, "op": "rm-rf"}), good["id"]),
-        "bad identity": (_request(clone, {**good, "as": "ro ot"}, author="ro-ot"), good["id"]),
-        "huge": (_request(clone, {**good, "title": "x" * (REQUEST_BYTES + 10)}), good["id"]),
-        "a parent": (_request(clone, good, parent=landed), good["id"]),
+        "must be the document's acting identity": _request(clone, doc(1), author="mallory"),
+        "carries no files": _request(clone, doc(2), tree=tree),
+        "not JSON": _request(clone, doc(3), message="gitwork request c-forged0000000003\n\n{nope\n"),
+        "not a gitwork request": _request(clone, doc(4), message="hello\n"),
+        "is not the ref's": _request(clone, doc(0), message=f"gitwork request c-forged0000000005\n\n{json.dumps(doc(0))}\n"),
+        "unknown op": _request(clone, doc(6, op="rm-rf")),
+        "identity": _request(clone, doc(7, **{"as": "ro ot"}), author="ro-ot"),
+        "at most 262144": _request(clone, doc(8, title="x" * (REQUEST_BYTES + 10))),
+        "has no parent": _request(clone, doc(9), parent=parent),
     }
     before = refs(bare)
-    for why, (commit, ref_id) in forgeries.items():
-        done = _push(clone, f"{commit}:{INBOX_PREFIX}{ref_id}")
-        assert done.returncode != 0, why
-        assert "gitwork:" in done.stderr and "Traceback" not in done.stderr, (why, done.stderr)
-        assert refs(bare) == before, why
-    # Too many in one push, and a bad ref name.
-    many = [f"{_request(clone, {**good, 'id': f'c-many{n:012d}'})}:{INBOX_PREFIX}c-many{n:012d}" for n in range(65)]
+    specs = [f"{commit}:{INBOX_PREFIX}c-forged{n:010d}" for n, commit in enumerate(forgeries.values(), start=1)]
+    specs.append(f"{parent}:{INBOX_PREFIX}x/state")  # a ref name that is no command id
+    done = subprocess.run(["git", "push", "origin", *specs], cwd=clone, capture_output=True, text=True)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "inbox/x/state: not an inbox ref" in done.stderr
+    for n, why in enumerate(forgeries, start=1):
+        assert any(f"c-forged{n:010d}" in line and why in line for line in done.stderr.splitlines()), (why, done.stderr[-3000:])
+    assert refs(bare) == before
+    # Too many in one push: refused whole too.
+    many = [f"{parent}:{INBOX_PREFIX}c-many{n:012d}" for n in range(65)]
     done = subprocess.run(["git", "push", "origin", *many], cwd=clone, capture_output=True, text=True)
     assert done.returncode != 0 and "at most 64" in done.stderr
-    done = _push(clone, f"{_request(clone, good)}:{INBOX_PREFIX}x/../state")
-    assert done.returncode != 0
     assert refs(bare) == before
-    # A well-formed request with plain git is decided like any other; deleting or rewriting it after is refused.
-    honest = _request(clone, good)
-    assert _push(clone, f"{honest}:{INBOX_PREFIX}{good['id']}").returncode == 0
+    # A well-formed request made with plain git is decided like any other; deleting it, or re-sending
+    # another document under its id, is refused afterwards.
+    good = doc(99)
+    done = _push(clone, f"{parent}:{INBOX_PREFIX}{good['id']}")
+    assert done.returncode == 0 and '"status":"landed"' in done.stderr
     assert any(line.startswith("claim ") and "by alice" in line for line in state_log(bare))
     after = refs(bare)
-    assert _push(clone, f":{INBOX_PREFIX}{good['id']}").returncode != 0
-    other = _request(clone, {**good, "next": None, "item": "w-0000000000000000"})
-    assert _push(clone, f"+{other}:{INBOX_PREFIX}{good['id']}").returncode != 0
+    other = _request(clone, doc(99, next=None, item="w-0000000000000000"))
+    done = subprocess.run(["git", "push", "origin", f":{INBOX_PREFIX}{good['id']}", f"+{other}:{INBOX_PREFIX}{good['id']}"],
+                          cwd=clone, capture_output=True, text=True)
+    assert done.returncode != 0
     assert refs(bare) == after
 
 

@@ -1,8 +1,8 @@
 """A clone's side of the batch arbiter (``arbiter: batch``): push the request, read the answer, adopt.
 
-:func:`submit` writes the command's request commit (:mod:`.inbox`) and pushes it to
+:func:`submit` writes the command's request commit (:mod:`gitwork.inbox`) and pushes it to
 ``refs/gitwork/inbox/<id>``: a create, so it races nobody. The arbiter's post-receive hook
-(:mod:`.applier`) applies it in the next batch and the push prints its answer. Then:
+(:mod:`gitwork.applier`) applies it in the next batch and the push prints its answer. Then:
 
 - landed: fetch the state ref, check that the tip records the command (an answer is believed only
   when the objects say so), adopt it onto the local ref as after any grant, and return the result;
@@ -21,8 +21,8 @@ import json
 
 from .. import engine, gitcmd
 from ..errors import GwError, Invalid, RemoteError, verdict_from_json
+from ..inbox import EMPTY_TREE, REQUEST_BYTES, answers_said, inbox_ref, nonce, parse_answer, request_body
 from ..store import crash_point
-from .inbox import EMPTY_TREE, REQUEST_BYTES, answers_said, inbox_ref, nonce, parse_answer, request_body
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from ..engine import Applied
     from .replay import Replay
 
-_TAKEN = ("already exists", "fetch first", "non-fast-forward", "stale info")
+# What a push of an inbox ref says when that id is taken: an earlier try of the same command (its
+# lost reply), a sibling that carried it, or another clone's document; the answer then decides.
+_TAKEN = ("already exists", "fetch first", "non-fast-forward", "stale info", "failed to update ref", "but expected",
+          "already answered", "already waiting")
 
 
 def fits(cmd: dict[str, Any]) -> bool:
@@ -39,18 +42,18 @@ def fits(cmd: dict[str, Any]) -> bool:
     return len(json.dumps(cmd, ensure_ascii=False)) < REQUEST_BYTES - 4096
 
 
-def submit(arbiter: Replay, cmd: dict[str, Any]) -> Applied:
+def submit(arbiter: Replay, cmd: dict[str, Any], key: str) -> Applied:
     """Ask the arbiter for ``cmd`` through its inbox; the processes of one clone take turns
     (:mod:`pushturn`): one holds the turn and pushes its own request with every request its siblings
-    left in the clone's queue, in one push (one pre-receive, one post-receive, one fetch for all)."""
+    left in the clone's queue, in one push (one pre-receive, one post-receive, one fetch for all).
+    ``key``: what the outcome depends on besides the document (``cas._carry_key``)."""
     import os
 
     from ..pushturn import TURN_FILE, Carry, PushTurn
-    from .cas import _carry_key
 
     gitwork_dir = arbiter.wp.repo.gitwork_dir()
     turn = PushTurn(os.path.join(gitwork_dir, TURN_FILE))
-    carry = Carry(gitwork_dir, "batch " + _carry_key(arbiter.wp.settings))
+    carry = Carry(gitwork_dir, "batch " + key)  # never carried by a compare-and-swap holder, nor the reverse
     try:
         if turn.try_take() is False and carry.leave(cmd, None):
             try:
@@ -66,15 +69,18 @@ def submit(arbiter: Replay, cmd: dict[str, Any]) -> Applied:
 
 
 def _hold(arbiter: Replay, cmd: dict[str, Any], carry: Any, turn: Any) -> Applied:
-    from .inbox import PER_PUSH
+    from ..inbox import PER_PUSH
 
     entries = carry.pending(PER_PUSH - 1) if turn.handle is not None else []
     answers: dict[str, dict[str, Any]] = {}
+    beat = _Heartbeat(turn.path) if entries else None
     try:
         answers = _ask(arbiter, [cmd] + [entry.cmd for entry in entries])
         if any(a.get("status") == "landed" for a in answers.values()):
             arbiter.fetch()  # once for every landed command of this push
     finally:
+        if beat is not None:
+            beat.stop()
         for entry in entries:
             answer = answers.get(str(entry.cmd.get("id")))
             carry.answer(entry, {"inbox": answer} if answer is not None else {"own": True})
@@ -82,6 +88,34 @@ def _hold(arbiter: Replay, cmd: dict[str, Any], carry: Any, turn: Any) -> Applie
     if answer is None:
         raise RemoteError(f"{arbiter.remote} gave no answer for command {cmd['id']}", remote=arbiter.remote)
     return _answered(arbiter, cmd, answer, fetched=True)
+
+
+class _Heartbeat:
+    """Touch the turn file every second while the holder's push is under way: its waiting siblings
+    go alone only when the holder stops moving (``pushturn.TURN_WAIT``: SIGSTOP), not when a push
+    under load takes long."""
+
+    def __init__(self, path: str) -> None:
+        import threading
+
+        self.path = path
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import os
+
+        while True:
+            try:
+                os.utime(self.path)
+            except OSError:
+                pass
+            if self.done.wait(1.0):
+                return
+
+    def stop(self) -> None:
+        self.done.set()
 
 
 def _write_request(arbiter: Replay, cmd: dict[str, Any], again: bool) -> str:

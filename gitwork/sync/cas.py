@@ -60,7 +60,7 @@ class Arbiter(Replay):
         if settings.arbiter == "batch" and not riders and not settings.signing and batch.fits(cmd):
             # The batch arbiter (sync/batch.py): a request in the arbiter's inbox, no race for the ref.
             try:
-                return batch.submit(self, cmd)
+                return batch.submit(self, cmd, _carry_key(settings))
             except RemoteError as error:
                 remember_unknown(self.wp, cmd)
                 raise RemoteError(

@@ -4,7 +4,7 @@ With the batch arbiter a clone no longer races the other clones for the state re
 command document as a *request*: a parentless commit on the empty tree, authored by the document's
 acting identity, whose message is ``gitwork request <id>``, a blank line and the document as one line
 of JSON, to ``refs/gitwork/inbox/<command id>`` (create-only: no CAS, nobody else pushes that name).
-The arbiter's post-receive hook (:mod:`.applier`) applies every waiting request of every clone onto
+The arbiter's post-receive hook (:mod:`gitwork.applier`) applies every waiting request of every clone onto
 the state tip as one chain (one commit per command, written by the arbiter: the clone chooses no
 tree) with one CAS of the state ref, then moves each inbox ref to its *answer*: a commit whose
 parent is the request and whose message is ``gitwork answer <id>``, a blank line and the answer's
@@ -21,8 +21,8 @@ import json
 import os
 import re
 
-from ..objects import Commit, format_commit, parse_commit
-from ..store import identity_signature
+from .objects import Commit, format_commit, parse_commit
+from .store import identity_signature
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

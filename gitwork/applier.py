@@ -31,10 +31,8 @@ import os
 import time
 from collections.abc import Iterable
 
-from .. import clock, engine, gitcmd
-from ..errors import GwError
-from ..objects import parse_commit
-from ..store import crash_point
+from . import clock, engine, gitcmd
+from .errors import GwError
 from .inbox import (
     ANSWER_LINE,
     COMMAND_ID,
@@ -46,13 +44,15 @@ from .inbox import (
     parse_answer,
     parse_request,
 )
+from .objects import parse_commit
+from .store import crash_point
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from ..hookcheck import Push, RefUpdate
-    from ..store import Store
+    from .hookcheck import Push, RefUpdate
+    from .store import Store
 
 LOCK_FILE = "gitwork-applier.lock"
 # The most requests one batch decides (the rest wait for the next batch, at once).
@@ -68,7 +68,7 @@ def _git(git_dir: str, *args: str, input: bytes | None = None) -> gitcmd.Complet
 
 
 def _settings(git_dir: str) -> Any:
-    from ..store import Repository
+    from .store import Repository
 
     return Repository.discover(git_dir).settings
 
@@ -115,8 +115,8 @@ def _read(git_dir: str, oid: str) -> bytes | None:
 
 
 def _request_refusal(git_dir: str, update: RefUpdate, sizes: dict[str, tuple[str, int]]) -> str | None:
-    from ..store import identity_signature
-    from .replay import same_command
+    from .store import identity_signature
+    from .sync.replay import same_command
 
     command_id = update.ref[len(INBOX_PREFIX):]
     if not COMMAND_ID.fullmatch(command_id):
@@ -256,7 +256,10 @@ def _answer_all(git_dir: str, store: Store, waiting: list[Waiting], answers: dic
         oid = store.writer.write("commit", answer_body(entry.commit, entry.command_id, answer, when, tree))
         lines.append(f"update {entry.ref} {oid} {entry.commit}\n")
     lines += [f"delete {ref} {oid}\n" for ref, oid in prune]
-    # Each ref on its own (not one transaction): a client's re-send moving one ref must not fail them all.
+    if not lines or _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode()).returncode == 0:
+        return
+    # One transaction failed (a client re-sent a waiting request meanwhile): each ref on its own, so
+    # that one moved ref does not keep the others from their answers (the moved one waits for the next batch).
     for line in lines:
         _git(git_dir, "update-ref", "--stdin", input=line.encode())
 
@@ -286,7 +289,7 @@ def _locked(path: str) -> int | None:
 
 def apply_waiting(git_dir: str, mine: list[str]) -> dict[str, dict[str, Any]]:
     """Apply the inbox until the requests ``mine`` (this push's) are answered; their answers."""
-    from ..store import Repository, Store
+    from .store import Repository, Store
 
     found = read_answers(git_dir, mine)
     if len(found) == len(mine):
