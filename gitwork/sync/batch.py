@@ -73,7 +73,8 @@ def _hold(arbiter: Replay, cmd: dict[str, Any], carry: Any, turn: Any) -> Applie
 
     entries = carry.pending(PER_PUSH - 1) if turn.handle is not None else []
     answers: dict[str, dict[str, Any]] = {}
-    beat = _Heartbeat(turn.path) if entries else None
+    # Siblings arriving during the push wait for its end (their requests ride on the next one).
+    beat = _Heartbeat(turn.path) if turn.handle is not None else None
     try:
         answers = _ask(arbiter, [cmd] + [entry.cmd for entry in entries])
         if any(a.get("status") == "landed" for a in answers.values()):
