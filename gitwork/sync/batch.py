@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 
 from .. import engine, gitcmd
-from ..errors import GwError, Invalid, RemoteError, verdict_from_json
+from ..errors import GwError, Invalid, RemoteError, RemoteRefused, verdict_from_json
 from ..inbox import EMPTY_TREE, REQUEST_BYTES, answers_said, inbox_ref, nonce, parse_answer, request_body
 from ..store import crash_point
 
@@ -142,13 +142,23 @@ def _push(arbiter: Replay, requests: dict[str, str], force: bool) -> tuple[dict[
             continue
         flags[command_id] = fields[0]
         if fields[0] == "!" and not any(word in (fields[2] if len(fields) > 2 else "") for word in _TAKEN):
-            raise arbiter._refused(fields[2] if len(fields) > 2 else "rejected", done.err)
+            raise _refused(arbiter, fields[2] if len(fields) > 2 else "rejected", done.err)
     if not flags:
         arbiter._unless_denied("push to", done.err)
         from .transport import git_reason
 
         raise RemoteError(f"cannot push to {arbiter.remote}: {git_reason(done.err)}", remote=arbiter.remote)
     return flags, done.err
+
+
+def _refused(arbiter: Replay, summary: str, err: str) -> RemoteRefused:
+    from .transport import _clean, remote_said
+
+    said = remote_said(err)
+    reason = _clean(summary) or "rejected"
+    text = "; ".join(said) if said else reason
+    return RemoteRefused(f"{arbiter.remote} refused the push to its inbox ({inbox_ref('')}): {text}"
+                         + (f" ({reason})" if said else ""), remote=arbiter.remote, reason=reason, said=said)
 
 
 def _ask(arbiter: Replay, cmds: list[dict[str, Any]], force: bool = False) -> dict[str, dict[str, Any]]:
