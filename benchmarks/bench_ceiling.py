@@ -79,6 +79,12 @@ def main() -> None:
             "cpu_per_grant_s": round(summary["cpu_s"] / summary["granted"], 4) if summary["granted"] else None,
             "cpu_bound_grants_per_s": (round((os.cpu_count() or 1) * summary["granted"] / summary["cpu_s"], 1)
                                        if summary["cpu_s"] else None),
+            # The arbiter's share alone (its server's process group): what one arbiter machine with these
+            # cores could grant if the agents ran elsewhere.
+            "server_cpu_per_grant_s": (round(summary["server_cpu_s"] / summary["granted"], 4)
+                                       if summary["granted"] else None),
+            "server_bound_grants_per_s": (round((os.cpu_count() or 1) * summary["granted"] / summary["server_cpu_s"], 1)
+                                          if summary["server_cpu_s"] else None),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in load_after],
         })
         print(json.dumps(runs[-1]), file=sys.stderr)

@@ -70,6 +70,24 @@ def machine(base: Path, name: str, url: str) -> Path:
     return path
 
 
+def group_cpu(group: int) -> float:
+    """CPU seconds (user + system, its reaped children's included) of the live processes of process
+    group ``group``: the server's own share of a run (git daemon reaps each receive-pack and hook it
+    forks; fcgiwrap each git http-backend), apart from the clients' (Linux: read from /proc)."""
+    ticks = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:
+            ticks += sum(int(f) for f in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def serve(transport: str, base: Path, fcgi_workers: int = 8, server_hook: bool | None = None,
           arbiter_mode: str = "cas") -> tuple[Path, GitDaemon | GitHTTPServer | WebServer]:
     """The bare arbiter and its (not yet started) server: ``git daemon``, the Python smart-HTTP server, or
@@ -154,6 +172,8 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
 
             mode_env = {"GW_ARBITER": arbiter_mode}
             moves_before = len(git(arbiter, "reflog", "show", "--format=%H", REF).split())
+            group = server.proc.pid if server.proc is not None else 0
+            server_before = group_cpu(group)
             cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.monotonic()
             threads = [threading.Thread(target=worker, args=(k,)) for k in range(procs)]
@@ -162,6 +182,7 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
             for thread in threads:
                 thread.join()
             wall = time.monotonic() - started
+            server_cpu = group_cpu(group) - server_before
         cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the server is stopped (and reaped) now
         cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
         pushes = len(git(arbiter, "reflog", "show", "--format=%H", REF).split()) - moves_before
@@ -174,6 +195,7 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
             "transport": transport, "arbiter": arbiter_mode, "server_hook": (arbiter / "hooks" / "pre-receive").exists(),
             "procs": procs, "clones": clones_wanted, "items": items,
             "granted": len(grants), "pushes": pushes, "cpu_s": round(cpu, 2),
+            "server_cpu_s": round(server_cpu, 2),
             "granted_once_each": len(counts) == items and set(counts.values()) == {1},
             "errors": errors, "wall_s": round(wall, 2),
             "call_median_s": round(statistics.median(calls), 3) if calls else None,
