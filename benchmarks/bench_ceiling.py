@@ -81,6 +81,8 @@ def main() -> None:
                                        if summary["cpu_s"] else None),
             # The arbiter's share alone (its server's process group): what one arbiter machine with these
             # cores could grant if the agents ran elsewhere.
+            "client_cpu_per_grant_s": (round(summary["client_cpu_s"] / summary["granted"], 4)
+                                       if summary["granted"] else None),
             "server_cpu_per_grant_s": (round(summary["server_cpu_s"] / summary["granted"], 4)
                                        if summary["granted"] else None),
             "server_bound_grants_per_s": (round((os.cpu_count() or 1) * summary["granted"] / summary["server_cpu_s"], 1)

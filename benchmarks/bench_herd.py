@@ -56,6 +56,19 @@ def gw(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.
                           env={**base, **(env or {})})
 
 
+def gw_timed(repo: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str, float]:
+    """``gw *args``: its exit code, stderr, and the CPU seconds it and the processes it waited for
+    used (``wait4``): the client's share of a call (git push and fetch included; the server's not)."""
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "gitwork", *args], cwd=repo, stdout=subprocess.DEVNULL,
+                                stderr=err, env={**base, **(env or {})})
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
+        err.seek(0)
+        return proc.returncode, err.read().decode(errors="replace"), usage.ru_utime + usage.ru_stime
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -144,6 +157,7 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
             tail: list[float] = []  # per worker: from its last grant (or start) to "no ready item"
             errors: list[str] = []
             calls_log: list[tuple[int, float, float, int]] = []
+            client_cpu = [0.0]
             lock = threading.Lock()
 
             def worker(k: int) -> None:
@@ -151,23 +165,25 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
                 since = time.monotonic()
                 while True:
                     t0 = time.monotonic()
-                    done = gw(repo, "claim", "--next", "--ttl", "1h", "--as", f"agent-{k}", env=mode_env)
+                    code, stderr, used = gw_timed(repo, "claim", "--next", "--ttl", "1h", "--as", f"agent-{k}",
+                                                  env=mode_env)
                     t1 = time.monotonic()
                     with lock:
-                        calls_log.append((k, round(t0 - started, 3), round(t1 - t0, 3), done.returncode))
-                    if done.returncode == 0:
+                        calls_log.append((k, round(t0 - started, 3), round(t1 - t0, 3), code))
+                        client_cpu[0] += used
+                    if code == 0:
                         with lock:
                             grants.append((t1 - t0, t1 - since))
                             per_worker[k] += 1
                             last_grant[0] = max(last_grant[0], t1 - started)
                         since = t1
-                    elif done.returncode == 3:
+                    elif code == 3:
                         with lock:
                             tail.append(t1 - since)
                         return
-                    elif done.returncode != 75:
+                    elif code != 75:
                         with lock:
-                            errors.append(f"agent-{k}: exit {done.returncode}: {done.stderr.strip()}")
+                            errors.append(f"agent-{k}: exit {code}: {stderr.strip()}")
                         return
 
             mode_env = {"GW_ARBITER": arbiter_mode}
@@ -195,7 +211,9 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
             "transport": transport, "arbiter": arbiter_mode, "server_hook": (arbiter / "hooks" / "pre-receive").exists(),
             "procs": procs, "clones": clones_wanted, "items": items,
             "granted": len(grants), "pushes": pushes, "cpu_s": round(cpu, 2),
-            "server_cpu_s": round(server_cpu, 2),
+            # The clients' share (every gw call and the git it ran, by wait4) and the server's (its process
+            # group: right for git daemon, which reaps what it forks; fcgiwrap reaps nothing it can count).
+            "client_cpu_s": round(client_cpu[0], 2), "server_cpu_s": round(server_cpu, 2),
             "granted_once_each": len(counts) == items and set(counts.values()) == {1},
             "errors": errors, "wall_s": round(wall, 2),
             "call_median_s": round(statistics.median(calls), 3) if calls else None,
