@@ -1,13 +1,16 @@
 """The arbiter's ceiling: grants per second and claim latency as the herd grows, per transport.
 
     python benchmarks/bench_ceiling.py [--transport nginx|daemon|http] [--agents 12,25,50] [--clones 5]
-                                       [--items-per-agent 4] [--fcgi-workers 8] [--[no-]server-hook] [--out FILE]
+                                       [--items-per-agent 4] [--fcgi-workers 8] [--[no-]server-hook]
+                                       [--arbiter cas|batch] [--out FILE]
 
 For each agent count N: one fresh arbiter (for ``nginx``: the deployment of docs/deploy.md, nginx +
 fcgiwrap + ``git http-backend`` with the server hook; for ``daemon``: ``git daemon``, with the hook
 only given ``--server-hook``, which a like-for-like comparison wants), ``--clones``
 machines, N agent processes spread over them, each looping ``gw claim --next`` (retrying on exit 75)
 over N x ``--items-per-agent`` ready items until none is left — the herd of benchmarks/bench_herd.py.
+``--arbiter batch`` runs it against the batch arbiter (docs/deploy.md): requests in the arbiter's inbox,
+applied in batches by its post-receive hook (the server hooks are then always installed).
 
 Reported per N: grants/s (items granted / time to the last grant), p50 and p99 of the claim latency
 (from an agent's previous grant, or its start, to its next grant: what an agent waits for a piece of
@@ -49,6 +52,8 @@ def main() -> None:
     parser.add_argument("--fcgi-workers", type=int, default=8, help="--transport nginx: fcgiwrap's children")
     parser.add_argument("--server-hook", action=argparse.BooleanOptionalAction, default=None,
                         help="install gw's server hook on the arbiter (default: only with --transport nginx)")
+    parser.add_argument("--arbiter", choices=("cas", "batch"), default="cas",
+                        help="cas: each clone pushes state commits; batch: the arbiter's inbox (docs/deploy.md)")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
     runs = []
@@ -56,7 +61,7 @@ def main() -> None:
         items = agents * args.items_per_agent
         load_before = os.getloadavg()
         summary, calls, waits = herd(args.transport, agents, args.clones, items, args.fcgi_workers,
-                                      args.server_hook)
+                                      args.server_hook, args.arbiter)
         load_after = os.getloadavg()
         durations = [c[2] for c in calls if c[3] == 0]
         last = summary["last_grant_s"] or 0
@@ -68,12 +73,25 @@ def main() -> None:
             "claim_p50_s": quantile(waits, 50), "claim_p99_s": quantile(waits, 99),
             "call_p50_s": quantile(durations, 50), "call_p99_s": quantile(durations, 99),
             "calls": len(calls), "lost_races": sum(c[3] == 75 for c in calls), "pushes": summary["pushes"],
-            "wall_s": summary["wall_s"],
+            "wall_s": summary["wall_s"], "cpu_s": summary["cpu_s"],
+            # CPU of every process of the herd (clients, git, server, hooks) per grant, and what that
+            # allows on this machine's cores once nothing else runs: the CPU-bound ceiling.
+            "cpu_per_grant_s": round(summary["cpu_s"] / summary["granted"], 4) if summary["granted"] else None,
+            "cpu_bound_grants_per_s": (round((os.cpu_count() or 1) * summary["granted"] / summary["cpu_s"], 1)
+                                       if summary["cpu_s"] else None),
+            # The arbiter's share alone (its server's process group): what one arbiter machine with these
+            # cores could grant if the agents ran elsewhere.
+            "client_cpu_per_grant_s": (round(summary["client_cpu_s"] / summary["granted"], 4)
+                                       if summary["granted"] else None),
+            "server_cpu_per_grant_s": (round(summary["server_cpu_s"] / summary["granted"], 4)
+                                       if summary["granted"] else None),
+            "server_bound_grants_per_s": (round((os.cpu_count() or 1) * summary["granted"] / summary["server_cpu_s"], 1)
+                                          if summary["server_cpu_s"] else None),
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in load_after],
         })
         print(json.dumps(runs[-1]), file=sys.stderr)
     result = {
-        "bench": "ceiling", "transport": args.transport,
+        "bench": "ceiling", "transport": args.transport, "arbiter": args.arbiter,
         "server_hook": runs[0]["server_hook"] if runs else None,
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpus": os.cpu_count(), "runs": runs,
     }

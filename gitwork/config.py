@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "tmux_socket": None,  # gw run's own tmux server; None: under the git common dir (docs/launch.md)
     "paths": None,  # "strict": the code remote refuses a push touching a path no live lease of the pusher covers
     "budget": None,  # default budgets in USD: {"item": ..., "session": ...} (docs/launch.md, "Budgets")
+    "arbiter": None,  # "batch": lease commands go to the arbiter's inbox, applied in batches (docs/deploy.md)
 }
 
 
@@ -54,6 +55,7 @@ class Settings:
     tmux_socket: str | None
     paths: str | None
     budget: dict[str, str] | None
+    arbiter: str | None
 
     def __init__(self, extra: dict[str, Any] | None = None, **values: Any) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -121,6 +123,7 @@ _ENV = {
     "GW_LOCK_TIMEOUT": "lock_timeout",
     "GW_REMOTE": "remote",
     "GW_TMUX_SOCKET": "tmux_socket",
+    "GW_ARBITER": "arbiter",
 }
 
 
@@ -157,6 +160,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             if str(value) not in ("strict", "open"):
                 raise ValueError("not strict or open")
             return None if str(value) == "open" else "strict"
+        if name == "arbiter":
+            if str(value) not in ("batch", "cas"):
+                raise ValueError("not batch or cas")
+            return None if str(value) == "cas" else "batch"
         if name == "signing":
             if str(value) not in ("ssh", "none"):
                 raise ValueError("not ssh or none")

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 SESSION_PREFIX = "refs/heads/session/"
 STATE_PREFIX = "refs/gitwork/"
+INBOX_PREFIX = "refs/gitwork/inbox/"  # the batch arbiter's requests (sync/inbox.py), not state refs
 _HEX = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
 _ITEM = re.compile(r"w-[0-9a-f]{16}\Z")
 
@@ -396,7 +397,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
 def check_server_state(push: Push) -> Iterable[str]:
     """``refs/gitwork/*`` stays append-only, and each new commit is exactly its command's replay (``derive.py``)."""
     for update in push.updates:
-        if update.ref.startswith(STATE_PREFIX):
+        if update.ref.startswith(STATE_PREFIX) and not update.ref.startswith(INBOX_PREFIX):
             zero = "0" * len(update.new or update.old or "0" * 40)
             yield from check_update(push.git_dir, update.ref, update.old or zero, update.new or zero)
 
@@ -534,7 +535,15 @@ def check_server_paths(push: Push) -> Iterable[str]:
     yield from refusals(push)
 
 
-SERVER_CHECKS: list[ServerCheck] = [check_server_state, check_server_sessions, check_server_fences, check_server_paths]
+def check_server_inbox(push: Push) -> Iterable[str]:
+    """The batch arbiter's inbox (``refs/gitwork/inbox/*``): requests only, bounded (``sync/applier.py``)."""
+    from .applier import inbox_refusals
+
+    yield from inbox_refusals(push)
+
+
+SERVER_CHECKS: list[ServerCheck] = [check_server_state, check_server_inbox, check_server_sessions, check_server_fences,
+                                    check_server_paths]
 
 
 def register_server_check(check: ServerCheck) -> ServerCheck:
@@ -560,10 +569,22 @@ def pre_receive(args: list[str], text: str) -> list[str]:
         push.close()
 
 
+def post_receive(args: list[str], text: str) -> list[str]:
+    """The batch arbiter's applier (``sync/applier.py``): prints one answer per inbox request of the
+    push; never refuses (the refs have moved already)."""
+    from .applier import post_receive as apply
+
+    for line in apply(parse_updates(text), _location().git_dir):
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    return []
+
+
 HOOKS: dict[str, Callable[[list[str], str], list[str]]] = {
     "reference-transaction": reference_transaction,
     "pre-commit": pre_commit,
     "pre-receive": pre_receive,
+    "post-receive": post_receive,
 }
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 LOCAL_HOOKS = ("reference-transaction", "pre-commit")
-SERVER_HOOKS = ("pre-receive",)
+SERVER_HOOKS = ("pre-receive", "post-receive")
 MARKER = "gitwork-hook"
 LEGACY = ".legacy"
 

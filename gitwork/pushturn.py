@@ -43,8 +43,10 @@ TURN_WAIT = 5.0
 # to be left in the queue at all (bigger ones, an import batch say, push on their own).
 CARRY_MOST = 16
 CARRY_BYTES = 256 * 1024
-# Seconds between a waiting process's looks at its answer (and at the turn).
+# Seconds between a waiting process's looks at its answer (and at the turn), growing to ANSWER_POLL_MOST
+# as the wait grows: forty waiters of a herd looking every 10 ms for 20 s cost more CPU than their grants.
 ANSWER_POLL = 0.01
+ANSWER_POLL_MOST = 0.05
 # An answer nobody collected (its process died while waiting) is removed after this many seconds.
 ANSWER_KEPT = 600.0
 # A command id as the engine accepts it (commands._cmd_id): it names the queue's files, so nothing else does.
@@ -244,7 +246,7 @@ class Carry:
                 return None
             # A waiter needs the answer, not the turn (the holder carries it either way): a steady
             # pace is enough, and twelve waiters asking every millisecond cost a core between them.
-            time.sleep(ANSWER_POLL)
+            time.sleep(min(ANSWER_POLL * (1 + waited), ANSWER_POLL_MOST))
 
     # --- the holder ---------------------------------------------------------------------------------
 

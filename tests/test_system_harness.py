@@ -10,6 +10,7 @@ invariants (I1-I5, tests/harness/invariants.py) are checked while it runs and af
 - ``test_fresh_seed``: a new seed each run, printed on failure; ``GW_HARNESS_SEED=N`` replays one;
 - the ``test_checker_*`` tests show that each invariant's check fails on a world that breaks it.
 
+``GW_HARNESS_ARBITER=batch`` runs the world on the batch arbiter (``test_fixed_seed_batch`` does).
 ``GW_HARNESS_OFF=arbiter,mcp,...`` switches actors and faults off (names in tests/harness/run.py and
 faults.py), to bisect a failure. The soak is benchmarks/bench_soak.py.
 """
@@ -61,6 +62,18 @@ def test_fixed_seed(tmp_path: Path) -> None:
     assert not report.errors, report_failure(report)
     assert not report.violations, report_failure(report)
     assert report.acknowledged.get("landed", 0) > 0, "nothing was acknowledged: the run did not exercise I3"
+
+
+@pytest.mark.slow
+def test_fixed_seed_batch(tmp_path: Path) -> None:
+    """The same run on the batch arbiter: requests in the arbiter's inbox, applied by its post-receive hook."""
+    with environment({"GW_HARNESS_ARBITER": "batch"}):
+        report = harness_run(tmp_path, FIXED_SEED)
+    assert not report.errors, report_failure(report)
+    assert not report.violations, report_failure(report)
+    assert report.acknowledged.get("landed", 0) > 0, "nothing was acknowledged: the run did not exercise I3"
+    answered = git(tmp_path / "world" / "served" / "arbiter.git", "for-each-ref", "refs/gitwork/inbox/")
+    assert answered, "no command went through the arbiter's inbox: the run did not exercise the batch arbiter"
 
 
 @pytest.mark.slow

@@ -166,6 +166,11 @@ class World:
         git(self.arbiter, "config", "gitwork.clock-margin", MARGIN)
         if hook:
             ok(self.root, "hooks", "install", "--server", str(self.arbiter))
+        # GW_HARNESS_ARBITER=batch: the batch arbiter (docs/deploy.md): lease commands go to the
+        # arbiter's inbox and its post-receive hook applies them (needs the server hooks).
+        self.batch = hook and os.environ.get("GW_HARNESS_ARBITER") == "batch"
+        if self.batch:
+            git(self.arbiter, "config", "gitwork.arbiter", "batch")
         for n in range(clones):
             path = make_repo(self.root / f"clone{n}")
             git(path, "remote", "add", "origin", self.url)
@@ -174,6 +179,8 @@ class World:
             self.tmux_sockets.append(sock)
             git(path, "config", "gitwork.tmuxSocket", str(sock))
             git(path, "config", "gitwork.clock-margin", MARGIN)
+            if self.batch:
+                git(path, "config", "gitwork.arbiter", "batch")
             ok(path, "init", "--remote", "origin")
             if n == 0:
                 ok(path, "sync")

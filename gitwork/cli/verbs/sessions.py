@@ -94,12 +94,12 @@ def publish(
 
 @plain(plain_verbs.hooks_install, "install", group=hooks_app)
 def hooks_install(
-    server: Annotated[Optional[str], typer.Option("--server", help="Install pre-receive into this bare repository.",
+    server: Annotated[Optional[str], typer.Option("--server", help="Install pre-receive and post-receive into this bare repository.",
                                                   show_default=False)] = None,
     use_hooks_path: Annotated[bool, typer.Option("--use-hooks-path", help="Install into core.hooksPath when it is set.")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
-    """Install the hooks: locally reference-transaction + pre-commit; with --server, pre-receive. Idempotent."""
+    """Install the hooks: locally reference-transaction + pre-commit; with --server, pre-receive + post-receive. Idempotent."""
 
 # --- multi-step sessions (commands/sessions.py; gitwork/sessions/steps.py, docs/sessions.md) ---------
 
