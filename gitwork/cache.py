@@ -34,9 +34,10 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 5  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
+SCHEMA = 6  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
 # 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill);
-# 5: item.waiting and dep_on, so `ready` reads no dependency per row
+# 5: item.waiting and dep_on, so `ready` reads no dependency per row; 6: item.labels_shown, so a piped
+# listing formats each line in SQL (queries.LINE)
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS item (
     holder TEXT, lease_state TEXT, expires TEXT, epoch INTEGER, fence INTEGER,
     problem TEXT,
     thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0,
-    shown INTEGER, waiting INTEGER
+    shown INTEGER, waiting INTEGER, labels_shown TEXT
 );
 CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL, PRIMARY KEY (item, on_id)) WITHOUT ROWID;
@@ -309,7 +310,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         # counted by _rewait once every shard is in, 0 at once for an item with none.
         rows.append([values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
                      name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None,
-                     None if row is not None and row[5] else 0])
+                     None if row is not None and row[5] else 0, ",".join(values[4]) if values[4] else None])
         if row is not None:
             if row[5]:
                 deps.extend([(item_id, d) for d in row[5]])
@@ -336,7 +337,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
     db.executemany(
         "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
         " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown,"
-        " waiting) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        " waiting, labels_shown) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
     # (A value listed twice in one item is one row: the queries only ask whether one exists.)
     db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
     db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)

@@ -19,9 +19,15 @@ class Picked:
     ``--limit`` cut it, and with ``--text`` where each row matched."""
 
     def __init__(self, rows: list[tuple[Any, ...]], short: dict[str, str], now: Any, cut: bool, limit: int | None,
-                 matches: dict[str, list[dict[str, str]]] | None, waiting: frozenset[str] = frozenset()) -> None:
+                 matches: dict[str, list[dict[str, str]]] | None, waiting: frozenset[str] = frozenset(),
+                 lines: list[str] | None = None) -> None:
         self.rows, self.short, self.now, self.cut, self.limit, self.matches = rows, short, now, cut, limit, matches
         self.waiting = waiting  # ids waiting on a dependency not done: shown as blocked
+        self.lines = lines  # the piped lines, formatted by SQL (``queries.LINE``), instead of ``rows``
+
+    @property
+    def count(self) -> int:
+        return len(self.lines) if self.lines is not None else len(self.rows)
 
 
 def words(values: list[str] | None) -> list[str] | None:
@@ -48,13 +54,18 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
          all: bool = False, holder: str | None = None, owner: str | None = None, priority: int | None = None,
          sort: str | None = None, limit: int | None = None, text: str | None = None,
          label_any: list[str] | None = None, mine: bool = False, exclude_label: list[str] | None = None,
-         reverse: bool = False, types: list[str] | None = None, parent: str | None = None) -> Picked:
+         reverse: bool = False, types: list[str] | None = None, parent: str | None = None,
+         lines: bool = False) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after); with
     ``types`` or ``parent``, only the items of those types or with that parent (read from each
     candidate's file: the cache has no column for them yet, so the limit applies after, too).
     ``--sort updated`` (the item's last change is not in the cache) and ``--reverse`` order the rows here,
-    and the limit applies after them."""
+    and the limit applies after them.
+
+    ``lines`` (the caller prints tab-separated lines: piped, not ``--json``): when nothing is left to do
+    after the SQL, the rows come back as those lines, formatted by SQL (``Picked.lines``), and no
+    row tuple is built."""
     from ..queries import SORTS, select
 
     check_limit(limit)
@@ -85,7 +96,9 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
     picked = select(ctx.snapshot, ctx.now, wp.settings.clock_margin, sort="rank" if sort == "updated" else sort or "rank",
                     limit=limit if here else None, priority=priority, ready=ready,
                     statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
-                    owner=owner, exclude_labels=exclude_label)
+                    owner=owner, exclude_labels=exclude_label, lines=lines and here)
+    if picked.lines is not None:
+        return Picked([], {}, ctx.now, picked.cut, limit, None, lines=picked.lines)
     from ..index import ID
 
     rows, cut, matches = picked.rows, picked.cut, None
@@ -113,6 +126,11 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
     return Picked(rows, picked.short, ctx.now, cut, limit, matches, picked.waiting)
 
 
+def plain_lines(as_json: bool) -> bool:
+    """Whether a listing prints tab-separated lines (piped, not JSON): ``pick(lines=...)``."""
+    return not as_json and not output.FIELDS and not output.tty()
+
+
 def said_cut(picked: Picked, title: str) -> None:
     """Beads' silent truncation drew complaints: a cut listing says so on stderr."""
     if picked.cut:
@@ -124,7 +142,9 @@ def rows_view(picked: Picked, as_json: bool, title: str) -> None:
     from ..reports import lease_view, listing_json  # the JSON is the REST listings' too (gw serve)
 
     rows, short = picked.rows, picked.short
-    if as_json:
+    if picked.lines is not None:  # asked for by a caller that prints plain lines (see :func:`plain_lines`)
+        output.lines(picked.lines)
+    elif as_json:
         output.emit_json(listing_json(rows, picked.now, picked.matches, picked.waiting))
     else:
         # Most rows hold no lease: no call for those (a full listing at 100,000 items is 75,000 rows).
@@ -160,7 +180,7 @@ def no_state_hint(wp: Workplane, picked: Picked, title: str = "items", as_json: 
     """An empty listing in a repository with no state ref says how to get one (on stderr: the listing
     itself, and its exit code, stay what they are): ``gw init``, or, with a remote, ``gw init --remote``,
     which adopts the state that remote has."""
-    if picked.rows:
+    if picked.count:
         return
     if wp.store.tip() is not None:
         if not output.FIELDS and not as_json:  # one style for every empty listing: stderr, stdout stays empty

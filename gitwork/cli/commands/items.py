@@ -8,7 +8,7 @@ import sys
 from ...errors import Invalid, UsageError
 from .. import output
 from ..actions import each, submit
-from ..listing import check_limit, no_state_hint, pick, rows_view
+from ..listing import check_limit, no_state_hint, pick, plain_lines, rows_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: li
                type: list[str] | None = None, parent: str | None = None) -> None:
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
                   limit=limit, text=text, label_any=label_any, mine=mine, exclude_label=exclude_label,
-                  reverse=reverse, types=type, parent=parent)
+                  reverse=reverse, types=type, parent=parent, lines=plain_lines(as_json))
     rows_view(picked, as_json, "items")
     no_state_hint(wp, picked, "items", as_json)
 
@@ -105,7 +105,7 @@ def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | No
         check_limit(limit)
         return explain_ready(wp, as_json, limit)
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
-                  limit=limit, exclude_label=exclude_label, reverse=reverse)
+                  limit=limit, exclude_label=exclude_label, reverse=reverse, lines=plain_lines(as_json))
     rows_view(picked, as_json, "ready")
     no_state_hint(wp, picked, "ready items", as_json)
 
