@@ -177,6 +177,19 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     changed: set[str] = set()  # the same ids, kept whole: their dependents' ``waiting`` may change
     pending: set[str] = set()  # re-read items with dependencies: their own ``waiting`` is to count
     rebuild = not known
+    indexes: list[str] = []
+    if rebuild:
+        # Every row is new: fill the tables without their secondary indexes and build each once at
+        # the end, in one sorted pass, instead of updating six B-trees row by row (a quarter of the
+        # SQL time at 100,000 items). Nothing reads them meanwhile: this transaction holds the write
+        # lock, and readers see the commit before it. (No shard row means no item row; cleared to be sure.)
+        for table in ("dep", "label", "item"):
+            db.execute(f"DELETE FROM {table}")
+        indexes = [sql for name, sql in db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]
+        for name in [name for name, _sql in db.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]:
+            db.execute(f"DROP INDEX {name}")
     for name in known.keys() - tip.keys():  # (no shortest form outside a shard depends on its ids)
         for table in ("dep", "label"):
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
@@ -189,7 +202,7 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     chunk = _BULK_SHARDS if many else max(1, len(work))
     forget = getattr(snapshot.store, "forget", None) if many else None
     for start in range(0, len(work), chunk):
-        _chunk(db, snapshot, work[start:start + chunk], (touched, changed, pending), summarise, thread_entry)
+        _chunk(db, snapshot, work[start:start + chunk], (touched, changed, pending), summarise, thread_entry, rebuild)
         if forget is not None:
             # Each folder and file is read once: the store's memo would otherwise keep every item of
             # the repository in memory (max RSS of a 100,000-item rebuild: 240 MB with it, 86 without)
@@ -197,14 +210,18 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
             forget()
     _reshorten(db, touched)
     _rewait(db, changed, pending, rebuild)
+    for sql in indexes:
+        db.execute(sql)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 
 
 def _chunk(db: sqlite3.Connection, snapshot: Snapshot, part: list[tuple[str, Any]], touched: tuple[set[str], set[str], set[str]],
-           summarise: Any, thread_entry: Any) -> None:
-    """Bring the shards in ``part`` (``(name, tree entry)``) to their trees; packed folders in bulk."""
+           summarise: Any, thread_entry: Any, rebuild: bool = False) -> None:
+    """Bring the shards in ``part`` (``(name, tree entry)``) to their trees; packed folders in bulk.
+    (``rebuild``: the tables started empty, so no shard has rows yet.)"""
     members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
-    before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
+    before: dict[str, dict[str, str]] = {name: {} if rebuild else dict(
+        db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
     folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
                if before[name].get(item_id) != folder.oid]
     bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)

@@ -364,6 +364,9 @@ _DECLINE = object()
 
 
 def _fast_scalar(token: str) -> Any:
+    if token[:1] == '"' and token[-1:] == '"' and len(token) > 1 and '"' not in token[1:-1] and \
+            "\\" not in token and token.isprintable():
+        return token[1:-1]  # what json.loads makes of a quoted text without escapes or controls
     value = _FAST_TOKENS.get(token, _DECLINE)
     if value is not _DECLINE:
         return value
@@ -371,17 +374,13 @@ def _fast_scalar(token: str) -> Any:
         return []  # a fresh object each time: never cached
     if token == "{}":
         return {}
-    if token[:1] == '"':
-        if token[-1:] == '"' and len(token) > 1 and '"' not in token[1:-1] and "\\" not in token and \
-                token.isprintable():
-            value = token[1:-1]  # what json.loads makes of a quoted text without escapes or controls
-        else:
-            try:
-                value = json.loads(token)
-            except ValueError:
-                return _DECLINE
-            if not isinstance(value, str):
-                return _DECLINE
+    if token[:1] == '"':  # escapes, controls: json's own reading, as the general reader's
+        try:
+            value = json.loads(token)
+        except ValueError:
+            return _DECLINE
+        if not isinstance(value, str):
+            return _DECLINE
     else:
         try:
             value = scalar(token)
