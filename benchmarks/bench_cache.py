@@ -2,6 +2,7 @@
 incremental update after one command, cache size; each beside its floor in the same run.
 
     python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10] [--rebuilds 3] [--rebuild-only] [--packed]
+                                     [--shape plain|rich]
 
 States are built by ``_common.build_state`` (one commit; a fifth of the items done, a tenth depend on
 an earlier item, so about three quarters are ready). Runs ``python -m gitwork`` from the interpreter
@@ -11,7 +12,10 @@ every item.yaml through ``git cat-file --batch`` and parsing it. Besides wall ti
 the median CPU time (user + system, children included) of each figure: steadier than wall time
 when other work shares the cores. The cold rebuild is measured three ways, interleaved ``--rebuilds``
 times: ``gw cache rebuild`` as a process, the floor, and ``index.rebuild`` in this process (after
-``cache.drop``); ``ratios`` divides each median by the floor's. ``--rebuild-only`` stops there.
+``cache.drop``); ``ratios`` divides each median by the floor's. A second floor, ``git_floor``, is git
+alone (``git ls-tree -r | git cat-file --batch`` of every item.yaml, nothing parsed: bench_scale's
+floor); ``ratios`` has ``process_cpu_git``, the process's CPU over it. ``--rebuild-only`` stops there.
+``--shape rich``: issue 27's data shape (1-3 dependencies, 1-4 labels, non-ASCII titles, a quarter done).
 Prints one JSON object per size.
 """
 
@@ -74,6 +78,14 @@ def stream_floor(repo: Path, cpu: dict[str, float] | None = None) -> float:
     return round(time.perf_counter() - t0, 2)
 
 
+def git_floor(repo: Path) -> tuple[float, float]:
+    """Every item.yaml through ``git ls-tree -r | git cat-file --batch``, nothing parsed: (wall s, CPU s)."""
+    c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
+    subprocess.run(["bash", "-c", f"git ls-tree -r {c.REF} items | awk '/item\\.yaml$/ {{print $3}}' "
+                                  "| git cat-file --batch >/dev/null"], cwd=repo, check=True)
+    return round(time.perf_counter() - t0, 2), round(_cpu(resource.RUSAGE_CHILDREN) - c0, 2)
+
+
 def rebuild_in_process(repo: Path) -> tuple[float, float]:
     """``index.rebuild`` after ``cache.drop`` in this process: (wall s, CPU s, git's included)."""
     from gitwork import cache
@@ -97,6 +109,8 @@ def main() -> None:
     parser.add_argument("--rebuilds", type=int, default=1, help="cold rebuilds, each beside a floor run")
     parser.add_argument("--packed", action="store_true",
                         help="pack the state (git gc) before measuring: a repository after housekeeping")
+    parser.add_argument("--shape", choices=("plain", "rich"), default="plain",
+                        help="the items' data shape (rich: issue 27's, see _common.build_state)")
     parser.add_argument("--rebuild-only", action="store_true",
                         help="only the cold rebuild (process and in-process) beside its floor")
     args = parser.parse_args()
@@ -106,14 +120,14 @@ def main() -> None:
         try:
             repo = c.make_repo(root / "repo")
             c.log(f"building {n} items")
-            built = c.build_state(repo, n)
+            built = c.build_state(repo, n, shape=args.shape)
             if args.packed:
                 c.log("git gc")
                 c.git(repo, "gc", "-q")
             cache_file = c.common_dir(repo) / "gitwork" / "cache.sqlite"
             c.log("cold rebuild")
             cpu: dict[str, float] = {}
-            colds, inprocess, floors, size, closed = [], [], [], 0, 0
+            colds, inprocess, floors, gits, size, closed = [], [], [], [], 0, 0
             for _ in range(args.rebuilds):  # interleaved with the floor, so all see the same load
                 c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.perf_counter()
                 rebuilt = subprocess.run([*gw, "cache", "rebuild", "--json"], cwd=repo, capture_output=True,
@@ -123,22 +137,26 @@ def main() -> None:
                 size = json.loads(rebuilt.stdout)["bytes"]
                 closed = os.path.getsize(cache_file)  # after the process's last close checkpointed the WAL
                 floors.append((stream_floor(repo, cpu), cpu["floor_stream_parse_s"]))
+                gits.append(git_floor(repo))
                 inprocess.append(rebuild_in_process(repo))
             cold = round(statistics.median(w for w, _c in colds), 2)
             floor_stream = round(statistics.median(w for w, _c in floors), 2)
             cpu["cold_rebuild_s"] = round(statistics.median(c for _w, c in colds), 2)
             cpu["floor_stream_parse_s"] = round(statistics.median(c for _w, c in floors), 2)
             cpu["in_process_rebuild_s"] = round(statistics.median(c for _w, c in inprocess), 2)
+            cpu["git_floor_s"] = round(statistics.median(c for _w, c in gits), 2)
             ratios = {"process_cpu": round(cpu["cold_rebuild_s"] / cpu["floor_stream_parse_s"], 2),
+                      "process_cpu_git": round(cpu["cold_rebuild_s"] / cpu["git_floor_s"], 2),
                       "in_process_cpu": round(cpu["in_process_rebuild_s"] / cpu["floor_stream_parse_s"], 2),
                       "process_wall": round(cold / floor_stream, 2),
                       "in_process_wall": round(statistics.median(w for w, _c in inprocess) / floor_stream, 2)}
             if args.rebuild_only:
                 print(json.dumps({
-                    "items": n, "packed": args.packed, "cold_rebuild_s": cold, "floor_stream_parse_s": floor_stream,
+                    "items": n, "shape": args.shape, "packed": args.packed, "cold_rebuild_s": cold,
+                    "floor_stream_parse_s": floor_stream, "git_floor_s": round(statistics.median(w for w, _c in gits), 2),
                     "in_process_rebuild_s": round(statistics.median(w for w, _c in inprocess), 2),
                     "cache_bytes": size, "cache_bytes_closed": closed, "cpu": cpu, "ratios": ratios,
-                    "each": {"process": colds, "in_process": inprocess, "floor": floors},
+                    "each": {"process": colds, "in_process": inprocess, "floor": floors, "git_floor": gits},
                     "load": os.getloadavg()}), flush=True)
                 continue
             ready_all = subprocess.run([*gw, "ready"], cwd=repo, capture_output=True, text=True).stdout.count("\n")

@@ -34,11 +34,12 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 7  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
+SCHEMA = 8  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
 # 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill);
 # 5: item.waiting and dep_on, so `ready` reads no dependency per row; 6: item.gate (model.gate_of);
 # 7: item.updated (the date filters) and alias (an imported item's id in its source: `gw show bd-a2`
-# looks it up, rows.aliases)
+# looks it up, rows.aliases);
+# 8: item.labels_shown, so a piped listing formats each line in SQL (queries.LINE)
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -52,7 +53,7 @@ CREATE TABLE IF NOT EXISTS item (
     holder TEXT, lease_state TEXT, expires TEXT, epoch INTEGER, fence INTEGER,
     problem TEXT,
     thread BLOB, thread_problem TEXT, has_thread INTEGER NOT NULL DEFAULT 0,
-    shown INTEGER, waiting INTEGER, gate TEXT, updated TEXT
+    shown INTEGER, waiting INTEGER, gate TEXT, updated TEXT, labels_shown TEXT
 );
 CREATE TABLE IF NOT EXISTS alias (name TEXT NOT NULL, item TEXT NOT NULL, PRIMARY KEY (name, item)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
@@ -179,6 +180,19 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     changed: set[str] = set()  # the same ids, kept whole: their dependents' ``waiting`` may change
     pending: set[str] = set()  # re-read items with dependencies: their own ``waiting`` is to count
     rebuild = not known
+    indexes: list[str] = []
+    if rebuild:
+        # Every row is new: fill the tables without their secondary indexes and build each once at
+        # the end, in one sorted pass, instead of updating six B-trees row by row (a quarter of the
+        # SQL time at 100,000 items). Nothing reads them meanwhile: this transaction holds the write
+        # lock, and readers see the commit before it. (No shard row means no item row; cleared to be sure.)
+        for table in ("dep", "label", "item"):
+            db.execute(f"DELETE FROM {table}")
+        indexes = [sql for name, sql in db.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]
+        for name in [name for name, _sql in db.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]:
+            db.execute(f"DROP INDEX {name}")
     for name in known.keys() - tip.keys():  # (no shortest form outside a shard depends on its ids)
         for table in ("dep", "label", "alias"):
             db.execute(f"DELETE FROM {table} WHERE item IN (SELECT id FROM item WHERE shard=?)", (name,))
@@ -191,7 +205,7 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
     chunk = _BULK_SHARDS if many else max(1, len(work))
     forget = getattr(snapshot.store, "forget", None) if many else None
     for start in range(0, len(work), chunk):
-        _chunk(db, snapshot, work[start:start + chunk], (touched, changed, pending), summarise, thread_entry)
+        _chunk(db, snapshot, work[start:start + chunk], (touched, changed, pending), summarise, thread_entry, rebuild)
         if forget is not None:
             # Each folder and file is read once: the store's memo would otherwise keep every item of
             # the repository in memory (max RSS of a 100,000-item rebuild: 240 MB with it, 86 without)
@@ -199,14 +213,18 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
             forget()
     _reshorten(db, touched)
     _rewait(db, changed, pending, rebuild)
+    for sql in indexes:
+        db.execute(sql)
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 
 
 def _chunk(db: sqlite3.Connection, snapshot: Snapshot, part: list[tuple[str, Any]], touched: tuple[set[str], set[str], set[str]],
-           summarise: Any, thread_entry: Any) -> None:
-    """Bring the shards in ``part`` (``(name, tree entry)``) to their trees; packed folders in bulk."""
+           summarise: Any, thread_entry: Any, rebuild: bool = False) -> None:
+    """Bring the shards in ``part`` (``(name, tree entry)``) to their trees; packed folders in bulk.
+    (``rebuild``: the tables started empty, so no shard has rows yet.)"""
     members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
-    before = {name: dict(db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
+    before: dict[str, dict[str, str]] = {name: {} if rebuild else dict(
+        db.execute("SELECT id, folder FROM item WHERE shard=?", (name,))) for name, _e in part}
     folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
                if before[name].get(item_id) != folder.oid]
     bulk = len(folders) >= _BULK_FOLDERS and not _loose(snapshot.store, folders)
@@ -313,7 +331,8 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         # counted by _rewait once every shard is in, 0 at once for an item with none.
         rows.append([values[0], values[1], values[2], values[3], _pack(values[4]), _pack(values[5]), *values[6:14],
                      name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None,
-                     None if row is not None and row[5] else 0, values[14], row[15] if row is not None else None])
+                     None if row is not None and row[5] else 0, values[14], row[15] if row is not None else None,
+                     ",".join(values[4]) if values[4] else None])
         if row is not None:
             if row[5]:
                 deps.extend([(item_id, d) for d in row[5]])
@@ -343,7 +362,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
     db.executemany(
         "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
         " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown,"
-        " waiting, gate, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        " waiting, gate, updated, labels_shown) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
     # (A value listed twice in one item is one row: the queries only ask whether one exists.)
     db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
     db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)

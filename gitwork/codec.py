@@ -358,15 +358,130 @@ def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
         stack.extend((child, depth + 1) for child in children)
 
 
-def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = False) -> dict[str, Any]:
+# --- the fast reader: exactly the shape dump_yaml writes for item and lease files ------------------
+#
+# A cold rebuild of the read cache parses every item file (100,000 at scale); the general reader
+# above costs ~100 µs a file in Python. This one recognises, line by line, the common part of
+# dump_yaml's output (a mapping of scalars, of lists of scalars, and of mappings of scalars) and
+# returns ``None`` for anything else (literal blocks, lists of mappings, quoted keys, blank lines,
+# comments, odd spacing, ...), which the general reader then reads. tests/test_codec_fast.py holds it
+# to the general reader: the same document, or a refusal to answer, for every text.
+
+_FAST_TOKENS: dict[str, Any] = {}  # token -> immutable value (statuses, dates, numbers repeat across files)
+_FAST_KEYS: set[str] = set()  # keys seen to be plain (not quoted, not a reserved word)
+_DECLINE = object()
+
+
+def _fast_scalar(token: str) -> Any:
+    if token[:1] == '"' and token[-1:] == '"' and len(token) > 1 and '"' not in token[1:-1] and \
+            "\\" not in token and token.isprintable():
+        return token[1:-1]  # what json.loads makes of a quoted text without escapes or controls
+    value = _FAST_TOKENS.get(token, _DECLINE)
+    if value is not _DECLINE:
+        return value
+    if token == "[]":
+        return []  # a fresh object each time: never cached
+    if token == "{}":
+        return {}
+    if token[:1] == '"':  # escapes, controls: json's own reading, as the general reader's
+        try:
+            value = json.loads(token)
+        except ValueError:
+            return _DECLINE
+        if not isinstance(value, str):
+            return _DECLINE
+    else:
+        try:
+            value = scalar(token)
+        except _NotCanonical:
+            return _DECLINE
+    if len(_FAST_TOKENS) > 8192:
+        _FAST_TOKENS.clear()
+    _FAST_TOKENS[token] = value
+    return value
+
+
+def _fast_key(key: str) -> bool:
+    if key in _FAST_KEYS:
+        return True
+    if not _KEY.match(key) or key.lower() in _RESERVED:
+        return False
+    if len(_FAST_KEYS) < 1024:
+        _FAST_KEYS.add(key)
+    return True
+
+
+def load_canonical(text: str) -> dict[str, Any] | None:
+    """The mapping of a text in gitwork's canonical style, or ``None`` when the text is not of the
+    plain shape this reader knows (the general reader :func:`load_yaml` then decides)."""
+    if text[-1:] != "\n":
+        return None
+    lines = text.split("\n")
+    lines.pop()
+    doc: dict[str, Any] = {}
+    count = len(lines)
+    at = 0
+    while at < count:
+        line = lines[at]
+        at += 1
+        key, sep, rest = line.partition(": ")
+        if sep:
+            if key in doc or not _fast_key(key) or not rest or rest[0] == " " or rest in ("|", "|-"):
+                return None
+            value = _fast_scalar(rest)
+            if value is _DECLINE:
+                return None
+            doc[key] = value
+            continue
+        key = line[:-1]
+        if line[-1:] != ":" or key in doc or not _fast_key(key):
+            return None
+        first = at
+        while at < count and lines[at][:2] == "  ":
+            at += 1
+        if at == first:
+            return None
+        if lines[first][:4] == "  - ":
+            items: list[Any] = []
+            for child in lines[first:at]:
+                token = child[4:]
+                if child[:4] != "  - " or ": " in token or token[-1:] == ":" or not token or token[0] == " ":
+                    return None
+                value = _fast_scalar(token)
+                if value is _DECLINE:
+                    return None
+                items.append(value)
+            doc[key] = items
+        else:
+            inner: dict[str, Any] = {}
+            for child in lines[first:at]:
+                name, sep, rest = child[2:].partition(": ")
+                if not sep or name in inner or not _fast_key(name) or not rest or rest[0] == " " or \
+                        rest in ("|", "|-"):
+                    return None
+                value = _fast_scalar(rest)
+                if value is _DECLINE:
+                    return None
+                inner[name] = value
+            doc[key] = inner
+    return doc if doc else None
+
+
+def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = False,
+              general: bool = False) -> dict[str, Any]:
     """Parse a YAML mapping; canonical files without ruamel, anything else with it.
 
-    ``allow_empty`` reads a document with nothing but comments or blank lines as ``{}``.
+    ``allow_empty`` reads a document with nothing but comments or blank lines as ``{}``. The plain
+    shape of canonical files goes through :func:`load_canonical` first (``general``: never; for tests).
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as exc:
         raise Corrupt(f"{what} is not UTF-8 text") from exc
+    if not general:
+        fast = load_canonical(text)
+        if fast is not None:
+            return fast
     try:
         parser = _Parser(text)
         doc = parser.block(0)

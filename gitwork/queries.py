@@ -71,12 +71,17 @@ class Selection:
     each picked id's shortest unique form among all sound items."""
 
     def __init__(self, rows: list[tuple[Any, ...]], cut: bool, short: dict[str, str], commit: str | None,
-                 waiting: frozenset[str] = frozenset()) -> None:
+                 waiting: frozenset[str] = frozenset(), lines: list[str] | None = None) -> None:
         self.rows = rows
         self.cut = cut
         self.short = short
         self.commit = commit
         self.waiting = waiting  # ids with a dependency not done (empty for ready: none of its rows waits)
+        self.lines = lines  # with ``lines=True``: each row as the piped listing prints it (``rows`` is empty)
+
+    @property
+    def count(self) -> int:
+        return len(self.lines) if self.lines is not None else len(self.rows)
 
 
 # The rule of ``ready`` in SQL (the same rule as :func:`ready`; ``gw_live`` is registered by the reader).
@@ -90,45 +95,76 @@ READY_WHERE = ("i.status IN ('open', 'in_progress')",
                f"NOT {GATED}")
 
 
+# One row of a piped listing, as ``cli/listing.rows_view`` prints it from the row tuples, formatted by
+# SQL: the shortest id, the status shown (``expired`` for an active lease past its expiry, ``blocked``
+# for an open item waiting on a dependency), priority, holder of an active lease, labels as written
+# (``item.labels_shown``), title; tab-separated, an absent value empty. tests/test_listing_lines.py
+# holds it to the row path byte for byte.
+LINE = ("substr(i.id, 1, coalesce(i.shown, length(i.id))) || char(9) || CASE"
+        " WHEN i.lease_state = 'active' AND coalesce(i.expires, '') != '' AND gw_expired(i.expires) THEN 'expired'"
+        f" WHEN i.status = 'open' AND ({WAITING} OR coalesce(i.gate > gw_now(), 0)) THEN 'blocked'"
+        " ELSE coalesce(i.status, '') END"
+        " || char(9) || coalesce(i.priority, '') || char(9) ||"
+        " CASE WHEN i.lease_state = 'active' THEN coalesce(i.holder, '') ELSE '' END"
+        " || char(9) || coalesce(i.labels_shown, '') || char(9) || coalesce(i.title, '')")
+
+
 def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False, statuses: Any = None,
            closed: bool = False, labels: Any = (), labels_any: Any = (), owner: str | None = None,
            priority: int | None = None,
            holder: str | None = None, sort: str = "rank", limit: int | None = None,
-           shorten: bool = True, use_cache: bool = True, exclude_labels: Any = (), dates: Any = ()) -> Selection:
+           shorten: bool = True, use_cache: bool = True, exclude_labels: Any = (), dates: Any = (),
+           lines: bool = False) -> Selection:
     """Items by the rule of ``ready`` (``ready=True``) or of ``list`` (``statuses``, or every status but
-    the closed ones unless ``closed``), filtered, sorted and limited in SQL on the cache at ``snapshot``."""
+    the closed ones unless ``closed``), filtered, sorted and limited in SQL on the cache at ``snapshot``.
+
+    ``lines``: each row formatted by SQL as the piped listing prints it (:data:`LINE`), in
+    ``Selection.lines``, and no row tuples: a full listing at 100,000 items is 75,000 rows, and
+    building a tuple per row cost more than the query."""
     from . import cache
     from .rows import item_summary as summary
     from .rows import thread_entry as entry
 
     sql, args = statement(now, ready=ready, statuses=statuses, closed=closed, labels=labels, labels_any=labels_any,
                           owner=owner, priority=priority, holder=holder, sort=sort, limit=limit,
-                          exclude_labels=exclude_labels, dates=dates)
+                          exclude_labels=exclude_labels, dates=dates, lines=lines)
 
     def live(expires: str | None) -> bool:
         return expires is not None and held_for_others("active", parse_instant(expires), now, margin)
 
+    def expired(expires: str) -> bool:  # reports.lease_view's rule: past its expiry (no margin), shown expired
+        return now >= parse_instant(expires)
+
+    at = format_instant(now)
+
     def read(db: Any) -> Selection:
         db.create_function("gw_live", 1, live, deterministic=True)
+        db.create_function("gw_expired", 1, expired, deterministic=True)
+        db.create_function("gw_now", 0, lambda: at, deterministic=True)  # LINE's timers (GATED without its ?)
         loads = marshal.loads
         # One pass over the cursor, no call per row: a full listing at 100,000 items is 75,000 rows.
         records = db.execute(sql, args).fetchall()
         cut = bool(limit) and len(records) > limit  # type: ignore[operator]
         if cut:
             del records[limit:]
+        commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
+        noted(db)
+        if lines:
+            return Selection([], cut, {}, commit, lines=[r for (r,) in records])
         rows = [(r[0], r[1], r[2], r[3], loads(r[4]) if r[4] else (), loads(r[5]) if r[5] else (), r[6], r[7], r[8],
                  r[9], r[10], r[11], r[12], r[13], r[14]) for r in records]
         short = {r[0]: r[0][: r[15]] for r in records} if shorten else {}
-        commit = db.execute("SELECT value FROM meta WHERE key='commit'").fetchone()[0] or None
         # Which items wait on a dependency (shown "blocked"); ready's rows never do, so it skips the scan.
         waiting = frozenset() if ready else frozenset(row[0] for row in db.execute(
-            "SELECT id FROM item WHERE waiting > 0 OR gate > ?", (format_instant(now),)))
+            "SELECT id FROM item WHERE waiting > 0 OR gate > ?", (at,)))
+        return Selection(rows, cut, short, commit, waiting)
+
+    def noted(db: Any) -> None:
         bad = dict(db.execute("SELECT id, problem FROM item WHERE problem IS NOT NULL"))
         if bad:
             from .index import note_problems
 
             note_problems(bad)  # named on stderr by the CLI: a listing leaves them out
-        return Selection(rows, cut, short, commit, waiting)
 
     return cache.at(snapshot, read, summary, entry, use_cache=use_cache)  # type: ignore[no-any-return]
 
@@ -136,9 +172,11 @@ def select(snapshot: Any, now: _dt.datetime, margin: int, *, ready: bool = False
 def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, closed: bool = False,
               labels: Any = (), labels_any: Any = (), owner: str | None = None, priority: int | None = None,
               holder: str | None = None, sort: str = "rank", limit: int | None = None,
-              exclude_labels: Any = (), dates: Any = ()) -> tuple[str, list[Any]]:
-    """The one SELECT of :func:`select` (its rows: ``cache.ROW_COLUMNS`` and ``item.shown``) and its
-    arguments; ``gw_live(expires)`` is the SQL function ``select`` defines (a lease live by the clock)."""
+              exclude_labels: Any = (), dates: Any = (), lines: bool = False) -> tuple[str, list[Any]]:
+    """The one SELECT of :func:`select` (its rows: ``cache.ROW_COLUMNS`` and ``item.shown``, or with
+    ``lines`` the one column :data:`LINE`) and its arguments; ``gw_live(expires)`` and
+    ``gw_expired(expires)`` are SQL functions ``select`` defines (a lease live, or past its expiry, by the clock), and ``gw_now()``
+    the reader's now (:data:`LINE`'s timers)."""
     from . import cache
     from .model import CLOSED
 
@@ -187,7 +225,8 @@ def statement(now: _dt.datetime, *, ready: bool = False, statuses: Any = None, c
             raise ValueError(f"bad date filter {column} {op}")
         where.append(f"i.{column} {op} ?")
         args.append(at)
-    sql = (f"SELECT {', '.join('i.' + c.strip() for c in cache.ROW_COLUMNS.split(','))}, i.shown FROM item i"
+    columns = LINE if lines else f"{', '.join('i.' + c.strip() for c in cache.ROW_COLUMNS.split(','))}, i.shown"
+    sql = (f"SELECT {columns} FROM item i"
            f" WHERE {' AND '.join(where)} ORDER BY {SORTS[sort]}")
     if limit and int(limit) < 2**62:  # SQLite's LIMIT is a 64-bit integer: a larger one is no limit at all
         sql += f" LIMIT {int(limit) + 1}"

@@ -19,9 +19,15 @@ class Picked:
     ``--limit`` cut it, and with ``--text`` where each row matched."""
 
     def __init__(self, rows: list[tuple[Any, ...]], short: dict[str, str], now: Any, cut: bool, limit: int | None,
-                 matches: dict[str, list[dict[str, str]]] | None, waiting: frozenset[str] = frozenset()) -> None:
+                 matches: dict[str, list[dict[str, str]]] | None, waiting: frozenset[str] = frozenset(),
+                 lines: list[str] | None = None) -> None:
         self.rows, self.short, self.now, self.cut, self.limit, self.matches = rows, short, now, cut, limit, matches
         self.waiting = waiting  # ids waiting on a dependency not done: shown as blocked
+        self.lines = lines  # the piped lines, formatted by SQL (``queries.LINE``), instead of ``rows``
+
+    @property
+    def count(self) -> int:
+        return len(self.lines) if self.lines is not None else len(self.rows)
 
 
 def words(values: list[str] | None) -> list[str] | None:
@@ -50,13 +56,18 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
          label_any: list[str] | None = None, mine: bool = False, exclude_label: list[str] | None = None,
          reverse: bool = False, types: list[str] | None = None, parent: str | None = None,
          created_after: str | None = None, created_before: str | None = None, updated_after: str | None = None,
-         updated_before: str | None = None) -> Picked:
+         updated_before: str | None = None,
+         lines: bool = False) -> Picked:
     """One listing as SQL over the read cache (``queries.select``), then, with ``text``, only the items
     whose text holds it (``reports.search``: reads each candidate, so the limit applies after); with
     ``types`` or ``parent``, only the items of those types or with that parent (read from each
     candidate's file: the cache has no column for them yet, so the limit applies after, too).
     ``--reverse`` orders the rows here, and the limit applies after it (``--sort updated`` is SQL: the
-    cache's ``item.updated``)."""
+    cache's ``item.updated``).
+
+    ``lines`` (the caller prints tab-separated lines: piped, not ``--json``): when nothing is left to do
+    after the SQL, the rows come back as those lines, formatted by SQL (``Picked.lines``), and no
+    row tuple is built."""
     from ..queries import SORTS, select
 
     check_limit(limit)
@@ -89,7 +100,9 @@ def pick(wp: Workplane, *, ready: bool = False, status: list[str] | None = None,
                     statuses=statuses(status), closed=all, labels=label, labels_any=label_any, holder=holder,
                     owner=owner, exclude_labels=exclude_label, dates=when_filters(ctx.now, dict(
                         created_after=created_after, created_before=created_before, updated_after=updated_after,
-                        updated_before=updated_before)))
+                        updated_before=updated_before)), lines=lines and here)
+    if picked.lines is not None:
+        return Picked([], {}, ctx.now, picked.cut, limit, None, lines=picked.lines)
     from ..index import ID
 
     rows, cut, matches = picked.rows, picked.cut, None
@@ -123,6 +136,11 @@ def when_filters(now: Any, dates: dict[str, str | None]) -> tuple[tuple[str, str
     return filters(now, **dates)
 
 
+def plain_lines(as_json: bool) -> bool:
+    """Whether a listing prints tab-separated lines (piped, not JSON): ``pick(lines=...)``."""
+    return not as_json and not output.FIELDS and not output.tty()
+
+
 def said_cut(picked: Picked, title: str) -> None:
     """Beads' silent truncation drew complaints: a cut listing says so on stderr."""
     if picked.cut:
@@ -134,7 +152,9 @@ def rows_view(picked: Picked, as_json: bool, title: str) -> None:
     from ..reports import lease_view, listing_json  # the JSON is the REST listings' too (gw serve)
 
     rows, short = picked.rows, picked.short
-    if as_json:
+    if picked.lines is not None:  # asked for by a caller that prints plain lines (see :func:`plain_lines`)
+        output.lines(picked.lines)
+    elif as_json:
         output.emit_json(listing_json(rows, picked.now, picked.matches, picked.waiting))
     else:
         # Most rows hold no lease: no call for those (a full listing at 100,000 items is 75,000 rows).
@@ -170,7 +190,7 @@ def no_state_hint(wp: Workplane, picked: Picked, title: str = "items", as_json: 
     """An empty listing in a repository with no state ref says how to get one (on stderr: the listing
     itself, and its exit code, stay what they are): ``gw init``, or, with a remote, ``gw init --remote``,
     which adopts the state that remote has."""
-    if picked.rows:
+    if picked.count:
         return
     if wp.store.tip() is not None:
         if not output.FIELDS and not as_json:  # one style for every empty listing: stderr, stdout stays empty

@@ -44,6 +44,11 @@ def _tty() -> bool:
     return bool(PAGED) or (sys.stdout.isatty() and os.environ.get("TERM") != "dumb")
 
 
+def tty() -> bool:
+    """Whether :func:`table` draws for a terminal (else it prints tab-separated lines)."""
+    return _tty()
+
+
 # ``--json=FIELDS`` (parsed in main.py): keep only these keys of each printed object, in this order, a
 # missing one as null; ``ok`` stays on a single result, and an error object is printed whole.
 FIELDS: list[str] | None = None
@@ -120,6 +125,13 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str |
     for start in range(0, len(rows), 4096):
         sys.stdout.write("".join("\t".join("" if v is None else str(v) for v in row) + "\n"
                                  for row in rows[start:start + 4096]))
+
+
+def lines(texts: list[str]) -> None:
+    """Lines already formatted (``table``'s tab-separated form), in writes of 8,192 lines."""
+    for start in range(0, len(texts), 8192):
+        part = texts[start:start + 8192]
+        sys.stdout.write("\n".join(part) + "\n")
 
 
 def fail(error: GwError, as_json: bool) -> int:

@@ -8,7 +8,7 @@ import sys
 from ...errors import Invalid, UsageError
 from .. import output
 from ..actions import each, submit
-from ..listing import check_limit, no_state_hint, pick, rows_view
+from ..listing import check_limit, no_state_hint, pick, plain_lines, rows_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -98,7 +98,8 @@ def list_items(wp: Workplane, as_json: bool, status: list[str] | None, label: li
     picked = pick(wp, status=status, label=label, all=all, holder=holder, owner=owner, priority=priority, sort=sort,
                   limit=limit, text=text, label_any=label_any, mine=mine, exclude_label=exclude_label,
                   reverse=reverse, types=type, parent=parent, created_after=created_after,
-                  created_before=created_before, updated_after=updated_after, updated_before=updated_before)
+                  created_before=created_before, updated_after=updated_after, updated_before=updated_before,
+                  lines=plain_lines(as_json))
     rows_view(picked, as_json, "items")
     no_state_hint(wp, picked, "items", as_json)
 
@@ -121,7 +122,8 @@ def ready(wp: Workplane, as_json: bool, limit: int | None, label: list[str] | No
         return explain_ready(wp, as_json, limit)
     picked = pick(wp, ready=True, label=label, label_any=label_any, owner=owner, priority=priority, sort=sort,
                   limit=limit, exclude_label=exclude_label, reverse=reverse, created_after=created_after,
-                  created_before=created_before, updated_after=updated_after, updated_before=updated_before)
+                  created_before=created_before, updated_after=updated_after, updated_before=updated_before,
+                  lines=plain_lines(as_json))
     rows_view(picked, as_json, "ready")
     no_state_hint(wp, picked, "ready items", as_json)
 
