@@ -111,6 +111,21 @@ def run(
 _SPAWN = hasattr(os, "posix_spawn") and os.path.isdir("/proc/self/fd")
 
 
+def _close_inherited(keep: tuple[int, ...] = ()) -> list[tuple[Any, ...]]:
+    """The spawn actions that close every inheritable descriptor above 2 but ``keep``: an inherited
+    descriptor must not outlive us in git's hooks (subprocess's ``close_fds``)."""
+    actions: list[tuple[Any, ...]] = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                if os.get_inheritable(fd):
+                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
+            except OSError:
+                pass  # the descriptor listdir itself used, closed since
+    return actions
+
+
 def _spawn(cmd: tuple[str, ...], env: dict[str, str], *, timeout: float | None = None,
            no_stdin: bool = False) -> tuple[int, bytes, bytes]:
     """``cmd`` run as ``subprocess.run(cmd, capture_output=True, env=env)`` runs it (stdin inherited,
@@ -135,14 +150,7 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str], *, timeout: float | None =
     actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
     if no_stdin:
         actions.append((os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0))
-    for name in os.listdir("/proc/self/fd"):  # an inherited descriptor must not outlive us in git's hooks
-        fd = int(name)
-        if fd > 2 and fd not in (out_r, out_w, err_r, err_w):
-            try:
-                if os.get_inheritable(fd):
-                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
-            except OSError:
-                pass  # the descriptor listdir itself used, closed since
+    actions += _close_inherited((out_r, out_w, err_r, err_w))
     try:
         pid = os.posix_spawn(program, cmd, env, file_actions=actions,
                              setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
@@ -270,7 +278,20 @@ def run_tool(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, timeou
 
 def start(args: Sequence[str], *, cwd: str | os.PathLike[str] | None = None) -> bool:
     """Start ``git *args`` detached (its own session, no streams) and do not wait: housekeeping a
-    command must never wait for (``gc --auto``). False when git cannot be started."""
+    command must never wait for (``gc --auto``). False when git cannot be started.
+
+    Through ``os.posix_spawn`` of ``sh``, which puts git in the background and exits at once (reaped
+    here, so no zombie is left in a long-lived ``gw serve``; git's parent becomes init): a command
+    that draws the housekeeping lot must not import subprocess on its way (``gw run`` to its agent)."""
+    if _SPAWN and cwd is None:
+        null = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
+        try:
+            pid = os.posix_spawn("/bin/sh", ("sh", "-c", '"$@" &', "sh", "git", *args), git_env(),
+                                 file_actions=null + _close_inherited(), setsid=True)
+            os.waitpid(pid, 0)
+        except OSError:
+            return False
+        return True
     import subprocess
 
     try:

@@ -197,3 +197,33 @@ def test_a_tool_run_through_posix_spawn_keeps_subprocess_run_s_contract() -> Non
     finally:
         proc.kill()
     assert proc.returncode == 0 and out == "ok\n", err
+
+
+def test_housekeeping_starts_git_detached_without_subprocess(tmp_path: Path) -> None:
+    """The 1-in-64 ``git gc --auto`` a command starts (``workplane.maybe_auto_gc``) goes through
+    ``gitcmd.start``: it must not import subprocess (a ``gw run`` drawing the lot did, and its import
+    check flaked), must return without waiting for git, and git must really run, in its own session."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for i in range(5):
+        (repo / f"f{i}").write_text(str(i))
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"],
+                   check=True)
+    code = f"""
+import sys
+from gitwork import gitcmd
+assert gitcmd.start(["--git-dir", {str(repo / '.git')!r}, "gc", "--quiet"])
+print(sorted(m for m in ("subprocess", "threading", "selectors") if m in sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+    import time
+
+    deadline = time.monotonic() + 30
+    while "packs: 1" not in subprocess.run(["git", "-C", str(repo), "count-objects", "-v"], capture_output=True,
+                                           text=True).stdout:
+        assert time.monotonic() < deadline, "the detached git gc never ran"
+        time.sleep(0.05)
