@@ -3,7 +3,8 @@
 The invariant: for every filter, sort and limit, the lines are byte for byte what the row path prints
 (the rows ``queries.select`` builds, drawn by ``output.table``, which the terminal and ``--json`` still
 use), on a fixed repository holding every case a line shows differently: short ids, held, expired and
-expiring leases, items waiting on a dependency (done, open, missing), a stored ``blocked`` status,
+expiring leases, items waiting on a dependency (done, open, missing) or on a timer (passed or not) or
+a ref, a stored ``blocked`` status,
 labels written by hand out of order and twice, no labels, non-ASCII titles, every priority.
 """
 
@@ -56,6 +57,12 @@ def world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         gone = new("cancelled", priority=1)
         wp.do("cancel", item=gone, reason="not needed")
         hand = new("hand", priority=2)
+        later = new("deferred", labels=["ui"], priority=2)  # a timer not yet passed: shown blocked, not ready
+        wp.do("defer", item=later, until="2h")
+        passed = new("deferred-passed", priority=3)  # its timer passes below: open and ready again
+        wp.do("defer", item=passed, until="60s")
+        gated = new("gated", priority=1)  # a ref wait: blocked until a command ends it
+        wp.do("wait", item=gated, ref="feature", reachable_from="main")
         clock.advance(120)  # stale's lease is past its expiry: shown expired, and ready again after the margin
     # A hand-written item file: labels out of order and twice, a title with a tab, a missing dependency.
     doc = codec.load_yaml(subprocess.run(["git", "cat-file", "-p", f"refs/gitwork/state:{layout.item_path(hand, layout.ITEM_FILE)}"],
