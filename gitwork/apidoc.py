@@ -58,6 +58,7 @@ def _kinds() -> dict[str, str]:
         "msgref": "a message: its number (`3`, `#3`), its id, or `ITEM:N` / `ITEM:ID` of the command's own item",
         "docs": f"a non-empty list of at most {c.MAX_BATCH} command documents",
         "data": f"plain JSON data (mappings, lists, text, numbers) the op checks itself, at most {c.MAX_DATA} bytes as JSON",
+        "session": "a session's id, `YYYYMMDD-HHMMSS-` and a lower-case tail, as `gw session list` shows it",
         "usd": "an amount in US dollars, from 0 to 1,000,000: a number or decimal text (`0.25`), kept to the micro-dollar as text; NaN, infinities and negatives are refused",
     }
 

@@ -92,21 +92,11 @@ def inbox_refusals(push: Push) -> Iterable[str]:
     if len(updates) > PER_PUSH:
         yield f"a push may bring at most {PER_PUSH} inbox requests (this one brings {len(updates)})"
         return
-    sizes = _sizes(push.git_dir, [u.new for u in updates if u.new])
+    sizes = gitcmd.read_sizes(push.git_dir, [u.new for u in updates if u.new])
     for update in updates:
         why = _request_refusal(push.git_dir, update, sizes)
         if why:
             yield f"{update.ref}: {why}"
-
-
-def _sizes(git_dir: str, oids: list[str]) -> dict[str, tuple[str, int]]:
-    done = _git(git_dir, "cat-file", "--batch-check", input="".join(f"{o}\n" for o in oids).encode())
-    found = {}
-    for line in done.out.splitlines():
-        fields = line.split()
-        if len(fields) == 3 and fields[2].isdigit():
-            found[fields[0]] = (fields[1], int(fields[2]))
-    return found
 
 
 def _read(git_dir: str, oid: str) -> bytes | None:

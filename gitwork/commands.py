@@ -66,6 +66,18 @@ def _short(value: Any, field: str) -> str:
     return check_text(value, field, limit=MAX_SHORT, multiline=False, empty=False).strip()
 
 
+# A session's id (sessions/manifest.py names them): its date, time and a lower-case tail. A kind of its
+# own so that every face refuses a malformed one by its schema, before any op reads the state.
+SESSION_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]{0,120}\Z")
+
+
+def _session(value: Any, field: str) -> str:
+    text = _short(value, field)
+    if not SESSION_ID.match(text):
+        raise Invalid(f"malformed session id {text[:80]!r}: YYYYMMDD-HHMMSS-name, as gw session list shows them")
+    return text
+
+
 def _name(value: Any, field: str) -> str:
     # Identities and the names a document gives (as, to, owner, remote): the one identity rule.
     return ids.check_identity(value, field)
@@ -266,6 +278,7 @@ KINDS: dict[str, Callable[[Any, str], Any]] = {
     "title": _title,
     "text": _text,
     "short": _short,
+    "session": _session,
     "name": _name,
     "int": _int,
     "fence": _fence,

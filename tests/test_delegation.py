@@ -358,7 +358,8 @@ def test_other_commands_never_look_for_peers(tmp_path: Path) -> None:
              "print(codes, sorted(m for m in sys.modules if m.startswith('gitwork.delegation')))")
     done = subprocess.run([sys.executable, "-c", probe, str(repo)], capture_output=True, text=True)
     assert done.stdout.split("\n")[-2] == "[0, 0, 0] []", done.stdout + done.stderr
-    code, _out, err = gw_in(repo, "delegate", "x", "--to", "gpu", "--plan", "--test")
+    # A well-formed id: a word that is neither an id nor an imported item's name is refused (5) first.
+    code, _out, err = gw_in(repo, "delegate", "w-1", "--to", "gpu", "--plan", "--test")
     assert code == 2 and "exclude each other" in err
 
 

@@ -34,7 +34,9 @@ from gitwork.workplane import LocalRef, Workplane
 
 STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish",
-                   "exec-reserve"}  # exec-reserve: two clones of one holder must not each launch
+                   "exec-reserve",  # exec-reserve: two clones of one holder must not each launch
+                   # the publish queue: one order and one publisher across clones (docs/sessions.md)
+                   "queue-add", "queue-remove", "queue-lease", "queue-land", "queue-return"}
 # The role rules an op may call (roles.py, and asking the settings for a role itself).
 ROLE_RULES = {"act_on", "edit_on", "require_revoker", "require_decider", "require_steerer", "role"}
 
@@ -52,7 +54,8 @@ def test_the_ops_the_arbiter_decides_come_from_their_declarations() -> None:
     assert engine.declared("internal") == {"session-start", "session-commit", "publish", "session-drop",
                                            "exec-reserve", "exec-state", "session-create", "session-branch",
                                            "session-submit", "session-resume", "session-end",
-                                           "delegation-sent", "delegation-received", "coord-lease"}
+                                           "delegation-sent", "delegation-received", "coord-lease",
+                                           "queue-lease", "queue-land", "queue-return"}
     import gitwork.rolecheck
     import gitwork.sync
 

@@ -37,7 +37,7 @@ _STRING: dict[str, Any] = {"type": "string"}
 _STRINGS: dict[str, Any] = {"type": "array", "items": _STRING}
 _INTEGER: dict[str, Any] = {"type": "integer"}
 KIND_SCHEMAS: dict[str, dict[str, Any]] = {
-    **dict.fromkeys(("title", "text", "short", "name", "item", "cmd_id"), _STRING),
+    **dict.fromkeys(("title", "text", "short", "session", "name", "item", "cmd_id"), _STRING),
     "duration": {"type": "string", "description": "e.g. 30m"},
     **dict.fromkeys(("int", "fence", "priority", "epoch"), _INTEGER),
     "bool": {"type": "boolean"},

@@ -73,7 +73,7 @@ def _queued(ctx: Context, session: str) -> dict[str, Any]:
 @op("queue-add", "queue a committed session for the publisher to land (gw publish --queue)",
     who="only the session's holder, under the live lease it started the session under.",
     arbiter=True, mcp={"verb": "queue:enqueue", "fields": ("item", "session", "into")},
-    item="item!", session="short!", into="short")
+    item="item!", session="session!", into="short")
 def queue_add(ctx: Context) -> None:
     item_id = ctx.target()
     session = _session(ctx)
@@ -128,7 +128,7 @@ def queue_add(ctx: Context) -> None:
 
 @op("queue-remove", "take a session out of the publish queue",
     who="the queued session's holder; anyone else only as an admin (with no admins configured, a person).",
-    arbiter=True, roles=True, session="short!", reason="short")
+    arbiter=True, roles=True, session="session!", reason="short")
 def queue_remove(ctx: Context) -> None:
     session = _session(ctx)
     entry = _queued(ctx, session)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from ..commands import SESSION_ID  # the one pattern (the session kind)
 from ..engine import Context, op
 from ..errors import Illegal, Invalid, Stale
 from ..model import TRANSITIONS, Lease
@@ -36,7 +37,6 @@ TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings 
 if TYPE_CHECKING:
     from typing import Any
 
-SESSION_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]{0,120}\Z")
 _COMMIT = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
 
 

@@ -62,6 +62,8 @@ KIND_SCHEMAS: dict[str, dict[str, Any]] = {
     "text": {"type": "string", "maxLength": commands.MAX_TEXT, **_MULTI_LINE,
              "description": f"Text, at most {commands.MAX_TEXT} UTF-8 bytes."},
     "short": {**_SHORT, "description": f"One line, at most {commands.MAX_SHORT} UTF-8 bytes."},
+    "session": {"type": "string", "pattern": r"^[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]{0,120}$", **_NO_NEWLINE,
+                "description": "A session's id, as `gw session list` shows it."},
     "name": _IDENTITY,
     "int": _INT,
     "fence": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": commands.MAX_INT},

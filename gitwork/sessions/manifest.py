@@ -10,6 +10,7 @@ import os
 import re
 
 from .. import fsutil
+from ..commands import SESSION_ID  # the one pattern (the session kind)
 from ..errors import Invalid, NotFound
 from ..records.sessions import (
     MAX_DOCUMENT_BYTES,
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from ..workplane import Workplane
 
 STATE = "state.json"
-SESSION_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[a-z0-9][a-z0-9-]{0,120}\Z")
 _KEY = re.compile(r"step-([1-9][0-9]{0,3})/parallel-([1-9][0-9]{0,2})(/[a-z0-9][a-z0-9-]{0,39})?\Z")
 MAX_RESPONSE_FILES = 1000
 VALIDATOR_TIMEOUT = 300.0
