@@ -20,6 +20,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from conftest import git, make_repo
 from test_readme import console_block, gw_on_path, shlex_quote
 from test_readme import mask as mask_common
@@ -58,6 +60,7 @@ def world(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return repo, env
 
 
+@pytest.mark.slow  # 26 commands, five pushes through the server hook: ~6 s of CPU
 def test_what_no_tracker_has_runs_as_the_readme_shows(tmp_path: Path) -> None:
     transcript = console_block(START)
     commands = [line[2:] for line in transcript.splitlines() if line.startswith("$ ")]
