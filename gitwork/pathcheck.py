@@ -135,8 +135,11 @@ def refusals(push: Push) -> Iterable[str]:
             why: Any = None
             if others:
                 item, lease, glob = others[0]
+                # A commit that already speaks for a lease of its own is told what it can do about it.
+                hint = ("leave it out of this commit or wait for that lease to end" if pusher
+                        else "commit under your own lease (Work-Item: and Fence: trailers) or wait")
                 why = (f"{commit[:12]}: touches {path}, leased to {lease.holder} ({item}, glob {glob}, until "
-                       f"{lease.expires_at}); commit under your own lease (Work-Item: and Fence: trailers) or wait")
+                       f"{lease.expires_at}); {hint}")
             elif not covering:
                 if is_strict is None:
                     is_strict = strict(push)

@@ -105,7 +105,8 @@ def enqueue(wp: Workplane, session: str | None, into: str | None = None, remote:
     _precheck(wp, document)
     done = git("push", "--porcelain", name, f"{record['commit']}:{record.ref}", cwd=record.top, check=False)
     if done.returncode != 0:
-        said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
+        # git pads each sideband line with spaces to erase the progress it overwrites: not part of the message
+        said = "\n".join(x.rstrip() for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
         raise NonFastForward(f"{name} refused the session branch {record.branch}: {said}", remote=name)
     applied = wp.submit({k: v for k, v in document.items() if v is not None})
     return {**applied.to_json(), "state_commit": applied.commit, "remote": name, "branch": record.branch}

@@ -67,3 +67,18 @@ def test_claim_next_ranks_a_predicted_conflict_last_and_ready_explain_says_why(r
     assert first.returncode == 0 and json.loads(first.stdout)["item"] == elsewhere
     second = run_gw(repo, "claim", "--next", "--as", "erin", "--json")  # ranked last, not refused
     assert second.returncode == 0 and json.loads(second.stdout)["item"] == touching
+
+
+def test_ready_explain_says_an_item_whose_paths_are_held_is_skipped_not_ranked_last(repo: Path) -> None:
+    """claim --next skips (and claim refuses, 75) an item whose paths overlap another holder's live path lease:
+    ``ready --explain`` must not call it "ranked last" as it does a predicted session conflict."""
+    init_project(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        held = wp.do("new", title="the API", paths=["src/**"]).result["item"]
+        wp.do("claim", item=held)
+        overlapping = wp.do("new", title="one file of it", paths=["src/a.py"]).result["item"]
+    text = run_gw(repo, "ready", "--explain", "--as", "bob").stdout
+    (line,) = [row for row in text.splitlines() if row.startswith(overlapping[:6])]
+    assert line.split("\t")[1] == "ready, paths held: claim --next skips it", text
+    assert "src/a.py ~ src/**" in text and "alice" in text

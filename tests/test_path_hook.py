@@ -91,6 +91,8 @@ def test_a_commit_touching_another_holders_path_is_refused_naming_path_and_holde
     commit(world.work, {"src/api/y.py": "y\n"}, under(world.lib, world.lib_fence))
     done = push(world.work, "work")
     assert done.returncode != 0 and "leased to alice" in done.stderr and world.branch("work") is None
+    # It spoke for bob's lease: the hint is to leave the path out or wait, not to add the trailers it has.
+    assert "leave it out of this commit or wait" in done.stderr and "commit under your own lease" not in done.stderr
 
 
 def test_the_holder_pushes_under_its_lease_and_unleased_paths_pass(world: World) -> None:

@@ -361,18 +361,6 @@ def test_a_publisher_killed_mid_landing_another_finishes_and_nothing_lands_twice
             assert [e["session"] for e in landed] == [session]
 
 
-def test_the_readme_queue_example_runs_as_written(world: World) -> None:
-    from test_readme import gw_on_path, shell_block
-
-    block = shell_block("gw publish --queue")
-    alice = world.base / "alice"
-    env = {**gw_on_path(world.base), "GW_AGENT": "carol", "GW_NOW": "2030-01-01T12:10:00Z"}
-    ran = subprocess.run(["sh", "-ec", block], cwd=alice, env=env, capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert git(world.bare, "show", "main:a.txt") == "fixed"
-    assert "landed" in ran.stdout
-
-
 def test_the_rest_route_and_the_mcp_tools_are_the_same_queue(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient

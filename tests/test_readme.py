@@ -4,7 +4,7 @@ Each fenced ``sh``/``console`` block of README.md is taken from the file at test
 here, so an edit to the README is what gets run:
 
 - "A real session" (``console``): every ``$ `` line runs, in order, in one bash process on a fresh
-  repository; the transcript (stdout and stderr as a terminal shows them, ``[exit N]`` after a
+  repository ("What no tracker has", the other ``console`` block, is run by test_readme_notracker.py); the transcript (stdout and stderr as a terminal shows them, ``[exit N]`` after a
   refusal) must equal the README's, once ids, hashes and instants are masked.
 - "In a shell loop" (``sh``): run verbatim over a few items, one of them with an unchecked criterion
   (so ``gw done`` is refused, exit 6). It must end by itself (``claim --next`` exit 3) within a
@@ -43,6 +43,12 @@ def shell_block(containing: str) -> str:
     return found[0]
 
 
+def console_block(containing: str) -> str:
+    found = [body for body in blocks("console") if containing in body]
+    assert len(found) == 1, f"README.md has {len(found)} console blocks containing {containing!r}"
+    return found[0]
+
+
 def gw_on_path(tmp: Path) -> dict[str, str]:
     """An environment whose ``gw`` is this tree's (the README calls ``gw`` by name)."""
     bin_dir = tmp / "bin"
@@ -66,7 +72,7 @@ def mask(text: str) -> str:
 
 
 def test_the_session_runs_as_the_readme_shows(repo: Path, tmp_path: Path) -> None:
-    (session,) = blocks("console")
+    session = console_block("Design the schema")
     commands = [line[2:] for line in session.splitlines() if line.startswith("$ ")]
     assert len(commands) > 10
     script = ["exec 2>&1"]

@@ -142,8 +142,18 @@ def explain_ready(wp: Workplane, as_json: bool, limit: int | None) -> None:
     for entry in entries:  # predicted conflicts are reasons too: claim --next skips or ranks these last
         if entry.get("conflicts"):
             entry["why_not"] = [{"kind": "other", "reason": describe(c)} for c in entry["conflicts"]]
-    _print_with_reasons(wp, entries, "why_not", lambda entry: (("ready, ranked last" if entry.get("conflicts")
-                                                                else "ready") if entry["ready"] else "not ready"))
+    _print_with_reasons(wp, entries, "why_not", _explained_state)
+
+
+def _explained_state(entry: dict[str, Any]) -> str:
+    """An item whose paths overlap another holder's live path lease is skipped by ``claim --next`` (and its
+    claim refused, 75); one that only touches a live session's files is ranked last."""
+    if not entry["ready"]:
+        return "not ready"
+    kinds = {conflict.get("kind") for conflict in entry.get("conflicts") or ()}
+    if "paths" in kinds:
+        return "ready, paths held: claim --next skips it"
+    return "ready, ranked last" if kinds else "ready"
 
 
 def _print_with_reasons(wp: Workplane, entries: list[dict[str, Any]], key: str, state: Any) -> None:
