@@ -168,11 +168,13 @@ def _ask(arbiter: Replay, cmds: list[dict[str, Any]], force: bool = False) -> di
     flags, err = _push(arbiter, requests, force)
     crash_point("after-push")
     said = answers_said(err)
-    answers = {i: said[i] for i in requests if flags.get(i) != "!" and i in said}
+    answers = {i: said[i] for i in requests if flags.get(i) not in ("!", "=") and i in said}
     # An id already taken: an earlier try of this very command (a lost reply), or another document.
+    # "=": the very request is there already (a retry within the second of its first try writes the
+    # same commit): git runs no hook for it, so nothing answered it in this push either.
     again = []
     for cmd in cmds:
-        if flags.get(cmd["id"]) != "!":
+        if flags.get(cmd["id"]) not in ("!", "="):
             continue
         answer = fetch_answer(arbiter, cmd["id"])
         if answer is not None:
