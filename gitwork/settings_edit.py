@@ -100,6 +100,10 @@ def set_value(path: str | None, key: str, value: str, shared: bool = False) -> d
         raise Invalid(f"{name} is a mapping: edit it in .workplane (gitwork/sessions/rules.py describes it)")
     if "\n" in value or "\r" in value or "\0" in value:
         raise Invalid(f"a value for {name} is one line")
+    try:  # a byte that is no UTF-8 on the command line reaches Python as a lone surrogate
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Invalid(f"a value for {name} is not UTF-8 text") from None
     if name in ("admins", "agents", "people"):  # names of identities: each passes the identity rule
         from .ids import check_identity
 
