@@ -154,3 +154,20 @@ def test_a_forged_item_with_a_huge_number_is_left_out_not_a_crash(repo: Path) ->
     assert done.returncode == 0 and other[:8] in done.stdout and victim[:8] not in done.stdout, (done.stdout, done.stderr)
     assert "internal error" not in done.stderr and "item.yaml" in done.stderr
     assert "set_int_max_str_digits" not in done.stderr, "the reason, not Python's advice"
+
+
+# --- gw new --template: a template's one-value list ------------------------------------------------
+
+
+def test_a_template_with_a_bare_text_for_a_list_is_one_entry_not_its_letters(repo: Path) -> None:
+    """``labels: bug`` passes the new op's rules as the list ``[bug]`` (as a document's would), but the
+    expansion spread the text: the item got the labels b, g, u and the criteria o, n, e."""
+    ok(repo, "init")
+    (repo / ".workplane").write_text("templates:\n  t:\n    labels: bug\n    criteria: one\n    priority: '0'\n")
+    item = ok(repo, "new", "--template", "t", "hello", "-l", "x").strip()
+    import json
+
+    shown = json.loads(ok(repo, "show", item, "--json"))
+    assert shown["labels"] == ["bug", "x"], shown["labels"]
+    assert [c["text"] for c in shown["criteria"]] == ["one"], shown["criteria"]
+    assert shown["priority"] == 0
