@@ -388,4 +388,8 @@ def state_file_problem(path: str, doc: dict[str, Any]) -> str | None:
         from .records.executions import execution_problem
 
         return execution_problem(doc, parts[2].removesuffix(".yaml"))
+    if parts[0] == "queue" and path.endswith(".yaml"):
+        from .records.queue import record_problem
+
+        return record_problem(path, doc)
     return None
