@@ -71,15 +71,18 @@ def get(path: str | None, key: str) -> dict[str, Any]:
 def _yaml_value(name: str, value: str) -> str:
     """The command line's VALUE as a YAML flow value (JSON is YAML): lists from ``a,b``, the rest as text."""
     if name in _LISTS:
-        return json.dumps([v.strip() for v in value.split(",") if v.strip()], ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False)
+        text = json.dumps([v.strip() for v in value.split(",") if v.strip()], ensure_ascii=False)
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    # The breaks JSON leaves raw but YAML 1.1 readers and str.splitlines take as the end of a line.
+    return re.sub("[\x85\u2028\u2029]", lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def edited(text: str, name: str, line: str) -> str:
     """``text`` (a ``.workplane``) with ``name``'s top-level entry (any spelling, its block of indented or
     ``- `` lines included) replaced by ``line``, or ``line`` appended when there is none."""
     spellings = "|".join(re.escape(s) for s in {name, name.replace("_", "-")})
-    lines = text.splitlines(keepends=True)
+    lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)  # "\n" only: not splitlines' U+2028 or \x85
     head = re.compile(rf"^(?:{spellings})\s*:")
     for number, current in enumerate(lines):
         if head.match(current):

@@ -171,3 +171,19 @@ def test_a_template_with_a_bare_text_for_a_list_is_one_entry_not_its_letters(rep
     assert shown["labels"] == ["bug", "x"], shown["labels"]
     assert [c["text"] for c in shown["criteria"]] == ["one"], shown["criteria"]
     assert shown["priority"] == 0
+
+
+@pytest.mark.parametrize("odd", ["\u2028", "\u2029", "\x85"])
+def test_config_set_shared_of_a_line_separator_can_be_set_again(repo: Path, odd: str) -> None:
+    """A value holding U+2028 was written raw into .workplane; the next ``gw config set --shared`` of the
+    same key split the file's lines there (str.splitlines) and refused its own edit with exit 8."""
+    ok(repo, "init")
+    ok(repo, "config", "set", "--shared", "remote", f"a{odd}b")
+    assert odd not in (repo / ".workplane").read_text(encoding="utf-8"), "written escaped, as JSON does"
+    assert f"a{odd}b" in ok(repo, "config", "get", "remote", "--json")
+    ok(repo, "config", "set", "--shared", "remote", "c")
+    assert (repo / ".workplane").read_text(encoding="utf-8") == 'remote: "c"\n'
+    # A .workplane written by hand with the raw character is edited line by line all the same.
+    (repo / ".workplane").write_text(f'gates: ["x{odd}y"]\nremote: "d"\n', encoding="utf-8")
+    ok(repo, "config", "set", "--shared", "remote", "e")
+    assert (repo / ".workplane").read_text(encoding="utf-8") == f'gates: ["x{odd}y"]\nremote: "e"\n'
