@@ -8,7 +8,6 @@ never stop the applier for everyone else.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from conftest import git, run_gw

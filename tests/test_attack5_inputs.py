@@ -187,3 +187,12 @@ def test_config_set_shared_of_a_line_separator_can_be_set_again(repo: Path, odd:
     (repo / ".workplane").write_text(f'gates: ["x{odd}y"]\nremote: "d"\n', encoding="utf-8")
     ok(repo, "config", "set", "--shared", "remote", "e")
     assert (repo / ".workplane").read_text(encoding="utf-8") == f'gates: ["x{odd}y"]\nremote: "e"\n'
+
+
+def test_a_10kb_item_word_is_refused_in_a_short_line(repo: Path) -> None:
+    """An item word that is no id nor an imported item's name was echoed whole: 10 kB on stderr."""
+    ok(repo, "init")
+    for verb in ("show", "claim"):
+        done = gw_here(repo, verb, "--", "x" * 10000, env=ENV)
+        one_line_refusal(done, INVALID, "malformed item id")
+        assert len(done.stderr) < 400, len(done.stderr)
