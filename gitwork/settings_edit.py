@@ -95,6 +95,14 @@ def edited(text: str, name: str, line: str) -> str:
     return text + line
 
 
+def _usable(settings: Any) -> None:
+    """Refuse settings every claim would then refuse: a default lease no longer than the clock margin
+    is granted already over by its holder's view (model.usable_ttl, exit 5 at each claim without --ttl)."""
+    if settings.default_ttl <= settings.clock_margin:
+        raise Invalid(f"default_ttl ({settings.default_ttl}s) must be longer than clock_margin "
+                      f"({settings.clock_margin}s): every claim without --ttl would be refused as unusable")
+
+
 def set_value(path: str | None, key: str, value: str, shared: bool = False) -> dict[str, Any]:
     """Write ``key = value`` to this clone's git config, or with ``shared`` to ``.workplane``, once the
     settings it leaves are known to load; what is in force afterwards, and what wrote it."""
@@ -127,7 +135,7 @@ def set_value(path: str | None, key: str, value: str, shared: bool = False) -> d
         except (OSError, UnicodeDecodeError) as exc:
             raise Invalid(f"cannot read .workplane: {exc}") from exc
         new = edited(text, name, f"{name}: {_yaml_value(name, value)}\n")
-        load(where.toplevel, config, workplane=new.encode("utf-8"))  # refused here: nothing written
+        _usable(load(where.toplevel, config, workplane=new.encode("utf-8")))  # refused here: nothing written
         from .fsutil import write_atomic
 
         write_atomic(file, new, fsync=True)
@@ -136,7 +144,7 @@ def set_value(path: str | None, key: str, value: str, shared: bool = False) -> d
         git_key = "gitwork." + name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
         trial = {k: v for k, v in config.items() if key_name_or_none(k) != name}
         trial[git_key.lower()] = value
-        load(where.toplevel, trial)  # refused here: nothing written
+        _usable(load(where.toplevel, trial))  # refused here: nothing written
         from . import gitcmd
 
         for old in [k for k in config if key_name_or_none(k) == name and k != git_key.lower()]:

@@ -196,3 +196,17 @@ def test_a_10kb_item_word_is_refused_in_a_short_line(repo: Path) -> None:
         done = gw_here(repo, verb, "--", "x" * 10000, env=ENV)
         one_line_refusal(done, INVALID, "malformed item id")
         assert len(done.stderr) < 400, len(done.stderr)
+
+
+@pytest.mark.parametrize(("key", "value"), [("default_ttl", "10s"), ("default_ttl", "30s"), ("clock_margin", "2h")])
+def test_config_set_refuses_a_lease_length_every_claim_would_refuse(repo: Path, key: str, value: str) -> None:
+    """``gw config set default_ttl 10s`` (or a clock_margin of 2h) was written, then every ``gw claim``
+    without --ttl refused it (exit 5, "a lease of 10s would be unusable"): refused when set instead."""
+    ok(repo, "init")
+    item = ok(repo, "new", "claim me").strip()
+    for shared in ([], ["--shared"]):
+        done = gw_here(repo, "config", "set", *shared, key, value, env=ENV)
+        one_line_refusal(done, INVALID, "clock_margin")
+    assert git(repo, "config", "--get-regexp", "^gitwork\\.", check=False) == ""
+    assert not (repo / ".workplane").exists()
+    ok(repo, "claim", item)
