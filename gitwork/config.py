@@ -230,8 +230,13 @@ def load(toplevel: str | None, git_config: dict[str, str], origins: dict[str, st
     extra: dict[str, Any] = {}
     path = os.path.join(toplevel, ".workplane") if toplevel else None
     if workplane is None and path is not None and os.path.exists(path):
-        with open(path, "rb") as handle:
-            workplane = handle.read()
+        try:
+            with open(path, "rb") as handle:
+                workplane = handle.read()
+        except OSError as exc:  # a folder, no permission: one line, as a .workplane that does not parse
+            from .errors import Corrupt
+
+            raise Corrupt(f".workplane cannot be read: {exc.strerror or exc}") from None
     if workplane is not None:
         from .codec import load_yaml
 

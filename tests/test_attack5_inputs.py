@@ -210,3 +210,13 @@ def test_config_set_refuses_a_lease_length_every_claim_would_refuse(repo: Path, 
     assert git(repo, "config", "--get-regexp", "^gitwork\\.", check=False) == ""
     assert not (repo / ".workplane").exists()
     ok(repo, "claim", item)
+
+
+def test_a_workplane_that_is_a_folder_is_refused_in_one_line(repo: Path) -> None:
+    """``.workplane`` a directory (or unreadable): every verb died with exit 1 (IsADirectoryError)."""
+    ok(repo, "init")
+    (repo / ".workplane").mkdir()
+    before = refs(repo)
+    for args in (["list"], ["new", "x"], ["config", "list"]):
+        one_line_refusal(gw_here(repo, *args, env=ENV), CORRUPT, ".workplane")
+    assert refs(repo) == before
