@@ -22,6 +22,8 @@ def instant(text: str, now: _dt.datetime, flag: str) -> str:
     if raw == "today":
         return format_instant(midnight)
     if raw == "yesterday":
+        if midnight.date() == _dt.date.min:  # a clock pinned at year 1 (GW_NOW): no day before it
+            raise Invalid(f"{flag} yesterday: further back than the calendar goes")
         return format_instant(midnight - _dt.timedelta(days=1))
     back = _BACK.match(raw)
     if back:

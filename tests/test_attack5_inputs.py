@@ -220,3 +220,17 @@ def test_a_workplane_that_is_a_folder_is_refused_in_one_line(repo: Path) -> None
     for args in (["list"], ["new", "x"], ["config", "list"]):
         one_line_refusal(gw_here(repo, *args, env=ENV), CORRUPT, ".workplane")
     assert refs(repo) == before
+
+
+def test_a_date_before_year_1000_sorts_as_time_does(repo: Path) -> None:
+    """``format_instant`` wrote year 999 as ``999-01-01T...`` (strftime does not pad the year), which
+    sorts after ``2026-...`` as text: ``--created-after 0999-01-01`` listed nothing, ``--created-before``
+    everything."""
+    ok(repo, "init")
+    item = ok(repo, "new", "an item").strip()
+    assert item in ok(repo, "list", "--created-after", "0999-01-01", "--json")
+    assert item not in ok(repo, "list", "--created-before", "0999-01-01", "--json")
+    from gitwork.clock import format_instant, parse_instant
+
+    assert format_instant(parse_instant("0999-01-01T00:00:00Z")) == "0999-01-01T00:00:00Z"
+    assert format_instant(parse_instant("2026-12-02T08:00:00Z")) == "2026-12-02T08:00:00Z"
