@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Iterable
 
@@ -143,6 +144,8 @@ def _request_refusal(git_dir: str, update: RefUpdate, sizes: dict[str, tuple[str
     expected = identity_signature(clean["as"])
     if info.author.rsplit(" ", 2)[0] != expected or info.committer.rsplit(" ", 2)[0] != expected:
         return f"author and committer must be the document's acting identity as gw writes it ({expected!r})"
+    if _when(info.author) is None or _when(info.committer) is None:
+        return "its author or committer date is not a time git writes (seconds since 1970 and a +hhmm zone)"
     if update.old is not None:
         # A re-send (gw retry after a lost reply) of a request still waiting: the same command only.
         old = _read(git_dir, update.old)
@@ -152,6 +155,16 @@ def _request_refusal(git_dir: str, update: RefUpdate, sizes: dict[str, tuple[str
         if not same_command(before, clean):
             return f"command id {command_id} is already waiting with a different document"
     return None
+
+
+_DATE = re.compile(r"[0-9]{1,12} [+-][0-9]{4}")
+
+
+def _when(signature: str) -> int | None:
+    """The seconds of a commit's ``name <email> SECONDS +ZONE`` line, or ``None`` when they are not
+    as git writes them (a forged request's ``soon`` must never reach the applier's int())."""
+    date = signature.rsplit(" ", 2)[1:]
+    return int(date[0]) if len(date) == 2 and _DATE.fullmatch(" ".join(date)) else None
 
 
 # --- post-receive: the applier -------------------------------------------------------------------
@@ -196,7 +209,7 @@ def _waiting(git_dir: str) -> tuple[list[Waiting], list[tuple[str, str]]]:
         if entry is None or entry[1] != "commit" or not COMMAND_ID.fullmatch(command_id):
             continue
         info = parse_commit(entry[2])
-        when = int(info.committer.rsplit(" ", 2)[1]) if info.committer.count(" ") >= 2 else 0
+        when = _when(info.committer) or 0  # (pre-receive refuses a request dated otherwise)
         if info.parents:
             if now - when > ANSWER_KEPT:
                 prune.append((ref, oid))

@@ -45,7 +45,10 @@ def parse_instant(text: str) -> _dt.datetime:
 
 
 def format_instant(value: _dt.datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Four digits of year always (strftime's %Y writes year 999 as "999"): the text sorts as time does,
+    # which the read cache's date filters rely on (SQL compares it as text).
+    v = value.astimezone(UTC)
+    return f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}Z"
 
 
 def parse_instant_epoch(seconds: int) -> _dt.datetime:

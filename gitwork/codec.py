@@ -251,7 +251,10 @@ def scalar(token: str) -> Any:
     if token == "false":
         return False
     if _INT.match(token):
-        return int(token)
+        try:
+            return int(token)
+        except ValueError as exc:  # more digits than int() reads (4300): no value gitwork can use
+            raise _NotCanonical from exc
     if token == "[]":
         return []
     if token == "{}":
@@ -340,6 +343,8 @@ def _ruamel_load(text: str, limit: int = MAX_STATE_YAML_BYTES) -> Any:
         raise ValueError(str(exc).splitlines()[0] if str(exc) else "bad YAML") from exc
     except RecursionError as exc:  # a safety net: _check_events bounds the depth first
         raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from exc
+    except ValueError as exc:  # int()'s digit limit on a huge number: its reason, not Python's advice
+        raise ValueError(str(exc).split(";")[0][:200]) from exc
 
 
 def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:

@@ -147,7 +147,10 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if name in _DURATIONS:
             return parse_duration(value) if name != "clock_margin" or str(value) != "0" else 0
         if name == "lock_timeout":
-            return float(value)
+            seconds = float(value)
+            if not 0 <= seconds <= 86400:  # NaN too: a lock wait of no sensible length (was exit 1 later)
+                raise ValueError("not 0-86400 seconds")
+            return seconds
         if name in _LISTS:
             if isinstance(value, str):
                 return tuple(v.strip() for v in value.split(",") if v.strip())
@@ -205,6 +208,17 @@ def _check_roles(values: dict[str, Any]) -> None:
 ARBITER = ("admins", "agents", "people", "clock_margin", "default_ttl", "signing")
 
 
+def good_ref_name(ref: str) -> bool:
+    """Whether git takes ``ref`` as a ref's full name (the rules of ``git check-ref-format``), checked
+    here so that a bad ``ref`` setting is refused when set, not by git at the first write (exit 1)."""
+    if not ref.isprintable() or any(c in ref for c in " ~^:?*[\\") or "@{" in ref:
+        return False
+    if ref == "@" or ref.endswith((".", "/")) or ".." in ref:
+        return False
+    parts = ref.split("/")
+    return len(parts) >= 2 and all(p and not p.startswith(".") and not p.endswith(".lock") for p in parts)
+
+
 def load(toplevel: str | None, git_config: dict[str, str], origins: dict[str, str] | None = None,
          workplane: bytes | None = None) -> Settings:
     """The settings in force; ``origins`` (when given) is filled with where each set one came from
@@ -216,8 +230,13 @@ def load(toplevel: str | None, git_config: dict[str, str], origins: dict[str, st
     extra: dict[str, Any] = {}
     path = os.path.join(toplevel, ".workplane") if toplevel else None
     if workplane is None and path is not None and os.path.exists(path):
-        with open(path, "rb") as handle:
-            workplane = handle.read()
+        try:
+            with open(path, "rb") as handle:
+                workplane = handle.read()
+        except OSError as exc:  # a folder, no permission: one line, as a .workplane that does not parse
+            from .errors import Corrupt
+
+            raise Corrupt(f".workplane cannot be read: {exc.strerror or exc}") from None
     if workplane is not None:
         from .codec import load_yaml
 
@@ -242,5 +261,8 @@ def load(toplevel: str | None, git_config: dict[str, str], origins: dict[str, st
             origins[name] = env
     if not str(values.get("ref", "refs/gitwork/state")).startswith("refs/"):
         raise Invalid(f"the state ref must start with refs/: {values['ref']!r}")
+    if "ref" in values and not good_ref_name(str(values["ref"])):
+        raise Invalid(f"the state ref {str(values['ref'])[:80]!r} is no name git takes for a ref "
+                      "(git check-ref-format)")
     _check_roles(values)
     return Settings(extra, **values)

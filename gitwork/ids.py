@@ -37,7 +37,8 @@ def normalise_prefix(text: str) -> str:
     cleaned = text.strip().lower()
     match = _PARTIAL.match(cleaned)
     if not match:
-        raise Invalid(f"malformed item id {text!r}: expected w- followed by hex digits")
+        shown = repr(text[:80]) + ("..." if len(text) > 80 else "")  # a 10 kB word is not echoed whole
+        raise Invalid(f"malformed item id {shown}: expected w- followed by hex digits")
     return match.group(1)
 
 

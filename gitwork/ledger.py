@@ -28,12 +28,13 @@ GROUPS = ("item", "agent", "day")
 def records(wp: Workplane) -> Iterator[dict[str, Any]]:
     """Every execution record on the state ref."""
     from .codec import load_yaml
-    from .records.executions import EXECUTIONS
+    from .records.executions import EXECUTIONS, checked
 
     snapshot = wp.context().snapshot
     for shard, entry in snapshot.tree(EXECUTIONS).items():
         for name, blob in snapshot.store.read_tree(entry.oid).items():
-            yield load_yaml(snapshot.store.read_blob(blob.oid), what=f"{EXECUTIONS}/{shard}/{name}")
+            path = f"{EXECUTIONS}/{shard}/{name}"
+            yield checked(load_yaml(snapshot.store.read_blob(blob.oid), what=path), path)
 
 
 def agent_of(record: dict[str, Any]) -> str:

@@ -384,4 +384,12 @@ def state_file_problem(path: str, doc: dict[str, Any]) -> str | None:
         return item_problem(doc, parts[2])
     if len(parts) == 4 and parts[0] == "items" and parts[3] == "lease.yaml":
         return lease_problem(doc, parts[2])
+    if len(parts) == 3 and parts[0] == "executions" and parts[2].endswith(".yaml"):
+        from .records.executions import execution_problem
+
+        return execution_problem(doc, parts[2].removesuffix(".yaml"))
+    if parts[0] == "queue" and path.endswith(".yaml"):
+        from .records.queue import record_problem
+
+        return record_problem(path, doc)
     return None

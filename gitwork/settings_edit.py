@@ -71,15 +71,18 @@ def get(path: str | None, key: str) -> dict[str, Any]:
 def _yaml_value(name: str, value: str) -> str:
     """The command line's VALUE as a YAML flow value (JSON is YAML): lists from ``a,b``, the rest as text."""
     if name in _LISTS:
-        return json.dumps([v.strip() for v in value.split(",") if v.strip()], ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False)
+        text = json.dumps([v.strip() for v in value.split(",") if v.strip()], ensure_ascii=False)
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    # The breaks JSON leaves raw but YAML 1.1 readers and str.splitlines take as the end of a line.
+    return re.sub("[\x85\u2028\u2029]", lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def edited(text: str, name: str, line: str) -> str:
     """``text`` (a ``.workplane``) with ``name``'s top-level entry (any spelling, its block of indented or
     ``- `` lines included) replaced by ``line``, or ``line`` appended when there is none."""
     spellings = "|".join(re.escape(s) for s in {name, name.replace("_", "-")})
-    lines = text.splitlines(keepends=True)
+    lines = re.findall(r"[^\n]*\n|[^\n]+\Z", text)  # "\n" only: not splitlines' U+2028 or \x85
     head = re.compile(rf"^(?:{spellings})\s*:")
     for number, current in enumerate(lines):
         if head.match(current):
@@ -92,6 +95,14 @@ def edited(text: str, name: str, line: str) -> str:
     return text + line
 
 
+def _usable(settings: Any) -> None:
+    """Refuse settings every claim would then refuse: a default lease no longer than the clock margin
+    is granted already over by its holder's view (model.usable_ttl, exit 5 at each claim without --ttl)."""
+    if settings.default_ttl <= settings.clock_margin:
+        raise Invalid(f"default_ttl ({settings.default_ttl}s) must be longer than clock_margin "
+                      f"({settings.clock_margin}s): every claim without --ttl would be refused as unusable")
+
+
 def set_value(path: str | None, key: str, value: str, shared: bool = False) -> dict[str, Any]:
     """Write ``key = value`` to this clone's git config, or with ``shared`` to ``.workplane``, once the
     settings it leaves are known to load; what is in force afterwards, and what wrote it."""
@@ -100,6 +111,10 @@ def set_value(path: str | None, key: str, value: str, shared: bool = False) -> d
         raise Invalid(f"{name} is a mapping: edit it in .workplane (gitwork/sessions/rules.py describes it)")
     if "\n" in value or "\r" in value or "\0" in value:
         raise Invalid(f"a value for {name} is one line")
+    try:  # a byte that is no UTF-8 on the command line reaches Python as a lone surrogate
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Invalid(f"a value for {name} is not UTF-8 text") from None
     if name in ("admins", "agents", "people"):  # names of identities: each passes the identity rule
         from .ids import check_identity
 
@@ -120,7 +135,7 @@ def set_value(path: str | None, key: str, value: str, shared: bool = False) -> d
         except (OSError, UnicodeDecodeError) as exc:
             raise Invalid(f"cannot read .workplane: {exc}") from exc
         new = edited(text, name, f"{name}: {_yaml_value(name, value)}\n")
-        load(where.toplevel, config, workplane=new.encode("utf-8"))  # refused here: nothing written
+        _usable(load(where.toplevel, config, workplane=new.encode("utf-8")))  # refused here: nothing written
         from .fsutil import write_atomic
 
         write_atomic(file, new, fsync=True)
@@ -129,7 +144,7 @@ def set_value(path: str | None, key: str, value: str, shared: bool = False) -> d
         git_key = "gitwork." + name.split("_")[0] + "".join(w.title() for w in name.split("_")[1:])
         trial = {k: v for k, v in config.items() if key_name_or_none(k) != name}
         trial[git_key.lower()] = value
-        load(where.toplevel, trial)  # refused here: nothing written
+        _usable(load(where.toplevel, trial))  # refused here: nothing written
         from . import gitcmd
 
         for old in [k for k in config if key_name_or_none(k) == name and k != git_key.lower()]:

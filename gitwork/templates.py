@@ -54,10 +54,12 @@ def template(settings: Settings, name: str) -> dict[str, Any]:
 
     fields = {_FIELDS[k]: v for k, v in body.items() if k in _FIELDS and v is not None}
     try:  # the new op's own rules for each field (a label's form, priority 0-4, the types, text bounds)
-        validate_command({"op": "new", "title": "template", **fields})
+        clean = validate_command({"op": "new", "title": "template", **fields})
     except Invalid as error:
         raise Invalid(f"bad template {name!r} in .workplane: {error.message}") from error
-    return dict(body)
+    # Its values as the rules read them (``labels: bug`` is the list [bug], ``priority: '0'`` is 0), not
+    # as written: expand() spreads the lists, and a bare text spread is its letters.
+    return {**body, **{key: clean[field] for key, field in _FIELDS.items() if field in fields}}
 
 
 def expand(settings: Settings, name: str, given: dict[str, Any]) -> dict[str, Any]:

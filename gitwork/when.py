@@ -22,10 +22,15 @@ def instant(text: str, now: _dt.datetime, flag: str) -> str:
     if raw == "today":
         return format_instant(midnight)
     if raw == "yesterday":
+        if midnight.date() == _dt.date.min:  # a clock pinned at year 1 (GW_NOW): no day before it
+            raise Invalid(f"{flag} yesterday: further back than the calendar goes")
         return format_instant(midnight - _dt.timedelta(days=1))
     back = _BACK.match(raw)
     if back:
-        return format_instant(now - _dt.timedelta(seconds=int(back.group(1)) * _UNIT[back.group(2)]))
+        try:
+            return format_instant(now - _dt.timedelta(seconds=int(back.group(1)) * _UNIT[back.group(2)]))
+        except OverflowError:  # before year 1 (999999w): no instant holds it
+            raise Invalid(f"{flag} {str(text)[:40]!r}: further back than the calendar goes") from None
     if re.match(r"^\d{4}-\d{2}-\d{2}", raw):
         try:
             return format_instant(parse_instant(text.strip()))

@@ -349,7 +349,7 @@ def get_execution(wp: Workplane, execution_id: str) -> dict[str, Any]:
 
 def runs(wp: Workplane, item: str | None = None, state: str | None = None) -> list[dict[str, Any]]:
     from ..codec import load_yaml
-    from ..records.executions import EXECUTIONS
+    from ..records.executions import EXECUTIONS, checked
 
     if state is not None and state not in (*LIVE, *TERMINAL):
         raise Invalid(f"unknown execution state {state[:40]!r}; known: {', '.join((*LIVE, *TERMINAL))}")
@@ -358,7 +358,8 @@ def runs(wp: Workplane, item: str | None = None, state: str | None = None) -> li
     rows = []
     for shard, entry in snapshot.tree(EXECUTIONS).items():
         for name, blob in snapshot.store.read_tree(entry.oid).items():
-            record = load_yaml(snapshot.store.read_blob(blob.oid), what=f"{EXECUTIONS}/{shard}/{name}")
+            path = f"{EXECUTIONS}/{shard}/{name}"
+            record = checked(load_yaml(snapshot.store.read_blob(blob.oid), what=path), path)
             if (item_id is None or record.get("item") == item_id) and (state is None or record.get("state") == state):
                 rows.append(record)
     rows.sort(key=lambda r: (str(r.get("created_at")), r["id"]))

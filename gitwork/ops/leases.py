@@ -46,10 +46,13 @@ def _next(ctx: Context) -> str:
     # files their paths cover): ranked after every other candidate. Given in the document, so the choice
     # stays a function of it (the arbiter replays the recorded item, never the prediction).
     last = set(ctx.cmd.get("last") or ())
+    # Items an earlier member of this batch changed (claimed, deferred...): the cache ranks the base
+    # commit, where they were still ready; picking one refused the whole batch (75 "held by you").
+    touched = {p.split("/")[2] for p in ctx.outcome.changes if p.startswith("items/") and p.count("/") >= 3}
     rows = select(ctx.snapshot, ctx.now, ctx.settings.clock_margin, ready=True, labels=ctx.cmd.get("labels") or (),
                   labels_any=ctx.cmd.get("labels_any") or (), owner=ctx.cmd.get("owner"), priority=ctx.cmd.get("priority"),
-                  limit=SCAN if leased_paths or last else wanted, shorten=False).rows
-    candidates = [str(row[0]) for row in rows]
+                  limit=SCAN if leased_paths or last or touched else wanted, shorten=False).rows
+    candidates = [str(row[0]) for row in rows if str(row[0]) not in touched]
     skipped = 0
     if leased_paths:
         free = [c for c in candidates if not _paths_conflict(ctx, c)]

@@ -50,9 +50,51 @@ def check_execution_id(value: str) -> str:
     return value
 
 
+def execution_problem(record: dict[str, Any], execution_id: str | None = None) -> str | None:
+    """What is wrong with an execution record's fields (None: sound): the ones its readers use as they
+    are (``state``, ``item``, the ledger's ``usage`` numbers), so a record forged by hand is corrupt (8),
+    never a Python error in ``gw cost`` or ``gw runs``."""
+    from .. import money
+    from ..errors import Corrupt
+
+    for key in ("id", "item"):
+        if not isinstance(record.get(key), str):
+            return f"{key} must be a text, not {record.get(key)!r}"[:200]
+    if execution_id is not None and record["id"] != execution_id:
+        return f"id {record['id'][:70]!r} is not the file's ({execution_id})"
+    if record.get("state") not in (*LIVE, *TERMINAL):
+        return f"state must be one of {', '.join((*LIVE, *TERMINAL))}, not {record.get('state')!r}"[:200]
+    usage = record.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        return f"usage must be a mapping of tokens_in, tokens_out, cost, reports, not {usage!r}"[:200]
+    for key in ("tokens_in", "tokens_out", "reports"):
+        value = usage.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            return f"usage.{key} must be a whole number from 0, not {value!r}"[:200]
+    try:
+        money.stored(usage.get("cost"))
+    except Corrupt as error:
+        return f"usage.{error.message}"
+    return None
+
+
+def checked(record: dict[str, Any], path: str) -> dict[str, Any]:
+    """``record`` (read from ``path``), or ``Corrupt`` naming the file and the problem."""
+    from ..errors import Corrupt
+
+    name = path.rsplit("/", 1)[-1].removesuffix(".yaml")
+    problem = execution_problem(record, name)
+    if problem:
+        raise Corrupt(f"{path}: {problem}")
+    return record
+
+
 def load_execution(ctx: View, execution_id: str) -> dict[str, Any] | None:
     data = ctx.file(execution_path(execution_id))
-    return codec.load_yaml(data, what=execution_path(execution_id)) if data else None
+    path = execution_path(execution_id)
+    return checked(codec.load_yaml(data, what=path), path) if data else None
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")

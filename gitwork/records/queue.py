@@ -33,6 +33,40 @@ def entry_path(seq: int) -> str:
     return f"{ENTRIES}/{seq:08d}.yaml"
 
 
+def _whole(value: Any, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def record_problem(path: str, doc: dict[str, Any]) -> str | None:
+    """What is wrong with a queue record's fields (None: sound), by its path: the fields its readers
+    use as they are, so a record forged by hand is corrupt (8), never a Python error in ``gw queue``."""
+    if path == SEQ_PATH:
+        return None if _whole(doc.get("next"), 1) else f"next must be a whole number from 1, not {doc.get('next')!r}"[:200]
+    if path == PUBLISHER_PATH:
+        epoch = doc.get("epoch")
+        return None if epoch is None or _whole(epoch) else f"epoch must be a whole number, not {epoch!r}"[:200]
+    name = path.rsplit("/", 1)[-1].removesuffix(".yaml")
+    if not _whole(doc.get("seq"), 1) or not name.isdigit() or doc["seq"] != int(name):
+        return f"seq must be the file's number ({name}), not {doc.get('seq')!r}"[:200]
+    for key in ("session", "item", "holder", "commit", "into"):
+        if not isinstance(doc.get(key), str):
+            return f"{key} must be a text, not {doc.get(key)!r}"[:200]
+    for key in ("fence", "epoch"):
+        if doc.get(key) is not None and not _whole(doc[key]):
+            return f"{key} must be a whole number, not {doc[key]!r}"[:200]
+    return None
+
+
+def _checked(data: bytes, path: str) -> dict[str, Any]:
+    from ..errors import Corrupt
+
+    doc = codec.load_yaml(data, what=path)
+    problem = record_problem(path, doc)
+    if problem:
+        raise Corrupt(f"{path}: {problem}")
+    return doc
+
+
 def entries(view: View) -> list[dict[str, Any]]:
     """The queued entries, head first. An op's own pending writes count (a batch member sees them)."""
     names = set(view.snapshot.tree(ENTRIES))
@@ -43,13 +77,13 @@ def entries(view: View) -> list[dict[str, Any]]:
         path = f"{ENTRIES}/{name}"
         data = view.file(path)
         if data is not None:
-            found.append(codec.load_yaml(data, what=path))
-    return sorted(found, key=lambda e: int(e.get("seq") or 0))
+            found.append(_checked(data, path))
+    return sorted(found, key=lambda e: int(e["seq"]))
 
 
 def next_seq(view: View) -> int:
     data = view.file(SEQ_PATH)
-    return int((codec.load_yaml(data, what=SEQ_PATH) or {}).get("next") or 1) if data else 1
+    return int(_checked(data, SEQ_PATH)["next"]) if data else 1
 
 
 def find_entry(view: View, session: str) -> dict[str, Any] | None:
@@ -58,7 +92,7 @@ def find_entry(view: View, session: str) -> dict[str, Any] | None:
 
 def load_publisher(view: View) -> dict[str, Any] | None:
     data = view.file(PUBLISHER_PATH)
-    return codec.load_yaml(data, what=PUBLISHER_PATH) if data else None
+    return _checked(data, PUBLISHER_PATH) if data else None
 
 
 def publisher_live(record: dict[str, Any] | None, now: _dt.datetime) -> bool:
