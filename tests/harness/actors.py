@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,8 @@ class CliWorker(Actor):
     def step(self) -> None:
         clone = self.rng.randrange(len(self.world.clones))
         items = list(self.world.worker_items) if self.rng.random() < 0.9 else list(self.world.items)
-        op = self.rng.choices(["claim", "next", "renew", "release", "done", "msg", "new", "revoke"],
-                              weights=[4, 2, 3, 2, 0.5, 3, 0.5, 1])[0]
+        op = self.rng.choices(["claim", "next", "renew", "release", "done", "msg", "new", "revoke", "defer",
+                               "undefer", "force"], weights=[4, 2, 3, 2, 0.5, 3, 0.5, 1, 1.5, 0.5, 0.3])[0]
         if op == "revoke":
             items = list(self.world.agent_items)
         mine = list(self.held)
@@ -107,6 +108,8 @@ class CliWorker(Actor):
             else self.rng.choice(items)
         fence = self.held.get(item, 1 + self.rng.randrange(50))
         env = {"GW_FENCE": str(fence)}
+        if op in ("defer", "undefer", "force") and item not in self.held:
+            env = {}  # nobody's fence: a person defers an item nobody holds (docs/everyday.md)
         if op == "claim":
             args: tuple[str, ...] = ("claim", item, "--ttl", self.ttl)
         elif op == "next":
@@ -121,11 +124,18 @@ class CliWorker(Actor):
             args = ("msg", item, f"note {self.rng.randrange(10**6)}")
         elif op == "revoke":
             args = ("revoke", item, "--reason", "harness revokes")
+        elif op == "defer":  # a timer of a few seconds: claims in its window must be refused (I6)
+            args = ("defer", item, "--until", f"{self.rng.randrange(2, 7)}s")
+        elif op == "undefer":
+            args = ("undefer", item)
+        elif op == "force":  # a claim past the item's waits: allowed (I6 exempts it)
+            args = ("claim", item, "--ttl", self.ttl, "--force")
         else:
             args = ("new", f"harness extra {self.rng.randrange(10**6)}")
         code, doc, _ = self.gw(clone, *args, "--as", self.me, env=env)
         if code == 0 and isinstance(doc, dict):
             self.ledger.ack("cli", doc, clone)
+            self.ledger.count(f"ok:{op}")
             if doc.get("op") == "claim" and doc.get("item"):
                 self.held[doc["item"]] = int(doc["fence"])
             elif doc.get("op") in ("release", "done"):
@@ -135,6 +145,38 @@ class CliWorker(Actor):
                 self.world.worker_items.append(doc["item"])
         elif code in (7, 75) and op in ("renew", "release", "done", "msg"):
             self.held.pop(item, None)
+
+
+class Reporter(Actor):
+    """``gw report`` on a running agent's execution, as its agent (``GW_AGENT``, ``GW_FENCE``), in its clone;
+    one report in three is sent again with the same id (a retry after a lost answer): I8 finds each
+    acknowledged report once on its execution and the execution's cost the sum of its reports."""
+
+    kind = "report"
+
+    def step(self) -> None:
+        from .world import agent_records, proc_alive
+
+        live = [r for r in agent_records(self.world.agents) if proc_alive(r["pid"]) and r.get("agent")]
+        if not live:
+            return
+        agent = self.rng.choice(sorted(live, key=lambda r: r["pid"]))
+        clone = self.world.clone_of(agent["cwd"])
+        if clone is None:
+            return
+        report_id = f"rpt-{self.rng.randrange(16**12):012x}"
+        cost = self.rng.choice(["0.01", "0.05", "0.1"])
+        for attempt in range(2 if self.rng.random() < 0.35 else 1):
+            code, doc, _ = self.gw(clone, "report", "--execution", agent["execution"], "--cost", cost,
+                                   "--tokens-in", "10", "--id", report_id, "--as", agent["agent"],
+                                   env={"GW_FENCE": str(agent["fence"])}, kind="cli")
+            if code != 0 or not isinstance(doc, dict):
+                continue
+            self.ledger.count(f"report:{'duplicate' if doc.get('duplicate') else 'ok'}:{attempt}")
+            if not doc.get("duplicate"):
+                self.ledger.ack("cli", doc, clone)
+                with self.ledger._lock:
+                    self.ledger.reports.append((agent["execution"], report_id, Decimal(cost)))
 
 
 class Syncer(Actor):

@@ -20,13 +20,13 @@ from typing import Any
 
 from conftest import gw_here
 
-from . import invariants
-from .actors import CliWorker, Coordinators, Launcher, McpClient, RestClient, Syncer
+from . import history, invariants
+from .actors import CliWorker, Coordinators, Launcher, McpClient, Reporter, RestClient, Syncer
 from .faults import KINDS, Faults
 from .ledger import Ledger
-from .world import World, live_agents, wait_until
+from .world import MARGIN, World, live_agents, wait_until
 
-ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate")
+ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate", "report")
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Switches:
     interval: float = 1.0  # the coordinators' pass interval
     slack: float = 6.0  # I2's slack over one interval on a loaded 2-core machine
     hook: bool = True
+    budget: str | None = "0.2"  # USD, of the first agent item (I8: its launches stop once its agents report that)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Switches:
@@ -151,7 +152,7 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
     rng = random.Random(seed)
     ledger = Ledger()
     started = time.monotonic()
-    world = World(root, clones=switches.clones, items=switches.items, hook=switches.hook)
+    world = World(root, clones=switches.clones, items=switches.items, hook=switches.hook, budget=switches.budget)
     stop = threading.Event()
     threads: list[Any] = []
     errors: list[str] = []
@@ -181,6 +182,8 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
             from .delegation import Delegator
 
             threads.append(Delegator(world, ledger, sub(), stop, "laptop", pause=(1.0, 3.0)))
+        if "report" in switches.actors:
+            threads.append(Reporter(world, ledger, sub(), stop, "reporter", pause=(0.5, 1.5)))
         faults = Faults(world, ledger, sub(), stop, coordinators, kinds=switches.faults)
         threads.append(faults)
         up = (lambda clone: coordinators.up(clone)) if coordinators else (lambda clone: False)
@@ -224,6 +227,7 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
         replay = invariants.replay_mismatches(world.arbiter)
         for problem in replay:
             ledger.violate("I4", problem)
+        history.check_all(history.extract(world.arbiter, margin=int(MARGIN.rstrip("s"))), ledger)
         invariants.check_sound(world, ledger)
     finally:
         stop.set()

@@ -33,8 +33,10 @@ AGENT = """#!/bin/sh
 f="{agents}/$$"
 epoch=$(sed -n 's/.*"epoch": *\\([0-9]*\\).*/\\1/p' "$GW_CONTEXT.json" 2>/dev/null | head -n 1)
 [ -n "$epoch" ] || epoch=$(sed -n 's/.*"epoch": *\\([0-9]*\\).*/\\1/p' "$(dirname "$GW_CONTEXT")/launch.json" 2>/dev/null | head -n 1)
-printf '{{"pid": %s, "item": "%s", "fence": %s, "epoch": "%s", "execution": "%s", "cwd": "%s", "started": %s}}\\n' \\
-  "$$" "$GW_ITEM" "${{GW_FENCE:-0}}" "$epoch" "$GW_EXECUTION" "$(pwd)" "$(date +%s)" > "$f.tmp" && mv "$f.tmp" "$f"
+# what it cost, read by its wrapper when it ends and sent with the end (report id "exit"; I8 counts it once)
+[ -n "$GW_REPORT" ] && printf '{{"cost": 0.05, "tokens_in": 100, "model": "harness"}}' > "$GW_REPORT"
+printf '{{"pid": %s, "item": "%s", "fence": %s, "epoch": "%s", "execution": "%s", "cwd": "%s", "agent": "%s", "started": %s}}\\n' \\
+  "$$" "$GW_ITEM" "${{GW_FENCE:-0}}" "$epoch" "$GW_EXECUTION" "$(pwd)" "$GW_AGENT" "$(date +%s)" > "$f.tmp" && mv "$f.tmp" "$f"
 i=0
 while [ $i -lt 3600 ]; do
   sleep 0.5
@@ -43,6 +45,8 @@ while [ $i -lt 3600 ]; do
 done
 """
 AGENT_MARK = b"harness-agent.sh"
+# The workers' items' globs, by turn: neighbours overlap (src/api/** and src/api/v1.py; docs and docs/**).
+PATHS = (["src/api/**"], ["src/api/v1.py", "README.md"], ["docs"], ["docs/**/*.md"], ["tests/*.py"])
 
 
 @dataclass
@@ -135,7 +139,8 @@ class World:
     """The arbiter (``served/arbiter.git`` behind ``git daemon``, pre-receive installed), ``clones`` clones
     made the arbiter's by ``gw init --remote origin``, and ``items`` items published from clone 0."""
 
-    def __init__(self, root: Path, *, clones: int = 3, items: int = 8, hook: bool = True) -> None:
+    def __init__(self, root: Path, *, clones: int = 3, items: int = 8, hook: bool = True,
+                 budget: str | None = None) -> None:
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
         self.procs = Procs(root / "logs")
@@ -152,12 +157,12 @@ class World:
         self.tmux_sockets: list[Path] = []
         self.daemon.start()
         try:
-            self._build(clones, items, hook)
+            self._build(clones, items, hook, budget)
         except BaseException:
             self.close()  # a set-up that failed half-way leaves no daemon or tmux server behind
             raise
 
-    def _build(self, clones: int, items: int, hook: bool) -> None:
+    def _build(self, clones: int, items: int, hook: bool, budget: str | None) -> None:
         self.url = self.daemon.url("arbiter")
         self.hook = hook
         # The clock margin (docs/leases.md) is 30 s by default: a lease is its holder's only until
@@ -187,13 +192,22 @@ class World:
             self.clones.append(path)
         # The items: one batch (one gw process, one commit), published with one sync.
         self.items: list[str] = [f"w-{os.urandom(8).hex()}" for _ in range(items)]
-        batch = "".join(json.dumps({"op": "new", "item": item, "title": f"harness item {n}"}) + "\n"
-                        for n, item in enumerate(self.items))
-        ok(self.clones[0], "apply", "-", "--as", "seeder", input=batch)
         # The first half is run by agents (gw run, delegation); the workers act mostly on the rest, and
         # revoke on the agents' items (so fences go stale under running agents).
         self.agent_items = self.items[: max(1, items // 2)]
         self.worker_items = self.items[len(self.agent_items):]
+        # The workers' items declare paths, overlapping in pairs (IP: a claim must not take globs that
+        # overlap another holder's live path lease); the first agent item has a small budget (I8: no
+        # launch once its agents reported that much).
+        docs = []
+        for n, item in enumerate(self.items):
+            doc: dict[str, Any] = {"op": "new", "item": item, "title": f"harness item {n}"}
+            if item in self.worker_items:
+                doc["paths"] = PATHS[self.worker_items.index(item) % len(PATHS)]
+            docs.append(doc)
+        if budget is not None:
+            docs.append({"op": "edit", "item": self.agent_items[0], "budget": budget})
+        ok(self.clones[0], "apply", "-", "--as", "seeder", input="".join(json.dumps(d) + "\n" for d in docs))
         ok(self.clones[0], "sync")
         for path in self.clones[1:]:
             ok(path, "sync")
