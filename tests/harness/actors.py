@@ -179,6 +179,66 @@ class Reporter(Actor):
                     self.ledger.reports.append((agent["execution"], report_id, Decimal(cost)))
 
 
+class Publisher(Actor):
+    """A holder queues a one-commit session (claim, ``gw session start``, ``gw session commit``, ``gw publish
+    --queue``), sometimes releasing its lease before the publisher's turn, and ``gw queue work --once`` runs
+    in a random clone: I7 checks each landing against the entry and lease it was queued under, and every
+    move of the arbiter's ``main`` against the landings recorded. Each step is a kill-able gw child."""
+
+    kind = "publish"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.n = 0
+
+    def step(self) -> None:
+        self.n += 1
+        clone = self.rng.randrange(len(self.world.clones))
+        where = self.world.clones[clone]
+        if not self.world.queue_items:
+            return
+        item = self.rng.choice(self.world.queue_items)
+        code, doc, _ = self.gw(clone, "claim", item, "--ttl", "30s", "--as", self.name)
+        if code != 0 or not isinstance(doc, dict):
+            return
+        self.ledger.ack("cli", doc, clone)
+        fence = {"GW_FENCE": str(doc["fence"])}
+        code, doc, _ = self.gw(clone, "session", "start", item, "--as", self.name, env=fence)
+        if code != 0 or not isinstance(doc, dict) or not doc.get("worktree"):
+            self.ledger.count(f"publish:start:{code}")
+            return
+        source = Path(doc["worktree"])
+        name = f"queue/{self.name}-{self.n}.txt"
+        (source / "queue").mkdir(exist_ok=True)
+        (source / name).write_text(f"{self.name} {self.n}\n")
+        code, _doc, _ = self.gw_in(source, clone, "session", "commit", "--file", name, "-m", f"harness {name}",
+                                   "--as", self.name, env=fence)
+        if code != 0:
+            self.ledger.count(f"publish:commit:{code}")
+            return
+        code, doc, _ = self.gw(clone, "publish", "--queue", "--as", self.name, env=fence)
+        self.ledger.count(f"publish:queue:{code}")
+        if code == 0 and self.rng.random() < 0.3:  # the lease ends before its turn: it must be sent back
+            self.gw(clone, "release", item, "--as", self.name, env=fence)
+        code, doc, _ = self.gw(self.rng.randrange(len(self.world.clones)), "queue", "work", "--once", "--ttl", "10s",
+                               "--as", "publisher")
+        if isinstance(doc, dict):
+            for handled in doc.get("handled") or ():
+                self.ledger.count(f"queue:{handled.get('outcome')}")
+
+    def gw_in(self, cwd: Path, clone: int, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any, str]:
+        """``gw ARGS`` in a session's worktree (of clone ``clone``)."""
+        proc = self.world.procs.spawn(f"{self.name}-{args[0]}", "cli", gw_argv(*args, "--json"), cwd, env=env,
+                                      clone=clone, stdout=subprocess.PIPE)
+        try:
+            out, _ = proc.popen.communicate(timeout=GW_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.world.procs.signal(proc, 9)
+            out, _ = proc.popen.communicate()
+        self.ledger.count(f"exit:{args[0]}-{args[1]}:{proc.popen.returncode}")
+        return proc.popen.returncode, None, out.decode(errors="replace")
+
+
 class Syncer(Actor):
     """``gw sync`` in a random clone; the command ids a sync reports refused are reported to the client."""
 

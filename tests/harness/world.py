@@ -140,7 +140,7 @@ class World:
     made the arbiter's by ``gw init --remote origin``, and ``items`` items published from clone 0."""
 
     def __init__(self, root: Path, *, clones: int = 3, items: int = 8, hook: bool = True,
-                 budget: str | None = None) -> None:
+                 budget: str | None = None, code: bool = False) -> None:
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
         self.procs = Procs(root / "logs")
@@ -157,12 +157,12 @@ class World:
         self.tmux_sockets: list[Path] = []
         self.daemon.start()
         try:
-            self._build(clones, items, hook, budget)
+            self._build(clones, items, hook, budget, code)
         except BaseException:
             self.close()  # a set-up that failed half-way leaves no daemon or tmux server behind
             raise
 
-    def _build(self, clones: int, items: int, hook: bool, budget: str | None) -> None:
+    def _build(self, clones: int, items: int, hook: bool, budget: str | None, code: bool) -> None:
         self.url = self.daemon.url("arbiter")
         self.hook = hook
         # The clock margin (docs/leases.md) is 30 s by default: a lease is its holder's only until
@@ -190,8 +190,12 @@ class World:
             if n == 0:
                 ok(path, "sync")
             self.clones.append(path)
+        if code:
+            self._code()
         # The items: one batch (one gw process, one commit), published with one sync.
         self.items: list[str] = [f"w-{os.urandom(8).hex()}" for _ in range(items)]
+        # Two more for the publish queue's sessions (actors.Publisher), out of the other actors' way.
+        self.queue_items = [f"w-{os.urandom(8).hex()}" for _ in range(2 if code else 0)]
         # The first half is run by agents (gw run, delegation); the workers act mostly on the rest, and
         # revoke on the agents' items (so fences go stale under running agents).
         self.agent_items = self.items[: max(1, items // 2)]
@@ -205,12 +209,34 @@ class World:
             if item in self.worker_items:
                 doc["paths"] = PATHS[self.worker_items.index(item) % len(PATHS)]
             docs.append(doc)
+        docs += [{"op": "new", "item": item, "title": f"harness queue item {n}"} for n, item in enumerate(self.queue_items)]
         if budget is not None:
             docs.append({"op": "edit", "item": self.agent_items[0], "budget": budget})
         ok(self.clones[0], "apply", "-", "--as", "seeder", input="".join(json.dumps(d) + "\n" for d in docs))
         ok(self.clones[0], "sync")
         for path in self.clones[1:]:
             ok(path, "sync")
+
+    def _code(self) -> None:
+        """A code branch ``main`` on the arbiter (the publish queue's target), its every move logged (I7
+        reads the arbiter's reflog), checked out in every clone (a session starts from a branch)."""
+        git(self.arbiter, "config", "core.logAllRefUpdates", "always")
+        first = self.clones[0]
+        (first / "README.md").write_text("harness\n")
+        git(first, "add", "README.md")
+        git(first, "-c", "user.name=seeder", "-c", "user.email=seeder@harness", "commit", "-q", "-m", "base")
+        git(first, "branch", "-M", "main")
+        git(first, "push", "-q", "origin", "main")
+        for path in self.clones[1:]:
+            git(path, "fetch", "-q", "origin", "main")
+            git(path, "reset", "-q", "--hard", "FETCH_HEAD")
+            git(path, "branch", "-M", "main")
+
+    def code_moves(self) -> list[str]:
+        """The commits ``main`` was moved to on the arbiter after its creation (from its reflog)."""
+        log = self.arbiter / "logs" / "refs" / "heads" / "main"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [line.split()[1] for line in lines[1:] if len(line.split()) > 1]
 
     # --- reading the state ----------------------------------------------------------------------
 
