@@ -404,3 +404,30 @@ def test_checker_i7_finds_a_session_landed_twice_under_another_lease_or_a_branch
     assert any("s-4: no queue entry" in v for v in found), found
     assert any("moved to ffffffffffff" in v for v in found), found
     assert len(found) == 5, found
+
+
+def test_history_is_read_from_the_state_ref_and_a_forged_grant_past_a_wait_is_flagged(world: World) -> None:
+    """The facts come from real commits: a forced claim of a deferred item is fine; the same commit with
+    ``force`` cut out of its command (pushed with plain git, as a forger would) is an I6 violation."""
+    clone, item = world.clones[0], world.items[0]
+    ok(clone, "defer", item, "--until", "1h", "--as", "alice")
+    refused = gw_here(clone, "claim", item, "--as", "alice", "--json")
+    assert refused.returncode == 6, refused.stdout  # gw itself refuses it
+    ok(clone, "claim", item, "--as", "alice", "--ttl", "1h", "--force")
+    ledger = Ledger()
+    facts = history.extract(clone, margin=3)
+    history.check_all(facts, ledger)
+    assert not ledger.violations and [g.forced for g in facts.grants if g.lease.item == item] == [True]
+    tip = git(clone, "rev-parse", "refs/gitwork/state")
+    message = git(clone, "log", "-1", "--format=%B", tip)
+    assert '"force": true, ' in message
+    author = git(clone, "log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", tip).split("\0")
+    forged = subprocess.run(["git", "commit-tree", f"{tip}^{{tree}}", "-p", f"{tip}^"], cwd=clone, check=True,
+                            input=message.replace('"force": true, ', ""), capture_output=True, text=True,
+                            env={**os.environ, "GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1],
+                                 "GIT_AUTHOR_DATE": author[2], "GIT_COMMITTER_NAME": "x",
+                                 "GIT_COMMITTER_EMAIL": "x@x"}).stdout.strip()
+    git(clone, "update-ref", "refs/gitwork/state", forged)
+    history.check_all(history.extract(clone, margin=3), ledger)
+    found = flagged(ledger, "I6")
+    assert len(found) == 1 and found[0].startswith(f"I6: {forged[:12]} claim granted {item} to alice"), found

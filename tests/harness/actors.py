@@ -194,7 +194,6 @@ class Publisher(Actor):
     def step(self) -> None:
         self.n += 1
         clone = self.rng.randrange(len(self.world.clones))
-        where = self.world.clones[clone]
         if not self.world.queue_items:
             return
         item = self.rng.choice(self.world.queue_items)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from decimal import Decimal
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 
