@@ -3,7 +3,8 @@
 Three clones and an arbiter behind ``git daemon`` (server hook installed), ``gw run`` on tmux and
 subprocess, a coordinator per clone, CLI workers, ``gw sync``, a REST client, an MCP client and two
 delegating peers, while kill -9, arbiter outages and SIGSTOP/SIGCONT hit them (tests/harness/). The
-invariants (I1-I5, tests/harness/invariants.py) are checked while it runs and after a final settle.
+invariants (I1-I5, tests/harness/invariants.py; I6-I8 and IP, tests/harness/history.py) are checked
+while it runs and after a final settle.
 
 - ``test_fixed_seed``: a bounded run with a fixed seed (the same choices each time; the timing is the
   machine's);
