@@ -190,12 +190,13 @@ class Publisher(Actor):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.n = 0
+        self.queued = 0
 
     def step(self) -> None:
+        if not self.world.queue_items or self.queued >= 2:  # two sessions queued: enough for a bounded run
+            return
         self.n += 1
         clone = self.rng.randrange(len(self.world.clones))
-        if not self.world.queue_items:
-            return
         item = self.rng.choice(self.world.queue_items)
         code, doc, _ = self.gw(clone, "claim", item, "--ttl", "30s", "--as", self.name)
         if code != 0 or not isinstance(doc, dict):
@@ -217,6 +218,7 @@ class Publisher(Actor):
             return
         code, doc, _ = self.gw(clone, "publish", "--queue", "--as", self.name, env=fence)
         self.ledger.count(f"publish:queue:{code}")
+        self.queued += code == 0
         if code == 0 and self.rng.random() < 0.3:  # the lease ends before its turn: it must be sent back
             self.gw(clone, "release", item, "--as", self.name, env=fence)
         code, doc, _ = self.gw(self.rng.randrange(len(self.world.clones)), "queue", "work", "--once", "--ttl", "10s",
