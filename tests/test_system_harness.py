@@ -66,6 +66,7 @@ def test_fixed_seed(tmp_path: Path) -> None:
     assert not report.errors, report_failure(report)
     assert not report.violations, report_failure(report)
     assert report.acknowledged.get("landed", 0) > 0, "nothing was acknowledged: the run did not exercise I3"
+    assert report.counts.get("I6:grants-checked", 0) > 0, "no grant was read from the history: I6 saw nothing"
 
 
 @pytest.mark.slow

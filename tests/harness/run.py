@@ -40,7 +40,7 @@ class Switches:
     interval: float = 1.0  # the coordinators' pass interval
     slack: float = 6.0  # I2's slack over one interval on a loaded 2-core machine
     hook: bool = True
-    budget: str | None = "0.2"  # USD, of the first agent item (I8: its launches stop once its agents report that)
+    budget: str | None = "0.1"  # USD, of the first agent item (I8: its launches stop once its agents report that)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Switches:
