@@ -193,7 +193,7 @@ class Publisher(Actor):
         self.queued = 0
 
     def step(self) -> None:
-        if not self.world.queue_items or self.queued >= 2:  # two sessions queued: enough for a bounded run
+        if not self.world.queue_items or self.queued >= 1:  # one session queued: enough for a bounded run
             return
         self.n += 1
         clone = self.rng.randrange(len(self.world.clones))

@@ -184,9 +184,9 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
 
             threads.append(Delegator(world, ledger, sub(), stop, "laptop", pause=(1.0, 3.0)))
         if "report" in switches.actors:
-            threads.append(Reporter(world, ledger, sub(), stop, "reporter", pause=(0.5, 1.5)))
-        if "publish" in switches.actors:  # two sessions queued at most (each is six gw starts), five tries
-            threads.append(Publisher(world, ledger, sub(), stop, "pub", limit=5, pause=(0.5, 2.0)))
+            threads.append(Reporter(world, ledger, sub(), stop, "reporter", pause=(1.0, 3.0)))
+        if "publish" in switches.actors:  # one session queued (six gw starts), in four tries at most
+            threads.append(Publisher(world, ledger, sub(), stop, "pub", limit=4, pause=(0.5, 2.0)))
         faults = Faults(world, ledger, sub(), stop, coordinators, kinds=switches.faults)
         threads.append(faults)
         up = (lambda clone: coordinators.up(clone)) if coordinators else (lambda clone: False)
