@@ -100,7 +100,7 @@ class CliWorker(Actor):
         clone = self.rng.randrange(len(self.world.clones))
         items = list(self.world.worker_items) if self.rng.random() < 0.9 else list(self.world.items)
         op = self.rng.choices(["claim", "next", "renew", "release", "done", "msg", "new", "revoke", "defer",
-                               "undefer", "force"], weights=[4, 2, 3, 2, 0.5, 3, 0.5, 1, 1.5, 0.5, 0.3])[0]
+                               "undefer", "force"], weights=[4, 2, 3, 2, 0.5, 3, 0.5, 1, 3, 1, 0.3])[0]
         if op == "revoke":
             items = list(self.world.agent_items)
         mine = list(self.held)
@@ -160,7 +160,8 @@ class Reporter(Actor):
         live = [r for r in agent_records(self.world.agents) if proc_alive(r["pid"]) and r.get("agent")]
         if not live:
             return
-        agent = self.rng.choice(sorted(live, key=lambda r: r["pid"]))
+        budgeted = [r for r in live if r["item"] == self.world.agent_items[0]]  # the item with a budget, mostly
+        agent = self.rng.choice(sorted(budgeted if budgeted and self.rng.random() < 0.6 else live, key=lambda r: r["pid"]))
         clone = self.world.clone_of(agent["cwd"])
         if clone is None:
             return
