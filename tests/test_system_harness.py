@@ -406,6 +406,9 @@ def test_checker_i7_finds_a_session_landed_twice_under_another_lease_or_a_branch
     assert any("s-4: no queue entry" in v for v in found), found
     assert any("moved to ffffffffffff" in v for v in found), found
     assert len(found) == 5, found
+    gated = Ledger()  # a landing recorded, but on a tree the gates refuse
+    history.check_queue(history.History(margin=3, landings=[once]), gated, moves=["c1" * 20], failing=["c1" * 20])
+    assert flagged(gated, "I7") == [f"I7: the code branch moved to {'c1' * 6}, a tree its gates refuse"], gated.violations
 
 
 def test_history_is_read_from_the_state_ref_and_a_forged_grant_past_a_wait_is_flagged(world: World) -> None:

@@ -209,7 +209,8 @@ class Publisher(Actor):
             self.ledger.count(f"publish:start:{code}")
             return
         source = Path(doc["worktree"])
-        name = f"queue/{self.name}-{self.n}.txt"
+        # one in three fails the gate (world.GATE): it must be sent back, and main never moves to it
+        name = f"queue/{self.name}-{self.n}.{'red' if self.rng.random() < 0.35 else 'txt'}"
         (source / "queue").mkdir(exist_ok=True)
         (source / name).write_text(f"{self.name} {self.n}\n")
         code, _doc, _ = self.gw_in(source, clone, "session", "commit", "--file", name, "-m", f"harness {name}",

@@ -201,8 +201,10 @@ def check_ledger(history: History, ledger: Ledger) -> None:
                                  f"USD reported of its {reserve.budget} USD budget")
 
 
-def check_queue(history: History, ledger: Ledger, moves: list[str] | None = None) -> None:
-    """I7. ``moves``: the commits the code branch was moved to by the publisher, in order (None: not checked)."""
+def check_queue(history: History, ledger: Ledger, moves: list[str] | None = None,
+                failing: list[str] | None = None) -> None:
+    """I7. ``moves``: the commits the code branch was moved to, in order (None: not checked); ``failing``:
+    those of them whose tree the gates refuse (the harness's gate refuses any ``*.red`` file)."""
     landed: dict[str, str] = {}
     for landing in history.landings:
         ledger.count("I7:landings-checked")
@@ -223,13 +225,16 @@ def check_queue(history: History, ledger: Ledger, moves: list[str] | None = None
         for commit in moves:
             if commit not in recorded:
                 ledger.violate("I7", f"the code branch moved to {commit[:12]}, which no landing recorded")
+    for commit in failing or ():
+        ledger.violate("I7", f"the code branch moved to {commit[:12]}, a tree its gates refuse")
 
 
-def check_all(history: History, ledger: Ledger, moves: list[str] | None = None) -> None:
+def check_all(history: History, ledger: Ledger, moves: list[str] | None = None,
+              failing: list[str] | None = None) -> None:
     check_waits(history, ledger)
     check_path_leases(history, ledger)
     check_ledger(history, ledger)
-    check_queue(history, ledger, moves)
+    check_queue(history, ledger, moves, failing)
 
 
 # --- the facts, from a repository's state ref ---------------------------------------------------------

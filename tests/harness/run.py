@@ -244,7 +244,8 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
         for problem in replay:
             ledger.violate("I4", problem)
         history.check_all(history.extract(world.arbiter, margin=int(MARGIN.rstrip("s"))), ledger,
-                          moves=world.code_moves() if "publish" in switches.actors else None)
+                          moves=world.code_moves() if "publish" in switches.actors else None,
+                          failing=[c for c in world.code_moves() if world.red(c)])
         invariants.check_sound(world, ledger)
     finally:
         stop.set()

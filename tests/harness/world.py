@@ -45,6 +45,7 @@ while [ $i -lt 3600 ]; do
 done
 """
 AGENT_MARK = b"harness-agent.sh"
+GATE = "! git ls-files | grep -q '[.]red$'"
 # The workers' items' globs, by turn: neighbours overlap (src/api/** and src/api/v1.py; docs and docs/**).
 PATHS = (["src/api/**"], ["src/api/v1.py", "README.md"], ["docs"], ["docs/**/*.md"], ["tests/*.py"])
 
@@ -221,6 +222,8 @@ class World:
         """A code branch ``main`` on the arbiter (the publish queue's target), its every move logged (I7
         reads the arbiter's reflog), checked out in every clone (a session starts from a branch)."""
         git(self.arbiter, "config", "core.logAllRefUpdates", "always")
+        for path in self.clones:  # the gate every landing must pass: no *.red file (actors.Publisher writes some)
+            git(path, "config", "gitwork.gates", GATE)
         first = self.clones[0]
         (first / "README.md").write_text("harness\n")
         git(first, "add", "README.md")
@@ -231,6 +234,12 @@ class World:
             git(path, "fetch", "-q", "origin", "main")
             git(path, "reset", "-q", "--hard", "FETCH_HEAD")
             git(path, "branch", "-M", "main")
+
+    def red(self, commit: str) -> bool:
+        """``commit``'s tree holds a file the harness's gate refuses (``*.red``)."""
+        names = subprocess.run(["git", "ls-tree", "-r", "--name-only", commit], cwd=self.arbiter, capture_output=True,
+                               text=True, check=False).stdout.split()
+        return any(name.endswith(".red") for name in names)
 
     def code_moves(self) -> list[str]:
         """The commits ``main`` was moved to on the arbiter after its creation (from its reflog)."""
