@@ -221,3 +221,17 @@ def test_a_clone_killed_mid_push_loses_nothing_and_grants_nothing_twice(world: d
     done = run_gw(world["b"], "claim", "--next", env={"GW_AGENT": "bob", "GW_CRASH_AT": "before-push"})
     assert done.returncode == -9
     assert len([line for line in state_log(bare) if line.startswith("claim ")]) == 1
+
+
+def test_an_arbiter_command_sees_the_clones_own_commands_not_yet_synced(world: dict[str, Path]) -> None:
+    """Read your writes, as with the compare-and-swap arbiter: ``gw new`` lands on the clone only, and the
+    claim of that item right after it must be decided on a state that has it (the clone's unsynced
+    commands go with the request). Found by the system harness (``gw publish --queue`` right after ``gw
+    session commit`` was refused "not an open session", exit 3): the inbox carried the claim alone."""
+    made = gw_ok(world["b"], "new", "fresh item", env={"GW_AGENT": "bob"})
+    claimed = run_gw(world["b"], "claim", made["item"], "--json", env={"GW_AGENT": "bob"})
+    assert claimed.returncode == 0, claimed.stderr
+    assert json.loads(claimed.stdout)["item"] == made["item"]
+    landed = state_log(world["remote"])
+    assert any(line.startswith("new ") and made["item"] in line for line in landed), landed
+    assert any(line.startswith("claim ") and made["item"] in line for line in landed), landed

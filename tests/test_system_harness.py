@@ -3,7 +3,8 @@
 Three clones and an arbiter behind ``git daemon`` (server hook installed), ``gw run`` on tmux and
 subprocess, a coordinator per clone, CLI workers, ``gw sync``, a REST client, an MCP client and two
 delegating peers, while kill -9, arbiter outages and SIGSTOP/SIGCONT hit them (tests/harness/). The
-invariants (I1-I5, tests/harness/invariants.py) are checked while it runs and after a final settle.
+invariants (I1-I5, tests/harness/invariants.py; I6-I8 and IP, tests/harness/history.py) are checked
+while it runs and after a final settle.
 
 - ``test_fixed_seed``: a bounded run with a fixed seed (the same choices each time; the timing is the
   machine's);
@@ -19,6 +20,9 @@ faults.py), to bisect a failure. The soak is benchmarks/bench_soak.py.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
 import json
 import os
 import random
@@ -31,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from conftest import environment, git, gw_here, hypothesis_run, let_post
-from harness import invariants
+from harness import history, invariants
 from harness.ledger import Ack, Ledger
 from harness.run import Report, Switches, run_once
 from harness.world import World, agent_records, proc_alive
@@ -65,6 +69,7 @@ def test_fixed_seed(tmp_path: Path) -> None:
     assert not report.errors, report_failure(report)
     assert not report.violations, report_failure(report)
     assert report.acknowledged.get("landed", 0) > 0, "nothing was acknowledged: the run did not exercise I3"
+    assert report.counts.get("I6:grants-checked", 0) > 0, "no grant was read from the history: I6 saw nothing"
 
 
 @pytest.mark.slow
@@ -296,3 +301,143 @@ def wait_until_alive(world: World) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+# --- I6-I8 and path leases: each check flags a hand-made violating history (tests/harness/history.py) ----
+
+
+T0 = history.instant("2026-12-02T08:00:00Z")
+
+
+def lease(item: str, holder: str, fence: int, *, paths: tuple[str, ...] = (), state: str = "active",
+          until: float = 60.0, epoch: int | None = None) -> history.LeaseFact:
+    assert T0 is not None
+    return history.LeaseFact(item, holder, state, fence if epoch is None else epoch, fence,
+                             T0 + datetime.timedelta(seconds=until), paths)
+
+
+def at(seconds: float) -> datetime.datetime:
+    assert T0 is not None
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def flagged(ledger: Ledger, invariant: str) -> list[str]:
+    return [v for v in ledger.violations if v.startswith(invariant + ":")]
+
+
+def test_checker_i6_finds_a_grant_while_the_item_waits() -> None:
+    timer = {"id": "1", "kind": "timer", "until": "2026-12-02T08:00:10Z"}
+    ref = {"id": "2", "kind": "ref", "ref": "refs/pull/1/head", "target": "main"}
+    fine = history.History(margin=3, grants=[
+        history.Grant("a" * 40, "claim", False, at(10), lease("w-1", "alice", 2), [timer]),  # the timer passed
+        history.Grant("b" * 40, "claim", True, at(5), lease("w-1", "alice", 3), [timer, ref]),  # forced
+        history.Grant("c" * 40, "takeover", False, at(5), lease("w-1", "bob", 4), [timer]),  # no claim
+    ])
+    ledger = Ledger()
+    history.check_waits(fine, ledger)
+    assert not ledger.violations and ledger.counts["I6:grants-checked"] == 1  # the forced one is exempt
+    bad = history.History(margin=3, grants=[
+        history.Grant("d" * 40, "claim", False, at(9.5), lease("w-1", "alice", 5), [timer]),
+        history.Grant("e" * 40, "exec-reserve", False, at(30), lease("w-2", "l0", 1), [ref]),
+    ])
+    history.check_waits(bad, ledger)
+    found = flagged(ledger, "I6")
+    assert len(found) == 2 and "dddddddddddd claim granted w-1" in found[0] and "timer" in found[0], found
+    assert "exec-reserve granted w-2" in found[1] and "refs/pull/1/head" in found[1], found
+
+
+def test_checker_ip_finds_two_live_leases_with_overlapping_globs() -> None:
+    theirs = lease("w-1", "bob", 1, paths=("src/api/**",), until=10)
+    cases = {  # (mine, when): flagged?
+        (("src/api/v1.py",), 5.0): True,
+        (("src/api",), 12.9): True,  # expired 2.9 s ago: still live within the 3 s margin
+        (("src/api/v1.py",), 13.0): False,  # past expiry plus margin
+        (("docs/**",), 5.0): False,
+        (("src",), 5.0): True,  # a folder holding their globs
+        (("src/apiary.py",), 5.0): False,  # no path of "src/api/**" is it
+    }
+    for (mine, when), expected in cases.items():
+        ledger = Ledger()
+        grant = history.Grant("f" * 40, "claim", False, at(when), lease("w-2", "alice", 1, paths=mine), [], [theirs])
+        history.check_path_leases(history.History(margin=3, grants=[grant]), ledger)
+        assert bool(flagged(ledger, "IP")) == expected, (mine, when, ledger.violations)
+    same = history.Grant("f" * 40, "claim", False, at(1), lease("w-2", "bob", 1, paths=("src/api/x",)), [], [theirs])
+    ended = history.Grant("f" * 40, "claim", False, at(1), lease("w-2", "al", 1, paths=("src/api/x",)), [],
+                          [dataclasses.replace(theirs, state="released")])
+    ledger = Ledger()
+    history.check_path_leases(history.History(margin=3, grants=[same, ended]), ledger)
+    assert not ledger.violations  # one holder's own leases, and an ended lease, never conflict
+
+
+def test_checker_i8_finds_a_cost_counted_twice_a_lost_report_and_a_launch_past_the_budget() -> None:
+    D = decimal.Decimal
+    good = history.Execution("x-1", "w-1", D("0.15"), [("r1", D("0.05")), ("exit", D("0.1"))])
+    doubled = history.Execution("x-2", "w-1", D("0.2"), [("r2", D("0.1")), ("r2", D("0.1"))])
+    summed_wrong = history.Execution("x-3", "w-1", D("0.3"), [("r3", D("0.1"))])
+    reserves = [history.Reserve("1" * 40, "w-1", D("0.2"), D("0.15")), history.Reserve("2" * 40, "w-3", None, D("9")),
+                history.Reserve("3" * 40, "w-1", D("0.2"), D("0.2"))]
+    ledger = Ledger()
+    ledger.reports += [("x-1", "r1", D("0.05")), ("x-1", "r9", D("0.05")), ("x-2", "r2", D("0.1")),
+                       ("x-1", "r8", D("0.01"))]
+    ledger.refused(["r8"])  # reported refused (a sync turned it away): not expected on the execution
+    history.check_ledger(history.History(margin=3, executions=[good, doubled, summed_wrong], reserves=reserves), ledger)
+    found = flagged(ledger, "I8")
+    assert any("x-2" in v and "['r2'] more than once" in v for v in found), found
+    assert any("x-3" in v and "records cost 0.3" in v for v in found), found
+    assert any("report r9 on x-1" in v and "0 times" in v for v in found), found
+    assert any("report r2 on x-2" in v and "2 times" in v for v in found), found
+    assert any("333333333333 exec-reserve on w-1" in v for v in found), found
+    assert len(found) == 5, found  # x-1, r1, r8, the reserve under budget and the one without are fine
+
+
+def test_checker_i7_finds_a_session_landed_twice_under_another_lease_or_a_branch_moved_by_nobody() -> None:
+    entry = {"seq": 1, "session": "s-1", "item": "w-1", "holder": "alice", "fence": 3, "epoch": 2}
+    held = lease("w-1", "alice", 3, epoch=2)
+    once = history.Landing("a" * 40, "s-1", "c1" * 20, entry, held)
+    ledger = Ledger()
+    history.check_queue(history.History(margin=3, landings=[once]), ledger, moves=["c1" * 20])
+    assert not ledger.violations and ledger.counts["I7:landings-checked"] == 1
+    twice = history.Landing("b" * 40, "s-1", "c2" * 20, entry, held)
+    other = history.Landing("c" * 40, "s-2", "c3" * 20, {**entry, "session": "s-2"}, lease("w-1", "alice", 4, epoch=3))
+    ended = history.Landing("d" * 40, "s-3", "c4" * 20, {**entry, "session": "s-3"},
+                            dataclasses.replace(held, state="released"))
+    gone = history.Landing("e" * 40, "s-4", "c5" * 20, None, held)
+    history.check_queue(history.History(margin=3, landings=[once, twice, other, ended, gone]), ledger,
+                        moves=["c1" * 20, "ff" * 20])
+    found = flagged(ledger, "I7")
+    assert any("bbbbbbbbbbbb queue-land s-1: the session landed already" in v for v in found), found
+    assert any("s-2: queued under alice epoch 2 fence 3" in v for v in found), found
+    assert any("s-3: queued under" in v for v in found), found
+    assert any("s-4: no queue entry" in v for v in found), found
+    assert any("moved to ffffffffffff" in v for v in found), found
+    assert len(found) == 5, found
+    gated = Ledger()  # a landing recorded, but on a tree the gates refuse
+    history.check_queue(history.History(margin=3, landings=[once]), gated, moves=["c1" * 20], failing=["c1" * 20])
+    assert flagged(gated, "I7") == [f"I7: the code branch moved to {'c1' * 6}, a tree its gates refuse"], gated.violations
+
+
+def test_history_is_read_from_the_state_ref_and_a_forged_grant_past_a_wait_is_flagged(world: World) -> None:
+    """The facts come from real commits: a forced claim of a deferred item is fine; the same commit with
+    ``force`` cut out of its command (pushed with plain git, as a forger would) is an I6 violation."""
+    clone, item = world.clones[0], world.items[0]
+    ok(clone, "defer", item, "--until", "1h", "--as", "alice")
+    refused = gw_here(clone, "claim", item, "--as", "alice", "--json")
+    assert refused.returncode == 6, refused.stdout  # gw itself refuses it
+    ok(clone, "claim", item, "--as", "alice", "--ttl", "1h", "--force")
+    ledger = Ledger()
+    facts = history.extract(clone, margin=3)
+    history.check_all(facts, ledger)
+    assert not ledger.violations and [g.forced for g in facts.grants if g.lease.item == item] == [True]
+    tip = git(clone, "rev-parse", "refs/gitwork/state")
+    message = git(clone, "log", "-1", "--format=%B", tip)
+    assert '"force": true, ' in message
+    author = git(clone, "log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", tip).split("\0")
+    forged = subprocess.run(["git", "commit-tree", f"{tip}^{{tree}}", "-p", f"{tip}^"], cwd=clone, check=True,
+                            input=message.replace('"force": true, ', ""), capture_output=True, text=True,
+                            env={**os.environ, "GIT_AUTHOR_NAME": author[0], "GIT_AUTHOR_EMAIL": author[1],
+                                 "GIT_AUTHOR_DATE": author[2], "GIT_COMMITTER_NAME": "x",
+                                 "GIT_COMMITTER_EMAIL": "x@x"}).stdout.strip()
+    git(clone, "update-ref", "refs/gitwork/state", forged)
+    history.check_all(history.extract(clone, margin=3), ledger)
+    found = flagged(ledger, "I6")
+    assert len(found) == 1 and found[0].startswith(f"I6: {forged[:12]} claim granted {item} to alice"), found

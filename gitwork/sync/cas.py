@@ -57,7 +57,8 @@ class Arbiter(Replay):
         kept so that ``gw retry ID`` can send it again under the same id, and the error names the id.
         """
         settings = self.wp.settings
-        if settings.arbiter == "batch" and not riders and not settings.signing and batch.fits(cmd):
+        if settings.arbiter == "batch" and not riders and not settings.signing and batch.fits(cmd) \
+                and not self._unsynced():
             # The batch arbiter (sync/batch.py): a request in the arbiter's inbox, no race for the ref.
             try:
                 return batch.submit(self, cmd, _carry_key(settings))
@@ -84,6 +85,17 @@ class Arbiter(Replay):
             ) from error
         finally:
             cas.turn.give()  # a refusal or an error ends the attempt too
+
+    def _unsynced(self) -> bool:
+        """This clone has commands the arbiter has not seen (its local tip is not on the last known remote
+        tip). The inbox carries one document, decided on the arbiter's state alone; a command that needs
+        them (the claim of an item made here, ``queue-add`` of a session started here) would be refused
+        there. So such a command takes the compare-and-swap path, whose chain carries them (``rebuild``)."""
+        local = self.store.tip()
+        if local is None:
+            return False
+        remote = self.known_remote_tip()
+        return remote is None or (local != remote and not self._reaches(remote, local, limit=64))
 
 
 class Round:

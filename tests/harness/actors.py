@@ -18,6 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +99,8 @@ class CliWorker(Actor):
     def step(self) -> None:
         clone = self.rng.randrange(len(self.world.clones))
         items = list(self.world.worker_items) if self.rng.random() < 0.9 else list(self.world.items)
-        op = self.rng.choices(["claim", "next", "renew", "release", "done", "msg", "new", "revoke"],
-                              weights=[4, 2, 3, 2, 0.5, 3, 0.5, 1])[0]
+        op = self.rng.choices(["claim", "next", "renew", "release", "done", "msg", "new", "revoke", "defer",
+                               "undefer", "force"], weights=[4, 2, 3, 2, 0.5, 3, 0.5, 1, 3, 1, 0.3])[0]
         if op == "revoke":
             items = list(self.world.agent_items)
         mine = list(self.held)
@@ -107,6 +108,8 @@ class CliWorker(Actor):
             else self.rng.choice(items)
         fence = self.held.get(item, 1 + self.rng.randrange(50))
         env = {"GW_FENCE": str(fence)}
+        if op in ("defer", "undefer", "force") and item not in self.held:
+            env = {}  # nobody's fence: a person defers an item nobody holds (docs/everyday.md)
         if op == "claim":
             args: tuple[str, ...] = ("claim", item, "--ttl", self.ttl)
         elif op == "next":
@@ -121,11 +124,18 @@ class CliWorker(Actor):
             args = ("msg", item, f"note {self.rng.randrange(10**6)}")
         elif op == "revoke":
             args = ("revoke", item, "--reason", "harness revokes")
+        elif op == "defer":  # a timer of a few seconds: claims in its window must be refused (I6)
+            args = ("defer", item, "--until", f"{self.rng.randrange(2, 7)}s")
+        elif op == "undefer":
+            args = ("undefer", item)
+        elif op == "force":  # a claim past the item's waits: allowed (I6 exempts it)
+            args = ("claim", item, "--ttl", self.ttl, "--force")
         else:
             args = ("new", f"harness extra {self.rng.randrange(10**6)}")
         code, doc, _ = self.gw(clone, *args, "--as", self.me, env=env)
         if code == 0 and isinstance(doc, dict):
             self.ledger.ack("cli", doc, clone)
+            self.ledger.count(f"ok:{op}")
             if doc.get("op") == "claim" and doc.get("item"):
                 self.held[doc["item"]] = int(doc["fence"])
             elif doc.get("op") in ("release", "done"):
@@ -135,6 +145,101 @@ class CliWorker(Actor):
                 self.world.worker_items.append(doc["item"])
         elif code in (7, 75) and op in ("renew", "release", "done", "msg"):
             self.held.pop(item, None)
+
+
+class Reporter(Actor):
+    """``gw report`` on a running agent's execution, as its agent (``GW_AGENT``, ``GW_FENCE``), in its clone;
+    one report in three is sent again with the same id (a retry after a lost answer): I8 finds each
+    acknowledged report once on its execution and the execution's cost the sum of its reports."""
+
+    kind = "report"
+
+    def step(self) -> None:
+        from .world import agent_records, proc_alive
+
+        live = [r for r in agent_records(self.world.agents) if proc_alive(r["pid"]) and r.get("agent")]
+        if not live:
+            return
+        budgeted = [r for r in live if r["item"] == self.world.agent_items[0]]  # the item with a budget, mostly
+        agent = self.rng.choice(sorted(budgeted if budgeted and self.rng.random() < 0.6 else live, key=lambda r: r["pid"]))
+        clone = self.world.clone_of(agent["cwd"])
+        if clone is None:
+            return
+        report_id = f"rpt-{self.rng.randrange(16**12):012x}"
+        cost = self.rng.choice(["0.01", "0.05", "0.1"])
+        for attempt in range(2 if self.rng.random() < 0.35 else 1):
+            code, doc, _ = self.gw(clone, "report", "--execution", agent["execution"], "--cost", cost,
+                                   "--tokens-in", "10", "--id", report_id, "--as", agent["agent"],
+                                   env={"GW_FENCE": str(agent["fence"])}, kind="cli")
+            if code != 0 or not isinstance(doc, dict):
+                continue
+            self.ledger.count(f"report:{'duplicate' if doc.get('duplicate') else 'ok'}:{attempt}")
+            if not doc.get("duplicate"):
+                self.ledger.ack("cli", doc, clone)
+                with self.ledger._lock:
+                    self.ledger.reports.append((agent["execution"], report_id, Decimal(cost)))
+
+
+class Publisher(Actor):
+    """A holder queues a one-commit session (claim, ``gw session start``, ``gw session commit``, ``gw publish
+    --queue``), sometimes releasing its lease before the publisher's turn, and ``gw queue work --once`` runs
+    in a random clone: I7 checks each landing against the entry and lease it was queued under, and every
+    move of the arbiter's ``main`` against the landings recorded. Each step is a kill-able gw child."""
+
+    kind = "publish"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.n = 0
+        self.queued = 0
+
+    def step(self) -> None:
+        if not self.world.queue_items or self.queued >= 1:  # one session queued: enough for a bounded run
+            return
+        self.n += 1
+        clone = self.rng.randrange(len(self.world.clones))
+        item = self.rng.choice(self.world.queue_items)
+        code, doc, _ = self.gw(clone, "claim", item, "--ttl", "30s", "--as", self.name)
+        if code != 0 or not isinstance(doc, dict):
+            return
+        self.ledger.ack("cli", doc, clone)
+        fence = {"GW_FENCE": str(doc["fence"])}
+        code, doc, _ = self.gw(clone, "session", "start", item, "--as", self.name, env=fence)
+        if code != 0 or not isinstance(doc, dict) or not doc.get("worktree"):
+            self.ledger.count(f"publish:start:{code}")
+            return
+        source = Path(doc["worktree"])
+        # one in three fails the gate (world.GATE): it must be sent back, and main never moves to it
+        name = f"queue/{self.name}-{self.n}.{'red' if self.rng.random() < 0.35 else 'txt'}"
+        (source / "queue").mkdir(exist_ok=True)
+        (source / name).write_text(f"{self.name} {self.n}\n")
+        code, _doc, _ = self.gw_in(source, clone, "session", "commit", "--file", name, "-m", f"harness {name}",
+                                   "--as", self.name, env=fence)
+        if code != 0:
+            self.ledger.count(f"publish:commit:{code}")
+            return
+        code, doc, _ = self.gw(clone, "publish", "--queue", "--as", self.name, env=fence)
+        self.ledger.count(f"publish:queue:{code}")
+        self.queued += code == 0
+        if code == 0 and self.rng.random() < 0.3:  # the lease ends before its turn: it must be sent back
+            self.gw(clone, "release", item, "--as", self.name, env=fence)
+        code, doc, _ = self.gw(self.rng.randrange(len(self.world.clones)), "queue", "work", "--once", "--ttl", "10s",
+                               "--as", "publisher")
+        if isinstance(doc, dict):
+            for handled in doc.get("handled") or ():
+                self.ledger.count(f"queue:{handled.get('outcome')}")
+
+    def gw_in(self, cwd: Path, clone: int, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any, str]:
+        """``gw ARGS`` in a session's worktree (of clone ``clone``)."""
+        proc = self.world.procs.spawn(f"{self.name}-{args[0]}", "cli", gw_argv(*args, "--json"), cwd, env=env,
+                                      clone=clone, stdout=subprocess.PIPE)
+        try:
+            out, _ = proc.popen.communicate(timeout=GW_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.world.procs.signal(proc, 9)
+            out, _ = proc.popen.communicate()
+        self.ledger.count(f"exit:{args[0]}-{args[1]}:{proc.popen.returncode}")
+        return proc.popen.returncode, None, out.decode(errors="replace")
 
 
 class Syncer(Actor):

@@ -14,6 +14,8 @@
 - I4: every state commit's tree is the engine's replay of its command on its parent
   (:func:`replay_mismatches`, reusable on any repository with a state ref).
 - I5: ``git fsck`` clean everywhere; every clone at the arbiter's tip after the final sync.
+
+I6-I8 and IP (path leases) are judged on the arbiter's history after the run: tests/harness/history.py.
 """
 
 from __future__ import annotations

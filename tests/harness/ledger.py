@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 
@@ -33,6 +34,8 @@ class Ledger:
     counts: dict[str, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     delegations: list[tuple[str, float]] = field(default_factory=list)  # (request id, when) acknowledged
+    # (execution, report id, cost) of each exec-report acknowledged to a client (I8: found once)
+    reports: list[tuple[str, str, Decimal]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def now(self) -> float:

@@ -20,13 +20,13 @@ from typing import Any
 
 from conftest import gw_here
 
-from . import invariants
-from .actors import CliWorker, Coordinators, Launcher, McpClient, RestClient, Syncer
+from . import history, invariants
+from .actors import CliWorker, Coordinators, Launcher, McpClient, Publisher, Reporter, RestClient, Syncer
 from .faults import KINDS, Faults
 from .ledger import Ledger
-from .world import World, live_agents, wait_until
+from .world import MARGIN, World, live_agents, wait_until
 
-ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate")
+ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate", "report", "publish")
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Switches:
     interval: float = 1.0  # the coordinators' pass interval
     slack: float = 6.0  # I2's slack over one interval on a loaded 2-core machine
     hook: bool = True
+    budget: str | None = "0.1"  # USD, of the first agent item (I8: its launches stop once its agents report that)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Switches:
@@ -151,7 +152,8 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
     rng = random.Random(seed)
     ledger = Ledger()
     started = time.monotonic()
-    world = World(root, clones=switches.clones, items=switches.items, hook=switches.hook)
+    world = World(root, clones=switches.clones, items=switches.items, hook=switches.hook, budget=switches.budget,
+                  code="publish" in switches.actors)
     stop = threading.Event()
     threads: list[Any] = []
     errors: list[str] = []
@@ -181,6 +183,10 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
             from .delegation import Delegator
 
             threads.append(Delegator(world, ledger, sub(), stop, "laptop", pause=(1.0, 3.0)))
+        if "report" in switches.actors:
+            threads.append(Reporter(world, ledger, sub(), stop, "reporter", pause=(1.0, 3.0)))
+        if "publish" in switches.actors:  # one session queued (six gw starts), in four tries at most
+            threads.append(Publisher(world, ledger, sub(), stop, "pub", limit=4, pause=(0.5, 2.0)))
         faults = Faults(world, ledger, sub(), stop, coordinators, kinds=switches.faults)
         threads.append(faults)
         up = (lambda clone: coordinators.up(clone)) if coordinators else (lambda clone: False)
@@ -215,6 +221,19 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
             for _ in range(3):
                 coordinators.step()
         settle(world, ledger, switches, coordinators)
+        if "publish" in switches.actors:  # what is still queued is landed or sent back, with no fault
+            # a publisher the faults killed holds its lease (10 s) until it expires: 75 till then
+            deadline = time.monotonic() + 25.0
+            while True:
+                done = gw_here(world.clones[0], "queue", "work", "--once", "--ttl", "10s", "--as", "publisher",
+                               "--json")
+                if done.returncode != 75 or time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+            said = invariants.json_or_none(done.stdout) or {}
+            ledger.log(f"settle: queue work -> {done.returncode}: {[h.get('outcome') for h in said.get('handled') or ()]}")
+            for handled in said.get("handled") or ():
+                ledger.count(f"queue:settle:{handled.get('outcome')}")
         monitor.final()
         ledger.count("I2:max-stale-ms", int(monitor.max_stale * 1000))
         ledger.count("I2:max-pass-gap-ms", int(monitor.max_pass_gap * 1000))
@@ -224,6 +243,9 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
         replay = invariants.replay_mismatches(world.arbiter)
         for problem in replay:
             ledger.violate("I4", problem)
+        history.check_all(history.extract(world.arbiter, margin=int(MARGIN.rstrip("s"))), ledger,
+                          moves=world.code_moves() if "publish" in switches.actors else None,
+                          failing=[c for c in world.code_moves() if world.red(c)])
         invariants.check_sound(world, ledger)
     finally:
         stop.set()

@@ -33,8 +33,10 @@ AGENT = """#!/bin/sh
 f="{agents}/$$"
 epoch=$(sed -n 's/.*"epoch": *\\([0-9]*\\).*/\\1/p' "$GW_CONTEXT.json" 2>/dev/null | head -n 1)
 [ -n "$epoch" ] || epoch=$(sed -n 's/.*"epoch": *\\([0-9]*\\).*/\\1/p' "$(dirname "$GW_CONTEXT")/launch.json" 2>/dev/null | head -n 1)
-printf '{{"pid": %s, "item": "%s", "fence": %s, "epoch": "%s", "execution": "%s", "cwd": "%s", "started": %s}}\\n' \\
-  "$$" "$GW_ITEM" "${{GW_FENCE:-0}}" "$epoch" "$GW_EXECUTION" "$(pwd)" "$(date +%s)" > "$f.tmp" && mv "$f.tmp" "$f"
+# what it cost, read by its wrapper when it ends and sent with the end (report id "exit"; I8 counts it once)
+[ -n "$GW_REPORT" ] && printf '{{"cost": 0.05, "tokens_in": 100, "model": "harness"}}' > "$GW_REPORT"
+printf '{{"pid": %s, "item": "%s", "fence": %s, "epoch": "%s", "execution": "%s", "cwd": "%s", "agent": "%s", "started": %s}}\\n' \\
+  "$$" "$GW_ITEM" "${{GW_FENCE:-0}}" "$epoch" "$GW_EXECUTION" "$(pwd)" "$GW_AGENT" "$(date +%s)" > "$f.tmp" && mv "$f.tmp" "$f"
 i=0
 while [ $i -lt 3600 ]; do
   sleep 0.5
@@ -43,6 +45,9 @@ while [ $i -lt 3600 ]; do
 done
 """
 AGENT_MARK = b"harness-agent.sh"
+GATE = "! git ls-files | grep -q '[.]red$'"
+# The workers' items' globs, by turn: neighbours overlap (src/api/** and src/api/v1.py; docs and docs/**).
+PATHS = (["src/api/**"], ["src/api/v1.py", "README.md"], ["docs"], ["docs/**/*.md"], ["tests/*.py"])
 
 
 @dataclass
@@ -135,7 +140,8 @@ class World:
     """The arbiter (``served/arbiter.git`` behind ``git daemon``, pre-receive installed), ``clones`` clones
     made the arbiter's by ``gw init --remote origin``, and ``items`` items published from clone 0."""
 
-    def __init__(self, root: Path, *, clones: int = 3, items: int = 8, hook: bool = True) -> None:
+    def __init__(self, root: Path, *, clones: int = 3, items: int = 8, hook: bool = True,
+                 budget: str | None = None, code: bool = False) -> None:
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
         self.procs = Procs(root / "logs")
@@ -152,12 +158,12 @@ class World:
         self.tmux_sockets: list[Path] = []
         self.daemon.start()
         try:
-            self._build(clones, items, hook)
+            self._build(clones, items, hook, budget, code)
         except BaseException:
             self.close()  # a set-up that failed half-way leaves no daemon or tmux server behind
             raise
 
-    def _build(self, clones: int, items: int, hook: bool) -> None:
+    def _build(self, clones: int, items: int, hook: bool, budget: str | None, code: bool) -> None:
         self.url = self.daemon.url("arbiter")
         self.hook = hook
         # The clock margin (docs/leases.md) is 30 s by default: a lease is its holder's only until
@@ -185,18 +191,61 @@ class World:
             if n == 0:
                 ok(path, "sync")
             self.clones.append(path)
+        if code:
+            self._code()
         # The items: one batch (one gw process, one commit), published with one sync.
         self.items: list[str] = [f"w-{os.urandom(8).hex()}" for _ in range(items)]
-        batch = "".join(json.dumps({"op": "new", "item": item, "title": f"harness item {n}"}) + "\n"
-                        for n, item in enumerate(self.items))
-        ok(self.clones[0], "apply", "-", "--as", "seeder", input=batch)
+        # Two more for the publish queue's sessions (actors.Publisher), out of the other actors' way.
+        self.queue_items = [f"w-{os.urandom(8).hex()}" for _ in range(2 if code else 0)]
         # The first half is run by agents (gw run, delegation); the workers act mostly on the rest, and
         # revoke on the agents' items (so fences go stale under running agents).
         self.agent_items = self.items[: max(1, items // 2)]
         self.worker_items = self.items[len(self.agent_items):]
+        # The workers' items declare paths, overlapping in pairs (IP: a claim must not take globs that
+        # overlap another holder's live path lease); the first agent item has a small budget (I8: no
+        # launch once its agents reported that much).
+        docs = []
+        for n, item in enumerate(self.items):
+            doc: dict[str, Any] = {"op": "new", "item": item, "title": f"harness item {n}"}
+            if item in self.worker_items:
+                doc["paths"] = PATHS[self.worker_items.index(item) % len(PATHS)]
+            docs.append(doc)
+        docs += [{"op": "new", "item": item, "title": f"harness queue item {n}"} for n, item in enumerate(self.queue_items)]
+        if budget is not None:
+            docs.append({"op": "edit", "item": self.agent_items[0], "budget": budget})
+        ok(self.clones[0], "apply", "-", "--as", "seeder", input="".join(json.dumps(d) + "\n" for d in docs))
         ok(self.clones[0], "sync")
         for path in self.clones[1:]:
             ok(path, "sync")
+
+    def _code(self) -> None:
+        """A code branch ``main`` on the arbiter (the publish queue's target), its every move logged (I7
+        reads the arbiter's reflog), checked out in every clone (a session starts from a branch)."""
+        git(self.arbiter, "config", "core.logAllRefUpdates", "always")
+        for path in self.clones:  # the gate every landing must pass: no *.red file (actors.Publisher writes some)
+            git(path, "config", "gitwork.gates", GATE)
+        first = self.clones[0]
+        (first / "README.md").write_text("harness\n")
+        git(first, "add", "README.md")
+        git(first, "-c", "user.name=seeder", "-c", "user.email=seeder@harness", "commit", "-q", "-m", "base")
+        git(first, "branch", "-M", "main")
+        git(first, "push", "-q", "origin", "main")
+        for path in self.clones[1:]:
+            git(path, "fetch", "-q", "origin", "main")
+            git(path, "reset", "-q", "--hard", "FETCH_HEAD")
+            git(path, "branch", "-M", "main")
+
+    def red(self, commit: str) -> bool:
+        """``commit``'s tree holds a file the harness's gate refuses (``*.red``)."""
+        names = subprocess.run(["git", "ls-tree", "-r", "--name-only", commit], cwd=self.arbiter, capture_output=True,
+                               text=True, check=False).stdout.split()
+        return any(name.endswith(".red") for name in names)
+
+    def code_moves(self) -> list[str]:
+        """The commits ``main`` was moved to on the arbiter after its creation (from its reflog)."""
+        log = self.arbiter / "logs" / "refs" / "heads" / "main"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [line.split()[1] for line in lines[1:] if len(line.split()) > 1]
 
     # --- reading the state ----------------------------------------------------------------------
 
