@@ -25,7 +25,7 @@ import os
 import re
 
 from .. import clock, codec, gitcmd
-from ..errors import GitFailed, GwError, Illegal, Invalid, NotFound, Stale
+from ..errors import GitFailed, GwError, Held, Illegal, Invalid, NotFound, Stale
 from ..hookcheck import PUBLISHED
 from ..store import identity_signature
 
@@ -296,10 +296,14 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
         session = session_id or new_session_id(now, project, actor, attempt)
         folder = session_dir(top, session)
         if os.path.exists(folder):
+            if session_id:  # a named session (a multi-step session's source branch): one start of it only
+                raise Held(f"session {session} is being started already ({folder} exists)", session=session)
             continue
         try:
             os.makedirs(folder)
         except FileExistsError:
+            if session_id:
+                raise Held(f"session {session} is being started already ({folder} exists)", session=session) from None
             continue  # another start picked the same id this second
         source = os.path.join(folder, SOURCE)
         added = git("worktree", "add", "-q", "-b", f"{BRANCH_PREFIX}{session}", source, base, cwd=top, check=False)

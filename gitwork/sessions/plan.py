@@ -7,7 +7,7 @@ import copy
 import os
 
 from .. import clock
-from ..errors import Illegal, Invalid, NotFound
+from ..errors import Held, Illegal, Invalid, NotFound
 from ..records.sessions import (
     canonical,
     check_schema,
@@ -15,7 +15,7 @@ from ..records.sessions import (
     sha256,
 )
 from ..store import crash_point
-from . import Session
+from . import Session, session_dir
 from . import start as start_source
 from .gates import _recorded_listing_of
 from .manifest import Run, _branch_key, _ordered, _read, _recorded_file, is_exchange, round_keys, round_of, write_atomic
@@ -153,6 +153,24 @@ def _source_base(run: Run, position: int) -> tuple[str | None, list[dict[str, st
     return made["commit"], pins
 
 
+def _started(top: str, session: str, wait: float = 30.0) -> Session:
+    """The record of a source session, waiting (``wait`` seconds at most) while another process that
+    took its folder first is still starting it; ``Held`` (75) when it never appears (a start that died
+    half way: ``gw session drop`` it)."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return Session.load(top, session)
+        except NotFound:
+            if time.monotonic() >= deadline:
+                raise Held(f"session {session} was started but has no record after {wait:.0f}s: a start died "
+                           f"half way; remove {session_dir(top, session)}",
+                           session=session) from None
+            time.sleep(0.05)
+
+
 def _source_for(run: Run, key: str, position: int) -> dict[str, Any]:
     """The commit-once session a source-writing branch writes through (started once, then reused), from
     a base holding every earlier source step's commit; the request pins those commits."""
@@ -161,8 +179,11 @@ def _source_for(run: Run, key: str, position: int) -> dict[str, Any]:
     try:
         record = Session.load(run.where.top, source_id)
     except NotFound:
-        start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id, base_commit=base)
-        record = Session.load(run.where.top, source_id)
+        try:
+            start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id, base_commit=base)
+        except Held:
+            pass  # another process starts this very source branch: its record is awaited below
+        record = _started(run.where.top, source_id)
     out = {"session": source_id, "branch": record.branch, "base": record["base"], "worktree": record.source}
     return {**out, "pins": pins} if pins else out
 
