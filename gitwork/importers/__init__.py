@@ -221,6 +221,19 @@ def batches(docs: list[dict[str, Any]], size: int = BATCH) -> list[list[dict[str
 PREFER = ("gitwork", "source")
 
 
+def _documents(kind: str, path: str, mapping: str | None, prefer: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The file read and planned into ``import`` documents (``prefer`` set on each), and each external
+    id's line in the file (a refusal names it): what ``run`` sends and ``dry_run`` decides in memory."""
+    if prefer not in PREFER:
+        raise UsageError(f"--prefer must be one of {', '.join(PREFER)}")
+    records = read(kind, path, mapping)
+    docs = plan(kind, records, path)
+    if prefer == "source":
+        for doc in docs:
+            doc["prefer"] = "source"
+    return docs, {r["external"]: r["line"] for r in records}  # one per record: plan refuses an external id twice
+
+
 def run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None, size: int = BATCH,
         progress: Callable[[int, int], None] | None = None, prefer: str = "gitwork") -> dict[str, Any]:
     """Import ``path`` (an export of ``kind``) into the work plane: read, plan, check, send in batches.
@@ -230,14 +243,7 @@ def run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None, size
     is decided again on the new tip and the changing documents are sent batch by batch; a batch
     refused after another race midway leaves the batches before it landed, and the import is
     idempotent, so running it again finishes it (docs/shadow.md, "Re-importing")."""
-    if prefer not in PREFER:
-        raise UsageError(f"--prefer must be one of {', '.join(PREFER)}")
-    records = read(kind, path, mapping)
-    docs = plan(kind, records, path)
-    if prefer == "source":
-        for doc in docs:
-            doc["prefer"] = "source"
-    lines = {r["external"]: r["line"] for r in records}
+    docs, lines = _documents(kind, path, mapping, prefer)
     chunks = batches(docs, size)
     actions: dict[str, str] = {}
     conflicts: dict[tuple[str, str], dict[str, Any]] = {}
@@ -284,7 +290,7 @@ def run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None, size
         if progress:
             progress(done, len(docs))
     counts = {name: sum(1 for a in actions.values() if a == name) for name in _RANK}
-    return {"ok": True, "source": kind, "file": path, "items": len(records), "documents": len(docs),
+    return {"ok": True, "source": kind, "file": path, "items": len(lines), "documents": len(docs),
             "batches": len(chunks), "commits": commits, **counts, "comments": comments,
             "conflicts": list(conflicts.values())}
 
@@ -294,14 +300,7 @@ def dry_run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None,
     """What ``run`` would change, decided on the current tip in memory (``_check``: the same decisions,
     the same refusals naming the file's line), writing nothing: counts and ids of the items that would be
     created, updated, left unchanged or deleted (cancelled by a tombstone), and the conflicts."""
-    if prefer not in PREFER:
-        raise UsageError(f"--prefer must be one of {', '.join(PREFER)}")
-    records = read(kind, path, mapping)
-    docs = plan(kind, records, path)
-    if prefer == "source":
-        for doc in docs:
-            doc["prefer"] = "source"
-    lines = {r["external"]: r["line"] for r in records}
+    docs, lines = _documents(kind, path, mapping, prefer)
     actions: dict[str, str] = {}
     conflicts: dict[tuple[str, str], dict[str, Any]] = {}
     comments = 0
@@ -312,7 +311,7 @@ def dry_run(wp: Workplane, kind: str, path: str, *, mapping: str | None = None,
     ids: dict[str, list[str]] = {name: [] for name in ("created", "updated", "unchanged", "deleted")}
     for item, action in actions.items():
         ids["deleted" if item in tombstones and action == "updated" else action].append(item)
-    return {"ok": True, "dry_run": True, "source": kind, "file": path, "items": len(records),
+    return {"ok": True, "dry_run": True, "source": kind, "file": path, "items": len(lines),
             "documents": len(docs), **{name: len(found) for name, found in ids.items()}, "comments": comments,
             "ids": {name: sorted(found) for name, found in ids.items()}, "conflicts": list(conflicts.values())}
 
