@@ -3,7 +3,8 @@
 Three clones and an arbiter behind ``git daemon`` (server hook installed), ``gw run`` on tmux and
 subprocess, a coordinator per clone, CLI workers, ``gw sync``, a REST client, an MCP client and two
 delegating peers, while kill -9, arbiter outages and SIGSTOP/SIGCONT hit them (tests/harness/). The
-invariants (I1-I5, tests/harness/invariants.py; I6-I8 and IP, tests/harness/history.py) are checked
+invariants (I1-I5, tests/harness/invariants.py; I6-I8 and IP, tests/harness/history.py; IW, webhooks,
+tests/harness/webhooks.py) are checked
 while it runs and after a final settle.
 
 - ``test_fixed_seed``: a bounded run with a fixed seed (the same choices each time; the timing is the
@@ -23,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import decimal
+import hashlib
+import hmac
 import json
 import os
 import random
@@ -441,3 +444,29 @@ def test_history_is_read_from_the_state_ref_and_a_forged_grant_past_a_wait_is_fl
     history.check_all(history.extract(clone, margin=3), ledger)
     found = flagged(ledger, "I6")
     assert len(found) == 1 and found[0].startswith(f"I6: {forged[:12]} claim granted {item} to alice"), found
+
+
+def test_checker_iw_flags_an_unsigned_garbled_or_invented_webhook_post(world: World) -> None:
+    """IW (tests/harness/webhooks.py): a post must be signed with the shared secret and name a commit the
+    serving clone has, with the op its command records; a real post of a real commit passes."""
+    from harness import webhooks
+
+    clone = world.clones[0]
+    ok(clone, "claim", world.items[0], "--as", "alice", "--ttl", "1h")
+    commit = git(clone, "rev-parse", "refs/gitwork/state").strip()
+
+    def post(event: dict, secret: str = webhooks.SECRET) -> tuple[dict[str, str], bytes]:
+        body = json.dumps(event).encode()
+        headers = {"x-gitwork-timestamp": "1764633600"}
+        digest = hmac.new(secret.encode(), b"1764633600." + body, hashlib.sha256).hexdigest()
+        return {**headers, "x-gitwork-signature": f"sha256={digest}"}, body
+
+    ledger = Ledger()
+    assert webhooks.check([post({"event": "state", "commit": commit, "op": "claim"})], clone, ledger) == 1
+    assert ledger.violations == []
+    bad = [post({"event": "state", "commit": commit, "op": "claim"}, secret="not-the-secret"),
+           post({"event": "state", "commit": "0" * 40, "op": "claim"}),
+           post({"event": "state", "commit": commit, "op": "release"}),
+           post({"event": "state"})]
+    webhooks.check(bad, clone, ledger)
+    assert len(ledger.violations) == 4 and all(v.startswith("IW: ") for v in ledger.violations), ledger.violations

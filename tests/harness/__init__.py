@@ -16,6 +16,8 @@ Modules, each with one job:
   was queued under; the code branch moves only by landings), I8 (each reported cost counted once, no
   launch past a spent budget) and IP (no two live leases of different holders with overlapping globs),
   judged on facts read once from the arbiter's state history (and its ``main`` reflog);
+- ``webhooks``: IW (every post the REST clone's ``gw serve`` delivers is signed, and names a commit that
+  clone has, with its command's op), over a receiver that answers every fifth post 503;
 - ``run``: one seeded run: builds the world, drives the actors and faults for a bounded time, settles,
   checks, tears down.
 

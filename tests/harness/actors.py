@@ -364,9 +364,10 @@ class RestClient(Actor):
 
     kind = "rest"
 
-    def __init__(self, *args: Any, clone: int = 1, ttl: str = "10s", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, clone: int = 1, ttl: str = "10s", webhook: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clone, self.ttl = clone, ttl
+        self.webhook = webhook  # a harness.webhooks.Receiver its gw serve posts every state move to (IW)
         self.token = ""
         self.proc: Proc | None = None
         self.url = ""
@@ -379,6 +380,8 @@ class RestClient(Actor):
                                              cwd=self.world.clones[self.clone], capture_output=True, text=True,
                                              timeout=60).stdout)
             self.token = made["token"]
+            if self.webhook is not None:
+                self.webhook.configure(self.world.clones[self.clone])
         self.proc = self.world.procs.spawn(f"serve{self.clone}", "serve",
                                            gw_argv("serve", "--bind", "127.0.0.1:0", "--json"),
                                            self.world.clones[self.clone], clone=self.clone, stdout=subprocess.PIPE)

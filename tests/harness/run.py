@@ -20,10 +20,11 @@ from typing import Any
 
 from conftest import gw_here
 
-from . import history, invariants
+from . import history, invariants, webhooks
 from .actors import CliWorker, Coordinators, Launcher, McpClient, Publisher, Reporter, RestClient, Syncer
 from .faults import KINDS, Faults
 from .ledger import Ledger
+from .webhooks import Receiver
 from .world import MARGIN, World, live_agents, wait_until
 
 ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate", "report", "publish")
@@ -160,6 +161,7 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
     monitor = None
     replay: list[str] = []
     acknowledged: dict[str, int] = {}
+    receiver: Receiver | None = None
     try:
         ledger.log(f"world ready in {time.monotonic() - started:.1f} s: {switches}")
         sub = lambda: random.Random(rng.getrandbits(64))
@@ -176,7 +178,9 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
             threads += [Launcher(world, ledger, sub(), stop, f"l{n}", backends=backends, pause=(0.5, 2.0))
                         for n in range(switches.launchers)]
         if "rest" in switches.actors:
-            threads.append(RestClient(world, ledger, sub(), stop, "resty", clone=1 % switches.clones))
+            receiver = Receiver()
+            threads.append(RestClient(world, ledger, sub(), stop, "resty", clone=1 % switches.clones,
+                                      webhook=receiver))
         if "mcp" in switches.actors:
             threads.append(McpClient(world, ledger, sub(), stop, "mcpy", clone=2 % switches.clones))
         if "delegate" in switches.actors and switches.clones >= 2:
@@ -247,9 +251,15 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
                           moves=world.code_moves() if "publish" in switches.actors else None,
                           failing=[c for c in world.code_moves() if world.red(c)])
         invariants.check_sound(world, ledger)
+        if receiver is not None:
+            with receiver.lock:
+                posts = list(receiver.posts)
+            webhooks.check(posts, world.clones[1 % switches.clones], ledger)
     finally:
         stop.set()
         world.close()
+        if receiver is not None:
+            receiver.close()
         # Teardown is part of the contract: nothing the run started outlives it.
         leftovers = [f"{p.name} (pid {p.popen.pid})" for p in world.procs.all if p.alive]
         leftovers += [f"agent pid {pid}" for pid in live_agents(world.agents)]
