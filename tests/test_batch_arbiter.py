@@ -65,9 +65,11 @@ def world(template: Path, tmp_path: Path) -> dict[str, Path]:
 
 def test_a_herd_on_three_clones_is_granted_once_each(world: dict[str, Path]) -> None:
     procs = []
+    clones = []
     for name in ("a", "b", "c"):
         for n in range(2):
             env = {"GW_AGENT": f"agent-{name}{n}"}
+            clones.append(name)
             procs.append(subprocess.Popen(gw_cmd("claim", "--next", "--json"), cwd=world[name], text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           env={**_env(), **env}))
@@ -81,9 +83,10 @@ def test_a_herd_on_three_clones_is_granted_once_each(world: dict[str, Path]) -> 
     assert sorted(r["fence"] for r in results) == [1, 2, 3, 4, 5, 6]
     claims = [line for line in state_log(world["remote"]) if line.startswith("claim ")]
     assert len(claims) == 6  # one commit per command, written by the arbiter, nothing twice
-    for result in results:
-        # The answer is the arbiter's record, and the clone adopted it: its own view shows the lease.
-        shown = gw_ok(world["a"], "show", result["item"])
+    for name, result in zip(clones, results, strict=True):
+        # The answer is the arbiter's record, and the clone that asked adopted it: its own view shows the
+        # lease (another clone sees it after its next fetch, not before).
+        shown = gw_ok(world[name], "show", result["item"])
         assert shown["lease"]["holder"] == result["holder"]
     answered = git(world["remote"], "for-each-ref", "--format=%(objectname)", INBOX_PREFIX).split()
     assert len(answered) == 6

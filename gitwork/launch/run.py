@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import GwError, Held, Invalid, NotFound
+from ..errors import GwError, Held, Illegal, Invalid, NotFound
 from ..records.executions import (
     LIVE,
     TERMINAL,
@@ -112,7 +112,16 @@ def _mark(wp: Workplane, record: dict[str, Any], to: str, **args: Any) -> dict[s
         from .ledger import exit_report
 
         args.update(exit_report(os.path.join(executions_dir(wp.repo), record["id"])))
-    applied = wp.record("exec-state", execution=record["id"], to=to, **args)
+    try:
+        applied = wp.record("exec-state", execution=record["id"], to=to, **args)
+    except Illegal:
+        # Two processes settling one execution (the launcher recording `running`, a concurrent `gw run`
+        # of the same item probing it): the one that lost the race finds it already where it was taking
+        # it, which is its answer too; any other refusal stands.
+        current = load_execution(wp.context(), record["id"])
+        if current is None or current.get("state") != to:
+            raise
+        return {"id": record["id"], **{k: v for k, v in current.items() if k != "id"}}
     return {"id": record["id"], **{k: v for k, v in applied.result.items() if k not in ("execution", "duplicate")}}
 
 
