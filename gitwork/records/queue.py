@@ -9,10 +9,8 @@ the procedure (``pubqueue.py``) and the faces read them without importing an op 
 
 from __future__ import annotations
 
-import datetime as _dt
-
 from .. import codec
-from ..clock import parse_instant
+from .executions import coordinator_live
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -95,14 +93,8 @@ def load_publisher(view: View) -> dict[str, Any] | None:
     return _checked(data, PUBLISHER_PATH) if data else None
 
 
-def publisher_live(record: dict[str, Any] | None, now: _dt.datetime) -> bool:
-    """Does the publisher's lease still bind (not released, not expired)?"""
-    if record is None or record.get("state") == "released":
-        return False
-    try:
-        return parse_instant(str(record.get("expires_at"))) > now
-    except ValueError:
-        return False
+# The publisher's lease binds by the coordinator lease's rule (not released, not expired): one rule.
+publisher_live = coordinator_live
 
 
 def bounded(output: str) -> str:
