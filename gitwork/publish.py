@@ -238,7 +238,7 @@ def _precheck(wp: Workplane, document: dict[str, Any]) -> None:
     engine.apply(snapshot, cmd, wp.now(), wp.settings)
 
 
-def _is_arbiter(top: str, remote: str, arbiter: str | None) -> bool:
+def code_remote_is_arbiter(top: str, remote: str, arbiter: str | None) -> bool:
     """Whether the code remote is the arbiter: the same remote, or one that pushes to the same URL."""
     if not arbiter:
         return False
@@ -339,7 +339,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     _precheck(wp, {"op": "publish", "item": item_id, "session": record.id, "source": source, "commit": source,
                    "into": into, "remote": remote, "mode": "fast-forward", "fence": record["fence"], **closing})
 
-    if remote and _is_arbiter(top, remote, wp.settings.remote):
+    if remote and code_remote_is_arbiter(top, remote, wp.settings.remote):
         return _publish_with_record(wp, record, remote, into, closing)
     worktree = None
     for _round in range(MAX_ROUNDS):

@@ -38,6 +38,7 @@ import time
 
 from .clock import parse_instant
 from .errors import GwError, Held, Invalid, NonFastForward, RemoteError, RemoteRefused, Stale
+from .publish import code_remote_is_arbiter  # the one rule: same remote, or the same push URL
 from .records.queue import bounded, entries
 from .sessions import ensure_ignored, find, git, identity_env, main_worktree, resolve_commit
 
@@ -134,7 +135,7 @@ class Publisher:
     @functools.cached_property
     def with_record(self) -> bool:
         """Whether the code remote is the arbiter: then a landing and its record are one atomic push."""
-        return _same_remote(self.top, self.remote, self.wp.settings.remote)
+        return code_remote_is_arbiter(self.top, self.remote, self.wp.settings.remote)
 
     def _lease(self, action: str) -> dict[str, Any]:
         holder = {"host": socket.gethostname()[:64] or "host", "pid": os.getpid()}
@@ -367,16 +368,6 @@ def _push(top: str, remote: str, ref: str, new: str, target: str) -> bool:
         return False
     said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
     raise NonFastForward(f"{remote} refused {ref}: {said}", remote=remote)
-
-
-def _same_remote(top: str, remote: str, arbiter: str | None) -> bool:
-    """Whether the code remote is the arbiter: the same remote, or one that pushes to the same URL."""
-    if not arbiter:
-        return False
-    if remote == arbiter:
-        return True
-    urls = [git("remote", "get-url", "--push", "--", n, cwd=top, check=False).out.strip() for n in (remote, arbiter)]
-    return bool(urls[0]) and urls[0] == urls[1]
 
 
 def _remove_worktree(top: str, path: str) -> None:

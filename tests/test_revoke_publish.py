@@ -291,11 +291,11 @@ def test_an_atomic_push_of_a_stale_fence_with_the_state_ref_lands_nothing(world:
 
 
 def test_the_arbiter_is_the_code_remote_by_name_or_by_url(tmp_path: Path) -> None:
-    from gitwork.publish import _is_arbiter
+    from gitwork.publish import code_remote_is_arbiter
 
     repo = make_repo(tmp_path / "clone")
     for name, url in [("origin", tmp_path / "a.git"), ("mirror", tmp_path / "a.git"), ("other", tmp_path / "b.git")]:
         git(repo, "remote", "add", name, str(url))
     top = str(repo)
-    assert _is_arbiter(top, "origin", "origin") and _is_arbiter(top, "mirror", "origin")
-    assert not _is_arbiter(top, "other", "origin") and not _is_arbiter(top, "origin", None)
+    assert code_remote_is_arbiter(top, "origin", "origin") and code_remote_is_arbiter(top, "mirror", "origin")
+    assert not code_remote_is_arbiter(top, "other", "origin") and not code_remote_is_arbiter(top, "origin", None)
