@@ -13,7 +13,6 @@ Every tmux call goes through ``gitcmd.run_tool``.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from ..errors import Invalid
@@ -103,7 +102,7 @@ class Tmux:
 
         env_file = wrapper.write_env(folder, env)
         done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", "--",
-                          sys.executable, "-S", os.path.abspath(wrapper.__file__), folder, "--env", env_file, "--", *argv)
+                          *wrapper.argv(folder, env_file, argv))
         if done.returncode != 0:
             wrapper.remove(env_file)
             if "duplicate session" in done.err:
