@@ -220,3 +220,97 @@ def test_kill_9_of_the_launcher_at_random_moments_never_starts_two_agents(launch
         out, err = caller.communicate(timeout=60)
         assert caller.returncode == 0, err  # answered by the launcher, or by its own launch (the retry)
         converged(launched, item, json.loads(out), marker)
+
+
+# --- the launcher's tmux pane: the agent exec'd by /bin/sh, no Python before it (tmux.PANE) ---------
+
+
+@needs_tmux
+def test_the_launchers_pane_starts_the_agent_through_sh_with_every_guarantee(launched: Path,
+                                                                             resident: subprocess.Popen[str]) -> None:
+    """Its exact environment (quotes, newlines, ``$`` kept as text), its handle before it runs, the
+    env file emptied and removed, the agent the pane's own process, its exit code from tmux, and its
+    ``report.json`` carried by the end; a command that cannot be executed is ``failed``, never running."""
+    from gitwork.workplane import Workplane
+
+    script = launched / "agent.sh"
+    script.write_text("#!/bin/sh\nprintf '%s|%s' \"$GW_T_Q\" \"$GW_AGENT\" > seen\n"
+                      "echo '{\"tokens_out\": 4, \"cost\": \"0.02\"}' > \"$GW_REPORT\"\nexit 3\n")
+    script.chmod(0o755)
+    done, _ = run(launched, item_of(launched), "--json", "--env", "GW_T_Q=it's $HOME\nand `more`", "--", str(script),
+                  env={"GW_AGENT": "alice"})
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    folder = launched / ".git" / "gitwork" / "executions" / doc["execution"]
+    assert record(launched, doc["execution"])["launcher"]["pid"] == str(resident.pid)
+    poll(lambda: (launched / "seen").exists() and "|" in (launched / "seen").read_text(), "the agent")
+    assert (launched / "seen").read_text() == "it's $HOME\nand `more`|alice"
+    handle = (folder / "handle").read_text()
+    assert handle.partition("@")[0] == (folder / "child").read_text().strip()  # the pane's process is the agent
+    assert not list(folder.glob("env.*")) and not (folder / "code").exists()  # no Python wrapper ran
+    ended, _ = run(launched, item_of(launched), "--json", "--", str(script), env={"GW_AGENT": "alice"})
+    rows = [r for r in all_runs(launched) if r["execution"] == doc["execution"]]
+    assert rows[0]["state"] == "exited" and rows[0]["code"] == 3, rows
+    assert rows[0]["usage"]["tokens_out"] == 4 and rows[0]["usage"]["cost"] == "0.02", rows
+    assert ended.returncode == 0, ended.stderr
+    # A script whose #! interpreter does not exist: failed (exit 5), never running.
+    with Workplane(str(launched), agent="setup") as wp:
+        other = wp.do("new", title="bad").result["item"]
+    bad = launched / "bad.sh"
+    bad.write_text("#!/no/such/interpreter\necho never\n")
+    bad.chmod(0o755)
+    refused, _ = run(launched, other, "--", str(bad), env={"GW_AGENT": "alice"})
+    assert refused.returncode == 5 and "cannot start" in refused.stderr, refused
+    rows = [r for r in all_runs(launched) if r["item"] == other]
+    assert [r["state"] for r in rows] == ["failed"] and "started_at" not in rows[0], rows
+
+
+@needs_tmux
+def test_an_environment_the_shell_cannot_hold_goes_through_the_python_wrapper(
+        launched: Path, resident: subprocess.Popen[str]) -> None:
+    """A name that is no shell name (bash's exported functions) would be lost by ``sh``: that launch's
+    pane runs the Python wrapper, which writes the exit code itself."""
+    done, _ = run(launched, item_of(launched), "--json", "--", "sh", "-c", "exit 4",
+                  env={"GW_AGENT": "alice", "BASH_FUNC_gwt%%": "() {  echo hi\n}"})
+    assert done.returncode == 0, done.stderr
+    folder = launched / ".git" / "gitwork" / "executions" / json.loads(done.stdout)["execution"]
+    poll(lambda: (folder / "code").exists(), "the wrapper's exit code")
+    assert (folder / "code").read_text() == "4\n"
+
+
+def all_runs(repo: Path) -> list[dict[str, Any]]:
+    from gitwork.launch.run import runs as all_
+    from gitwork.workplane import Workplane
+
+    with Workplane(str(repo), agent="reader") as wp:
+        return all_(wp)
+
+
+def test_a_launcher_of_other_code_hands_the_launch_back(launched: Path) -> None:
+    """A request from another installation, or to a launcher whose files changed since it loaded them,
+    is answered "launch yourself" (nothing run); the changed one stops after answering."""
+    import socket
+
+    from gitwork.launch.client import FALLBACK, common_dir, package, request
+    from gitwork.launch.resident import Launcher
+
+    common = common_dir(str(launched))
+    assert common is not None
+
+    def never(args: list[str]) -> int:
+        raise AssertionError(f"ran {args}")
+
+    for change in ("package", "code"):
+        launcher = Launcher(common, never)
+        body = request(["run", item_of(launched), "--", "true"], str(launched), common)
+        if change == "package":
+            body = body.replace(b"\0" + os.fsencode(package()) + b"\0", b"\0/elsewhere/gitwork\0")
+            body = b"%d\n" % len(body.partition(b"\n")[2]) + body.partition(b"\n")[2]
+        else:
+            launcher.code = [("/a/file/that/changed.py", 0, 0)]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours, theirs:
+            ours.sendall(body)
+            launcher.handle(theirs, socket)
+            assert ours.recv(100) == b"%d\x000\x000\x00" % FALLBACK
+        assert launcher.stopping is (change == "code")

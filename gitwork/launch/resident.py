@@ -117,6 +117,10 @@ class Launcher:
         import signal
         import socket
 
+        from . import tmux
+
+        tmux.USE_SHELL_PANE = True  # no Python start between the pane and the agent (tmux.PANE)
+
         def stop(_signum: int, _frame: Any) -> None:
             self.stopping = True
             if not self.busy:
