@@ -107,13 +107,21 @@ def handoff(args: list[str]) -> int | None:
     try:
         try:
             sock.connect(path)
+            # The request carries the caller's whole environment: only to a launcher of this very user
+            # (the socket's mode says so; the kernel's word on the peer says it again, wherever it lives).
+            peer = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
         except OSError:
             return None  # nobody listens (a launcher that died): nothing was handed over
+        if int.from_bytes(peer[4:8], sys.byteorder) != os.getuid():
+            return None
         try:
             sock.sendall(request(args, cwd, common))
             reply = _read_all(sock)
         except OSError:
             reply = b""
+        except KeyboardInterrupt:  # as gw run's own Ctrl-C: 130, one line; the launch goes on in the launcher
+            sys.stderr.write("gw: interrupted (the launcher goes on with the launch: gw run again to see it)\n")
+            return 130
     finally:
         sock.close()
     # The answer: "CODE\0OUTLEN\0ERRLEN\0" and the two outputs. Anything short of it (the launcher died
