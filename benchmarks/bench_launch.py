@@ -108,13 +108,17 @@ def main() -> None:
 
         with Workplane(repo) as wp:
             wp.do("init")
-            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(4 * args.runs + args.executions + 1)]
+            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(5 * args.runs + args.executions + 1)]
         # One warm-up of each, so the tmux server and the page cache are up before anything is timed.
         # (gw's own start of the server, so it runs with gitwork's tmux configuration).
         subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
         cases = ["gw run (tmux)", "gw run (subprocess)", "gw run (tmux), launcher", "gw run (subprocess), launcher",
                  "tmux new-session", "tmux new-session, python -S in the pane", "gw --version", "python -c pass"]
+        # The console script a user runs (`gw`, beside this interpreter): no runpy, which `python -m` imports.
+        script = os.path.join(os.path.dirname(sys.executable), "gw")
+        if os.access(script, os.X_OK):
+            cases.insert(4, "gw run (tmux), launcher, gw script")
         os.environ["GW_LAUNCHER"] = "off"  # each launcher case says otherwise
         launcher = subprocess.Popen([*gw, "launcher"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert launcher.stderr is not None
@@ -142,15 +146,15 @@ def main() -> None:
                     CPU.setdefault(case, []).append(usage.ru_utime + usage.ru_stime)
                     continue
                 else:
-                    argv = [*gw, "run", items.pop(), "--backend", case.split("(")[1].partition(")")[0], "--", "sh", "-c",
-                            AGENT]
-                if case.endswith(", launcher"):
+                    argv = [*([script] if case.endswith("gw script") else gw), "run", items.pop(), "--backend",
+                            case.split("(")[1].partition(")")[0], "--", "sh", "-c", AGENT]
+                if ", launcher" in case:
                     os.environ["GW_LAUNCHER"] = "on"
                 try:
                     times[case].append(first_output(argv, repo, mark, case))
                 finally:
                     os.environ["GW_LAUNCHER"] = "off"
-        served = 2 * args.runs
+        served = sum(len(t) for case, t in times.items() if ", launcher" in case)
         result: dict[str, object] = {"first_output": {case: summary(t) for case, t in times.items()},
                                      "cpu_of_the_launching_process": {case: summary(t) for case, t in CPU.items()},
                                      "launcher_cpu_ms_per_launch": round((_cpu(launcher.pid) - launcher_cpu) / served
