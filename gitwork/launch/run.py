@@ -353,6 +353,7 @@ def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, comman
         wp.record("exec-state", execution=execution_id, to="failed", reason=str(detail)[:200], handle=handle)
         raise Invalid(f"{detail}", execution=execution_id)
     record = _mark(wp, {"id": execution_id}, "running", handle=handle)
+    IN_FLIGHT.discard(execution_id)  # settled: running (a refusal above leaves it `failed`, also settled)
     return result(record, existing=False)
 
 
