@@ -160,6 +160,14 @@ def test_one_launcher_per_clone(launched: Path, resident: subprocess.Popen[str])
     second = subprocess.run(gw_cmd("launcher"), cwd=launched, capture_output=True, text=True, timeout=60)
     assert second.returncode == 75 and "runs already" in second.stderr, second
     assert resident.poll() is None
+    status = subprocess.run(gw_cmd("launcher", "--status", "--json"), cwd=launched, capture_output=True, text=True,
+                            timeout=60)
+    assert status.returncode == 0 and json.loads(status.stdout)["pid"] == resident.pid, status
+    resident.terminate()
+    assert resident.wait(timeout=30) == 0
+    status = subprocess.run(gw_cmd("launcher", "--status", "--json"), cwd=launched, capture_output=True, text=True,
+                            timeout=60)
+    assert status.returncode == 0 and json.loads(status.stdout)["running"] is False, status
 
 
 @pytest.mark.parametrize("backend", ["subprocess", pytest.param("tmux", marks=needs_tmux)])

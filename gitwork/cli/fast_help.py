@@ -67,6 +67,7 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
      '  stop        Stop an execution: kill its process (group or tmux session)...\n'
      "  attach      Attach to an execution's tmux session on gitwork's own tmux...\n"
      "  coordinate  Keep this host's executions in step: record exits and lost...\n"
+     "  launcher    Serve this clone's gw run from one resident process: a gw...\n"
      '  context     What an agent is told at launch (launch.md): the item, its...\n'
      '  prime       What an agent needs in its context: its identity, the work...\n'
      '  onboard     Print a snippet for AGENTS.md / CLAUDE.md that points...\n'
@@ -99,9 +100,6 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
      '  cache       The local read cache (derived data: dropping it changes no...\n'
      '  config      Settings: the value in force and where it comes from; set...\n'
      '  demo        Run the demo on a throwaway repository: items, a...\n'
-     '\n'
-     'Commands:\n'
-     "  launcher  Serve this clone's gw run from one resident process: a gw...\n"
      '\n'
      'Global options (before or after the verb):\n'
      '  -C DIR          Run as if gw was started in DIR (several combine, as in\n'
@@ -874,10 +872,16 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
              '  SIGTERM or Ctrl-C stops it. See docs/launch.md, "The resident launcher".\n'
              '\n'
              'Options:\n'
+             "  --status    Say whether this clone's launcher listens (its pid and socket),\n"
+             '              then exit.\n'
              '  --json      Print JSON on stdout (errors too).\n'
              '  --as <str>  Acting identity.  [env var: GW_AGENT]\n'
              '  -C <str>    Run as if gw was started in this directory.\n'
-             '  -h, --help  Show this message and exit.\n',
+             '  -h, --help  Show this message and exit.\n'
+             '\n'
+             '  Examples:\n'
+             '    gw launcher &\n'
+             '    gw launcher --status --json\n',
  'context': 'Usage: gw context [OPTIONS] {item}\n'
             '\n'
             '  What an agent is told at launch (launch.md): the item, its criteria and\n'

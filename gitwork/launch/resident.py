@@ -264,6 +264,20 @@ def _read_request(conn: socket.socket) -> list[bytes] | None:
     return fields[:-1] if fields and fields[-1] == b"" else None
 
 
+def listening(path: str) -> int | None:
+    """The pid of the launcher listening on ``path`` (of this user), or None."""
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+            pid, uid, _gid = struct.unpack("3i", probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+        except OSError:
+            return None
+    return pid if uid == os.getuid() else None
+
+
 def launcher_common_dir(cwd: str) -> str:
     """The clone a launcher started in ``cwd`` serves (found as ``gw run``'s hand-over finds it)."""
     from ..errors import Invalid

@@ -17,9 +17,9 @@ In order, so that a ``kill -9`` of the launcher at any point leaves something th
    and its exit code to ``DIR/code`` (128+N for a signal), or ``DIR/failed`` when the command cannot
    start, each written to a temporary file and renamed, so a reader sees the whole file or none.
 
-Nothing on the way to the agent imports more than ``os``, ``sys`` and ``time`` (issue 27: the wrapper's
-start is on the critical path of ``gw run``): ``json`` alone pulls in ``re`` and ``enum``, and loading
-``gitwork.fsutil`` by its path ``importlib.util``; JSON is read only once the agent has exited.
+Nothing on the way to the agent imports more than ``os``, ``sys``, ``time`` and ``gitwork.fsutil`` (issue
+27: the wrapper's start is on the critical path of ``gw run``): ``json`` alone pulls in ``re`` and
+``enum``, and loading fsutil by its path ``importlib.util``; JSON is read only once the agent has exited.
 
 A wrapper killed with the process group writes nothing: the execution is then stopped (if gw stopped
 it) or lost. The agent's environment carries ``GW_CONTEXT`` (a path inside ``DIR``), by which
@@ -34,7 +34,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Any, Sequence
 
 STARTED = ("child", "failed", "code")  # one of these exists once the command started, or could not
 ENV_FILE = "env"  # DIR/env.<launcher pid>
@@ -184,29 +184,29 @@ def _group_alive(group: int) -> bool:
 
 
 def _write(folder: str, name: str, text: str) -> None:
-    _write_file(os.path.join(folder, name), (text + "\n").encode("utf-8", "surrogateescape"), 0o666)
+    _fsutil().write_atomic(os.path.join(folder, name), text + "\n", fsync=False)
 
 
 def _write_file(path: str, data: bytes, mode: int) -> None:
-    """``path`` holding ``data`` whole or not at all (a temporary file renamed into place), created with
-    ``mode`` (less the umask) from the moment it exists: what ``gitwork.fsutil.write_atomic`` does, here
-    so that the wrapper, a script without gitwork on its path, loads nothing to do it."""
-    temp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
+    _fsutil().write_atomic(path, data, fsync=False, mode=mode)
+
+
+_loaded: list[Any] = []
+
+
+def _fsutil() -> Any:
+    """``gitwork.fsutil`` (the one way gitwork writes a file whole): imported by the launcher; in the
+    wrapper, which runs without gitwork on its path, imported as the top-level module ``fsutil`` from
+    the package's folder, put last on the path (fsutil needs nothing but ``os``; not ``importlib.util``,
+    which loading it by its path would cost on the way to the agent)."""
+    if not _loaded:
+        if __package__:
+            from .. import fsutil
+        else:
+            sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            import fsutil  # type: ignore[import-not-found,no-redef]
+        _loaded.append(fsutil)
+    return _loaded[0]
 
 
 def main(argv: list[str]) -> int:
