@@ -12,6 +12,13 @@ its own tmux server (``GW_TMUX_SOCKET`` under the temporary folder), killed at t
   ``tmux new-session -d`` of the same command on the same server. Medians and 90th percentiles, and
   the CPU time of the launching process (``os.wait4``: its own and its reaped children's, git and
   tmux clients; not the tmux server's nor the agent's).
+- **the resident launcher** (``gw launcher``, docs/launch.md): the same ``gw run`` of both backends,
+  handed over to a launcher started for the run (the cases without it set ``GW_LAUNCHER=off``); the
+  CPU is the ``gw run`` process's (the launcher's own is reported apart, from ``/proc``: all of it
+  over the rounds, divided by the launches it served).
+- **bytecode**: the package is compiled first (``compileall``), as an installed package is: under
+  ``PYTHONDONTWRITEBYTECODE=1`` every module a ``gw`` process imports would otherwise be compiled
+  from source at each start (about 50 ms of CPU per ``gw run``).
 - **coordinator pass**: ``--executions`` agents (``sleep 600`` in tmux) started in-process through
   ``gitwork.launch.run.run``; then ``tick()`` in-process (no renewals due: a pass that only checks)
   and ``gw coordinate --once`` as a process (which also takes and releases the coordinator lease).
@@ -62,6 +69,13 @@ def first_output(argv: list[str], cwd: str, mark: str, case: str = "") -> float:
     return elapsed
 
 
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far, its reaped children's included."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def summary(times: list[float]) -> dict[str, float]:
     ordered = sorted(times)
     return {"median_ms": round(statistics.median(ordered) * 1000, 1),
@@ -82,19 +96,34 @@ def main() -> None:
     os.environ["GW_TMUX_SOCKET"] = socket
     os.environ["GW_AGENT"] = "bench"
     gw = [sys.executable, "-m", "gitwork"]
+    import compileall
+
+    import gitwork
+
+    compileall.compile_dir(os.path.dirname(gitwork.__file__), quiet=1)
+    launcher = None
     try:
         subprocess.run(["git", "init", "-q", repo], check=True)
         from gitwork.workplane import Workplane
 
         with Workplane(repo) as wp:
             wp.do("init")
-            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(2 * args.runs + args.executions + 1)]
+            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(5 * args.runs + args.executions + 1)]
         # One warm-up of each, so the tmux server and the page cache are up before anything is timed.
         # (gw's own start of the server, so it runs with gitwork's tmux configuration).
         subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
-        cases = ["gw run (tmux)", "gw run (subprocess)", "tmux new-session", "tmux new-session, python -S in the pane",
-                 "gw --version", "python -c pass"]
+        cases = ["gw run (tmux)", "gw run (subprocess)", "gw run (tmux), launcher", "gw run (subprocess), launcher",
+                 "tmux new-session", "tmux new-session, python -S in the pane", "gw --version", "python -c pass"]
+        # The console script a user runs (`gw`, beside this interpreter): no runpy, which `python -m` imports.
+        script = os.path.join(os.path.dirname(sys.executable), "gw")
+        if os.access(script, os.X_OK):
+            cases.insert(4, "gw run (tmux), launcher, gw script")
+        os.environ["GW_LAUNCHER"] = "off"  # each launcher case says otherwise
+        launcher = subprocess.Popen([*gw, "launcher"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert launcher.stderr is not None
+        launcher.stderr.readline()  # "gw launcher PID serves gw run ..." once it listens
+        launcher_cpu = _cpu(launcher.pid)
         times: dict[str, list[float]] = {case: [] for case in cases}
         # The floor of a Python wrapper in the pane (gw's design: the wrapper reports the start and the
         # exit code): the same tmux new-session, its pane starting the agent through `python -S`.
@@ -117,12 +146,23 @@ def main() -> None:
                     CPU.setdefault(case, []).append(usage.ru_utime + usage.ru_stime)
                     continue
                 else:
-                    argv = [*gw, "run", items.pop(), "--backend", case.split("(")[1].rstrip(")"), "--", "sh", "-c",
-                            AGENT]
-                times[case].append(first_output(argv, repo, mark, case))
+                    argv = [*([script] if case.endswith("gw script") else gw), "run", items.pop(), "--backend",
+                            case.split("(")[1].partition(")")[0], "--", "sh", "-c", AGENT]
+                if ", launcher" in case:
+                    os.environ["GW_LAUNCHER"] = "on"
+                try:
+                    times[case].append(first_output(argv, repo, mark, case))
+                finally:
+                    os.environ["GW_LAUNCHER"] = "off"
+        served = sum(len(t) for case, t in times.items() if ", launcher" in case)
         result: dict[str, object] = {"first_output": {case: summary(t) for case, t in times.items()},
                                      "cpu_of_the_launching_process": {case: summary(t) for case, t in CPU.items()},
+                                     "launcher_cpu_ms_per_launch": round((_cpu(launcher.pid) - launcher_cpu) / served
+                                                                         * 1000, 1),
                                      "load_before_coordinator": os.getloadavg()[0]}
+        launcher.terminate()
+        launcher.wait()
+        os.environ.pop("GW_LAUNCHER")
         # Stop the first-output agents, then start the live executions the coordinator passes over.
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
         for folder in Path(repo, ".git", "gitwork", "executions").glob("*/handle"):
@@ -162,6 +202,8 @@ def main() -> None:
         result["machine"] = {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     finally:
+        if launcher is not None and launcher.poll() is None:
+            launcher.kill()
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
 

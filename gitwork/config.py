@@ -86,6 +86,11 @@ class Settings:
         return "person"
 
 
+# The session of the process a command runs for, when it is not this one: the resident launcher
+# (launch/resident.py) runs a caller's `gw run` in its own process, as the caller's terminal would.
+CALLER_SESSION: int | None = None
+
+
 def default_identity() -> str:
     """``user@host/s<session id>``: keeps two agents on one machine apart, and one shell together.
 
@@ -104,7 +109,7 @@ def default_identity() -> str:
         except Exception:  # no passwd entry in some containers
             user = "user"
     try:
-        sid = os.getsid(0)
+        sid = os.getsid(0) if CALLER_SESSION is None else CALLER_SESSION
     except (AttributeError, OSError):
         sid = os.getppid()
     # A login or host name outside the identity rule is brought within it (each other character

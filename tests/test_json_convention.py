@@ -103,6 +103,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "report": (["--execution", "{execution}", "--tokens-in", "10", "--cost", "0.01"], "object"),
     "cost": (["--by", "agent"], "object"),
     "coordinate": (["--once"], "object"),
+    "launcher": (["--status"], "object"),  # serving runs until stopped (tests/test_launcher.py)
     "context": ([B], "object"),
     "attach": (["{execution}"], "object"),
     "detach": (["{execution}"], "object"),  # released, not killed: the loop below ends its process

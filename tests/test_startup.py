@@ -8,6 +8,8 @@ interpreter's own ``_sha1``/``_sha256``), ``random`` (the odd jitter and auto-gc
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +42,9 @@ def test_claim_and_release_load_no_heavy_module(repo: Path) -> None:
 def wrapper_run(folder: Path, *command: str, code: int = 0) -> set[str]:
     from gitwork.launch import wrapper
 
-    done = subprocess.run([sys.executable, "-S", "-X", "importtime", wrapper.__file__, str(folder), "--", *command],
+    # As the backends start it (wrapper.argv): imported from its folder, so its bytecode is used.
+    done = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c", wrapper.BOOT, wrapper.__file__, str(folder),
+                           "--", *command],
                           capture_output=True, text=True, start_new_session=True)
     assert done.returncode == code, done.stderr
     return {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
@@ -54,7 +58,10 @@ def test_the_launch_wrapper_reaches_the_agent_without_subprocess(tmp_path: Path)
     ok = tmp_path / "ok"
     ok.mkdir()
     imported = wrapper_run(ok, "sh", "-c", 'echo "$GW_T_MARK" > out; exit 3')
-    assert not imported & HEAVY, f"the wrapper imports {sorted(imported & HEAVY)}"
+    # Nor json (re, enum) nor importlib.util on the way to the agent: the env file is NUL-separated text,
+    # and the wrapper writes its files itself (issue 27, run5).
+    heavy = HEAVY | {"json", "re", "enum", "importlib.util"}
+    assert not imported & heavy, f"the wrapper imports {sorted(imported & heavy)}"
     assert (ok / "code").read_text() == "3\n" and (ok / "child").read_text().strip().isdigit()
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -65,6 +72,24 @@ def test_the_launch_wrapper_reaches_the_agent_without_subprocess(tmp_path: Path)
     wrapper_run(missing, "no-such-agent-gw-test", code=127)
     assert (missing / "failed").read_text().startswith("cannot start no-such-agent-gw-test")
     assert not (missing / "code").exists() and not (missing / "child").exists()
+
+
+def test_the_wrapper_hands_the_agent_its_environment_file_exactly(tmp_path: Path) -> None:
+    """The env file is ``NAME=VALUE`` entries ended by NUL (no JSON on the way to the agent): values with
+    ``=``, newlines, non-ASCII text or nothing at all arrive as written, over the pane's own
+    environment, and the file is gone once read."""
+    from gitwork.launch import wrapper
+
+    env = {"GW_T_EQ": "a=b=c", "GW_T_LINES": "one\ntwo\n", "GW_T_TEXT": "ünïcødé ✓", "GW_T_EMPTY": "",
+           "PATH": os.environ["PATH"]}
+    env_file = wrapper.write_env(str(tmp_path), env)
+    assert os.stat(env_file).st_mode & 0o777 == 0o600
+    script = "import os, json, sys; json.dump({k: v for k, v in os.environ.items() if k.startswith('GW_T_')}, sys.stdout)"
+    done = subprocess.run([*wrapper.argv(str(tmp_path), env_file, [sys.executable, "-c", script])],
+                          capture_output=True, text=True, start_new_session=True, env={**os.environ, "GW_T_EQ": "pane's"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {k: v for k, v in env.items() if k != "PATH"}
+    assert not os.path.exists(env_file) and (tmp_path / "code").read_text() == "0\n"
 
 
 def test_a_claim_under_the_default_identity_loads_neither_socket_nor_getpass(repo: Path) -> None:

@@ -67,6 +67,7 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
      '  stop        Stop an execution: kill its process (group or tmux session)...\n'
      "  attach      Attach to an execution's tmux session on gitwork's own tmux...\n"
      "  coordinate  Keep this host's executions in step: record exits and lost...\n"
+     "  launcher    Serve this clone's gw run from one resident process: a gw...\n"
      '  context     What an agent is told at launch (launch.md): the item, its...\n'
      '  prime       What an agent needs in its context: its identity, the work...\n'
      '  onboard     Print a snippet for AGENTS.md / CLAUDE.md that points...\n'
@@ -863,6 +864,24 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
                '\n'
                '  Example:\n'
                '    gw coordinate --once\n',
+ 'launcher': 'Usage: gw launcher [OPTIONS]\n'
+             '\n'
+             "  Serve this clone's gw run from one resident process: a gw run that finds it\n"
+             '  hands the launch over (the same launch, as the caller, without a Python\n'
+             '  start of its own before the agent). One per clone (a second one exits 75);\n'
+             '  SIGTERM or Ctrl-C stops it. See docs/launch.md, "The resident launcher".\n'
+             '\n'
+             'Options:\n'
+             "  --status    Say whether this clone's launcher listens (its pid and socket),\n"
+             '              then exit.\n'
+             '  --json      Print JSON on stdout (errors too).\n'
+             '  --as <str>  Acting identity.  [env var: GW_AGENT]\n'
+             '  -C <str>    Run as if gw was started in this directory.\n'
+             '  -h, --help  Show this message and exit.\n'
+             '\n'
+             '  Examples:\n'
+             '    gw launcher &\n'
+             '    gw launcher --status --json\n',
  'context': 'Usage: gw context [OPTIONS] {item}\n'
             '\n'
             '  What an agent is told at launch (launch.md): the item, its criteria and\n'

@@ -9,7 +9,6 @@ the FIFO ``DIR/stdin``. The handle is ``PID@START`` (the kernel's start time of 
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from ..errors import Invalid
@@ -58,8 +57,7 @@ class Subprocess:
         import subprocess  # only to start one: not on every launch verb's start
 
         with open(os.path.join(folder, "output.log"), "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-S", os.path.abspath(_wrapper.__file__), folder, "--env", env_file,
-                                     "--", *argv],
+            proc = subprocess.Popen(_wrapper.argv(folder, env_file, argv),
                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
                                     env={k: v for k, v in os.environ.items() if k != "GW_CRASH_AT"},
                                     start_new_session=True, close_fds=True)

@@ -125,11 +125,13 @@ def _mark(wp: Workplane, record: dict[str, Any], to: str, **args: Any) -> dict[s
     return {"id": record["id"], **{k: v for k, v in applied.result.items() if k not in ("execution", "duplicate")}}
 
 
-def probe(wp: Workplane, record: dict[str, Any], backend: Any = None) -> dict[str, Any]:
+def probe(wp: Workplane, record: dict[str, Any], backend: Any = None, orphaned: bool = False) -> dict[str, Any]:
     """Bring a live record up to date with its backend (when its launcher is gone); the new record.
-    ``backend``: the record's backend, when the caller has one at hand (the coordinator's pass)."""
+    ``backend``: the record's backend, when the caller has one at hand (the coordinator's pass).
+    ``orphaned``: its launcher is this process, which gave up on it (the resident launcher, after a
+    request that ended between the reservation and the start): settled as if that launcher were dead."""
     state = record["state"]
-    if state not in LIVE or (state != "running" and launcher_alive(record)):
+    if state not in LIVE or (state != "running" and not orphaned and launcher_alive(record)):
         return record
     if not ours(wp, record):
         return record  # another machine's or clone's process: its own gw (or coordinator) answers for it
@@ -207,6 +209,11 @@ def _settled(wp: Workplane, record: dict[str, Any]) -> dict[str, Any] | None:
     if record["state"] == "running":
         return result(record, existing=True)
     return None
+
+
+# The executions this process reserved (the resident launcher settles one a request left short of
+# `running` or `failed`, launch/resident.py; a gw run process that dies is settled by the next one).
+IN_FLIGHT: set[str] = set()
 
 
 def startable(argv: Sequence[str], cwd: str) -> None:
@@ -315,6 +322,7 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
             if error.details.get("state"):
                 continue  # another gw run reserved first: settle that one on the next round
             raise
+        IN_FLIGHT.add(new_id)
         # The crash points of the three commits this one replaced: a launcher killed here left one
         # `launching` record and nothing started (settled as `failed`, launched again by a retry).
         crash_point("after-reserve")
@@ -345,6 +353,7 @@ def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, comman
         wp.record("exec-state", execution=execution_id, to="failed", reason=str(detail)[:200], handle=handle)
         raise Invalid(f"{detail}", execution=execution_id)
     record = _mark(wp, {"id": execution_id}, "running", handle=handle)
+    IN_FLIGHT.discard(execution_id)  # settled: running (a refusal above leaves it `failed`, also settled)
     return result(record, existing=False)
 
 

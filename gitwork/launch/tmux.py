@@ -13,7 +13,6 @@ Every tmux call goes through ``gitcmd.run_tool``.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from ..errors import Invalid
@@ -34,6 +33,40 @@ if TYPE_CHECKING:
 # server (SIGHUP) writes nothing, and is lost.
 SOCKET_MAX = 100  # sun_path is 108 bytes on Linux
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
+
+
+# The pane without a Python start before the agent (the resident launcher's, issue 27): ``/bin/sh -c
+# PANE WRAPPER.py DIR ENVFILE -- CMD...``. In order, as the wrapper does: ``handle`` first (its own pid
+# and start time: the pane's process group); the environment from ENVFILE (``export NAME='VALUE'``
+# lines, 0600), emptied at once with a builtin (no value outlives the read); then ``exec`` of the
+# command, so the agent *is* the pane's process: no wrapper stays behind it, tmux's
+# ``remain-on-exit`` keeps its exit status (``pane_dead_status``, 128+N for a signal) and whoever
+# records the end reads ``report.json`` itself (ledger.py). A command that cannot be executed (not
+# found, a missing ``#!`` interpreter) leaves the shell, whose EXIT trap (never run once ``exec``
+# succeeded) writes ``failed``; the launcher sees the exec as the pane's command line no longer being
+# this one, and writes ``child``. WRAPPER.py is there for ``survivors`` (wrapper.py), as with the wrapper.
+PANE = ("d=$1 e=$2 c=$4; shift 3; set -f; "
+        "h() { shift 21; printf '%s@%s\\n' \"$$\" \"$1\" > \"$d/handle\"; }; read -r s < /proc/$$/stat; h $s; "
+        "trap 'r=$?; printf \"cannot start %s: it could not be executed (sh status %s)\\n\" \"$c\" \"$r\" "
+        "> \"$d/failed.t\" && mv -f -- \"$d/failed.t\" \"$d/failed\"' EXIT; "
+        ". \"$e\"; : > \"$e\"; exec \"$@\"")
+# Names the pane's shell would take for its own (or refuse): an environment holding one, or a name that
+# is no shell name at all (bash's exported functions, BASH_FUNC_f%%), is started under the Python wrapper.
+SHELL_OWN = frozenset(("IFS", "PS1", "PS2", "PS4", "OPTIND", "OPTARG", "PPID", "ENV", "LINENO", "d", "e", "c", "s",
+                       "r"))
+USE_SHELL_PANE = False  # set by the resident launcher (resident.py); gw run alone keeps the Python wrapper
+
+
+def shell_env(env: dict[str, str]) -> bytes | None:
+    """``env`` as the pane's shell reads it (``export NAME='VALUE'`` lines), or None when a name is not
+    a plain shell name the shell leaves alone."""
+    lines = []
+    for name, value in env.items():
+        if (not name or not (name[0].isascii() and (name[0].isalpha() or name[0] == "_"))
+                or not all(ch.isascii() and (ch.isalnum() or ch == "_") for ch in name) or name in SHELL_OWN):
+            return None
+        lines.append(f"export {name}='" + value.replace("'", "'\\''") + "'\n")
+    return "".join(lines).encode("utf-8", "surrogateescape")
 
 
 def socket_path(repo: Repository, configured: str | None = None) -> str:
@@ -101,9 +134,12 @@ class Tmux:
         # server's environment, which need not find gitwork.
         from . import wrapper
 
+        text = shell_env(env) if USE_SHELL_PANE else None
+        if text is not None:
+            return self._start_shell(name, argv, text, cwd, folder)
         env_file = wrapper.write_env(folder, env)
         done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", "--",
-                          sys.executable, "-S", os.path.abspath(wrapper.__file__), folder, "--env", env_file, "--", *argv)
+                          *wrapper.argv(folder, env_file, argv))
         if done.returncode != 0:
             wrapper.remove(env_file)
             if "duplicate session" in done.err:
@@ -111,6 +147,32 @@ class Tmux:
             raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
         wait_started(folder, lambda: self._tmux("has-session", "-t", f"={name}").returncode != 0)
         wrapper.remove(env_file)  # read and removed by the wrapper, unless it never got that far
+        return name, True
+
+    def _start_shell(self, name: str, argv: Sequence[str], text: bytes, cwd: str, folder: str) -> tuple[str, bool]:
+        """``start`` through the shell pane (``PANE``): the agent started when the pane's process, having
+        written its handle, no longer runs ``PANE`` (it exec'd), or ``failed`` when it could not."""
+        from . import wrapper
+
+        env_file = os.path.join(folder, f"{wrapper.ENV_FILE}.{os.getpid()}")
+        wrapper._write_file(env_file, text, 0o600)
+        marker = os.path.abspath(wrapper.__file__)
+        done = self._tmux("new-session", "-d", "-P", "-F", "#{pane_pid}", "-s", name, "-c", cwd, "-x", "200", "-y",
+                          "50", "--", "/bin/sh", "-c", PANE, marker, folder, env_file, "--", *argv)
+        if done.returncode != 0:
+            wrapper.remove(env_file)
+            if "duplicate session" in done.err:
+                return name, False
+            raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
+        pid = int(done.out.strip() or 0)
+        deadline = time.monotonic() + 10.0
+        while not os.path.exists(os.path.join(folder, "failed")) and time.monotonic() < deadline:
+            if os.path.exists(os.path.join(folder, "handle")) and not _runs(pid, marker.encode()):
+                if not os.path.exists(os.path.join(folder, "failed")):  # (its trap writes it before it exits)
+                    wrapper._write(folder, "child", str(pid))
+                break
+            time.sleep(0.0005)
+        wrapper.remove(env_file)
         return name, True
 
     def prefetch(self) -> None:
@@ -186,6 +248,15 @@ class Tmux:
     def _check(self, done: Completed, handle: str) -> None:
         if done.returncode != 0:
             raise Invalid(f"tmux session {handle} is not there: {one_line(done.err)}")
+
+
+def _runs(pid: int, marker: bytes) -> bool:
+    """Does process ``pid`` still run the shell pane (its command line holds ``marker``)?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as read:
+            return marker in read.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _no_server(err: str) -> bool:

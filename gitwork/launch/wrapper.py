@@ -8,13 +8,18 @@ In order, so that a ``kill -9`` of the launcher at any point leaves something th
 1. it writes ``DIR/handle`` (``PID@START``, its own process group: it is a session leader under both
    backends) before it starts anything, so an agent never runs without a handle on disk, whether or
    not the launcher lived to write it (the launcher writes the same);
-2. it reads the agent's environment from ``FILE`` (``DIR/env.PID``, written 0600 by the launcher) and removes the
+2. it reads the agent's environment from ``FILE`` (``DIR/env.PID``, written 0600 by the launcher:
+   ``NAME=VALUE`` entries, each ended by a NUL byte, which no name or value holds) and removes the
    file at once: secrets and large environments never travel on a command line (a tmux client's is
    world-readable in /proc, and limited to about 16 KiB);
 3. it runs the command (stdin from ``DIR/stdin``, a FIFO ``gw send`` writes to, when the subprocess
    backend made one; else its own, a tmux pane's terminal), writes ``DIR/child`` once it has started,
    and its exit code to ``DIR/code`` (128+N for a signal), or ``DIR/failed`` when the command cannot
    start, each written to a temporary file and renamed, so a reader sees the whole file or none.
+
+Nothing on the way to the agent imports more than ``os``, ``sys``, ``time`` and ``gitwork.fsutil`` (issue
+27: the wrapper's start is on the critical path of ``gw run``): ``json`` alone pulls in ``re`` and
+``enum``, and loading fsutil by its path ``importlib.util``; JSON is read only once the agent has exited.
 
 A wrapper killed with the process group writes nothing: the execution is then stopped (if gw stopped
 it) or lost. The agent's environment carries ``GW_CONTEXT`` (a path inside ``DIR``), by which
@@ -23,17 +28,29 @@ it) or lost. The agent's environment carries ``GW_CONTEXT`` (a path inside ``DIR
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Sequence
 
 STARTED = ("child", "failed", "code")  # one of these exists once the command started, or could not
 ENV_FILE = "env"  # DIR/env.<launcher pid>
+
+
+# How both backends start the wrapper: ``python -S -c BOOT WRAPPER.py DIR --env FILE -- CMD...``. BOOT imports it
+# as a module from its own folder, so its compiled bytecode (``__pycache__``) is used; a script given by
+# its path is compiled from source at every start. Its path stays on the command line, where
+# ``survivors`` looks for it.
+BOOT = ("import sys;w=sys.argv[1];sys.path[0]=w[:w.rindex('/')];import wrapper;"
+        "sys.exit(wrapper.main(sys.argv[2:]))")
+
+
+def argv(folder: str, env_file: str, command: Sequence[str]) -> list[str]:
+    """The command line that runs ``command`` under the wrapper, for execution folder ``folder``."""
+    return [sys.executable, "-S", "-c", BOOT, os.path.abspath(__file__), folder, "--env", env_file, "--", *command]
 
 
 def outcome(folder: str) -> tuple[str, object] | None:
@@ -67,7 +84,8 @@ def write_env(folder: str, env: dict[str, str]) -> str:
     path goes to the wrapper (``--env PATH``), which removes it once read."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{ENV_FILE}.{os.getpid()}")
-    _fsutil().write_atomic(path, json.dumps(env), fsync=False, mode=0o600)
+    data = b"".join(os.fsencode(name) + b"=" + os.fsencode(value) + b"\0" for name, value in env.items())
+    _write_file(path, data, 0o600)
     return path
 
 
@@ -78,10 +96,11 @@ def remove(path: str) -> None:
         pass
 
 
-def _read_env(path: str) -> dict[str, str]:
+def _read_env(path: str) -> dict[bytes, bytes]:
+    """The environment ``write_env`` wrote (bytes, as ``os.environb`` holds it), the file removed."""
     try:
-        with open(path) as read:
-            env = json.load(read)
+        with open(path, "rb") as read:
+            data = read.read()
     except FileNotFoundError:
         return {}
     finally:
@@ -89,7 +108,12 @@ def _read_env(path: str) -> dict[str, str]:
             os.unlink(path)
         except FileNotFoundError:
             pass
-    return {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+    env = {}
+    for entry in data.split(b"\0"):
+        name, eq, value = entry.partition(b"=")
+        if name and eq:
+            env[name] = value
+    return env
 
 
 def start_time(pid: int) -> str | None:
@@ -163,26 +187,25 @@ def _write(folder: str, name: str, text: str) -> None:
     _fsutil().write_atomic(os.path.join(folder, name), text + "\n", fsync=False)
 
 
+def _write_file(path: str, data: bytes, mode: int) -> None:
+    _fsutil().write_atomic(path, data, fsync=False, mode=mode)
+
+
 _loaded: list[Any] = []
 
 
 def _fsutil() -> Any:
-    """``gitwork.fsutil``: imported by the launcher; loaded by its path in the wrapper, which runs as a
-    script without gitwork on its path (fsutil needs nothing but the standard library)."""
+    """``gitwork.fsutil`` (the one way gitwork writes a file whole): imported by the launcher; in the
+    wrapper, which runs without gitwork on its path, imported as the top-level module ``fsutil`` from
+    the package's folder, put last on the path (fsutil needs nothing but ``os``; not ``importlib.util``,
+    which loading it by its path would cost on the way to the agent)."""
     if not _loaded:
         if __package__:
             from .. import fsutil
-
-            _loaded.append(fsutil)
         else:
-            import importlib.util
-
-            where = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fsutil.py")
-            spec = importlib.util.spec_from_file_location("gitwork_fsutil", where)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            _loaded.append(module)
+            sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            import fsutil  # type: ignore[import-not-found,no-redef]
+        _loaded.append(fsutil)
     return _loaded[0]
 
 
@@ -196,7 +219,7 @@ def main(argv: list[str]) -> int:
     pid = os.getpid()
     if os.getpgrp() == pid:  # first: an agent never runs without a handle on disk
         _write(folder, "handle", f"{pid}@{start_time(pid) or 0}")
-    env = {**os.environ, **(_read_env(env_file) if env_file else {})}
+    env = {**os.environb, **(_read_env(env_file) if env_file else {})}
     fifo = os.path.join(folder, "stdin")
     # Read-write, so the agent never sees end-of-file between two `gw send`s, and opening never blocks.
     stdin = os.open(fifo, os.O_RDWR) if os.path.exists(fifo) else None
@@ -224,6 +247,8 @@ def _take_report(folder: str) -> None:
     except OSError as exc:
         _write(folder, "report.error", f"report.json cannot be read: {exc.strerror or exc}")
         return
+    import json  # only now, and only for a report: nothing waits on the wrapper's start-up any more
+
     try:
         if len(data) > 64 * 1024:
             raise ValueError("larger than 65536 bytes")
@@ -237,7 +262,7 @@ def _take_report(folder: str) -> None:
     _write(folder, "report", text)
 
 
-def _spawn(command: list[str], stdin: int | None, env: dict[str, str]) -> int:
+def _spawn(command: list[str], stdin: int | None, env: dict[bytes, bytes]) -> int:
     """Start ``command`` as ``subprocess.Popen(command, stdin=stdin, env=env)`` would (found on the PATH
     of ``env``, descriptors other than 0-2 closed, SIGPIPE and SIGXFSZ back to their defaults), with
     ``os.posix_spawn``: importing subprocess (threading, locale, selectors, signal's enums) would put
@@ -249,7 +274,9 @@ def _spawn(command: list[str], stdin: int | None, env: dict[str, str]) -> int:
 
     program = command[0]
     if os.sep not in program:
-        found = [p for p in (os.path.join(d, program) for d in os.get_exec_path(env))
+        path = env.get(b"PATH")  # the agent's PATH, as subprocess would search it (os.defpath without one)
+        found = [p for p in (os.path.join(d, program) for d in os.get_exec_path({} if path is None else
+                                                                              {"PATH": os.fsdecode(path)}))
                  if os.access(p, os.X_OK) and not os.path.isdir(p)]
         if not found:
             raise FileNotFoundError(2, "No such file or directory", program)

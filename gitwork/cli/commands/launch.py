@@ -175,6 +175,42 @@ def coordinate(wp: Workplane, as_json: bool, once: bool, interval: str, failures
     loop(wp, max(1, seconds), report, failures, lease_ttl)
 
 
+def launcher(wp: Workplane, as_json: bool, status: bool = False) -> None:
+    """Listen on this clone's launcher socket and serve each ``gw run`` handed to it, until SIGTERM/Ctrl-C
+    (``status``: say whether one listens, and exit)."""
+    from ...errors import Invalid
+    from ...launch.resident import Launcher, launcher_common_dir, listening
+
+    common = launcher_common_dir(wp.repo.toplevel or os.getcwd())
+    if common != os.path.realpath(wp.repo.common_dir):
+        raise Invalid(f"gw launcher serves the clone of its work tree ({common}), not {wp.repo.common_dir}")
+    if status:
+        from ...launch.client import socket_path
+
+        pid = listening(socket_path(common))
+        if as_json:
+            output.emit_json({"ok": True, "running": pid is not None, "pid": pid, "socket": socket_path(common)})
+        else:
+            output.line(f"gw launcher {pid} listens on {socket_path(common)}" if pid is not None
+                        else f"no gw launcher listens for {common}")
+        return
+    from ..fast import run as fast_run  # the same parsing and call as `gw run`'s own (main's fast path)
+
+    resident = Launcher(common, fast_run)
+    server = resident.bind()
+
+    def ready() -> None:
+        if as_json:
+            sys.stdout.write(json.dumps({"ok": True, "socket": resident.path, "pid": os.getpid()}) + "\n")
+        else:
+            output.info(f"gw launcher {os.getpid()} serves gw run for {common} on {resident.path}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    resident.serve(server, ready)
+    output.info(f"gw launcher {os.getpid()} stopped after {resident.served} request(s)")
+
+
 def context(wp: Workplane, as_json: bool, item: str) -> None:
     """The launch context of an item: the same text ``gw run`` gives an agent in launch.md."""
     from ...launch.context import build, render

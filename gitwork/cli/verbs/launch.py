@@ -111,6 +111,17 @@ def coordinate(
     One per host (a lease on coordinators/HOST): a second one exits 75."""
 
 
+@verb(launch.launcher)
+def launcher(
+    status: Annotated[bool, typer.Option("--status", help="Say whether this clone's launcher listens (its pid and "
+                                                          "socket), then exit.")] = False,
+    json: Json = False, agent: As = None, path: Repo = None,
+) -> None:
+    """Serve this clone's gw run from one resident process: a gw run that finds it hands the launch over (the same
+    launch, as the caller, without a Python start of its own before the agent). One per clone (a second one exits
+    75); SIGTERM or Ctrl-C stops it. See docs/launch.md, "The resident launcher"."""
+
+
 @verb(launch.context)
 def context(item: ItemArg, json: Json = False, agent: As = None, path: Repo = None) -> None:
     """What an agent is told at launch (launch.md): the item, its criteria and decisions, the unread thread, the lease,

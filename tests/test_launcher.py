@@ -1,0 +1,324 @@
+"""The resident launcher, ``gw launcher`` (docs/launch.md, "The resident launcher"; issue 27 point 4).
+
+Real processes throughout: a ``gw launcher`` per test, ``gw run`` started as a process (so its pid and
+terminal session are its own), real signals. What holds:
+
+- a ``gw run`` that finds the launcher hands the launch over: the execution's launcher is the resident
+  process, and everything else is the caller's (its identity, default identity of its own session
+  included, its environment, its working folder); refusals keep their code and their one line;
+- without a live launcher (none, or a dead one's socket) ``gw run`` launches itself;
+- the socket is the clone owner's alone (0600), and one launcher serves a clone (a second exits 75);
+- kill -9 of the launcher at a named point of a launch, or at a random moment, leaves one agent at
+  most, and the ``gw run`` that was waiting on it (a retry, in its own process) converges: one
+  running execution under the item's current fence, or none and the item's lease as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from conftest import gw_cmd
+from test_launch import launched, needs_tmux, poll  # noqa: F401  (launched: a fixture)
+
+
+def start_launcher(repo: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(gw_cmd("launcher"), cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "GW_AGENT": "owner", **(env or {})})
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # once it listens
+    assert "serves gw run" in line, line + proc.stderr.read()
+    return proc
+
+
+@pytest.fixture
+def resident(launched: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = start_launcher(launched)
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def run(repo: Path, *args: str, env: dict[str, str] | None = None, new_session: bool = False
+        ) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``gw run ARGS`` as a process of its own: (its outcome, its pid)."""
+    proc = subprocess.Popen(gw_cmd("run", *args), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, **(env or {})}, start_new_session=new_session)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), proc.pid
+
+
+def record(repo: Path, execution: str) -> dict[str, Any]:
+    from gitwork.workplane import Workplane
+
+    with Workplane(str(repo), agent="reader") as wp:
+        from gitwork.launch.run import find
+
+        found = find(wp, execution)
+        assert found is not None
+        return found
+
+
+def item_of(repo: Path) -> str:
+    return (repo / "ITEM").read_text()
+
+
+def agents(marker: str) -> list[int]:
+    """The live processes started as ``sleep MARKER`` (the agents of these tests)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as read:
+                argv = read.read().split(b"\0")
+            with open(f"/proc/{name}/stat") as read:
+                zombie = read.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if argv[:2] == [b"sleep", marker.encode()] and not zombie:
+            found.append(int(name))
+    return found
+
+
+def test_gw_run_hands_the_launch_to_the_launcher_as_the_caller(launched: Path,
+                                                                resident: subprocess.Popen[str]) -> None:
+    item = item_of(launched)
+    sock = launched / ".git" / "gitwork" / "launcher.sock"
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    done, _pid = run(launched, item, "--json", "--backend", "subprocess", "--env", "GW_T_EXTRA=x y",
+                     "--", "sh", "-c", 'printf "%s|%s|%s|%s" "$GW_AGENT" "$GW_T_CALLER" "$GW_T_EXTRA" "$PWD" > seen; '
+                                       'exec sleep 601',
+                     env={"GW_AGENT": "alice", "GW_T_CALLER": "the caller's"})
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["state"] == "running" and doc["holder"] == "alice" and doc["by"] == "alice", doc
+    assert record(launched, doc["execution"])["launcher"]["pid"] == str(resident.pid)  # launched by the resident
+    poll(lambda: (launched / "seen").exists() and (launched / "seen").read_text().count("|") == 3, "the agent")
+    assert (launched / "seen").read_text() == f"alice|the caller's|x y|{launched}"
+    # A retry through the launcher answers the running one; its text is gw run's own.
+    again, _ = run(launched, item, "--backend", "subprocess", "--", "sleep", "601", env={"GW_AGENT": "alice"})
+    assert again.returncode == 0 and again.stdout.strip() == doc["execution"], again
+    assert again.stderr.startswith(f"already running: execution {doc['execution']}"), again.stderr
+    # An item someone else holds: refused with 75 and one line, as without a launcher.
+    from gitwork.workplane import Workplane
+
+    with Workplane(str(launched), agent="carol") as wp:
+        held = wp.do("new", title="carol's").result["item"]
+        wp.do("claim", item=held)
+    other, _ = run(launched, held, "--backend", "subprocess", "--", "sleep", "601", env={"GW_AGENT": "bob"})
+    assert other.returncode == 75 and len(other.stderr.strip().splitlines()) == 1, other
+    bad, _ = run(launched, item, "--backend", "nope", "--", "sleep", "601", env={"GW_AGENT": "alice"})
+    assert bad.returncode == 5 and "unknown backend" in bad.stderr, bad
+    assert len(agents("601")) == 1
+    assert resident.poll() is None
+
+
+def test_the_default_identity_is_the_callers_terminal_session(launched: Path,
+                                                               resident: subprocess.Popen[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GW_AGENT"}
+    proc = subprocess.Popen(gw_cmd("run", item_of(launched), "--json", "--backend", "subprocess", "--", "sleep", "602"),
+                            cwd=launched, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # its session id is its pid
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    doc = json.loads(out)
+    assert doc["by"].endswith(f"/s{proc.pid}") and doc["holder"] == doc["by"], doc
+    assert record(launched, doc["execution"])["launcher"]["pid"] == str(resident.pid)
+
+
+def test_without_a_live_launcher_gw_run_launches_itself(launched: Path) -> None:
+    proc = start_launcher(launched)
+    proc.kill()  # kill -9: its socket stays behind, nobody listens
+    proc.wait()
+    assert (launched / ".git" / "gitwork" / "launcher.sock").exists()
+    done, pid = run(launched, item_of(launched), "--json", "--backend", "subprocess", "--", "sleep", "603",
+                    env={"GW_AGENT": "alice"})
+    assert done.returncode == 0, done.stderr
+    assert record(launched, json.loads(done.stdout)["execution"])["launcher"]["pid"] == str(pid)
+    # The next launcher takes the clone over from the dead one's socket.
+    again = start_launcher(launched)
+    try:
+        assert again.poll() is None
+    finally:
+        again.terminate()
+        assert again.wait(timeout=10) == 0
+    assert not (launched / ".git" / "gitwork" / "launcher.sock").exists()  # SIGTERM removes it
+
+
+def test_one_launcher_per_clone(launched: Path, resident: subprocess.Popen[str]) -> None:
+    second = subprocess.run(gw_cmd("launcher"), cwd=launched, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 75 and "runs already" in second.stderr, second
+    assert resident.poll() is None
+    status = subprocess.run(gw_cmd("launcher", "--status", "--json"), cwd=launched, capture_output=True, text=True,
+                            timeout=60)
+    assert status.returncode == 0 and json.loads(status.stdout)["pid"] == resident.pid, status
+    resident.terminate()
+    assert resident.wait(timeout=30) == 0
+    status = subprocess.run(gw_cmd("launcher", "--status", "--json"), cwd=launched, capture_output=True, text=True,
+                            timeout=60)
+    assert status.returncode == 0 and json.loads(status.stdout)["running"] is False, status
+
+
+@pytest.mark.parametrize("backend", ["subprocess", pytest.param("tmux", marks=needs_tmux)])
+@pytest.mark.parametrize("point", ["after-reserve", "after-start"])
+def test_kill_9_of_the_launcher_at_a_point_of_the_launch_leaves_one_agent(launched: Path, point: str,
+                                                                          backend: str) -> None:
+    """``GW_CRASH_AT`` in the caller's environment is the launcher's while it runs the caller's launch:
+    it dies there with SIGKILL, the caller runs the launch itself (its retry: the crash point kills it
+    too), and one more ``gw run`` converges on one agent under the current fence."""
+    item = item_of(launched)
+    proc = start_launcher(launched)
+    done, _ = run(launched, item, "--backend", backend, "--", "sleep", "604",
+                  env={"GW_AGENT": "alice", "GW_CRASH_AT": point})
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    if point == "after-reserve":  # nothing started: the caller's own launch (its retry) dies at the same point
+        assert done.returncode == -signal.SIGKILL, done
+    else:  # the agent started: the caller's retry adopts it
+        assert done.returncode == 0 and done.stderr.startswith("already running"), done
+    final, _ = run(launched, item, "--json", "--backend", backend, "--", "sleep", "604", env={"GW_AGENT": "alice"})
+    assert final.returncode == 0, final.stderr
+    converged(launched, item, json.loads(final.stdout), "604")
+
+
+def converged(repo: Path, item: str, doc: dict[str, Any], marker: str) -> None:
+    """One running execution of ``item``, under its lease's current fence, and one agent process."""
+    from gitwork.launch.run import runs as all_runs
+    from gitwork.workplane import Workplane
+
+    with Workplane(str(repo), agent="reader") as wp:
+        rows = all_runs(wp, item)
+        lease = wp.context().lease(item)
+    live = [r for r in rows if r["state"] in ("reserved", "launching", "running")]
+    assert [r["execution"] for r in live] == [doc["execution"]] and live[0]["state"] == "running", rows
+    assert lease is not None and lease.state == "active" and live[0]["fence"] == lease.fence, (live, lease)
+    time.sleep(0.3)  # a second agent, had one been started, runs by now
+    assert len(agents(marker)) == 1, agents(marker)
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_launcher_at_random_moments_never_starts_two_agents(launched: Path) -> None:
+    """The launcher killed at a random moment of a launch (the caller waiting on it, then launching
+    itself as a retry): each time one running execution under the current fence, or none and the
+    item's lease as it was, and never two agents."""
+    from gitwork.workplane import Workplane
+
+    rng = random.Random(20261202)
+    with Workplane(str(launched), agent="setup") as wp:
+        items = [wp.do("new", title=f"random {n}").result["item"] for n in range(8)]
+    for n, item in enumerate(items):
+        marker = str(700 + n)
+        proc = start_launcher(launched)
+        caller = subprocess.Popen(gw_cmd("run", item, "--json", "--backend", "subprocess", "--", "sleep", marker),
+                                  cwd=launched, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "GW_AGENT": "alice"})
+        time.sleep(rng.uniform(0.0, 0.08))
+        proc.kill()
+        proc.wait()
+        out, err = caller.communicate(timeout=60)
+        assert caller.returncode == 0, err  # answered by the launcher, or by its own launch (the retry)
+        converged(launched, item, json.loads(out), marker)
+
+
+# --- the launcher's tmux pane: the agent exec'd by /bin/sh, no Python before it (tmux.PANE) ---------
+
+
+@needs_tmux
+def test_the_launchers_pane_starts_the_agent_through_sh_with_every_guarantee(launched: Path,
+                                                                             resident: subprocess.Popen[str]) -> None:
+    """Its exact environment (quotes, newlines, ``$`` kept as text), its handle before it runs, the
+    env file emptied and removed, the agent the pane's own process, its exit code from tmux, and its
+    ``report.json`` carried by the end; a command that cannot be executed is ``failed``, never running."""
+    from gitwork.workplane import Workplane
+
+    script = launched / "agent.sh"
+    script.write_text("#!/bin/sh\nprintf '%s|%s' \"$GW_T_Q\" \"$GW_AGENT\" > seen\n"
+                      "echo '{\"tokens_out\": 4, \"cost\": \"0.02\"}' > \"$GW_REPORT\"\nexit 3\n")
+    script.chmod(0o755)
+    done, _ = run(launched, item_of(launched), "--json", "--env", "GW_T_Q=it's $HOME\nand `more`", "--", str(script),
+                  env={"GW_AGENT": "alice"})
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    folder = launched / ".git" / "gitwork" / "executions" / doc["execution"]
+    assert record(launched, doc["execution"])["launcher"]["pid"] == str(resident.pid)
+    poll(lambda: (launched / "seen").exists() and "|" in (launched / "seen").read_text(), "the agent")
+    assert (launched / "seen").read_text() == "it's $HOME\nand `more`|alice"
+    handle = (folder / "handle").read_text()
+    assert handle.partition("@")[0] == (folder / "child").read_text().strip()  # the pane's process is the agent
+    assert not list(folder.glob("env.*")) and not (folder / "code").exists()  # no Python wrapper ran
+    ended, _ = run(launched, item_of(launched), "--json", "--", str(script), env={"GW_AGENT": "alice"})
+    rows = [r for r in all_runs(launched) if r["execution"] == doc["execution"]]
+    assert rows[0]["state"] == "exited" and rows[0]["code"] == 3, rows
+    assert rows[0]["usage"]["tokens_out"] == 4 and rows[0]["usage"]["cost"] == "0.02", rows
+    assert ended.returncode == 0, ended.stderr
+    # A script whose #! interpreter does not exist: failed (exit 5), never running.
+    with Workplane(str(launched), agent="setup") as wp:
+        other = wp.do("new", title="bad").result["item"]
+    bad = launched / "bad.sh"
+    bad.write_text("#!/no/such/interpreter\necho never\n")
+    bad.chmod(0o755)
+    refused, _ = run(launched, other, "--", str(bad), env={"GW_AGENT": "alice"})
+    assert refused.returncode == 5 and "cannot start" in refused.stderr, refused
+    rows = [r for r in all_runs(launched) if r["item"] == other]
+    assert [r["state"] for r in rows] == ["failed"] and "started_at" not in rows[0], rows
+
+
+@needs_tmux
+def test_an_environment_the_shell_cannot_hold_goes_through_the_python_wrapper(
+        launched: Path, resident: subprocess.Popen[str]) -> None:
+    """A name that is no shell name (bash's exported functions) would be lost by ``sh``: that launch's
+    pane runs the Python wrapper, which writes the exit code itself."""
+    done, _ = run(launched, item_of(launched), "--json", "--", "sh", "-c", "exit 4",
+                  env={"GW_AGENT": "alice", "BASH_FUNC_gwt%%": "() {  echo hi\n}"})
+    assert done.returncode == 0, done.stderr
+    folder = launched / ".git" / "gitwork" / "executions" / json.loads(done.stdout)["execution"]
+    poll(lambda: (folder / "code").exists(), "the wrapper's exit code")
+    assert (folder / "code").read_text() == "4\n"
+
+
+def all_runs(repo: Path) -> list[dict[str, Any]]:
+    from gitwork.launch.run import runs as all_
+    from gitwork.workplane import Workplane
+
+    with Workplane(str(repo), agent="reader") as wp:
+        return all_(wp)
+
+
+def test_a_launcher_of_other_code_hands_the_launch_back(launched: Path) -> None:
+    """A request from another installation, or to a launcher whose files changed since it loaded them,
+    is answered "launch yourself" (nothing run); the changed one stops after answering."""
+    import socket
+
+    from gitwork.launch.client import FALLBACK, common_dir, package, request
+    from gitwork.launch.resident import Launcher
+
+    common = common_dir(str(launched))
+    assert common is not None
+
+    def never(args: list[str]) -> int:
+        raise AssertionError(f"ran {args}")
+
+    for change in ("package", "code"):
+        launcher = Launcher(common, never)
+        body = request(["run", item_of(launched), "--", "true"], str(launched), common)
+        if change == "package":
+            body = body.replace(b"\0" + os.fsencode(package()) + b"\0", b"\0/elsewhere/gitwork\0")
+            body = b"%d\n" % len(body.partition(b"\n")[2]) + body.partition(b"\n")[2]
+        else:
+            launcher.code = [("/a/file/that/changed.py", 0, 0)]
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours, theirs:
+            ours.sendall(body)
+            launcher.handle(theirs, socket)
+            assert ours.recv(100) == b"%d\x000\x000\x00" % FALLBACK
+        assert launcher.stopping is (change == "code")
