@@ -258,6 +258,8 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     if shared and len(parts) > 1:
         helper = Helper.start(snapshot, [(i, [(n, e.oid) for n, e in parts[i]]) for i in reversed(range(len(parts)))],
                               summarise, thread_entry)
+    from .store import crash_point
+
     forget = getattr(snapshot.store, "forget", None)
     taken: set[str] = set()  # shards in
     seen: set[str] = set()  # ids in
@@ -281,6 +283,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
         db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)
         db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
         db.execute("INSERT INTO shard (name, tree) VALUES (?, ?)", (name, tree))
+        crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
 
     def compute(part: list[tuple[str, Any]]) -> None:
         members, view = read_part(snapshot, part, {})
