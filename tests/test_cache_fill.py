@@ -21,8 +21,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import Clock, git
 
+from conftest import Clock, git
 from gitwork import cache, cachefill
 from gitwork.index import load_index, rebuild
 from gitwork.workplane import Workplane
