@@ -40,7 +40,7 @@ R_ID, R_STATUS, R_DEPS, R_PROBLEM, R_SHOWN, R_WAITING = 0, 2, 5, 15, 19, 20
 BULK_SHARDS = 16  # shards read per bulk chunk (at 100,000 items: ~6,000 folders, a few MB in memory)
 BULK_FOLDERS = 256  # fewer changed folders than this are read one by one (no process to start)
 HELPER_FOLDERS = 20_000  # a rebuild of fewer folders is not worth a second interpreter (~0.1 s)
-HELPER_CHUNKS = 32  # chunks the work is cut into when a helper shares it (how finely the two meet)
+HELPER_CHUNKS = 64  # chunks the work is cut into when a helper shares it (at most one is done twice, where they meet)
 
 
 def pack(value: Any) -> bytes | None:
