@@ -16,7 +16,9 @@ times: ``gw cache rebuild`` as a process, the floor, and ``index.rebuild`` in th
 alone (``git ls-tree -r | git cat-file --batch`` of every item.yaml, nothing parsed: bench_scale's
 floor); ``ratios`` has ``process_cpu_git``, the process's CPU over it. ``--rebuild-only`` stops there.
 ``--shape rich``: issue 27's data shape (1-3 dependencies, 1-4 labels, non-ASCII titles, a quarter done).
-Prints one JSON object per size.
+``--repo PATH``: measure the rebuild on a state built earlier (kept; implies ``--rebuild-only``). A
+rebuild of 20,000 folders or more runs a helper process (gitwork/cachefill.py): its CPU is in the
+figures (children, once it has exited). Prints one JSON object per size.
 """
 
 from __future__ import annotations
