@@ -6,7 +6,7 @@ Read side, beside ``cache.py``: it reads the store and imports neither the engin
 summary functions are the caller's (``index.py`` hands ``rows.item_summary``/``rows.thread_entry``
 to the cache); the helper imports the same functions by name, so both processes compute the same rows.
 
-The helper (``python -m gitwork.cachefill``) is an optimisation only: whatever it did not deliver (it
+The helper (``python -m gitwork.cachefill``, or its ``main()`` run by ``-c``) is an optimisation only: whatever it did not deliver (it
 could not start, died, or was told to stop) this process computes itself, and any error is raised
 from here, as a rebuild without it would raise it. Its protocol, on its stdin and stdout: one job
 (length-prefixed marshal: where the repository's objects are, the commit, the functions' names and
@@ -207,12 +207,14 @@ class Helper:
         repo = snapshot.store.repo
         job = marshal.dumps((repo.git_dir, repo.common_dir, repo.objects_dir, repo.algorithm, dict(repo.core),
                              snapshot.commit, functions, chunks))
+        # This very gitwork, wherever it was imported from: its folder goes first on the helper's path
+        # unless already there (an installed gitwork's site-packages must not come before the stdlib).
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        code = (f"import sys\nif {here!r} not in sys.path: sys.path.insert(0, {here!r})\n"
+                "from gitwork.cachefill import main\nmain()\n")
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "gitwork.cachefill"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+            proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL)
         except OSError:
             return None
         assert proc.stdin is not None
