@@ -2,7 +2,7 @@
 incremental update after one command, cache size; each beside its floor in the same run.
 
     python benchmarks/bench_cache.py [--sizes 10000,100000] [--runs 10] [--rebuilds 3] [--rebuild-only] [--packed]
-                                     [--shape plain|rich]
+                                     [--shape plain|rich] [--repo PATH]
 
 States are built by ``_common.build_state`` (one commit; a fifth of the items done, a tenth depend on
 an earlier item, so about three quarters are ready). Runs ``python -m gitwork`` from the interpreter
@@ -16,7 +16,9 @@ times: ``gw cache rebuild`` as a process, the floor, and ``index.rebuild`` in th
 alone (``git ls-tree -r | git cat-file --batch`` of every item.yaml, nothing parsed: bench_scale's
 floor); ``ratios`` has ``process_cpu_git``, the process's CPU over it. ``--rebuild-only`` stops there.
 ``--shape rich``: issue 27's data shape (1-3 dependencies, 1-4 labels, non-ASCII titles, a quarter done).
-Prints one JSON object per size.
+``--repo PATH``: measure the rebuild on a state built earlier (kept; implies ``--rebuild-only``). A
+rebuild of 20,000 folders or more runs a helper process (gitwork/cachefill.py): its CPU is in the
+figures (children, once it has exited). Prints one JSON object per size.
 """
 
 from __future__ import annotations
@@ -113,15 +115,22 @@ def main() -> None:
                         help="the items' data shape (rich: issue 27's, see _common.build_state)")
     parser.add_argument("--rebuild-only", action="store_true",
                         help="only the cold rebuild (process and in-process) beside its floor")
+    parser.add_argument("--repo", help="measure the rebuild on this repository's state as it is (built "
+                                       "earlier with _common.build_state; kept): --sizes, --shape and "
+                                       "--packed then only label the figures")
     args = parser.parse_args()
     gw = [sys.executable, "-m", "gitwork"]
     for n in (int(s) for s in args.sizes.split(",")):
         root = Path(tempfile.mkdtemp(prefix=f"gw-cache-{n}-"))
         try:
-            repo = c.make_repo(root / "repo")
-            c.log(f"building {n} items")
-            built = c.build_state(repo, n, shape=args.shape)
-            if args.packed:
+            if args.repo:
+                repo, built = Path(args.repo), {"total_s": 0.0, "claimable": []}
+                args.rebuild_only = True
+            else:
+                repo = c.make_repo(root / "repo")
+                c.log(f"building {n} items")
+                built = c.build_state(repo, n, shape=args.shape)
+            if args.packed and not args.repo:
                 c.log("git gc")
                 c.git(repo, "gc", "-q")
             cache_file = c.common_dir(repo) / "gitwork" / "cache.sqlite"

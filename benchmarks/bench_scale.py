@@ -148,7 +148,7 @@ def per_command(targets: dict[int, tuple[Path, str, str]], pairs: int, runs: int
 
 
 # The floor of a listing: one SQL statement returning the printed columns, written to /dev/null.
-FLOOR_SQL = """import sqlite3, sys
+FLOOR_SQL = r"""import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 where = {"ready": "status IN ('open', 'in_progress') AND waiting = 0 AND lease_state IS NOT 'active'",
          "list": "status NOT IN ('done', 'cancelled')"}[sys.argv[2]]

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from conftest import Clock, examples, git, gw_here, make_repo, run_gw, tip
-from gitwork import cache, queries
+from gitwork import cache, cachefill, queries
 from gitwork.errors import GwError
 from gitwork.ids import shortest_unique
 from gitwork.index import load_index
@@ -516,15 +516,15 @@ def test_threads_of_one_process_read_through_the_cache_at_once(repo: Path) -> No
 
 
 def test_a_bulk_read_cuts_every_object_out_of_the_batch_output_and_skips_missing_ones(repo: Path) -> None:
-    """``cache._read_batch`` reads one ``git cat-file --batch`` output whole and cuts it by the headers: each
+    """``cachefill._read_batch`` reads one ``git cat-file --batch`` output whole and cuts it by the headers: each
     object exactly (newlines and empty contents included), a missing one left out for the store to name."""
     contents = [b"", b"\n", b"two\nlines\n", os.urandom(70_000), b"last"]
     oids = [git(repo, "hash-object", "-w", "--stdin", input=c) for c in contents]
     absent = "0" * 40
     asked = [absent, *oids[:2], absent, *oids[2:], absent]
-    got = cache._read_batch(str(repo / ".git"), asked)
+    got = cachefill._read_batch(str(repo / ".git"), asked)
     assert got == {oid: ("blob", content) for oid, content in zip(oids, contents, strict=True)}
-    assert cache._read_batch(str(repo / ".git"), []) == {}
+    assert cachefill._read_batch(str(repo / ".git"), []) == {}
 
 
 def test_a_bulk_rebuild_keeps_no_folder_in_the_stores_memory(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -532,7 +532,7 @@ def test_a_bulk_rebuild_keeps_no_folder_in_the_stores_memory(repo: Path, monkeyp
     that was most of a rebuild's 240 MB), and the answers are those of the tree."""
     from gitwork.index import rebuild
 
-    monkeypatch.setattr(cache, "_BULK_SHARDS", 1)  # a bulk rebuild of these few shards
+    monkeypatch.setattr(cachefill, "BULK_SHARDS", 1)  # a bulk rebuild of these few shards
     with _populated(repo) as wp:
         expected = answers(wp)
         snapshot = wp.context().snapshot

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, make_repo
-from gitwork import cache, derive, gitcmd
+from gitwork import cachefill, derive, gitcmd
 from gitwork.errors import GitFailed
 
 GITWORK = Path(__file__).resolve().parent.parent / "gitwork"
@@ -77,7 +77,7 @@ def test_the_other_readers_are_the_same_parser(objects: tuple[str, dict[str, byt
     git_dir, blobs, _ = objects
     names = [*blobs, "0" * 40]
     assert derive.read_many(git_dir, names) == blobs
-    assert cache._read_batch(git_dir, names) == {oid: ("blob", data) for oid, data in blobs.items()}
+    assert cachefill._read_batch(git_dir, names) == {oid: ("blob", data) for oid, data in blobs.items()}
 
 
 def _truncate_loose(git_dir: str, oid: str) -> None:
@@ -99,7 +99,7 @@ def test_a_git_that_dies_mid_object_is_a_clear_error_never_a_torn_object(
     assert "\n" not in message and "unable to stream" in message and "cat-file" in message
     with pytest.raises(GitFailed):
         derive.read_many(git_dir, [small, large])
-    assert cache._read_batch(git_dir, [small, large]) == {}  # the cache falls back to the store's own reads
+    assert cachefill._read_batch(git_dir, [small, large]) == {}  # the cache falls back to the store's own reads
     cat = gitcmd.CatFile(git_dir)
     try:
         assert cat.get(small) == (small, "blob", b"ends without one")

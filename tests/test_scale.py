@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import Clock, tip
-from gitwork import cache
+from gitwork import cache, cachefill
 from gitwork import thread as T
 from gitwork.errors import GwError
 from gitwork.workplane import Workplane
@@ -113,11 +113,11 @@ def test_a_bulk_rebuild_through_one_cat_file_equals_the_one_by_one_reads(
         expected = (load_index(wp.context().snapshot, use_cache=False).items(), [r[0] for r in wp.ready()],
                     wp.inbox("bob"))
         assert expected[2] and len(expected[1]) == 4  # a thread to summarise; t1 held, t3 done, "waits" blocked
-        monkeypatch.setattr(cache, "_BULK_FOLDERS", 1)
-        monkeypatch.setattr(cache, "_loose", lambda store, oids: False)
+        monkeypatch.setattr(cachefill, "BULK_FOLDERS", 1)
+        monkeypatch.setattr(cachefill, "_loose", lambda store, oids: False)
         reads: list[int] = []
-        real = cache._read_batch
-        monkeypatch.setattr(cache, "_read_batch", lambda git_dir, oids: reads.append(len(oids)) or real(git_dir, oids))
+        real = cachefill._read_batch
+        monkeypatch.setattr(cachefill, "_read_batch", lambda git_dir, oids: reads.append(len(oids)) or real(git_dir, oids))
         cache.drop(str(cache_dir(repo) / cache.NAME))
         assert rebuild(wp.context().snapshot)[1] == 7
         assert reads and sum(reads) >= 7  # the folders, then their item and lease files, in batches

@@ -1,0 +1,332 @@
+"""Filling the read cache (``cache.py``) from many item folders: what each folder's rows are, the
+folders read in bulk, and, for a large rebuild, a helper process that summarises shards from the far
+end of the list while this process summarises from the near end and writes every row to SQLite.
+
+Read side, beside ``cache.py``: it reads the store and imports neither the engine nor a face. The
+summary functions are the caller's (``index.py`` hands ``rows.item_summary``/``rows.thread_entry``
+to the cache); the helper imports the same functions by name, so both processes compute the same rows.
+
+The helper (``python -m gitwork.cachefill``, or its ``main()`` run by ``-c``) is an optimisation only: whatever it did not deliver (it
+could not start, died, or was told to stop) this process computes itself, and any error is raised
+from here, as a rebuild without it would raise it. Its protocol, on its stdin and stdout: one job
+(length-prefixed marshal: where the repository's objects are, the commit, the functions' names and
+the chunks of shards, in the order to take them); then frames, each length-prefixed marshal,
+``("chunk", index)`` before it starts a chunk and ``("shard", name, tree, rows, deps, labels,
+aliases)`` per shard; stdin reaching its end between chunks means stop.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import sys
+
+from . import layout
+from .errors import Corrupt
+
+TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable
+    from typing import Any
+
+    # A shard's rows as ``shard_rows`` computes them: item rows (lists, in cache.py's INSERT order),
+    # then the (item, value) pairs of the dep, label and alias tables.
+    Filled = tuple[list[list[Any]], list[tuple[str, str]], list[tuple[str, str]], list[tuple[str, str]]]
+
+# Positions in an item row (cache.py's INSERT column order).
+R_ID, R_STATUS, R_DEPS, R_PROBLEM, R_SHOWN, R_WAITING = 0, 2, 5, 15, 19, 20
+
+BULK_SHARDS = 16  # shards read per bulk chunk (at 100,000 items: ~6,000 folders, a few MB in memory)
+BULK_FOLDERS = 256  # fewer changed folders than this are read one by one (no process to start)
+HELPER_FOLDERS = 20_000  # a rebuild of fewer folders is not worth a second interpreter (~0.1 s)
+HELPER_CHUNKS = 64  # chunks the work is cut into when a helper shares it (at most one is done twice, where they meet)
+
+
+def pack(value: Any) -> bytes | None:
+    # Empty stays NULL: most items have no labels or dependencies, and a listing then unpacks nothing.
+    return marshal.dumps(tuple(value)) if value else None
+
+
+def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[str, str], summarise: Any,
+               thread_entry: Any, previous: Callable[[str], Any] | None = None) -> Filled:
+    """The rows of the folders of one shard (``members``: id → tree entry) whose tree id is not the
+    one ``before`` holds; ``previous(id)``: the thread summary the cache holds for a re-read item."""
+    rows: list[list[Any]] = []  # lists: the shortest form is set in place once the shard is read
+    deps: list[tuple[str, str]] = []
+    labels: list[tuple[str, str]] = []
+    aliases: list[tuple[str, str]] = []
+    for item_id, folder in members.items():
+        if before.get(item_id) == folder.oid:
+            continue
+        row, problem = summarise(snapshot, item_id, folder.oid)
+        prior = previous(item_id) if previous is not None and item_id in before else None
+        try:
+            thread = thread_entry(snapshot, item_id, folder.oid, prior)
+            thread_problem = None
+        except Corrupt as error:
+            thread, thread_problem = None, error.message
+        has_thread = 1 if thread is not None and (thread[-1] or thread[-2]) else 0
+        # A folder with neither a thread nor cursors (most items) keeps no thread summary: reading it
+        # again starts from none, which is all that summary would say (fields: threads_index.Entry).
+        kept = thread is not None and (thread[1] is not None or thread[2] is not None)
+        values = (row or (item_id,) + (None,) * 12 + (folder.oid, None))
+        # ``waiting``: how many dependencies are not done (or missing, or unreadable); NULL until
+        # counted once every shard is in, 0 at once for an item with none.
+        rows.append([values[0], values[1], values[2], values[3], pack(values[4]), pack(values[5]), *values[6:14],
+                     name, problem, marshal.dumps(thread) if kept else None, thread_problem, has_thread, None,
+                     None if row is not None and row[5] else 0, values[14], row[15] if row is not None else None,
+                     ",".join(values[4]) if values[4] else None])
+        if row is not None:
+            if row[5]:
+                deps.extend([(item_id, d) for d in row[5]])
+            if row[4]:
+                labels.extend([(item_id, x) for x in row[4]])
+            if row[16]:
+                aliases.extend([(a, item_id) for a in row[16]])
+    if not before:
+        # A shard read whole: its ids' shortest forms are known now (ids of other shards differ in
+        # their first two digits, fewer than are always shown), so none is left to fix.
+        from .ids import shown_lengths
+
+        sound = sorted(r[R_ID] for r in rows if r[R_PROBLEM] is None)
+        shown = dict(zip(sound, shown_lengths(sound), strict=False))
+        for r in rows:
+            r[R_SHOWN] = shown.get(r[R_ID])
+    return rows, deps, labels, aliases
+
+
+def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict[str, str]]) -> tuple[
+        dict[str, dict[str, Any]], Any]:
+    """The member folders of each shard in ``part`` (``(name, tree entry)``), and a view of the
+    snapshot that answers the changed folders and their item and lease files: read in bulk when
+    they are many and packed, else the snapshot itself (its store reads loose objects directly)."""
+    members = {name: snapshot.store.read_tree(entry.oid) for name, entry in part}
+    folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
+               if before.get(name, {}).get(item_id) != folder.oid]
+    bulk = len(folders) >= BULK_FOLDERS and not _loose(snapshot.store, folders)
+    return members, (_Prefetched(snapshot, folders) if bulk else snapshot)
+
+
+def _loose(store: Any, oids: list[str]) -> bool:
+    """Whether these objects are mostly loose (judged on a sample): the store then reads each file
+    directly, which costs less than a ``git cat-file`` process doing the same; packed ones it would
+    fetch one round trip at a time, where one pipelined batch is several times cheaper."""
+    sample = oids[:: max(1, len(oids) // 8)][:8]
+    objects_dir = store.repo.objects_dir
+    found = sum(os.path.exists(os.path.join(objects_dir, oid[:2], oid[2:])) for oid in sample)
+    return found * 2 > len(sample)
+
+
+class _Prefetched:
+    """A snapshot whose store answers the given item folders, and the item and lease files in them,
+    from one ``git cat-file --batch`` each; anything else from the snapshot's own store."""
+
+    def __init__(self, snapshot: Any, folders: list[str]) -> None:
+        from .objects import parse_tree
+
+        self._snapshot = snapshot
+        self._real = snapshot.store
+        hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
+        self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
+                       _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
+        files = [e.oid for tree in self._trees.values() for n, e in tree.items()
+                 if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
+        self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
+                       if kind == "blob"}
+
+    @property
+    def store(self) -> _Prefetched:
+        # Itself, as a property, not an attribute: no reference cycle, so a chunk's trees and files are
+        # freed as soon as it ends, not at the collector's next full pass.
+        return self
+
+    def __getattr__(self, name: str) -> Any:  # the snapshot's (commit, tree(), ...), then the store's (repo, ...)
+        try:
+            return getattr(self._snapshot, name)
+        except AttributeError:
+            return getattr(self._real, name)
+
+    def read_tree(self, oid: str) -> Any:
+        found = self._trees.get(oid)
+        return found if found is not None else self._real.read_tree(oid)
+
+    def read_blob(self, oid: str) -> bytes:
+        found = self._blobs.get(oid)
+        return found if found is not None else self._real.read_blob(oid)
+
+
+def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
+    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch`` (a chunk's folders
+    or files: a few MB). A missing object is left out: the store's own read then names it."""
+    from .errors import GitFailed
+    from .gitcmd import read_batch
+
+    try:
+        return {oid: (kind, data) for oid, (_, kind, data) in read_batch(git_dir, oids).items()}
+    except GitFailed:
+        return {}  # git went away: the store reads each object itself
+
+
+# --- the helper process ---------------------------------------------------------------------------
+
+def _named(function: Any) -> tuple[str, str] | None:
+    """``(module, name)`` by which another process imports ``function``, if it is a gitwork module's own."""
+    module, name = getattr(function, "__module__", ""), getattr(function, "__qualname__", "")
+    if not module.startswith("gitwork.") or not name.isidentifier():
+        return None
+    return (module, name) if getattr(sys.modules.get(module), name, None) is function else None
+
+
+class Helper:
+    """The helper process, seen from the process that writes the cache: it takes ``chunks`` (each
+    ``(index, [(shard name, shard tree id), ...])``) in the order given, announcing each index before
+    it starts that chunk."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], count: int) -> None:
+        import queue
+        import threading
+
+        self._proc = proc
+        self.started: set[int] = set()  # chunks the helper announced (it is doing or did them)
+        self._frames: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._count = count
+        # A thread reads its frames as they come: the helper never waits on a full pipe while this
+        # process is busy inserting, and announcements are seen between two chunks here.
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def start(cls, snapshot: Any, chunks: list[tuple[int, list[tuple[str, str]]]], summarise: Any,
+              thread_entry: Any) -> Helper | None:
+        import subprocess
+
+        functions = (_named(summarise), _named(thread_entry))
+        if None in functions or snapshot.commit is None:
+            return None
+        repo = snapshot.store.repo
+        job = marshal.dumps((repo.git_dir, repo.common_dir, repo.objects_dir, repo.algorithm, dict(repo.core),
+                             snapshot.commit, functions, chunks))
+        # This very gitwork, wherever it was imported from: its folder goes first on the helper's path
+        # unless already there (an installed gitwork's site-packages must not come before the stdlib).
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = (f"import sys\nif {here!r} not in sys.path: sys.path.insert(0, {here!r})\n"
+                "from gitwork.cachefill import main\nmain()\n")
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL)
+        except OSError:
+            return None
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(len(job).to_bytes(8, "big") + job)
+            proc.stdin.flush()
+        except OSError:
+            proc.kill()
+            proc.wait()
+            return None
+        return cls(proc, len(chunks))
+
+    def _read(self) -> None:
+        out = self._proc.stdout
+        assert out is not None
+        try:
+            while True:
+                head = out.read(4)
+                if len(head) < 4:
+                    break
+                body = out.read(int.from_bytes(head, "big"))
+                frame = marshal.loads(body)
+                if frame[0] == "chunk":
+                    self.started.add(frame[1])
+                else:
+                    self._frames.put(frame)
+        except (OSError, ValueError, EOFError, TypeError):
+            pass  # a torn frame: whatever was not delivered is computed by the caller
+        finally:
+            self._frames.put(None)
+
+    def ready(self) -> list[tuple[Any, ...]]:
+        """The shards delivered since the last call (without waiting)."""
+        import queue
+
+        out: list[tuple[Any, ...]] = []
+        while True:
+            try:
+                frame = self._frames.get_nowait()
+            except queue.Empty:
+                return out
+            if frame is None:
+                self._frames.put(None)  # stays the last word for finish()
+                return out
+            out.append(frame)
+
+    def finish(self) -> list[tuple[Any, ...]]:
+        """Tell the helper to stop after its current chunk and return every shard not yet taken."""
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.close()
+        except OSError:
+            pass
+        out: list[tuple[Any, ...]] = []
+        while (frame := self._frames.get()) is not None:
+            out.append(frame)
+        self._reader.join()
+        self._proc.wait()
+        return out
+
+
+def _stopped() -> bool:
+    import select
+
+    return bool(select.select([0], [], [], 0)[0])  # stdin readable: its end, the writer said stop
+
+
+def main() -> None:
+    """The helper process (``python -m gitwork.cachefill``): see the module's docstring."""
+    import importlib
+
+    from .config import Settings
+    from .store import Repository, Store
+
+    stdin = sys.stdin.buffer
+    size = int.from_bytes(stdin.read(8), "big")
+    git_dir, common_dir, objects_dir, algorithm, core, commit, functions, chunks = marshal.loads(stdin.read(size))
+    summarise, thread_entry = (getattr(importlib.import_module(m), n) for m, n in functions)
+    repo = Repository(git_dir, common_dir, None, False, algorithm, {}, Settings(), objects_dir=objects_dir,
+                      core=core)
+    store = Store(repo)
+    out = os.fdopen(1, "wb", closefd=False)
+    try:
+        snapshot = store.snapshot(commit)
+        for index, part in chunks:
+            if _stopped():
+                break
+            _frame(out, ("chunk", index))
+            shards = [(name, _Entry(oid)) for name, oid in part]
+            members, view = read_part(snapshot, shards, {})
+            for name, entry in shards:
+                filled = shard_rows(view, name, members[name], {}, summarise, thread_entry)
+                _frame(out, ("shard", name, entry.oid, *filled))
+            out.flush()
+            del view
+            store.forget()
+    finally:
+        out.flush()
+        store.close()
+
+
+class _Entry:
+    __slots__ = ("oid",)
+
+    def __init__(self, oid: str) -> None:
+        self.oid = oid
+
+
+def _frame(out: Any, frame: tuple[Any, ...]) -> None:
+    body = marshal.dumps(frame)
+    out.write(len(body).to_bytes(4, "big") + body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""A cold rebuild of the read cache shared with a helper process (``gitwork/cachefill.py``).
+
+- the rebuild with the helper (it takes chunks of shards from the far end, this process from the
+  near end and writes both) fills every table exactly as the rebuild alone does;
+- whatever the helper does not deliver (it cannot start, or dies mid-frame) this process computes:
+  the tables are the same again;
+- a kill -9 of the rebuilding process, helper running, leaves no half cache: the next read answers
+  exactly what the tree says.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import Clock, git
+from gitwork import cache, cachefill
+from gitwork.index import load_index, rebuild
+from gitwork.workplane import Workplane
+
+TABLES = (("item", "id"), ("dep", "item, on_id"), ("label", "item, label"), ("alias", "name, item"),
+          ("shard", "name"), ("meta", "key"))
+
+
+def tables(repo: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the cache's tables, packed values unpacked (their bytes depend on how the
+    process that packed them shared its strings, not on what they say)."""
+    db = sqlite3.connect(repo / ".git" / "gitwork" / cache.NAME)
+    try:
+        return {t: [tuple(marshal.loads(v) if isinstance(v, bytes) else v for v in r)
+                    for r in db.execute(f"SELECT * FROM {t} ORDER BY {key}")] for t, key in TABLES}
+    finally:
+        db.close()
+
+
+def _state(repo: Path, count: int = 60) -> None:
+    """Items over many shards: done ones, dependencies on items of other shards (done or not),
+    labels, a lease, a thread with a message."""
+    pick = random.Random(7)
+    with Workplane(str(repo), now=Clock(), agent="alice") as wp:
+        wp.do("init")
+        made: list[str] = []
+        for n in range(count):
+            deps = sorted({pick.choice(made) for _ in range(2)}) if made and n % 3 else []
+            made.append(wp.do("new", title=f"item {n} ünï", priority=n % 4, depends_on=deps or None,
+                              labels=[f"l{n % 5}", "all"] if n % 2 else None).result["item"])
+        for item in made[::4]:
+            wp.do("done", item=item, force=True)
+        wp.do("claim", item=made[1], ttl=600)
+        wp.do("msg", item=made[1], text="hello", to="bob", epoch=1)
+
+
+def _rebuilt(repo: Path) -> dict[str, list[tuple[object, ...]]]:
+    with Workplane(str(repo), agent="alice") as wp:
+        snapshot = wp.context().snapshot
+        cache.drop(cache.path_for(snapshot))
+        rebuild(snapshot)
+    cache._forget(str(repo / ".git" / "gitwork" / cache.NAME))
+    return tables(repo)
+
+
+@pytest.fixture
+def shared(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[object]]:
+    """Every rebuild shares its work with the helper, one shard a chunk; the helper is caught as it
+    starts and this process's first read waits until it has announced a chunk (or ended), so both
+    processes take part. Returns the helper(s) and the frames each delivered."""
+    seen: dict[str, list[object]] = {"helpers": [], "frames": []}
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 1)
+    monkeypatch.setattr(cachefill, "HELPER_CHUNKS", 10_000)
+    real_start, real_ready, real_finish = cachefill.Helper.start, cachefill.Helper.ready, cachefill.Helper.finish
+
+    def start(*args: object) -> cachefill.Helper | None:
+        helper = real_start(*args)  # type: ignore[arg-type]
+        seen["helpers"].append(helper)
+        return helper
+
+    def ready(self: cachefill.Helper) -> list[tuple[object, ...]]:
+        got = real_ready(self)
+        seen["frames"].extend(got)
+        return got
+
+    def finish(self: cachefill.Helper) -> list[tuple[object, ...]]:
+        got = real_finish(self)
+        seen["frames"].extend(got)
+        return got
+
+    real_part = cache.read_part
+    waited = threading.Event()
+
+    def read_part(*args: object) -> object:
+        helper = seen["helpers"][-1] if seen["helpers"] else None
+        if helper is not None and not waited.is_set():
+            waited.set()
+            reader = helper._reader  # type: ignore[attr-defined]
+            while not helper.started and reader.is_alive():
+                reader.join(0.01)
+        return real_part(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cachefill.Helper, "start", classmethod(lambda cls, *a: start(*a)))
+    monkeypatch.setattr(cachefill.Helper, "ready", ready)
+    monkeypatch.setattr(cachefill.Helper, "finish", finish)
+    monkeypatch.setattr(cache, "read_part", read_part)
+    return seen
+
+
+def test_a_rebuild_shared_with_the_helper_fills_the_tables_as_one_process_alone(
+        repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch) -> None:
+    _state(repo)
+    with_helper = _rebuilt(repo)
+    assert shared["helpers"] and shared["helpers"][0] is not None
+    assert shared["frames"], "the helper delivered no shard"
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    alone = _rebuilt(repo)
+    assert with_helper == alone
+    assert len(alone["item"]) == 60 and len(alone["shard"]) > 20 and alone["dep"]
+    assert {r[20] for r in alone["item"]} > {0}  # some items wait on a dependency: the counts were compared
+
+
+def test_packed_objects_read_in_bulk_with_the_helper_give_the_same_tables(
+        repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch) -> None:
+    _state(repo)
+    git(repo, "gc", "-q")
+    monkeypatch.setattr(cachefill, "BULK_FOLDERS", 1)  # (this process's chunks through one cat-file --batch)
+    with_helper = _rebuilt(repo)
+    assert shared["frames"]
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    assert with_helper == _rebuilt(repo)
+
+
+@pytest.mark.parametrize("helper", ["exit 3", "{python} \"$@\" | head -c 1500"])
+def test_what_the_helper_does_not_deliver_is_computed_here(
+        repo: Path, tmp_path: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch,
+        helper: str) -> None:
+    """A helper that dies at once, or part way through a frame (its output cut after 1,500 bytes):
+    the rebuild is the same as without one."""
+    _state(repo)
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    alone = _rebuilt(repo)
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\n" + helper.format(python=sys.executable) + "\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 1)
+    monkeypatch.setattr(sys, "executable", str(script))
+    assert _rebuilt(repo) == alone
+    assert shared["helpers"]
+
+
+def test_a_kill_9_mid_rebuild_leaves_no_half_cache(repo: Path) -> None:
+    """``gw cache rebuild``'s work (drop, then rebuild, helper running) killed after its first shard
+    is written: the transaction never commits, so the file holds no item and no commit, and the next
+    read rebuilds it and answers what the tree says."""
+    _state(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        expected = (load_index(wp.context().snapshot, use_cache=False).items(), [r[0] for r in wp.ready()])
+        wp.rows()
+    before = tables(repo)
+    code = ("import sys\nfrom gitwork import cachefill, cache\nfrom gitwork.index import rebuild\n"
+            "from gitwork.workplane import Workplane\n"
+            "cachefill.HELPER_FOLDERS, cachefill.HELPER_CHUNKS = 1, 10000\n"
+            "with Workplane(sys.argv[1], agent='alice') as wp:\n"
+            "    snapshot = wp.context().snapshot\n"
+            "    cache.drop(cache.path_for(snapshot))\n"
+            "    rebuild(snapshot)\n")
+    env = dict(os.environ, GW_CRASH_AT="cache-fill")
+    done = subprocess.run([sys.executable, "-c", code, str(repo)], env=env, capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    status = cache.status(str(repo / ".git" / "gitwork" / cache.NAME))
+    assert status["ok"] and status["commit"] is None and status["items"] == 0
+    with Workplane(str(repo), agent="alice") as wp:
+        assert (wp.rows()[1], [r[0] for r in wp.ready()]) == expected
+    assert tables(repo) == before
