@@ -17,6 +17,7 @@ from ..store import Repository
 from ..workplane import Workplane
 from .guard import check_cookie_request, csrf_token
 from .tokens import Tokens
+from .writer import Writer, with_role
 
 COOKIE = "gw_token"  # the board's session cookie: the token, HttpOnly, SameSite=Strict
 
@@ -51,6 +52,7 @@ class Server:
         self.now = now
         self.secret = secrets.token_bytes(32)  # the key of the board's CSRF tokens, new at each start
         self.watcher = RefWatcher(self.path, poll, self.tokens.path)
+        self.writer = Writer(self.path, now)
 
     def authenticate(self, request: Request, form_csrf: str | None = None) -> Principal:
         """Who the request acts as. A token from the board's cookie (not from an ``Authorization`` header)
@@ -85,13 +87,21 @@ class Server:
         """A work plane acting as the token's identity, its role the token's (whatever the settings say)."""
         wp = Workplane(self.path, agent=who.name, now=self.now)
         try:
-            settings = wp.settings
-            admins = tuple(n for n in settings.admins if n != who.name) + ((who.name,) if who.role == "admin" else ())
-            agents = tuple(n for n in settings.agents if n != who.name) + ((who.name,) if who.role == "agent" else ())
-            wp.settings = wp.repo.settings = settings.replace(admins=admins, agents=agents)
+            wp.settings = wp.repo.settings = with_role(wp.settings, who.name, who.role)
             yield wp
         finally:
             wp.close()
+
+    @contextlib.contextmanager
+    def writing(self, who: Principal) -> Iterator[Workplane]:
+        """The work plane a write acts through: :meth:`plane`'s, but the server's one kept-open plane,
+        lent to one write at a time when writes move this repository's own ref (writer.py says why)."""
+        if not self.writer.serialises():
+            with self.plane(who) as wp:
+                yield wp
+            return
+        with self.writer.acting(who.name, who.role) as wp:
+            yield wp
 
 
 class RefWatcher:

@@ -1,0 +1,127 @@
+"""The one work plane every REST write of ``gw serve`` goes through, taken by one request at a time.
+
+Why one, kept open, behind a lock (issue 27: the command service at the arbiter, docs/deploy.md):
+
+- **Opening a Workplane per request costs more than the write.** On a bare repository (the arbiter's)
+  discovery asks git (``rev-parse`` and ``config``: two processes) and the tip is read through a
+  ``cat-file --batch`` process started for the request; with the trees read by earlier commands
+  thrown away each time, that was over half of a claim's 24 ms. Here the plane, its git processes and
+  the trees and blobs it read (immutable, named by their ids) stay between requests.
+- **Threads of one server must not race each other's compare-and-swap.** Every request handler runs in
+  the thread pool; two writes decided on the same tip lose a round to each other and pay it again
+  (measured: 8 keep-alive clients doubled the server's CPU per grant). Under the lock a write never
+  loses a round to a sibling of this process; it can still lose one to a writer outside it (a push
+  through git, the batch arbiter's applier, a ``gw`` process), which ``engine.run`` decides again on
+  the new tip as it always did: the lock is an optimisation, the ref's CAS stays the rule.
+- **Settings are the repository's, re-read when they may have changed**: the files git and gitwork
+  read them from are checked (size, time, inode) at every write, and read again at least every
+  :data:`REFRESH` seconds whatever the files say (an ``[include]``d file). The token's role replaces
+  the settings' role for its identity, as for every request (:func:`with_role`).
+
+With an arbiter remote configured (``gw serve`` on a clone) a write pushes, and the clone's own turn
+(``pushturn``) already folds concurrent writers into one push: there every request keeps a plane of
+its own and no lock is taken (:meth:`Writer.serialises`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from ..config import Settings
+from ..store import Repository
+from ..workplane import Workplane
+
+REFRESH = 5.0  # seconds: settings are read again at least this often (a change in an included file)
+KEEP_TREES = 20_000  # trees kept between requests; past it the store forgets what it read (memory)
+
+
+def with_role(settings: Settings, name: str, role: str) -> Settings:
+    """``settings`` acting as ``name``, whose role is ``role`` (a token's) whatever the settings list."""
+    admins = tuple(n for n in settings.admins if n != name) + ((name,) if role == "admin" else ())
+    agents = tuple(n for n in settings.agents if n != name) + ((name,) if role == "agent" else ())
+    return settings.replace(agent=name, admins=admins, agents=agents)
+
+
+def _config_files(repo: Repository) -> list[str]:
+    """The files a change of the repository's settings is made in (gitdir.read_config's, ``.workplane``)."""
+    home = os.environ.get("HOME")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else None)
+    files = ["/etc/gitconfig", os.path.join(repo.common_dir, "config"), os.path.join(repo.git_dir, "config.worktree")]
+    if xdg:
+        files.append(os.path.join(xdg, "git", "config"))
+    if home:
+        files.append(os.path.join(home, ".gitconfig"))
+    if repo.toplevel:
+        files.append(os.path.join(repo.toplevel, ".workplane"))
+    return files
+
+
+def _stamp(files: list[str]) -> tuple[Any, ...]:
+    stamps: list[Any] = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
+
+
+class Writer:
+    """The server's write plane (see the module's docstring). ``acting(name, role)`` lends it to one
+    request at a time; :meth:`close` ends its git processes (the application's shutdown)."""
+
+    def __init__(self, path: str, now: Callable[[], Any]) -> None:
+        self.path, self.now = path, now
+        self.lock = threading.Lock()
+        self._wp: Workplane | None = None
+        self._base: Settings | None = None
+        self._files: list[str] = []
+        self._stamp: tuple[Any, ...] = ()
+        self._read_at = 0.0
+
+    def _plane(self) -> tuple[Workplane, Settings]:
+        """The open plane and the repository's own settings, opened again when they may have changed."""
+        wp, base = self._wp, self._base
+        if wp is not None and base is not None:
+            if time.monotonic() - self._read_at < REFRESH and _stamp(self._files) == self._stamp:
+                if len(wp.store._trees) > KEEP_TREES:  # noqa: SLF001 - the size only; forget() clears it
+                    wp.store.forget()
+                return wp, base
+            self.close()
+        # Stamped before the read: a change made while it reads differs from the stamp at the next
+        # request's check, so it is read then, never lost. (The first open learns which files to stamp
+        # from the repository it found: a change during that one read waits at most REFRESH.)
+        read_at, stamp = time.monotonic(), _stamp(self._files)
+        wp = Workplane(self.path, now=self.now)
+        if not self._files:
+            self._files = _config_files(wp.repo)
+            stamp = _stamp(self._files)
+        self._stamp, self._read_at = stamp, read_at
+        self._wp, self._base = wp, wp.settings
+        return wp, wp.settings
+
+    def serialises(self) -> bool:
+        """Whether writes here move this repository's own ref (no arbiter remote): then they take turns."""
+        with self.lock:
+            return not self._plane()[1].remote
+
+    @contextlib.contextmanager
+    def acting(self, name: str, role: str) -> Iterator[Workplane]:
+        """The plane, acting as ``name`` with ``role``, for one write; other writes wait meanwhile."""
+        with self.lock:
+            wp, base = self._plane()
+            wp.settings = wp.repo.settings = with_role(base, name, role)
+            try:
+                yield wp
+            finally:
+                wp.settings = wp.repo.settings = base
+
+    def close(self) -> None:
+        wp, self._wp, self._base = self._wp, None, None
+        if wp is not None:
+            wp.close()
