@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -222,3 +223,39 @@ def test_writes_in_one_server_never_lose_a_round_to_each_other(tmp_path: Path) -
     with Workplane(str(arbiter)) as wp:
         granted = wp.lease(spare)
         assert granted is not None and granted.ttl == 7200  # the arbiter's default_ttl as changed
+
+
+def test_a_ref_lock_left_by_a_killed_write_is_swept_by_the_next_one(tmp_path: Path) -> None:
+    """kill -9 of the command service while its ``git update-ref`` holds the state ref's lock leaves the
+    lock; the next write removes it by the arbiter hook's rule (old enough, no git that could hold it)."""
+    arbiter = tmp_path / "arbiter.git"
+    git(tmp_path, "init", "-q", "--bare", str(arbiter))
+    with Workplane(str(arbiter), agent="admin") as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+    lock = arbiter / "refs" / "gitwork" / "state.lock"
+    lock.write_text(tip(arbiter) + "\n")
+    os.utime(lock, (time.time() - 10, time.time() - 10))  # left by a killed git 10 s ago
+    server = Server(str(arbiter), now=clock.now, poll=0.1)
+    with server.writing(Principal("agent-0", "agent", "t-0")) as plane:
+        assert plane.submit({"op": "claim", "item": item}).attempts == 1
+    server.writer.close()
+    assert not lock.exists()
+
+
+def test_tokens_added_at_once_are_all_kept(tmp_path: Path) -> None:
+    """A team's script adds its agents' tokens in parallel: each ``gw serve token add`` reads the file,
+    adds one and writes it back, under one lock, so none is written without another's token (401)."""
+    arbiter = tmp_path / "arbiter.git"
+    git(tmp_path, "init", "-q", "--bare", str(arbiter))
+    names = [f"agent-{k}" for k in range(8)]
+    done: list[int] = []
+    threads = [threading.Thread(target=lambda n=name: done.append(
+        run_gw(arbiter, "serve", "token", "add", n).returncode)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert done == [OK] * len(names)
+    listed = json.loads(run_gw(arbiter, "serve", "token", "list", "--json").stdout)
+    assert sorted(t["name"] for t in listed) == names

@@ -115,6 +115,12 @@ class Writer:
         """The plane, acting as ``name`` with ``role``, for one write; other writes wait meanwhile."""
         with self.lock:
             wp, base = self._plane()
+            # A ref lock left by a git killed while it moved the ref (this server's own update-ref, when a
+            # kill -9 hit the server mid-write) would refuse every write here (exit 11) until a push's hook
+            # swept it: swept here too, by the hook's own rule (sync/arbiterlock.py; one lstat when none).
+            from ..sync.arbiterlock import sweep
+
+            sweep(wp.repo.common_dir, [base.ref])
             wp.settings = wp.repo.settings = with_role(base, name, role)
             try:
                 yield wp
