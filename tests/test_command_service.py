@@ -259,3 +259,16 @@ def test_tokens_added_at_once_are_all_kept(tmp_path: Path) -> None:
     assert done == [OK] * len(names)
     listed = json.loads(run_gw(arbiter, "serve", "token", "list", "--json").stdout)
     assert sorted(t["name"] for t in listed) == names
+
+
+def test_the_deployment_page_shows_the_configuration_the_tests_run() -> None:
+    """docs/deploy.md's command-service configuration is what tests/webserver.py writes (comments aside)."""
+    from conftest import ROOT
+    from webserver import api_conf
+
+    page = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    section = page.split("## The command service (REST at the arbiter)", 1)[1].split("\n## ", 1)[0]
+    shown = {line.split("#", 1)[0].strip() for line in section.splitlines()}
+    upstream, location = api_conf("127.0.0.1:8765")
+    written = {line.split("#", 1)[0].strip() for line in (upstream + location).splitlines()}
+    assert written - {""} <= shown, sorted(written - shown)
