@@ -96,11 +96,11 @@ class Server:
     def writing(self, who: Principal) -> Iterator[Workplane]:
         """The work plane a write acts through: :meth:`plane`'s, but the server's one kept-open plane,
         lent to one write at a time when writes move this repository's own ref (writer.py says why)."""
-        if not self.writer.serialises():
-            with self.plane(who) as wp:
-                yield wp
-            return
-        with self.writer.acting(who.name, who.role) as wp:
+        with self.writer.acting(who.name, who.role) as shared:
+            if shared is not None:
+                yield shared
+                return
+        with self.plane(who) as wp:  # a clone whose writes push: its turn (pushturn) folds them
             yield wp
 
 

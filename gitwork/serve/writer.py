@@ -20,7 +20,7 @@ Why one, kept open, behind a lock (issue 27: the command service at the arbiter,
 
 With an arbiter remote configured (``gw serve`` on a clone) a write pushes, and the clone's own turn
 (``pushturn``) already folds concurrent writers into one push: there every request keeps a plane of
-its own and no lock is taken (:meth:`Writer.serialises`).
+its own and no lock is held while it pushes (:meth:`Writer.acting` lends none).
 """
 
 from __future__ import annotations
@@ -105,27 +105,27 @@ class Writer:
         self._wp, self._base = wp, wp.settings
         return wp, wp.settings
 
-    def serialises(self) -> bool:
-        """Whether writes here move this repository's own ref (no arbiter remote): then they take turns."""
-        with self.lock:
-            return not self._plane()[1].remote
-
     @contextlib.contextmanager
-    def acting(self, name: str, role: str) -> Iterator[Workplane]:
-        """The plane, acting as ``name`` with ``role``, for one write; other writes wait meanwhile."""
+    def acting(self, name: str, role: str) -> Iterator[Workplane | None]:
+        """The plane, acting as ``name`` with ``role``, for one write; other writes wait meanwhile.
+        ``None`` (and no turn taken) when writes here push to an arbiter remote: the caller opens its own."""
         with self.lock:
             wp, base = self._plane()
-            # A ref lock left by a git killed while it moved the ref (this server's own update-ref, when a
-            # kill -9 hit the server mid-write) would refuse every write here (exit 11) until a push's hook
-            # swept it: swept here too, by the hook's own rule (sync/arbiterlock.py; one lstat when none).
-            from ..sync.arbiterlock import sweep
+            if not base.remote:
+                # A ref lock left by a git killed while it moved the ref (this server's own update-ref,
+                # when a kill -9 hit the server mid-write) would refuse every write here (exit 11) until
+                # a push's hook swept it: swept here too, by the hook's own rule (sync/arbiterlock.py;
+                # one lstat when there is none).
+                from ..sync.arbiterlock import sweep
 
-            sweep(wp.repo.common_dir, [base.ref])
-            wp.settings = wp.repo.settings = with_role(base, name, role)
-            try:
-                yield wp
-            finally:
-                wp.settings = wp.repo.settings = base
+                sweep(wp.repo.common_dir, [base.ref])
+                wp.settings = wp.repo.settings = with_role(base, name, role)
+                try:
+                    yield wp
+                finally:
+                    wp.settings = wp.repo.settings = base
+                return
+        yield None
 
     def close(self) -> None:
         wp, self._wp, self._base = self._wp, None, None
