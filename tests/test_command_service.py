@@ -27,8 +27,8 @@ pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip insta
 from conftest import git, run_gw, scrubbed, tip  # noqa: E402
 from gitwork import clock  # noqa: E402
 from gitwork.serve.server import Principal, Server  # noqa: E402
-from gitwork.workplane import Workplane  # noqa: E402
-from test_sync import assert_sound, gw_ok, machine  # noqa: E402
+from gitwork.workplane import Chain, Workplane  # noqa: E402
+from test_sync import STATE, assert_sound, gw_ok, machine  # noqa: E402
 from test_transports import assert_grants_linear  # noqa: E402
 from webserver import CommandService, WebServer, require, served_repo  # noqa: E402
 
@@ -187,42 +187,64 @@ def test_hostile_requests_through_the_web_server_move_nothing(deployment: Deploy
     assert status == 200 and answer["holder"] == "mallory"
 
 
-def test_writes_in_one_server_never_lose_a_round_to_each_other(tmp_path: Path) -> None:
-    """Requests run in a thread pool; the server's one write plane takes them one at a time, so a write
-    loses a compare-and-swap only to a writer outside the process (none here): every claim lands at its
-    first attempt. The settings are the repository's, read again once they change."""
+def test_writes_waiting_for_the_turn_land_as_one_chain_and_one_ref_move(tmp_path: Path) -> None:
+    """Requests run in a thread pool; the one holding the server's turn decides every request waiting by
+    then as one chain (one commit each) and moves the ref once: six claims queued behind a held turn
+    land with one ref move, each item once, fences 1..6 in order, each at its first attempt. The
+    settings are the repository's, read again once they change."""
     arbiter = tmp_path / "arbiter.git"
     git(tmp_path, "init", "-q", "--bare", str(arbiter))
+    git(arbiter, "config", "core.logAllRefUpdates", "always")
     with Workplane(str(arbiter), agent="admin") as wp:
         wp.do("init")
-        for n in range(24):
+        for n in range(6):
             wp.do("new", title=f"item {n}")
+    moves = len(git(arbiter, "reflog", "show", "--format=%H", STATE).split())
     server = Server(str(arbiter), now=clock.now, poll=0.1)
-    attempts: list[int] = []
-
-    def claims(k: int) -> None:
-        who = Principal(f"agent-{k}", "agent", f"t-{k}")
-        for _ in range(4):
-            with server.writing(who) as plane:
-                attempts.append(plane.submit({"op": "claim", "next": True}).attempts)
-
-    threads = [threading.Thread(target=claims, args=(k,)) for k in range(6)]
-    for thread in threads:
-        thread.start()
+    answers: list[Any] = []
+    with server.writer.lock:  # the turn, held: every request queues behind it
+        threads = [threading.Thread(target=lambda k=k: answers.append(server.write(
+            Principal(f"agent-{k}", "agent", f"t-{k}"), {"op": "claim", "next": True}))) for k in range(6)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while len(server.writer._queue) < 6:  # noqa: SLF001 - waiting for all six to queue
+            assert time.monotonic() < deadline, "the requests did not queue"
+            time.sleep(0.01)
     for thread in threads:
         thread.join()
-    assert attempts == [1] * 24
+    assert len(git(arbiter, "reflog", "show", "--format=%H", STATE).split()) == moves + 1  # one move
+    assert [a.attempts for a in answers] == [1] * 6
+    assert len({a.result["item"] for a in answers}) == 6
+    assert [int(c["Fence"]) for c in assert_grants_linear(arbiter)] == [1, 2, 3, 4, 5, 6]
     who = Principal("agent-0", "agent", "t-0")
     with Workplane(str(arbiter), agent="admin") as wp:
         spare = wp.do("new", title="spare").result["item"]
     git(arbiter, "config", "gitwork.defaultTtl", "2h")
-    with server.writing(who) as plane:
-        lease = plane.submit({"op": "claim", "item": spare}).result
+    lease = server.write(who, {"op": "claim", "item": spare}).result
     server.writer.close()
     assert lease["holder"] == "agent-0"
     with Workplane(str(arbiter)) as wp:
         granted = wp.lease(spare)
         assert granted is not None and granted.ttl == 7200  # the arbiter's default_ttl as changed
+
+
+def test_a_chain_that_loses_the_ref_to_another_writer_lands_nothing(tmp_path: Path) -> None:
+    """Nothing of a chain is on the ref before its one compare-and-swap; when a push (here a gw process)
+    moved the ref meanwhile, the swap fails and the ref keeps the other writer's commit."""
+    arbiter = tmp_path / "arbiter.git"
+    git(tmp_path, "init", "-q", "--bare", str(arbiter))
+    with Workplane(str(arbiter), agent="admin") as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+        chain = Chain(wp.store)
+        chain.reset()
+        laid = wp.submit({"op": "claim", "item": item, "as": "chained"}, chain=chain)
+        assert laid.commit == chain.top.commit != tip(arbiter)  # laid on the chain, not on the ref
+        assert run_gw(arbiter, "claim", item, "--as", "outside").returncode == OK
+        outside = tip(arbiter)
+        assert chain.land() is False and tip(arbiter) == outside
+        assert wp.lease(item).holder == "outside"  # type: ignore[union-attr]
 
 
 def test_a_ref_lock_left_by_a_killed_write_is_swept_by_the_next_one(tmp_path: Path) -> None:
@@ -237,8 +259,7 @@ def test_a_ref_lock_left_by_a_killed_write_is_swept_by_the_next_one(tmp_path: Pa
     lock.write_text(tip(arbiter) + "\n")
     os.utime(lock, (time.time() - 10, time.time() - 10))  # left by a killed git 10 s ago
     server = Server(str(arbiter), now=clock.now, poll=0.1)
-    with server.writing(Principal("agent-0", "agent", "t-0")) as plane:
-        assert plane.submit({"op": "claim", "item": item}).attempts == 1
+    assert server.write(Principal("agent-0", "agent", "t-0"), {"op": "claim", "item": item}).attempts == 1
     server.writer.close()
     assert not lock.exists()
 

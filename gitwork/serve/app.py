@@ -418,8 +418,7 @@ def submit(server: Server, who: Principal, document: Any) -> dict[str, Any]:
     if isinstance(document, dict):
         document = _as_token(document, who)
     engine.validate_command(document, internal=False)  # refused here: nothing opened, nothing written
-    with server.writing(who) as wp:
-        return wp.submit(document).to_json()  # type: ignore[no-any-return]
+    return server.write(who, document).to_json()  # type: ignore[no-any-return]
 
 
 # --- running ----------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 from fastapi import Request
 
+from ..engine import Applied
 from ..errors import ExitCode, GwError
 from ..store import Repository
 from ..workplane import Workplane
@@ -92,16 +93,15 @@ class Server:
         finally:
             wp.close()
 
-    @contextlib.contextmanager
-    def writing(self, who: Principal) -> Iterator[Workplane]:
-        """The work plane a write acts through: :meth:`plane`'s, but the server's one kept-open plane,
-        lent to one write at a time when writes move this repository's own ref (writer.py says why)."""
-        with self.writer.acting(who.name, who.role) as shared:
-            if shared is not None:
-                yield shared
-                return
-        with self.plane(who) as wp:  # a clone whose writes push: its turn (pushturn) folds them
-            yield wp
+    def write(self, who: Principal, document: dict[str, Any]) -> Applied:
+        """``document`` through the library's write path as the token's identity and role: decided in the
+        server's turn with the other waiting writes, on its one kept-open plane (writer.py says why); on a
+        clone whose writes push, through a plane of its own (its turn, ``pushturn``, folds them)."""
+        applied = self.writer.submit(who.name, who.role, document)
+        if applied is not None:
+            return applied
+        with self.plane(who) as wp:
+            return wp.submit(document)
 
 
 class RefWatcher:

@@ -25,17 +25,21 @@ its own and no lock is held while it pushes (:meth:`Writer.acting` lends none).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
+from .. import engine
 from ..config import Settings
-from ..store import Repository
-from ..workplane import Workplane
+from ..engine import Applied
+from ..errors import GwError
+from ..store import Repository, jitter
+from ..workplane import Chain, Workplane
 
 REFRESH = 5.0  # seconds: settings are read again at least this often (a change in an included file)
+MOST = 64  # requests decided in one chain (one ref move); the rest wait for the next
+ROUNDS = 200  # chains lost to outside writers before the requests are answered "gave up" (75)
 KEEP_TREES = 20_000  # trees kept between requests; past it the store forgets what it read (memory)
 
 
@@ -71,13 +75,27 @@ def _stamp(files: list[str]) -> tuple[Any, ...]:
     return tuple(stamps)
 
 
+class _Waiting:
+    """One request waiting for its turn, then its answer."""
+
+    __slots__ = ("name", "role", "document", "applied", "error", "done")
+
+    def __init__(self, name: str, role: str, document: dict[str, Any]) -> None:
+        self.name, self.role, self.document = name, role, document
+        self.applied: Applied | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
 class Writer:
-    """The server's write plane (see the module's docstring). ``acting(name, role)`` lends it to one
-    request at a time; :meth:`close` ends its git processes (the application's shutdown)."""
+    """The server's write plane (see the module's docstring). :meth:`submit` decides a request in its
+    turn; :meth:`close` ends its git processes (the application's shutdown)."""
 
     def __init__(self, path: str, now: Callable[[], Any]) -> None:
         self.path, self.now = path, now
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # the turn: held by the request deciding a chain
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Waiting] = []
         self._wp: Workplane | None = None
         self._base: Settings | None = None
         self._files: list[str] = []
@@ -105,27 +123,75 @@ class Writer:
         self._wp, self._base = wp, wp.settings
         return wp, wp.settings
 
-    @contextlib.contextmanager
-    def acting(self, name: str, role: str) -> Iterator[Workplane | None]:
-        """The plane, acting as ``name`` with ``role``, for one write; other writes wait meanwhile.
-        ``None`` (and no turn taken) when writes here push to an arbiter remote: the caller opens its own."""
-        with self.lock:
-            wp, base = self._plane()
-            if not base.remote:
-                # A ref lock left by a git killed while it moved the ref (this server's own update-ref,
-                # when a kill -9 hit the server mid-write) would refuse every write here (exit 11) until
-                # a push's hook swept it: swept here too, by the hook's own rule (sync/arbiterlock.py;
-                # one lstat when there is none).
-                from ..sync.arbiterlock import sweep
+    def submit(self, name: str, role: str, document: dict[str, Any]) -> Applied | None:
+        """``document`` applied as ``name`` with ``role``: its answer once it landed (or its refusal,
+        raised). ``None`` when writes here push to an arbiter remote: the caller opens its own plane.
 
-                sweep(wp.repo.common_dir, [base.ref])
-                wp.settings = wp.repo.settings = with_role(base, name, role)
-                try:
-                    yield wp
-                finally:
-                    wp.settings = wp.repo.settings = base
+        The request waits for its turn; whoever has the turn decides every request waiting by then
+        (at most :data:`MOST`), in arrival order, as one chain on the tip, and moves the ref once
+        (``workplane.Chain``). A request that arrived while a chain was being decided is in the next."""
+        if self._base is not None and self._base.remote:
+            return None  # (read without the turn: a stale answer is only a slower path, both are right)
+        me = _Waiting(name, role, document)
+        with self._queue_lock:
+            self._queue.append(me)
+        while not me.done:
+            with self.lock:
+                if not me.done:
+                    self._decide()
+        if me.error is not None:
+            raise me.error
+        return me.applied
+
+    def _decide(self) -> None:
+        with self._queue_lock:
+            batch, self._queue = self._queue[:MOST], self._queue[MOST:]
+        wp: Workplane | None = None
+        try:
+            try:
+                wp, base = self._plane()
+            except Exception as error:  # noqa: BLE001 - e.g. the repository is gone: every one of them is told
+                for waiting in batch:
+                    waiting.error = error
                 return
-        yield None
+            if base.remote:
+                return  # each asks its own plane (None)
+            # A ref lock left by a git killed while it moved the ref (this server's own update-ref, when
+            # a kill -9 hit the server mid-write) would refuse every write here (exit 11) until a push's
+            # hook swept it: swept here too, by the hook's own rule (sync/arbiterlock.py; one lstat).
+            from ..sync.arbiterlock import sweep
+
+            sweep(wp.repo.common_dir, [base.ref])
+            chain = Chain(wp.store)
+            for _round in range(ROUNDS):
+                chain.reset()
+                for waiting in batch:
+                    wp.settings = wp.repo.settings = with_role(base, waiting.name, waiting.role)
+                    try:
+                        waiting.applied, waiting.error = wp.submit(waiting.document, chain=chain), None
+                    except Exception as error:  # noqa: BLE001 - its own answer (a refusal; a bug: 500), not its neighbours'
+                        waiting.applied, waiting.error = None, error
+                wp.settings = wp.repo.settings = base
+                try:
+                    if chain.land():
+                        return
+                except GwError as error:  # the ref could not be moved at all (a lock that stays: 11)
+                    for waiting in batch:
+                        waiting.applied, waiting.error = None, error
+                    return
+                # Another writer (a push, the batch applier, a gw process) moved the ref: nothing of
+                # this chain landed; every request of it is decided again on the new tip.
+                time.sleep(jitter(0, 0.005))
+            for waiting in batch:
+                waiting.applied, waiting.error = None, engine.gave_up(ROUNDS)
+        except Exception as error:  # noqa: BLE001 - the tip unreadable, a bug: every one of them is told
+            for waiting in batch:
+                waiting.applied, waiting.error = None, error
+        finally:
+            if wp is not None:
+                wp.settings = wp.repo.settings = self._base or wp.settings
+            for waiting in batch:
+                waiting.done = True
 
     def close(self) -> None:
         wp, self._wp, self._base = self._wp, None, None
