@@ -1,26 +1,31 @@
-"""The one work plane every REST write of ``gw serve`` goes through, taken by one request at a time.
+"""The one work plane every REST write of ``gw serve`` goes through, in turns, a chain per turn.
 
-Why one, kept open, behind a lock (issue 27: the command service at the arbiter, docs/deploy.md):
+Why one, kept open, in turns (issue 27: the command service at the arbiter, docs/deploy.md):
 
 - **Opening a Workplane per request costs more than the write.** On a bare repository (the arbiter's)
   discovery asks git (``rev-parse`` and ``config``: two processes) and the tip is read through a
   ``cat-file --batch`` process started for the request; with the trees read by earlier commands
-  thrown away each time, that was over half of a claim's 24 ms. Here the plane, its git processes and
-  the trees and blobs it read (immutable, named by their ids) stay between requests.
+  thrown away each time, that was over a third of a claim's 24 ms. Here the plane, its git processes
+  and the trees and blobs it read (immutable, named by their ids) stay between requests.
 - **Threads of one server must not race each other's compare-and-swap.** Every request handler runs in
   the thread pool; two writes decided on the same tip lose a round to each other and pay it again
-  (measured: 8 keep-alive clients doubled the server's CPU per grant). Under the lock a write never
-  loses a round to a sibling of this process; it can still lose one to a writer outside it (a push
-  through git, the batch arbiter's applier, a ``gw`` process), which ``engine.run`` decides again on
-  the new tip as it always did: the lock is an optimisation, the ref's CAS stays the rule.
+  (measured: 8 keep-alive clients doubled the server's CPU per grant). Writes take turns instead.
+- **One ref move per turn, not per write.** The request holding the turn decides every request that
+  queued meanwhile (at most :data:`MOST`, in arrival order) as one chain, each one commit by the one
+  engine on the commit before it (``workplane.Chain``), and moves the ref once: a herd no longer
+  holds the turn across one ``git update-ref`` process per write. Nothing is answered before that
+  move, so acknowledged still means landed. A writer outside the process (a push through git, the
+  batch arbiter's applier, a ``gw`` process) can still move the ref first: then nothing of the chain
+  landed and every request of it is decided again on the new tip, as ``engine.run`` always did: the
+  turns are an optimisation, the ref's CAS stays the rule.
 - **Settings are the repository's, re-read when they may have changed**: the files git and gitwork
-  read them from are checked (size, time, inode) at every write, and read again at least every
+  read them from are checked (size, time, inode) at every turn, and read again at least every
   :data:`REFRESH` seconds whatever the files say (an ``[include]``d file). The token's role replaces
   the settings' role for its identity, as for every request (:func:`with_role`).
 
 With an arbiter remote configured (``gw serve`` on a clone) a write pushes, and the clone's own turn
-(``pushturn``) already folds concurrent writers into one push: there every request keeps a plane of
-its own and no lock is held while it pushes (:meth:`Writer.acting` lends none).
+(``pushturn``) already folds concurrent writers into one push: there every request opens a plane of
+its own and takes no turn here (:meth:`Writer.submit` answers ``None``).
 """
 
 from __future__ import annotations
