@@ -38,7 +38,7 @@ from typing import Any, Callable
 from .. import engine
 from ..config import Settings
 from ..engine import Applied
-from ..errors import GwError
+from ..errors import GwError, Locked
 from ..store import Repository, jitter
 from ..workplane import Chain, Workplane
 
@@ -83,13 +83,14 @@ def _stamp(files: list[str]) -> tuple[Any, ...]:
 class _Waiting:
     """One request waiting for its turn, then its answer."""
 
-    __slots__ = ("name", "role", "document", "applied", "error", "done")
+    __slots__ = ("name", "role", "document", "applied", "error", "done", "elsewhere")
 
     def __init__(self, name: str, role: str, document: dict[str, Any]) -> None:
         self.name, self.role, self.document = name, role, document
         self.applied: Applied | None = None
         self.error: BaseException | None = None
         self.done = False
+        self.elsewhere = False  # to be decided by the caller's own plane (writes here push)
 
 
 class Writer:
@@ -146,6 +147,8 @@ class Writer:
                     self._decide()
         if me.error is not None:
             raise me.error
+        if me.applied is None and not me.elsewhere:  # the turn's holder was interrupted before deciding it
+            raise Locked("the server stopped deciding this request; send it again with the same id")
         return me.applied
 
     def _decide(self) -> None:
@@ -160,7 +163,9 @@ class Writer:
                     waiting.error = error
                 return
             if base.remote:
-                return  # each asks its own plane (None)
+                for waiting in batch:
+                    waiting.elsewhere = True  # each asks its own plane (None)
+                return
             # A ref lock left by a git killed while it moved the ref (this server's own update-ref, when
             # a kill -9 hit the server mid-write) would refuse every write here (exit 11) until a push's
             # hook swept it: swept here too, by the hook's own rule (sync/arbiterlock.py; one lstat).
