@@ -267,8 +267,8 @@ def run(agents: int, clones_wanted: int, items: int, sync_every: float, fcgi_wor
             "agents_cpu_per_grant_s": per(agent_cpu), "agents_loop_cpu_per_grant_s": per(loop_cpu), "server_cpu_per_grant_s": per(server_cpu),
             "web_cpu_per_grant_s": per(web_cpu), "followers_cpu_s": round(follower_cpu[0], 2),
             "follower_syncs": follower_syncs[0],
-            "server_bound_grants_per_s": (round((os.cpu_count() or 1) * granted / server_cpu, 1)
-                                          if server_cpu else None),
+            # gw serve is one Python process (its threads share one interpreter lock): one core at most
+            "server_bound_grants_per_s": round(granted / server_cpu, 1) if server_cpu else None,
             "floors": floors,
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in load_after],
         }
