@@ -2,7 +2,7 @@
 
     python benchmarks/bench_ceiling.py [--transport nginx|daemon|http] [--agents 12,25,50] [--clones 5]
                                        [--items-per-agent 4] [--fcgi-workers 8] [--[no-]server-hook]
-                                       [--arbiter cas|batch] [--out FILE]
+                                       [--arbiter cas|batch] [--via git|rest] [--out FILE]
 
 For each agent count N: one fresh arbiter (for ``nginx``: the deployment of docs/deploy.md, nginx +
 fcgiwrap + ``git http-backend`` with the server hook; for ``daemon``: ``git daemon``, with the hook
@@ -18,6 +18,10 @@ work, lost races and retries included), p50/p99 of single calls, how many calls 
 and whether every item was granted exactly once on the arbiter. One JSON object on stdout (and in
 ``--out``); the load average before and after each run is recorded with it, because the figures
 mean nothing without it.
+
+``--via rest``: the command service at the arbiter instead (docs/deploy.md): every agent a process
+looping ``POST /v1/commands`` through nginx to ``gw serve`` on the arbiter's repository;
+benchmarks/bench_command_service.py runs it (its own JSON; ``--transport``/``--arbiter`` do not apply).
 """
 
 from __future__ import annotations
@@ -54,8 +58,17 @@ def main() -> None:
                         help="install gw's server hook on the arbiter (default: only with --transport nginx)")
     parser.add_argument("--arbiter", choices=("cas", "batch"), default="cas",
                         help="cas: each clone pushes state commits; batch: the arbiter's inbox (docs/deploy.md)")
+    parser.add_argument("--via", choices=("git", "rest"), default="git",
+                        help="git: every agent a gw process pushing; rest: the command service at the arbiter")
     parser.add_argument("--out", help="also write the JSON here")
     args = parser.parse_args()
+    if args.via == "rest":
+        from bench_command_service import main as rest_main
+
+        rest_main(["--agents", args.agents, "--clones", str(args.clones), "--items-per-agent",
+                   str(args.items_per_agent), "--fcgi-workers", str(args.fcgi_workers),
+                   *(["--out", args.out] if args.out else [])])
+        return
     runs = []
     for agents in [int(n) for n in args.agents.split(",")]:
         items = agents * args.items_per_agent

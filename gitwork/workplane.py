@@ -58,6 +58,49 @@ class LocalRef(engine.CAS):
         return applied
 
 
+class Chain(engine.CAS):
+    """Commands laid one on another in memory, then moved onto the state ref by ONE compare-and-swap
+    (:meth:`land`): each is still one commit, decided by :func:`engine.run` on the commit before it.
+
+    A server deciding several waiting commands at once (``serve/writer.py``) holds the ref's lock once
+    instead of once per command. Nothing is acknowledged before :meth:`land` moved the ref; when it
+    loses (another writer moved the ref), every command of the chain is decided again on the new tip:
+    ``reset`` and submit them again. Lost rounds cannot happen inside a chain (it has one writer).
+    """
+
+    limit = 1
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.start: str | None = None
+        self.top: Snapshot = store.snapshot(None, at_tip=False)
+
+    def reset(self) -> None:
+        """Start again from the state ref's tip."""
+        self.top = self.store.snapshot()
+        self.start = self.top.commit
+
+    def base(self) -> Snapshot:
+        return self.top
+
+    def swap(self, old: str | None, new: str) -> bool:
+        assert old == self.top.commit, "a chain has one writer"
+        self.top = self.store.snapshot(new)
+        return True
+
+    def land(self) -> bool:
+        """Move the ref from the tip the chain started on to its top (``False``: another writer moved it)."""
+        if self.top.commit == self.start:
+            return True
+        assert self.top.commit is not None
+        crash_point("before-cas")
+        if not self.store.set_if_equals(self.start, self.top.commit):
+            return False
+        crash_point("after-cas")
+        maybe_auto_gc(self.store.repo.git_dir)
+        return True
+
+
 class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
     """The work plane of one repository: submit command documents, read items, leases and history.
 
@@ -98,13 +141,15 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
 
     # --- writing ------------------------------------------------------------------------------
 
-    def submit(self, document: dict[str, Any], *, offline: bool = False) -> Applied:
+    def submit(self, document: dict[str, Any], *, offline: bool = False, chain: Chain | None = None) -> Applied:
         """Apply one command document as one commit. With an arbiter remote configured, lease
         commands land on the remote first (see ``sync.py``) unless ``offline`` makes them tentative.
+        With ``chain`` (no remote), the commit goes on the chain's top, not yet on the ref: the
+        command has landed only once ``chain.land()`` says so.
 
         Record ops (``@op(..., internal=True)``: what gitwork's own procedures did, such as a
         publish) are refused here: only :meth:`submit_record` takes them."""
-        return self._submit(document, offline=offline, internal=False)
+        return self._submit(document, offline=offline, internal=False, chain=chain)
 
     def submit_record(self, document: dict[str, Any], *, offline: bool = False) -> Applied:
         """The internal entry point for gitwork's own procedures (``sessions.py``, ``publish.py``):
@@ -116,9 +161,13 @@ class Workplane(Conversations):  # the conversation verbs: workplane_messages.py
         """:meth:`do` for record ops; see :meth:`submit_record`."""
         return self.submit_record({"op": op, **{k: v for k, v in args.items() if v is not None}}, offline=offline)
 
-    def _submit(self, document: dict[str, Any], *, offline: bool, internal: bool) -> Applied:
+    def _submit(self, document: dict[str, Any], *, offline: bool, internal: bool, chain: Chain | None = None) -> Applied:
         cmd = engine.validate_command(document, internal=internal)
         cmd.setdefault("as", self.settings.identity())
+        if chain is not None:
+            if self.settings.remote:
+                raise Invalid("a chain moves this repository's own ref: not with an arbiter remote")
+            return engine.run(chain, cmd, self.now, self.settings)
         if self.settings.remote:
             from .sync import Arbiter
 

@@ -60,9 +60,47 @@ def missing() -> str | None:
     return None
 
 
-def nginx_conf(*, prefix: Path, port: int, run_as: str | None) -> str:
-    """The nginx configuration of the arbiter (docs/deploy.md explains it line by line)."""
+def api_conf(api: str | None) -> tuple[str, str]:
+    """The command service's two parts of the configuration (docs/deploy.md, "The command service"):
+    the upstream ``gw serve`` at ``api`` (``127.0.0.1:PORT``) and the location proxying ``/v1/`` to it.
+    Empty without ``api``: the plain git arbiter."""
+    if api is None:
+        return "", ""
+    upstream = f"""
+    # The command service: gw serve on the arbiter's own repository, reached over kept-alive connections.
+    upstream gitwork_api {{
+        server {api};
+        keepalive 64;
+    }}
+"""
+    location = """
+        # The REST API of gw serve (its bearer tokens are checked there, not here). 1 MiB passes every
+        # body to gw serve, which answers one over 256 KiB itself (413, JSON); past 1 MiB nginx answers
+        # the same JSON without reading it.
+        location /v1/ {
+            proxy_pass http://gitwork_api;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_buffering off;           # the event streams (/v1/events) go out as they come
+            proxy_read_timeout 3600s;
+            client_max_body_size 1m;
+            error_page 413 = @too_large;
+        }
+        location @too_large {
+            default_type application/json;
+            return 413 '{"ok": false, "error": "too-large", "code": 5, "message": "the body is more than 1 MiB"}\\n';
+        }
+"""
+    return upstream, location
+
+
+def nginx_conf(*, prefix: Path, port: int, run_as: str | None, api: str | None = None) -> str:
+    """The nginx configuration of the arbiter (docs/deploy.md explains it line by line); with ``api``
+    (``HOST:PORT`` of ``gw serve`` on the arbiter's repository) also the command service's ``/v1/``."""
     user = f"user {run_as};\n" if run_as else ""
+    upstream, api_location = api_conf(api)
     return f"""\
 # gitwork arbiter: git smart HTTP through nginx -> fcgiwrap -> git http-backend
 {user}daemon off;
@@ -88,7 +126,7 @@ http {{
         git-receive-pack "gitwork arbiter";
         default off;
     }}
-
+{upstream}
     server {{
         listen 127.0.0.1:{port};
         server_name localhost;
@@ -106,6 +144,7 @@ http {{
         location ~ ^/[A-Za-z0-9._-]+\\.git/(HEAD|git-upload-pack)$ {{
             include {prefix}/git-backend.conf;
         }}
+{api_location}
         # Nothing else (no dumb-HTTP object files, no browsing of the repositories).
         location / {{ return 404; }}
     }}
@@ -136,9 +175,10 @@ fastcgi_param HTTP_GIT_PROTOCOL $http_git_protocol;
 class WebServer:
     """nginx + fcgiwrap serving every bare repository under ``root`` (``url(name)`` for ``root/name.git``)."""
 
-    def __init__(self, root: Path, *, workers: int = 4) -> None:
+    def __init__(self, root: Path, *, workers: int = 4, api: str | None = None) -> None:
         self.root = Path(root)
         self.workers = workers  # fcgiwrap children: requests served at once
+        self.api = api  # HOST:PORT of gw serve, proxied under /v1/ (the command service), or None
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.prefix = Path("/nonexistent")  # made by start(), removed by stop()
@@ -166,7 +206,7 @@ class WebServer:
         if os.geteuid() == 0:
             run_as = "root root"  # else the workers become nobody, who cannot reach the socket
         (self.prefix / "nginx.conf").write_text(
-            nginx_conf(prefix=self.prefix, port=self.port or 0, run_as=run_as))
+            nginx_conf(prefix=self.prefix, port=self.port or 0, run_as=run_as, api=self.api))
         (self.prefix / "git-backend.conf").write_text(backend_conf(root=self.root, socket=socket))
         # nginx reads {PLAIN} passwords; a deployment uses `htpasswd -B` (bcrypt) instead.
         (self.prefix / "htpasswd").write_text(f"{USER}:{{PLAIN}}{PASSWORD}\n")
@@ -242,6 +282,78 @@ class WebServer:
         self.start()
 
     def __enter__(self) -> WebServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class CommandService:
+    """``gw serve`` on the arbiter's own bare repository: the command service of docs/deploy.md, which
+    nginx proxies under ``/v1/`` (``WebServer(root, api=service.address)``).
+
+    It runs as users run it (``gw serve --repo ARBITER --bind 127.0.0.1:0 --json``, this interpreter)
+    in a process group of its own, stopped with one ``killpg`` like the web server. :meth:`token` adds
+    a bearer token on the arbiter (``gw serve token add``), which the running server reads at once.
+    """
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = Path(repo)
+        self.proc: subprocess.Popen[str] | None = None
+        self.address: str | None = None  # 127.0.0.1:PORT once started
+
+    def start(self, timeout: float = 60.0) -> str:
+        import json
+        import threading
+
+        assert self.proc is None, "already running"
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "gitwork", "serve", "--repo", str(self.repo),
+                                      "--bind", "127.0.0.1:0", "--json"], cwd=self.repo, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                                     start_new_session=True, env=env)
+        assert self.proc.stdout is not None
+        said: list[str] = []
+
+        def read() -> None:  # the JSON object it prints once it listens (no select: stdout is buffered)
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                said.append(line)
+                if line.startswith("}"):
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        text = "".join(said)
+        if reader.is_alive() or not text.rstrip().endswith("}"):
+            self.stop()
+            raise RuntimeError(f"gw serve did not start: {text[-500:]!r}")
+        self.address = json.loads(text)["url"].removeprefix("http://")
+        return self.address
+
+    def token(self, name: str, role: str = "agent") -> str:
+        done = subprocess.run([sys.executable, "-m", "gitwork", "serve", "token", "add", name, "--role", role],
+                              cwd=self.repo, capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()  # uvicorn finishes the request in flight (a write between its objects and its CAS)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of its group (a git it started)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=10)
+
+    def __enter__(self) -> CommandService:
         self.start()
         return self
 

@@ -116,6 +116,7 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
         if hooks is not None:
             await hooks.stop()
         await server.watcher.stop()
+        server.writer.close()
 
     app = FastAPI(title="gitwork", version=__version__, lifespan=lifespan,
                   description="The work plane over HTTP: the command documents of `gw apply`, the JSON of "
@@ -417,8 +418,7 @@ def submit(server: Server, who: Principal, document: Any) -> dict[str, Any]:
     if isinstance(document, dict):
         document = _as_token(document, who)
     engine.validate_command(document, internal=False)  # refused here: nothing opened, nothing written
-    with server.plane(who) as wp:
-        return wp.submit(document).to_json()  # type: ignore[no-any-return]
+    return server.write(who, document).to_json()  # type: ignore[no-any-return]
 
 
 # --- running ----------------------------------------------------------------------------------------

@@ -12,11 +12,13 @@ from typing import Any, Callable, Iterator
 
 from fastapi import Request
 
+from ..engine import Applied
 from ..errors import ExitCode, GwError
 from ..store import Repository
 from ..workplane import Workplane
 from .guard import check_cookie_request, csrf_token
 from .tokens import Tokens
+from .writer import Writer, with_role
 
 COOKIE = "gw_token"  # the board's session cookie: the token, HttpOnly, SameSite=Strict
 
@@ -51,6 +53,7 @@ class Server:
         self.now = now
         self.secret = secrets.token_bytes(32)  # the key of the board's CSRF tokens, new at each start
         self.watcher = RefWatcher(self.path, poll, self.tokens.path)
+        self.writer = Writer(self.path, now)
 
     def authenticate(self, request: Request, form_csrf: str | None = None) -> Principal:
         """Who the request acts as. A token from the board's cookie (not from an ``Authorization`` header)
@@ -85,13 +88,20 @@ class Server:
         """A work plane acting as the token's identity, its role the token's (whatever the settings say)."""
         wp = Workplane(self.path, agent=who.name, now=self.now)
         try:
-            settings = wp.settings
-            admins = tuple(n for n in settings.admins if n != who.name) + ((who.name,) if who.role == "admin" else ())
-            agents = tuple(n for n in settings.agents if n != who.name) + ((who.name,) if who.role == "agent" else ())
-            wp.settings = wp.repo.settings = settings.replace(admins=admins, agents=agents)
+            wp.settings = wp.repo.settings = with_role(wp.settings, who.name, who.role)
             yield wp
         finally:
             wp.close()
+
+    def write(self, who: Principal, document: dict[str, Any]) -> Applied:
+        """``document`` through the library's write path as the token's identity and role: decided in the
+        server's turn with the other waiting writes, on its one kept-open plane (writer.py says why); on a
+        clone whose writes push, through a plane of its own (its turn, ``pushturn``, folds them)."""
+        applied = self.writer.submit(who.name, who.role, document)
+        if applied is not None:
+            return applied
+        with self.plane(who) as wp:
+            return wp.submit(document)
 
 
 class RefWatcher:

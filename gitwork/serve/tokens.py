@@ -13,6 +13,8 @@ the next request without a restart. Pure standard library: ``gw serve token ...`
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +26,7 @@ from ..ids import check_identity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 ROLES = ("agent", "person", "admin")
@@ -58,6 +61,19 @@ class Tokens:
             raise Corrupt(f"{self.path}: not a token file (no 'tokens' list)")
         return tokens
 
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """Held while a verb reads, changes and writes the file back: two ``gw serve token add`` at once
+        (a team's script adding its agents' tokens) must not each write the file without the other's
+        token (a lost token answers 401 for good). A ``flock`` on a file beside it: a killed holder
+        holds nothing."""
+        handle = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(handle)
+
     def _write(self, entries: list[dict[str, Any]]) -> None:
         # Temporary file + rename: a reader never sees half a file; 0600: hashes are nobody else's business.
         from ..fsutil import write_atomic
@@ -74,14 +90,19 @@ class Tokens:
         token = PREFIX + secrets.token_urlsafe(32)
         entry = {"id": "t-" + secrets.token_hex(4), "name": name, "role": role, "sha256": digest(token),
                  "created_at": format_instant(now()), "revoked_at": None}
-        entries = self.entries()
-        entries.append(entry)
-        self._write(entries)
+        with self._changing():
+            entries = self.entries()
+            entries.append(entry)
+            self._write(entries)
         return token, entry
 
     def revoke(self, which: str) -> list[dict[str, Any]]:
         """Revoke the one live token whose id is ``which`` (or starts with it), or the one live token of the
         identity ``which``. Refused, nothing written: no such token (3), or ``which`` names several (4)."""
+        with self._changing():
+            return self._revoke(which)
+
+    def _revoke(self, which: str) -> list[dict[str, Any]]:
         entries = self.entries()
         hit = [e for e in entries if e.get("revoked_at") is None and isinstance(e.get("id"), str)
                and (e["id"].startswith(which) or which == e.get("name"))] if which else []

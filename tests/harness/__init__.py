@@ -7,7 +7,8 @@ Modules, each with one job:
 - ``actors``: what runs against the world (CLI workers that also defer, undefer and force-claim items
   with path globs, syncers, ``gw run`` launchers on both backends under a budget, a reporter of costs
   with retries, a holder queueing sessions and the publisher, coordinators, a REST client over ``gw
-  serve``, an MCP client, delegating peers), each recording what
+  serve`` in a clone and one over the command service at the arbiter (``gw serve`` on the arbiter's own
+  bare repository, racing the clones' pushes on the state ref), an MCP client, delegating peers), each recording what
   was acknowledged to it in the :class:`~harness.ledger.Ledger`;
 - ``faults``: kill -9, arbiter stop/restart, SIGSTOP/SIGCONT;
 - ``invariants``: I1-I5, and :func:`~harness.invariants.replay_mismatches` (I4), reusable on any

@@ -363,6 +363,7 @@ class RestClient(Actor):
     chosen by the client; the server is started again when a fault killed it."""
 
     kind = "rest"
+    face = "rest"  # its counts and acknowledgements in the ledger
 
     def __init__(self, *args: Any, clone: int = 1, ttl: str = "10s", webhook: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -374,17 +375,21 @@ class RestClient(Actor):
         self.held: dict[str, int] = {}
         self.n = 0
 
+    def repo(self) -> Path:
+        """The repository its gw serve serves (and its token is added to)."""
+        return self.world.clones[self.clone]
+
     def serve(self) -> None:
         if not self.token:
             made = json.loads(subprocess.run(gw_argv("serve", "token", "add", self.name, "--role", "agent", "--json"),
-                                             cwd=self.world.clones[self.clone], capture_output=True, text=True,
+                                             cwd=self.repo(), capture_output=True, text=True,
                                              timeout=60).stdout)
             self.token = made["token"]
             if self.webhook is not None:
-                self.webhook.configure(self.world.clones[self.clone])
-        self.proc = self.world.procs.spawn(f"serve{self.clone}", "serve",
+                self.webhook.configure(self.repo())
+        self.proc = self.world.procs.spawn(f"serve-{self.name}", "serve",
                                            gw_argv("serve", "--bind", "127.0.0.1:0", "--json"),
-                                           self.world.clones[self.clone], clone=self.clone, stdout=subprocess.PIPE)
+                                           self.repo(), clone=self.clone, stdout=subprocess.PIPE)
         self.url = str(read_announcement(self.proc)["url"])
 
     def step(self) -> None:
@@ -392,7 +397,7 @@ class RestClient(Actor):
             try:
                 self.serve()
             except (RuntimeError, OSError, ValueError, KeyError) as error:  # killed while starting: next step
-                self.ledger.log(f"rest: gw serve did not start: {error!r}")
+                self.ledger.log(f"{self.face}: gw serve did not start: {error!r}")
                 return
         self.n += 1
         item = self.rng.choice(list(self.held) or list(self.world.items)) if self.rng.random() < 0.5 \
@@ -413,21 +418,35 @@ class RestClient(Actor):
                 status, body = answer.status, json.loads(answer.read())
         except urllib.error.HTTPError as error:
             status, body = error.code, None
+            with contextlib.suppress(OSError, ValueError):
+                self.ledger.log(f"{self.face} {op}: {status} {error.read()[:200]!r}")
         except (OSError, ValueError) as error:
-            self.ledger.count("rest:transport-error")
-            self.ledger.log(f"rest {op}: {error!r}")
+            self.ledger.count(f"{self.face}:transport-error")
+            self.ledger.log(f"{self.face} {op}: {error!r}")
             return
-        self.ledger.count(f"rest:{status}")
+        self.ledger.count(f"{self.face}:{status}")
         if status == 500:  # 502-504 are documented answers (docs/serve.md: 12 is 504); 500 is a crash
             self.ledger.violate("faces", f"REST {op} answered HTTP {status}")
         if status == 200 and isinstance(body, dict):
-            self.ledger.ack("rest", body, self.clone)
+            self.ledger.ack(self.face, body, self.clone)
             if body.get("op") == "claim":
                 self.held[body["item"]] = int(body["fence"])
             elif body.get("op") == "release":
                 self.held.pop(item, None)
         elif status in (409, 403, 423) and op != "claim":
             self.held.pop(item, None)
+
+
+class ArbiterRestClient(RestClient):
+    """A REST client of the command service at the arbiter (docs/deploy.md): ``gw serve`` on the arbiter's
+    own bare repository, deciding each command in-process on the state ref the clones push to (and, with
+    ``GW_HARNESS_ARBITER=batch``, the applier writes). The faults kill it like any server; the arbiter's
+    outages (``git daemon`` stopped) do not reach it. Its acknowledgements carry clone -1 (none)."""
+
+    face = "rest-arbiter"
+
+    def repo(self) -> Path:
+        return self.world.arbiter
 
 
 class McpClient(Actor):

@@ -21,13 +21,24 @@ from typing import Any
 from conftest import gw_here
 
 from . import history, invariants, webhooks
-from .actors import CliWorker, Coordinators, Launcher, McpClient, Publisher, Reporter, RestClient, Syncer
+from .actors import (
+    ArbiterRestClient,
+    CliWorker,
+    Coordinators,
+    Launcher,
+    McpClient,
+    Publisher,
+    Reporter,
+    RestClient,
+    Syncer,
+)
 from .faults import KINDS, Faults
 from .ledger import Ledger
 from .webhooks import Receiver
 from .world import MARGIN, World, live_agents, wait_until
 
-ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "mcp", "delegate", "report", "publish")
+ACTORS = ("cli", "sync", "tmux", "subprocess", "coordinate", "rest", "rest-arbiter", "mcp", "delegate", "report",
+          "publish")
 
 
 @dataclass
@@ -193,6 +204,9 @@ def run_once(root: Path, seed: int, seconds: float, switches: Switches | None = 
             threads.append(Publisher(world, ledger, sub(), stop, "pub", limit=4, pause=(0.5, 2.0)))
         faults = Faults(world, ledger, sub(), stop, coordinators, kinds=switches.faults)
         threads.append(faults)
+        if "rest-arbiter" in switches.actors:  # the command service: gw serve on the arbiter's own repository
+            # (made after the others, so every other actor's and the faults' seeded choices stay as they were)
+            threads.append(ArbiterRestClient(world, ledger, sub(), stop, "restarb", clone=-1, pause=(0.2, 0.6)))
         up = (lambda clone: coordinators.up(clone)) if coordinators else (lambda clone: False)
         monitor = invariants.Monitor(world, ledger, stop, up=up, interval=switches.interval, slack=switches.slack,
                                      passes=coordinators.passes if coordinators else None)
