@@ -31,6 +31,14 @@ from conftest import gw_cmd
 from test_launch import launched, needs_tmux, poll  # noqa: F401  (launched: a fixture)
 
 
+def launcher_socket(repo: Path) -> Path:
+    """Where the clone's launcher listens: under its git dir, or under /tmp when that path is too long for
+    a Unix socket (a deep basetemp, as xdist's can be)."""
+    from gitwork.launch.client import socket_path
+
+    return Path(socket_path(str(repo / ".git")))
+
+
 def start_launcher(repo: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     proc = subprocess.Popen(gw_cmd("launcher"), cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "GW_AGENT": "owner", **(env or {})})
@@ -94,7 +102,7 @@ def agents(marker: str) -> list[int]:
 def test_gw_run_hands_the_launch_to_the_launcher_as_the_caller(launched: Path,
                                                                 resident: subprocess.Popen[str]) -> None:
     item = item_of(launched)
-    sock = launched / ".git" / "gitwork" / "launcher.sock"
+    sock = launcher_socket(launched)
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
     done, _pid = run(launched, item, "--json", "--backend", "subprocess", "--env", "GW_T_EXTRA=x y",
                      "--", "sh", "-c", 'printf "%s|%s|%s|%s" "$GW_AGENT" "$GW_T_CALLER" "$GW_T_EXTRA" "$PWD" > seen; '
@@ -141,7 +149,7 @@ def test_without_a_live_launcher_gw_run_launches_itself(launched: Path) -> None:
     proc = start_launcher(launched)
     proc.kill()  # kill -9: its socket stays behind, nobody listens
     proc.wait()
-    assert (launched / ".git" / "gitwork" / "launcher.sock").exists()
+    assert launcher_socket(launched).exists()
     done, pid = run(launched, item_of(launched), "--json", "--backend", "subprocess", "--", "sleep", "603",
                     env={"GW_AGENT": "alice"})
     assert done.returncode == 0, done.stderr
@@ -153,7 +161,7 @@ def test_without_a_live_launcher_gw_run_launches_itself(launched: Path) -> None:
     finally:
         again.terminate()
         assert again.wait(timeout=10) == 0
-    assert not (launched / ".git" / "gitwork" / "launcher.sock").exists()  # SIGTERM removes it
+    assert not launcher_socket(launched).exists()  # SIGTERM removes it
 
 
 def test_one_launcher_per_clone(launched: Path, resident: subprocess.Popen[str]) -> None:
