@@ -143,6 +143,38 @@ def test_a_message_posted_with_gw_msg_appears_without_a_reload(board: Board, tmp
     screenshot(page, "item.png", tmp_path)
 
 
+def test_a_move_before_the_page_listens_is_shown_when_its_stream_opens(board: Board) -> None:
+    """The page is rendered, then the ref moves, then its event stream opens (held here until the move is
+    made): the stream's first message names a commit the page was not rendered at, so the page re-renders.
+    A page that waited for the next ``state`` message would show the old board until someone moved again."""
+    page = board.page
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+
+    page.route("**/v1/events", hold)
+    try:
+        page.goto(f"{board.url}/")
+        while not held:
+            page.wait_for_timeout(20)  # lets Playwright deliver the held request
+        rendered = page.get_attribute("meta[name=gw-commit]", "content")
+        assert rendered == state_tip(board.repo)
+        lead = board.lead  # a page that listens: it shows the move once the server's watcher has seen it
+        lead.goto(f"{board.url}/")
+        lead.wait_for_selector("html[data-stream=open]", state="attached")
+        with board.plane("root") as wp:
+            item = wp.do("new", title="Made before the page listened").result["item"]
+        lead.wait_for_selector(f"li.card[data-item='{item}']")
+        page.evaluate("window.notReloaded = true")
+        held[0].continue_()  # its first message names the new commit; no state message follows
+        page.wait_for_selector(f"li.card[data-item='{item}']")
+        assert page.evaluate("window.notReloaded") is True
+        assert page.get_attribute("meta[name=gw-commit]", "content") == rendered  # the head stays; the body moved
+    finally:
+        page.unroute("**/v1/events", hold)
+
+
 def test_ticking_a_criterion_on_the_page_lands_on_the_state_ref(board: Board) -> None:
     page = board.page
     item = board.items["api"]  # nobody holds it: a person may tick it
