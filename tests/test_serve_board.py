@@ -353,14 +353,15 @@ def test_an_admin_revokes_and_hands_off_on_the_item_page_and_a_person_is_refused
 def test_the_executions_page_shows_a_live_terminal_and_an_admin_stops_the_execution(board: Board) -> None:
     with board.plane("root") as wp:
         item = wp.do("new", title="Run an agent").result["item"]
+    lead = board.lead
+    lead.goto(f"{board.url}/executions")  # open before the agent starts: its row and terminal come live
+    lead.wait_for_selector("html[data-stream=open]", state="attached")
     started = subprocess.run(gw_cmd("run", item, "--json", "--as", "bot", "--", "sh", "-c", "echo hello-from-the-agent; cat"),
                              cwd=board.repo, capture_output=True, text=True, timeout=60)
     assert started.returncode == 0, started.stderr
     execution = json.loads(started.stdout)["execution"]
-    lead = board.lead
-    lead.goto(f"{board.url}/executions")
     row = lead.locator(f"tr.execution[data-execution='{execution}']")
-    assert row.get_attribute("data-state") == "running"
+    lead.wait_for_selector(f"tr.execution[data-execution='{execution}'][data-state=running]")
     screen = lead.locator(f"pre[data-capture*='{execution}']")
     poll(lambda: "hello-from-the-agent" in screen.inner_text(), what="the agent's first line")
     lead.evaluate("window.notReloaded = true")

@@ -72,17 +72,22 @@
     document.documentElement.dataset.stream = 'connecting';
     source.addEventListener('hello', function (event) { document.documentElement.dataset.stream = 'open'; moved(event); });
   }
-  // Live terminals (the executions page): each capture polls its endpoint while the page is open.
+  // Live terminals (the executions page): every terminal shown polls its capture, two seconds after the
+  // last answers came, so a slow server never gets a pile of them (they share the browser's six
+  // connections to it with the page's re-render). A terminal a re-render brings (an execution started
+  // after the page opened) is polled too.
   function captures() {
+    var asks = [];
     document.querySelectorAll('pre[data-capture]').forEach(function (el) {
-      fetch(el.dataset.capture, {credentials: 'same-origin'}).then(function (r) {
+      asks.push(fetch(el.dataset.capture, {credentials: 'same-origin'}).then(function (r) {
         return r.ok ? r.json() : null;
       }).then(function (body) {
         if (body && body.ok && el.textContent !== body.text) { el.textContent = body.text; el.dataset.fresh = '1'; }
-      }).catch(function () {});
+      }).catch(function () {}));
     });
+    Promise.all(asks).then(function () { setTimeout(captures, 2000); });
   }
   tick();
   setInterval(tick, 1000);
-  if (document.querySelector('pre[data-capture]')) setInterval(captures, 2000);
+  if (live) setTimeout(captures, 2000);
 })();
