@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import threading
 from typing import Any, Callable, Iterator
 
 from fastapi import Request
@@ -84,6 +85,26 @@ class Server:
         found = gitdir.read_ref(self.repo.common_dir, self.repo.settings.ref) if self.repo.fast_refs else False
         return found if isinstance(found, str) or found is None else self.watcher._read()
 
+    def warm(self) -> threading.Thread:
+        """Bring the read cache to the tip in a thread of its own, started with the server: the first page
+        or listing then reads a built cache instead of building it (10,000 items: most of a cold board's
+        first render; ``index.rebuild``). A request arriving meanwhile waits for the same build (the
+        cache's write lock) rather than doing it twice. A daemon: a server stopped meanwhile does not wait
+        for it, and SQLite rolls back what it had not committed."""
+
+        def build() -> None:
+            from ..index import rebuild
+
+            try:
+                with Workplane(self.path) as wp:
+                    rebuild(wp.context().snapshot)
+            except Exception:  # noqa: BLE001 - nothing to report to: the first request builds and says why
+                pass
+
+        thread = threading.Thread(target=build, name="gw-serve-warm", daemon=True)
+        thread.start()
+        return thread
+
     def live(self, who: Principal) -> bool:
         """Whether the token ``who`` acts under is still live (an open stream asks after each change of
         the token file)."""
@@ -117,7 +138,7 @@ class RefWatcher:
     browser goes away (Starlette cancels it through an anyio scope, which repeats the cancellation), and a
     waiter cancelled while ``asyncio.wait_for`` was still cancelling the inner ``Condition.wait`` left the
     condition's lock held by a task that had already ended. The next change then blocked the watcher for
-    good, and every open page stopped updating (tests/test_serve_watcher.py has the sequence). A future
+    good, and every open page stopped updating (tests/test_serve_background.py has the sequence). A future
     that a cancelled waiter merely stops watching holds nothing.
     """
 

@@ -1,5 +1,6 @@
-"""The ref watcher behind every open board page (``serve.server.RefWatcher``): a stream whose browser
-went away must never stop the watcher from waking the others.
+"""What ``gw serve`` runs beside its requests: the ref watcher behind every open board page
+(``serve.server.RefWatcher``), which a stream whose browser went away must never stop from waking the
+others; and the read cache's warm-up at start (``Server.warm``).
 
 Starlette cancels the stream of a page that is closed or navigated away from through an anyio cancel
 scope, which delivers the cancellation again on each turn of the loop until the task is gone. With the
@@ -13,6 +14,7 @@ is the same on every run; the sweep covers the steps around a change where the l
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ import pytest
 anyio = pytest.importorskip("anyio", reason="gw serve needs the serve extra (pip install -e '.[test]')")
 
 from conftest import make_repo  # noqa: E402
+from gitwork import cache  # noqa: E402
 from gitwork.serve.server import RefWatcher  # noqa: E402
 from gitwork.workplane import Workplane  # noqa: E402
 
@@ -86,3 +89,24 @@ def test_a_waiter_times_out_unchanged_and_a_token_file_change_wakes_it(tmp_path:
             await watcher.stop()
 
     asyncio.run(main())
+
+
+def test_the_server_builds_the_read_cache_at_start_without_a_request(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi", reason="gw serve needs the serve extra (pip install -e '.[test]')")
+    from gitwork.serve.app import create_app
+    from gitwork.serve.threaded import Running
+
+    repo = make_repo(tmp_path / "repo")
+    with Workplane(str(repo), agent="root") as wp:
+        wp.do("init")
+        wp.do("batch", ops=[{"op": "new", "title": f"item {n}"} for n in range(20)])
+        path = cache.path_for(wp.context().snapshot)
+        tip = wp.store.tip()
+    cache.drop(path)
+    assert cache.status(path)["commit"] is None
+    with Running(create_app(str(repo))):
+        deadline = time.monotonic() + GUARD  # a guard against a hang, not a measurement
+        while cache.status(path)["commit"] != tip:
+            assert time.monotonic() < deadline, "gw serve did not build the read cache"
+            time.sleep(0.02)
+    assert cache.status(path)["items"] == 20
