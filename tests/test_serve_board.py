@@ -468,3 +468,16 @@ def test_lease_timelines_per_item_and_per_agent(board: Board) -> None:
     page.click("a.older")
     page.wait_for_url("**before=*")
     assert "tl-agent" in page.locator("table.leases td.holder").all_inner_texts()
+
+
+def test_the_screenshots_command_writes_every_page(tmp_path: Path) -> None:
+    """``python -m gitwork.serve.shots FOLDER`` (what regenerates docs/*.png): one real image per page."""
+    from gitwork.serve import shots
+
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("GW_AGENT", raising=False)
+        assert shots.main([str(tmp_path / "x"), "extra"]) == 2  # usage: one folder
+        written = shots.shoot(tmp_path / "shots", CHROMIUM)
+    assert [p.name for p in written] == [f"{name}.png" for name in shots.PAGES]
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000, path
