@@ -49,8 +49,10 @@ def poll(check: Callable[[], Any], timeout: float = 15, what: str = "condition")
 
 
 class Board:
-    def __init__(self, repo: Path, url: str, page: Any, items: dict[str, str], lead: Any = None) -> None:
+    def __init__(self, repo: Path, url: str, page: Any, items: dict[str, str], lead: Any = None,
+                 browser: Any = None) -> None:
         self.repo, self.url, self.page, self.items, self.lead = repo, url, page, items, lead
+        self.browser = browser
 
     def plane(self, who: str = "alice") -> Workplane:
         return Workplane(str(self.repo), agent=who)
@@ -84,7 +86,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
             with Running(create_app(str(repo))) as url, sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
                 page, lead = (sign_in(browser, url, secret) for secret in (token, lead_token))
-                yield Board(repo, url, page, items, lead)
+                yield Board(repo, url, page, items, lead, browser)
                 browser.close()
         finally:
             if shutil.which("tmux"):  # the repository's own tmux server (gw run's executions)
@@ -470,14 +472,15 @@ def test_lease_timelines_per_item_and_per_agent(board: Board) -> None:
     assert "tl-agent" in page.locator("table.leases td.holder").all_inner_texts()
 
 
-def test_the_screenshots_command_writes_every_page(tmp_path: Path) -> None:
-    """``python -m gitwork.serve.shots FOLDER`` (what regenerates docs/*.png): one real image per page."""
+def test_the_screenshots_command_writes_every_page(board: Board, tmp_path: Path) -> None:
+    """``python -m gitwork.serve.shots FOLDER`` (what regenerates docs/*.png): one real image per page,
+    taken here in the module's browser (the command launches its own)."""
     from gitwork.serve import shots
 
+    assert shots.main([str(tmp_path / "x"), "extra"]) == 2  # usage: one folder
     with pytest.MonkeyPatch.context() as env:
         env.delenv("GW_AGENT", raising=False)
-        assert shots.main([str(tmp_path / "x"), "extra"]) == 2  # usage: one folder
-        written = shots.shoot(tmp_path / "shots", CHROMIUM)
+        written = shots.shoot(tmp_path / "shots", browser=board.browser)
     assert [p.name for p in written] == [f"{name}.png" for name in shots.PAGES]
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000, path
