@@ -55,8 +55,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             yield World(repo, url, secrets)
 
 
-def test_empty_states_say_what_to_do(world: World) -> None:
-    with world.pages("alice") as pages:
+def test_empty_states_say_what_to_do(tmp_path: Path) -> None:
+    # A repository of its own: the module's world gains items from the other tests, and under xdist a
+    # worker may run this after them (it did: the board then showed their cards, not its empty state).
+    repo = make_repo(tmp_path / "empty")
+    with Workplane(str(repo), agent="root") as wp:
+        wp.do("init")
+    token = Tokens(Repository.discover(str(repo)).gitwork_dir()).add("alice", "person")[0]
+    with Running(create_app(str(repo))) as url, httpx.Client(base_url=url, cookies={"gw_token": token},
+                                                              timeout=60) as pages:
         for path, words in (("/", "gw new"), ("/executions", "gw run ITEM --"), ("/graph", "gw new"),
                             ("/leases", "gw claim ITEM")):
             page = pages.get(path)

@@ -49,8 +49,10 @@ def poll(check: Callable[[], Any], timeout: float = 15, what: str = "condition")
 
 
 class Board:
-    def __init__(self, repo: Path, url: str, page: Any, items: dict[str, str], lead: Any = None) -> None:
+    def __init__(self, repo: Path, url: str, page: Any, items: dict[str, str], lead: Any = None,
+                 browser: Any = None) -> None:
         self.repo, self.url, self.page, self.items, self.lead = repo, url, page, items, lead
+        self.browser = browser
 
     def plane(self, who: str = "alice") -> Workplane:
         return Workplane(str(self.repo), agent=who)
@@ -84,7 +86,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
             with Running(create_app(str(repo))) as url, sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
                 page, lead = (sign_in(browser, url, secret) for secret in (token, lead_token))
-                yield Board(repo, url, page, items, lead)
+                yield Board(repo, url, page, items, lead, browser)
                 browser.close()
         finally:
             if shutil.which("tmux"):  # the repository's own tmux server (gw run's executions)
@@ -141,6 +143,38 @@ def test_a_message_posted_with_gw_msg_appears_without_a_reload(board: Board, tmp
     page.wait_for_selector("li.message:has-text('posted from a terminal')", timeout=15_000)
     assert page.evaluate("window.notReloaded") is True
     screenshot(page, "item.png", tmp_path)
+
+
+def test_a_move_before_the_page_listens_is_shown_when_its_stream_opens(board: Board) -> None:
+    """The page is rendered, then the ref moves, then its event stream opens (held here until the move is
+    made): the stream's first message names a commit the page was not rendered at, so the page re-renders.
+    A page that waited for the next ``state`` message would show the old board until someone moved again."""
+    page = board.page
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+
+    page.route("**/v1/events", hold)
+    try:
+        page.goto(f"{board.url}/")
+        while not held:
+            page.wait_for_timeout(20)  # lets Playwright deliver the held request
+        rendered = page.get_attribute("meta[name=gw-commit]", "content")
+        assert rendered == state_tip(board.repo)
+        lead = board.lead  # a page that listens: it shows the move once the server's watcher has seen it
+        lead.goto(f"{board.url}/")
+        lead.wait_for_selector("html[data-stream=open]", state="attached")
+        with board.plane("root") as wp:
+            item = wp.do("new", title="Made before the page listened").result["item"]
+        lead.wait_for_selector(f"li.card[data-item='{item}']")
+        page.evaluate("window.notReloaded = true")
+        held[0].continue_()  # its first message names the new commit; no state message follows
+        page.wait_for_selector(f"li.card[data-item='{item}']")
+        assert page.evaluate("window.notReloaded") is True
+        assert page.get_attribute("meta[name=gw-commit]", "content") == rendered  # the head stays; the body moved
+    finally:
+        page.unroute("**/v1/events", hold)
 
 
 def test_ticking_a_criterion_on_the_page_lands_on_the_state_ref(board: Board) -> None:
@@ -321,14 +355,15 @@ def test_an_admin_revokes_and_hands_off_on_the_item_page_and_a_person_is_refused
 def test_the_executions_page_shows_a_live_terminal_and_an_admin_stops_the_execution(board: Board) -> None:
     with board.plane("root") as wp:
         item = wp.do("new", title="Run an agent").result["item"]
+    lead = board.lead
+    lead.goto(f"{board.url}/executions")  # open before the agent starts: its row and terminal come live
+    lead.wait_for_selector("html[data-stream=open]", state="attached")
     started = subprocess.run(gw_cmd("run", item, "--json", "--as", "bot", "--", "sh", "-c", "echo hello-from-the-agent; cat"),
                              cwd=board.repo, capture_output=True, text=True, timeout=60)
     assert started.returncode == 0, started.stderr
     execution = json.loads(started.stdout)["execution"]
-    lead = board.lead
-    lead.goto(f"{board.url}/executions")
     row = lead.locator(f"tr.execution[data-execution='{execution}']")
-    assert row.get_attribute("data-state") == "running"
+    lead.wait_for_selector(f"tr.execution[data-execution='{execution}'][data-state=running]")
     screen = lead.locator(f"pre[data-capture*='{execution}']")
     poll(lambda: "hello-from-the-agent" in screen.inner_text(), what="the agent's first line")
     lead.evaluate("window.notReloaded = true")
@@ -435,3 +470,17 @@ def test_lease_timelines_per_item_and_per_agent(board: Board) -> None:
     page.click("a.older")
     page.wait_for_url("**before=*")
     assert "tl-agent" in page.locator("table.leases td.holder").all_inner_texts()
+
+
+def test_the_screenshots_command_writes_every_page(board: Board, tmp_path: Path) -> None:
+    """``python -m gitwork.serve.shots FOLDER`` (what regenerates docs/*.png): one real image per page,
+    taken here in the module's browser (the command launches its own)."""
+    from gitwork.serve import shots
+
+    assert shots.main([str(tmp_path / "x"), "extra"]) == 2  # usage: one folder
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("GW_AGENT", raising=False)
+        written = shots.shoot(tmp_path / "shots", browser=board.browser)
+    assert [p.name for p in written] == [f"{name}.png" for name in shots.PAGES]
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000, path

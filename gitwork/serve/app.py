@@ -109,6 +109,7 @@ def create_app(repo_path: str, *, extra_routers: Sequence[APIRouter] = (), cors_
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        server.warm()  # the read cache, built while nobody waits for a page yet
         hooks = await asyncio.to_thread(Webhooks.configured, server.path, now)  # git config: docs/serve.md
         if hooks is not None:
             await hooks.start(server.watcher, server.path)

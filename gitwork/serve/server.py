@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import threading
 from typing import Any, Callable, Iterator
 
 from fastapi import Request
@@ -47,7 +48,7 @@ class Server:
     """What the application keeps between requests: the repository, the token file, the ref watcher."""
 
     def __init__(self, repo_path: str, *, now: Callable[[], Any], poll: float) -> None:
-        repo = Repository.discover(repo_path)
+        repo = self.repo = Repository.discover(repo_path)
         self.path = repo.toplevel or repo.git_dir
         self.tokens = Tokens(repo.gitwork_dir())
         self.now = now
@@ -77,6 +78,35 @@ class Server:
             csrf = csrf_token(self.secret, token)
             check_cookie_request(request.method, request.headers, csrf, form_csrf)
         return Principal(entry["name"], entry["role"], entry["id"], csrf)
+
+    def tip(self) -> str | None:
+        """The state ref's commit now, as the watcher reads it (a file read unless git must be asked). A
+        board page carries the one read before it was rendered, so the page can tell whether a move
+        happened before its event stream opened (``board.js``)."""
+        from .. import gitdir
+
+        found = gitdir.read_ref(self.repo.common_dir, self.repo.settings.ref) if self.repo.fast_refs else False
+        return found if isinstance(found, str) or found is None else self.watcher._read()
+
+    def warm(self) -> threading.Thread:
+        """Bring the read cache to the tip in a thread of its own, started with the server: the first page
+        or listing then reads a built cache instead of building it (10,000 items: most of a cold board's
+        first render; ``index.rebuild``). A request arriving meanwhile waits for the same build (the
+        cache's write lock) rather than doing it twice. A daemon: a server stopped meanwhile does not wait
+        for it, and SQLite rolls back what it had not committed."""
+
+        def build() -> None:
+            from ..index import rebuild
+
+            try:
+                with Workplane(self.path) as wp:
+                    rebuild(wp.context().snapshot)
+            except Exception:  # noqa: BLE001 - nothing to report to: the first request builds and says why
+                pass
+
+        thread = threading.Thread(target=build, name="gw-serve-warm", daemon=True)
+        thread.start()
+        return thread
 
     def live(self, who: Principal) -> bool:
         """Whether the token ``who`` acts under is still live (an open stream asks after each change of
@@ -110,8 +140,16 @@ class RefWatcher:
     open stream learns within one poll that its token was revoked.
 
     ``version`` counts the changes of the ref seen, ``tokens`` those of the token file; a stream remembers
-    the pair it has shown and waits for another (:meth:`changed_since`), checked under the condition's
-    lock, so no change is lost between a stream's look and its wait.
+    the pair it has shown and waits for another (:meth:`changed_since`). Each change resolves the one
+    pending future ``_moved`` and puts a fresh one in its place; a waiter checks the counts and takes that
+    future with no await between, so no change is lost between its look and its wait.
+
+    There is deliberately no lock (an ``asyncio.Condition`` was here): a stream is cancelled when its
+    browser goes away (Starlette cancels it through an anyio scope, which repeats the cancellation), and a
+    waiter cancelled while ``asyncio.wait_for`` was still cancelling the inner ``Condition.wait`` left the
+    condition's lock held by a task that had already ended. The next change then blocked the watcher for
+    good, and every open page stopped updating (tests/test_serve_background.py has the sequence). A future
+    that a cancelled waiter merely stops watching holds nothing.
     """
 
     def __init__(self, path: str, poll: float, tokens_path: str | None = None) -> None:
@@ -120,15 +158,18 @@ class RefWatcher:
         self.version = 0
         self.tokens = 0
         self._tokens_seen: tuple[int, int, int] | None = None
-        self._changed: asyncio.Condition | None = None
+        self._moved: asyncio.Future[None] | None = None
         self._ready: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Start watching (once per event loop; every stream calls it) and wait for the first look."""
-        if self._task is None:
-            self._changed, self._ready = asyncio.Condition(), asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        """Start watching (once per event loop; every stream calls it) and wait for the first look. A
+        watcher whose task ended (an error nothing above catches) is started again, not left dead."""
+        if self._task is None or self._task.done():
+            loop = asyncio.get_running_loop()
+            if self._moved is None or self._moved.get_loop() is not loop:
+                self._moved, self._ready = loop.create_future(), asyncio.Event()
+            self._task = loop.create_task(self._run())
         assert self._ready is not None
         await self._ready.wait()
 
@@ -145,46 +186,61 @@ class RefWatcher:
             return None
         return (st.st_mtime_ns, st.st_size, st.st_ino)  # a rename (how the file is written) changes the inode
 
+    def publish(self, tip: str | None, tokens: tuple[int, int, int] | None) -> None:
+        """What one look found: count the changes and wake every waiter (synchronous: nothing to hold)."""
+        if tip == self.tip and tokens == self._tokens_seen:
+            return
+        if tip != self.tip:
+            self.tip = tip
+            self.version += 1
+        if tokens != self._tokens_seen:
+            self._tokens_seen = tokens
+            self.tokens += 1
+        moved, self._moved = self._moved, asyncio.get_running_loop().create_future()
+        if moved is not None and not moved.done():
+            moved.set_result(None)
+
     async def _run(self) -> None:
         from .. import gitdir
 
-        assert self._changed is not None and self._ready is not None
+        assert self._ready is not None
         repo = Repository.discover(self.path)
         ref = repo.settings.ref
-        self.tip = await asyncio.to_thread(self._read)
-        self._tokens_seen = self._stat_tokens()
-        self._ready.set()
+        tip: str | None
+        try:
+            tip = await asyncio.to_thread(self._read)
+        except (GwError, OSError):
+            tip = self.tip
+        if self._ready.is_set():
+            self.publish(tip, self._stat_tokens())  # started again: what moved while it was down counts
+        else:
+            self.tip, self._tokens_seen = tip, self._stat_tokens()
+            self._ready.set()
         while True:
             await asyncio.sleep(self.poll)
             tokens = self._stat_tokens()
             try:
                 found = gitdir.read_ref(repo.common_dir, ref) if repo.fast_refs else False
-                tip: str | None = (found if isinstance(found, str) or found is None
-                                   else await asyncio.to_thread(self._read))
+                tip = found if isinstance(found, str) or found is None else await asyncio.to_thread(self._read)
             except (GwError, OSError):
                 tip = self.tip
-            if tip != self.tip or tokens != self._tokens_seen:
-                async with self._changed:
-                    if tip != self.tip:
-                        self.tip = tip
-                        self.version += 1
-                    if tokens != self._tokens_seen:
-                        self._tokens_seen = tokens
-                        self.tokens += 1
-                    self._changed.notify_all()
+            self.publish(tip, tokens)
 
     async def changed_since(self, version: int, timeout: float, tokens: int | None = None) -> int:
         """The watcher's version once it differs from ``version`` (or the token file's count differs from
         ``tokens``, when given), or ``version`` after ``timeout`` seconds."""
         await self.start()
-        assert self._changed is not None
-        async with self._changed:
-            try:
-                await asyncio.wait_for(self._changed.wait_for(
-                    lambda: self.version != version or (tokens is not None and self.tokens != tokens)), timeout)
-            except asyncio.TimeoutError:
-                pass
-            return self.version
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.version == version and (tokens is None or self.tokens == tokens):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            moved = self._moved
+            assert moved is not None
+            # asyncio.wait neither cancels nor holds ``moved``: a waiter cancelled here leaves it as it was.
+            await asyncio.wait((moved,), timeout=left)
+        return self.version
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 PAGES = ("board", "item", "graph", "leases", "executions")
 
@@ -100,56 +100,71 @@ def start_agent(repo: Path, item: str) -> str | None:
     return str(json.loads(done.stdout)["execution"])
 
 
-def shoot(folder: Path, chromium: str | None = None) -> list[Path]:
-    from playwright.sync_api import sync_playwright
-
+def shoot(folder: Path, chromium: str | None = None, browser: Any = None) -> list[Path]:
+    """Every page's screenshot into ``folder``; ``browser``: a Playwright browser already running (a
+    test's), else Debian's chromium (``chromium``, or found on PATH) is launched for it."""
     from ..store import Repository
     from .app import create_app
     from .threaded import Running
     from .tokens import Tokens
 
-    chromium = chromium or shutil.which("chromium") or "/usr/bin/chromium"
     folder.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="gw-shots-") as tmp:
         repo = Path(tmp) / "demo"
         ids = build(repo)
         execution = start_agent(repo, ids["cursor"])
         token = Tokens(Repository.discover(str(repo)).gitwork_dir()).add("lead", "admin")[0]
         try:
-            with Running(create_app(str(repo))) as url, sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-                page = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
-                page.goto(f"{url}/login")
-                page.fill("input[name=token]", token)
-                page.click("button[type=submit]")
-                page.wait_for_selector("section.column")
-                targets: dict[str, tuple[str, str]] = {
-                    "board": ("/", "section.column"),
-                    "item": (f"/items/{ids['api']}", "svg.graph"),
-                    "graph": ("/graph", "svg.graph"),
-                    "leases": ("/leases", "div.timeline"),
-                    "executions": ("/executions", "table.executions, div.empty"),
-                }
-                for name in PAGES:
-                    path, ready = targets[name]
-                    page.goto(f"{url}{path}")
-                    page.wait_for_selector(ready)
-                    if name == "executions" and execution:
-                        deadline = time.monotonic() + 10
-                        while "cursor pagination" not in page.inner_text("main") and time.monotonic() < deadline:
-                            time.sleep(0.2)
-                    page.wait_for_timeout(300)  # the countdowns' first tick
-                    target = folder / f"{name}.png"
-                    page.screenshot(path=str(target), full_page=name in ("item",))
-                    written.append(target)
-                browser.close()
+            with Running(create_app(str(repo))) as url:
+                if browser is not None:
+                    return _pages(browser, url, token, ids, execution, folder)
+                from playwright.sync_api import sync_playwright
+
+                with sync_playwright() as playwright:
+                    launched = playwright.chromium.launch(
+                        executable_path=chromium or shutil.which("chromium") or "/usr/bin/chromium", args=["--no-sandbox"])
+                    try:
+                        return _pages(launched, url, token, ids, execution, folder)
+                    finally:
+                        launched.close()
         finally:
             if shutil.which("tmux"):
                 from ..launch.tmux import socket_path
 
                 subprocess.run(["tmux", "-S", socket_path(Repository.discover(str(repo))), "kill-server"],
                                capture_output=True)
+
+
+def _pages(browser: Any, url: str, token: str, ids: dict[str, str], execution: str | None, folder: Path) -> list[Path]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    written: list[Path] = []
+    try:
+        page = context.new_page()
+        page.goto(f"{url}/login")
+        page.fill("input[name=token]", token)
+        page.click("button[type=submit]")
+        page.wait_for_selector("section.column")
+        targets: dict[str, tuple[str, str]] = {
+            "board": ("/", "section.column"),
+            "item": (f"/items/{ids['api']}", "svg.graph"),
+            "graph": ("/graph", "svg.graph"),
+            "leases": ("/leases", "div.timeline"),
+            "executions": ("/executions", "table.executions, div.empty"),
+        }
+        for name in PAGES:
+            path, ready = targets[name]
+            page.goto(f"{url}{path}")
+            page.wait_for_selector(ready)
+            if name == "executions" and execution:
+                deadline = time.monotonic() + 10
+                while "cursor pagination" not in page.inner_text("main") and time.monotonic() < deadline:
+                    time.sleep(0.2)
+            page.wait_for_timeout(300)  # the countdowns' first tick
+            target = folder / f"{name}.png"
+            page.screenshot(path=str(target), full_page=name in ("item",))
+            written.append(target)
+    finally:
+        context.close()
     return written
 
 

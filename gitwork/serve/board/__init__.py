@@ -58,7 +58,8 @@ def board_router(server: Server) -> APIRouter:
         except Unauthorized:
             return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
         try:
-            return page(title, render(who), who=who)
+            commit = server.tip()  # before the render: a move after it is one the page has not shown
+            return page(title, render(who), who=who, commit=commit)
         except GwError as error:
             return page(error.kind, f'<p class="error">{esc(error.message)} <small>(exit {int(error.code)})</small>'
                         f'</p><p><a href="/">Back to the board</a></p>', who=who,

@@ -35,11 +35,14 @@ def asset(name: str) -> bytes:
     return (STATIC / name).read_bytes()
 
 
-def page(title: str, body: str, *, who: Principal | None, status: int = 200) -> HTMLResponse:
+def page(title: str, body: str, *, who: Principal | None, status: int = 200, commit: str | None = None) -> HTMLResponse:
+    """A whole page. ``commit``: the state ref's commit read before ``body`` was rendered (``gw-commit``):
+    ``board.js`` re-renders when its event stream says the ref is elsewhere, at its first message too."""
     nav = meta = ""
     if who is not None:
         csrf = esc(who.csrf or "")
-        meta = f'<meta name="gw-csrf" content="{csrf}"><meta name="gw-role" content="{esc(who.role)}">'
+        meta = (f'<meta name="gw-csrf" content="{csrf}"><meta name="gw-role" content="{esc(who.role)}">'
+                f'<meta name="gw-commit" content="{esc(commit or "")}">')
         nav = (f'<nav><a href="/">Board</a> <a href="/graph">Graph</a> <a href="/executions">Executions</a> '
                f'<a href="/leases">Leases</a> <span class="who">{esc(who.name)} ({esc(who.role)})</span>'
                f'<form method="post" action="/logout" class="inline"><input type="hidden" name="{CSRF_FIELD}" '

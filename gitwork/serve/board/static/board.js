@@ -13,15 +13,29 @@
     var el = document.getElementById('flash');
     el.textContent = text || ''; el.className = bad ? 'error' : '';
   }
+  // The state ref's commit the shown part was rendered after (read before the render; '' if unknown).
+  function commitOf(doc) {
+    var meta = doc.querySelector('meta[name=gw-commit]');
+    return meta ? meta.content : '';
+  }
+  var shown = commitOf(document);
   var busy = false, again = false;
   function refresh() {
     if (busy) { again = true; return; }
     busy = true;
     fetch(location.href, {credentials: 'same-origin'}).then(function (r) { return r.text(); }).then(function (text) {
-      var fresh = new DOMParser().parseFromString(text, 'text/html').getElementById('live');
+      var doc = new DOMParser().parseFromString(text, 'text/html');
+      var fresh = doc.getElementById('live');
       var live = document.getElementById('live');
-      if (fresh && live) { live.replaceWith(fresh); tick(); }
+      if (fresh && live) { live.replaceWith(fresh); shown = commitOf(doc); tick(); }
     }).finally(function () { busy = false; if (again) { again = false; refresh(); } });
+  }
+  // Every message of the stream names the ref's commit: the first (hello) too, so a move between the
+  // render and the stream's opening (or while a dropped stream reconnected) is shown, not lost.
+  function moved(event) {
+    var data = {};
+    try { data = JSON.parse(event.data) || {}; } catch (e) { /* a message without a body: look again */ }
+    if ((data.commit || '') !== shown) refresh();
   }
   function value(input) {
     if (input.hasAttribute('data-int')) return parseInt(input.value, 10);
@@ -54,21 +68,26 @@
   var live = document.getElementById('live');
   if (live && window.EventSource) {
     var source = new EventSource(live.dataset.live);
-    source.addEventListener('state', refresh);
+    source.addEventListener('state', moved);
     document.documentElement.dataset.stream = 'connecting';
-    source.addEventListener('hello', function () { document.documentElement.dataset.stream = 'open'; });
+    source.addEventListener('hello', function (event) { document.documentElement.dataset.stream = 'open'; moved(event); });
   }
-  // Live terminals (the executions page): each capture polls its endpoint while the page is open.
+  // Live terminals (the executions page): every terminal shown polls its capture, two seconds after the
+  // last answers came, so a slow server never gets a pile of them (they share the browser's six
+  // connections to it with the page's re-render). A terminal a re-render brings (an execution started
+  // after the page opened) is polled too.
   function captures() {
+    var asks = [];
     document.querySelectorAll('pre[data-capture]').forEach(function (el) {
-      fetch(el.dataset.capture, {credentials: 'same-origin'}).then(function (r) {
+      asks.push(fetch(el.dataset.capture, {credentials: 'same-origin'}).then(function (r) {
         return r.ok ? r.json() : null;
       }).then(function (body) {
         if (body && body.ok && el.textContent !== body.text) { el.textContent = body.text; el.dataset.fresh = '1'; }
-      }).catch(function () {});
+      }).catch(function () {}));
     });
+    Promise.all(asks).then(function () { setTimeout(captures, 2000); });
   }
   tick();
   setInterval(tick, 1000);
-  if (document.querySelector('pre[data-capture]')) setInterval(captures, 2000);
+  if (live) setTimeout(captures, 2000);
 })();
