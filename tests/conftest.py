@@ -308,11 +308,61 @@ def pytest_unconfigure() -> None:
     gwfork.SERVER_OF_THIS_PROCESS.stop()  # waited for: its children's CPU is counted as this process's
 
 
+# Workers per core for `pytest -n auto` (.ci/run, the README): a third of two cores idled with one worker
+# per core (2026-12-02: 292 s of CPU in 226 s of wall on 2 idle cores, 128 %), as the tests wait on
+# subprocesses, servers and polls. The bound keeps a many-core machine from starting a worker per thread
+# of its memory's worth. PYTEST_XDIST_AUTO_NUM_WORKERS (xdist's own setting) still wins.
+WORKERS_PER_CORE = 2
+MAX_AUTO_WORKERS = 16
+
+
+def auto_workers(cores: int) -> int:
+    return max(1, min(WORKERS_PER_CORE * cores, MAX_AUTO_WORKERS))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: ``auto_workers`` of the cores this process may run on; None leaves it to xdist's
+    own hook when PYTEST_XDIST_AUTO_NUM_WORKERS is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return auto_workers(len(os.sched_getaffinity(0)))
+
+
+def first_chunks(count: int, workers: int) -> list[int]:
+    """The sizes of the first batches xdist's ``worksteal`` scheduler sends to ``workers`` idle workers
+    out of ``count`` tests (``WorkStealingScheduling.check_schedule``: each takes an equal share of what
+    is left, in collection order). Stealing later takes from the tails, never from these heads."""
+    sizes = []
+    for left in range(workers, 0, -1):
+        sizes.append(count // left)
+        count -= sizes[-1]
+    return sizes
+
+
+def slow_first(items: list[T], is_slow: Callable[[T], bool], workers: int) -> list[T]:
+    """``items`` reordered so that each of ``workers`` workers starts with its share of the long tests:
+    the long tests dealt round-robin (in collection order) to the heads of the first batches, the
+    others after them in collection order. Without it (all long tests first), worksteal's first batch
+    for one worker held every long test and that worker ran them one after the other (~300 s of a 400 s
+    run under load) while the others ran the short ones."""
+    slow = [item for item in items if is_slow(item)]
+    rest = [item for item in items if not is_slow(item)]
+    ordered: list[T] = []
+    for worker, size in enumerate(first_chunks(len(items), max(workers, 1))):
+        share = slow[worker::max(workers, 1)]
+        fill = max(size - len(share), 0)
+        ordered += share + rest[:fill]
+        del rest[:fill]
+    return ordered + rest
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the long tests (marked ``slow``) first: under xdist they then spread over the workers at
-    the start, and the many short tests fill in at the end, instead of one worker finishing a 30 s
-    race alone while the other idles. A stable sort: every worker collects the same order."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Run the long tests (marked ``slow``) first, spread over the workers (``slow_first``): they start
+    together at the beginning and the many short tests fill in at the end, instead of one worker
+    finishing a 30 s race alone while the other idles. Deterministic: every worker collects the same
+    order (xdist checks it), since each sees the same PYTEST_XDIST_WORKER_COUNT."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = slow_first(items, lambda item: item.get_closest_marker("slow") is not None, workers)
 
 
 def init_state(repo: Path | str) -> None:

@@ -1,17 +1,20 @@
 """What keeps the suite near 3 minutes on 2 cores (issue 26) without weakening a test: the CLI builds its
 click command once per process, the property tests' budget is chosen by ``GW_HYPOTHESIS``, and the tests
-wait with one ``poll`` helper. Each check here fails if its mechanism is removed."""
+wait with one ``poll`` helper, ``-n auto`` starts two workers per core, and each worker starts with its share of
+the long tests. Each check here fails if its mechanism is removed."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import typer
 from hypothesis import settings
 
-from conftest import examples, gw_here, load_hypothesis_profile, poll
+from conftest import auto_workers, examples, gw_here, load_hypothesis_profile, poll, pytest_xdist_auto_num_workers, slow_first
 from gitwork.cli import app as cli_app
 
 
@@ -91,3 +94,56 @@ def test_the_verbs_annotations_are_objects_not_strings_typer_must_evaluate() -> 
         annotations = inspect.get_annotations(inspect.unwrap(command.callback))
         strings = {name: value for name, value in annotations.items() if isinstance(value, str)}
         assert not strings, f"{command.callback.__name__}: string annotations {strings}"
+
+
+class FakeNode:
+    """What xdist's scheduler needs of a worker: whether it is shutting down, and a way to send it tests."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.shutting_down, self.sent = False, []  # type: bool, list[int]
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent += indices
+
+
+def first_batches(collection: list[str], workers: int) -> list[list[str]]:
+    """The tests xdist's own ``worksteal`` scheduler (``--dist worksteal``, pyproject.toml) first sends each
+    of ``workers`` workers that collected ``collection``."""
+    from xdist.scheduler.worksteal import WorkStealingScheduling
+
+    config = SimpleNamespace(getvalue=lambda name: [f"{workers}*popen"] if name == "tx" else None)
+    sched = WorkStealingScheduling(config)  # type: ignore[arg-type]
+    nodes = [FakeNode(f"gw{i}") for i in range(workers)]
+    for node in nodes:
+        sched.add_node(node)  # type: ignore[arg-type]
+        sched.add_node_collection(node, collection)  # type: ignore[arg-type]
+    sched.schedule()
+    return [[collection[i] for i in node.sent] for node in nodes]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 7])
+def test_each_worker_starts_with_its_share_of_the_long_tests(workers: int) -> None:
+    """Sorting the long tests to the front made worksteal's first batch for one worker hold all of them:
+    that worker ran them one after the other (~300 s of a 400 s run) while the others ran the short ones.
+    Dealt by ``slow_first``, each worker's first batch begins with its share, long test by long test."""
+    collection = [f"t{i}" + ("-slow" if i % 61 == 7 or i in (1500, 1501) else "") for i in range(3000)]
+    slow = [name for name in collection if name.endswith("-slow")]
+    ordered = slow_first(collection, lambda name: name.endswith("-slow"), workers)
+    assert sorted(ordered) == sorted(collection)  # the same tests, each once
+    batches = first_batches(ordered, workers)
+    assert sorted(sum(batches, [])) == sorted(collection)  # the first batches hand out every test
+    shares = [[name for name in batch if name.endswith("-slow")] for batch in batches]
+    assert sorted(len(share) for share in shares) == sorted(len(slow[w::workers]) for w in range(workers))
+    for batch, share in zip(batches, shares):
+        assert batch[:len(share)] == share  # its long tests first, before any short one
+    if workers > 1:  # the two adjacent long tests (one file's two 24 s seeds) start on different workers
+        assert not any({"t1500-slow", "t1501-slow"} <= set(share) for share in shares)
+
+
+def test_auto_starts_two_workers_per_core_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [auto_workers(cores) for cores in (1, 2, 4, 8, 64)] == [2, 4, 8, 16, 16]
+    monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    assert pytest_xdist_auto_num_workers(None) == auto_workers(len(os.sched_getaffinity(0)))  # type: ignore[arg-type]
+    monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")  # xdist's own setting: its hook reads it
+    assert pytest_xdist_auto_num_workers(None) is None  # type: ignore[arg-type]
