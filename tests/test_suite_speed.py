@@ -14,7 +14,15 @@ import pytest
 import typer
 from hypothesis import settings
 
-from conftest import auto_workers, examples, gw_here, load_hypothesis_profile, poll, pytest_xdist_auto_num_workers, slow_first
+from conftest import (
+    auto_workers,
+    examples,
+    gw_here,
+    load_hypothesis_profile,
+    poll,
+    pytest_xdist_auto_num_workers,
+    slow_first,
+)
 from gitwork.cli import app as cli_app
 
 
@@ -135,7 +143,7 @@ def test_each_worker_starts_with_its_share_of_the_long_tests(workers: int) -> No
     assert sorted(sum(batches, [])) == sorted(collection)  # the first batches hand out every test
     shares = [[name for name in batch if name.endswith("-slow")] for batch in batches]
     assert sorted(len(share) for share in shares) == sorted(len(slow[w::workers]) for w in range(workers))
-    for batch, share in zip(batches, shares):
+    for batch, share in zip(batches, shares, strict=True):
         assert batch[:len(share)] == share  # its long tests first, before any short one
     if workers > 1:  # the two adjacent long tests (one file's two 24 s seeds) start on different workers
         assert not any({"t1500-slow", "t1501-slow"} <= set(share) for share in shares)
