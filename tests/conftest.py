@@ -346,21 +346,51 @@ def first_chunks(count: int, workers: int) -> list[int]:
     return sizes
 
 
-def slow_first(items: list[T], is_slow: Callable[[T], bool], workers: int) -> list[T]:
-    """``items`` reordered so that each of ``workers`` workers starts with its share of the long tests:
-    the long tests dealt round-robin (in collection order) to the heads of the first batches, the
-    others after them in collection order. Without it (all long tests first), worksteal's first batch
-    for one worker held every long test and that worker ran them one after the other (~300 s of a 400 s
-    run under load) while the others ran the short ones."""
-    slow = [item for item in items if is_slow(item)]
-    rest = [item for item in items if not is_slow(item)]
+# The longest tests, in seconds on an idle 2-core machine (2026-12-02 12:25, main at dac17af, `-n 2`): dealt
+# first, each to the worker with the least known work, so they start together at the beginning instead of
+# one after the other on one worker. A slow test not named here counts as SLOW_SECONDS. Only the order
+# depends on these numbers; tests/test_suite_speed.py checks that each one still names a collected test.
+LONGEST = {
+    "tests/test_system_harness.py::test_fixed_seed": 24.8,
+    "tests/test_system_harness.py::test_fixed_seed_batch": 23.9,
+    "tests/test_sync_faults.py::test_sigkill_at_random_moments_of_a_looping_claimer": 13.2,
+    "tests/test_readme.py::test_the_install_line_installs_and_runs_the_demo": 6.3,
+    "tests/test_lint.py::test_mypy_finds_nothing_in_gitwork_and_its_settings_are_in_force": 6.0,
+    "tests/test_add_op_howto.py::test_following_the_howto_adds_an_op_and_a_verb_that_pass_the_tests": 5.4,
+}
+SLOW_SECONDS = 2.0
+
+
+def slow_first(items: list[T], seconds: Callable[[T], float | None], workers: int) -> list[T]:
+    """``items`` reordered so that each of ``workers`` workers starts with its share of the long tests
+    (``seconds`` of a long test, None for the others): longest first, each to the worker with the least
+    known work so far, at the head of that worker's first batch (``first_chunks``), the others after
+    them in collection order. Without it (all long tests first), worksteal's first batch for one worker
+    held every long test and that worker ran them one after the other (~300 s of a 400 s run under
+    load) while the others ran the short ones."""
+    workers = max(workers, 1)
+    costs = [seconds(item) for item in items]
+    slow = [(cost, index) for index, cost in enumerate(costs) if cost is not None]
+    slow.sort(key=lambda pair: -pair[0])  # stable: equal costs keep collection order, on every worker
+    heads: list[list[T]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for cost, index in slow:
+        least = loads.index(min(loads))
+        heads[least].append(items[index])
+        loads[least] += cost
+    rest = [item for item, cost in zip(items, costs, strict=True) if cost is None]
     ordered: list[T] = []
-    for worker, size in enumerate(first_chunks(len(items), max(workers, 1))):
-        share = slow[worker::max(workers, 1)]
-        fill = max(size - len(share), 0)
-        ordered += share + rest[:fill]
+    for head, size in zip(heads, first_chunks(len(items), workers), strict=True):
+        fill = max(size - len(head), 0)
+        ordered += head + rest[:fill]
         del rest[:fill]
     return ordered + rest
+
+
+def expected_seconds(item: pytest.Item) -> float | None:
+    if item.get_closest_marker("slow") is None:
+        return None
+    return LONGEST.get(item.nodeid, SLOW_SECONDS)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -369,7 +399,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     finishing a 30 s race alone while the other idles. Deterministic: every worker collects the same
     order (xdist checks it), since each sees the same PYTEST_XDIST_WORKER_COUNT."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    items[:] = slow_first(items, lambda item: item.get_closest_marker("slow") is not None, workers)
+    items[:] = slow_first(items, expected_seconds, workers)
 
 
 def init_state(repo: Path | str) -> None:

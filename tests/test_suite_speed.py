@@ -15,6 +15,8 @@ import typer
 from hypothesis import settings
 
 from conftest import (
+    LONGEST,
+    ROOT,
     auto_workers,
     examples,
     gw_here,
@@ -134,19 +136,38 @@ def first_batches(collection: list[str], workers: int) -> list[list[str]]:
 def test_each_worker_starts_with_its_share_of_the_long_tests(workers: int) -> None:
     """Sorting the long tests to the front made worksteal's first batch for one worker hold all of them:
     that worker ran them one after the other (~300 s of a 400 s run) while the others ran the short ones.
-    Dealt by ``slow_first``, each worker's first batch begins with its share, long test by long test."""
-    collection = [f"t{i}" + ("-slow" if i % 61 == 7 or i in (1500, 1501) else "") for i in range(3000)]
-    slow = [name for name in collection if name.endswith("-slow")]
-    ordered = slow_first(collection, lambda name: name.endswith("-slow"), workers)
+    Dealt by ``slow_first``, each worker's first batch begins with its share, longest first, and the
+    shares differ by at most one long test's time."""
+    collection = [f"t{i}" for i in range(3000)]
+    cost = {name: 2.0 for name in collection[7::61]} | {"t1500": 25.0, "t1501": 24.0, "t2999": 13.0}
+    ordered = slow_first(collection, cost.get, workers)
     assert sorted(ordered) == sorted(collection)  # the same tests, each once
     batches = first_batches(ordered, workers)
     assert sorted(sum(batches, [])) == sorted(collection)  # the first batches hand out every test
-    shares = [[name for name in batch if name.endswith("-slow")] for batch in batches]
-    assert sorted(len(share) for share in shares) == sorted(len(slow[w::workers]) for w in range(workers))
+    shares = [[name for name in batch if name in cost] for batch in batches]
+    assert sorted(sum(shares, [])) == sorted(cost)
     for batch, share in zip(batches, shares, strict=True):
         assert batch[:len(share)] == share  # its long tests first, before any short one
-    if workers > 1:  # the two adjacent long tests (one file's two 24 s seeds) start on different workers
-        assert not any({"t1500-slow", "t1501-slow"} <= set(share) for share in shares)
+        assert [cost[name] for name in share] == sorted((cost[name] for name in share), reverse=True)
+    loads = [sum(cost[name] for name in share) for share in shares]
+    assert max(loads) - min(loads) <= 25.0
+    if workers >= 3:  # the three longest (one file's two 24 s seeds, a 13 s kill -9 race) start at once
+        assert {"t1500", "t1501", "t2999"} <= {share[0] for share in shares}
+
+
+def test_the_longest_tests_named_for_the_order_exist_and_are_marked_slow() -> None:
+    """A renamed or deleted test in LONGEST would silently lose its place at the start of the run."""
+    import importlib
+
+    for nodeid in LONGEST:
+        path, name = nodeid.split("::")
+        assert (ROOT / path).is_file(), f"LONGEST names {nodeid}: no such file"
+        module = importlib.import_module(Path(path).stem)
+        test = getattr(module, name, None)
+        assert callable(test), f"LONGEST names {nodeid}, which is not a test"
+        on_module = getattr(module, "pytestmark", [])  # one mark or a list of them
+        marks = [*getattr(test, "pytestmark", []), *(on_module if isinstance(on_module, list) else [on_module])]
+        assert any(mark.name == "slow" for mark in marks), f"{nodeid} is not marked slow: it would not go first"
 
 
 def test_auto_starts_two_workers_per_core_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
