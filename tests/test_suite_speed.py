@@ -20,6 +20,7 @@ from conftest import (
     auto_workers,
     examples,
     gw_here,
+    hand_off_old_basetemps,
     load_hypothesis_profile,
     poll,
     pytest_xdist_auto_num_workers,
@@ -188,3 +189,21 @@ def test_the_rewritten_test_modules_are_cached_whatever_pythondontwritebytecode_
     assert not sys.dont_write_bytecode
     here = Path(__file__)
     assert (here.parent / "__pycache__" / (here.name[:-3] + PYC_TAIL)).is_file()
+
+
+def test_old_basetemps_are_handed_off_to_a_deleter_the_run_does_not_wait_for(tmp_path: Path) -> None:
+    """What pytest would delete at the end of the session (all but the 3 latest ``pytest-N``) is moved
+    aside at once and deleted by a process of its own; a locked one (a session still running), the 3
+    latest and the ``pytest-current`` link stay."""
+    root = tmp_path / "pytest-of-someone"
+    for n in range(1, 7):
+        (root / f"pytest-{n}" / "repo" / ".git").mkdir(parents=True)
+        (root / f"pytest-{n}" / "repo" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / "pytest-2" / ".lock").write_text("")
+    (root / "pytest-current").symlink_to(root / "pytest-6")
+    moved = hand_off_old_basetemps(root, keep=3)
+    assert len(moved) == 2 and all(path.name.startswith("detached-") for path in moved)
+    assert sorted(path.name for path in root.glob("pytest-*")) == [
+        "pytest-2", "pytest-4", "pytest-5", "pytest-6", "pytest-current"]
+    poll(lambda: not any(path.exists() for path in moved), timeout=30, what="the deleter to finish")
+    assert hand_off_old_basetemps(root, keep=3) == []  # nothing left to hand off
