@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +36,13 @@ _monotonic = time.monotonic  # the real one: a test may freeze time (freezegun) 
 # freezegun patches the clocks of every loaded module, pytest's own timing module included, so
 # `pytest --durations` reported frozen (nonsense) durations for the tests that freeze time.
 freezegun.configure(extend_ignore_list=["_pytest.timing"])
+
+# pytest caches each test module with its asserts rewritten (tests/__pycache__/*-pytest-*.pyc) unless
+# bytecode writing is off, and PYTHONDONTWRITEBYTECODE=1 (set on the shared machines) turned it off: every
+# worker of every run rewrote all ~130 modules again, ~4 s of CPU of its ~6.5 s collection (2026-12-02).
+# The suite's own child processes already write bytecode (``scrub_env`` drops that variable), so the tree
+# gets __pycache__ folders either way; set before the first test module is imported.
+sys.dont_write_bytecode = False
 
 
 # Every `git cat-file --batch` reader a test starts in this process (Workplane, hook checks). Holding
@@ -308,11 +316,131 @@ def pytest_unconfigure() -> None:
     gwfork.SERVER_OF_THIS_PROCESS.stop()  # waited for: its children's CPU is counted as this process's
 
 
+# Workers per core for `pytest -n auto` (.ci/run, the README): a third of two cores idled with one worker
+# per core (2026-12-02: 292 s of CPU in 226 s of wall on 2 idle cores, 128 %), as the tests wait on
+# subprocesses, servers and polls. The bound keeps a many-core machine from starting a worker per thread
+# of its memory's worth. PYTEST_XDIST_AUTO_NUM_WORKERS (xdist's own setting) still wins.
+WORKERS_PER_CORE = 2
+MAX_AUTO_WORKERS = 16
+
+
+def auto_workers(cores: int) -> int:
+    return max(1, min(WORKERS_PER_CORE * cores, MAX_AUTO_WORKERS))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: ``auto_workers`` of the cores this process may run on; None leaves it to xdist's
+    own hook when PYTEST_XDIST_AUTO_NUM_WORKERS is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return auto_workers(len(os.sched_getaffinity(0)))
+
+
+def first_chunks(count: int, workers: int) -> list[int]:
+    """The sizes of the first batches xdist's ``worksteal`` scheduler sends to ``workers`` idle workers
+    out of ``count`` tests (``WorkStealingScheduling.check_schedule``: each takes an equal share of what
+    is left, in collection order). Stealing later takes from the tails, never from these heads."""
+    sizes = []
+    for left in range(workers, 0, -1):
+        sizes.append(count // left)
+        count -= sizes[-1]
+    return sizes
+
+
+# The longest tests, in seconds on an idle 2-core machine (2026-12-02 12:25, main at dac17af, `-n 2`): dealt
+# first, each to the worker with the least known work, so they start together at the beginning instead of
+# one after the other on one worker. A slow test not named here counts as SLOW_SECONDS. Only the order
+# depends on these numbers; tests/test_suite_speed.py checks that each one still names a collected test.
+LONGEST = {
+    "tests/test_system_harness.py::test_fixed_seed": 24.8,
+    "tests/test_system_harness.py::test_fixed_seed_batch": 23.9,
+    "tests/test_sync_faults.py::test_sigkill_at_random_moments_of_a_looping_claimer": 13.2,
+    "tests/test_readme.py::test_the_install_line_installs_and_runs_the_demo": 6.3,
+    "tests/test_lint.py::test_mypy_finds_nothing_in_gitwork_and_its_settings_are_in_force": 6.0,
+    "tests/test_add_op_howto.py::test_following_the_howto_adds_an_op_and_a_verb_that_pass_the_tests": 5.4,
+}
+SLOW_SECONDS = 2.0
+
+
+def slow_first(items: list[T], seconds: Callable[[T], float | None], workers: int) -> list[T]:
+    """``items`` reordered so that each of ``workers`` workers starts with its share of the long tests
+    (``seconds`` of a long test, None for the others): longest first, each to the worker with the least
+    known work so far, at the head of that worker's first batch (``first_chunks``), the others after
+    them in collection order. Without it (all long tests first), worksteal's first batch for one worker
+    held every long test and that worker ran them one after the other (~300 s of a 400 s run under
+    load) while the others ran the short ones."""
+    workers = max(workers, 1)
+    costs = [seconds(item) for item in items]
+    slow = [(cost, index) for index, cost in enumerate(costs) if cost is not None]
+    slow.sort(key=lambda pair: -pair[0])  # stable: equal costs keep collection order, on every worker
+    heads: list[list[T]] = [[] for _ in range(workers)]
+    loads = [0.0] * workers
+    for cost, index in slow:
+        least = loads.index(min(loads))
+        heads[least].append(items[index])
+        loads[least] += cost
+    rest = [item for item, cost in zip(items, costs, strict=True) if cost is None]
+    ordered: list[T] = []
+    for head, size in zip(heads, first_chunks(len(items), workers), strict=True):
+        fill = max(size - len(head), 0)
+        ordered += head + rest[:fill]
+        del rest[:fill]
+    return ordered + rest
+
+
+def expected_seconds(item: pytest.Item) -> float | None:
+    if item.get_closest_marker("slow") is None:
+        return None
+    return LONGEST.get(item.nodeid, SLOW_SECONDS)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the long tests (marked ``slow``) first: under xdist they then spread over the workers at
-    the start, and the many short tests fill in at the end, instead of one worker finishing a 30 s
-    race alone while the other idles. A stable sort: every worker collects the same order."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Run the long tests (marked ``slow``) first, spread over the workers (``slow_first``): they start
+    together at the beginning and the many short tests fill in at the end, instead of one worker
+    finishing a 30 s race alone while the other idles. Deterministic: every worker collects the same
+    order (xdist checks it), since each sees the same PYTEST_XDIST_WORKER_COUNT."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = slow_first(items, expected_seconds, workers)
+
+
+def hand_off_old_basetemps(root: Path, keep: int) -> list[Path]:
+    """Move the numbered basetemps pytest deletes when a session ends (all but the ``keep`` latest
+    ``pytest-N`` under ``root``) to ``root/detached-*``, and delete those in a process of their own that
+    the run does not wait for. Returns what it handed off.
+
+    pytest deletes them in the controller before the run's "in N s", and ``/tmp/pytest-of-USER`` holds
+    every run of the user: a whole suite's basetemp is ~29,000 files (git repositories), 5 s to delete at
+    load 7 and up to 107 s under load (2026-12-02). A folder with a ``.lock`` (a session still running)
+    is left to pytest's own rule; ``detached-*`` left by a deleter that was killed are handed off again."""
+    from _pytest.pathlib import cleanup_candidates, get_lock_path
+
+    moved: list[Path] = []
+    for path in cleanup_candidates(root, "pytest-", keep):
+        if path.is_symlink() or get_lock_path(path).exists():
+            continue
+        target = root / f"detached-{uuid.uuid4().hex}"
+        try:
+            path.rename(target)  # one rename, however many files: pytest then finds nothing to delete
+        except OSError:
+            continue  # another session's end took it first
+        moved.append(target)
+    moved += [path for path in root.glob("detached-*") if path not in moved]
+    if moved:
+        subprocess.Popen(["rm", "-rf", "--", *map(str, moved)], start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return moved
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Before pytest's own clean-up of old basetemps (tmpdir's ``pytest_sessionfinish``), hand them off.
+    Only where pytest would delete them: the controller (or a run without xdist) with no ``--basetemp``."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    basetemp = getattr(factory, "_basetemp", None)
+    if (hasattr(session.config, "workerinput") or basetemp is None
+            or getattr(factory, "_given_basetemp", None) is not None):
+        return
+    hand_off_old_basetemps(basetemp.parent, getattr(factory, "_retention_count", 3))
 
 
 def init_state(repo: Path | str) -> None:
