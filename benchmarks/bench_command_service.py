@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import webserver  # noqa: E402
-from bench_herd import REF, git, group_cpu, gw, machine  # noqa: E402
+from bench_herd import REF, git, group_cpu, gw, seed_clones  # noqa: E402
 from webserver import CommandService, WebServer  # noqa: E402
 
 CLAIM = json.dumps({"op": "claim", "next": True, "ttl": "1h"})
@@ -161,16 +161,7 @@ def run(agents: int, clones_wanted: int, items: int, sync_every: float, fcgi_wor
             assert service.address is not None
             with WebServer(base, workers=fcgi_workers, api=service.address) as web:
                 url = web.url("arbiter")
-                first = machine(base, "m0", url)
-                from gitwork.workplane import Workplane
-
-                with Workplane(str(first), agent="admin") as wp:
-                    for n in range(items):
-                        wp.do("new", title=f"item {n}", priority=n % 3)
-                assert gw(first, "sync").returncode == 0
-                clones = [first] + [machine(base, f"m{k}", url) for k in range(1, clones_wanted)]
-                for clone in clones[1:]:
-                    assert gw(clone, "sync").returncode == 0
+                clones = seed_clones(base, url, items, clones_wanted)
                 from gitwork.serve.tokens import Tokens
                 from gitwork.store import Repository
 

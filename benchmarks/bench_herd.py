@@ -83,6 +83,22 @@ def machine(base: Path, name: str, url: str) -> Path:
     return path
 
 
+def seed_clones(base: Path, url: str, items: int, clones_wanted: int) -> list[Path]:
+    """The benches' world: ``items`` ready items made in the first clone and synced to the arbiter at
+    ``url``, then ``clones_wanted`` clones in all, each synced."""
+    first = machine(base, "m0", url)
+    from gitwork.workplane import Workplane
+
+    with Workplane(str(first), agent="admin") as wp:
+        for n in range(items):
+            wp.do("new", title=f"item {n}", priority=n % 3)
+    assert gw(first, "sync").returncode == 0
+    clones = [first] + [machine(base, f"m{k}", url) for k in range(1, clones_wanted)]
+    for clone in clones[1:]:
+        assert gw(clone, "sync").returncode == 0
+    return clones
+
+
 def group_cpu(group: int) -> float:
     """CPU seconds (user + system, its reaped children's included) of the live processes of process
     group ``group``: the server's own share of a run (git daemon reaps each receive-pack and hook it
@@ -141,16 +157,7 @@ def herd(transport: str, procs: int, clones_wanted: int, items: int, fcgi_worker
         git(arbiter, "config", "core.logAllRefUpdates", "always")  # one reflog line per push that moved it
         with server:
             url = server.url("arbiter")
-            first = machine(base, "m0", url)
-            from gitwork.workplane import Workplane
-
-            with Workplane(str(first), agent="admin") as wp:
-                for n in range(items):
-                    wp.do("new", title=f"item {n}", priority=n % 3)
-            assert gw(first, "sync").returncode == 0
-            clones = [first] + [machine(base, f"m{k}", url) for k in range(1, clones_wanted)]
-            for clone in clones[1:]:
-                assert gw(clone, "sync").returncode == 0
+            clones = seed_clones(base, url, items, clones_wanted)
             grants: list[tuple[float, float]] = []
             per_worker = [0] * procs
             last_grant = [0.0]
