@@ -119,7 +119,11 @@ class Launcher:
 
         from . import tmux
 
-        tmux.USE_SHELL_PANE = True  # no Python start between the pane and the agent (tmux.PANE)
+        # The shell pane (tmux.PANE: no Python start between the pane and the agent) is opt-in: tmux
+        # sometimes never reports the exit status of the pane's exec'd agent (pane dead, no
+        # pane_dead_status: 7 of 24 parallel runs of its test), and an end recorded without its code
+        # loses what the agent said. The Python wrapper writes the code itself: it stays the default.
+        tmux.USE_SHELL_PANE = os.environ.get("GW_LAUNCHER_SHELL_PANE") == "1"
 
         def stop(_signum: int, _frame: Any) -> None:
             self.stopping = True
