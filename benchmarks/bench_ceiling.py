@@ -27,7 +27,6 @@ benchmarks/bench_command_service.py runs it (its own JSON; ``--transport``/``--a
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -35,7 +34,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_herd import TRANSPORTS, herd  # noqa: E402
+from bench_herd import TRANSPORTS, emit_runs, herd  # noqa: E402
 
 
 def quantile(values: list[float], q: int) -> float | None:
@@ -103,15 +102,8 @@ def main() -> None:
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in load_after],
         })
         print(json.dumps(runs[-1]), file=sys.stderr)
-    result = {
-        "bench": "ceiling", "transport": args.transport, "arbiter": args.arbiter,
-        "server_hook": runs[0]["server_hook"] if runs else None,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpus": os.cpu_count(), "runs": runs,
-    }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    emit_runs({"bench": "ceiling", "transport": args.transport, "arbiter": args.arbiter,
+               "server_hook": runs[0]["server_hook"] if runs else None}, runs, args.out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ include 1). Load average before and after each run. One JSON object on stdout (a
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import http.client
 import json
 import os
@@ -50,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import webserver  # noqa: E402
-from bench_herd import REF, git, group_cpu, gw, seed_clones  # noqa: E402
+from bench_herd import REF, emit_runs, git, group_cpu, gw, seed_clones  # noqa: E402
 from webserver import CommandService, WebServer  # noqa: E402
 
 CLAIM = json.dumps({"op": "claim", "next": True, "ttl": "1h"})
@@ -289,13 +288,7 @@ def main(argv: list[str] | None = None) -> None:
         runs.append(run(agents, args.clones, agents * args.items_per_agent, args.sync_every, args.fcgi_workers,
                         args.floor_rounds))
         print(json.dumps(runs[-1]), file=sys.stderr)
-    result = {"bench": "command-service", "transport": "nginx", "via": "rest",
-              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "cpus": os.cpu_count(),
-              "runs": runs}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    emit_runs({"bench": "command-service", "transport": "nginx", "via": "rest"}, runs, args.out)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -81,6 +82,18 @@ def machine(base: Path, name: str, url: str) -> Path:
     done = gw(path, "init", "--remote", "origin")
     assert done.returncode == 0, done.stderr
     return path
+
+
+def emit_runs(head: dict[str, Any], runs: list[dict[str, Any]], out: str | None) -> None:
+    """Print a multi-run bench's JSON (``head``, the date, the cores, ``runs``), and write it to ``out``."""
+    import datetime as dt
+
+    result = {**head, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "cpus": os.cpu_count(), "runs": runs}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n", encoding="utf-8")
 
 
 def seed_clones(base: Path, url: str, items: int, clones_wanted: int) -> list[Path]:
