@@ -26,6 +26,16 @@ _CHUNK = 1 << 20  # one write call per MiB: a large file is not one giant syscal
 _ATTEMPTS = 16  # unique names collide only when a pid is reused with the same random bytes
 
 
+def stamp(path: str) -> tuple[int, int, int] | None:
+    """What tells a file changed: (mtime ns, size, inode), or None when it is not there. The inode
+    counts because these files are replaced by rename (``write_atomic``), which can keep time and size."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
 def is_temp(name: str) -> bool:
     """Is ``name`` (a file's base name) a temporary file of :func:`write_atomic`?"""
     return name.startswith(".") and name.endswith(".tmp")

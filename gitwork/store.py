@@ -14,7 +14,7 @@ import os
 import re
 import time
 
-from . import gitcmd
+from . import fsutil, gitcmd
 from .config import Settings, load
 from .errors import Corrupt, GitFailed, Invalid, Locked, NewerFormat
 from .objects import (
@@ -273,11 +273,7 @@ class Store:
 
     def shallow(self) -> frozenset[str]:
         """The shallow boundary; read again whenever the file changes (a fetch may move it)."""
-        try:
-            st = os.stat(os.path.join(self.repo.common_dir, "shallow"))
-            stamp: object = (st.st_mtime_ns, st.st_size, st.st_ino)
-        except OSError:
-            stamp = None
+        stamp = fsutil.stamp(os.path.join(self.repo.common_dir, "shallow"))
         if self._shallow is None or self._shallow[0] != stamp:
             self._shallow = (stamp, self.repo.shallow() if stamp is not None else frozenset())
         return self._shallow[1]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import threading
 from typing import Any, Callable, Iterator
@@ -15,6 +14,7 @@ from fastapi import Request
 
 from ..engine import Applied
 from ..errors import ExitCode, GwError
+from ..fsutil import stamp
 from ..store import Repository
 from ..workplane import Workplane
 from .guard import check_cookie_request, csrf_token
@@ -180,11 +180,7 @@ class RefWatcher:
     def _stat_tokens(self) -> tuple[int, int, int] | None:
         if self.tokens_path is None:
             return None
-        try:
-            st = os.stat(self.tokens_path)
-        except OSError:
-            return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)  # a rename (how the file is written) changes the inode
+        return stamp(self.tokens_path)
 
     def publish(self, tip: str | None, tokens: tuple[int, int, int] | None) -> None:
         """What one look found: count the changes and wake every waiter (synchronous: nothing to hold)."""

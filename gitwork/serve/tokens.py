@@ -22,6 +22,7 @@ import secrets
 
 from ..clock import format_instant, now
 from ..errors import Ambiguous, Corrupt, Invalid, NotFound
+from ..fsutil import stamp
 from ..ids import check_identity
 
 TYPE_CHECKING = False
@@ -122,11 +123,7 @@ class Tokens:
     # --- the server's side ----------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        try:
-            st = os.stat(self.path)
-            seen: tuple[int, int, int] | None = (st.st_mtime_ns, st.st_size, st.st_ino)  # written by rename
-        except FileNotFoundError:
-            seen = None
+        seen = stamp(self.path)
         if seen != self._seen:
             self._by_hash = {e["sha256"]: e for e in self.entries() if isinstance(e, dict) and "sha256" in e}
             self._seen = seen

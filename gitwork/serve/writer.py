@@ -39,6 +39,7 @@ from .. import engine
 from ..config import Settings
 from ..engine import Applied
 from ..errors import GwError, Locked
+from ..fsutil import stamp
 from ..store import Repository, jitter
 from ..workplane import Chain, Workplane
 
@@ -70,14 +71,7 @@ def _config_files(repo: Repository) -> list[str]:
 
 
 def _stamp(files: list[str]) -> tuple[Any, ...]:
-    stamps: list[Any] = []
-    for path in files:
-        try:
-            st = os.stat(path)
-            stamps.append((st.st_mtime_ns, st.st_size, st.st_ino))
-        except OSError:
-            stamps.append(None)
-    return tuple(stamps)
+    return tuple(stamp(path) for path in files)
 
 
 class _Waiting:
