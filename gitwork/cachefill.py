@@ -183,14 +183,13 @@ class Helper:
     ``(index, [(shard name, shard tree id), ...])``) in the order given, announcing each index before
     it starts that chunk."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], count: int) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         import queue
         import threading
 
         self._proc = proc
         self.started: set[int] = set()  # chunks the helper announced (it is doing or did them)
         self._frames: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._count = count
         # A thread reads its frames as they come: the helper never waits on a full pipe while this
         # process is busy inserting, and announcements are seen between two chunks here.
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -225,7 +224,7 @@ class Helper:
             proc.kill()
             proc.wait()
             return None
-        return cls(proc, len(chunks))
+        return cls(proc)
 
     def _read(self) -> None:
         out = self._proc.stdout

@@ -30,9 +30,9 @@ def socket_path(common_dir: str) -> str:
     path = os.path.join(common_dir, "gitwork", SOCKET)
     if len(os.fsencode(path)) <= SOCKET_MAX:
         return path
-    import _sha1  # type: ignore[import-not-found]  # the C module: no hashlib (OpenSSL) for a path's name
+    from ..hashing import sha1_hex  # not hashlib: OpenSSL's load (and hashlib where _sha1 is missing)
 
-    digest = _sha1.sha1(os.fsencode(os.path.abspath(common_dir))).hexdigest()[:16]
+    digest = sha1_hex(os.fsencode(os.path.abspath(common_dir)))[:16]
     return os.path.join("/tmp", f"gw-launcher-{os.getuid()}", f"{digest}.sock")
 
 

@@ -168,11 +168,12 @@ class Launcher:
         fields = _read_request(conn)
         if fields is None or fields[0] != MAGIC:
             return
+        changed = _fingerprint() != self.code
         if (os.path.realpath(os.fsdecode(fields[1])) != os.path.realpath(package())
-                or os.fsdecode(fields[2]) != self.common or _fingerprint() != self.code):
+                or os.fsdecode(fields[2]) != self.common or changed):
             # Another installation, another clone, or this code changed since it was loaded: the caller
             # launches itself; a launcher whose code changed stops, to be started again from the new one.
-            self.stopping = self.stopping or _fingerprint() != self.code
+            self.stopping = self.stopping or changed
             conn.sendall(b"%d\0" % FALLBACK + b"0\0" + b"0\0")
             return
         cwd = os.fsdecode(fields[3])

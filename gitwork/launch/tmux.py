@@ -17,6 +17,7 @@ import time
 
 from ..errors import Invalid
 from ..gitcmd import Completed, one_line, run_tool
+from .client import SOCKET_MAX  # sun_path's bound: one for the launcher's socket and tmux's
 from .paths import executions_dir
 from .wrapper import outcome, wait_started
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 # exit code (128+N for a signal) to the execution's folder, whole and renamed; tmux can show a pane
 # dead for a while before it has reaped the process and knows its status. A pane killed with its
 # server (SIGHUP) writes nothing, and is lost.
-SOCKET_MAX = 100  # sun_path is 108 bytes on Linux
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
 
 
