@@ -93,10 +93,9 @@ class Chain(engine.CAS):
         if self.top.commit == self.start:
             return True
         assert self.top.commit is not None
-        crash_point("before-cas")
-        if not self.store.set_if_equals(self.start, self.top.commit):
+        ref = LocalRef(self.store)  # the same swap, crash points and housekeeping as one command's
+        if not ref.swap(self.start, self.top.commit):
             return False
-        crash_point("after-cas")
         maybe_auto_gc(self.store.repo.git_dir)
         return True
 
