@@ -14,6 +14,7 @@ import pytest
 from conftest import git
 from gitwork import sessions
 from gitwork.errors import Held
+from gitwork.fsutil import write_atomic
 from gitwork.sessions import MANIFEST, session_dir
 from gitwork.sessions.plan import _started
 from gitwork.workplane import Workplane
@@ -54,7 +55,7 @@ def test_the_loser_waits_for_the_winners_record(started: tuple[Workplane, str, s
 
     def winner() -> None:
         time.sleep(0.3)
-        manifest.write_bytes(text)
+        write_atomic(str(manifest), text, fsync=False)  # as Session.save writes it: never seen half written
 
     thread = threading.Thread(target=winner)
     thread.start()
