@@ -297,9 +297,12 @@ def _stopped() -> bool:
 
 def main() -> None:
     """The helper process (``python -m gitwork.cachefill``): see the module's docstring."""
+    import gc
     import importlib
 
     from .config import Settings
+
+    gc.disable()  # as the rebuilding process does while it fills (cache.update): the rows hold no cycles
     from .store import Repository, Store
 
     stdin = sys.stdin.buffer
