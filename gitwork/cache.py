@@ -30,7 +30,6 @@ from .cachefill import (
     ITEM_COLUMNS,
     QUIET,
     QUIET_VALUES,
-    R_DEPS,
     R_EPOCH,
     R_ID,
     R_PROBLEM,
@@ -289,7 +288,8 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     done: set[str] = set()  # sound items whose status is done: every other dependency counts as waiting
     unsure: list[tuple[list[Any], set[str]]] = []  # rows counted before all their dependencies were in
 
-    def take(name: str, tree: str, rows: list[list[Any]], deps: list[Any], labels: list[Any], aliases: list[Any]) -> None:
+    def take(name: str, tree: str, rows: list[list[Any]], deps: dict[str, list[str]], labels: dict[str, list[str]],
+             aliases: list[tuple[str, str]]) -> None:
         if name in taken:
             return  # both processes did this shard (they met in it): the first is kept
         taken.add(name)
@@ -297,7 +297,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
         done.update(r[R_ID] for r in rows if r[R_STATUS] == "done" and r[R_PROBLEM] is None)
         for r in rows:
             if r[R_WAITING] is None:  # an item with dependencies: each distinct one not done counts
-                on = set(marshal.loads(r[R_DEPS]))
+                on = set(deps[r[R_ID]])
                 r[R_WAITING] = sum(1 for d in on if d not in done)
                 if not seen.issuperset(on):
                     unsure.append((r, on))  # (a dependency not read yet may turn out done)
