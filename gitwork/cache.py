@@ -17,14 +17,20 @@ in-memory database.
 
 from __future__ import annotations
 
+import gc
+import json
 import marshal
 import os
 import sqlite3
 import sys
+from operator import itemgetter
 
 from . import cachefill, layout
 from .cachefill import (
-    R_DEPS,
+    ITEM_COLUMNS,
+    QUIET,
+    QUIET_VALUES,
+    R_EPOCH,
     R_ID,
     R_PROBLEM,
     R_STATUS,
@@ -43,12 +49,14 @@ if TYPE_CHECKING:
 
 # One schema version for the whole file; marshal's format may change between Python versions, so it
 # is part of the version too.
-SCHEMA = 8  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
+SCHEMA = 9  # 2: item_rank, so a listing cut by --limit walks the order and stops; 3: item.shown, sealed_ids;
 # 4: dep and label keyed by (item, value) without a rowid (one B-tree each fewer for a rebuild to fill);
 # 5: item.waiting and dep_on, so `ready` reads no dependency per row; 6: item.gate (model.gate_of);
 # 7: item.updated (the date filters) and alias (an imported item's id in its source: `gw show bd-a2`
 # looks it up, rows.aliases);
-# 8: item.labels_shown, so a piped listing formats each line in SQL (queries.LINE)
+# 8: item.labels_shown, so a piped listing formats each line in SQL (queries.LINE);
+# 9: no label_label index (no query's plan used it: a label filter searches label's primary key per
+# item, queries.py; building it was 0.15-0.2 s of a 100,000-item rebuild's serial tail)
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
@@ -68,7 +76,6 @@ CREATE TABLE IF NOT EXISTS alias (name TEXT NOT NULL, item TEXT NOT NULL, PRIMAR
 CREATE TABLE IF NOT EXISTS sealed_ids (oid TEXT PRIMARY KEY, first INTEGER NOT NULL, ids TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dep (item TEXT NOT NULL, on_id TEXT NOT NULL, PRIMARY KEY (item, on_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS label (item TEXT NOT NULL, label TEXT NOT NULL, PRIMARY KEY (item, label)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS label_label ON label (label, item);
 CREATE INDEX IF NOT EXISTS dep_on ON dep (on_id);
 CREATE INDEX IF NOT EXISTS item_shard ON item (shard);
 CREATE INDEX IF NOT EXISTS item_problem ON item (id) WHERE problem IS NOT NULL;
@@ -176,9 +183,17 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
     # several indexes, and with the default the pages of a 60 MB file are evicted and read back all
     # along (2x the CPU at 100,000 items). Readers keep the default: a listing scans the table once.
     db.execute("PRAGMA cache_size=-65536")
+    # No cyclic garbage collection meanwhile: a rebuild allocates millions of tuples, lists and dicts
+    # that live until their shard is written, and the collector's passes over them cost 0.8 s of ~6 s
+    # CPU at 100,000 items while finding nothing (the rows hold no cycles: the peak memory was the
+    # same without it, 180 MB). Plain reference counting still frees each chunk as it ends.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         _update(db, snapshot, summarise, thread_entry)
     finally:
+        if collecting:
+            gc.enable()
         db.execute("PRAGMA cache_size=-2000")
 
 
@@ -222,8 +237,15 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
                 forget()  # (each folder is read once: see _fill)
     _reshorten(db, touched)
     _rewait(db, changed, pending)
-    for sql in indexes:
-        db.execute(sql)
+    if indexes:
+        # The sorts of the index builds may use a second thread: by now the helper has ended, so on two
+        # cores one is idle (CPU the same; wall 0.63 -> 0.53 s for the five at 100,000 items, load 16).
+        db.execute("PRAGMA threads=2")
+        try:
+            for sql in indexes:
+                db.execute(sql)
+        finally:
+            db.execute("PRAGMA threads=0")
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
 
 
@@ -266,22 +288,20 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     done: set[str] = set()  # sound items whose status is done: every other dependency counts as waiting
     unsure: list[tuple[list[Any], set[str]]] = []  # rows counted before all their dependencies were in
 
-    def take(name: str, tree: str, rows: list[list[Any]], deps: list[Any], labels: list[Any], aliases: list[Any]) -> None:
+    def take(name: str, tree: str, rows: list[list[Any]], deps: dict[str, list[str]], labels: dict[str, list[str]],
+             aliases: list[tuple[str, str]]) -> None:
         if name in taken:
             return  # both processes did this shard (they met in it): the first is kept
         taken.add(name)
-        seen.update(r[R_ID] for r in rows)
-        done.update(r[R_ID] for r in rows if r[R_STATUS] == "done" and r[R_PROBLEM] is None)
+        seen.update(map(_ID, rows))
+        done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and r[R_PROBLEM] is None])
         for r in rows:
             if r[R_WAITING] is None:  # an item with dependencies: each distinct one not done counts
-                on = set(marshal.loads(r[R_DEPS]))
-                r[R_WAITING] = sum(1 for d in on if d not in done)
+                on = set(deps[r[R_ID]])
+                r[R_WAITING] = len(on - done)  # (set operations in C: a rebuild counts 75,000 of them)
                 if not seen.issuperset(on):
                     unsure.append((r, on))  # (a dependency not read yet may turn out done)
-        db.executemany(_INSERT_ITEM, rows)
-        db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
-        db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)
-        db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
+        _insert(db, "INSERT", rows, deps, labels, aliases)
         db.execute("INSERT INTO shard (name, tree) VALUES (?, ?)", (name, tree))
         crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
 
@@ -313,15 +333,49 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             compute(missing)
     fixed = []
     for r, on in unsure:
-        count = sum(1 for d in on if d not in done)
+        count = len(on - done)
         if count != r[R_WAITING]:
             fixed.append((count, r[R_ID]))
     db.executemany("UPDATE item SET waiting=? WHERE id=?", fixed)
 
 
-_INSERT_ITEM = ("INSERT INTO item (id, title, status, priority, labels, deps, created, owner, holder, lease_state,"
-                " expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown, waiting,"
-                " gate, updated, labels_shown) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+# The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
+# inserts into empty tables, and an id found in two shards of a hostile tree fails it there as before:
+# an IntegrityError, not yet a named refusal), and its twin for a row whose columns from ``QUIET`` on
+# hold ``QUIET_VALUES``.
+_INSERT_ITEM = f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * len(ITEM_COLUMNS))})"
+_INSERT_QUIET = (f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * QUIET)}, "
+                 f"{', '.join('NULL' if v is None else str(int(v)) for v in QUIET_VALUES)})")
+# The dep and label rows of a shard in one statement each, from ``{item: [value, ...]}`` as one JSON text:
+# binding two values a row from Python cost more than SQLite reading them out of the text (0.25 against
+# 0.16 s for 200,000 rows). INSERT OR IGNORE: a value listed twice in one item is one row (the queries
+# only ask whether one exists).
+_INSERT_PAIRS = "INSERT OR IGNORE INTO {table} SELECT a.key, b.value FROM json_each(?) a, json_each(a.value) b"
+_ID = itemgetter(R_ID)
+_HEAD = itemgetter(slice(0, QUIET))  # (a row's bound columns, sliced in C)
+
+
+def _insert(db: sqlite3.Connection, verb: str, rows: list[list[Any]], deps: dict[str, list[str]],
+            labels: dict[str, list[str]], aliases: list[tuple[str, str]]) -> None:
+    """Insert (``verb``: INSERT or INSERT OR REPLACE) one shard's item rows, and add its dep, label and
+    alias rows."""
+    quiet = [r for r in rows if r[QUIET:] == QUIET_VALUES and type(r[R_EPOCH]) is int]  # (not a True or 0.0)
+    if quiet:
+        db.executemany(_INSERT_QUIET.format(verb=verb), map(_HEAD, quiet))
+    if len(quiet) < len(rows):
+        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [
+            r for r in rows if not (r[QUIET:] == QUIET_VALUES and type(r[R_EPOCH]) is int)])
+    for table, values in (("dep", deps), ("label", labels)):
+        if not values:
+            continue
+        text = json.dumps(values, ensure_ascii=False, check_circular=False)
+        if "\\u0000" in text:  # SQLite's JSON ends a string at an escaped NUL: bind such values one by one
+            db.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)",
+                           [(item, value) for item, listed in values.items() for value in listed])
+        else:
+            db.execute(_INSERT_PAIRS.format(table=table), (text,))
+    if aliases:
+        db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
 
 
 _PREV = "SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1"
@@ -398,7 +452,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
 
     rows, deps, labels, aliases = shard_rows(snapshot, name, members, before, summarise, thread_entry, previous)
     changed.update(r[R_ID] for r in rows)
-    pending.update(item for item, _d in deps)
+    pending.update(deps)
     if before:
         touched.update(r[R_ID] for r in rows)  # (their shortest forms are set by _reshorten once every shard is in)
     # One statement per table and shard: the re-read items' old dependency and label rows go first,
@@ -408,14 +462,7 @@ def _shard(db: sqlite3.Connection, snapshot: Any, name: str, tree: str, members:
         db.executemany("DELETE FROM dep WHERE item=?", again)
         db.executemany("DELETE FROM label WHERE item=?", again)
         db.executemany("DELETE FROM alias WHERE item=?", again)
-    db.executemany(
-        "INSERT OR REPLACE INTO item (id, title, status, priority, labels, deps, created, owner, holder,"
-        " lease_state, expires, epoch, fence, folder, shard, problem, thread, thread_problem, has_thread, shown,"
-        " waiting, gate, updated, labels_shown) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
-    # (A value listed twice in one item is one row: the queries only ask whether one exists.)
-    db.executemany("INSERT OR IGNORE INTO dep (item, on_id) VALUES (?, ?)", deps)
-    db.executemany("INSERT OR IGNORE INTO label (item, label) VALUES (?, ?)", labels)
-    db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
+    _insert(db, "INSERT OR REPLACE", rows, deps, labels, aliases)
     db.execute("INSERT OR REPLACE INTO shard (name, tree) VALUES (?, ?)", (name, tree))
 
 

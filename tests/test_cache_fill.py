@@ -178,3 +178,124 @@ def test_a_kill_9_mid_rebuild_leaves_no_half_cache(repo: Path) -> None:
     with Workplane(str(repo), agent="alice") as wp:
         assert (wp.rows()[1], [r[0] for r in wp.ready()]) == expected
     assert tables(repo) == before
+
+
+# Hostile item files beside sound ones: (folder id, file name, content). Every label below is a
+# string YAML can carry: quotes, backslashes, every control character, a NUL (SQLite's JSON would end
+# the string there: such a shard's values are bound one by one), a comma, non-ASCII, 100 kB.
+_WHEN = "2026-12-02T10:00:00Z"
+_LABELS = ["q\"uote", "back\\slash", "tab\tnl\n", "".join(map(chr, range(1, 32))) + "\x7f", "é🚀日本", "a,b",
+           " sp ", "y" * 100_000]
+
+
+def _doc(item_id: str, **fields: object) -> dict[str, object]:
+    return {"id": item_id, "title": "t", "status": "open", "priority": 1, "created_at": _WHEN,
+            "updated_at": _WHEN, "provenance": {"by": "x", "at": _WHEN}, **fields}
+
+
+def _hostile(repo: Path) -> None:
+    from gitwork import codec, layout
+    from gitwork.store import Repository, Store, identity_signature
+
+    def lease(item_id: str, epoch: str) -> bytes:
+        return (f"item: {item_id}\nholder: eve\nepoch: {epoch}\nfence: 3\nstate: active\ngranted_at: {_WHEN}\n"
+                f"expires_at: {_WHEN}\nttl: 60\n").encode()
+
+    files = {
+        ("w-00000000000000a1", "item.yaml"): b"id: [unclosed\n  :: bad",
+        ("w-00000000000000a2", "item.yaml"): b"\xff\xfe not utf-8 \x80",
+        ("w-00000000000000a3", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000a3", title="x" * 1_000_000,
+                                                                   labels=_LABELS)),
+        ("w-00000000000000a4", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000a4", labels=["a\x00b", "c"],
+                                                                   depends_on=["w-00000000000000a3", "x\x00y"])),
+        ("w-00000000000000a5", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000a5", labels="not a list")),
+        ("w-00000000000000a6", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000a9")),  # another id
+        ("w-00000000000000a7", "notes.txt"): b"no item.yaml here\n",
+        ("w-00000000000000a8", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000a8", owner="bob", labels=["x"],
+                                                                   depends_on=["w-00000000000000a3"] * 2)),
+        ("w-00000000000000b1", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000b1", priority=True)),
+        ("w-00000000000000b2", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000b2")),
+        ("w-00000000000000b2", "lease.yaml"): lease("w-00000000000000b2", "0"),  # epoch 0 beside a holder
+        ("w-00000000000000b3", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000b3")),
+        ("w-00000000000000b3", "lease.yaml"): lease("w-00000000000000b3", "0.0"),
+        ("w-00000000000000b4", "item.yaml"): codec.dump_yaml(_doc("w-00000000000000b4")),
+        ("w-00000000000000b4", "lease.yaml"): lease("w-00000000000000b4", "true"),
+    }
+    store = Store(Repository.discover(str(repo)))
+    try:
+        base = store.snapshot()
+        commit = store.write_commit(base, {layout.item_path(i, name): data for (i, name), data in files.items()},
+                                    "hostile\n", identity_signature("x"), 1_700_000_000)
+        assert store.set_if_equals(base.commit, commit)
+    finally:
+        store.close()
+
+
+def _from_files(repo: Path) -> dict[str, object]:
+    """What the item, dep and label tables must hold, read from each folder's own files by the
+    engine's readers (model.load_item/load_lease), each value typed as SQLite stores it bound alone."""
+    from gitwork import layout, model
+    from gitwork.errors import Corrupt
+
+    typed = sqlite3.connect(":memory:")
+    items, deps, labels = [], set(), set()
+    with Workplane(str(repo), agent="alice") as wp:
+        snapshot = wp.context().snapshot
+        for shard in snapshot.tree(layout.ITEMS).values():
+            for item_id, folder in snapshot.store.read_tree(shard.oid).items():
+                files = snapshot.store.read_tree(folder.oid)
+                try:
+                    if layout.ITEM_FILE not in files:
+                        raise Corrupt("no item.yaml")
+                    item = model.load_item(snapshot.store.read_blob(files[layout.ITEM_FILE].oid), item_id)
+                    lease = (model.load_lease(snapshot.store.read_blob(files[layout.LEASE_FILE].oid), item_id)
+                             if layout.LEASE_FILE in files else None)
+                except Corrupt:
+                    items.append((item_id, True) + (None,) * 8)
+                    continue
+                values = (item.title, item.status, item.priority, item.owner, lease and lease.holder,
+                          lease and lease.state, lease.epoch if lease else 0, lease and lease.fence)
+                items.append((item_id, False, *typed.execute(f"SELECT {', '.join('?' * 8)}", values).fetchone()))
+                deps.update((item_id, d) for d in item.depends_on)
+                labels.update((item_id, x) for x in item.labels)
+    typed.close()
+    return {"item": sorted(items), "dep": sorted(deps), "label": sorted(labels)}
+
+
+def _cached(repo: Path) -> dict[str, object]:
+    db = sqlite3.connect(repo / ".git" / "gitwork" / cache.NAME)
+    try:
+        return {"item": db.execute("SELECT id, problem IS NOT NULL, title, status, priority, owner, holder, lease_state,"
+                                   " epoch, fence FROM item ORDER BY id").fetchall(),
+                "dep": db.execute("SELECT item, on_id FROM dep ORDER BY item, on_id").fetchall(),
+                "label": db.execute("SELECT item, label FROM label ORDER BY item, label").fetchall()}
+    finally:
+        db.close()
+
+
+def test_a_hostile_tree_is_cached_value_for_value_as_its_files_say(
+        repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sound items beside hostile folders (bad YAML, not UTF-8, a 1 MB title, labels with every
+    control character and a NUL, a value of the wrong type, another item's id, no item.yaml, leases
+    whose epoch is 0, 0.0 or true): a rebuild, alone or shared with the helper, holds for every
+    folder exactly what the engine's own readers make of its files (or marks it unreadable), and
+    an update from an older cache holds the same."""
+    _state(repo, count=20)
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.rows()  # a cache at the sound state, brought forward below by an update
+    _hostile(repo)
+    expected = _from_files(repo)
+    assert len(expected["item"]) == 32 and {r[0][-2:]: r[1] for r in expected["item"] if r[0].startswith("w-00000000")} == {
+        "a1": True, "a2": True, "a3": False, "a4": False, "a5": True, "a6": True, "a7": True, "a8": False,
+        "b1": True, "b2": False, "b3": False, "b4": True}
+    assert ("w-00000000000000a4", "a\x00b") in expected["label"] and ("w-00000000000000a4", "x\x00y") in expected["dep"]
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.rows()
+    cache._forget(str(repo / ".git" / "gitwork" / cache.NAME))
+    assert _cached(repo) == expected  # (the update path)
+    _rebuilt(repo)
+    assert _cached(repo) == expected  # (with the helper)
+    assert shared["frames"]
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    _rebuilt(repo)
+    assert _cached(repo) == expected
