@@ -52,7 +52,7 @@ def inner_run(tmp_path: Path, log: Path | None) -> subprocess.CompletedProcess[s
     # collection order stay out of it.
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "conftest", "-q",
                            "-p", "no:schemathesis", str(tmp_path / "test_inner.py")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # a bound for a stuck run, not a speed
 
 
 def test_each_test_gets_one_line_with_its_own_and_its_childrens_cpu(tmp_path: Path) -> None:
