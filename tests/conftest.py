@@ -11,7 +11,9 @@ import contextlib
 import datetime as dt
 import functools
 import io
+import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -310,6 +312,53 @@ def poll(check: Callable[[], T], timeout: float, interval: float = 0.02, what: s
         if _monotonic() > deadline:
             pytest.fail(f"{what} did not happen within {timeout} s", pytrace=False)
         time.sleep(interval)
+
+
+# GW_TEST_CPU=PATH (issue 26): append one JSON line per test to PATH with the CPU seconds (user + system) each
+# phase took in the process that ran it: its own, its reaped children's (git, servers, `python -m gitwork`), and
+# its fork server's gw children's (``ForkServer.child_cpu``: grandchildren, not counted as children until the
+# server ends). The wall time of a test says little on a shared machine; its CPU is what the other workers lose.
+# A child reaped by a later test counts there. Off by default; read at import, before clean_env drops GW_*.
+CPU_LOG = os.environ.get("GW_TEST_CPU", "")
+
+
+def cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+            + gwfork.SERVER_OF_THIS_PROCESS.child_cpu)
+
+
+_phase_cpu: dict[str, dict[str, float]] = {}
+
+
+def _measured(item: pytest.Item, phase: str) -> Iterator[None]:
+    cpu, wall = cpu_seconds(), _monotonic()
+    yield
+    record = _phase_cpu.setdefault(item.nodeid, {})
+    record[phase] = round(cpu_seconds() - cpu, 4)
+    record[f"{phase}_wall"] = round(_monotonic() - wall, 4)
+    if phase == "teardown":
+        line = {"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), **_phase_cpu.pop(item.nodeid)}
+        line["cpu"] = round(sum(line.get(key, 0.0) for key in ("setup", "call", "teardown")), 4)
+        fd = os.open(CPU_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(line) + "\n").encode())  # one write of O_APPEND: workers' lines do not mix
+        finally:
+            os.close(fd)
+
+
+if CPU_LOG:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+        yield from _measured(item, "setup")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+        yield from _measured(item, "call")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+        yield from _measured(item, "teardown")
 
 
 def pytest_unconfigure() -> None:

@@ -102,9 +102,9 @@ while True:
         conn.sendall(b"%d\n" % pid)
     except OSError:  # the caller is gone: gw runs on, as a child of a killed test would
         pass
-    _, status = os.waitpid(pid, 0)
-    try:
-        conn.sendall(b"%d\n" % os.waitstatus_to_exitcode(status))
+    _, status, usage = os.wait4(pid, 0)
+    try:  # the exit status, and gw's CPU (with its reaped children's) for the tests' per-test CPU record
+        conn.sendall(b"%d %.6f\n" % (os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime))
     except OSError:  # the caller gave up (its timeout) and killed gw
         pass
     os._exit(0)
@@ -120,6 +120,10 @@ class ForkServer:
         self.start_env: dict[str, str] = {}
         self.lock = threading.Lock()
         self.last_pid = 0  # the last gw child's (for tests/test_gwfork.py)
+        # CPU seconds (user + system) of every gw child that ended, its own reaped children included: they
+        # are the server's grandchildren, so this process's RUSAGE_CHILDREN counts them only when the server
+        # ends; conftest's GW_TEST_CPU record adds this to see them per test.
+        self.child_cpu = 0.0
 
     def start(self) -> None:
         import tempfile
@@ -187,7 +191,10 @@ class ForkServer:
         try:
             pid = self.last_pid = int(replies.readline())
             conn.settimeout(max(0.001, deadline - time.monotonic()))
-            code = int(replies.readline())
+            code_text, cpu_text = replies.readline().split()
+            code = int(code_text)
+            with self.lock:  # tests call run_gw from several threads
+                self.child_cpu += float(cpu_text)
         except (socket.timeout, TimeoutError):
             os.kill(pid, 9)  # what subprocess.run does on a timeout: kill the child, then raise
             raise subprocess.TimeoutExpired([sys.executable, "-m", "gitwork", *args], timeout) from None

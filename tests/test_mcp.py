@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -25,10 +26,11 @@ from conftest import git, gw_cmd, let_post, tip
 from gitwork.mcp import tools
 from gitwork.workplane import Workplane
 
-pytest.importorskip("mcp")
-from mcp import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.shared.exceptions import MCPError  # noqa: E402
+# The SDK is imported by the tests that run, not at collection: every xdist worker collects this module, and
+# importing mcp costs ~0.6 s of CPU (2026-12-02), paid by each worker whether or not it runs a test of it.
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("mcp") is None, reason="the mcp SDK is not installed")
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 BUDGET = 3000  # tokens the whole tool list may cost an agent's context (beads' server: 10-50k)
 T0 = dt.datetime(2030, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -41,6 +43,9 @@ def at(seconds: int = 0) -> str:
 @contextlib.asynccontextmanager
 async def connect(repo: Path, who: str, errlog: Path, env: dict[str, str] | None = None) -> AsyncIterator[ClientSession]:
     """A real ``gw mcp -C REPO --as WHO`` child, initialised, as the SDK's client session."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     params = StdioServerParameters(command=sys.executable, args=["-m", "gitwork", "mcp", "-C", str(repo), "--as", who],
                                    env={**os.environ, **(env or {})})
     with open(errlog, "a") as log:
@@ -247,6 +252,8 @@ def test_bad_input_is_a_tool_error_with_its_kind_and_the_server_keeps_serving(re
             for tool, kind, exit, arguments in cases:
                 await refused(session, repo, tool, kind, exit, **arguments)
                 assert (await ok(session, "show", item=item))["item"] == item  # still serving
+            from mcp.shared.exceptions import MCPError
+
             with pytest.raises(MCPError) as caught:  # resources have no error results: a protocol error
                 await session.read_resource("gitwork://item/w-0000")
             assert caught.value.message.startswith("not-found: ") and caught.value.data["exit"] == "NOT_FOUND"
