@@ -470,3 +470,20 @@ def test_a_launcher_of_other_code_hands_the_launch_back(launched: Path) -> None:
             launcher.handle(theirs, socket)
             assert ours.recv(100) == b"%d\x000\x000\x00" % FALLBACK
         assert launcher.stopping is (change == "code")
+
+
+@needs_tmux
+def test_the_launchers_tmux_check_is_its_new_session(launched: Path, resident: subprocess.Popen[str]) -> None:
+    """The launcher asks tmux once a socket; afterwards ``new-session`` is the check: a caller whose
+    tmux cannot be run (not on its PATH) gets exit 5 and one line, the execution is recorded ``failed``
+    (nothing started), and the item is free for the next launch."""
+    first, _ = run(launched, item_of(launched), "--json", "--", "sleep", "631", env={"GW_AGENT": "alice"})
+    assert first.returncode == 0, first.stderr
+    other = new_item(launched, "no tmux")
+    refused, _ = run(launched, other, "--", "/bin/sleep", "632", env={"GW_AGENT": "alice", "PATH": "/nonexistent"})
+    assert refused.returncode == 5 and refused.stderr.count("\n") == 1 and "needs tmux" in refused.stderr, refused
+    rows = [r for r in all_runs(launched) if r["item"] == other]
+    assert [r["state"] for r in rows] == ["failed"] and "started_at" not in rows[0], rows
+    assert agents("632") == []
+    again, _ = run(launched, other, "--json", "--", "sleep", "633", env={"GW_AGENT": "alice"})
+    assert again.returncode == 0, again.stderr

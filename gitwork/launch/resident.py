@@ -124,6 +124,7 @@ class Launcher:
         # does not always report a quick exit's status). GW_LAUNCHER_SHELL_PANE=0 keeps the wrapper.
         # Its tools are found now, not on the first request's way.
         tmux.USE_SHELL_PANE = os.environ.get("GW_LAUNCHER_SHELL_PANE") != "0" and tmux.shell_tools() is not None
+        tmux.CHECK_ONCE = True
 
         def stop(_signum: int, _frame: Any) -> None:
             self.stopping = True

@@ -82,6 +82,12 @@ def shell_env(env: dict[str, str]) -> bytes | None:
     return "".join(lines).encode("utf-8", "surrogateescape")
 
 
+# The resident launcher checks tmux once a socket, not once a launch (issue 27: a tmux client fewer on
+# the way to the agent): afterwards ``new-session`` is the check, whose refusal (no tmux any more, a
+# server that does not answer) is recorded ``failed`` and answered with exit 5, the launch's commit
+# made; a plain ``gw run`` checks before it records anything, as it always did.
+CHECK_ONCE = False
+_ANSWERED: set[str] = set()
 _TOOLS: list[tuple[str, str] | None] = []
 
 
@@ -169,15 +175,19 @@ class Tmux:
 
         One tmux process, not two, on the way to the agent's first line: a server that answers
         ``list-sessions`` says tmux runs; ``-V`` is asked only when there is no server to ask."""
+        if CHECK_ONCE and self.socket in _ANSWERED:
+            return
         if os.path.exists(self.socket):
             listed = self._tmux("list-sessions", "-F", "#{session_name}")
             if listed.returncode == 0:
+                _ANSWERED.add(self.socket)
                 return
             if not _no_server(listed.err):
                 raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(listed.err)}")
         done = self._tmux("-V")
         if done.returncode != 0:
             raise Invalid(f"tmux does not run: {one_line(done.err)}")
+        _ANSWERED.add(self.socket)
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
         os.makedirs(os.path.dirname(self.socket), mode=0o700, exist_ok=True)
