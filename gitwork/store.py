@@ -391,8 +391,8 @@ class Store:
                 or not self.ref.startswith("refs/") or self.ref.startswith(("refs/heads/", "refs/remotes/", "refs/notes/"))):
             return False  # (git keeps a reflog of those by default)
         common = self.repo.common_dir
-        if os.path.exists(os.path.join(common, "logs", *self.ref.split("/"))):
-            return False
+        if os.path.exists(os.path.join(common, "logs", *self.ref.split("/"))) or not _head_is_valid(self.repo.git_dir):
+            return False  # (a HEAD git cannot read: git refuses the repository, and says so)
         hook = os.path.join(common, "hooks", "reference-transaction")
         if not os.access(hook, os.X_OK):
             return True  # (git runs no hook that is not executable)
@@ -407,7 +407,7 @@ class Store:
     def _swap_files(self, lock_path: str, old: str | None, new: str) -> bool | str | None:
         """git's files-backend compare-and-swap, in this process. The lock is git's own ``REF.lock`` (so
         git and gitwork serialise on it), made whole before it exists: the new value is written to a file
-        of ours under ``<common>/gitwork/reflocks/``, ``flock``-ed, and hard-linked to ``REF.lock``
+        of ours (``<common>/gitwork/.reflock-PID-RANDOM``), ``flock``-ed, and hard-linked to ``REF.lock``
         (atomic, refused when it exists). Under it the ref is compared (loose, else ``packed-refs``) and
         the lock renamed over it (fsynced first when ``core.fsync`` asks for references). A writer killed
         while it holds the lock leaves a lock the kernel has unlocked, with a second link: the next
@@ -419,13 +419,14 @@ class Store:
         from .gitdir import read_ref
         from .objects import _REF, parse_fsync_components, shared_perm
 
-        folder = os.path.join(self.repo.common_dir, "gitwork", "reflocks")
-        mine = os.path.join(folder, f"{os.getpid()}-{os.urandom(6).hex()}")
+        if not os.path.isdir(os.path.dirname(lock_path)):
+            return "git"  # (its folder made by git, with git's permissions, the first time)
+        mine = os.path.join(self.repo.common_dir, "gitwork", f"{REFLOCK}{os.getpid()}-{os.urandom(6).hex()}")
         try:
             fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileNotFoundError:
             try:
-                os.makedirs(folder, exist_ok=True)
+                self.repo.gitwork_dir()
                 fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except OSError:
                 return "git"
@@ -438,18 +439,12 @@ class Store:
             if parse_fsync_components(self.repo.core.get("core.fsync", "")) & _REF:
                 os.fsync(fd)
             adjust_shared_perm(mine, shared_perm(self.repo.core.get("core.sharedrepository")))
-            for _ in range(2):
-                try:
-                    os.link(mine, lock_path)
-                    locked = True
-                    break
-                except FileExistsError:
-                    self._stale(lock_path)
-                    return None
-                except FileNotFoundError:
-                    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-            if not locked:
-                return "git"
+            try:
+                os.link(mine, lock_path)
+                locked = True
+            except FileExistsError:
+                self._stale(lock_path)
+                return None
             current = read_ref(self.repo.common_dir, self.ref)
             if current is False:
                 return "git"
@@ -478,7 +473,7 @@ class Store:
         ``link``; git's lock has one) and no ``flock`` held on it (the kernel drops a dead process's).
         Whoever holds the flock of a lock still at the path removes exactly that one (held open, its
         inode is not reused), so two writers never remove each other's. Anything else is left alone:
-        git's lock, a live writer's. The dead writer's own link under ``reflocks/`` goes with it."""
+        git's lock, a live writer's. The dead writer's own link (``.reflock-*``) goes with it."""
         import fcntl
 
         try:
@@ -497,8 +492,10 @@ class Store:
             if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
                 return
             os.unlink(lock_path)
-            folder = os.path.join(self.repo.common_dir, "gitwork", "reflocks")
+            folder = os.path.join(self.repo.common_dir, "gitwork")
             for name in os.listdir(folder):
+                if not name.startswith(REFLOCK):
+                    continue
                 path = os.path.join(folder, name)
                 try:
                     if os.stat(path).st_ino == held.st_ino:
@@ -509,6 +506,22 @@ class Store:
             return
         finally:
             os.close(fd)
+
+
+REFLOCK = ".reflock-"  # the files the in-process compare-and-swap links to REF.lock (Store._swap_files)
+
+
+def _head_is_valid(git_dir: str) -> bool:
+    """git's ``validate_headref``, which every git command runs on finding the repository: ``HEAD`` a
+    symbolic ref under ``refs/``, or an object id."""
+    try:
+        with open(os.path.join(git_dir, "HEAD"), "rb") as read:
+            head = read.read(256).strip()
+    except OSError:
+        return False
+    if head.startswith(b"ref:"):
+        return head[4:].strip().startswith(b"refs/")
+    return len(head) in (40, 64) and all(c in b"0123456789abcdef" for c in head)
 
 
 def identity_signature(name: str) -> str:

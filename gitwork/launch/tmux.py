@@ -156,6 +156,7 @@ class Tmux:
         self.socket = socket_path(repo, socket)
         self.config = os.path.join(os.path.dirname(self.socket), "tmux.conf")
         self._running: set[str] | None = None  # see prefetch()
+        self._fresh: str | None = None  # a shell pane this object just saw start its agent (see status())
 
     def _tmux(self, *args: str) -> Completed:
         try:
@@ -243,6 +244,8 @@ class Tmux:
             if time.monotonic() > deadline or (rounds % 64 == 0 and not _runs(pid, marker.encode())):
                 break  # the pane's shell is gone without a word (killed): status() answers from tmux
             time.sleep(0.0005)
+        else:
+            self._fresh = name
         wrapper.remove(env_file)
         return name, True
 
@@ -261,7 +264,9 @@ class Tmux:
         ended = outcome(os.path.join(executions_dir(self.repo), name))
         if ended is not None:
             return ended
-        if self._running is not None and handle in self._running:
+        if (self._running is not None and handle in self._running) or handle == self._fresh:
+            # (a shell pane whose agent has started, no code written yet: running, as the pane's own
+            # process still is; no tmux client between the agent's start and `running` recorded)
             return "running", None
         # tmux marks a pane dead at end-of-file on its terminal, which can come a moment before it has
         # reaped the process and knows the status: ask again, briefly, rather than record no code.
