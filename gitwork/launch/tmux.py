@@ -336,4 +336,5 @@ def _runs(pid: int, marker: bytes) -> bool:
 
 
 def _no_server(err: str) -> bool:
-    return "no server running" in err or "error connecting" in err
+    # ("server exited unexpectedly": one asked while it was exiting, as right after a kill-server)
+    return "no server running" in err or "error connecting" in err or "server exited unexpectedly" in err
