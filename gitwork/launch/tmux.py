@@ -95,7 +95,9 @@ def shell_tools() -> tuple[str, str] | None:
     """The absolute paths of ``env`` (one that knows ``--default-signal``: GNU coreutils 8.31 or later)
     and ``mv`` the shell pane runs, or None (then the Python wrapper): found once a process."""
     if not _TOOLS:
-        from .run import which
+        def which(program: str) -> str | None:
+            return next((p for p in (os.path.join(d or ".", program) for d in os.get_exec_path())
+                         if os.access(p, os.X_OK) and not os.path.isdir(p)), None)
 
         found = None
         env, mv = which("env"), which("mv")
