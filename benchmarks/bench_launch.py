@@ -2,6 +2,7 @@
 beside ``tmux new-session`` alone; the coordinator's cost per pass at 100 live executions.
 
     python benchmarks/bench_launch.py [--runs 15] [--executions 100] [--passes 5] [--against TREE] [--no-coordinator]
+    python benchmarks/bench_launch.py --cas 30   # the state ref's compare-and-swap alone: git update-ref vs in-process
 
 Runs ``python -m gitwork`` from the interpreter running this script, on a throwaway repository with
 its own tmux server (``GW_TMUX_SOCKET`` under the temporary folder), killed at the end.
@@ -86,6 +87,49 @@ def summary(times: list[float]) -> dict[str, float]:
             "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 1), "runs": len(ordered)}
 
 
+def cas_figures(moves: int) -> dict[str, object]:
+    """Wall (median) and CPU (mean, this process and its reaped children: git) of moving the state ref
+    by ``git update-ref`` and in-process (``Store.set_if_equals``; store.py), blocks of ``moves`` each,
+    twice, alternately."""
+    import resource
+
+    from gitwork.store import Repository, Store
+    from gitwork.workplane import Workplane
+
+    root = tempfile.mkdtemp(prefix="gw-bench-cas-")
+    try:
+        repo = os.path.join(root, "repo")
+        subprocess.run(["git", "init", "-q", repo], check=True)
+        with Workplane(repo, agent="bench") as wp:
+            wp.do("init")
+        store = Store(Repository.discover(repo))
+        base = store.snapshot()
+        commits = [store.write_commit(base, {f"x/{n}": b"%d" % n}, "m", "a <a@b>", 1) for n in range(2 * moves)]
+
+        def cpu() -> float:
+            own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+        walls: dict[str, list[float]] = {"git update-ref": [], "in-process": []}
+        cpus: dict[str, list[float]] = {"git update-ref": [], "in-process": []}
+        for mode in ("git update-ref", "in-process", "git update-ref", "in-process"):
+            in_process = mode == "in-process"
+            store._swaps_in_process = lambda in_process=in_process: in_process  # type: ignore[method-assign]
+            start = cpu()
+            for n in range(moves):
+                tip = store.tip()
+                new = commits[n] if commits[n] != tip else commits[moves + n]
+                t0 = time.perf_counter()
+                assert store.set_if_equals(tip, new)
+                walls[mode].append(time.perf_counter() - t0)
+            cpus[mode].append((cpu() - start) / moves)
+        return {mode: {"wall_median_ms": round(statistics.median(walls[mode]) * 1000, 2),
+                       "cpu_mean_ms": round(statistics.mean(cpus[mode]) * 1000, 2)} for mode in walls} | {
+            "moves": moves, "load": os.getloadavg()[0]}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=15)
@@ -93,7 +137,13 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--against", help="another gitwork checkout (e.g. /work/main): its launcher case, interleaved")
     parser.add_argument("--no-coordinator", action="store_true", help="only the first-output figures")
+    parser.add_argument("--cas", type=int, default=0, metavar="N",
+                        help="only the state ref's compare-and-swap: N moves by git update-ref and N in-process, "
+                             "interleaved in blocks, on a throwaway repository")
     args = parser.parse_args()
+    if args.cas:
+        sys.stdout.write(json.dumps(cas_figures(args.cas), indent=2) + "\n")
+        return
     if not shutil.which("tmux"):
         raise SystemExit("bench_launch needs tmux")
     root = tempfile.mkdtemp(prefix="gw-bench-launch-")
