@@ -487,3 +487,35 @@ def test_the_launchers_tmux_check_is_its_new_session(launched: Path, resident: s
     assert agents("632") == []
     again, _ = run(launched, other, "--json", "--", "sleep", "633", env={"GW_AGENT": "alice"})
     assert again.returncode == 0, again.stderr
+
+
+@needs_tmux
+def test_kill_9_of_the_pane_shell_at_random_moments_never_leaves_an_agent_behind_a_lost_record(
+        launched: Path, shell_resident: subprocess.Popen[str]) -> None:
+    """The pane's shell killed alone (SIGKILL, no code written) at a random moment of the agent's
+    start or run: its agent may run on, orphaned. The end is never recorded as an exit while it
+    runs: the next look (a ``gw run`` of the item) kills what runs of it and records it lost, and
+    starts one agent, under a new epoch."""
+    rng = random.Random(20261202)
+    folders = launched / ".git" / "gitwork" / "executions"
+    for n in range(6):
+        item, marker = new_item(launched, f"shell killed {n}"), str(640 + n)
+        before = {p.name for p in folders.glob("*")} if folders.exists() else set()
+        caller = subprocess.Popen(gw_cmd("run", item, "--json", "--", "sleep", marker), cwd=launched,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "GW_AGENT": "alice"})
+        deadline = time.monotonic() + rng.uniform(0.0, 0.3)
+        handle: Path | None = None
+        while time.monotonic() < deadline or handle is None:
+            new = [p / "handle" for p in folders.glob("*") if p.name not in before]
+            handle = next((h for h in new if h.exists() and h.read_text().strip()), None)
+            assert handle is not None or caller.poll() is None, caller.communicate()
+            time.sleep(0.002)
+        os.kill(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
+        out, err = caller.communicate(timeout=60)
+        assert caller.returncode == 0, err  # its answer: the launch, whatever became of the shell since
+        again, _ = run(launched, item, "--json", "--", "sleep", marker, env={"GW_AGENT": "alice"})
+        assert again.returncode == 0, again.stderr
+        converged(launched, item, json.loads(again.stdout), marker)
+        states = sorted(r["state"] for r in all_runs(launched) if r["item"] == item)
+        assert states == ["lost", "running"], states  # never "exited" while its agent may run

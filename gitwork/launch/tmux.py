@@ -280,6 +280,15 @@ class Tmux:
             dead, code, signal = ((done.out.splitlines() or ["0::"])[0].split(":") + ["", ""])[:3]
             if dead != "1":
                 return "running", None
+            folder = os.path.join(executions_dir(self.repo), name)
+            ended = outcome(folder)  # (written just before the pane's process exited)
+            if ended is not None:
+                return ended
+            if any(os.path.exists(os.path.join(folder, file)) for file in ("handle", "child")):
+                # The pane's wrapper (or shell) ran and died without writing a code (killed alone, or
+                # hung up): its agent may have started and run on, orphaned. Not an exit: "gone", so
+                # whoever settles it kills what still runs of it before it is said lost (run.probe).
+                return "gone", None
             if code.strip().lstrip("-").isdigit():
                 return "exited", int(code)
             if signal.strip().isdigit():
