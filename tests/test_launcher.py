@@ -499,7 +499,7 @@ def test_kill_9_of_the_pane_shell_at_random_moments_never_leaves_an_agent_behind
     rng = random.Random(20261202)
     folders = launched / ".git" / "gitwork" / "executions"
     for n in range(6):
-        item, marker = new_item(launched, f"shell killed {n}"), str(640 + n)
+        item, marker = new_item(launched, f"shell killed {n}"), f"{640 + n}.{os.getpid()}"  # (this test's alone)
         before = {p.name for p in folders.glob("*")} if folders.exists() else set()
         caller = subprocess.Popen(gw_cmd("run", item, "--json", "--", "sleep", marker), cwd=launched,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
