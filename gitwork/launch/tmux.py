@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 # command started (or could not: then the execution is ``failed``, never ``running``) and writes its
 # exit code (128+N for a signal) to the execution's folder, whole and renamed; tmux can show a pane
 # dead for a while before it has reaped the process and knows its status. A pane killed with its
-# server (SIGHUP) writes nothing, and is lost.
+# server (SIGHUP) writes nothing, and is lost; so is one whose wrapper ran and died without a code
+# (status(): its agent may run on, and is killed first).
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
 
 
