@@ -285,6 +285,14 @@ def pane_command(repo: Path, execution: str) -> str:
     return done.stdout
 
 
+def pane_dead(repo: Path, execution: str) -> bool:
+    from test_launch import socket_of
+
+    done = subprocess.run(["tmux", "-S", socket_of(repo), "list-panes", "-t", f"={execution}:", "-F", "#{pane_dead}"],
+                          capture_output=True, text=True, timeout=30)
+    return done.returncode == 0 and done.stdout.strip() == "1"
+
+
 def new_item(repo: Path, title: str) -> str:
     from gitwork.workplane import Workplane
 
@@ -514,6 +522,9 @@ def test_kill_9_of_the_pane_shell_at_random_moments_never_leaves_an_agent_behind
         os.kill(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
         out, err = caller.communicate(timeout=60)
         assert caller.returncode == 0, err  # its answer: the launch, whatever became of the shell since
+        # (tmux marks the pane dead once it has reaped the shell: until then its agent is "running",
+        # which it is; the settling this test is about comes with the first look after that)
+        poll(lambda: pane_dead(launched, handle.parent.name), "tmux to see the pane's shell dead")  # noqa: B023
         again, _ = run(launched, item, "--json", "--", "sleep", marker, env={"GW_AGENT": "alice"})
         assert again.returncode == 0, again.stderr
         converged(launched, item, json.loads(again.stdout), marker)
