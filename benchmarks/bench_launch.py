@@ -1,7 +1,8 @@
 """``gw run`` and ``gw coordinate`` (issue 12): time from ``gw run`` to the agent's first line of output,
 beside ``tmux new-session`` alone; the coordinator's cost per pass at 100 live executions.
 
-    python benchmarks/bench_launch.py [--runs 15] [--executions 100] [--passes 5]
+    python benchmarks/bench_launch.py [--runs 15] [--executions 100] [--passes 5] [--against TREE] [--no-coordinator]
+    python benchmarks/bench_launch.py --cas 30   # the state ref's compare-and-swap alone: git update-ref vs in-process
 
 Runs ``python -m gitwork`` from the interpreter running this script, on a throwaway repository with
 its own tmux server (``GW_TMUX_SOCKET`` under the temporary folder), killed at the end.
@@ -15,7 +16,11 @@ its own tmux server (``GW_TMUX_SOCKET`` under the temporary folder), killed at t
 - **the resident launcher** (``gw launcher``, docs/launch.md): the same ``gw run`` of both backends,
   handed over to a launcher started for the run (the cases without it set ``GW_LAUNCHER=off``); the
   CPU is the ``gw run`` process's (the launcher's own is reported apart, from ``/proc``: all of it
-  over the rounds, divided by the launches it served).
+  over the rounds, divided by the launches it served; and per tmux launch, ``launcher_cpu``, read
+  before and after each one, the ``gw run`` having exited).
+- **A/B** (``--against TREE``, another checkout of gitwork, e.g. main): the same launcher case, its
+  ``gw run`` and its launcher run from TREE (``PYTHONPATH``) on a repository of its own, interleaved
+  in the same rounds: ``gw run (tmux), launcher, TREE``.
 - **bytecode**: the package is compiled first (``compileall``), as an installed package is: under
   ``PYTHONDONTWRITEBYTECODE=1`` every module a ``gw`` process imports would otherwise be compiled
   from source at each start (about 50 ms of CPU per ``gw run``).
@@ -53,10 +58,10 @@ def wait_for(path: str, limit: float = 30.0) -> None:
 CPU: dict[str, list[float]] = {}  # case -> CPU seconds (user + system) of the launching process and its reaped children
 
 
-def first_output(argv: list[str], cwd: str, mark: str, case: str = "") -> float:
+def first_output(argv: list[str], cwd: str, mark: str, case: str = "", extra: dict[str, str] | None = None) -> float:
     """Seconds from starting ``argv`` to the agent's first line (the mark file); the CPU time of the
     process (its own, and its children's it waited for: git, tmux clients) goes to ``CPU[case]``."""
-    env = {**os.environ, "MARK": mark}
+    env = {**os.environ, "MARK": mark, **(extra or {})}
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wait_for(mark)
@@ -82,12 +87,63 @@ def summary(times: list[float]) -> dict[str, float]:
             "p90_ms": round(ordered[int(0.9 * (len(ordered) - 1))] * 1000, 1), "runs": len(ordered)}
 
 
+def cas_figures(moves: int) -> dict[str, object]:
+    """Wall (median) and CPU (mean, this process and its reaped children: git) of moving the state ref
+    by ``git update-ref`` and in-process (``Store.set_if_equals``; store.py), blocks of ``moves`` each,
+    twice, alternately."""
+    import resource
+
+    from gitwork.store import Repository, Store
+    from gitwork.workplane import Workplane
+
+    root = tempfile.mkdtemp(prefix="gw-bench-cas-")
+    try:
+        repo = os.path.join(root, "repo")
+        subprocess.run(["git", "init", "-q", repo], check=True)
+        with Workplane(repo, agent="bench") as wp:
+            wp.do("init")
+        store = Store(Repository.discover(repo))
+        base = store.snapshot()
+        commits = [store.write_commit(base, {f"x/{n}": b"%d" % n}, "m", "a <a@b>", 1) for n in range(2 * moves)]
+
+        def cpu() -> float:
+            own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+        walls: dict[str, list[float]] = {"git update-ref": [], "in-process": []}
+        cpus: dict[str, list[float]] = {"git update-ref": [], "in-process": []}
+        for mode in ("git update-ref", "in-process", "git update-ref", "in-process"):
+            in_process = mode == "in-process"
+            store._swaps_in_process = lambda in_process=in_process: in_process  # type: ignore[method-assign]
+            start = cpu()
+            for n in range(moves):
+                tip = store.tip()
+                new = commits[n] if commits[n] != tip else commits[moves + n]
+                t0 = time.perf_counter()
+                assert store.set_if_equals(tip, new)
+                walls[mode].append(time.perf_counter() - t0)
+            cpus[mode].append((cpu() - start) / moves)
+        return {mode: {"wall_median_ms": round(statistics.median(walls[mode]) * 1000, 2),
+                       "cpu_mean_ms": round(statistics.mean(cpus[mode]) * 1000, 2)} for mode in walls} | {
+            "moves": moves, "load": os.getloadavg()[0]}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--executions", type=int, default=100)
     parser.add_argument("--passes", type=int, default=5)
+    parser.add_argument("--against", help="another gitwork checkout (e.g. /work/main): its launcher case, interleaved")
+    parser.add_argument("--no-coordinator", action="store_true", help="only the first-output figures")
+    parser.add_argument("--cas", type=int, default=0, metavar="N",
+                        help="only the state ref's compare-and-swap: N moves by git update-ref and N in-process, "
+                             "interleaved in blocks, on a throwaway repository")
     args = parser.parse_args()
+    if args.cas:
+        sys.stdout.write(json.dumps(cas_figures(args.cas), indent=2) + "\n")
+        return
     if not shutil.which("tmux"):
         raise SystemExit("bench_launch needs tmux")
     root = tempfile.mkdtemp(prefix="gw-bench-launch-")
@@ -101,7 +157,10 @@ def main() -> None:
     import gitwork
 
     compileall.compile_dir(os.path.dirname(gitwork.__file__), quiet=1)
-    launcher = None
+    if args.against:
+        compileall.compile_dir(os.path.join(args.against, "gitwork"), quiet=1)
+    launcher = other = None
+    other_repo = os.path.join(root, "other")
     try:
         subprocess.run(["git", "init", "-q", repo], check=True)
         from gitwork.workplane import Workplane
@@ -109,6 +168,13 @@ def main() -> None:
         with Workplane(repo) as wp:
             wp.do("init")
             items = [wp.do("new", title=f"item {n}").result["item"] for n in range(5 * args.runs + args.executions + 1)]
+        other_items: list[str] = []
+        against = {"PYTHONPATH": os.path.abspath(args.against)} if args.against else {}
+        if args.against:
+            subprocess.run(["git", "init", "-q", other_repo], check=True)
+            with Workplane(other_repo) as wp:
+                wp.do("init")
+                other_items = [wp.do("new", title=f"item {n}").result["item"] for n in range(args.runs + 1)]
         # One warm-up of each, so the tmux server and the page cache are up before anything is timed.
         # (gw's own start of the server, so it runs with gitwork's tmux configuration).
         subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL,
@@ -119,11 +185,22 @@ def main() -> None:
         script = os.path.join(os.path.dirname(sys.executable), "gw")
         if os.access(script, os.X_OK):
             cases.insert(4, "gw run (tmux), launcher, gw script")
+        against_case = f"gw run (tmux), launcher, {args.against}"
+        if args.against:
+            cases.insert(3, against_case)
         os.environ["GW_LAUNCHER"] = "off"  # each launcher case says otherwise
         launcher = subprocess.Popen([*gw, "launcher"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert launcher.stderr is not None
         launcher.stderr.readline()  # "gw launcher PID serves gw run ..." once it listens
         launcher_cpu = _cpu(launcher.pid)
+        if args.against:
+            subprocess.run([*gw, "run", other_items.pop(), "--", "true"], cwd=other_repo, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **against})
+            other = subprocess.Popen([*gw, "launcher"], cwd=other_repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env={**os.environ, **against})
+            assert other.stderr is not None
+            other.stderr.readline()
+        per_launch: dict[str, list[float]] = {}  # the launcher's CPU of each tmux launch
         times: dict[str, list[float]] = {case: [] for case in cases}
         # The floor of a Python wrapper in the pane (gw's design: the wrapper reports the start and the
         # exit code): the same tmux new-session, its pane starting the agent through `python -S`.
@@ -146,22 +223,38 @@ def main() -> None:
                     CPU.setdefault(case, []).append(usage.ru_utime + usage.ru_stime)
                     continue
                 else:
-                    argv = [*([script] if case.endswith("gw script") else gw), "run", items.pop(), "--backend",
+                    argv = [*([script] if case.endswith("gw script") else gw), "run",
+                            (other_items if case == against_case else items).pop(), "--backend",
                             case.split("(")[1].partition(")")[0], "--", "sh", "-c", AGENT]
                 if ", launcher" in case:
                     os.environ["GW_LAUNCHER"] = "on"
+                serving = other if case == against_case else launcher
+                before = _cpu(serving.pid) if "(tmux), launcher" in case and serving else 0.0
                 try:
-                    times[case].append(first_output(argv, repo, mark, case))
+                    times[case].append(first_output(argv, other_repo if case == against_case else repo, mark, case,
+                                                    against if case == against_case else None))
                 finally:
                     os.environ["GW_LAUNCHER"] = "off"
-        served = sum(len(t) for case, t in times.items() if ", launcher" in case)
+                if "(tmux), launcher" in case and serving:
+                    per_launch.setdefault(case, []).append(_cpu(serving.pid) - before)
+        served = sum(len(t) for case, t in times.items() if ", launcher" in case and case != against_case)
         result: dict[str, object] = {"first_output": {case: summary(t) for case, t in times.items()},
                                      "cpu_of_the_launching_process": {case: summary(t) for case, t in CPU.items()},
                                      "launcher_cpu_ms_per_launch": round((_cpu(launcher.pid) - launcher_cpu) / served
                                                                          * 1000, 1),
+                                     # /proc counts CPU in clock ticks (10 ms): a mean over the rounds, not a median
+                                     "launcher_cpu_mean_ms": {case: round(statistics.mean(t) * 1000, 1)
+                                                              for case, t in per_launch.items()},
                                      "load_before_coordinator": os.getloadavg()[0]}
         launcher.terminate()
         launcher.wait()
+        if other is not None:
+            other.terminate()
+            other.wait()
+        if args.no_coordinator:
+            result["machine"] = {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}
+            sys.stdout.write(json.dumps(result, indent=2) + "\n")
+            return
         os.environ.pop("GW_LAUNCHER")
         # Stop the first-output agents, then start the live executions the coordinator passes over.
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
@@ -202,8 +295,9 @@ def main() -> None:
         result["machine"] = {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     finally:
-        if launcher is not None and launcher.poll() is None:
-            launcher.kill()
+        for proc in (launcher, other):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
         subprocess.run(["tmux", "-S", socket, "kill-server"], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)
 

@@ -22,10 +22,12 @@ _ENV_THAT_CHANGES_DISCOVERY = (
     "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
 )
 
-# The core.* keys gitwork honours when it writes objects itself (see objects.py).
+# The core.* keys gitwork honours when it writes objects itself (see objects.py), and moves the state
+# ref itself (store.py: no hooks path, no reflog for every ref).
 CORE_KEYS = ("core.sharedrepository", "core.fsync", "core.fsyncobjectfiles", "core.fsyncmethod",
-             "core.loosecompression", "core.compression")
-_CONFIG_PATTERN = r"^(gitwork\.|core\.(sharedrepository|fsync|fsyncobjectfiles|fsyncmethod|loosecompression|compression)$)"
+             "core.loosecompression", "core.compression", "core.hookspath", "core.logallrefupdates")
+_CONFIG_PATTERN = (r"^(gitwork\.|core\.(sharedrepository|fsync|fsyncobjectfiles|fsyncmethod|loosecompression|compression"
+                   r"|hookspath|logallrefupdates)$)")
 
 
 class Unusual(Exception):

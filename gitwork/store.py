@@ -342,7 +342,16 @@ class Store:
         expected = old or "0" * self._hexlen
         lock_path = os.path.join(self.repo.common_dir, *self.ref.split("/")) + ".lock"
         deadline_attempts = max(1, int(self.repo.settings.lock_timeout / 0.05))
+        in_process = self._swaps_in_process()
         for _attempt in range(deadline_attempts + 1):
+            if in_process:
+                moved = self._swap_files(lock_path, old, new)
+                if moved is None:  # the lock is held: transient, unless it never goes away
+                    time.sleep(jitter(0.01, 0.09))
+                    continue
+                if isinstance(moved, bool):
+                    return moved
+                in_process = False  # something only git knows how to do (a symbolic ref, say): ask it
             done = gitcmd.run(
                 ["--git-dir", self.repo.git_dir, "update-ref", "-m", "gitwork", self.ref, new, expected],
                 check=False,
@@ -368,6 +377,151 @@ class Store:
             f"may have left {lock_path}; if no git process is running, remove it",
             lock=lock_path,
         )
+
+
+    def _swaps_in_process(self) -> bool:
+        """Whether the ref may be moved here, as ``git update-ref`` would move it, without a git process
+        (issue 27: the fork and exec of git are a third of a launch's state commit): the files backend
+        (refs read as files, ``fast_refs``), a ref outside those git keeps a reflog of by default (branches,
+        remotes, notes), none kept for it (``core.logAllRefUpdates=always``, or a log already there),
+        and no ``reference-transaction`` hook but gitwork's own, which passes every ref but session
+        branches, with no hook chained before it; ``core.hooksPath`` set: git decides."""
+        core = self.repo.core
+        if (not self.repo.fast_refs or "core.hookspath" in core or core.get("core.logallrefupdates", "").lower() == "always"
+                or not self.ref.startswith("refs/") or self.ref.startswith(("refs/heads/", "refs/remotes/", "refs/notes/"))):
+            return False  # (git keeps a reflog of those by default)
+        common = self.repo.common_dir
+        if os.path.exists(os.path.join(common, "logs", *self.ref.split("/"))) or not _head_is_valid(self.repo.git_dir):
+            return False  # (a HEAD git cannot read: git refuses the repository, and says so)
+        hook = os.path.join(common, "hooks", "reference-transaction")
+        if not os.access(hook, os.X_OK):
+            return True  # (git runs no hook that is not executable)
+        if os.access(hook + ".legacy", os.X_OK):
+            return False
+        try:
+            with open(hook, "rb") as read:
+                return b"# gitwork-hook: reference-transaction." in read.read(4096)
+        except OSError:
+            return False
+
+    def _swap_files(self, lock_path: str, old: str | None, new: str) -> bool | str | None:
+        """git's files-backend compare-and-swap, in this process. The lock is git's own ``REF.lock`` (so
+        git and gitwork serialise on it), made whole before it exists: the new value is written to a file
+        of ours (``<common>/gitwork/.reflock-PID-RANDOM``), ``flock``-ed, and hard-linked to ``REF.lock``
+        (atomic, refused when it exists). Under it the ref is compared (loose, else ``packed-refs``) and
+        the lock renamed over it (fsynced first when ``core.fsync`` asks for references). A writer killed
+        while it holds the lock leaves a lock the kernel has unlocked, with a second link: the next
+        writer removes it (``_stale``), where a lock left by a killed ``git update-ref`` stays for a person
+        to judge. True: moved; False: another writer moved it first; None: the lock is held (try again);
+        ``"git"``: a case left to ``git update-ref`` (nothing was changed)."""
+        import fcntl
+
+        from .gitdir import read_ref
+        from .objects import _REF, parse_fsync_components, shared_perm
+
+        if not os.path.isdir(os.path.dirname(lock_path)):
+            return "git"  # (its folder made by git, with git's permissions, the first time)
+        mine = os.path.join(self.repo.common_dir, "gitwork", f"{REFLOCK}{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileNotFoundError:
+            try:
+                self.repo.gitwork_dir()
+                fd = os.open(mine, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except OSError:
+                return "git"
+        except OSError:
+            return "git"
+        locked = moved = False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # from before the lock exists until this process ends or lets go
+            os.write(fd, new.encode("ascii") + b"\n")
+            if parse_fsync_components(self.repo.core.get("core.fsync", "")) & _REF:
+                os.fsync(fd)
+            adjust_shared_perm(mine, shared_perm(self.repo.core.get("core.sharedrepository")))
+            try:
+                os.link(mine, lock_path)
+                locked = True
+            except FileExistsError:
+                self._stale(lock_path)
+                return None
+            current = read_ref(self.repo.common_dir, self.ref)
+            if current is False:
+                return "git"
+            if current != old:
+                return False
+            crash_point("ref-locked")  # (tests: a writer killed here leaves a lock the next one removes)
+            os.replace(lock_path, lock_path[:-5])
+            moved = True
+            return True
+        except (OSError, ValueError):
+            return "git"
+        finally:
+            if locked and not moved:
+                try:
+                    os.unlink(lock_path)  # still ours: nobody removes a lock whose flock is held
+                except FileNotFoundError:
+                    pass
+            try:
+                os.unlink(mine)
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    def _stale(self, lock_path: str) -> None:
+        """Remove ``REF.lock`` when it is one of ours whose writer died: a second link (ours are made by
+        ``link``; git's lock has one) and no ``flock`` held on it (the kernel drops a dead process's).
+        Whoever holds the flock of a lock still at the path removes exactly that one (held open, its
+        inode is not reused), so two writers never remove each other's. Anything else is left alone:
+        git's lock, a live writer's. The dead writer's own link (``.reflock-*``) goes with it."""
+        import fcntl
+
+        try:
+            fd = os.open(lock_path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            held = os.fstat(fd)
+            if held.st_nlink < 2:
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # its writer lives
+            now = os.stat(lock_path)
+            if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+                return
+            os.unlink(lock_path)
+            folder = os.path.join(self.repo.common_dir, "gitwork")
+            for name in os.listdir(folder):
+                if not name.startswith(REFLOCK):
+                    continue
+                path = os.path.join(folder, name)
+                try:
+                    if os.stat(path).st_ino == held.st_ino:
+                        os.unlink(path)
+                except OSError:
+                    pass
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+
+
+REFLOCK = ".reflock-"  # the files the in-process compare-and-swap links to REF.lock (Store._swap_files)
+
+
+def _head_is_valid(git_dir: str) -> bool:
+    """git's ``validate_headref``, which every git command runs on finding the repository: ``HEAD`` a
+    symbolic ref under ``refs/``, or an object id."""
+    try:
+        with open(os.path.join(git_dir, "HEAD"), "rb") as read:
+            head = read.read(256).strip()
+    except OSError:
+        return False
+    if head.startswith(b"ref:"):
+        return head[4:].strip().startswith(b"refs/")
+    return len(head) in (40, 64) and all(c in b"0123456789abcdef" for c in head)
 
 
 def identity_signature(name: str) -> str:

@@ -3,7 +3,8 @@
 Whatever the moment, the state ref points at the old commit or at the new one, `git fsck` finds
 nothing broken (dangling objects and a temporary object file are what a crash may leave), the
 state is still readable, and a lock left behind by a dead writer is reported, never waited on for
-ever and never removed silently.
+ever and never removed silently, unless it is one gitwork's own in-process compare-and-swap left (a
+second link, no flock: its writer is dead, the kernel says so), which the next writer removes.
 """
 
 from __future__ import annotations
@@ -165,11 +166,12 @@ def test_random_sigkill_of_a_looping_writer(repo: Path, item: str, tmp_path: Pat
         assert ancestry.returncode == 0, "the ref moved to a commit that does not descend from the old tip"
         fsck_is_clean(repo)
         if lock.exists():
-            # Killed inside `git update-ref`: the lock stays, and gw must say so rather than hang.
-            assert group
-            blocked = run_gw(repo, "claim", item, "--as", "bob", env={"GW_LOCK_TIMEOUT": "0.3"})
-            assert blocked.returncode == ExitCode.LOCKED
-            lock.unlink()
+            # Killed while it held the lock (the ref is moved in-process, store.py): its lock has the
+            # second link of gitwork's and no flock any more, so the next writer removes it and goes on.
+            assert lock.stat().st_nlink == 2
+            after = run_gw(repo, "claim", item, "--as", "bob", env={"GW_LOCK_TIMEOUT": "5"})
+            assert after.returncode in (0, ExitCode.HELD), after.stderr  # (held: the looper claimed it last)
+            assert not lock.exists()
         readable(repo)
     chain = int(git(repo, "rev-list", "--count", "refs/gitwork/state"))
     assert chain == int(git(repo, "rev-list", "--first-parent", "--count", "refs/gitwork/state"))
@@ -212,3 +214,37 @@ def test_a_lock_released_within_the_timeout_is_waited_for(repo: Path, item: str)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert json.loads(out)["fence"] == 1
+
+
+def test_a_lock_left_by_a_killed_in_process_writer_is_removed_by_the_next(repo: Path, item: str) -> None:
+    """kill -9 of gw while it holds the state ref's lock (crash point ``ref-locked``): the ref is as it
+    was, and the next writer takes the dead writer's lock away (its flock went with it) and lands."""
+    lock = repo / ".git" / "refs" / "gitwork" / "state.lock"
+    before = tip(repo)
+    done = run_gw(repo, "claim", item, "--as", "alice", env={"GW_CRASH_AT": "ref-locked"})
+    assert done.returncode == -signal.SIGKILL
+    assert tip(repo) == before and lock.exists() and lock.stat().st_nlink == 2
+    fsck_is_clean(repo)
+    again = run_gw(repo, "claim", item, "--as", "alice", env={"GW_LOCK_TIMEOUT": "5"})
+    assert again.returncode == 0, again.stderr
+    assert not lock.exists() and git(repo, "rev-parse", "refs/gitwork/state^") == before
+    assert [n for n in os.listdir(repo / ".git" / "gitwork") if n.startswith(".reflock-")] == []
+
+
+def test_a_live_in_process_writers_lock_is_waited_for_not_removed(repo: Path, item: str) -> None:
+    """A lock made as gitwork makes it (a second link) whose flock is held: its writer lives, so the
+    next writer waits (LOCKED after its timeout) and never removes it; once let go, it is taken away."""
+    import fcntl
+
+    lock = repo / ".git" / "refs" / "gitwork" / "state.lock"
+    mine = repo / ".git" / "gitwork" / "held-by-the-test"
+    mine.write_text((tip(repo) or "") + "\n")
+    with open(mine, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        os.link(mine, lock)
+        blocked = run_gw(repo, "claim", item, "--as", "alice", env={"GW_LOCK_TIMEOUT": "0.3"})
+        assert blocked.returncode == ExitCode.LOCKED and lock.exists(), blocked.stderr
+    # Let go without removing it (the writer died): the next writer removes it.
+    again = run_gw(repo, "claim", item, "--as", "alice", env={"GW_LOCK_TIMEOUT": "5"})
+    assert again.returncode == 0, again.stderr
+    assert not lock.exists()

@@ -192,6 +192,9 @@ ALLOWED = {
     ("objects.py", "os.replace(tmp, path)"),
     # a foreign hook moved aside to <hook>.legacy, kept exactly as it was
     ("hooks_install.py", "os.replace(path, legacy)"),
+    # git's ref-lock protocol (REF.lock made by link from a flock-ed file, renamed over the ref), store.py
+    ("store.py", "os.link(mine, lock_path)"),
+    ("store.py", "os.replace(lock_path, lock_path[:-5])"),
 }
 HAND_ROLLED = re.compile(r"os\.(replace|rename|link)\(|\.rename\(|\.replace\(tmp|[\"']\.tmp[\"']|\.tmp\"")
 

@@ -119,11 +119,12 @@ class Launcher:
 
         from . import tmux
 
-        # The shell pane (tmux.PANE: no Python start between the pane and the agent) is opt-in: tmux
-        # sometimes never reports the exit status of the pane's exec'd agent (pane dead, no
-        # pane_dead_status: 7 of 24 parallel runs of its test), and an end recorded without its code
-        # loses what the agent said. The Python wrapper writes the code itself: it stays the default.
-        tmux.USE_SHELL_PANE = os.environ.get("GW_LAUNCHER_SHELL_PANE") == "1"
+        # The shell pane (tmux.PANE: no Python start between the pane and the agent) is the default; its
+        # shell waits for the agent and writes the code itself, as the Python wrapper does (tmux 3.3a
+        # does not always report a quick exit's status). GW_LAUNCHER_SHELL_PANE=0 keeps the wrapper.
+        # Its tools are found now, not on the first request's way.
+        tmux.USE_SHELL_PANE = os.environ.get("GW_LAUNCHER_SHELL_PANE") != "0" and tmux.shell_tools() is not None
+        tmux.CHECK_ONCE = True
 
         def stop(_signum: int, _frame: Any) -> None:
             self.stopping = True

@@ -31,30 +31,44 @@ if TYPE_CHECKING:
 # command started (or could not: then the execution is ``failed``, never ``running``) and writes its
 # exit code (128+N for a signal) to the execution's folder, whole and renamed; tmux can show a pane
 # dead for a while before it has reaped the process and knows its status. A pane killed with its
-# server (SIGHUP) writes nothing, and is lost.
+# server (SIGHUP) writes nothing, and is lost; so is one whose wrapper ran and died without a code
+# (status(): its agent may run on, and is killed first).
 CONFIG = "set-option -g remain-on-exit on\nset-option -g history-limit 10000\nset-option -g exit-empty off\n"
 
 
 # The pane without a Python start before the agent (the resident launcher's, issue 27): ``/bin/sh -c
-# PANE WRAPPER.py DIR ENVFILE -- CMD...``. In order, as the wrapper does: ``handle`` first (its own pid
-# and start time: the pane's process group); the environment from ENVFILE (``export NAME='VALUE'``
-# lines, 0600), emptied at once with a builtin (no value outlives the read); then ``exec`` of the
-# command, so the agent *is* the pane's process: no wrapper stays behind it, tmux's
-# ``remain-on-exit`` keeps its exit status (``pane_dead_status``, 128+N for a signal) and whoever
-# records the end reads ``report.json`` itself (ledger.py). A command that cannot be executed (not
-# found, a missing ``#!`` interpreter) leaves the shell, whose EXIT trap (never run once ``exec``
-# succeeded) writes ``failed``; the launcher sees the exec as the pane's command line no longer being
-# this one, and writes ``child``. WRAPPER.py is there for ``survivors`` (wrapper.py), as with the wrapper.
-PANE = ("d=$1 e=$2 c=$4; shift 3; set -f; "
+# PANE WRAPPER.py DIR ENVFILE ENV MV -- CMD...`` (ENV and MV: the absolute paths of ``env`` and ``mv``,
+# found by the launcher, since the agent's own PATH need not have them). In order, as the wrapper does:
+# ``handle`` first (the shell's pid and start time: the pane's process group); the environment from
+# ENVFILE (``export NAME='VALUE'`` lines, 0600), emptied at once with a builtin (no value outlives the
+# read); then the agent, started as the shell's child (no ``exec``: tmux 3.3a sometimes never reports
+# the exit status of a pane whose process exits quickly, so the shell waits and writes the code
+# itself), through ``env --default-signal`` because a shell without job control starts a background
+# command with SIGINT and SIGQUIT ignored (POSIX), and the agent must hear the terminal's Ctrl-C. Its
+# stdin is the pane's terminal (fd 3: the background command's own stdin would be /dev/null). ``child``
+# (its pid), then ``code`` (128+N for a signal, as the wrapper writes it) are written whole and renamed.
+# The shell ignores INT and QUIT (the terminal sends them to its whole foreground process group, the
+# agent included: forwarding them would deliver them twice) and forwards TERM and HUP (tmux's
+# kill-session hangs up the pane's process alone), waiting again until the agent has really ended
+# (``t``: a trap ran, so ``wait`` may have returned for it; dash keeps a finished job's status for the
+# last ``wait``). Whatever makes the shell exit before the agent started (a missing ENVFILE, say) runs
+# its EXIT trap, which writes ``failed``; a command that cannot be executed is seen by the launcher
+# before it starts the pane (``_executable``), else ends with env's 126 or 127. WRAPPER.py is there
+# for ``survivors`` (wrapper.py), as with the wrapper.
+PANE = ("d=$1 e=$2 v=$3 m=$4 c=$6; shift 5; set -f; "
         "h() { shift 21; printf '%s@%s\\n' \"$$\" \"$1\" > \"$d/handle\"; }; read -r s < /proc/$$/stat; h $s; "
-        "trap 'r=$?; printf \"cannot start %s: it could not be executed (sh status %s)\\n\" \"$c\" \"$r\" "
-        "> \"$d/failed.t\" && mv -f -- \"$d/failed.t\" \"$d/failed\"' EXIT; "
-        ". \"$e\"; : > \"$e\"; exec \"$@\"")
+        "w() { printf '%s\\n' \"$2\" > \"$d/$1.t\" && \"$m\" -f -- \"$d/$1.t\" \"$d/$1\"; }; "
+        "trap 'r=$?; w failed \"cannot start $c: it could not be executed (sh status $r)\"' EXIT; "
+        ". \"$e\"; : > \"$e\"; exec 3<&0; trap '' INT QUIT; "
+        "\"$v\" --default-signal -- \"$@\" <&3 3<&- & p=$!; "
+        "trap 't=1; kill -s TERM $p 2>/dev/null' TERM; trap 't=1; kill -s HUP $p 2>/dev/null' HUP; trap - EXIT; "
+        "w child $p; t=1; while [ \"$t\" ]; do t=; wait $p; done; wait $p; w code $?")
 # Names the pane's shell would take for its own (or refuse): an environment holding one, or a name that
 # is no shell name at all (bash's exported functions, BASH_FUNC_f%%), is started under the Python wrapper.
 SHELL_OWN = frozenset(("IFS", "PS1", "PS2", "PS4", "OPTIND", "OPTARG", "PPID", "ENV", "LINENO", "d", "e", "c", "s",
-                       "r"))
+                       "r", "v", "m", "p", "t"))
 USE_SHELL_PANE = False  # set by the resident launcher (resident.py); gw run alone keeps the Python wrapper
+# (the shell pane needs env and mv found, and probed once: a cost a process that launches once would pay each time)
 
 
 def shell_env(env: dict[str, str]) -> bytes | None:
@@ -67,6 +81,60 @@ def shell_env(env: dict[str, str]) -> bytes | None:
             return None
         lines.append(f"export {name}='" + value.replace("'", "'\\''") + "'\n")
     return "".join(lines).encode("utf-8", "surrogateescape")
+
+
+# The resident launcher checks tmux once a socket, not once a launch (issue 27: a tmux client fewer on
+# the way to the agent): afterwards ``new-session`` is the check, whose refusal (no tmux any more, a
+# server that does not answer) is recorded ``failed`` and answered with exit 5, the launch's commit
+# made; a plain ``gw run`` checks before it records anything, as it always did.
+CHECK_ONCE = False
+_ANSWERED: set[str] = set()
+_TOOLS: list[tuple[str, str] | None] = []
+
+
+def shell_tools() -> tuple[str, str] | None:
+    """The absolute paths of ``env`` (one that knows ``--default-signal``: GNU coreutils 8.31 or later)
+    and ``mv`` the shell pane runs, or None (then the Python wrapper): found once a process."""
+    if not _TOOLS:
+        def which(program: str) -> str | None:
+            return next((p for p in (os.path.join(d or ".", program) for d in os.get_exec_path())
+                         if os.access(p, os.X_OK) and not os.path.isdir(p)), None)
+
+        found = None
+        env, mv = which("env"), which("mv")
+        if env and mv:
+            import subprocess  # once a launcher's life, never on gw run's own way
+
+            try:
+                probe = subprocess.run([env, "--default-signal", "--", "true"], capture_output=True, timeout=10)
+                found = (env, mv) if probe.returncode == 0 else None
+            except (OSError, subprocess.TimeoutExpired):
+                found = None
+        _TOOLS.append(found)
+    return _TOOLS[0]
+
+
+def _executable(program: str, path: str | None, cwd: str) -> bool:
+    """Can the kernel start ``program`` (found on ``path``, the agent's PATH, as ``env`` finds it): an
+    executable file, and a ``#!`` interpreter that is one too. The shell pane could only report such a
+    failure as env's exit code 126 or 127; the Python wrapper reports it as ``failed``, so a command
+    that fails this goes to the wrapper."""
+    if "/" in program:
+        found = os.path.join(cwd, program)
+    else:
+        found = next((p for p in (os.path.join(d or ".", program) for d in (path if path is not None else os.defpath)
+                                  .split(os.pathsep)) if os.access(p, os.X_OK) and os.path.isfile(p)), "")
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        return False
+    try:
+        with open(found, "rb") as read:
+            head = read.read(256)
+    except OSError:
+        return False
+    if not head.startswith(b"#!"):
+        return True
+    words = head[2:].split(b"\n", 1)[0].split()
+    return bool(words) and os.path.isfile(words[0]) and os.access(words[0], os.X_OK)
 
 
 def socket_path(repo: Repository, configured: str | None = None) -> str:
@@ -91,6 +159,7 @@ class Tmux:
         self.socket = socket_path(repo, socket)
         self.config = os.path.join(os.path.dirname(self.socket), "tmux.conf")
         self._running: set[str] | None = None  # see prefetch()
+        self._fresh: str | None = None  # a shell pane this object just saw start its agent (see status())
 
     def _tmux(self, *args: str) -> Completed:
         try:
@@ -110,15 +179,19 @@ class Tmux:
 
         One tmux process, not two, on the way to the agent's first line: a server that answers
         ``list-sessions`` says tmux runs; ``-V`` is asked only when there is no server to ask."""
+        if CHECK_ONCE and self.socket in _ANSWERED:
+            return
         if os.path.exists(self.socket):
             listed = self._tmux("list-sessions", "-F", "#{session_name}")
             if listed.returncode == 0:
+                _ANSWERED.add(self.socket)
                 return
             if not _no_server(listed.err):
                 raise Invalid(f"gitwork's tmux server on {self.socket} does not answer: {one_line(listed.err)}")
         done = self._tmux("-V")
         if done.returncode != 0:
             raise Invalid(f"tmux does not run: {one_line(done.err)}")
+        _ANSWERED.add(self.socket)
 
     def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
         os.makedirs(os.path.dirname(self.socket), mode=0o700, exist_ok=True)
@@ -134,9 +207,10 @@ class Tmux:
         # server's environment, which need not find gitwork.
         from . import wrapper
 
-        text = shell_env(env) if USE_SHELL_PANE else None
-        if text is not None:
-            return self._start_shell(name, argv, text, cwd, folder)
+        tools = shell_tools() if USE_SHELL_PANE else None
+        text = shell_env(env) if tools is not None and _executable(argv[0], env.get("PATH"), cwd) else None
+        if text is not None and tools is not None:
+            return self._start_shell(name, argv, text, cwd, folder, tools)
         env_file = wrapper.write_env(folder, env)
         done = self._tmux("new-session", "-d", "-s", name, "-c", cwd, "-x", "200", "-y", "50", "--",
                           *wrapper.argv(folder, env_file, argv))
@@ -149,16 +223,17 @@ class Tmux:
         wrapper.remove(env_file)  # read and removed by the wrapper, unless it never got that far
         return name, True
 
-    def _start_shell(self, name: str, argv: Sequence[str], text: bytes, cwd: str, folder: str) -> tuple[str, bool]:
-        """``start`` through the shell pane (``PANE``): the agent started when the pane's process, having
-        written its handle, no longer runs ``PANE`` (it exec'd), or ``failed`` when it could not."""
+    def _start_shell(self, name: str, argv: Sequence[str], text: bytes, cwd: str, folder: str,
+                     tools: tuple[str, str]) -> tuple[str, bool]:
+        """``start`` through the shell pane (``PANE``): started once the shell wrote ``child``, or ``failed``
+        when it could not (or the pane's shell is gone before either)."""
         from . import wrapper
 
         env_file = os.path.join(folder, f"{wrapper.ENV_FILE}.{os.getpid()}")
         wrapper._write_file(env_file, text, 0o600)
         marker = os.path.abspath(wrapper.__file__)
         done = self._tmux("new-session", "-d", "-P", "-F", "#{pane_pid}", "-s", name, "-c", cwd, "-x", "200", "-y",
-                          "50", "--", "/bin/sh", "-c", PANE, marker, folder, env_file, "--", *argv)
+                          "50", "--", "/bin/sh", "-c", PANE, marker, folder, env_file, *tools, "--", *argv)
         if done.returncode != 0:
             wrapper.remove(env_file)
             if "duplicate session" in done.err:
@@ -166,12 +241,14 @@ class Tmux:
             raise Invalid(f"tmux could not start {argv[0]}: {one_line(done.err)}")
         pid = int(done.out.strip() or 0)
         deadline = time.monotonic() + 10.0
-        while not os.path.exists(os.path.join(folder, "failed")) and time.monotonic() < deadline:
-            if os.path.exists(os.path.join(folder, "handle")) and not _runs(pid, marker.encode()):
-                if not os.path.exists(os.path.join(folder, "failed")):  # (its trap writes it before it exits)
-                    wrapper._write(folder, "child", str(pid))
-                break
+        rounds = 0
+        while not any(os.path.exists(os.path.join(folder, file)) for file in wrapper.STARTED):
+            rounds += 1
+            if time.monotonic() > deadline or (rounds % 64 == 0 and not _runs(pid, marker.encode())):
+                break  # the pane's shell is gone without a word (killed): status() answers from tmux
             time.sleep(0.0005)
+        else:
+            self._fresh = name
         wrapper.remove(env_file)
         return name, True
 
@@ -190,7 +267,9 @@ class Tmux:
         ended = outcome(os.path.join(executions_dir(self.repo), name))
         if ended is not None:
             return ended
-        if self._running is not None and handle in self._running:
+        if (self._running is not None and handle in self._running) or handle == self._fresh:
+            # (a shell pane whose agent has started, no code written yet: running, as the pane's own
+            # process still is; no tmux client between the agent's start and `running` recorded)
             return "running", None
         # tmux marks a pane dead at end-of-file on its terminal, which can come a moment before it has
         # reaped the process and knows the status: ask again, briefly, rather than record no code.
@@ -202,6 +281,15 @@ class Tmux:
             dead, code, signal = ((done.out.splitlines() or ["0::"])[0].split(":") + ["", ""])[:3]
             if dead != "1":
                 return "running", None
+            folder = os.path.join(executions_dir(self.repo), name)
+            ended = outcome(folder)  # (written just before the pane's process exited)
+            if ended is not None:
+                return ended
+            if any(os.path.exists(os.path.join(folder, file)) for file in ("handle", "child")):
+                # The pane's wrapper (or shell) ran and died without writing a code (killed alone, or
+                # hung up): its agent may have started and run on, orphaned. Not an exit: "gone", so
+                # whoever settles it kills what still runs of it before it is said lost (run.probe).
+                return "gone", None
             if code.strip().lstrip("-").isdigit():
                 return "exited", int(code)
             if signal.strip().isdigit():
@@ -260,4 +348,5 @@ def _runs(pid: int, marker: bytes) -> bool:
 
 
 def _no_server(err: str) -> bool:
-    return "no server running" in err or "error connecting" in err
+    # ("server exited unexpectedly": one asked while it was exiting, as right after a kill-server)
+    return "no server running" in err or "error connecting" in err or "server exited unexpectedly" in err
