@@ -142,8 +142,10 @@ def _placed(name: str, folders: dict[str, Any]) -> dict[str, Any]:
 
 def misplaced(key: str) -> str:
     """The problem of the folder whose cache row has the key ``shard/id`` (see :func:`_placed`)."""
+    from .model import shard_problem
+
     name, item_id = key.split("/", 1)
-    return f"{layout.ITEMS}/{name}/{item_id} is not in its id's shard (an item's folder is {layout.item_dir(item_id)})"
+    return shard_problem(name, item_id) or key
 
 
 def _loose(store: Any, oids: list[str]) -> bool:
