@@ -340,8 +340,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
 
 
 # The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
-# inserts into empty tables, and an id found in two shards of a hostile tree fails it there as before:
-# an IntegrityError, not yet a named refusal), and its twin for a row whose columns from ``QUIET`` on
+# inserts into empty tables: a folder outside its id's shard has its own key, cachefill._placed), and its twin for a row whose columns from ``QUIET`` on
 # hold ``QUIET_VALUES``.
 _INSERT_ITEM = f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * len(ITEM_COLUMNS))})"
 _INSERT_QUIET = (f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * QUIET)}, "

@@ -486,7 +486,7 @@ def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = 
     if not general:
         fast = load_canonical(text)
         if fast is not None:
-            return fast
+            return _encodable(fast, data, text, what)
     try:
         parser = _Parser(text)
         doc = parser.block(0)
@@ -502,6 +502,29 @@ def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = 
         return {}
     if not isinstance(doc, dict):
         raise Corrupt(f"{what} is not a YAML mapping")
+    return _encodable(doc, data, text, what)
+
+
+def _surrogate(value: Any) -> bool:
+    """Whether a lone surrogate (no character: UTF-8 cannot hold it) is in ``value``, its keys or items."""
+    if isinstance(value, str):
+        return not value.isascii() and any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return any(_surrogate(k) or _surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_surrogate(v) for v in value)
+    return False
+
+
+def _encodable(doc: dict[str, Any], data: bytes | str, text: str, what: str) -> dict[str, Any]:
+    """``doc``, unless it holds a lone surrogate: Corrupt, as bytes that are not UTF-8 are.
+
+    Decoded UTF-8 holds none, so only an escape (YAML's ``"\\ud800"``) can make one; a document
+    read from bytes without ``\\u``/``\\U`` is not walked (a rebuild reads 100,000). Such a value
+    would fail every later encode (SQLite, JSON out, the terminal), so it is refused here, once,
+    where every state file is read."""
+    if ("\\u" in text or "\\U" in text or not isinstance(data, bytes)) and _surrogate(doc):
+        raise Corrupt(f"{what} holds a lone surrogate escape (\\ud800-\\udfff), not text")
     return doc
 
 

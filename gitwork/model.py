@@ -331,6 +331,19 @@ def item_problem(doc: dict[str, Any], item_id: str) -> str | None:
     return found
 
 
+def shard_problem(name: str, item_id: str) -> str | None:
+    """What is wrong with an item folder ``items/<name>/<item_id>`` being there (None: its place).
+
+    Only a forged tree has a folder outside its id's shard; the engine reads an item at
+    ``layout.item_dir(id)`` alone, so such a folder is not that item, whatever it holds."""
+    from .ids import shard
+    from .layout import ITEMS, item_dir
+
+    if shard(item_id) == name:
+        return None
+    return f"{ITEMS}/{name}/{item_id} is not in its id's shard (an item's folder is {item_dir(item_id)})"
+
+
 def lease_problem(doc: dict[str, Any], item_id: str) -> str | None:
     found = problem(doc, LEASE_SHAPE, Lease.REQUIRED)
     if found is None and doc["item"] != item_id:
@@ -380,6 +393,10 @@ def state_file_problem(path: str, doc: dict[str, Any]) -> str | None:
     if path == "counters.yaml":
         fence = doc.get("fence", 0)
         return None if _count(fence) else f"fence must be a non-negative integer, not {fence!r}"[:300]
+    if len(parts) == 4 and parts[0] == "items" and parts[3] in ("item.yaml", "lease.yaml"):
+        found = shard_problem(parts[1], parts[2])
+        if found is not None:
+            return found
     if len(parts) == 4 and parts[0] == "items" and parts[3] == "item.yaml":
         return item_problem(doc, parts[2])
     if len(parts) == 4 and parts[0] == "items" and parts[3] == "lease.yaml":
