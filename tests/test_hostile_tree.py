@@ -174,3 +174,29 @@ def test_the_arbiter_hook_refuses_a_push_of_either_tree(repo: Path, tmp_path: Pa
     assert f"items/00/{SURROGATE_TITLE}/item.yaml holds a lone surrogate" in done.stderr
     assert f"items/ff/{TWICE}/item.yaml: items/ff/{TWICE} is not in its id's shard" in done.stderr
     assert git(bare, "rev-parse", state) == sound != forged
+
+
+def test_gw_export_takes_an_item_from_its_own_folder_once(repo: Path) -> None:
+    _state(repo, count=2)
+    from gitwork.store import Repository, Store, identity_signature
+
+    store = Store(Repository.discover(str(repo)))
+    try:  # only the folders outside their shard (a lone surrogate makes the export corrupt, below)
+        base = store.snapshot()
+        twins = {path: data for path, data in HOSTILE.items() if TWICE in path or ELSEWHERE in path}
+        assert store.set_if_equals(base.commit, store.write_commit(base, twins, "twins\n", identity_signature("x"),
+                                                                   int(time.time()) - 60))
+    finally:
+        store.close()
+    done = run_gw(repo, "export", "--format", "jsonl")
+    assert done.returncode == 0, done.stderr
+    exported = [json.loads(line) for line in done.stdout.splitlines()]
+    ids = [doc["id"] for doc in exported]
+    assert ids.count(TWICE) == 1 and ELSEWHERE not in ids and len(ids) == 3
+    assert next(doc for doc in exported if doc["id"] == TWICE)["title"] == "first"
+    _commit_hostile(repo)
+    before = git(repo, "rev-parse", "refs/gitwork/state")
+    done = run_gw(repo, "export", "--format", "jsonl")
+    assert done.returncode == int(ExitCode.CORRUPT) and "lone surrogate" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "internal error" not in done.stderr
+    assert git(repo, "rev-parse", "refs/gitwork/state") == before

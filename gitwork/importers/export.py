@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from .. import layout
-from ..model import CLOSED
+from ..model import CLOSED, shard_problem
 from ..thread import replay
 from .source import instant
 
@@ -36,10 +36,12 @@ def items(wp: Workplane) -> list[dict[str, Any]]:
     lease's holder), oldest first."""
     ctx = wp.context()
     out = []
-    for _shard, entry in sorted(ctx.snapshot.tree(layout.ITEMS).items()):
+    for shard, entry in sorted(ctx.snapshot.tree(layout.ITEMS).items()):
         if not entry.is_tree:
             continue
         for item_id in sorted(ctx.snapshot.store.read_tree(entry.oid)):
+            if shard_problem(shard, item_id) is not None:
+                continue  # a forged folder outside its shard is not that item (the engine never reads it)
             item = ctx.item(item_id)
             doc = item.to_doc()
             lease = ctx.lease(item_id)
