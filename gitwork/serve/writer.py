@@ -165,9 +165,8 @@ class Writer:
             from ..sync.arbiterlock import sweep
 
             sweep(wp.repo.common_dir, [base.ref])
-            chain = Chain(wp.store)
+            chain = Chain(wp.store)  # on the tip
             for _round in range(ROUNDS):
-                chain.reset()
                 for waiting in batch:
                     wp.settings = wp.repo.settings = with_role(base, waiting.name, waiting.role)
                     try:
@@ -185,6 +184,7 @@ class Writer:
                 # Another writer (a push, the batch applier, a gw process) moved the ref: nothing of
                 # this chain landed; every request of it is decided again on the new tip.
                 time.sleep(jitter(0, 0.005))
+                chain.reset()
             for waiting in batch:
                 waiting.applied, waiting.error = None, engine.gave_up(ROUNDS)
         except Exception as error:  # noqa: BLE001 - the tip unreadable, a bug: every one of them is told
