@@ -150,6 +150,53 @@ def test_show_web_opens_the_board_page_of_the_running_server(repo: Path, plane: 
     assert tip(repo) == before
 
 
+def test_the_server_is_recorded_before_it_says_where_it_listens(repo: Path, plane: dict[str, str]) -> None:
+    """Whoever reads ``gw serve --json``'s line may run ``gw show --web`` at once: the record that command
+    reads (``serve.json``) is whole by then. The server's stderr here is a pipe already full, so the
+    server stops at its first line there; before, the record came after that line (and after the JSON):
+    a caller fast enough, or a server slow enough under load, found no server (exit 2). Deterministic:
+    nothing the server does after the stderr line can happen before this test drains the pipe."""
+    pytest.importorskip("fastapi")
+    import threading
+
+    full, writer = os.pipe()
+    os.set_blocking(writer, False)
+    try:
+        while True:
+            os.write(writer, b"x")
+    except BlockingIOError:
+        pass  # the pipe's buffer is full: the next write to it waits for a reader
+    os.set_blocking(writer, True)
+    server = subprocess.Popen(gw_cmd("serve", "--bind", "127.0.0.1:0", "--json"), cwd=repo,
+                              stdout=subprocess.PIPE, stderr=writer, text=True)
+    os.close(writer)
+    drained = threading.Event()
+
+    def drain() -> None:  # once the test has looked: the server's stderr flows again
+        drained.wait()
+        with os.fdopen(full, "rb") as pipe:
+            while pipe.read(65536):
+                pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        assert server.stdout is not None
+        lines = []
+        for line in server.stdout:  # the JSON object ends with a line "}"
+            lines.append(line)
+            if line.startswith("}"):
+                break
+        url = json.loads("".join(lines))["url"]
+        record = json.loads((repo / ".git" / "gitwork" / "serve.json").read_text(encoding="utf-8"))
+        assert record == {"url": url, "pid": server.pid}
+    finally:
+        drained.set()
+        server.terminate()
+        server.wait(60)
+        reader.join(60)
+
+
 def test_history_prints_old_and_new_values_not_python_reprs(repo: Path) -> None:
     gw(repo, "init")
     item = gw(repo, "new", "first title", "-l", "a").strip()
