@@ -110,6 +110,17 @@ def test_plain_show_stays_on_the_fast_path(repo: Path, plane: dict[str, str]) ->
     assert "[ ] 1. tests pass" in done.stdout
 
 
+def announced(server: subprocess.Popen[str]) -> str:
+    """The URL ``gw serve --json`` says it listens on (its JSON object ends with a line ``}``)."""
+    assert server.stdout is not None
+    lines = []
+    for line in server.stdout:
+        lines.append(line)
+        if line.startswith("}"):
+            break
+    return str(json.loads("".join(lines))["url"])
+
+
 def test_show_web_opens_the_board_page_of_the_running_server(repo: Path, plane: dict[str, str],
                                                              tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
@@ -119,13 +130,7 @@ def test_show_web_opens_the_board_page_of_the_running_server(repo: Path, plane: 
     server = subprocess.Popen(gw_cmd("serve", "--bind", "127.0.0.1:0", "--json"), cwd=repo,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert server.stdout is not None
-        lines = []
-        for line in server.stdout:  # the JSON object ends with a line "}"
-            lines.append(line)
-            if line.startswith("}"):
-                break
-        url = json.loads("".join(lines))["url"]
+        url = announced(server)
         page = f"{url}/items/{plane['item']}"
         seen = tmp_path / "opened"
         browser = tmp_path / "browser"
@@ -181,13 +186,7 @@ def test_the_server_is_recorded_before_it_says_where_it_listens(repo: Path, plan
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     try:
-        assert server.stdout is not None
-        lines = []
-        for line in server.stdout:  # the JSON object ends with a line "}"
-            lines.append(line)
-            if line.startswith("}"):
-                break
-        url = json.loads("".join(lines))["url"]
+        url = announced(server)
         record = json.loads((repo / ".git" / "gitwork" / "serve.json").read_text(encoding="utf-8"))
         assert record == {"url": url, "pid": server.pid}
     finally:
