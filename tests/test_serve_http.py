@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import subprocess
 import threading
@@ -473,8 +474,19 @@ def test_every_status_docs_serve_md_lists_is_answered_with_its_documented_code(
     monkeypatch.setenv("GW_LOCK_TIMEOUT", "0.3")
     lock = locked / ".git" / "refs" / "gitwork" / "state.lock"
     lock.write_text("")
-    for client in _served(locked, token):
-        record(client.post("/v1/commands", json={"op": "new", "title": "behind a lock"}))
+    # A lock in use: older than the writer's sweep waits for (sync/arbiterlock.STALE_AFTER), with a git of
+    # this repository running that may hold it (here one waiting on its stdin), so the sweep leaves it
+    # whatever the load. (A bare lock aged past STALE_AFTER while the server started under load: swept,
+    # the write landed, and this test failed on the lock it expected to remove.)
+    os.utime(lock, (time.time() - 60, time.time() - 60))
+    holder = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=locked / ".git", stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for client in _served(locked, token):
+            record(client.post("/v1/commands", json={"op": "new", "title": "behind a lock"}))
+    finally:
+        holder.kill()
+        holder.wait()
     lock.unlink()
     monkeypatch.delenv("GW_LOCK_TIMEOUT")
 
