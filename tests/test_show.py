@@ -185,11 +185,17 @@ def test_the_server_is_recorded_before_it_says_where_it_listens(repo: Path, plan
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
+    # A guard, not a measurement: a server that wrote to stderr before its announcement would wait on
+    # the full pipe for ever; the pipe is drained after 120 s, and the test fails instead of hanging.
+    guard = threading.Timer(120, drained.set)
+    guard.start()
     try:
         url = announced(server)
+        assert not drained.is_set(), "the server wrote to its stderr before it said where it listens"
         record = json.loads((repo / ".git" / "gitwork" / "serve.json").read_text(encoding="utf-8"))
         assert record == {"url": url, "pid": server.pid}
     finally:
+        guard.cancel()
         drained.set()
         server.terminate()
         server.wait(60)
