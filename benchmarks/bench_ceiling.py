@@ -29,21 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_herd import TRANSPORTS, emit_runs, herd  # noqa: E402
-
-
-def quantile(values: list[float], q: int) -> float | None:
-    """The q-th percentile (inclusive method: a p99 of few values is their top end, not beyond it)."""
-    if not values:
-        return None
-    if len(values) == 1:
-        return round(values[0], 3)
-    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
+from bench_herd import TRANSPORTS, emit_runs, herd, quantile  # noqa: E402
 
 
 def main() -> None:

@@ -49,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import webserver  # noqa: E402
-from bench_herd import REF, emit_runs, git, group_cpu, gw, seed_clones  # noqa: E402
+from bench_herd import REF, emit_runs, git, group_cpu, gw, quantile, seed_clones  # noqa: E402
 from webserver import CommandService, WebServer  # noqa: E402
 
 CLAIM = json.dumps({"op": "claim", "next": True, "ttl": "1h"})
@@ -90,14 +90,6 @@ def agent(port: int, token: str) -> None:
 
 
 # --- the driver -------------------------------------------------------------------------------------
-
-
-def quantile(values: list[float], q: int) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return round(values[0], 4)
-    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 4)
 
 
 def proc_cpu(pid: int) -> float:
@@ -250,8 +242,8 @@ def run(agents: int, clones_wanted: int, items: int, sync_every: float, fcgi_wor
             "granted": granted, "granted_once_each": len(counts) == items and set(counts.values()) == {1},
             "fences_increase": all(a < b for a, b in zip(fences, fences[1:], strict=False)), "clones_at_tip": all(in_sync),
             "errors": errors, "grants_per_s": round(granted / last, 2) if last else None,
-            "claim_p50_s": quantile(waits, 50), "claim_p99_s": quantile(waits, 99), "claim_max_s": round(max(waits), 4) if waits else None,
-            "call_p50_s": quantile(calls, 50), "call_p99_s": quantile(calls, 99),
+            "claim_p50_s": quantile(waits, 50, 4), "claim_p99_s": quantile(waits, 99, 4), "claim_max_s": round(max(waits), 4) if waits else None,
+            "call_p50_s": quantile(calls, 50, 4), "call_p99_s": quantile(calls, 99, 4),
             "calls": len(calls), "wall_s": round(wall, 2),
             # whole processes (their start-up included) and their loops alone (after the go)
             "agents_cpu_per_grant_s": per(agent_cpu), "agents_loop_cpu_per_grant_s": per(loop_cpu), "server_cpu_per_grant_s": per(server_cpu),

@@ -96,6 +96,16 @@ def emit_runs(head: dict[str, Any], runs: list[dict[str, Any]], out: str | None)
         Path(out).write_text(text + "\n", encoding="utf-8")
 
 
+def quantile(values: list[float], q: int, digits: int = 3) -> float | None:
+    """The q-th percentile, rounded to ``digits`` (inclusive method: a p99 of few values is their top
+    end, not beyond it); one rule for every bench that reports percentiles of its calls."""
+    if not values:
+        return None
+    if len(values) == 1:
+        return round(values[0], digits)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], digits)
+
+
 def seed_clones(base: Path, url: str, items: int, clones_wanted: int) -> list[Path]:
     """The benches' world: ``items`` ready items made in the first clone and synced to the arbiter at
     ``url``, then ``clones_wanted`` clones in all, each synced."""

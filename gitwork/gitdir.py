@@ -241,39 +241,60 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("true", "yes", "on", "1")
 
 
-def read_config(git_dir: str, common_dir: str) -> dict[str, str] | None:
-    """The ``gitwork.*``, ``core.*`` and ``extensions.*`` keys gitwork reads, or ``None`` to ask git."""
+def config_paths(git_dir: str, common_dir: str) -> list[tuple[str, str]] | None:
+    """The config files git reads for the repository, in git's order (a later file wins), each with
+    its scope: ``system``, ``global``, ``local`` or ``worktree``; ``None`` when git refuses the
+    environment (a ``GIT_CONFIG_NOSYSTEM`` that is no boolean: git dies on it).
+
+    As git's ``do_git_config_sequence``: ``$GIT_CONFIG_SYSTEM`` (else ``/etc/gitconfig``) unless
+    ``GIT_CONFIG_NOSYSTEM`` is true; ``$GIT_CONFIG_GLOBAL`` alone when it is set, else
+    ``$XDG_CONFIG_HOME/git/config`` (``~/.config/git/config``) and ``~/.gitconfig``; the common
+    directory's ``config``; the git directory's ``config.worktree``, which git reads only when
+    ``extensions.worktreeConfig`` is on (the caller checks: it is set in the files before it).
+    The one list :func:`read_config` reads and the server's writer watches (serve/writer.py): two
+    copies of it differed once, and a change the reader saw went unnoticed by the watcher."""
     from .objects import parse_bool
 
-    files: list[tuple[str, bool]] = []
+    files: list[tuple[str, str]] = []
     nosystem = os.environ.get("GIT_CONFIG_NOSYSTEM")
-    if nosystem is not None:
-        flag = parse_bool(nosystem)
-        if flag is None:
-            return None  # git dies on it: let git say so
-        if not flag:
-            files.append(("/etc/gitconfig", False))
+    flag = False if nosystem is None else parse_bool(nosystem)
+    if flag is None:
+        return None
+    if not flag:
+        files.append((os.environ.get("GIT_CONFIG_SYSTEM", "/etc/gitconfig"), "system"))
+    user = os.environ.get("GIT_CONFIG_GLOBAL")
+    if user is not None:
+        files.append((user, "global"))  # instead of both below (an empty one: no global file at all)
     else:
-        files.append(("/etc/gitconfig", False))
-    home = os.environ.get("HOME")
-    xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else None)
-    if xdg:
-        files.append((os.path.join(xdg, "git", "config"), False))
-    if home:
-        files.append((os.path.join(home, ".gitconfig"), False))
-    files.append((os.path.join(common_dir, "config"), True))
+        home = os.environ.get("HOME")
+        xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else None)
+        if xdg:
+            files.append((os.path.join(xdg, "git", "config"), "global"))
+        if home:
+            files.append((os.path.join(home, ".gitconfig"), "global"))
+    files.append((os.path.join(common_dir, "config"), "local"))
+    files.append((os.path.join(git_dir, "config.worktree"), "worktree"))
+    return files
+
+
+def read_config(git_dir: str, common_dir: str) -> dict[str, str] | None:
+    """The ``gitwork.*``, ``core.*`` and ``extensions.*`` keys gitwork reads, or ``None`` to ask git."""
+    files = config_paths(git_dir, common_dir)
+    if files is None:
+        return None  # git dies on the environment: let git say so
     values: dict[str, str] = {}
     try:
-        for path, repository in files:
+        for path, scope in files:
+            if scope == "worktree" and not _truthy(values.get("extensions.worktreeconfig")):
+                continue
+            if not path:
+                continue  # an empty GIT_CONFIG_GLOBAL / GIT_CONFIG_SYSTEM names no file
             try:
                 text = _read(path)
             except FileNotFoundError:
                 continue
-            parse_config(text, values, repository=repository, origin=path)
-        if _truthy(values.get("extensions.worktreeconfig")):
-            worktree = os.path.join(git_dir, "config.worktree")
-            if os.path.exists(worktree):
-                parse_config(_read(worktree), values, repository=True, origin=worktree)
+            # git reads extensions.* and the repository format from the repository's own files only.
+            parse_config(text, values, repository=scope in ("local", "worktree"), origin=path)
     except (Unusual, OSError, UnicodeDecodeError, ValueError):
         return None
     version = values.pop("core.repositoryformatversion", "0")

@@ -71,14 +71,14 @@ class Chain(engine.CAS):
     limit = 1
 
     def __init__(self, store: Store) -> None:
+        """A chain standing on the state ref's tip, read now: the first round needs no :meth:`reset`."""
         self.store = store
-        self.start: str | None = None
-        self.top: Snapshot = store.snapshot(None, at_tip=False)
+        self.reset()
 
     def reset(self) -> None:
-        """Start again from the state ref's tip."""
-        self.top = self.store.snapshot()
-        self.start = self.top.commit
+        """Start again from the state ref's tip (after a :meth:`land` that lost to another writer)."""
+        self.top: Snapshot = self.store.snapshot()
+        self.start: str | None = self.top.commit
 
     def base(self) -> Snapshot:
         return self.top

@@ -247,6 +247,23 @@ def test_a_chain_that_loses_the_ref_to_another_writer_lands_nothing(tmp_path: Pa
         assert wp.lease(item).holder == "outside"  # type: ignore[union-attr]
 
 
+def test_a_chain_just_built_stands_on_the_tip_and_lands_there(tmp_path: Path) -> None:
+    """``Chain(store)`` reads the tip itself: its first round needs no ``reset`` (its first snapshot was
+    once an empty state nothing read, and a command laid on it before a reset found no item)."""
+    arbiter = tmp_path / "arbiter.git"
+    git(tmp_path, "init", "-q", "--bare", str(arbiter))
+    with Workplane(str(arbiter), agent="admin") as wp:
+        wp.do("init")
+        item = wp.do("new", title="one").result["item"]
+        before = tip(arbiter)
+        chain = Chain(wp.store)
+        assert (chain.start, chain.top.commit) == (before, before)
+        laid = wp.submit({"op": "claim", "item": item, "as": "chained"}, chain=chain)
+        assert tip(arbiter) == before and laid.commit == chain.top.commit  # laid, not landed
+        assert chain.land() is True and tip(arbiter) == laid.commit
+        assert wp.lease(item).holder == "chained"  # type: ignore[union-attr]
+
+
 def test_a_ref_lock_left_by_a_killed_write_is_swept_by_the_next_one(tmp_path: Path) -> None:
     """kill -9 of the command service while its ``git update-ref`` holds the state ref's lock leaves the
     lock; the next write removes it by the arbiter hook's rule (old enough, no git that could hold it)."""

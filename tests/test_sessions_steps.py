@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -439,6 +440,53 @@ def test_a_resume_naming_another_operators_branch_is_refused_by_the_op(project: 
     with pytest.raises(Invalid, match="cannot be submitted"):
         plane.submit({"op": "session-end", "item": manifest["item"], "session": session, "to": "stopped",
                       "manifest": canonical(manifest).decode()})
+
+
+def test_wait_submits_a_response_once_it_is_whole_not_while_it_is_written(project: Path, plane: Workplane) -> None:
+    """A person's editor or ``echo ... > response.json`` writes the file in place: ``gw step wait`` may
+    see it empty or cut short. It waits on until the document parses (bounded by its timeout; a
+    document still broken then is refused as before), instead of submitting the half and refusing it
+    (exit 5) while the operator was still writing. Deterministic: the half is there before the wait
+    starts, and the rest comes only once the half was read twice (before, the second read was the
+    submit's, which refused it; now it is the wait's next look)."""
+    session, folder = _open_session(plane)
+    key = "step-2/parallel-1"
+    path = folder / key / "response" / "response.json"
+    whole = json.dumps({"status": "done", "fields": {"code": "response/response.md"}}).encode()
+    answer(folder, key, "", {"response.md": "built"})  # its files first, as an operator does
+    path.write_bytes(whole[: len(whole) // 2])  # then response.json: the editor's first write; the rest comes later
+    looked = threading.Event()
+    reads: list[bytes | None] = []
+    real_read = steps._read  # noqa: SLF001 - counted, not replaced: every read still reads the file
+
+    def counted(at: str, *args: Any) -> bytes | None:
+        data = real_read(at, *args)
+        if at.endswith(f"{key}/response/response.json"):
+            reads.append(data)
+            if len(reads) >= 2:
+                looked.set()
+        return data
+
+    def rest() -> None:
+        assert looked.wait(60)
+        with open(path, "ab") as out:  # the rest, in place (not a rename)
+            out.write(whole[len(whole) // 2:])
+
+    writer = threading.Thread(target=rest)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(steps, "_read", counted)
+        writer.start()
+        try:
+            done = steps.wait(plane, session, key, timeout=60)
+        finally:
+            looked.set()
+            writer.join(60)
+    assert done["manifest"]["branches"][key]["status"] == "done"
+    other = folder / "step-2" / "parallel-2" / "response"
+    other.mkdir(parents=True, exist_ok=True)
+    (other / "response.json").write_bytes(b'{"status": ')  # still broken at the deadline: refused as before
+    with pytest.raises(Invalid, match="not valid JSON"):
+        steps.wait(plane, session, "step-2/parallel-2", timeout=0.2)
 
 
 def test_cli_refusals_are_one_line_with_documented_codes(project: Path, plane: Workplane) -> None:

@@ -110,6 +110,17 @@ def test_plain_show_stays_on_the_fast_path(repo: Path, plane: dict[str, str]) ->
     assert "[ ] 1. tests pass" in done.stdout
 
 
+def announced(server: subprocess.Popen[str]) -> str:
+    """The URL ``gw serve --json`` says it listens on (its JSON object ends with a line ``}``)."""
+    assert server.stdout is not None
+    lines = []
+    for line in server.stdout:
+        lines.append(line)
+        if line.startswith("}"):
+            break
+    return str(json.loads("".join(lines))["url"])
+
+
 def test_show_web_opens_the_board_page_of_the_running_server(repo: Path, plane: dict[str, str],
                                                              tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
@@ -119,13 +130,7 @@ def test_show_web_opens_the_board_page_of_the_running_server(repo: Path, plane: 
     server = subprocess.Popen(gw_cmd("serve", "--bind", "127.0.0.1:0", "--json"), cwd=repo,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert server.stdout is not None
-        lines = []
-        for line in server.stdout:  # the JSON object ends with a line "}"
-            lines.append(line)
-            if line.startswith("}"):
-                break
-        url = json.loads("".join(lines))["url"]
+        url = announced(server)
         page = f"{url}/items/{plane['item']}"
         seen = tmp_path / "opened"
         browser = tmp_path / "browser"
@@ -148,6 +153,53 @@ def test_show_web_opens_the_board_page_of_the_running_server(repo: Path, plane: 
     gone = run_gw(repo, "show", "--web", plane["item"], env={"GW_AGENT": "alice"})
     assert gone.returncode == ExitCode.USAGE
     assert tip(repo) == before
+
+
+def test_the_server_is_recorded_before_it_says_where_it_listens(repo: Path, plane: dict[str, str]) -> None:
+    """Whoever reads ``gw serve --json``'s line may run ``gw show --web`` at once: the record that command
+    reads (``serve.json``) is whole by then. The server's stderr here is a pipe already full, so the
+    server stops at its first line there; before, the record came after that line (and after the JSON):
+    a caller fast enough, or a server slow enough under load, found no server (exit 2). Deterministic:
+    nothing the server does after the stderr line can happen before this test drains the pipe."""
+    pytest.importorskip("fastapi")
+    import threading
+
+    full, writer = os.pipe()
+    os.set_blocking(writer, False)
+    try:
+        while True:
+            os.write(writer, b"x")
+    except BlockingIOError:
+        pass  # the pipe's buffer is full: the next write to it waits for a reader
+    os.set_blocking(writer, True)
+    server = subprocess.Popen(gw_cmd("serve", "--bind", "127.0.0.1:0", "--json"), cwd=repo,
+                              stdout=subprocess.PIPE, stderr=writer, text=True)
+    os.close(writer)
+    drained = threading.Event()
+
+    def drain() -> None:  # once the test has looked: the server's stderr flows again
+        drained.wait()
+        with os.fdopen(full, "rb") as pipe:
+            while pipe.read(65536):
+                pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    # A guard, not a measurement: a server that wrote to stderr before its announcement would wait on
+    # the full pipe for ever; the pipe is drained after 120 s, and the test fails instead of hanging.
+    guard = threading.Timer(120, drained.set)
+    guard.start()
+    try:
+        url = announced(server)
+        assert not drained.is_set(), "the server wrote to its stderr before it said where it listens"
+        record = json.loads((repo / ".git" / "gitwork" / "serve.json").read_text(encoding="utf-8"))
+        assert record == {"url": url, "pid": server.pid}
+    finally:
+        guard.cancel()
+        drained.set()
+        server.terminate()
+        server.wait(60)
+        reader.join(60)
 
 
 def test_history_prints_old_and_new_values_not_python_reprs(repo: Path) -> None:

@@ -40,6 +40,7 @@ from ..config import Settings
 from ..engine import Applied
 from ..errors import GwError, Locked
 from ..fsutil import stamp
+from ..gitdir import config_paths
 from ..store import Repository, jitter
 from ..workplane import Chain, Workplane
 
@@ -57,14 +58,10 @@ def with_role(settings: Settings, name: str, role: str) -> Settings:
 
 
 def _config_files(repo: Repository) -> list[str]:
-    """The files a change of the repository's settings is made in (gitdir.read_config's, ``.workplane``)."""
-    home = os.environ.get("HOME")
-    xdg = os.environ.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else None)
-    files = ["/etc/gitconfig", os.path.join(repo.common_dir, "config"), os.path.join(repo.git_dir, "config.worktree")]
-    if xdg:
-        files.append(os.path.join(xdg, "git", "config"))
-    if home:
-        files.append(os.path.join(home, ".gitconfig"))
+    """The files a change of the repository's settings is made in: the config files git reads
+    (``gitdir.config_paths``, the very list discovery reads, ``config.worktree`` whether or not it is
+    read yet: a change to it costs one re-read at most) and ``.workplane``."""
+    files = [path for path, _scope in config_paths(repo.git_dir, repo.common_dir) or [] if path]
     if repo.toplevel:
         files.append(os.path.join(repo.toplevel, ".workplane"))
     return files
@@ -112,13 +109,15 @@ class Writer:
                 return wp, base
             self.close()
         # Stamped before the read: a change made while it reads differs from the stamp at the next
-        # request's check, so it is read then, never lost. (The first open learns which files to stamp
-        # from the repository it found: a change during that one read waits at most REFRESH.)
+        # request's check, so it is read then, never lost. Which files to stamp is learnt from the
+        # repository found, at each open (the environment names them, and a moved GIT_CONFIG_GLOBAL is
+        # a new list): when the list differs, its stamp is taken after the read, and a change made
+        # during that one read waits at most REFRESH.
         read_at, stamp = time.monotonic(), _stamp(self._files)
         wp = Workplane(self.path, now=self.now)
-        if not self._files:
-            self._files = _config_files(wp.repo)
-            stamp = _stamp(self._files)
+        files = _config_files(wp.repo)
+        if files != self._files:
+            self._files, stamp = files, _stamp(files)
         self._stamp, self._read_at = stamp, read_at
         self._wp, self._base = wp, wp.settings
         return wp, wp.settings
@@ -166,9 +165,8 @@ class Writer:
             from ..sync.arbiterlock import sweep
 
             sweep(wp.repo.common_dir, [base.ref])
-            chain = Chain(wp.store)
+            chain = Chain(wp.store)  # on the tip
             for _round in range(ROUNDS):
-                chain.reset()
                 for waiting in batch:
                     wp.settings = wp.repo.settings = with_role(base, waiting.name, waiting.role)
                     try:
@@ -186,6 +184,7 @@ class Writer:
                 # Another writer (a push, the batch applier, a gw process) moved the ref: nothing of
                 # this chain landed; every request of it is decided again on the new tip.
                 time.sleep(jitter(0, 0.005))
+                chain.reset()
             for waiting in batch:
                 waiting.applied, waiting.error = None, engine.gave_up(ROUNDS)
         except Exception as error:  # noqa: BLE001 - the tip unreadable, a bug: every one of them is told

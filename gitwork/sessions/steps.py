@@ -363,16 +363,34 @@ def submit(wp: Workplane, session: str, key: str, fence: int | None = None) -> d
     return run.result(already=False, answer=response["status"])
 
 
+def _whole(data: bytes | None) -> bool:
+    """Does ``data`` parse as a JSON document (a response written in place may be seen half written:
+    a prefix of an object never parses)?"""
+    if data is None:
+        return False
+    try:
+        load_json(data, "response.json")
+    except GwError:
+        return False
+    return True
+
+
 def wait(wp: Workplane, session: str, key: str, timeout: float = 60.0, fence: int | None = None) -> dict[str, Any]:
-    """Wait (bounded) for a branch's operator — a person, say — to write its response, then submit it."""
+    """Wait (bounded) for a branch's operator — a person, say — to write its response, then submit it.
+
+    The response counts once it parses: a person's editor (or ``echo ... >``) writes the file in place,
+    and one seen empty or cut short is still being written. One that does not parse by the deadline
+    is submitted as it is, and refused for what it is."""
     import time
 
     check_key(key)
     where, manifest = load(wp, session)
     deadline = time.monotonic() + max(0.0, timeout)
     delay = 0.05
-    while manifest["branches"].get(key, {}).get("status") == "open" and _read(where.response(key)) is None:
+    while manifest["branches"].get(key, {}).get("status") == "open" and not _whole(data := _read(where.response(key))):
         if time.monotonic() >= deadline:
+            if data is not None:
+                break  # there, but broken: the submit says why
             raise Held(f"no response from {key} after {timeout:g}s ({where.response(key)})", branch=key)
         time.sleep(delay)
         delay = min(delay * 2, 0.5)

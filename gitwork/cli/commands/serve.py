@@ -46,13 +46,14 @@ def serve(wp: Workplane, as_json: bool, bind: str | None, repo: str | None, publ
 
     def ready(where: str, bound: int) -> None:
         url = f"http://{'[' + where + ']' if ':' in where else where}:{bound}"
+        # Recorded before it is said: whoever reads the line below may run `gw show --web` at once,
+        # and that command reads the record (it once came last, and a quick caller found no server).
+        _record(wp, url)
         if as_json:
             output.emit_json({"ok": True, "item": None, "url": url, "repo": path})
             sys.stdout.flush()
         output.info(f"gw serve: {path} on {url} (board: {url}/, API: {url}/docs); Ctrl-C stops")
         sys.stderr.flush()
-
-        _record(wp, url)
 
     try:
         run(path, host, port, cors_origins=cors or (), ready=ready)
@@ -66,15 +67,15 @@ def _record(wp: Workplane, url: str | None) -> None:
     import json
     import os
 
+    from ...fsutil import write_atomic
     from ..showview import SERVE_FILE
 
     where = os.path.join(wp.repo.gitwork_dir(), SERVE_FILE)
     try:
         if url is None:
             os.unlink(where)
-        else:
-            with open(where, "w", encoding="utf-8") as handle:
-                json.dump({"url": url, "pid": os.getpid()}, handle)
+        else:  # whole or not at all: `gw show --web` may read it while it is written
+            write_atomic(where, json.dumps({"url": url, "pid": os.getpid()}), fsync=False)
     except OSError:
         pass  # --web then says no server runs: nothing else depends on this file
 
