@@ -83,8 +83,12 @@ def run(
                 returncode, stdout, stderr = _run_kept(cmd, keep, timeout, cwd, git_env(env))
             except subprocess.TimeoutExpired as exc:
                 raise TimedOut(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
-        elif cwd is None and input is None and timeout is None and _SPAWN:
-            returncode, stdout, stderr = _spawn(cmd, git_env(env))
+        elif input is None and timeout is None and _SPAWN and (cwd is None or os.path.isdir(cwd)):
+            # A cwd as ``git -C``, which changes to it first just as subprocess's cwd does (a folder
+            # that is not one takes subprocess's way and its error): the server hook's repository
+            # discovery is one such run, and subprocess costs it more start-up than the git it runs.
+            spawned = cmd if cwd is None else ("git", "-C", os.fspath(cwd), *args)
+            returncode, stdout, stderr = _spawn(spawned, git_env(env))
         else:
             import subprocess
 

@@ -530,6 +530,8 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
 def check_server_paths(push: Push) -> Iterable[str]:
     """Path leases: a new commit touching a path another live holder leased (or, with ``paths: strict``,
     one no live lease of the pusher covers) is refused (``pathcheck.py``)."""
+    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) for u in push.updates):
+        return  # only state refs move: no code to judge (pathcheck's own first test; its import is saved)
     from .pathcheck import refusals
 
     yield from refusals(push)
@@ -537,6 +539,8 @@ def check_server_paths(push: Push) -> Iterable[str]:
 
 def check_server_inbox(push: Push) -> Iterable[str]:
     """The batch arbiter's inbox (``refs/gitwork/inbox/*``): requests only, bounded (``sync/applier.py``)."""
+    if not any(u.ref.startswith(INBOX_PREFIX) for u in push.updates):
+        return  # no request in this push: applier.py (and the engine it imports) is not loaded
     from .applier import inbox_refusals
 
     yield from inbox_refusals(push)
@@ -553,13 +557,20 @@ def register_server_check(check: ServerCheck) -> ServerCheck:
     return check
 
 
+def _has_lock(push: Push) -> bool:
+    """A ``<ref>.lock`` file exists for a state ref of the push: only then is the sweep imported (its
+    package, ``gitwork.sync``, loads the CAS client and the transport: ~10 ms a push for nothing)."""
+    return any(os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))
+               for u in push.updates if u.ref.startswith(STATE_PREFIX))
+
+
 def pre_receive(args: list[str], text: str) -> list[str]:
     push = Push(parse_updates(text))
     try:
         problems: list[str] = []
         for check in list(SERVER_CHECKS):
             problems.extend(check(push))
-        if not problems:  # git takes the ref locks after this hook: a stale one would refuse the push
+        if not problems and _has_lock(push):  # git takes the ref locks after this hook: a stale one would refuse the push
             from .sync.arbiterlock import sweep
 
             for line in sweep(push.git_dir, [u.ref for u in push.updates]):
