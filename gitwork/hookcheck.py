@@ -23,24 +23,23 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable
 
 from . import gitcmd
+from .lazyre import Lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from .model import Lease
-    from .store import Store
+    from .store import Repository, Store
 
 SESSION_PREFIX = "refs/heads/session/"
 STATE_PREFIX = "refs/gitwork/"
 INBOX_PREFIX = "refs/gitwork/inbox/"  # the batch arbiter's requests (sync/inbox.py), not state refs
-_HEX = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
-_ITEM = re.compile(r"w-[0-9a-f]{16}\Z")
+_ITEM = Lazy(r"w-[0-9a-f]{16}\Z")
 
 # Patterns for rev-list: every branch, tag and remote-tracking ref that is not a session branch.
 PUBLISHED = ("--exclude=session/*", "--branches", "--exclude=*/session/*", "--remotes", "--tags")
@@ -120,7 +119,7 @@ def has_own_work(commit: str, session: str) -> bool:
     return bool(unreached[:1]) and not _earlier_steps(unreached, session)
 
 
-_STEP_BRANCH = re.compile(r"(.+)-s[1-9][0-9]*-p[1-9][0-9]*\Z")
+_STEP_BRANCH = Lazy(r"(.+)-s[1-9][0-9]*-p[1-9][0-9]*\Z")
 
 
 def _earlier_steps(commits: list[str], session: str) -> bool:
@@ -464,15 +463,37 @@ def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
         return []
     if new in ZERO:
         return [f"{ref}: deleting the work-plane state is not allowed"]
-    from .store import Repository, Store
+    from .store import Store
 
     # The same store gw reads through: loose objects read directly (the push's quarantine folder
     # included: git hands it to the hook as GIT_OBJECT_DIRECTORY), the rest from one cat-file.
-    store = Store(Repository.discover(git_dir), ref)
+    store = Store(_repository(git_dir), ref)
     try:
         return _check_range(git_dir, store, ref, old, new)
     finally:
         store.close()
+
+
+def _repository(git_dir: str) -> Repository:
+    """The hook's repository as ``Repository.discover(git_dir)`` finds it, from the discovery the hook
+    already made when that is the same repository: in a bare repository (an arbiter) each discovery
+    asks git twice (``rev-parse``, ``config``), two processes a push for nothing."""
+    from .errors import GwError
+    from .store import Repository, load
+
+    try:
+        where = _location()
+    except GwError:  # called from elsewhere (a test, statecheck's callers) outside any repository
+        return Repository.discover(git_dir)
+    if os.path.realpath(where.git_dir) != os.path.realpath(git_dir):
+        return Repository.discover(git_dir)
+    # As Repository.discover builds it (store.py); a Repository.from_location there would share this.
+    git_config = {k: v for k, v in where.config.items() if k.startswith("gitwork.")}
+    core = {k: v for k, v in where.config.items() if k.startswith("core.")}
+    repo = Repository(where.git_dir, where.common_dir, where.toplevel, where.bare, where.algorithm, git_config,
+                      load(where.toplevel, git_config), objects_dir=where.objects_dir, core=core)
+    repo.fast_refs = where.fast
+    return repo
 
 
 def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> list[str]:
