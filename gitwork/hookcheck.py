@@ -263,12 +263,20 @@ class Push:
         self._cat: gitcmd.CatFile | None = None
         self._state_ref: str | None = None
         self._git_dir: str | None = None
+        self._repository: Repository | None = None
 
     @property
     def git_dir(self) -> str:
         if self._git_dir is None:
             self._git_dir = _location().git_dir
         return self._git_dir
+
+    @property
+    def repository(self) -> Repository:
+        """The repository with its settings, as ``Repository.discover(git_dir)`` finds it (found once)."""
+        if self._repository is None:
+            self._repository = _repository(self.git_dir)
+        return self._repository
 
     def published_after(self, commit: str) -> bool:
         """``commit`` is on a non-session branch or tag, counting this push's own branch updates."""
