@@ -6,7 +6,8 @@ A real bare arbiter with gitwork's server hooks and a clone driven by ``gw``. Th
 as git hands them to the hook (its stdin) and then replayed against the arbiter as it was before each:
 ``claim`` (one state commit of a CAS arbiter, derived and accepted), ``forged`` (that commit with another
 author: derived and refused, one line, exit 1) and ``inbox`` (one request of a batch arbiter, checked and
-accepted). Each round runs, interleaved, the floors ``python -S -c pass`` and ``python -c pass`` and the
+accepted); and ``python -m gitwork.statecheck`` on the claim's whole history (the tests' ``assert_sound``).
+Each round runs, interleaved, the floors ``python -S -c pass`` and ``python -c pass`` and the
 hook under every tree given (this one first; ``--tree`` adds another checkout, e.g. main, for an A/B
 at the same load). Printed per case: the median CPU (user + system of the process and every git it
 ran, by ``wait4``) and wall time. Asserts nothing about speed (the machine is shared); it does check
@@ -142,6 +143,12 @@ def main() -> int:
                 # As git runs the hook in a bare repository: GIT_DIR set, the cwd the repository.
                 env = {**env0, "PYTHONPATH": str(tree), "GIT_DIR": "."}
                 runs.append((f"{case} [{name}]", [PY, "-m", "gitwork.hookcheck", "pre-receive"], bare, data, env))
+        bare, data = recorded["claim"]
+        whole = f"{'0' * 40} {data.split()[1].decode()} {STATE}\n".encode()
+        for name, tree in trees:
+            # The tests' assert_sound: the whole history checked as if pushed from nothing.
+            env = {**env0, "PYTHONPATH": str(tree), "GIT_DIR": str(bare), "GW_NOW": "2100-01-01T00:00:00Z"}
+            runs.append((f"statecheck [{name}]", [PY, "-m", "gitwork.statecheck"], bare, whole, env))
         results: dict[str, list[tuple[float, float]]] = {label: [] for label, *_ in runs}
         outcome: dict[str, tuple[int, bytes]] = {}
         load = os.getloadavg()[0]
