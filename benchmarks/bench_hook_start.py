@@ -6,7 +6,7 @@ A real bare arbiter with gitwork's server hooks and a clone driven by ``gw``. Th
 as git hands them to the hook (its stdin) and then replayed against the arbiter as it was before each:
 ``claim`` (one state commit of a CAS arbiter, derived and accepted), ``forged`` (that commit with another
 author: derived and refused, one line, exit 1) and ``inbox`` (one request of a batch arbiter, checked and
-accepted); and ``python -m gitwork.statecheck`` on the claim's whole history (the tests' ``assert_sound``).
+accepted); and ``python -m gitwork.statecheck`` on the whole history before the claim (the tests' ``assert_sound``).
 Each round runs, interleaved, the floors ``python -S -c pass`` and ``python -c pass`` and the
 hook under every tree given (this one first; ``--tree`` adds another checkout, e.g. main, for an A/B
 at the same load). Printed per case: the median CPU (user + system of the process and every git it
@@ -71,8 +71,20 @@ def world(base: Path, batch: bool) -> tuple[Path, Path]:
     return bare, clone
 
 
-def cases(base: Path) -> dict[str, tuple[Path, bytes]]:
-    """name -> (arbiter, hook input), each arbiter left as it was before that push."""
+def quarantine(bare: Path, name: str, tips: list[str], exclude: list[str]) -> tuple[Path, set[str]]:
+    """A copy of the objects a push of ``tips`` brings (those ``exclude`` does not reach), in a folder
+    of their own as git's receive-pack keeps them until the hook accepts: the hook then sees them through
+    GIT_OBJECT_DIRECTORY and the repository's own objects as an alternate."""
+    folder = bare / "objects" / f"incoming-{name}"
+    oids = {line.split()[0] for line in git(bare, "rev-list", "--objects", *tips, "--not", *exclude).splitlines()}
+    for oid in oids:
+        (folder / oid[:2]).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(bare / "objects" / oid[:2] / oid[2:], folder / oid[:2] / oid[2:])
+    return folder, oids
+
+
+def cases(base: Path) -> dict[str, tuple[Path, bytes, Path]]:
+    """name -> (arbiter, hook input, quarantine folder), each arbiter left as it was before that push."""
     bare, clone = world(base / "cas", batch=False)
     item = gw(clone, "new", "one").split()[0]
     gw(clone, "sync")
@@ -85,12 +97,22 @@ def cases(base: Path) -> dict[str, tuple[Path, bytes]]:
     lines = [("author Mallory <m@example.com>" + line[line.rindex(">") + 1:]) if line.startswith("author ") else line
              for line in lines]
     forged = git(bare, "hash-object", "-t", "commit", "-w", "--stdin", data=("\n".join(lines) + "\n").encode())
-    out = {"claim": (bare, f"{old} {new} {STATE}\n".encode()), "forged": (bare, f"{old} {forged} {STATE}\n".encode())}
+    q_claim, pushed = quarantine(bare, "claim", [new], [old])
+    q_forged, pushed_forged = quarantine(bare, "forged", [forged], [old])
+    for oid in pushed | pushed_forged:  # in the quarantine only, as during a real push
+        (bare / "objects" / oid[:2] / oid[2:]).unlink()
+    out = {"claim": (bare, f"{old} {new} {STATE}\n".encode(), q_claim),
+           "forged": (bare, f"{old} {forged} {STATE}\n".encode(), q_forged)}
     bare_b, clone_b = world(base / "batch", batch=True)
     item_b = gw(clone_b, "new", "one").split()[0]
     gw(clone_b, "sync")
     gw(clone_b, "claim", item_b)
-    out["inbox"] = (bare_b, (bare_b / "last-input").read_bytes())
+    data = (bare_b / "last-input").read_bytes()
+    request = data.split()[1].decode()
+    q_inbox = bare_b / "objects" / "incoming-inbox"
+    (q_inbox / request[:2]).mkdir(parents=True)
+    os.replace(bare_b / "objects" / request[:2] / request[2:], q_inbox / request[:2] / request[2:])
+    out["inbox"] = (bare_b, data, q_inbox)
     return out
 
 
@@ -138,13 +160,15 @@ def main() -> int:
             ("floor python -S -c pass", [PY, "-S", "-c", "pass"], base, b"", env0),
             ("floor python -c pass", [PY, "-c", "pass"], base, b"", env0),
         ]
-        for case, (bare, data) in recorded.items():
+        for case, (bare, data, incoming) in recorded.items():
             for name, tree in trees:
-                # As git runs the hook in a bare repository: GIT_DIR set, the cwd the repository.
-                env = {**env0, "PYTHONPATH": str(tree), "GIT_DIR": "."}
+                # As git runs the hook in a bare repository: GIT_DIR set, the cwd the repository, the
+                # pushed objects in quarantine.
+                env = {**env0, "PYTHONPATH": str(tree), "GIT_DIR": ".", "GIT_QUARANTINE_PATH": str(incoming),
+                       "GIT_OBJECT_DIRECTORY": str(incoming), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(bare / "objects")}
                 runs.append((f"{case} [{name}]", [PY, "-m", "gitwork.hookcheck", "pre-receive"], bare, data, env))
-        bare, data = recorded["claim"]
-        whole = f"{'0' * 40} {data.split()[1].decode()} {STATE}\n".encode()
+        bare, data, incoming = recorded["claim"]
+        whole = f"{'0' * 40} {data.split()[0].decode()} {STATE}\n".encode()
         for name, tree in trees:
             # The tests' assert_sound: the whole history checked as if pushed from nothing.
             env = {**env0, "PYTHONPATH": str(tree), "GIT_DIR": str(bare), "GW_NOW": "2100-01-01T00:00:00Z"}
