@@ -493,12 +493,14 @@ class _Child:
         if self.returncode is None and timeout is None:
             self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
         deadline = None if timeout is None else _monotonic() + timeout
+        delay = 0.0005  # git ends within a millisecond of its stdin closing: poll soon, then back off
         while self.poll() is None:
             if deadline is not None and _monotonic() >= deadline:
                 raise TimeoutError(f"git cat-file (pid {self.pid}) still running after {timeout}s")
             import time
 
-            time.sleep(0.005)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
         assert self.returncode is not None
         return self.returncode
 
