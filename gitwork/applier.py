@@ -68,12 +68,6 @@ def _git(git_dir: str, *args: str, input: bytes | None = None) -> gitcmd.Complet
     return gitcmd.run(["--git-dir", git_dir, *args], check=False, input=input)
 
 
-def _settings(git_dir: str) -> Any:
-    from .store import Repository
-
-    return Repository.discover(git_dir).settings
-
-
 # --- pre-receive: what an inbox push may bring ---------------------------------------------------
 
 
@@ -81,7 +75,7 @@ def inbox_refusals(push: Push) -> Iterable[str]:
     updates = [u for u in push.updates if u.ref.startswith(INBOX_PREFIX)]
     if not updates:
         return
-    settings = _settings(push.git_dir)
+    settings = push.repository.settings  # the hook's own discovery (a bare arbiter asks git twice per one)
     if settings.arbiter != "batch":
         yield (f"{updates[0].ref}: this arbiter does not take batched commands (set git config gitwork.arbiter "
                "batch on the arbiter, or push state commits: arbiter: cas)")
@@ -107,7 +101,6 @@ def _read(git_dir: str, oid: str) -> bytes | None:
 
 def _request_refusal(git_dir: str, update: RefUpdate, sizes: dict[str, tuple[str, int]]) -> str | None:
     from .store import identity_signature
-    from .sync.replay import same_command
 
     command_id = update.ref[len(INBOX_PREFIX):]
     if not COMMAND_ID.fullmatch(command_id):
@@ -152,6 +145,8 @@ def _request_refusal(git_dir: str, update: RefUpdate, sizes: dict[str, tuple[str
         before = parse_request(parse_commit(old), command_id) if old is not None else "answered"
         if isinstance(before, str):
             return "already answered: fetch the answer (gw retry does) instead of asking again"
+        from .sync.replay import same_command  # here: gitwork.sync loads the CAS client, for re-sends only
+
         if not same_command(before, clean):
             return f"command id {command_id} is already waiting with a different document"
     return None

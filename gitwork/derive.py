@@ -95,17 +95,19 @@ def time_refusal(when: int, now: _dt.datetime, margin: int) -> str | None:
     return None
 
 
-def _requested(store: Store, commit: str, command_id: str, records: Mapping[str, bytes] | None = None) -> str | None:
+def _requested(store: Store, commit: str, info: Commit, command_id: str,
+               records: Mapping[str, bytes] | None = None) -> str | None:
     """The first-asked digest the pushed command record holds (see the module docstring), if any.
 
-    ``records``: the records of this push read at once (``rev:path`` -> content), when prefetched."""
-    name = f"{commit}:{layout.command_path(command_id)}"
+    ``records``: the records of this push read at once (``rev:path`` -> content), when prefetched.
+    Otherwise read along the commit's tree through the store: the pushed objects are loose (git unpacks
+    a small push), so no ``git cat-file`` process is started for them (a push's one or two commands)."""
+    path = layout.command_path(command_id)
     try:
         if records is not None:
-            data = records.get(name)
+            data = records.get(f"{commit}:{path}")
         else:
-            got = store.cat.get(name)
-            data = got[2] if got and got[1] == "blob" else None
+            data = Snapshot(store, commit, info).blob(path)
         digests = json.loads(data).get("digests") if data else None
     except (GwError, ValueError, AttributeError, RecursionError):
         return None
@@ -187,7 +189,7 @@ def check_commit(store: Store, commit: str, now: _dt.datetime, seen: dict[str, C
     try:
         base.check_format()
         clean = engine.validate_command(dict(cmd))
-        outcome = engine.apply(base, clean, at, settings, requested=_requested(store, commit, cmd["id"], raw))
+        outcome = engine.apply(base, clean, at, settings, requested=_requested(store, commit, info, cmd["id"], raw))
         if outcome.empty:
             return f"{who} changes nothing on its parent (gitwork writes no commit for it)"
         derived = engine.commit_body(store, base, clean, outcome, at)

@@ -83,8 +83,12 @@ def run(
                 returncode, stdout, stderr = _run_kept(cmd, keep, timeout, cwd, git_env(env))
             except subprocess.TimeoutExpired as exc:
                 raise TimedOut(f"git {' '.join(args)} timed out after {timeout}s", cmd=list(cmd)) from exc
-        elif cwd is None and input is None and timeout is None and _SPAWN:
-            returncode, stdout, stderr = _spawn(cmd, git_env(env))
+        elif input is None and timeout is None and _SPAWN and (cwd is None or os.path.isdir(cwd)):
+            # A cwd as ``git -C``, which changes to it first just as subprocess's cwd does (a folder
+            # that is not one takes subprocess's way and its error): the server hook's repository
+            # discovery is one such run, and subprocess costs it more start-up than the git it runs.
+            spawned = cmd if cwd is None else ("git", "-C", os.fspath(cwd), *args)
+            returncode, stdout, stderr = _spawn(spawned, git_env(env))
         else:
             import subprocess
 
@@ -445,24 +449,113 @@ def read_sizes(git_dir: str, names: Sequence[str]) -> dict[str, tuple[str, int]]
     return found
 
 
+class _Child:
+    """A ``git cat-file --batch`` started with ``os.posix_spawn``: the part of ``subprocess.Popen`` that
+    :class:`CatFile` (and the suite's leak check) use. Importing subprocess costs a server hook ~5 ms of
+    its ~40 (threading, selectors, locale, signal's enums), more than the reader it would start."""
+
+    def __init__(self, cmd: tuple[str, ...], env: dict[str, str], err: int | None) -> None:
+        try:
+            import _signal as signal  # type: ignore[import-not-found]  # C module: no enums
+        except ImportError:
+            import signal  # type: ignore[no-redef]
+
+        program = _program(cmd[0], env)
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1)]
+        actions.append((os.POSIX_SPAWN_DUP2, err, 2) if err is not None
+                       else (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0))
+        actions += _close_inherited((in_r, in_w, out_r, out_w) + ((err,) if err is not None else ()))
+        try:
+            self.pid = os.posix_spawn(program, cmd, env, file_actions=actions,
+                                      setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+        except BaseException:
+            os.close(in_w)
+            os.close(out_r)
+            raise
+        finally:
+            os.close(in_r)
+            os.close(out_w)
+        self.stdin = open(in_w, "wb")  # noqa: SIM115 - closed by CatFile.close (EOF ends the reader)
+        self.stdout = open(out_r, "rb")  # noqa: SIM115 - closed with the object
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code; past ``timeout`` seconds :class:`TimeoutError` (the child left running)."""
+        if self.returncode is None and timeout is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        deadline = None if timeout is None else _monotonic() + timeout
+        delay = 0.0005  # git ends within a millisecond of its stdin closing: poll soon, then back off
+        while self.poll() is None:
+            if deadline is not None and _monotonic() >= deadline:
+                raise TimeoutError(f"git cat-file (pid {self.pid}) still running after {timeout}s")
+            import time
+
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, 9)  # SIGKILL
+            except ProcessLookupError:
+                pass
+
+    def __del__(self) -> None:
+        for stream in (getattr(self, "stdin", None), getattr(self, "stdout", None)):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        if getattr(self, "returncode", 0) is None:
+            try:
+                self.poll()  # reap it if it has ended (as Popen's own clean-up does)
+            except OSError:
+                pass
+
+
+def _program(name: str, env: Mapping[str, str]) -> str:
+    """``name`` looked up on ``env``'s PATH as subprocess does (``FileNotFoundError`` if absent)."""
+    program = next((p for p in (os.path.join(d, name) for d in os.get_exec_path(env))
+                    if os.access(p, os.X_OK) and not os.path.isdir(p)), None)
+    if program is None:
+        raise FileNotFoundError(name)
+    return program
+
+
 class CatFile:
     """A long-lived ``git cat-file --batch`` reader; objects by id or by ``rev:path``."""
 
     def __init__(self, git_dir: str) -> None:
         self._git_dir = git_dir
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: _Child | subprocess.Popen[bytes] | None = None
         self._err: int | None = None  # git's stderr: a file in memory, read only when git dies
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self) -> _Child | subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
-            import subprocess
-
             self._drop_err()
             # Not a pipe: a long-lived reader nobody drains would block on a full one.
             memfd = getattr(os, "memfd_create", None)
             self._err = memfd("gw-cat-file", os.MFD_CLOEXEC) if memfd is not None else None
+            cmd = ("git", "--git-dir", self._git_dir, "cat-file", "--batch")
+            if _SPAWN:
+                self._proc = _Child(cmd, git_env(), self._err)
+                return self._proc
+            import subprocess
+
             self._proc = subprocess.Popen(
-                ("git", "--git-dir", self._git_dir, "cat-file", "--batch"),
+                cmd,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL if self._err is None else self._err,
@@ -525,7 +618,15 @@ class CatFile:
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
+        if isinstance(proc, _Child):
+            if proc.poll() is None:
+                try:
+                    proc.stdin.close()
+                    proc.wait(timeout=5)
+                except OSError:  # TimeoutError included
+                    proc.kill()
+                    proc.wait()
+        elif proc is not None and proc.poll() is None:
             import subprocess
 
             assert proc.stdin is not None

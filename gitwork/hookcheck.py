@@ -23,24 +23,23 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable
 
 from . import gitcmd
+from .lazyre import Lazy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
     from .model import Lease
-    from .store import Store
+    from .store import Repository, Store
 
 SESSION_PREFIX = "refs/heads/session/"
 STATE_PREFIX = "refs/gitwork/"
 INBOX_PREFIX = "refs/gitwork/inbox/"  # the batch arbiter's requests (sync/inbox.py), not state refs
-_HEX = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?\Z")
-_ITEM = re.compile(r"w-[0-9a-f]{16}\Z")
+_ITEM = Lazy(r"w-[0-9a-f]{16}\Z")
 
 # Patterns for rev-list: every branch, tag and remote-tracking ref that is not a session branch.
 PUBLISHED = ("--exclude=session/*", "--branches", "--exclude=*/session/*", "--remotes", "--tags")
@@ -120,7 +119,7 @@ def has_own_work(commit: str, session: str) -> bool:
     return bool(unreached[:1]) and not _earlier_steps(unreached, session)
 
 
-_STEP_BRANCH = re.compile(r"(.+)-s[1-9][0-9]*-p[1-9][0-9]*\Z")
+_STEP_BRANCH = Lazy(r"(.+)-s[1-9][0-9]*-p[1-9][0-9]*\Z")
 
 
 def _earlier_steps(commits: list[str], session: str) -> bool:
@@ -264,12 +263,20 @@ class Push:
         self._cat: gitcmd.CatFile | None = None
         self._state_ref: str | None = None
         self._git_dir: str | None = None
+        self._repository: Repository | None = None
 
     @property
     def git_dir(self) -> str:
         if self._git_dir is None:
             self._git_dir = _location().git_dir
         return self._git_dir
+
+    @property
+    def repository(self) -> Repository:
+        """The repository with its settings, as ``Repository.discover(git_dir)`` finds it (found once)."""
+        if self._repository is None:
+            self._repository = _repository(self.git_dir)
+        return self._repository
 
     def published_after(self, commit: str) -> bool:
         """``commit`` is on a non-session branch or tag, counting this push's own branch updates."""
@@ -464,23 +471,50 @@ def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
         return []
     if new in ZERO:
         return [f"{ref}: deleting the work-plane state is not allowed"]
-    from .store import Repository, Store
+    from .store import Store
 
     # The same store gw reads through: loose objects read directly (the push's quarantine folder
     # included: git hands it to the hook as GIT_OBJECT_DIRECTORY), the rest from one cat-file.
-    store = Store(Repository.discover(git_dir), ref)
+    store = Store(_repository(git_dir), ref)
     try:
         return _check_range(git_dir, store, ref, old, new)
     finally:
         store.close()
 
 
+def _repository(git_dir: str) -> Repository:
+    """The hook's repository as ``Repository.discover(git_dir)`` finds it, from the discovery the hook
+    already made when that is the same repository: in a bare repository (an arbiter) each discovery
+    asks git twice (``rev-parse``, ``config``), two processes a push for nothing."""
+    from .errors import GwError
+    from .store import Repository, load
+
+    try:
+        where = _location()
+    except GwError:  # called from elsewhere (a test, statecheck's callers) outside any repository
+        return Repository.discover(git_dir)
+    if os.path.realpath(where.git_dir) != os.path.realpath(git_dir):
+        return Repository.discover(git_dir)
+    # As Repository.discover builds it (store.py); a Repository.from_location there would share this.
+    git_config = {k: v for k, v in where.config.items() if k.startswith("gitwork.")}
+    core = {k: v for k, v in where.config.items() if k.startswith("core.")}
+    repo = Repository(where.git_dir, where.common_dir, where.toplevel, where.bare, where.algorithm, git_config,
+                      load(where.toplevel, git_config), objects_dir=where.objects_dir, core=core)
+    repo.fast_refs = where.fast
+    return repo
+
+
 def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> list[str]:
     git = functools.partial(_git, "--git-dir", git_dir)
     if old not in ZERO:
-        if git("merge-base", "--is-ancestor", old, new).returncode != 0:
-            return [f"{ref}: non-fast-forward update refused (the state history is append-only)"]
-        commits = git("rev-list", "--reverse", "--parents", new, f"^{old}", check=True).out.splitlines()
+        listed = git("rev-list", "--reverse", "--parents", new, f"^{old}")
+        commits = listed.out.splitlines() if listed.returncode == 0 else []
+        # A listed commit whose parent is ``old`` shows ``old`` an ancestor of ``new``: one git process
+        # decides both for every ordinary push. Otherwise git's own answer, then the list, as before.
+        if not any(old in line.split()[1:] for line in commits):
+            if git("merge-base", "--is-ancestor", old, new).returncode != 0:
+                return [f"{ref}: non-fast-forward update refused (the state history is append-only)"]
+            commits = git("rev-list", "--reverse", "--parents", new, f"^{old}", check=True).out.splitlines()
     else:
         commits = git("rev-list", "--reverse", "--parents", new, check=True).out.splitlines()
     parents = {parts[0]: (parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)}
@@ -530,6 +564,8 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
 def check_server_paths(push: Push) -> Iterable[str]:
     """Path leases: a new commit touching a path another live holder leased (or, with ``paths: strict``,
     one no live lease of the pusher covers) is refused (``pathcheck.py``)."""
+    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) for u in push.updates):
+        return  # only state refs move: no code to judge (pathcheck's own first test; its import is saved)
     from .pathcheck import refusals
 
     yield from refusals(push)
@@ -537,6 +573,8 @@ def check_server_paths(push: Push) -> Iterable[str]:
 
 def check_server_inbox(push: Push) -> Iterable[str]:
     """The batch arbiter's inbox (``refs/gitwork/inbox/*``): requests only, bounded (``sync/applier.py``)."""
+    if not any(u.ref.startswith(INBOX_PREFIX) for u in push.updates):
+        return  # no request in this push: applier.py (and the engine it imports) is not loaded
     from .applier import inbox_refusals
 
     yield from inbox_refusals(push)
@@ -553,13 +591,20 @@ def register_server_check(check: ServerCheck) -> ServerCheck:
     return check
 
 
+def _has_lock(push: Push) -> bool:
+    """A ``<ref>.lock`` file exists for a state ref of the push: only then is the sweep imported (its
+    package, ``gitwork.sync``, loads the CAS client and the transport: ~10 ms a push for nothing)."""
+    return any(os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))
+               for u in push.updates if u.ref.startswith(STATE_PREFIX))
+
+
 def pre_receive(args: list[str], text: str) -> list[str]:
     push = Push(parse_updates(text))
     try:
         problems: list[str] = []
         for check in list(SERVER_CHECKS):
             problems.extend(check(push))
-        if not problems:  # git takes the ref locks after this hook: a stale one would refuse the push
+        if not problems and _has_lock(push):  # git takes the ref locks after this hook: a stale one would refuse the push
             from .sync.arbiterlock import sweep
 
             for line in sweep(push.git_dir, [u.ref for u in push.updates]):

@@ -12,7 +12,6 @@ delegation verify with it.
 from __future__ import annotations
 
 import os
-import tempfile
 
 from . import gitcmd
 from .errors import Forbidden, Invalid
@@ -89,6 +88,8 @@ def verify(data: bytes, signature: str, signers: Iterable[tuple[str, str]] | str
     """
     if not isinstance(signature, str) or not signature.strip().startswith(SIG_BEGIN) or len(signature) > MAX_SIGNATURE:
         raise Forbidden("not an SSH signature", reason="bad-signature")
+    import tempfile  # here, not at the top: the server hook imports this module for split_signed_commit
+
     with tempfile.TemporaryDirectory(prefix="gw-verify-") as tmp:
         sig_path = os.path.join(tmp, "sig")
         with open(sig_path, "w", encoding="ascii", errors="replace") as out:

@@ -252,3 +252,42 @@ print(sorted(m for m in ("subprocess", "threading", "selectors") if m in sys.mod
                                            text=True).stdout:
         assert time.monotonic() < deadline, "the detached git gc never ran"
         time.sleep(0.05)
+
+
+# What the server hook may load for a push of state commits (the suite's costliest child, and every
+# push's latency): the CAS client and transport (``gitwork.sync``: only a stale ref lock needs its
+# sweep), the batch applier (only for inbox refs), path leases (only for code refs), the CLI.
+HOOK_NEVER = {"gitwork.sync", "gitwork.sync.cas", "gitwork.sync.transport", "gitwork.applier", "gitwork.pathcheck",
+              "gitwork.cli", "typer", "rich", "ruamel", "tempfile", "shutil", "random", "hashlib"}
+
+
+def remote_imports(stderr: str) -> set[str]:
+    return {line.split("|")[-1].strip() for line in stderr.splitlines() if "import time:" in line}
+
+
+def test_the_server_hook_derives_a_state_push_without_the_client_modules(tmp_path: Path) -> None:
+    """A state commit pushed to an arbiter goes through the real ``pre-receive`` (derived, accepted),
+    ``-X importtime`` passed down by git's environment; and ``python -m gitwork.statecheck`` (the tests'
+    ``assert_sound``) on the whole history loads no more."""
+    from conftest import tip
+    from test_arbiter_derive import STATE, alice_holds_an_item, bob_says
+
+    bare, _alice, bob, item = alice_holds_an_item(tmp_path)
+    honest = bob_says(bob, item)
+    done = subprocess.run(["git", "push", "--porcelain", "origin", f"{honest}:{STATE}"], cwd=bob, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 0, done.stderr
+    assert tip(bare) == honest
+    imported = remote_imports(done.stderr)
+    assert "gitwork.derive" in imported  # the hook ran and derived the commit
+    assert not imported & HOOK_NEVER, f"the server hook imports {sorted(imported & HOOK_NEVER)}"
+    # Its git processes (the cat-file reader of the state in quarantine included) go through
+    # os.posix_spawn: subprocess (threading, selectors, locale) is ~5 ms of the hook's ~40.
+    assert "subprocess" not in imported, sorted(imported)
+    check = subprocess.run([sys.executable, "-X", "importtime", "-m", "gitwork.statecheck"], cwd=bare,
+                           capture_output=True, text=True, input=f"{'0' * 40} {honest} {STATE}\n",
+                           env={**os.environ, "GIT_DIR": str(bare), "GW_NOW": "2100-01-01T00:00:00Z"})
+    assert check.returncode == 0, check.stderr
+    imported = remote_imports(check.stderr)
+    assert "gitwork.derive" in imported
+    assert not imported & HOOK_NEVER, f"gitwork.statecheck imports {sorted(imported & HOOK_NEVER)}"
