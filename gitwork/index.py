@@ -43,9 +43,12 @@ class Index:
 # Corrupt items any summary in this process left out, for the CLI to name on stderr once per command
 # (a listing, `ready` and `claim --next` all read through a summary; see cli/actions.invoke).
 NOTED: dict[str, str] = {}
+NOTED_MAX = 100_000
 
 
 def note_problems(found: dict[str, str]) -> None:
+    if len(NOTED) + len(found) > NOTED_MAX:
+        NOTED.clear()  # a long-lived process (gw serve, gw mcp) never names them: bounded, not kept forever
     NOTED.update(found)
 
 

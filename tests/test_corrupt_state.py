@@ -173,6 +173,26 @@ def test_the_library_lists_sound_items_and_reports_the_bad_one(state: Path) -> N
     assert done.stdout.splitlines()[0].split("\t")[5] == "the bad one" and done.stderr == ""
 
 
+def test_a_command_names_only_what_it_left_out_itself(state: Path, tmp_path: Path) -> None:
+    """The corrupt items a library read noted in this process (a server, an MCP session, a test) are
+    not named by a later command on another state: each command names what its own reads left out."""
+    from conftest import gw_here, make_repo
+
+    bad_item(state)
+    with Workplane(str(state)) as wp:
+        assert [row[0] for row in wp.ready()] == [GOOD]  # noted BAD, named by no command
+    other = make_repo(tmp_path / "other")
+    with Workplane(str(other), agent="alice") as wp:
+        wp.do("init")
+        wp.do("new", title="elsewhere", item=GOOD)
+    done = gw_here(other, "ready")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    refused_here = gw_here(other, "release", GOOD, "--as", "mallory\n")
+    assert len(refused_here.stderr.splitlines()) == 1, refused_here.stderr
+    named = gw_here(state, "ready")  # its own read still names the bad one, once
+    assert named.stderr.count(BAD) == 1 and "left out" in named.stderr
+
+
 def test_the_arbiters_hook_refuses_a_bad_value_before_it_spreads(state: Path, tmp_path: Path) -> None:
     import sys
 

@@ -27,6 +27,9 @@ def invoke(func: Callable[..., Any], *, as_json: bool, path: str | None = None, 
     from ..workplane import Workplane
 
     wp = None
+    index = sys.modules.get("gitwork.index")
+    if index is not None:  # what an earlier read in this process left out is not this command's to name
+        index.NOTED.clear()
     try:
         if agent is None and "GW_AGENT" in os.environ and not os.environ["GW_AGENT"].strip():
             # Set but empty (`GW_AGENT= gw ...`, an unset variable expanded): an error, as `--as ""` is,
