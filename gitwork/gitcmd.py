@@ -567,18 +567,23 @@ class CatFile:
             memfd = getattr(os, "memfd_create", None)
             self._err = memfd("gw-cat-file", os.MFD_CLOEXEC) if memfd is not None else None
             cmd = ("git", "--git-dir", self._git_dir, "cat-file", "--batch")
-            if _SPAWN:
-                self._proc = _Child(cmd, git_env(), self._err)
-                return self._proc
-            import subprocess
+            try:
+                if _SPAWN:
+                    self._proc = _Child(cmd, git_env(), self._err)
+                    return self._proc
+                import subprocess
 
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL if self._err is None else self._err,
-                env=git_env(),
-            )
+                self._proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL if self._err is None else self._err,
+                    env=git_env(),
+                )
+            except FileNotFoundError as exc:  # no git binary at all: said as run() says it
+                self._proc = None
+                self._drop_err()
+                raise GitFailed("git is not installed or not on PATH") from exc
         return self._proc
 
     def _drop_err(self) -> bytes:
