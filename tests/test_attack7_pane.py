@@ -1,3 +1,4 @@
+# ruff: noqa: F811  (fixtures imported from test_launch and test_launcher, shadowed by parameters: pytest's way)
 """Attack on the launcher's shell pane (gitwork/launch/tmux.py ``PANE``, docs/launch.md): very long
 arguments, a leading dash, an agent that closes its stdout and forks and exits, one that ignores TERM,
 one ended by a signal, kill -9 of the pane's shell, and two ``gw run`` at once on one item."""
@@ -134,7 +135,7 @@ def test_two_gw_run_at_once_on_one_item_start_one_agent(launched: Path,
     outs = [p.communicate(timeout=60) for p in procs]
     time.sleep(0.2)
     assert len(agents(marker)) == 1, outs
-    ok = [json.loads(o) for (o, _e), p in zip(outs, procs) if p.returncode == 0]
+    ok = [json.loads(o) for (o, _e), p in zip(outs, procs, strict=True) if p.returncode == 0]
     assert len({doc["execution"] for doc in ok}) == 1, outs
     live = [r for r in all_runs(launched) if r["item"] == item and r["state"] == "running"]
     assert len(live) == 1, live
