@@ -4,13 +4,16 @@ plain git racing gw writers, a ref only in packed-refs, kill -9 at random moment
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -176,20 +179,49 @@ def test_a_linked_worktree_moves_the_common_ref(repo: Path, tmp_path: Path) -> N
     assert not list((repo / ".git" / "refs" / "gitwork").glob("*.lock"))
 
 
-def test_a_read_only_refs_folder_is_a_one_line_refusal(repo: Path) -> None:
-    """The refs folder not writable: gw refuses in one line, nothing moves, no lock left."""
+@contextlib.contextmanager
+def read_only(folder: Path) -> Iterator[None]:
+    """``folder`` where nothing can be created: ``chattr +i`` as root (whom modes do not stop), else 0555."""
     if os.geteuid() == 0:
-        pytest.skip("root writes anywhere")
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(folder)]).returncode != 0:
+            pytest.skip("root, and no chattr +i here to make a folder read-only")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+    else:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+
+
+def test_a_read_only_refs_folder_is_a_one_line_refusal(repo: Path) -> None:
+    """The ref's folder read-only: gw refuses in one line, nothing moves, no lock left."""
     init_state(repo)
     before = tip(repo)
     folder = repo / ".git" / "refs" / "gitwork"
-    folder.chmod(0o555)
-    try:
+    with read_only(folder):
         done = run_gw(repo, "new", "nowhere", "--as", "alice", env={"GW_LOCK_TIMEOUT": "0.3"})
-    finally:
-        folder.chmod(0o755)
     assert done.returncode != 0 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
     assert tip(repo) == before and not list(folder.glob("*.lock"))
+
+
+def test_a_read_only_gitwork_folder_leaves_the_swap_to_git(repo: Path) -> None:
+    """gitwork's own folder (where the in-process lock file is made first) read-only: the write is left
+    to ``git update-ref`` and lands; nothing of ours is left in either folder."""
+    init_state(repo)
+    before = tip(repo)
+    ours = repo / ".git" / "gitwork"
+    ours.mkdir(exist_ok=True)
+    with read_only(ours):
+        done = run_gw(repo, "new", "through git", "--as", "alice")
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-parse", STATE + "^") == before
+    assert not [n for n in os.listdir(ours) if n.startswith(".reflock-")]
+    assert not list((repo / ".git" / "refs" / "gitwork").glob("*.lock"))
 
 
 def test_a_symlinked_ref_is_moved_as_git_moves_it(repo: Path, tmp_path: Path) -> None:
