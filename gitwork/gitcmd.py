@@ -449,12 +449,29 @@ def read_sizes(git_dir: str, names: Sequence[str]) -> dict[str, tuple[str, int]]
     return found
 
 
+# Readers let go while git still ran (its stdin just closed): reaped when the next one starts, as
+# subprocess keeps its own (``_active``), else a long-lived process (``gw serve``) gathers zombies.
+_UNREAPED: list[int] = []
+
+
+def _reap_dropped() -> None:
+    for pid in list(_UNREAPED):
+        try:
+            done = os.waitpid(pid, os.WNOHANG)[0]
+        except ChildProcessError:
+            done = pid  # (reaped elsewhere)
+        if done:
+            _UNREAPED.remove(pid)
+
+
 class _Child:
     """A ``git cat-file --batch`` started with ``os.posix_spawn``: the part of ``subprocess.Popen`` that
     :class:`CatFile` (and the suite's leak check) use. Importing subprocess costs a server hook ~5 ms of
     its ~40 (threading, selectors, locale, signal's enums), more than the reader it would start."""
 
     def __init__(self, cmd: tuple[str, ...], env: dict[str, str], err: int | None) -> None:
+        if _UNREAPED:
+            _reap_dropped()
         try:
             import _signal as signal  # type: ignore[import-not-found]  # C module: no enums
         except ImportError:
@@ -520,7 +537,8 @@ class _Child:
                 pass
         if getattr(self, "returncode", 0) is None:
             try:
-                self.poll()  # reap it if it has ended (as Popen's own clean-up does)
+                if self.poll() is None:  # reap it if it has ended, else when the next reader starts
+                    _UNREAPED.append(self.pid)
             except OSError:
                 pass
 
@@ -549,18 +567,23 @@ class CatFile:
             memfd = getattr(os, "memfd_create", None)
             self._err = memfd("gw-cat-file", os.MFD_CLOEXEC) if memfd is not None else None
             cmd = ("git", "--git-dir", self._git_dir, "cat-file", "--batch")
-            if _SPAWN:
-                self._proc = _Child(cmd, git_env(), self._err)
-                return self._proc
-            import subprocess
+            try:
+                if _SPAWN:
+                    self._proc = _Child(cmd, git_env(), self._err)
+                    return self._proc
+                import subprocess
 
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL if self._err is None else self._err,
-                env=git_env(),
-            )
+                self._proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL if self._err is None else self._err,
+                    env=git_env(),
+                )
+            except FileNotFoundError as exc:  # no git binary at all: said as run() says it
+                self._proc = None
+                self._drop_err()
+                raise GitFailed("git is not installed or not on PATH") from exc
         return self._proc
 
     def _drop_err(self) -> bytes:
