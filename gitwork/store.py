@@ -467,6 +467,47 @@ class Store:
             except FileNotFoundError:
                 pass
             os.close(fd)
+            if moved:
+                self._sweep_reflocks(lock_path[:-5])
+
+    def _sweep_reflocks(self, ref_path: str) -> None:
+        """Remove the ``.reflock-*`` files of writers that died outside the lock (before linking theirs,
+        or after renaming it over the ref): one listing of gitwork's folder after each move (tens of
+        microseconds). A file goes only when it is older than ``REFLOCK_AGE``, no process holds its
+        ``flock`` (a live writer holds its own from just after creating it), and it is linked to nothing
+        but the ref itself: a file linked to a ``REF.lock`` is left to ``_stale``, which needs that second
+        link to know the lock is ours. A writer paused between creating its file and locking it, whose
+        file goes, finds it gone when it links and leaves the move to ``git update-ref``."""
+        import fcntl
+
+        folder = os.path.join(self.repo.common_dir, "gitwork")
+        try:
+            names = [name for name in os.listdir(folder) if name.startswith(REFLOCK)]
+        except OSError:
+            return
+        now = time.time()
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                found = os.stat(path)
+                if now - found.st_mtime < REFLOCK_AGE:
+                    continue
+                if found.st_nlink > 1:
+                    ref = os.stat(ref_path)
+                    if (ref.st_dev, ref.st_ino) != (found.st_dev, found.st_ino):
+                        continue
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                again = os.stat(path)
+                if (again.st_dev, again.st_ino) == (found.st_dev, found.st_ino):
+                    os.unlink(path)
+            except OSError:  # BlockingIOError included: its writer lives
+                pass
+            finally:
+                os.close(fd)
 
     def _stale(self, lock_path: str) -> None:
         """Remove ``REF.lock`` when it is one of ours whose writer died: a second link (ours are made by
@@ -509,6 +550,7 @@ class Store:
 
 
 REFLOCK = ".reflock-"  # the files the in-process compare-and-swap links to REF.lock (Store._swap_files)
+REFLOCK_AGE = 10.0  # seconds: a dead writer's own file older than this is swept (Store._sweep_reflocks)
 
 
 def _head_is_valid(git_dir: str) -> bool:

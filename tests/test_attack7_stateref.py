@@ -252,22 +252,43 @@ def test_a_symlinked_ref_is_moved_as_git_moves_it(repo: Path, tmp_path: Path) ->
     assert (gw_side / "real").read_text() == (git_side / "real").read_text()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a gw writer killed after creating its .reflock-PID-RANDOM file but before linking it to state.lock, or "
-    "after renaming the lock over the ref but before removing it, leaves the file for ever (_stale removes "
-    "one only when it is linked to a lock still in place): 1 left by 40 random kill -9 here. Harmless (no "
-    "lock), but they pile up; a sweep of the ones whose flock is free would take them"))
-def test_a_dead_writers_own_lock_file_is_swept(repo: Path) -> None:
-    """A ``.reflock-*`` file of a writer that died before it linked it (no flock held, no lock): the next
-    writer lands, and the file does not outlive it."""
+def _planted(folder: Path, name: str, text: str, age: float = 120.0) -> Path:
+    path = folder / name
+    path.write_text(text)
+    old = time.time() - age
+    os.utime(path, (old, old))
+    return path
+
+
+def test_a_dead_writers_own_lock_file_is_swept_and_nothing_else(repo: Path) -> None:
+    """A writer killed before it linked its ``.reflock-*`` file, or after it renamed the lock over the ref,
+    leaves that file (1 in 40 random kill -9): the next move sweeps it. What stays: a file whose flock a
+    live process holds, a file younger than REFLOCK_AGE, and a file linked to a REF.lock (``_stale`` needs
+    that second link to know the lock is gitwork's, so the ref is never left locked for good)."""
     init_state(repo)
     ours = repo / ".git" / "gitwork"
     ours.mkdir(exist_ok=True)
-    dead = ours / ".reflock-999999-0123456789ab"
-    dead.write_text((tip(repo) or "") + "\n")
-    done = run_gw(repo, "new", "after a dead writer", "--as", "alice")
-    assert done.returncode == 0, done.stderr
-    assert not dead.exists()
+    dead = _planted(ours, ".reflock-999999-0123456789ab", (tip(repo) or "") + "\n")
+    young = _planted(ours, ".reflock-999998-0123456789ab", "x\n", age=0)
+    held = _planted(ours, ".reflock-999997-0123456789ab", "x\n")
+    linked = _planted(ours, ".reflock-999996-0123456789ab", "x\n")
+    other_lock = repo / ".git" / "refs" / "gitwork" / "other.lock"
+    os.link(linked, other_lock)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", str(held)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        done = run_gw(repo, "new", "after a dead writer", "--as", "alice")
+        assert done.returncode == 0, done.stderr
+        assert not dead.exists()
+        assert young.exists() and held.exists() and linked.exists() and other_lock.exists()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert run_gw(repo, "new", "once its holder is gone", "--as", "alice").returncode == 0
+    assert not held.exists() and young.exists() and linked.exists()
 
 
 if __name__ == "__main__":  # pragma: no cover
