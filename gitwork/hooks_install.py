@@ -145,5 +145,14 @@ def install_server(bare: str, *, use_hooks_path: bool = False) -> dict[str, Any]
     if not os.path.isdir(where):
         raise Invalid(f"{bare} does not exist")
     folder = hooks_dir(where, bare=True, use_hooks_path=use_hooks_path)
+    hooks = install_into(folder, SERVER_HOOKS)
+    # git's ref packing racing pushes and writers can lose an update whose compare-and-swap succeeded:
+    # reproduced with git 2.39.5 alone (tests/test_attack7_arbiter.py, opt-in). `git gc --auto`, which
+    # receive-pack starts after pushes (receive.autogc), packs refs unless gc.packRefs says not to; an
+    # arbiter has few refs, so it keeps them loose. A value the administrator set is left as it is.
+    packing = _git(where, "config", "--get", "gc.packRefs", check=False).out.strip()
+    if not packing:
+        _git(where, "config", "gc.packRefs", "false")
+        packing = "false"
     return {"scope": "server", "repository": where, "hooks_dir": folder, "python": sys.executable,
-            "hooks": install_into(folder, SERVER_HOOKS)}
+            "hooks": hooks, "gc.packRefs": packing}

@@ -210,6 +210,11 @@ def test_cli_install_server(tmp_path: Path, repo: Path) -> None:
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["scope"] == "server" and Path(doc["hooks"][0]["path"]) == remote / "hooks" / "pre-receive"
+    # git's gc packs no refs on the arbiter (ref packing racing pushes can lose an update; deploy.md)
+    assert doc["gc.packRefs"] == "false" and git(remote, "config", "--get", "gc.packRefs") == "false"
+    git(remote, "config", "gc.packRefs", "true")  # an administrator's own choice stays
+    again = json.loads(run_gw(outside, "hooks", "install", "--server", str(remote), "--json").stdout)
+    assert again["gc.packRefs"] == "true" and git(remote, "config", "--get", "gc.packRefs") == "true"
     not_bare = run_gw(outside, "hooks", "install", "--server", str(repo), "--json")
     assert not_bare.returncode == 5 and "not a bare" in json.loads(not_bare.stdout)["message"]
     assert not (repo / ".git" / "hooks" / "pre-receive").exists()
