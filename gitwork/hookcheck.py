@@ -487,7 +487,7 @@ def _repository(git_dir: str) -> Repository:
     already made when that is the same repository: in a bare repository (an arbiter) each discovery
     asks git twice (``rev-parse``, ``config``), two processes a push for nothing."""
     from .errors import GwError
-    from .store import Repository, load
+    from .store import Repository
 
     try:
         where = _location()
@@ -495,13 +495,7 @@ def _repository(git_dir: str) -> Repository:
         return Repository.discover(git_dir)
     if os.path.realpath(where.git_dir) != os.path.realpath(git_dir):
         return Repository.discover(git_dir)
-    # As Repository.discover builds it (store.py); a Repository.from_location there would share this.
-    git_config = {k: v for k, v in where.config.items() if k.startswith("gitwork.")}
-    core = {k: v for k, v in where.config.items() if k.startswith("core.")}
-    repo = Repository(where.git_dir, where.common_dir, where.toplevel, where.bare, where.algorithm, git_config,
-                      load(where.toplevel, git_config), objects_dir=where.objects_dir, core=core)
-    repo.fast_refs = where.fast
-    return repo
+    return Repository.from_location(where)
 
 
 def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> list[str]:

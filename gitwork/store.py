@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import TYPE_CHECKING
 
 from . import fsutil, gitcmd
 from .config import Settings, load
@@ -31,6 +32,9 @@ from .objects import (
     parse_tree,
     shared_perm,
 )
+
+if TYPE_CHECKING:
+    from .gitdir import Location
 
 FORMAT_FILE = "format.yaml"
 APPEND_ONLY_SUFFIX = ".log"
@@ -78,7 +82,11 @@ class Repository:
     def discover(cls, path: str | os.PathLike[str] | None = None) -> Repository:
         from . import gitdir
 
-        where = gitdir.discover(os.fspath(path) if path is not None else os.getcwd())
+        return cls.from_location(gitdir.discover(os.fspath(path) if path is not None else os.getcwd()))
+
+    @classmethod
+    def from_location(cls, where: Location) -> Repository:
+        """The repository a ``gitdir.discover`` answer describes (the server hook has one already)."""
         git_config = {k: v for k, v in where.config.items() if k.startswith("gitwork.")}
         core = {k: v for k, v in where.config.items() if k.startswith("core.")}
         repo = cls(where.git_dir, where.common_dir, where.toplevel, where.bare, where.algorithm, git_config,
