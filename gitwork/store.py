@@ -34,6 +34,8 @@ from .objects import (
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import on the fast path; annotations are strings anyway
 if TYPE_CHECKING:
+    from typing import Callable
+
     from .gitdir import Location
 
 FORMAT_FILE = "format.yaml"
@@ -486,36 +488,18 @@ class Store:
         but the ref itself: a file linked to a ``REF.lock`` is left to ``_stale``, which needs that second
         link to know the lock is ours. A writer paused between creating its file and locking it, whose
         file goes, finds it gone when it links and leaves the move to ``git update-ref``."""
-        import fcntl
-
-        folder = os.path.join(self.repo.common_dir, "gitwork")
-        try:
-            names = [name for name in os.listdir(folder) if name.startswith(REFLOCK)]
-        except OSError:
-            return
         now = time.time()
-        for name in names:
-            path = os.path.join(folder, name)
-            try:
-                found = os.stat(path)
-                if now - found.st_mtime < REFLOCK_AGE:
-                    continue
-                if found.st_nlink > 1:
-                    ref = os.stat(ref_path)
-                    if (ref.st_dev, ref.st_ino) != (found.st_dev, found.st_ino):
-                        continue
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                again = os.stat(path)
-                if (again.st_dev, again.st_ino) == (found.st_dev, found.st_ino):
-                    os.unlink(path)
-            except OSError:  # BlockingIOError included: its writer lives
-                pass
-            finally:
-                os.close(fd)
+
+        def dead_writers(found: os.stat_result) -> bool:
+            if now - found.st_mtime < REFLOCK_AGE:
+                return False
+            if found.st_nlink == 1:
+                return True
+            ref = os.stat(ref_path)
+            return (ref.st_dev, ref.st_ino) == (found.st_dev, found.st_ino)
+
+        for path in self._reflocks():
+            _unlink_unheld(path, dead_writers)
 
     def _stale(self, lock_path: str) -> None:
         """Remove ``REF.lock`` when it is one of ours whose writer died: a second link (ours are made by
@@ -523,38 +507,47 @@ class Store:
         Whoever holds the flock of a lock still at the path removes exactly that one (held open, its
         inode is not reused), so two writers never remove each other's. Anything else is left alone:
         git's lock, a live writer's. The dead writer's own link (``.reflock-*``) goes with it."""
-        import fcntl
-
-        try:
-            fd = os.open(lock_path, os.O_RDONLY)
-        except OSError:
+        removed = _unlink_unheld(lock_path, lambda found: found.st_nlink >= 2)
+        if removed is None:
             return
-        try:
-            held = os.fstat(fd)
-            if held.st_nlink < 2:
-                return
+        for path in self._reflocks():
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return  # its writer lives
-            now = os.stat(lock_path)
-            if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
-                return
-            os.unlink(lock_path)
-            folder = os.path.join(self.repo.common_dir, "gitwork")
-            for name in os.listdir(folder):
-                if not name.startswith(REFLOCK):
-                    continue
-                path = os.path.join(folder, name)
-                try:
-                    if os.stat(path).st_ino == held.st_ino:
-                        os.unlink(path)
-                except OSError:
-                    pass
+                if os.stat(path).st_ino == removed.st_ino:
+                    os.unlink(path)
+            except OSError:
+                pass
+
+    def _reflocks(self) -> list[str]:
+        folder = os.path.join(self.repo.common_dir, "gitwork")
+        try:
+            return [os.path.join(folder, name) for name in os.listdir(folder) if name.startswith(REFLOCK)]
         except OSError:
-            return
-        finally:
-            os.close(fd)
+            return []
+
+
+def _unlink_unheld(path: str, wanted: Callable[[os.stat_result], bool]) -> os.stat_result | None:
+    """Remove ``path`` when ``wanted`` says yes of it and no process holds its ``flock`` (taken here,
+    so the file removed is the one judged: held open, its inode is not reused); what was removed."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        found = os.fstat(fd)
+        if not wanted(found):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError (an OSError): its writer lives
+        now = os.stat(path)
+        if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
+            return None
+        os.unlink(path)
+        return found
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 REFLOCK = ".reflock-"  # the files the in-process compare-and-swap links to REF.lock (Store._swap_files)
