@@ -141,15 +141,7 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str], *, timeout: float | None =
     ``subprocess.TimeoutExpired`` raised, as ``subprocess.run`` does (subprocess imported only then)."""
     import select
 
-    try:
-        import _signal as signal  # type: ignore[import-not-found]  # C module: no enums (1 ms of start-up)
-    except ImportError:
-        import signal  # type: ignore[no-redef]
-
-    program = next((p for p in (os.path.join(d, cmd[0]) for d in os.get_exec_path(env))
-                    if os.access(p, os.X_OK) and not os.path.isdir(p)), None)
-    if program is None:
-        raise FileNotFoundError(cmd[0])
+    program = _program(cmd[0], env)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
@@ -158,7 +150,7 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str], *, timeout: float | None =
     actions += _close_inherited((out_r, out_w, err_r, err_w))
     try:
         pid = os.posix_spawn(program, cmd, env, file_actions=actions,
-                             setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+                             setsigdef=_default_signals())
     finally:
         os.close(out_w)
         os.close(err_w)
@@ -174,7 +166,7 @@ def _spawn(cmd: tuple[str, ...], env: dict[str, str], *, timeout: float | None =
             wait = None if deadline is None else max(0.0, deadline - _monotonic())
             ready = poller.poll(None if wait is None else int(wait * 1000) + 1)
             if not ready and deadline is not None and _monotonic() >= deadline:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signals().SIGKILL)
                 killed = True
                 break
             for fd, _events in ready:
@@ -472,11 +464,6 @@ class _Child:
     def __init__(self, cmd: tuple[str, ...], env: dict[str, str], err: int | None) -> None:
         if _UNREAPED:
             _reap_dropped()
-        try:
-            import _signal as signal  # type: ignore[import-not-found]  # C module: no enums
-        except ImportError:
-            import signal  # type: ignore[no-redef]
-
         program = _program(cmd[0], env)
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -486,7 +473,7 @@ class _Child:
         actions += _close_inherited((in_r, in_w, out_r, out_w) + ((err,) if err is not None else ()))
         try:
             self.pid = os.posix_spawn(program, cmd, env, file_actions=actions,
-                                      setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
+                                      setsigdef=_default_signals())
         except BaseException:
             os.close(in_w)
             os.close(out_r)
@@ -541,6 +528,21 @@ class _Child:
                     _UNREAPED.append(self.pid)
             except OSError:
                 pass
+
+
+def _signals() -> Any:
+    """The signal module without its enums (the C module: 1 ms less start-up than ``signal``)."""
+    try:
+        import _signal as signal  # type: ignore[import-not-found]
+    except ImportError:
+        import signal  # type: ignore[no-redef]
+    return signal
+
+
+def _default_signals() -> tuple[int, int]:
+    """The signals a spawned git gets back at their defaults (Python ignores SIGPIPE and SIGXFSZ)."""
+    signal = _signals()
+    return (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def _program(name: str, env: Mapping[str, str]) -> str:
