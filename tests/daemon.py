@@ -25,9 +25,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+_HELD: list[socket.socket] = []
+
+
 def closed_port() -> int:
-    """A port nobody listens on (bound and released: a connection to it is refused)."""
-    return free_port()
+    """A port nobody listens on: bound and kept bound (never listening) until the process ends, so no
+    other test's server can take it between this call and the connection that must be refused."""
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    _HELD.append(holder)
+    return int(holder.getsockname()[1])
 
 
 def accepts(port: int) -> bool:
