@@ -10,8 +10,9 @@ the issue's position in the array ("entry N").
 
 from __future__ import annotations
 
+from ..codec import has_lone_surrogate
 from .fields import take_common
-from .source import MAX_DOCUMENT, Problems, json_value, message_id
+from .source import LONE_SURROGATE, MAX_DOCUMENT, Problems, json_value, message_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -33,10 +34,14 @@ def parse(text: str, path: str) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise Invalid(f"{path}: not a JSON array of issues (gh issue list --json ...); nothing was imported")
     problems = Problems(path, "entry")
+    escapes = "\\u" in text
     records = []
     for position, raw in enumerate(value, 1):
         if not isinstance(raw, dict):
             problems.add(position, "not a JSON object")
+            continue
+        if escapes and has_lone_surrogate(raw):
+            problems.add(position, LONE_SURROGATE)
             continue
         record = _record(raw, position, problems)
         if record is not None:

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 
-from ..codec import MAX_DEPTH, check_depth
+from ..codec import MAX_DEPTH, check_depth, has_lone_surrogate
 from ..errors import Invalid, UsageError
 
 TYPE_CHECKING = False
@@ -21,6 +21,8 @@ MAX_FILE = 256 * 1024 * 1024  # a whole export (read line by line after that, bu
 MAX_DOCUMENT = 128 * 1024 * 1024  # an export that is one JSON document (GitHub's array): parsed whole
 MAX_LINE = 8 * 1024 * 1024  # one JSON line (one issue with its comments)
 MAX_ERRORS = 10  # malformed lines named in one report
+# A JSON "\ud800" escape decodes to a str no UTF-8 can hold: refused where it is read, by its line.
+LONE_SURROGATE = "holds a lone surrogate escape (\\ud800-\\udfff), not text"
 
 
 class Problems:
@@ -95,6 +97,9 @@ def json_lines(text: str, path: str, problems: Problems) -> list[tuple[int, dict
             continue
         if not isinstance(value, dict):
             problems.add(number, "not a JSON object")
+            continue
+        if "\\u" in line and has_lone_surrogate(value):
+            problems.add(number, LONE_SURROGATE)
             continue
         out.append((number, value))
     return out

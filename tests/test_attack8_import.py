@@ -1,0 +1,76 @@
+"""Attack pass 8 on the importers, from outside: hostile exports of beads, GitHub and CSV.
+
+Each case is an export as another tracker (or a hostile hand) could write it; the promise is one
+line naming the file's line (or the bad option), a documented exit code, and nothing written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_gw, tip
+from gitwork import importers
+from gitwork.errors import Invalid, UsageError
+from gitwork.workplane import Workplane
+
+# JSON text as written: "\ud800" is an escape a JSON encoder may emit for a lone surrogate (Python's
+# json.dumps does, for a str holding one); json.loads turns it back into a str UTF-8 cannot encode.
+LONE = "\\ud800"
+
+
+@pytest.mark.parametrize("kind, text, where", [
+    ("beads", '{"id": "bd-1", "title": "fine"}\n{"id": "bd-2", "title": "x ' + LONE + ' y"}\n', "bad:2"),
+    ("beads", '{"id": "bd-3", "title": "t", "description": "d ' + LONE + '"}\n', "bad:1"),
+    ("beads", '{"id": "bd-4", "title": "t", "acceptance_criteria": "- [ ] ok ' + LONE + '"}\n', "bad:1"),
+    ("beads", '{"id": "bd-5", "title": "t", "status": "closed", "close_reason": "r' + LONE + '"}\n', "bad:1"),
+    ("beads", '{"id": "bd-6", "title": "t", "assignee": "' + LONE + 'bob"}\n', "bad:1"),
+    ("github", '[{"number": 1, "title": "ok"}, {"number": 2, "title": "t", "body": "b ' + LONE + '"}]', "bad: entry 2"),
+    ("jsonl", '{"id": "w-0123456789abcdef", "title": "t ' + LONE + '"}\n', "bad:1"),
+])
+def test_a_lone_surrogate_escape_in_an_export_is_refused_by_its_line(tmp_path: Path, repo: Path, wp: Workplane,
+                                                                     kind: str, text: str, where: str) -> None:
+    source = tmp_path / "bad"
+    source.write_text(text)
+    before = tip(repo)
+    with pytest.raises(Invalid, match=rf"/{where}: .*lone surrogate.*nothing was imported"):
+        importers.run(wp, kind, str(source))
+    assert tip(repo) == before
+
+
+def test_the_cli_refuses_a_lone_surrogate_in_one_line_with_exit_5(tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    source = tmp_path / "issues.jsonl"
+    source.write_text('{"id": "bd-1", "title": "x ' + LONE + '"}\n')
+    before = tip(repo)
+    done = run_gw(repo, "import", "beads", str(source), env={"GW_AGENT": "alice"})
+    assert done.returncode == 5, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "issues.jsonl:1:" in done.stderr
+    assert "internal error" not in done.stderr and tip(repo) == before
+
+
+def test_a_csv_map_file_that_is_not_utf8_is_a_usage_error(tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    (tmp_path / "t.csv").write_text("Key,Summary\nK1,hello\n")
+    (tmp_path / "map.yaml").write_bytes(b"external: Key\ntitle: Summ\xff\n")
+    before = tip(repo)
+    with pytest.raises(UsageError, match=r"--map .*map.yaml.*UTF-8"):
+        importers.run(wp, "csv", str(tmp_path / "t.csv"), mapping=str(tmp_path / "map.yaml"))
+    (tmp_path / "map.json").write_text('{"external": "Key", "title": ')
+    with pytest.raises(UsageError, match=r"--map .*map.json.*not a JSON or YAML mapping"):
+        importers.run(wp, "csv", str(tmp_path / "t.csv"), mapping=str(tmp_path / "map.json"))
+    assert tip(repo) == before
+
+
+def test_a_mapped_csv_column_named_twice_in_the_header_is_refused(tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """Which of two ``Key`` columns holds the id cannot be known: taking the last silently imports the
+    wrong value (the first is lost, the second becomes the external id)."""
+    source = tmp_path / "t.csv"
+    source.write_text("Key,Summary,Key\nK1,hello,K9\n")
+    before = tip(repo)
+    with pytest.raises(Invalid, match=r"t.csv:1: column 'Key' appears 2 times in the header"):
+        importers.run(wp, "csv", str(source), mapping="external=Key,title=Summary")
+    assert tip(repo) == before
+    # a column named twice that nothing maps is no ambiguity: kept, as every unmapped column is
+    source.write_text("Key,Summary,Note,Note\nK1,hello,a,b\n")
+    assert importers.run(wp, "csv", str(source), mapping="external=Key,title=Summary")["created"] == 1
+
