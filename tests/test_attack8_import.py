@@ -74,3 +74,22 @@ def test_a_mapped_csv_column_named_twice_in_the_header_is_refused(tmp_path: Path
     source.write_text("Key,Summary,Note,Note\nK1,hello,a,b\n")
     assert importers.run(wp, "csv", str(source), mapping="external=Key,title=Summary")["created"] == 1
 
+
+
+def test_two_comments_under_one_id_in_one_issue_are_refused_not_one_dropped(tmp_path: Path, repo: Path,
+                                                                            wp: Workplane) -> None:
+    """The thread keeps one message per id; a second comment under the same id was dropped while the
+    import answered success: a comment acknowledged and lost."""
+    source = tmp_path / "items.jsonl"
+    source.write_text('{"id": "w-00000000000000a1", "title": "t", "thread": ['
+                      '{"id": "m-1234", "by": "bob", "text": "first"}, {"id": "m-1234", "by": "eve", "text": "second"}]}\n')
+    before = tip(repo)
+    with pytest.raises(Invalid, match=r"items.jsonl:1: comments #2 id 'm-1234' is comments #1's too"):
+        importers.run(wp, "jsonl", str(source))
+    assert tip(repo) == before
+    beads = tmp_path / "issues.jsonl"
+    beads.write_text('{"id": "bd-1", "title": "t", "comments": [{"id": 7, "author": "bob", "text": "first"}, '
+                     '{"id": 7, "author": "eve", "text": "second"}]}\n')
+    with pytest.raises(Invalid, match=r"issues.jsonl:1: comments #2 id 'm-[0-9a-f]{16}' is comments #1's too"):
+        importers.run(wp, "beads", str(beads))
+    assert tip(repo) == before

@@ -111,11 +111,14 @@ def _parent(ctx: Context, item_id: str, value: str) -> str:
 
 def _comments(value: Any) -> list[dict[str, Any]]:
     out = []
+    first: dict[str, int] = {}
     for n, entry in enumerate(_list_of_mappings(value, "comments"), 1):
         where = f"comments #{n}"
         msg_id = entry.get("id")
         if not isinstance(msg_id, str) or not _MESSAGE_ID.match(msg_id):
             raise Invalid(f"{where} id must be 4-64 letters, digits and _.:- (got {str(msg_id)[:40]!r})")
+        if first.setdefault(msg_id, n) != n:  # the thread keeps one message per id: the second would be lost
+            raise Invalid(f"{where} id {msg_id!r} is comments #{first[msg_id]}'s too")
         kind = entry.get("kind", "note")
         if kind not in MESSAGE_KINDS:
             raise Invalid(f"{where} kind must be one of {', '.join(MESSAGE_KINDS)}")
