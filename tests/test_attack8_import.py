@@ -93,3 +93,38 @@ def test_two_comments_under_one_id_in_one_issue_are_refused_not_one_dropped(tmp_
     with pytest.raises(Invalid, match=r"issues.jsonl:1: comments #2 id 'm-[0-9a-f]{16}' is comments #1's too"):
         importers.run(wp, "beads", str(beads))
     assert tip(repo) == before
+
+
+@pytest.mark.parametrize("kind, text, where", [
+    ("beads", '{"id": "bd-1", "title": "fine"}\n{"id": "bd-2", "title": "t", "x_matrix": [[1, 2], [3, 4]]}\n', "bad:2"),
+    ("beads", '{"id": "bd-3", "title": "t", "x_custom": [{"rows": [[1]]}]}\n', "bad:1"),
+    ("github", '[{"number": 1, "title": "t", "projectItems": [["a"]]}]', "bad:1"),
+])
+def test_a_list_inside_a_list_in_a_kept_field_is_refused_by_its_line(tmp_path: Path, repo: Path, wp: Workplane,
+                                                                     kind: str, text: str, where: str) -> None:
+    """A field gitwork keeps in the item's provenance is written as YAML, whose gitwork form has no list
+    directly inside a list: that was an internal error (exit 1) from the writer."""
+    source = tmp_path / "bad"
+    source.write_text(text)
+    before = tip(repo)
+    with pytest.raises(Invalid, match=rf"/{where}: fields\.\S+ holds a list directly inside a list.*nothing was imported"):
+        importers.run(wp, kind, str(source))
+    assert tip(repo) == before
+    # the same value one mapping deeper is a list of mappings, which the format holds: imported
+    source.write_text('{"id": "bd-9", "title": "t", "x_matrix": [{"row": [1, 2]}, {"row": [3, 4]}]}\n')
+    importers.run(wp, "beads", str(source))
+    item = wp.item(importers.item_id("beads", "bd-9"))
+    assert item.provenance["fields"]["x_matrix"] == [{"row": [1, 2]}, {"row": [3, 4]}]
+
+
+def test_a_number_with_a_fraction_in_a_kept_field_is_kept_as_its_text_and_a_reimport_changes_nothing(
+        tmp_path: Path, repo: Path, wp: Workplane) -> None:
+    """``"estimate": 1.5`` anywhere in an issue was an internal error (exit 1: the item file holds no
+    float); it is kept as its text, as the format's readers keep a YAML float, and a whole one as the integer."""
+    source = tmp_path / "issues.jsonl"
+    source.write_text('{"id": "bd-1", "title": "t", "estimate": 1.5, "x_meta": {"score": 2.0, "w": [0.25]}}\n')
+    importers.run(wp, "beads", str(source))
+    item = wp.item(importers.item_id("beads", "bd-1"))
+    assert item.provenance["fields"] == {"estimate": "1.5", "x_meta": {"score": 2, "w": ["0.25"]}}
+    before = tip(repo)
+    assert importers.run(wp, "beads", str(source))["unchanged"] == 1 and tip(repo) == before

@@ -230,6 +230,23 @@ def _theirs(ctx: Context, item_id: str) -> dict[str, Any]:
     return out
 
 
+def _storable(value: Any, where: str) -> Any:
+    """``value`` as the item file can hold it (what the source kept beside gitwork's fields): a number with
+    a fraction as its text (``1.5`` → ``"1.5"``; a whole one as the integer), as the format's readers keep
+    what YAML calls a float; a list directly inside a list has no form in the format, so it is refused."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= 2**53 else repr(value)
+    if isinstance(value, dict):
+        return {k: _storable(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        for n, entry in enumerate(value):
+            if isinstance(entry, list) and entry:
+                raise Invalid(f"{where}[{n}] holds a list directly inside a list, which the item file cannot "
+                              "store (a list of mappings can)")
+        return [_storable(v, f"{where}[{n}]") for n, v in enumerate(value)]
+    return value
+
+
 def _ticks(criteria: Any) -> list[tuple[Any, Any]]:
     return [(c.get("text"), bool(c.get("checked"))) for c in criteria or () if isinstance(c, dict)]
 
@@ -311,7 +328,7 @@ def _wanted(ctx: Context, item_id: str, current: Item | None, native: bool = Fal
             if not isinstance(cmd[key], dict):
                 raise Invalid(f"{key} must be a mapping")
             if cmd[key]:
-                prov[key] = _sorted(cmd[key])
+                prov[key] = _sorted(_storable(cmd[key], key))
             else:
                 prov.pop(key, None)
     if base:
