@@ -128,3 +128,37 @@ def test_a_number_with_a_fraction_in_a_kept_field_is_kept_as_its_text_and_a_reim
     assert item.provenance["fields"] == {"estimate": "1.5", "x_meta": {"score": 2, "w": ["0.25"]}}
     before = tip(repo)
     assert importers.run(wp, "beads", str(source))["unchanged"] == 1 and tip(repo) == before
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("kind", ["beads", "jsonl", "github"])
+def test_a_value_too_deep_for_the_import_document_is_named_by_its_line(tmp_path: Path, repo: Path, wp: Workplane,
+                                                                      kind: str) -> None:
+    """A line within the reader's bound but past the batch document's (32 levels, counted with the
+    levels the import document adds) was refused without saying where: "command document is nested
+    deeper than 32 levels". Every depth is either imported or refused naming its line."""
+    import json
+
+    source = tmp_path / "bad"
+    before = tip(repo)
+    for depth in range(24, 33):
+        item = {"id": f"bd-{depth}", "title": "t", "x_deep": _nested(depth)}
+        if kind == "jsonl":
+            item = {"id": f"w-{depth:016x}", "title": "t", "provenance": {"x_deep": _nested(depth)}}
+        elif kind == "github":
+            item = {"number": depth, "title": "t", "x_deep": _nested(depth)}
+        source.write_text(json.dumps([item]) if kind == "github" else json.dumps(item) + "\n")
+        try:
+            importers.run(wp, kind, str(source))
+        except Invalid as error:
+            where = "bad" if kind == "github" else "bad:1"  # GitHub's export is one document
+            assert error.message.startswith(f"{source.parent}/{where}: ") and "nested deeper" in error.message, error
+            assert tip(repo) == before
+        else:
+            before = tip(repo)

@@ -10,9 +10,9 @@ the issue's position in the array ("entry N").
 
 from __future__ import annotations
 
-from ..codec import has_lone_surrogate
+from ..codec import MAX_DEPTH, has_lone_surrogate
 from .fields import take_common
-from .source import LONE_SURROGATE, MAX_DOCUMENT, Problems, json_value, message_id
+from .source import LONE_SURROGATE, MAX_DOCUMENT, WRAPPING, Problems, json_value, message_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def parse(text: str, path: str) -> list[dict[str, Any]]:
         raise Invalid(f"{path}: larger than {MAX_DOCUMENT // (1024 * 1024)} MiB (one JSON array is parsed whole); "
                       "export in parts (gh issue list --search ...) and import each")
     try:
-        value = json_value(text) if text.strip() else []
+        value = json_value(text, MAX_DEPTH - WRAPPING + 1) if text.strip() else []  # the array is one level
     except ValueError as exc:
         raise Invalid(f"{path}: not a JSON array of issues ({str(exc).splitlines()[0][:160]}); nothing was imported") from exc
     if not isinstance(value, list):

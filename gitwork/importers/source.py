@@ -71,13 +71,19 @@ def read_text(path: str, limit: int | None = None) -> str:
         raise Invalid(f"{path}:{line}: not UTF-8; nothing was imported") from exc
 
 
-def json_value(text: str) -> Any:
+# The levels an import document puts around a line's values (the batch, its ops, the document, its
+# fields): a line is bounded by what is left, so a deep value is refused here, by its line, not by the
+# batch's own bound, which cannot say where in the file it came from.
+WRAPPING = 4
+
+
+def json_value(text: str, limit: int = MAX_DEPTH - WRAPPING) -> Any:
     """One JSON value, bounded in nesting (``ValueError`` with the reason)."""
     try:
         value = json.loads(text)
     except RecursionError:
-        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
-    check_depth(value)
+        raise ValueError(f"nested deeper than {limit} levels") from None
+    check_depth(value, limit)
     return value
 
 
