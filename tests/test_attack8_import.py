@@ -162,3 +162,21 @@ def test_a_value_too_deep_for_the_import_document_is_named_by_its_line(tmp_path:
             assert tip(repo) == before
         else:
             before = tip(repo)
+
+
+@pytest.mark.parametrize("entry", ['"str"', '{"kind": "beads"}', '{"kind": "csv", "source": "x.csv", "map": 5}',
+                                   '{"kind": ["beads"], "source": "x"}', '{"kind": "beads", "source": 7}'])
+def test_a_damaged_shadow_definition_is_one_line_and_add_repairs_it(tmp_path: Path, repo: Path, wp: Workplane,
+                                                                    entry: str) -> None:
+    """``shadows.json`` is this clone's own file: an entry that is not ``{kind, source[, map]}`` was an
+    internal error (TypeError, KeyError, AttributeError) from ``gw shadow report``."""
+    from gitwork.importers import shadow
+
+    (Path(wp.repo.gitwork_dir()) / "shadows.json").write_text('{"old": ' + entry + "}")
+    done = run_gw(repo, "shadow", "report", "old", env={"GW_AGENT": "alice"})
+    assert done.returncode == 5 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "shadows.json" in done.stderr and "gw shadow add old" in done.stderr and "internal" not in done.stderr
+    export = tmp_path / "issues.jsonl"
+    export.write_text('{"id": "bd-1", "title": "t"}\n')
+    shadow.add(wp, "old", "beads", str(export))  # defining it again repairs it
+    assert shadow.compare(wp, "old")["counts"]["only_in_source"] == 1
