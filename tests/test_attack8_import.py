@@ -180,3 +180,24 @@ def test_a_damaged_shadow_definition_is_one_line_and_add_repairs_it(tmp_path: Pa
     export.write_text('{"id": "bd-1", "title": "t"}\n')
     shadow.add(wp, "old", "beads", str(export))  # defining it again repairs it
     assert shadow.compare(wp, "old")["counts"]["only_in_source"] == 1
+
+
+@pytest.mark.parametrize("kind, text, given", [
+    ("beads", '{"id": "bd-1", "title": "t", "created_at": "0001-01-01T00:00:00+23:59"}\n', "0001-01-01T00:00:00+23:59"),
+    ("beads", '{"id": "bd-2", "title": "t", "comments": [{"id": 1, "author": "a", "text": "x", '
+              '"created_at": "0001-01-01T00:00:00+01:00"}]}\n', "0001-01-01T00:00:00+01:00"),
+    ("github", '[{"number": 7, "title": "t", "createdAt": "9999-12-31T23:59:59-05:00"}]', "9999-12-31T23:59:59-05:00"),
+    ("csv", "id,title,created_at\nK1,t,9999-12-31 23:30:00 -01:00\n", "9999-12-31 23:30:00 -01:00"),
+])
+def test_a_time_at_the_calendars_edge_with_an_offset_is_kept_as_given(tmp_path: Path, repo: Path, wp: Workplane,
+                                                                      kind: str, text: str, given: str) -> None:
+    """Bringing such a time to UTC leaves the calendar (OverflowError: an internal error, exit 1); it is
+    no instant gitwork can write, so it is kept as the source gave it, as any time that is not one."""
+    source = tmp_path / "export"
+    source.write_text(text)
+    mapping = "external=id,title=title,created_at=created_at" if kind == "csv" else None
+    assert importers.run(wp, kind, str(source), mapping=mapping)["created"] == 1
+    (item_id,) = wp.rows()[1]
+    item = wp.item(item_id)
+    kept = [*item.provenance.get("fields", {}).values(), *(m.get("given_at") for m in wp.thread(item_id)[1])]
+    assert given in kept and item.created_at != given

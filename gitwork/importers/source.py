@@ -140,7 +140,10 @@ def instant(text: Any) -> str | None:
     if zone.upper() != "Z":
         sign = 1 if zone[0] == "+" else -1
         digits = zone[1:].replace(":", "")
-        when -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+        try:
+            when -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+        except OverflowError:
+            return None  # in UTC it is before year 1 or after 9999: no instant gitwork can write
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
