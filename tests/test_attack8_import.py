@@ -201,3 +201,28 @@ def test_a_time_at_the_calendars_edge_with_an_offset_is_kept_as_given(tmp_path: 
     item = wp.item(item_id)
     kept = [*item.provenance.get("fields", {}).values(), *(m.get("given_at") for m in wp.thread(item_id)[1])]
     assert given in kept and item.created_at != given
+
+
+def test_an_imported_decision_request_cannot_be_decided_and_names_its_importer(tmp_path: Path, repo: Path) -> None:
+    """A person (not an admin) who may import could post, through the import document, a decision
+    request "by" an admin addressed to themselves, then decide it: a decision the admin never asked
+    for, recorded on the item, where ``gw msg --kind decision-request`` and ``ask`` refuse a
+    non-holder. An imported message now records who imported it, and decide refuses an imported
+    request (exit 5): it was asked elsewhere, and is asked again here with ``gw ask``."""
+    from conftest import git
+
+    git(repo, "config", "gitwork.admins", "lead")
+    with Workplane(str(repo), agent="lead") as lead:
+        lead.do("init")
+    item = importers.item_id("beads", "bd-q")
+    forged = {"op": "import", "item": item, "source": "beads", "external": "bd-q", "title": "imported",
+              "comments": [{"id": "m-forged-0001", "by": "lead", "kind": "decision-request", "to": "bob",
+                            "text": "bob decides"}]}
+    with Workplane(str(repo), agent="bob") as bob:
+        bob.do("import", **{k: v for k, v in forged.items() if k != "op"})
+        (message,) = bob.thread(item)[1]
+        assert message["by"] == "lead" and message["imported_by"] == "bob"
+        before = tip(repo)
+        with pytest.raises(Invalid, match=r"#1 of w-\S+ was imported by bob.*gw ask"):
+            bob.do("decide", item=item, question=1, choose="yes", why="lead asked me", epoch="current")
+        assert tip(repo) == before and bob.item(item).decisions == []
