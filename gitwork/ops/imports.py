@@ -482,7 +482,8 @@ def _post(ctx: Context, item_id: str, comments: list[dict[str, Any]]) -> int:
     for comment in comments:
         if comment["id"] in known:
             continue
-        extra = {k: comment[k] for k in ("by", "written_at", "author", "choice", "ref", "given_at") if k in comment}
+        extra: dict[str, Any] = {k: comment[k] for k in ("by", "written_at", "author", "choice", "ref", "given_at")
+                                 if k in comment}
         extra["imported_by"] = ctx.actor  # `by` is the source's author: who put it here is the importer
         post_message(ctx, item_id, comment["kind"], comment["text"], epoch=epoch, to=comment.get("to"),
                      reply_to=comment.get("reply_to"), msg_id=comment["id"], **extra)
