@@ -505,14 +505,14 @@ def load_yaml(data: bytes | str, *, what: str = "document", allow_empty: bool = 
     return _encodable(doc, data, text, what)
 
 
-def _surrogate(value: Any) -> bool:
+def has_lone_surrogate(value: Any) -> bool:
     """Whether a lone surrogate (no character: UTF-8 cannot hold it) is in ``value``, its keys or items."""
     if isinstance(value, str):
         return not value.isascii() and any("\ud800" <= c <= "\udfff" for c in value)
     if isinstance(value, dict):
-        return any(_surrogate(k) or _surrogate(v) for k, v in value.items())
+        return any(has_lone_surrogate(k) or has_lone_surrogate(v) for k, v in value.items())
     if isinstance(value, list):
-        return any(_surrogate(v) for v in value)
+        return any(has_lone_surrogate(v) for v in value)
     return False
 
 
@@ -523,7 +523,7 @@ def _encodable(doc: dict[str, Any], data: bytes | str, text: str, what: str) -> 
     read from bytes without ``\\u``/``\\U`` is not walked (a rebuild reads 100,000). Such a value
     would fail every later encode (SQLite, JSON out, the terminal), so it is refused here, once,
     where every state file is read."""
-    if ("\\u" in text or "\\U" in text or not isinstance(data, bytes)) and _surrogate(doc):
+    if ("\\u" in text or "\\U" in text or not isinstance(data, bytes)) and has_lone_surrogate(doc):
         raise Corrupt(f"{what} holds a lone surrogate escape (\\ud800-\\udfff), not text")
     return doc
 

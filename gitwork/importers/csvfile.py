@@ -41,9 +41,22 @@ def mapping_of(text: str | None) -> dict[str, str]:
 
     if os.path.isfile(text):
         from ..codec import load_input_document
+        from ..errors import GwError
 
-        with open(text, encoding="utf-8") as handle:
-            doc = load_input_document(handle.read())
+        try:
+            with open(text, "rb") as handle:
+                data = handle.read(MAX_LINE + 1)
+            if len(data) > MAX_LINE:
+                raise UsageError(f"--map {text}: larger than {MAX_LINE // (1024 * 1024)} MiB")
+            doc = load_input_document(data.decode("utf-8"))
+        except OSError as exc:
+            raise UsageError(f"--map {text}: cannot read it ({exc.strerror or exc})") from exc
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"--map {text}: not UTF-8 (byte {exc.start})") from exc
+        except UsageError:
+            raise
+        except GwError as exc:
+            raise UsageError(f"--map {text}: not a JSON or YAML mapping ({exc.message[:160]})") from exc
     else:
         doc = {}
         for part in text.split(","):
@@ -80,6 +93,10 @@ def parse(text: str, path: str, mapping_text: str | None) -> list[dict[str, Any]
     missing = [column for column in mapping.values() if column not in header]
     if missing:
         raise Invalid(f"{path}:1: no column {missing[0]!r} (the header has {', '.join(header)[:200]})")
+    twice = [column for column in mapping.values() if header.count(column) > 1]
+    if twice:  # which one holds the field cannot be known: never the last one silently
+        raise Invalid(f"{path}:1: column {twice[0]!r} appears {header.count(twice[0])} times in the header; "
+                      "rename one; nothing was imported")
     records = []
     start = reader.line_num + 1
     while True:

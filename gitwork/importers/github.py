@@ -10,8 +10,9 @@ the issue's position in the array ("entry N").
 
 from __future__ import annotations
 
+from ..codec import MAX_DEPTH, has_lone_surrogate
 from .fields import take_common
-from .source import MAX_DOCUMENT, Problems, json_value, message_id
+from .source import LONE_SURROGATE, MAX_DOCUMENT, WRAPPING, Problems, json_value, message_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -27,16 +28,20 @@ def parse(text: str, path: str) -> list[dict[str, Any]]:
         raise Invalid(f"{path}: larger than {MAX_DOCUMENT // (1024 * 1024)} MiB (one JSON array is parsed whole); "
                       "export in parts (gh issue list --search ...) and import each")
     try:
-        value = json_value(text) if text.strip() else []
+        value = json_value(text, MAX_DEPTH - WRAPPING + 1) if text.strip() else []  # the array is one level
     except ValueError as exc:
         raise Invalid(f"{path}: not a JSON array of issues ({str(exc).splitlines()[0][:160]}); nothing was imported") from exc
     if not isinstance(value, list):
         raise Invalid(f"{path}: not a JSON array of issues (gh issue list --json ...); nothing was imported")
     problems = Problems(path, "entry")
+    escapes = "\\u" in text
     records = []
     for position, raw in enumerate(value, 1):
         if not isinstance(raw, dict):
             problems.add(position, "not a JSON object")
+            continue
+        if escapes and has_lone_surrogate(raw):
+            problems.add(position, LONE_SURROGATE)
             continue
         record = _record(raw, position, problems)
         if record is not None:

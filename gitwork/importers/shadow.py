@@ -132,6 +132,10 @@ def compare(wp: Workplane, name: str) -> dict[str, Any]:
     entry = shadows(wp).get(name)
     if entry is None:
         raise NotFound(f"no shadow {name!r} (gw shadow add {name} --kind KIND --source FILE-OR-COMMAND)")
+    if not isinstance(entry, dict) or entry.get("kind") not in KINDS or not isinstance(entry.get("source"), str) \
+            or not entry["source"].strip() or not isinstance(entry.get("map", ""), str):
+        raise Invalid(f"{_path(wp)}: shadow {name!r} is not a kind, a source and a map; define it again: "
+                      f"gw shadow add {name} --kind KIND --source FILE-OR-COMMAND")
     theirs = _source_side(entry)
     kind = "gitwork" if entry["kind"] == "jsonl" else entry["kind"]
     ctx = wp.context()

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 
-from ..codec import MAX_DEPTH, check_depth
+from ..codec import MAX_DEPTH, check_depth, has_lone_surrogate
 from ..errors import Invalid, UsageError
 
 TYPE_CHECKING = False
@@ -21,6 +21,8 @@ MAX_FILE = 256 * 1024 * 1024  # a whole export (read line by line after that, bu
 MAX_DOCUMENT = 128 * 1024 * 1024  # an export that is one JSON document (GitHub's array): parsed whole
 MAX_LINE = 8 * 1024 * 1024  # one JSON line (one issue with its comments)
 MAX_ERRORS = 10  # malformed lines named in one report
+# A JSON "\ud800" escape decodes to a str no UTF-8 can hold: refused where it is read, by its line.
+LONE_SURROGATE = "holds a lone surrogate escape (\\ud800-\\udfff), not text"
 
 
 class Problems:
@@ -69,13 +71,19 @@ def read_text(path: str, limit: int | None = None) -> str:
         raise Invalid(f"{path}:{line}: not UTF-8; nothing was imported") from exc
 
 
-def json_value(text: str) -> Any:
+# The levels an import document puts around a line's values (the batch, its ops, the document, its
+# fields): a line is bounded by what is left, so a deep value is refused here, by its line, not by the
+# batch's own bound, which cannot say where in the file it came from.
+WRAPPING = 4
+
+
+def json_value(text: str, limit: int = MAX_DEPTH - WRAPPING) -> Any:
     """One JSON value, bounded in nesting (``ValueError`` with the reason)."""
     try:
         value = json.loads(text)
     except RecursionError:
-        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
-    check_depth(value)
+        raise ValueError(f"nested deeper than {limit} levels") from None
+    check_depth(value, limit)
     return value
 
 
@@ -95,6 +103,9 @@ def json_lines(text: str, path: str, problems: Problems) -> list[tuple[int, dict
             continue
         if not isinstance(value, dict):
             problems.add(number, "not a JSON object")
+            continue
+        if "\\u" in line and has_lone_surrogate(value):
+            problems.add(number, LONE_SURROGATE)
             continue
         out.append((number, value))
     return out
@@ -129,7 +140,10 @@ def instant(text: Any) -> str | None:
     if zone.upper() != "Z":
         sign = 1 if zone[0] == "+" else -1
         digits = zone[1:].replace(":", "")
-        when -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+        try:
+            when -= sign * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+        except OverflowError:
+            return None  # in UTC it is before year 1 or after 9999: no instant gitwork can write
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -111,11 +111,14 @@ def _parent(ctx: Context, item_id: str, value: str) -> str:
 
 def _comments(value: Any) -> list[dict[str, Any]]:
     out = []
+    first: dict[str, int] = {}
     for n, entry in enumerate(_list_of_mappings(value, "comments"), 1):
         where = f"comments #{n}"
         msg_id = entry.get("id")
         if not isinstance(msg_id, str) or not _MESSAGE_ID.match(msg_id):
             raise Invalid(f"{where} id must be 4-64 letters, digits and _.:- (got {str(msg_id)[:40]!r})")
+        if first.setdefault(msg_id, n) != n:  # the thread keeps one message per id: the second would be lost
+            raise Invalid(f"{where} id {msg_id!r} is comments #{first[msg_id]}'s too")
         kind = entry.get("kind", "note")
         if kind not in MESSAGE_KINDS:
             raise Invalid(f"{where} kind must be one of {', '.join(MESSAGE_KINDS)}")
@@ -227,6 +230,23 @@ def _theirs(ctx: Context, item_id: str) -> dict[str, Any]:
     return out
 
 
+def _storable(value: Any, where: str) -> Any:
+    """``value`` as the item file can hold it (what the source kept beside gitwork's fields): a number with
+    a fraction as its text (``1.5`` → ``"1.5"``; a whole one as the integer), as the format's readers keep
+    what YAML calls a float; a list directly inside a list has no form in the format, so it is refused."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) <= 2**53 else repr(value)
+    if isinstance(value, dict):
+        return {k: _storable(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        for n, entry in enumerate(value):
+            if isinstance(entry, list) and entry:
+                raise Invalid(f"{where}[{n}] holds a list directly inside a list, which the item file cannot "
+                              "store (a list of mappings can)")
+        return [_storable(v, f"{where}[{n}]") for n, v in enumerate(value)]
+    return value
+
+
 def _ticks(criteria: Any) -> list[tuple[Any, Any]]:
     return [(c.get("text"), bool(c.get("checked"))) for c in criteria or () if isinstance(c, dict)]
 
@@ -308,7 +328,7 @@ def _wanted(ctx: Context, item_id: str, current: Item | None, native: bool = Fal
             if not isinstance(cmd[key], dict):
                 raise Invalid(f"{key} must be a mapping")
             if cmd[key]:
-                prov[key] = _sorted(cmd[key])
+                prov[key] = _sorted(_storable(cmd[key], key))
             else:
                 prov.pop(key, None)
     if base:
@@ -462,7 +482,9 @@ def _post(ctx: Context, item_id: str, comments: list[dict[str, Any]]) -> int:
     for comment in comments:
         if comment["id"] in known:
             continue
-        extra = {k: comment[k] for k in ("by", "written_at", "author", "choice", "ref", "given_at") if k in comment}
+        extra: dict[str, Any] = {k: comment[k] for k in ("by", "written_at", "author", "choice", "ref", "given_at")
+                                 if k in comment}
+        extra["imported_by"] = ctx.actor  # `by` is the source's author: who put it here is the importer
         post_message(ctx, item_id, comment["kind"], comment["text"], epoch=epoch, to=comment.get("to"),
                      reply_to=comment.get("reply_to"), msg_id=comment["id"], **extra)
         posted += 1

@@ -305,6 +305,9 @@ def decide(ctx: Context) -> None:
     qseq = question["seq"]
     if question.get("kind") != "decision-request":
         raise Invalid(f"#{qseq} of {item_id} is a {question.get('kind')}, not a decision request")
+    if question.get("imported_by"):  # its `by` and `to` are the source's word, not an ask made here
+        raise Invalid(f"#{qseq} of {item_id} was imported by {question['imported_by']}: a decision request asked "
+                      "in another tracker is not one here; its holder asks again with gw ask")
     require_decider(ctx, item_id, question)
     earlier = [d for d in item.decisions if d.get("question") == qseq]
     if earlier:
