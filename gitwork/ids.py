@@ -24,6 +24,24 @@ def mint() -> str:
     return PREFIX + os.urandom(HEX_LEN // 2).hex()
 
 
+def imported(source: str, external: str) -> str:
+    """The id an item imported from ``source`` under its ``external`` id takes: derived, so that every
+    clone and every re-import of the same source finds the same item, and no document can name it
+    otherwise (the import op refuses any other id)."""
+    import hashlib  # (only imports need it: off the verbs' start-up)
+
+    return "w-" + hashlib.sha256(f"{source}:{external}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def imported_as(source: str, external: str) -> str:
+    """The id an import document of ``source``/``external`` must name: a gitwork id given as the
+    external id is the item's own (a gitwork export, or gitwork's beads export of an item made here),
+    any other external id derives one (``imported``)."""
+    if source in ("beads", "gitwork") and is_full(external):
+        return external
+    return imported(source, external)
+
+
 def is_full(item_id: str) -> bool:
     return bool(_FULL.match(item_id))
 

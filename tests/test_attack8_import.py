@@ -226,3 +226,32 @@ def test_an_imported_decision_request_cannot_be_decided_and_names_its_importer(t
         with pytest.raises(Invalid, match=r"#1 of w-\S+ was imported by bob.*gw ask"):
             bob.do("decide", item=item, question=1, choose="yes", why="lead asked me", epoch="current")
         assert tip(repo) == before and bob.item(item).decisions == []
+
+
+@pytest.mark.parametrize("source, external", [("github", "acme/app#7"), ("csv", "K-1"), ("beads", "bd-7")])
+def test_an_import_document_cannot_squat_another_sources_id(repo: Path, wp: Workplane, source: str,
+                                                           external: str) -> None:
+    """An import's item id is derived from its source and external id (``importers.item_id``). A
+    document that names another id (here: the one beads' ``bd-9`` derives to) was accepted, so a person
+    could take that id first and the real import of ``bd-9`` then failed for its whole file ("the ids
+    collide"). The op now derives the id itself and refuses any other (exit 5), nothing written."""
+    squatted = importers.item_id("beads", "bd-9")
+    before = tip(repo)
+    with pytest.raises(Invalid, match=rf"{source} {external!r} imports as {importers.item_id(source, external)}, "
+                                      rf"not {squatted}"):
+        wp.do("import", item=squatted, source=source, external=external, title="squat")
+    assert tip(repo) == before
+    wp.do("import", item=importers.item_id("beads", "bd-9"), source="beads", external="bd-9", title="real")
+    assert wp.item(squatted).title == "real"
+
+
+def test_a_gitwork_id_imports_only_as_itself(repo: Path, wp: Workplane) -> None:
+    """The two sources that name an item by its own gitwork id (a gitwork export, gitwork's beads
+    export of an item made here) may use only that id: external and item equal."""
+    made = wp.do("new", title="made here").result["item"]
+    other = importers.item_id("beads", "bd-1")
+    before = tip(repo)
+    for source in ("beads", "gitwork"):
+        with pytest.raises(Invalid, match=rf"imports as {made}, not {other}"):
+            wp.do("import", item=other, source=source, external=made, title="x")
+    assert tip(repo) == before

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from conftest import gw_here, replace_blob, run_gw, tip
-from gitwork import layout
+from gitwork import ids, layout
 from gitwork.errors import ExitCode, Invalid
 from gitwork.workplane import Workplane
 
@@ -342,7 +342,7 @@ def test_rest_refuses_a_lease_no_longer_than_the_clock_margin(repo: Path, state:
 # --- text that is not Unicode: lone surrogates (JSON escapes) and bytes that are not UTF-8 ---------
 
 LONE = "a\ud800b"
-FULL = "w-00000000000000aa"
+FULL = ids.imported("csv", "e1")  # the id the import op takes for this source and key
 _IMPORT = {"op": "import", "item": FULL, "source": "csv", "external": "e1", "title": "t"}
 SURROGATE_DOCUMENTS: list[dict[str, Any]] = [
     {"op": "new", "title": LONE},

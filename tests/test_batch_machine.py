@@ -20,10 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import Clock, make_repo, tip
+from gitwork import ids
 from gitwork.errors import Forbidden, GwError
 from gitwork.workplane import Workplane
 
-ITEMS = ["w-a000000000000001", "w-b000000000000002", "w-c000000000000003"]
+EXTERNAL = ("1", "2", "3")  # a CSV row's key: the import op takes only the id its source derives
+ITEMS = [ids.imported("csv", key) for key in EXTERNAL]
+KEY = dict(zip(ITEMS, EXTERNAL))
 WHO = ["alice", "bob", None]  # None: "as" left out (the work plane's identity, LEAD)
 LEAD = "alice"
 
@@ -47,7 +50,7 @@ def documents() -> st.SearchStrategy[dict]:
         st.builds(lambda i: {"op": "done", "item": i, "force": True, "reason": "r"}, item),
         st.builds(lambda i: {"op": "cancel", "item": i}, item),
         st.builds(lambda i: {"op": "reopen", "item": i}, item),
-        st.builds(lambda i, t: {"op": "import", "item": i, "source": "csv", "external": i[-1], "title": t,
+        st.builds(lambda i, t: {"op": "import", "item": i, "source": "csv", "external": KEY[i], "title": t,
                                 "comments": [{"id": f"m-{i[-4:]}", "by": "carol", "text": "c"}]},
                   item, st.sampled_from(["gamma", "delta"])),
     )

@@ -19,6 +19,8 @@ from gitwork import importers
 from gitwork.importers.export import items as exported_items
 from gitwork.workplane import Workplane
 
+EPIC, CHILD = importers.item_id("csv", "EPIC-1"), importers.item_id("csv", "T-2")  # as an import derives them
+
 KEPT = ("id", "title", "description", "status", "priority", "owner", "labels", "depends_on", "parent", "links",
         "criteria", "decisions", "closed_reason", "created_at")
 MESSAGE = ("id", "seq", "by", "kind", "text", "to", "reply_to", "choice")
@@ -52,9 +54,9 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
             wp.do("done", item=base, fence=lease["fence"])
             # A parent and a link, as an import records them.
             wp.submit({"op": "batch", "ops": [
-                {"op": "import", "item": "w-1000000000000001", "source": "csv", "external": "EPIC-1", "title": "Epic"},
-                {"op": "import", "item": "w-1000000000000002", "source": "csv", "external": "T-2", "title": "Child",
-                 "parent": "w-1000000000000001", "links": [{"kind": "related", "item": api}]},
+                {"op": "import", "item": EPIC, "source": "csv", "external": "EPIC-1", "title": "Epic"},
+                {"op": "import", "item": CHILD, "source": "csv", "external": "T-2", "title": "Child",
+                 "parent": EPIC, "links": [{"kind": "related", "item": api}]},
             ]})
         yield repo
     finally:
@@ -119,7 +121,7 @@ def test_beads_export_reads_back_as_the_same_items(source: Path, tmp_path: Path)
         before = {d["title"]: d for d in exported_items(origin)}
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     child = next(line for line in lines if line["title"] == "Child")
-    assert child["id"] == "w-1000000000000002"
+    assert child["id"] == CHILD
     assert {(d["type"]) for d in child["dependencies"]} == {"parent-child", "related"}
     schema = next(line for line in lines if line["title"] == "Schema")
     assert schema["status"] == "closed" and schema["acceptance_criteria"] == "- [x] reviewed\n- [x] migrated"

@@ -19,13 +19,13 @@ from typing import Any, Callable
 import pytest
 
 from conftest import git, run_gw, second_clone, tip
-from gitwork import engine
+from gitwork import engine, ids
 from gitwork.errors import GwError
 from gitwork.records import protocol
 from gitwork.workplane import Workplane
 
 STATE = "refs/gitwork/state"
-ITEM = "w-" + "5" * 16
+ITEM = ids.imported("github", "o/r#7")  # an import names the id its source derives
 
 # Ops whose representative document needs a flow this file does not build (real session branches,
 # signed peers); each stays a gap of this test until a case is written for it.

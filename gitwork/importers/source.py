@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 
+from .. import ids
 from ..codec import MAX_DEPTH, check_depth, has_lone_surrogate
 from ..errors import Invalid, UsageError
 
@@ -147,8 +148,7 @@ def instant(text: Any) -> str | None:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def item_id(kind: str, external: str) -> str:
-    return "w-" + hashlib.sha256(f"{kind}:{external}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+item_id = ids.imported
 
 
 def message_id(kind: str, external: str, comment: Any) -> str:

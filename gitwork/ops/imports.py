@@ -414,6 +414,9 @@ def import_item(ctx: Context) -> None:
     if "created_at" in cmd:
         _instant(cmd["created_at"], "created_at")
     source, external = cmd["source"], cmd["external"]
+    derived = ids.imported_as(source, external)
+    if item_id != derived:  # a chosen id could squat the one another source's item derives to
+        raise Invalid(f"{source} {external!r} imports as {derived}, not {item_id}", item=item_id)
     digest = _digest(cmd)  # of the document as sent, before the merge resolves anything in it
     raw = ctx.file(layout.item_path(item_id, layout.ITEM_FILE))
     if raw is not None and digest is not None and _stored_digest(raw) == _digest_line(digest):
