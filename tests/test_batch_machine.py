@@ -26,7 +26,7 @@ from gitwork.workplane import Workplane
 
 EXTERNAL = ("1", "2", "3")  # a CSV row's key: the import op takes only the id its source derives
 ITEMS = [ids.imported("csv", key) for key in EXTERNAL]
-KEY = dict(zip(ITEMS, EXTERNAL))
+KEY = dict(zip(ITEMS, EXTERNAL, strict=True))
 WHO = ["alice", "bob", None]  # None: "as" left out (the work plane's identity, LEAD)
 LEAD = "alice"
 
