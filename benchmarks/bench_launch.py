@@ -2,6 +2,7 @@
 beside ``tmux new-session`` alone; the coordinator's cost per pass at 100 live executions.
 
     python benchmarks/bench_launch.py [--runs 15] [--executions 100] [--passes 5] [--against TREE] [--no-coordinator]
+    python benchmarks/bench_launch.py --launcher-only --runs 20 --against /work/main   # the ratio alone, A/B
     python benchmarks/bench_launch.py --cas 30   # the state ref's compare-and-swap alone: git update-ref vs in-process
 
 Runs ``python -m gitwork`` from the interpreter running this script, on a throwaway repository with
@@ -137,6 +138,9 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--against", help="another gitwork checkout (e.g. /work/main): its launcher case, interleaved")
     parser.add_argument("--no-coordinator", action="store_true", help="only the first-output figures")
+    parser.add_argument("--launcher-only", action="store_true",
+                        help="only the launcher's tmux case (and --against's), the bare tmux floor and python -c pass: "
+                             "the issue 27 ratio in a short run")
     parser.add_argument("--cas", type=int, default=0, metavar="N",
                         help="only the state ref's compare-and-swap: N moves by git update-ref and N in-process, "
                              "interleaved in blocks, on a throwaway repository")
@@ -188,6 +192,9 @@ def main() -> None:
         against_case = f"gw run (tmux), launcher, {args.against}"
         if args.against:
             cases.insert(3, against_case)
+        if args.launcher_only:
+            cases = [case for case in cases if case in ("gw run (tmux), launcher", against_case, "tmux new-session",
+                                                        "python -c pass")]
         os.environ["GW_LAUNCHER"] = "off"  # each launcher case says otherwise
         launcher = subprocess.Popen([*gw, "launcher"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert launcher.stderr is not None
@@ -246,6 +253,17 @@ def main() -> None:
                                      "launcher_cpu_mean_ms": {case: round(statistics.mean(t) * 1000, 1)
                                                               for case, t in per_launch.items()},
                                      "load_before_coordinator": os.getloadavg()[0]}
+        # Issue 27's target: gw run to the agent's first line within 5x a bare `tmux new-session -d` (medians,
+        # same run); beside it, the CPU of the whole launch (the client's, with its reaped children, and the
+        # launcher's mean per tmux launch).
+        floor = statistics.median(times["tmux new-session"])
+        result["ratio_to_tmux_new_session"] = {
+            case: round(statistics.median(t) / floor, 2) for case, t in times.items()
+            if case.startswith("gw run") and t}
+        result["target_5x_met"] = {case: ratio <= 5.0 for case, ratio in result["ratio_to_tmux_new_session"].items()}
+        result["cpu_ms_client_plus_launcher"] = {
+            case: round(statistics.median(CPU[case]) * 1000 + statistics.mean(per_launch[case]) * 1000, 1)
+            for case in per_launch if CPU.get(case)}
         launcher.terminate()
         launcher.wait()
         if other is not None:
