@@ -171,3 +171,42 @@ def test_stopping_the_execution_whose_launch_started_the_tmux_server_stops_only_
         if proc is not None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_launcher_at_random_moments_of_gated_launches(launched: Path) -> None:
+    """The launcher killed at a random moment of a gated tmux launch (the caller waiting on it, then
+    launching itself as a retry): the invariants hold each time, and the caller converges on one agent
+    under the current fence."""
+    import random
+
+    rng = random.Random(20261202 + 8)
+    for n in range(6):
+        item = new_item(launched, f"random gate {n}")
+        marker = str(690 + n)
+        proc = start_launcher(launched)
+        caller = subprocess.Popen(gw_cmd("run", item, "--json", "--", "sleep", marker), cwd=launched,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "GW_AGENT": "alice"})
+        time.sleep(rng.uniform(0.0, 0.08))
+        proc.kill()
+        proc.wait()
+        out, err = caller.communicate(timeout=60)
+        assert caller.returncode == 0, err
+        sound(launched, marker)
+        converged(launched, item, json.loads(out), marker)
+
+
+def test_the_shell_pane_takes_exactly_the_ascii_shell_names() -> None:
+    """What the pane's shell holds (else the Python wrapper starts the agent): ``[A-Za-z_][A-Za-z0-9_]*``
+    and none of the pane's own names, whatever Python's own idea of an identifier."""
+    import re
+
+    from gitwork.launch.tmux import SHELL_OWN, shell_env, shell_names
+
+    names = ["A", "_", "_a1", "PATH", "1a", "a-b", "a b", "", "BASH_FUNC_f%%", "é", "xé", "x\u0660", "\uff41", "if",
+             "ℌ", "a.b", "a=b", *SHELL_OWN]
+    for name in names:
+        plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None and name not in SHELL_OWN
+        assert shell_names([name]) is plain, name
+        assert (shell_env({name: "v"}) is not None) is plain, name

@@ -376,10 +376,11 @@ def _abort(backend: Any, gate: Any) -> None:
 
 def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
             record: dict[str, Any], extra: dict[str, str], gate: Any = None) -> dict[str, Any]:
-    from .context import build, write
+    from .context import build, write, write_twin
 
     try:
-        launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), build(wp, item_id, execution_id))
+        doc = build(wp, item_id, execution_id)
+        launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), doc, twin=False)
     except BaseException:
         _abort(backend, gate)
         raise
@@ -397,6 +398,7 @@ def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, comman
         wp.record("exec-state", execution=execution_id, to="failed", reason=error.message[:200])
         raise
     crash_point("after-start")
+    write_twin(os.path.dirname(launch_md), doc)  # (launch.md was the agent's to read: launch.json now, off its way)
     status, detail = backend.status(execution_id, handle)
     if status == "failed":  # it could not even start (a bad interpreter line, say): never `running`
         wp.record("exec-state", execution=execution_id, to="failed", reason=str(detail)[:200], handle=handle)

@@ -141,9 +141,9 @@ def gate_tool() -> str | None:
 
 def shell_names(names: Iterable[str]) -> bool:
     """Can the pane's shell hold an environment of these names exactly (``shell_env``)?"""
-    return all(name and name[0].isascii() and (name[0].isalpha() or name[0] == "_")
-               and all(ch.isascii() and (ch.isalnum() or ch == "_") for ch in name) and name not in SHELL_OWN
-               for name in names)
+    # (an ASCII identifier is exactly [A-Za-z_][A-Za-z0-9_]*, checked in C: a launch's environment holds
+    # dozens of names, and a character-by-character check cost milliseconds of the launcher's path)
+    return all(name.isascii() and name.isidentifier() and name not in SHELL_OWN for name in names)
 
 
 class Gate:
@@ -369,17 +369,22 @@ class Tmux:
             raise
         gate.unlock()
         crash_point("after-go")
-        renamed = self._tmux("rename-session", "-t", f"={gate.session}", gate.name)
-        handle = gate.name if renamed.returncode == 0 else gate.session
         deadline = time.monotonic() + 10.0
         rounds = 0
         folder = gate.folder
         while not any(os.path.exists(os.path.join(folder, file)) for file in wrapper.STARTED):
             rounds += 1
             if time.monotonic() > deadline or (rounds % 64 == 0 and not _runs(pid, marker)):
+                started = False
                 break  # the pane's shell is gone without a word (killed): status() answers from tmux
             time.sleep(0.0005)
         else:
+            started = True
+        # Renamed once its agent started (a tmux client of its own, which would otherwise compete with the
+        # agent's start for the CPU); a session that could not be renamed keeps answering by its own name.
+        renamed = self._tmux("rename-session", "-t", f"={gate.session}", gate.name)
+        handle = gate.name if renamed.returncode == 0 else gate.session
+        if started:
             self._fresh = handle
             wrapper.remove(gate.gate)  # the gate first: a gate without its go says nothing could start
             wrapper.remove(gate.go)
