@@ -106,16 +106,20 @@ def test_a_refused_commit_starts_nothing_and_says_what_a_plain_gw_run_says(launc
                              env={**os.environ, "GW_AGENT": "alice"})
     assert claimed.returncode == 0, claimed.stderr
     plain = run(launched, item, "--", "sleep", "651", env={"GW_AGENT": "bob", "GW_LAUNCHER": "off"})
+    # (and one refused before its commit, once its pane started: an item that does not exist)
+    plain_missing = run(launched, "w-0badc0de", "--", "sleep", "651", env={"GW_AGENT": "bob", "GW_LAUNCHER": "off"})
     proc = start_launcher(launched)
     try:
         refused = run(launched, item, "--", "sleep", "651", env={"GW_AGENT": "bob"})
+        missing = run(launched, "w-0badc0de", "--", "sleep", "651", env={"GW_AGENT": "bob"})
         assert proc.poll() is None  # it answered
+        assert not pending(launched) and not tmux_sessions(launched)  # gone when gw run answered, the launcher alive
     finally:
         proc.kill()
         proc.wait()
     assert refused.returncode == plain.returncode == 75, (refused, plain)
     assert refused.stderr == plain.stderr and refused.stderr.count("\n") == 1, (refused.stderr, plain.stderr)
-    assert not pending(launched) and not tmux_sessions(launched)  # gone when gw run answered
+    assert missing.returncode == plain_missing.returncode != 0 and missing.stderr == plain_missing.stderr, missing
     assert records(launched) == {}
     time.sleep(0.2)  # an agent, had the pane been let go, runs by now
     assert agents("651") == []

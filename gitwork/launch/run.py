@@ -300,6 +300,24 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
     if (session or branch) and (mine is None or execution is None):
         raise Invalid("an execution of a session branch needs its session, its branch and an execution id")
     backend.check()
+    # A launch by item mints its execution's id now, and the resident launcher's tmux pane starts at
+    # once, gated (tmux.GATED), while the state is read and the commit written; the agent starts only
+    # once the commit landed (its go), never for a refused one. (A launch by id starts its pane once
+    # that id's earlier execution is settled: settling kills what runs in its folder.)
+    early_id = mint() if execution is None else None
+    early = [_pend(backend, early_id, command, cwd, extra)] if early_id is not None else []
+    try:
+        return _run(wp, backend, item, command, cwd, extra, ttl, execution, session, branch, mine, early_id, early)
+    finally:
+        for gate in early:  # not taken by the launch's commit (an answer or a refusal before it)
+            _abort(backend, gate)
+
+
+def _run(wp: Workplane, backend: Any, item: str, command: list[str], cwd: str, extra: dict[str, str],
+         ttl: str | None, execution: str | None, session: str | None, branch: str | None,
+         mine: tuple[str, str] | None, early_id: str | None, early: list[Any]) -> dict[str, Any]:
+    """``run`` once its arguments are checked; ``early``: the first round's gated pane, taken (popped) by
+    the round that uses it (whoever takes it lets it go or starts it)."""
     coordinator = coordinator_holder(wp)
     if coordinator is not None:  # both must report the same build before work starts
         require_same(coordinator.get("build"), f"this host's coordinator (pid {coordinator['holder'].get('pid')})")
@@ -329,10 +347,13 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
                 answer = _settled(wp, load_execution(ctx, other) or {})
                 if answer is not None:
                     return answer
-        new_id = execution or mint()
-        # The resident launcher's tmux pane starts now, gated, while the commit is written; the agent
-        # starts only once the commit landed (its go), never for a refused one (tmux.GATED).
-        gate = _pend(backend, new_id, command, cwd, extra)
+        if early_id is not None:  # the first round's id and pane, made when the launch began
+            new_id, gate, early_id = early_id, early.pop(), None
+        else:
+            new_id = execution or mint()
+            # The resident launcher's tmux pane starts now, gated, while the commit is written; the agent
+            # starts only once the commit landed (its go), never for a refused one (tmux.GATED).
+            gate = _pend(backend, new_id, command, cwd, extra)
         try:
             # One state commit before the agent starts (issue 27): the reservation, the lease (kept or
             # claimed) and `launching` under it, all or nothing (ops/executions.py, `launch`).
