@@ -137,6 +137,9 @@ def main() -> None:
     parser.add_argument("--executions", type=int, default=100)
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--against", help="another gitwork checkout (e.g. /work/main): its launcher case, interleaved")
+    parser.add_argument("--against-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for --against's launcher, e.g. --against . "
+                             "--against-env GW_LAUNCHER_GATE=0 (this tree with its pane started after the commit)")
     parser.add_argument("--no-coordinator", action="store_true", help="only the first-output figures")
     parser.add_argument("--launcher-only", action="store_true",
                         help="only the launcher's tmux case (and --against's), the bare tmux floor and python -c pass: "
@@ -171,14 +174,18 @@ def main() -> None:
 
         with Workplane(repo) as wp:
             wp.do("init")
-            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(5 * args.runs + args.executions + 1)]
+            # (as many items in --against's repository: a commit's cost grows with the state's trees, so the
+            # two launchers' commits must be of the same shape)
+            count = 5 * args.runs + (0 if args.no_coordinator else args.executions) + 1
+            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(count)]
         other_items: list[str] = []
-        against = {"PYTHONPATH": os.path.abspath(args.against)} if args.against else {}
+        against = {"PYTHONPATH": os.path.abspath(args.against),
+                   **dict(pair.split("=", 1) for pair in args.against_env)} if args.against else {}
         if args.against:
             subprocess.run(["git", "init", "-q", other_repo], check=True)
             with Workplane(other_repo) as wp:
                 wp.do("init")
-                other_items = [wp.do("new", title=f"item {n}").result["item"] for n in range(args.runs + 1)]
+                other_items = [wp.do("new", title=f"item {n}").result["item"] for n in range(count)]
         # One warm-up of each, so the tmux server and the page cache are up before anything is timed.
         # (gw's own start of the server, so it runs with gitwork's tmux configuration).
         subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL,
@@ -189,7 +196,7 @@ def main() -> None:
         script = os.path.join(os.path.dirname(sys.executable), "gw")
         if os.access(script, os.X_OK):
             cases.insert(4, "gw run (tmux), launcher, gw script")
-        against_case = f"gw run (tmux), launcher, {args.against}"
+        against_case = f"gw run (tmux), launcher, {args.against}" + "".join(f" {pair}" for pair in args.against_env)
         if args.against:
             cases.insert(3, against_case)
         if args.launcher_only:

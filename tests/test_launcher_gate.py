@@ -214,3 +214,22 @@ def test_the_shell_pane_takes_exactly_the_ascii_shell_names() -> None:
         plain = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) is not None and name not in SHELL_OWN
         assert shell_names([name]) is plain, name
         assert (shell_env({name: "v"}) is not None) is plain, name
+
+
+def test_the_pane_waits_on_its_gate_unless_told_otherwise(launched: Path) -> None:
+    """The launcher's tmux pane is the gated one (its command starts with the wait on its gate), and
+    ``GW_LAUNCHER_GATE=0`` in the launcher's environment starts it after the commit, as before."""
+    from test_launcher import pane_command
+
+    for gate, marker in (("1", "681"), ("0", "682")):
+        proc = start_launcher(launched, {"GW_LAUNCHER_GATE": gate})
+        try:
+            done = run(launched, new_item(launched, f"gate {gate}"), "--json", "--", "sleep", marker,
+                       env={"GW_AGENT": "alice"})
+        finally:
+            proc.kill()
+            proc.wait()
+        assert done.returncode == 0, done.stderr
+        command = pane_command(launched, json.loads(done.stdout)["execution"])
+        assert command.startswith("/bin/sh -c ") and ('"$5" -s 4' in command) is (gate == "1"), command
+        assert len(agents(marker)) == 1

@@ -81,6 +81,7 @@ GATED = GATE + PANE
 PENDING = "pending~"  # a session's name until its go: "~" is in no execution id (ids.py), so none answers for one
 SHELL_OWN = frozenset(("IFS", "PS1", "PS2", "PS4", "OPTIND", "OPTARG", "PPID", "ENV", "LINENO", "d", "e", "c", "s",
                        "r", "v", "m", "p", "t"))
+USE_GATE = False  # set by the resident launcher: its shell panes start gated, ahead of the commit (GATED)
 USE_SHELL_PANE = False  # set by the resident launcher (resident.py); gw run alone keeps the Python wrapper
 # (the shell pane needs env and mv found, and probed once: a cost a process that launches once would pay each time)
 
@@ -276,7 +277,7 @@ class Tmux:
         written. None when the gated shell pane does not apply (the resident launcher's shell pane off,
         no ``flock``, an environment of ``names`` the shell cannot hold, a command the kernel cannot
         start: those start after the commit, as before). ``go`` (after the commit) or ``abort``."""
-        tools = shell_tools() if USE_SHELL_PANE else None
+        tools = shell_tools() if USE_SHELL_PANE and USE_GATE else None
         flock = gate_tool() if tools is not None else None
         if tools is None or flock is None or not shell_names(names) or not _executable(argv[0], path, cwd):
             return None
