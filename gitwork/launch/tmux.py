@@ -159,12 +159,23 @@ class Gate:
         self.go = os.path.join(folder, f"go.{nonce}")
         self.done: tuple[int, str] | None = None
 
-    def wait_client(self) -> tuple[int, str]:
-        """The ``tmux new-session`` client's exit code and output (the pane's pid, or tmux's error)."""
+    def wait_client(self, timeout: float = 30.0) -> tuple[int, str]:
+        """The ``tmux new-session`` client's exit code and output (the pane's pid, or tmux's error); a
+        client that has not ended in ``timeout`` seconds (a server that does not answer) is killed, and
+        answers as a failure, as ``run_tool``'s tmux calls do."""
         if self.done is None:
+            import select
+
             chunks = []
+            poller = select.poll()
+            poller.register(self.output, select.POLLIN)
+            deadline = time.monotonic() + timeout
             try:
                 while True:
+                    if not poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+                        os.kill(self.client, 9)  # SIGKILL
+                        chunks.append(b"tmux did not answer in %d s" % timeout)
+                        break
                     chunk = os.read(self.output, 65536)
                     if not chunk:
                         break
