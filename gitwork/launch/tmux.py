@@ -357,8 +357,10 @@ class Tmux:
         # The pane's shell must be one that ``survivors`` finds (its command line: the marker and the folder)
         # before go exists: a launcher that dies after go leaves a pane a retry kills, never one it misses.
         deadline = time.monotonic() + 10.0
+        delay = 0.0002  # (it has mostly started while the commit was written: then no wait at all)
         while pid and not _runs(pid, marker) and _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.0002)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.002)  # a loaded machine: fewer looks, not a busier launcher
         if not pid or not _runs(pid, marker):
             raise Invalid(f"tmux could not start {gate.argv[0]}: "
                           + (one_line(out) if code != 0 else "its pane's shell did not start"))
@@ -384,12 +386,14 @@ class Tmux:
         deadline = time.monotonic() + 10.0
         rounds = 0
         folder = gate.folder
+        delay = 0.0003
         while not any(os.path.exists(os.path.join(folder, file)) for file in wrapper.STARTED):
             rounds += 1
-            if time.monotonic() > deadline or (rounds % 64 == 0 and not _runs(pid, marker)):
+            if time.monotonic() > deadline or (rounds % 16 == 0 and not _runs(pid, marker)):
                 started = False
                 break  # the pane's shell is gone without a word (killed): status() answers from tmux
-            time.sleep(0.0005)
+            time.sleep(delay)  # (the agent runs by now or soon: this wait is the answer's, not the agent's)
+            delay = min(delay * 1.5, 0.003)
         else:
             started = True
         # Renamed once its agent started (a tmux client of its own, which would otherwise compete with the
