@@ -2,6 +2,8 @@
 beside ``tmux new-session`` alone; the coordinator's cost per pass at 100 live executions.
 
     python benchmarks/bench_launch.py [--runs 15] [--executions 100] [--passes 5] [--against TREE] [--no-coordinator]
+    python benchmarks/bench_launch.py --launcher-only --runs 20 --against /work/main   # the ratio alone, A/B
+    python benchmarks/bench_launch.py --gate-ab 30   # the launcher's path in-process, gated pane or not
     python benchmarks/bench_launch.py --cas 30   # the state ref's compare-and-swap alone: git update-ref vs in-process
 
 Runs ``python -m gitwork`` from the interpreter running this script, on a throwaway repository with
@@ -130,17 +132,85 @@ def cas_figures(moves: int) -> dict[str, object]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def gate_figures(rounds: int) -> dict[str, object]:
+    """The launcher's own path, in-process, its pane gated (started while the commit is written) and not
+    (started after it), interleaved: ms from the launch's start to the agent's first line (the agent
+    writes the wall clock: ``date +%s.%N``), and the CPU of the launch to its answer (this process and
+    its reaped children: the tmux clients), as the resident launcher runs it."""
+    import contextlib
+    import io
+    import resource
+
+    root = tempfile.mkdtemp(prefix="gw-bench-gate-")
+    repo = os.path.join(root, "repo")
+    os.environ["GW_TMUX_SOCKET"] = os.path.join(root, "tmux.sock")
+    os.environ["GW_AGENT"] = "bench"
+    subprocess.run(["git", "init", "-q", repo], check=True)
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        from gitwork.cli.main import _run
+        from gitwork.launch import tmux
+        from gitwork.workplane import Workplane
+
+        with Workplane(repo) as wp:
+            wp.do("init")
+            items = [wp.do("new", title=f"i{n}").result["item"] for n in range(2 * rounds + 2)]
+        tmux.USE_SHELL_PANE, tmux.CHECK_ONCE = tmux.shell_tools() is not None, True
+
+        def cpu() -> float:
+            return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                         resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+        def one(gated: bool, n: int) -> tuple[float, float]:
+            tmux.USE_GATE = gated and tmux.gate_tool() is not None
+            mark = os.path.join(root, f"mark-{n}-{gated}")
+            agent = f'date +%s.%N > "{mark}.t"; mv "{mark}.t" "{mark}"; exec sleep 600'
+            c0, w0 = cpu(), time.time()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                _run(["run", items.pop(), "--", "sh", "-c", agent])
+            c1 = cpu()
+            wait_for(mark)
+            with open(mark) as read:
+                return (float(read.read()) - w0) * 1000, (c1 - c0) * 1000
+
+        one(True, -1), one(False, -2)  # warm-up (the tmux server, the page cache)
+        rows: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        for n in range(rounds):
+            for gated in ((True, False) if n % 2 else (False, True)):
+                rows[gated].append(one(gated, n))
+        return {("gated" if gated else "after the commit"): {
+                    "first_line": summary([r[0] / 1000 for r in found]),
+                    "cpu_ms_to_the_answer": round(statistics.median(r[1] for r in found), 1)}
+                for gated, found in rows.items()} | {"machine": {"cpus": os.cpu_count(), "load": os.getloadavg()[0]}}
+    finally:
+        os.chdir(cwd)
+        subprocess.run(["tmux", "-S", os.environ["GW_TMUX_SOCKET"], "kill-server"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--executions", type=int, default=100)
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--against", help="another gitwork checkout (e.g. /work/main): its launcher case, interleaved")
+    parser.add_argument("--against-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="an environment variable for --against's launcher, e.g. --against . "
+                             "--against-env GW_LAUNCHER_GATE=0 (this tree with its pane started after the commit)")
     parser.add_argument("--no-coordinator", action="store_true", help="only the first-output figures")
+    parser.add_argument("--launcher-only", action="store_true",
+                        help="only the launcher's tmux case (and --against's), the bare tmux floor and python -c pass: "
+                             "the issue 27 ratio in a short run")
+    parser.add_argument("--gate-ab", type=int, default=0, metavar="N",
+                        help="only the launcher's path in-process, N rounds of its pane gated and not, interleaved")
     parser.add_argument("--cas", type=int, default=0, metavar="N",
                         help="only the state ref's compare-and-swap: N moves by git update-ref and N in-process, "
                              "interleaved in blocks, on a throwaway repository")
     args = parser.parse_args()
+    if args.gate_ab:
+        sys.stdout.write(json.dumps(gate_figures(args.gate_ab), indent=2) + "\n")
+        return
     if args.cas:
         sys.stdout.write(json.dumps(cas_figures(args.cas), indent=2) + "\n")
         return
@@ -167,14 +237,18 @@ def main() -> None:
 
         with Workplane(repo) as wp:
             wp.do("init")
-            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(5 * args.runs + args.executions + 1)]
+            # (as many items in --against's repository: a commit's cost grows with the state's trees, so the
+            # two launchers' commits must be of the same shape)
+            count = 5 * args.runs + (0 if args.no_coordinator else args.executions) + 1
+            items = [wp.do("new", title=f"item {n}").result["item"] for n in range(count)]
         other_items: list[str] = []
-        against = {"PYTHONPATH": os.path.abspath(args.against)} if args.against else {}
+        against = {"PYTHONPATH": os.path.abspath(args.against),
+                   **dict(pair.split("=", 1) for pair in args.against_env)} if args.against else {}
         if args.against:
             subprocess.run(["git", "init", "-q", other_repo], check=True)
             with Workplane(other_repo) as wp:
                 wp.do("init")
-                other_items = [wp.do("new", title=f"item {n}").result["item"] for n in range(args.runs + 1)]
+                other_items = [wp.do("new", title=f"item {n}").result["item"] for n in range(count)]
         # One warm-up of each, so the tmux server and the page cache are up before anything is timed.
         # (gw's own start of the server, so it runs with gitwork's tmux configuration).
         subprocess.run([*gw, "run", items.pop(), "--", "true"], cwd=repo, check=True, stdout=subprocess.DEVNULL,
@@ -185,9 +259,12 @@ def main() -> None:
         script = os.path.join(os.path.dirname(sys.executable), "gw")
         if os.access(script, os.X_OK):
             cases.insert(4, "gw run (tmux), launcher, gw script")
-        against_case = f"gw run (tmux), launcher, {args.against}"
+        against_case = f"gw run (tmux), launcher, {args.against}" + "".join(f" {pair}" for pair in args.against_env)
         if args.against:
             cases.insert(3, against_case)
+        if args.launcher_only:
+            cases = [case for case in cases if case in ("gw run (tmux), launcher", against_case, "tmux new-session",
+                                                        "python -c pass")]
         os.environ["GW_LAUNCHER"] = "off"  # each launcher case says otherwise
         launcher = subprocess.Popen([*gw, "launcher"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert launcher.stderr is not None
@@ -246,6 +323,17 @@ def main() -> None:
                                      "launcher_cpu_mean_ms": {case: round(statistics.mean(t) * 1000, 1)
                                                               for case, t in per_launch.items()},
                                      "load_before_coordinator": os.getloadavg()[0]}
+        # Issue 27's target: gw run to the agent's first line within 5x a bare `tmux new-session -d` (medians,
+        # same run); beside it, the CPU of the whole launch (the client's, with its reaped children, and the
+        # launcher's mean per tmux launch).
+        floor = statistics.median(times["tmux new-session"])
+        result["ratio_to_tmux_new_session"] = {
+            case: round(statistics.median(t) / floor, 2) for case, t in times.items()
+            if case.startswith("gw run") and t}
+        result["target_5x_met"] = {case: ratio <= 5.0 for case, ratio in result["ratio_to_tmux_new_session"].items()}
+        result["cpu_ms_client_plus_launcher"] = {
+            case: round(statistics.median(CPU[case]) * 1000 + statistics.mean(per_launch[case]) * 1000, 1)
+            for case in per_launch if CPU.get(case)}
         launcher.terminate()
         launcher.wait()
         if other is not None:

@@ -94,9 +94,16 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(folder: str, doc: dict[str, Any]) -> str:
-    """``launch.md`` and ``launch.json`` into ``folder`` (each written whole, then renamed); the .md path."""
+def write(folder: str, doc: dict[str, Any], twin: bool = True) -> str:
+    """``launch.md`` and ``launch.json`` into ``folder`` (each written whole, then renamed); the .md path.
+    ``twin=False``: ``launch.md`` alone (``write_twin`` later: gw run writes the JSON twin once its agent
+    started, off the way to the agent's first line; both are there before ``running`` is recorded)."""
     os.makedirs(folder, exist_ok=True)
-    for name, data in (("launch.md", render(doc)), ("launch.json", json.dumps(doc, ensure_ascii=False, indent=2) + "\n")):
-        write_atomic(os.path.join(folder, name), data, fsync=False)
+    write_atomic(os.path.join(folder, "launch.md"), render(doc), fsync=False)
+    if twin:
+        write_twin(folder, doc)
     return os.path.join(folder, "launch.md")
+
+
+def write_twin(folder: str, doc: dict[str, Any]) -> None:
+    write_atomic(os.path.join(folder, "launch.json"), json.dumps(doc, ensure_ascii=False, indent=2) + "\n", fsync=False)

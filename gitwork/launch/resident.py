@@ -125,6 +125,8 @@ class Launcher:
         # Its tools are found now, not on the first request's way.
         tmux.USE_SHELL_PANE = os.environ.get("GW_LAUNCHER_SHELL_PANE") != "0" and tmux.shell_tools() is not None
         tmux.CHECK_ONCE = True
+        # Its shell panes start gated, while the launch's commit is written (GW_LAUNCHER_GATE=0: after it).
+        tmux.USE_GATE = os.environ.get("GW_LAUNCHER_GATE") != "0" and tmux.gate_tool() is not None
 
         def stop(_signum: int, _frame: Any) -> None:
             self.stopping = True

@@ -153,6 +153,14 @@ def probe(wp: Workplane, record: dict[str, Any], backend: Any = None, orphaned: 
         # Nothing answers by its handle; something of it may still run (the agent of a wrapper killed
         # alone, a wrapper whose handle was never written): end it before the execution is said lost.
         killed = _kill_survivors(wp, record["id"])
+        sweep = getattr(backend, "sweep", None)
+        if sweep is not None:
+            sweep(record["id"])  # a gated pane its launcher let go and died before it was renamed (tmux.GATED)
+        if (state == "launching" and not record.get("handle") and _gated_without_go(wp, record["id"])
+                and not _any_trace(wp, record["id"])):
+            # Its launcher died with its gated pane waiting (tmux.GATED): no go was written, so no agent
+            # could start (the pane, killed above or by itself, started nothing): nothing ran.
+            return _mark(wp, record, "failed", reason="its launcher died before it started anything")
         if killed:
             return _mark(wp, record, "lost", reason=f"the backend has no such process; killed {killed} process "
                                                     "group(s) of it that still ran")
@@ -186,6 +194,16 @@ def _any_trace(wp: Workplane, execution_id: str) -> bool:
     ``started``, or any file a wrapper writes.)"""
     folder = os.path.join(executions_dir(wp.repo), execution_id)
     return any(os.path.exists(os.path.join(folder, name)) for name in ("started", "handle", "child", "code", "failed"))
+
+
+def _gated_without_go(wp: Workplane, execution_id: str) -> bool:
+    """Did a launch of this execution start a gated pane (``gate.NONCE``) and never let it go
+    (no ``go.*``)? The launcher writes go only before it unlocks, and removes the gate before the go."""
+    try:
+        names = os.listdir(os.path.join(executions_dir(wp.repo), execution_id))
+    except FileNotFoundError:
+        return False
+    return any(n.startswith("gate.") for n in names) and not any(n.startswith("go.") for n in names)
 
 
 def _kill_survivors(wp: Workplane, execution_id: str) -> int:
@@ -282,6 +300,24 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
     if (session or branch) and (mine is None or execution is None):
         raise Invalid("an execution of a session branch needs its session, its branch and an execution id")
     backend.check()
+    # A launch by item mints its execution's id now, and the resident launcher's tmux pane starts at
+    # once, gated (tmux.GATED), while the state is read and the commit written; the agent starts only
+    # once the commit landed (its go), never for a refused one. (A launch by id starts its pane once
+    # that id's earlier execution is settled: settling kills what runs in its folder.)
+    early_id = mint() if execution is None else None
+    early = [_pend(backend, early_id, command, cwd, extra)] if early_id is not None else []
+    try:
+        return _run(wp, backend, item, command, cwd, extra, ttl, execution, session, branch, mine, early_id, early)
+    finally:
+        for gate in early:  # not taken by the launch's commit (an answer or a refusal before it)
+            _abort(backend, gate)
+
+
+def _run(wp: Workplane, backend: Any, item: str, command: list[str], cwd: str, extra: dict[str, str],
+         ttl: str | None, execution: str | None, session: str | None, branch: str | None,
+         mine: tuple[str, str] | None, early_id: str | None, early: list[Any]) -> dict[str, Any]:
+    """``run`` once its arguments are checked; ``early``: the first round's gated pane, taken (popped) by
+    the round that uses it (whoever takes it lets it go or starts it)."""
     coordinator = coordinator_holder(wp)
     if coordinator is not None:  # both must report the same build before work starts
         require_same(coordinator.get("build"), f"this host's coordinator (pid {coordinator['holder'].get('pid')})")
@@ -311,15 +347,22 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
                 answer = _settled(wp, load_execution(ctx, other) or {})
                 if answer is not None:
                     return answer
-        new_id = execution or mint()
+        if early_id is not None:  # the first round's id and pane, made when the launch began
+            new_id, gate, early_id = early_id, early.pop(), None
+        else:
+            new_id = execution or mint()
+            # The resident launcher's tmux pane starts now, gated, while the commit is written; the agent
+            # starts only once the commit landed (its go), never for a refused one (tmux.GATED).
+            gate = _pend(backend, new_id, command, cwd, extra)
         try:
             # One state commit before the agent starts (issue 27): the reservation, the lease (kept or
             # claimed) and `launching` under it, all or nothing (ops/executions.py, `launch`).
             launched = wp.record("exec-reserve", item=item_id, execution=new_id, command=command, backend=backend.kind,
                                  host=host(), clone=clone_id(wp.repo), launcher=me(), build=current_build(),
                                  session=session, branch=branch, env=sorted(extra) or None, launch=True, ttl=ttl)
-        except Held as error:
-            if error.details.get("state"):
+        except BaseException as error:
+            _abort(backend, gate)
+            if isinstance(error, Held) and error.details.get("state"):
                 continue  # another gw run reserved first: settle that one on the next round
             raise
         IN_FLIGHT.add(new_id)
@@ -328,26 +371,55 @@ def run(wp: Workplane, item: str, command: Sequence[str], backend_kind: str = "t
         crash_point("after-reserve")
         crash_point("after-claim")
         crash_point("after-launching")
-        return _launch(wp, backend, new_id, item_id, command, cwd, launched.result, extra)
+        return _launch(wp, backend, new_id, item_id, command, cwd, launched.result, extra, gate)
     raise Held(f"{item_id}: executions kept changing under this gw run; try again", item=item_id)
 
 
-def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
-            record: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
-    from .context import build, write
+# The variables gw run sets for its agent (docs/launch.md), beside the caller's environment and its extra.
+OWN_ENV = ("GW_AGENT", "GW_ITEM", "GW_FENCE", "GW_EXECUTION", "GW_CONTEXT", "GW_REPORT")
 
-    launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), build(wp, item_id, execution_id))
+
+def _pend(backend: Any, execution_id: str, command: list[str], cwd: str, extra: dict[str, str]) -> Any:
+    """The backend's pane started ahead of the commit (``Tmux.pend``), or None (started after it)."""
+    pend = getattr(backend, "pend", None)
+    if pend is None:
+        return None
+    names = {*os.environ, *extra, *OWN_ENV}
+    names.discard("GW_CRASH_AT")
+    return pend(execution_id, command, names, extra.get("PATH", os.environ.get("PATH")), cwd)
+
+
+def _abort(backend: Any, gate: Any) -> None:
+    """Let a pending pane go without its go (its launch refused or failed before the start)."""
+    if gate is not None:
+        backend.abort(gate)
+
+
+def _launch(wp: Workplane, backend: Any, execution_id: str, item_id: str, command: list[str], cwd: str,
+            record: dict[str, Any], extra: dict[str, str], gate: Any = None) -> dict[str, Any]:
+    from .context import build, write, write_twin
+
+    try:
+        doc = build(wp, item_id, execution_id)
+        launch_md = write(os.path.join(executions_dir(wp.repo), execution_id), doc, twin=False)
+    except BaseException:
+        _abort(backend, gate)
+        raise
     env = dict(os.environ)
     env.update(extra)  # the caller's (checked: none of the names below), never recorded with their values
     env.update(GW_AGENT=record["holder"], GW_ITEM=item_id, GW_FENCE=str(record["fence"]), GW_EXECUTION=execution_id,
                GW_CONTEXT=launch_md, GW_REPORT=os.path.join(os.path.dirname(launch_md), "report.json"))
     env.pop("GW_CRASH_AT", None)
     try:
-        handle, _created = backend.start(execution_id, command, env, cwd)
+        if gate is not None:
+            handle, _created = backend.go(gate, env)
+        else:
+            handle, _created = backend.start(execution_id, command, env, cwd)
     except GwError as error:
         wp.record("exec-state", execution=execution_id, to="failed", reason=error.message[:200])
         raise
     crash_point("after-start")
+    write_twin(os.path.dirname(launch_md), doc)  # (launch.md was the agent's to read: launch.json now, off its way)
     status, detail = backend.status(execution_id, handle)
     if status == "failed":  # it could not even start (a bad interpreter line, say): never `running`
         wp.record("exec-state", execution=execution_id, to="failed", reason=str(detail)[:200], handle=handle)

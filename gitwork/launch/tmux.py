@@ -23,7 +23,7 @@ from .wrapper import outcome, wait_started
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Sequence
+    from typing import Iterable, Sequence
 
     from ..store import Repository
 
@@ -65,8 +65,23 @@ PANE = ("d=$1 e=$2 v=$3 m=$4 c=$6; shift 5; set -f; "
         "w child $p; t=1; while [ \"$t\" ]; do t=; wait $p; done; wait $p; w code $?")
 # Names the pane's shell would take for its own (or refuse): an environment holding one, or a name that
 # is no shell name at all (bash's exported functions, BASH_FUNC_f%%), is started under the Python wrapper.
+# The gated pane (the resident launcher's, issue 27: the pane starts while the launch's commit is written).
+# ``/bin/sh -c GATED WRAPPER.py DIR ENVFILE ENV MV FLOCK TMUX SOCKET NONCE -- CMD...``: the shell first
+# waits for a shared ``flock`` on ``DIR/gate.NONCE``, which the launcher holds (exclusive) from before
+# it starts the pane until the commit landed; the kernel releases it when the launcher dies. Then it
+# goes on only if ``DIR/go.NONCE`` exists, which the launcher writes before it unlocks, and only once
+# the commit landed; without it (a refused commit, a launcher that died) the pane kills itself (its
+# session, ``pending~NONCE``, goes with it) having started nothing and written nothing. The nonce is
+# the launch's own: a pane of an earlier attempt at the same execution id never sees a later go. From
+# ``handle`` on it is ``PANE``, the very text.
+GATE = ('{ "$5" -s 4; } 4< "$1/gate.$8" 2>/dev/null; '
+        '[ -f "$1/go.$8" ] || exec "$6" -S "$7" kill-pane -t "$TMUX_PANE"; '
+        'a=$1 b=$2 g=$3 i=$4; shift 9; set -- "$a" "$b" "$g" "$i" -- "$@"; ')
+GATED = GATE + PANE
+PENDING = "pending~"  # a session's name until its go: "~" is in no execution id (ids.py), so none answers for one
 SHELL_OWN = frozenset(("IFS", "PS1", "PS2", "PS4", "OPTIND", "OPTARG", "PPID", "ENV", "LINENO", "d", "e", "c", "s",
                        "r", "v", "m", "p", "t"))
+USE_GATE = False  # set by the resident launcher: its shell panes start gated, ahead of the commit (GATED)
 USE_SHELL_PANE = False  # set by the resident launcher (resident.py); gw run alone keeps the Python wrapper
 # (the shell pane needs env and mv found, and probed once: a cost a process that launches once would pay each time)
 
@@ -74,11 +89,10 @@ USE_SHELL_PANE = False  # set by the resident launcher (resident.py); gw run alo
 def shell_env(env: dict[str, str]) -> bytes | None:
     """``env`` as the pane's shell reads it (``export NAME='VALUE'`` lines), or None when a name is not
     a plain shell name the shell leaves alone."""
+    if not shell_names(env):
+        return None
     lines = []
     for name, value in env.items():
-        if (not name or not (name[0].isascii() and (name[0].isalpha() or name[0] == "_"))
-                or not all(ch.isascii() and (ch.isalnum() or ch == "_") for ch in name) or name in SHELL_OWN):
-            return None
         lines.append(f"export {name}='" + value.replace("'", "'\\''") + "'\n")
     return "".join(lines).encode("utf-8", "surrogateescape")
 
@@ -112,6 +126,70 @@ def shell_tools() -> tuple[str, str] | None:
                 found = None
         _TOOLS.append(found)
     return _TOOLS[0]
+
+
+_GATE_TOOL: list[str | None] = []
+
+
+def gate_tool() -> str | None:
+    """The absolute path of util-linux ``flock``, the gated pane's wait (``GATED``), or None (then the
+    pane starts after the commit, as before): found once a process."""
+    if not _GATE_TOOL:
+        _GATE_TOOL.append(next((p for p in (os.path.join(d or ".", "flock") for d in os.get_exec_path())
+                                if os.access(p, os.X_OK) and not os.path.isdir(p)), None))
+    return _GATE_TOOL[0]
+
+
+def shell_names(names: Iterable[str]) -> bool:
+    """Can the pane's shell hold an environment of these names exactly (``shell_env``)?"""
+    # (an ASCII identifier is exactly [A-Za-z_][A-Za-z0-9_]*, checked in C: a launch's environment holds
+    # dozens of names, and a character-by-character check cost milliseconds of the launcher's path)
+    return all(name.isascii() and name.isidentifier() and name not in SHELL_OWN for name in names)
+
+
+class Gate:
+    """A pane started ahead of its launch's commit, waiting on its gate (``Tmux.pend``)."""
+
+    def __init__(self, name: str, nonce: str, folder: str, argv: Sequence[str], lock: int, client: int,
+                 output: int, env_file: str) -> None:
+        self.name, self.nonce, self.folder, self.argv = name, nonce, folder, list(argv)
+        self.session = PENDING + nonce
+        self.lock, self.client, self.output, self.env_file = lock, client, output, env_file
+        self.gate = os.path.join(folder, f"gate.{nonce}")
+        self.go = os.path.join(folder, f"go.{nonce}")
+        self.done: tuple[int, str] | None = None
+
+    def wait_client(self, timeout: float = 30.0) -> tuple[int, str]:
+        """The ``tmux new-session`` client's exit code and output (the pane's pid, or tmux's error); a
+        client that has not ended in ``timeout`` seconds (a server that does not answer) is killed, and
+        answers as a failure, as ``run_tool``'s tmux calls do."""
+        if self.done is None:
+            import select
+
+            chunks = []
+            poller = select.poll()
+            poller.register(self.output, select.POLLIN)
+            deadline = time.monotonic() + timeout
+            try:
+                while True:
+                    if not poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
+                        os.kill(self.client, 9)  # SIGKILL
+                        chunks.append(b"tmux did not answer in %d s" % timeout)
+                        break
+                    chunk = os.read(self.output, 65536)
+                    if not chunk:
+                        break
+                    chunks.append(chunk)
+            finally:
+                os.close(self.output)
+                status = os.waitpid(self.client, 0)[1]
+            self.done = (os.waitstatus_to_exitcode(status), b"".join(chunks).decode("utf-8", "replace"))
+        return self.done
+
+    def unlock(self) -> None:
+        if self.lock >= 0:
+            os.close(self.lock)  # the flock goes with the descriptor (the tmux client never had it)
+            self.lock = -1
 
 
 def _executable(program: str, path: str | None, cwd: str) -> bool:
@@ -193,7 +271,8 @@ class Tmux:
             raise Invalid(f"tmux does not run: {one_line(done.err)}")
         _ANSWERED.add(self.socket)
 
-    def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
+    def _prepare(self, name: str) -> str:
+        """The server's folder and configuration, and the execution's folder (returned)."""
         os.makedirs(os.path.dirname(self.socket), mode=0o700, exist_ok=True)
         if not os.path.exists(self.config):
             from ..fsutil import write_atomic
@@ -201,6 +280,147 @@ class Tmux:
             write_atomic(self.config, CONFIG, fsync=False)
         folder = os.path.join(executions_dir(self.repo), name)
         os.makedirs(folder, exist_ok=True)
+        return folder
+
+    def pend(self, name: str, argv: Sequence[str], names: Iterable[str], path: str | None, cwd: str) -> Gate | None:
+        """Start the pane of execution ``name`` before its launch's commit, gated (``GATED``): its tmux
+        client spawned, not waited for, so that tmux and the pane's shell start while the commit is
+        written. None when the gated shell pane does not apply (the resident launcher's shell pane off,
+        no ``flock``, an environment of ``names`` the shell cannot hold, a command the kernel cannot
+        start: those start after the commit, as before). ``go`` (after the commit) or ``abort``."""
+        tools = shell_tools() if USE_SHELL_PANE and USE_GATE else None
+        flock = gate_tool() if tools is not None else None
+        if tools is None or flock is None or not shell_names(names) or not _executable(argv[0], path, cwd):
+            return None
+        import fcntl
+
+        from ..gitcmd import _close_inherited, _default_signals, _program
+        from ..store import crash_point
+        from . import wrapper
+
+        try:
+            program = _program("tmux", os.environ)
+        except FileNotFoundError:
+            return None  # (no tmux on the caller's PATH: started after the commit, which records it failed)
+        crash_point("before-tmux")
+        folder = self._prepare(name)
+        nonce = os.urandom(8).hex()
+        lock = os.open(os.path.join(folder, f"gate.{nonce}"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            env_file = os.path.join(folder, f"{wrapper.ENV_FILE}.{os.getpid()}")
+            cmd = ("tmux", "-S", self.socket, "-f", self.config, "new-session", "-d", "-P", "-F", "#{pane_pid}", "-s",
+                   PENDING + nonce, "-c", cwd, "-x", "200", "-y", "50", "--", "/bin/sh", "-c", GATED,
+                   os.path.abspath(wrapper.__file__), folder, env_file, *tools, flock, program, self.socket, nonce,
+                   "--", *argv)
+            out_r, out_w = os.pipe()
+            try:
+                actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+                           (os.POSIX_SPAWN_DUP2, out_w, 2), *_close_inherited((out_r, out_w))]
+                client = os.posix_spawn(program, cmd, dict(os.environ), file_actions=actions,
+                                        setsigdef=_default_signals())
+            except BaseException:
+                os.close(out_r)
+                raise
+            finally:
+                os.close(out_w)
+        except BaseException:
+            os.close(lock)
+            raise
+        crash_point("after-new-session")
+        return Gate(name, nonce, folder, argv, lock, client, out_r, env_file)
+
+    def abort(self, gate: Gate) -> None:
+        """The launch's commit was refused (or failed): the pane is let go without its ``go`` (it kills
+        itself, starting nothing) and its session is killed here too, so it is gone when this returns."""
+        gate.unlock()
+        code, _out = gate.wait_client()
+        if code == 0:
+            self._tmux("kill-session", "-t", f"={gate.session}")
+        from . import wrapper
+
+        wrapper.remove(gate.env_file)
+        wrapper.remove(gate.gate)
+
+    def _ready(self, gate: Gate, env: dict[str, str]) -> tuple[int, bytes]:
+        """Everything before a gated pane's go: its environment written, its shell seen running (the
+        pane's pid and the marker ``survivors`` finds it by), ``go`` written (the gate still locked)."""
+        from . import wrapper
+
+        text = shell_env(env)
+        if text is None:  # (names were checked by pend: only a caller that changed them gets here)
+            raise Invalid(f"tmux could not start {gate.argv[0]}: its environment changed after the gate")
+        wrapper._write_file(gate.env_file, text, 0o600)
+        code, out = gate.wait_client()
+        pid = int(out.strip()) if code == 0 and out.strip().isdigit() else 0
+        marker = os.path.abspath(wrapper.__file__).encode()
+        # The pane's shell must be one that ``survivors`` finds (its command line: the marker and the folder)
+        # before go exists: a launcher that dies after go leaves a pane a retry kills, never one it misses.
+        deadline = time.monotonic() + 10.0
+        delay = 0.0002  # (it has mostly started while the commit was written: then no wait at all)
+        while pid and not _runs(pid, marker) and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.002)  # a loaded machine: fewer looks, not a busier launcher
+        if not pid or not _runs(pid, marker):
+            raise Invalid(f"tmux could not start {gate.argv[0]}: "
+                          + (one_line(out) if code != 0 else "its pane's shell did not start"))
+        with open(gate.go, "x"):
+            pass
+        return pid, marker
+
+    def go(self, gate: Gate, env: dict[str, str]) -> tuple[str, bool]:
+        """``start`` for a pane ``pend`` started, once the launch's commit landed: its environment
+        written, ``go`` written, the gate unlocked; the session renamed to the execution's id only then
+        (it never answers for the id before its go). Started once the shell wrote ``child``, as
+        ``_start_shell``."""
+        from ..store import crash_point
+        from . import wrapper
+
+        try:
+            pid, marker = self._ready(gate, env)
+        except BaseException:
+            self.abort(gate)  # no go written: the pane starts nothing
+            raise
+        gate.unlock()
+        crash_point("after-go")
+        deadline = time.monotonic() + 10.0
+        rounds = 0
+        folder = gate.folder
+        delay = 0.0003
+        while not any(os.path.exists(os.path.join(folder, file)) for file in wrapper.STARTED):
+            rounds += 1
+            if time.monotonic() > deadline or (rounds % 16 == 0 and not _runs(pid, marker)):
+                started = False
+                break  # the pane's shell is gone without a word (killed): status() answers from tmux
+            time.sleep(delay)  # (the agent runs by now or soon: this wait is the answer's, not the agent's)
+            delay = min(delay * 1.5, 0.003)
+        else:
+            started = True
+        # Renamed once its agent started (a tmux client of its own, which would otherwise compete with the
+        # agent's start for the CPU); a session that could not be renamed keeps answering by its own name.
+        renamed = self._tmux("rename-session", "-t", f"={gate.session}", gate.name)
+        handle = gate.name if renamed.returncode == 0 else gate.session
+        if started:
+            self._fresh = handle
+            wrapper.remove(gate.gate)  # the gate first: a gate without its go says nothing could start
+            wrapper.remove(gate.go)
+        wrapper.remove(gate.env_file)
+        return handle, True
+
+    def sweep(self, name: str) -> None:
+        """Kill the pending sessions of execution ``name`` (one per ``gate.NONCE`` in its folder): a gated
+        pane whose launcher died after its go, before it renamed the session. Whoever settles the
+        execution as gone calls this once it has killed what ran of it (``run.probe``)."""
+        try:
+            names = os.listdir(os.path.join(executions_dir(self.repo), name))
+        except FileNotFoundError:
+            return
+        for file in names:
+            if file.startswith("gate."):
+                self._tmux("kill-session", "-t", f"={PENDING}{file[5:]}")
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str], cwd: str) -> tuple[str, bool]:
+        folder = self._prepare(name)
         # The environment goes through a 0600 file the wrapper reads and removes: never `-e NAME=VALUE`
         # words, which a tmux client's command line (readable in /proc) would show, and which tmux
         # refuses above about 16 KiB. The wrapper is started by its path: the pane has the tmux
@@ -343,6 +563,14 @@ def _runs(pid: int, marker: bytes) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as read:
             return marker in read.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as read:
+            return read.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except OSError:
         return False
 

@@ -146,6 +146,11 @@ def survivors(folder: str) -> list[int]:
             with open(f"/proc/{name}/cmdline", "rb") as read:
                 argv = read.read().split(b"\0")
             ours = wrapper in argv and folder.encode() in argv
+            if ours:
+                # tmux's server keeps the command line of the client that started it (the pane command of
+                # the launch that did): it is every execution's, never this one's to kill.
+                with open(f"/proc/{name}/comm", "rb") as read:
+                    ours = not read.read().startswith(b"tmux")
             if not ours:
                 with open(f"/proc/{name}/environ", "rb") as read:
                     ours = mark in read.read().split(b"\0")
