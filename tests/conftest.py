@@ -211,15 +211,22 @@ FORK = os.environ.get("GW_TESTS_FORK", "1") != "0"
 def run_gw(repo: Path | str, *args: str, env: dict[str, str] | None = None, input: str | None = None,
            timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the real ``gw`` in a child process in ``repo``."""
+    return run_module(repo, "gitwork", *args, env=env, input=input, timeout=timeout)
+
+
+def run_module(cwd: Path | str, module: str, *args: str, env: dict[str, str] | None = None, input: str | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` (gitwork or one of its modules: ``gitwork.statecheck``) in a child process in
+    ``cwd``, with this process's environment and ``env``: forked like ``run_gw``'s children."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     if FORK:
-        done = gwfork.SERVER_OF_THIS_PROCESS.run(args, repo, full_env, input, timeout)
+        done = gwfork.SERVER_OF_THIS_PROCESS.run(args, cwd, full_env, input, timeout, module=module)
         if done is not None:
             return done
-    return subprocess.run(gw_cmd(*args), cwd=repo, capture_output=True, text=True, env=full_env, input=input,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          env=full_env, input=input, timeout=timeout)
 
 
 @pytest.fixture
