@@ -15,7 +15,10 @@ asserts a speed. `auto` is what `.ci/run` and the README run (tests/conftest.py 
 ``--per-test N`` runs with ``GW_TEST_CPU`` (tests/conftest.py: each test's CPU, its reaped children and its
 fork server's gw children included) and adds, per run, the N tests and the N files that cost the most CPU,
 the sum over tests, and the sums of the set-up and teardown phases (fixtures: repositories built per test).
-On a shared machine a test's wall time says little; its CPU is what the other workers lose.
+On a shared machine a test's wall time says little; its CPU is what the other workers lose. The record's
+``start``/``end`` (one monotonic clock for all workers) add ``tail``: the time each worker sat idle after its
+last test while another still ran, and which test each worker ended with. ``--record PATH`` ranks a record
+written by another run (``GW_TEST_CPU=PATH pytest ...``) without running anything.
 """
 
 from __future__ import annotations

@@ -346,7 +346,10 @@ def poll(check: Callable[[], T], timeout: float, interval: float = 0.02, what: s
 # phase took in the process that ran it: its own, its reaped children's (git, servers, `python -m gitwork`), and
 # its fork server's gw children's (``ForkServer.child_cpu``: grandchildren, not counted as children until the
 # server ends). The wall time of a test says little on a shared machine; its CPU is what the other workers lose.
-# A child reaped by a later test counts there. Off by default; read at import, before clean_env drops GW_*.
+# A child reaped by a later test counts there. Each line also has the test's ``start`` and ``end`` on the machine's
+# monotonic clock (seconds; the same clock in every worker): when each worker ended its last test, so the idle
+# tail of a run (`python benchmarks/bench_suite.py --record PATH`). Off by default; read at import, before
+# clean_env drops GW_*.
 CPU_LOG = os.environ.get("GW_TEST_CPU", "")
 
 
