@@ -1,6 +1,7 @@
 """The test suite's wall time against its CPU time, by xdist worker count (issue 26).
 
     python benchmarks/bench_suite.py [--workers auto,2,3,4] [--runs 1] [--per-test N] [-- PYTEST_ARGS...]
+    python benchmarks/bench_suite.py --record PATH [--per-test N]   (rank an existing GW_TEST_CPU record)
 
 Runs ``python -m pytest -n W -p no:cacheprovider -q`` from the repository root, once per worker count
 per round (rounds interleave the counts, so a change of load hits each alike), with this interpreter
@@ -14,7 +15,10 @@ asserts a speed. `auto` is what `.ci/run` and the README run (tests/conftest.py 
 ``--per-test N`` runs with ``GW_TEST_CPU`` (tests/conftest.py: each test's CPU, its reaped children and its
 fork server's gw children included) and adds, per run, the N tests and the N files that cost the most CPU,
 the sum over tests, and the sums of the set-up and teardown phases (fixtures: repositories built per test).
-On a shared machine a test's wall time says little; its CPU is what the other workers lose.
+On a shared machine a test's wall time says little; its CPU is what the other workers lose. The record's
+``start``/``end`` (one monotonic clock for all workers) add ``tail``: the time each worker sat idle after its
+last test while another still ran, and which test each worker ended with. ``--record PATH`` ranks a record
+written by another run (``GW_TEST_CPU=PATH pytest ...``) without running anything.
 """
 
 from __future__ import annotations
@@ -47,6 +51,26 @@ def per_test(path: Path, top: int) -> dict[str, Any]:
         "teardown_s": round(sum(r.get("teardown", 0.0) for r in rows), 1),
         "top_tests": [[r["test"], round(r["cpu"], 2)] for r in sorted(rows, key=lambda r: -r["cpu"])[:top]],
         "top_files": [[name, round(cpu, 1)] for name, cpu in sorted(files.items(), key=lambda f: -f[1])[:top]],
+        **({"tail": tail(rows)} if rows and all("start" in r and "end" in r for r in rows) else {}),
+    }
+
+
+def tail(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """When each worker ran its last test, from the records' ``start`` and ``end`` (one monotonic clock for
+    every worker): ``idle_worker_s`` sums, over the workers, the time from a worker's last test's end to the
+    last end of the run (a worker with nothing left while another finishes); ``last`` names the tests that
+    ended last on each worker, with when they started, relative to the first test's start."""
+    first = min(r["start"] for r in rows)
+    ends: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["worker"] not in ends or row["end"] > ends[row["worker"]]["end"]:
+            ends[row["worker"]] = row
+    last = max(r["end"] for r in rows)
+    return {
+        "span_s": round(last - first, 1),
+        "idle_worker_s": round(sum(last - r["end"] for r in ends.values()), 1),
+        "last": {worker: [r["test"], round(r["start"] - first, 1), round(r["end"] - first, 1)]
+                 for worker, r in sorted(ends.items())},
     }
 
 
@@ -86,8 +110,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="rounds over the worker counts")
     parser.add_argument("--per-test", type=int, default=0, metavar="N",
                         help="record each test's CPU (GW_TEST_CPU) and report the N heaviest tests and files")
+    parser.add_argument("--record", type=Path, metavar="PATH",
+                        help="run nothing: rank the tests of an existing GW_TEST_CPU record (--per-test N of them)")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
     args = parser.parse_args()
+    if args.record:
+        print(json.dumps(per_test(args.record, args.per_test or 20), indent=2))
+        return
     runs: list[dict[str, Any]] = []
     for round_ in range(args.runs):
         for workers in args.workers.split(","):

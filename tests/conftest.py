@@ -7,6 +7,7 @@ machine): gitwork must work without them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import functools
@@ -102,10 +103,30 @@ def no_leaked_reader() -> Iterator[None]:
                     "(`with Workplane(...) as wp:` or a fixture that closes it)", pytrace=False)
 
 
+def _git_template() -> str:
+    """A git template folder with nothing in it but an empty ``hooks/`` and ``info/`` (GIT_TEMPLATE_DIR, issue 26).
+
+    git copies its default template (13 sample hooks, ``description``, ``info/exclude``: ~20 files) into
+    every repository it creates, and the suite creates thousands; nothing reads those files (the samples
+    never run). The two folders stay, so a test or gw that writes ``.git/hooks/NAME`` finds the folder as
+    in a default repository. One per test process, removed when it ends (after every child it waited for)."""
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="gw-git-template-")
+    for sub in ("hooks", "info"):
+        os.mkdir(os.path.join(folder, sub))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+GIT_TEMPLATE = _git_template()
+
+
 def scrub_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
         if key.startswith(("GIT_", "GW_")):
             monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("GIT_TEMPLATE_DIR", GIT_TEMPLATE)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
@@ -190,15 +211,22 @@ FORK = os.environ.get("GW_TESTS_FORK", "1") != "0"
 def run_gw(repo: Path | str, *args: str, env: dict[str, str] | None = None, input: str | None = None,
            timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the real ``gw`` in a child process in ``repo``."""
+    return run_module(repo, "gitwork", *args, env=env, input=input, timeout=timeout)
+
+
+def run_module(cwd: Path | str, module: str, *args: str, env: dict[str, str] | None = None, input: str | None = None,
+               timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` (gitwork or one of its modules: ``gitwork.statecheck``) in a child process in
+    ``cwd``, with this process's environment and ``env``: forked like ``run_gw``'s children."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     if FORK:
-        done = gwfork.SERVER_OF_THIS_PROCESS.run(args, repo, full_env, input, timeout)
+        done = gwfork.SERVER_OF_THIS_PROCESS.run(args, cwd, full_env, input, timeout, module=module)
         if done is not None:
             return done
-    return subprocess.run(gw_cmd(*args), cwd=repo, capture_output=True, text=True, env=full_env, input=input,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          env=full_env, input=input, timeout=timeout)
 
 
 @pytest.fixture
@@ -318,7 +346,10 @@ def poll(check: Callable[[], T], timeout: float, interval: float = 0.02, what: s
 # phase took in the process that ran it: its own, its reaped children's (git, servers, `python -m gitwork`), and
 # its fork server's gw children's (``ForkServer.child_cpu``: grandchildren, not counted as children until the
 # server ends). The wall time of a test says little on a shared machine; its CPU is what the other workers lose.
-# A child reaped by a later test counts there. Off by default; read at import, before clean_env drops GW_*.
+# A child reaped by a later test counts there. Each line also has the test's ``start`` and ``end`` on the machine's
+# monotonic clock (seconds; the same clock in every worker): when each worker ended its last test, so the idle
+# tail of a run (`python benchmarks/bench_suite.py --record PATH`). Off by default; read at import, before
+# clean_env drops GW_*.
 CPU_LOG = os.environ.get("GW_TEST_CPU", "")
 
 
@@ -331,13 +362,23 @@ def cpu_seconds() -> float:
 _phase_cpu: dict[str, dict[str, float]] = {}
 
 
+def _clock() -> float:
+    """The machine's monotonic clock (one for every process of the run, unlike a worker's own start), read
+    through ``clock_gettime``, which freezegun leaves alone: a test's start and end as every worker sees them."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
 def _measured(item: pytest.Item, phase: str) -> Iterator[None]:
-    cpu, wall = cpu_seconds(), _monotonic()
+    cpu, wall = cpu_seconds(), _clock()
     yield
+    end = _clock()
     record = _phase_cpu.setdefault(item.nodeid, {})
     record[phase] = round(cpu_seconds() - cpu, 4)
-    record[f"{phase}_wall"] = round(_monotonic() - wall, 4)
+    record[f"{phase}_wall"] = round(end - wall, 4)
+    if phase == "setup":
+        record["start"] = round(wall, 3)
     if phase == "teardown":
+        record["end"] = round(end, 3)
         line = {"test": item.nodeid, "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), **_phase_cpu.pop(item.nodeid)}
         line["cpu"] = round(sum(line.get(key, 0.0) for key in ("setup", "call", "teardown")), 4)
         fd = os.open(CPU_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

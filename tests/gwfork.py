@@ -36,7 +36,8 @@ from pathlib import Path
 # them in its child, as it would; the tests of the fast path's imports start their own interpreters.
 PRELOAD = ("gitwork.cli.main", "gitwork.cli.fast", "gitwork.cli.actions", "gitwork.cli.listing", "gitwork.workplane",
            "gitwork.engine", "gitwork.ops.table", "gitwork.queries", "gitwork.cache", "gitwork.sync",
-           "gitwork.workplane_messages", "gitwork.conflicts", "gitwork.pathleases", "gitwork.pushturn")
+           "gitwork.workplane_messages", "gitwork.conflicts", "gitwork.pathleases", "gitwork.pushturn",
+           "gitwork.hookcheck")  # the server hook's module: conftest.run_module forks `python -m gitwork.statecheck`
 
 # Read by the interpreter at start only: a request whose values differ gets a real `python -m gitwork`.
 START_KEYS = ("LANG", "LC_ALL", "LC_CTYPE")
@@ -94,7 +95,7 @@ while True:
         os.environ.update(request["env"])
         sys.path[0] = os.getcwd()  # what `python -m` puts first
         sys.argv = ["-m", *request["args"]]
-        runpy.run_module("gitwork", run_name="__main__", alter_sys=True)
+        runpy.run_module(request.get("module", "gitwork"), run_name="__main__", alter_sys=True)
         sys.exit(0)
     for fd in fds:
         os.close(fd)
@@ -145,9 +146,10 @@ class ForkServer:
         return all(env.get(key) == self.start_env.get(key) for key in keys)
 
     def run(self, args: Sequence[str], cwd: Path | str, env: Mapping[str, str], input: str | None,
-            timeout: float) -> subprocess.CompletedProcess[str] | None:
-        """``python -m gitwork *args`` as ``subprocess.run(..., capture_output=True, text=True)`` runs it,
-        or None when a forked child would differ (then the caller starts a real interpreter)."""
+            timeout: float, module: str = "gitwork") -> subprocess.CompletedProcess[str] | None:
+        """``python -m MODULE *args`` (``gitwork`` unless told, or one of its modules such as
+        ``gitwork.statecheck``) as ``subprocess.run(..., capture_output=True, text=True)`` runs it, or None
+        when a forked child would differ (then the caller starts a real interpreter)."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
                 self.start()
@@ -160,7 +162,7 @@ class ForkServer:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(self.path)
-            request = {"args": list(args), "cwd": os.path.abspath(cwd), "env": dict(env)}
+            request = {"module": module, "args": list(args), "cwd": os.path.abspath(cwd), "env": dict(env)}
             data = json.dumps(request).encode()
             socket.send_fds(conn, [len(data).to_bytes(8, "big")], [in_r, out_w, err_w])
             conn.sendall(data)
@@ -197,20 +199,20 @@ class ForkServer:
                 self.child_cpu += float(cpu_text)
         except (socket.timeout, TimeoutError):
             os.kill(pid, 9)  # what subprocess.run does on a timeout: kill the child, then raise
-            raise subprocess.TimeoutExpired([sys.executable, "-m", "gitwork", *args], timeout) from None
+            raise subprocess.TimeoutExpired([sys.executable, "-m", module, *args], timeout) from None
         finally:
             replies.close()
             conn.close()
         for reader in readers:  # as subprocess.run, until the pipes close (a child gw started may hold them)
             reader.join(max(0.0, deadline - time.monotonic()))
         if any(reader.is_alive() for reader in readers):
-            raise subprocess.TimeoutExpired([sys.executable, "-m", "gitwork", *args], timeout)
+            raise subprocess.TimeoutExpired([sys.executable, "-m", module, *args], timeout)
 
         def text(fd: int) -> str:
             data = b"".join(chunks[fd]).decode(encoding)
             return data.replace("\r\n", "\n").replace("\r", "\n")  # text=True's universal newlines
 
-        return subprocess.CompletedProcess([sys.executable, "-m", "gitwork", *args], code, text(out_r), text(err_r))
+        return subprocess.CompletedProcess([sys.executable, "-m", module, *args], code, text(out_r), text(err_r))
 
 
     def stop(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,24 @@ def test_an_interpreter_setting_in_the_environment_is_a_real_start(repo: Path) -
                                              None, 60) is None
     done = run_gw(repo, "--version", env={"PYTHONIOENCODING": "latin-1"})  # run_gw then starts python -m gitwork
     assert done.returncode == 0 and done.stdout
+
+
+def test_a_module_of_gitwork_runs_as_python_dash_m_runs_it(repo: Path, tmp_path: Path) -> None:
+    """``conftest.run_module`` forks ``python -m gitwork.statecheck`` (tests/test_sync.py's ``assert_sound``):
+    the server hook's verdict, exit status and output are a spawned one's, for a sound history and a refused push."""
+    assert forked(repo, "init").returncode == 0 and forked(repo, "new", "pushed").returncode == 0
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True)
+    subprocess.run(["git", "fetch", "-q", str(repo), "refs/gitwork/state:refs/gitwork/state"], cwd=bare, check=True)
+    head = subprocess.run(["git", "rev-parse", "refs/gitwork/state"], cwd=bare, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    env = {**os.environ, "GIT_DIR": str(bare), "GW_NOW": "2100-01-01T00:00:00Z"}
+    for update, code in ((f"{'0' * 40} {head} refs/gitwork/state\n", 0),  # the whole history, as if pushed
+                         (f"{head} {'0' * 40} refs/gitwork/state\n", 1)):  # a deletion: refused
+        a = gwfork.SERVER_OF_THIS_PROCESS.run([], bare, env, update, 60, module="gitwork.statecheck")
+        b = subprocess.run([sys.executable, "-m", "gitwork.statecheck"], cwd=bare, capture_output=True, text=True,
+                           env=env, input=update, timeout=60)
+        assert a is not None and gwfork.SERVER_OF_THIS_PROCESS.last_pid != os.getpid()
+        assert a.args == b.args
+        same(a, b)
+        assert (a.returncode == 0) == (code == 0), a.stderr

@@ -7,15 +7,13 @@ the invariant is about a process; see ``gw_ok``); the remote is a real bare repo
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from conftest import git, gw_here, make_repo, run_gw, tip
+from conftest import git, gw_here, make_repo, run_gw, run_module, tip
 from daemon import closed_port
 
 STATE = "refs/gitwork/state"
@@ -62,11 +60,11 @@ def assert_sound(bare: Path) -> None:
     assert fsck.returncode == 0 and "error" not in (fsck.stdout + fsck.stderr).lower(), fsck.stdout + fsck.stderr
     head = tip(bare)
     assert head is not None
-    check = subprocess.run([sys.executable, "-m", "gitwork.statecheck"], cwd=bare, capture_output=True, text=True,
-                           input=f"{'0' * 40} {head} {STATE}\n",
-                           # a re-check of the history comes after it: the arbiter's clock is later than
-                           # any commit (tests date commands days ahead, and the hook bounds commit times)
-                           env={**os.environ, "GIT_DIR": str(bare), "GW_NOW": "2100-01-01T00:00:00Z"})
+    # a child process forked like run_gw's (conftest's run_module): the hook's own process, without an interpreter start
+    check = run_module(bare, "gitwork.statecheck", input=f"{'0' * 40} {head} {STATE}\n",
+                       # a re-check of the history comes after it: the arbiter's clock is later than
+                       # any commit (tests date commands days ahead, and the hook bounds commit times)
+                       env={"GIT_DIR": str(bare), "GW_NOW": "2100-01-01T00:00:00Z"})
     assert check.returncode == 0, check.stderr
     duplicated = [i for i, n in Counter(command_ids(bare)).items() if n > 1]
     assert duplicated == [], f"applied twice: {duplicated}"

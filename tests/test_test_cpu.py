@@ -1,7 +1,7 @@
 """``GW_TEST_CPU=PATH`` (tests/conftest.py, issue 26): one JSON line per test with the CPU of its set-up, call
 and teardown, counting what the test's own process spent, the children it reaped, and the ``gw`` children of
-its fork server (tests/gwfork.py: grandchildren, which RUSAGE_CHILDREN sees only when the server ends). Off by
-default. Each check fails if its part of the record is lost."""
+its fork server (tests/gwfork.py: grandchildren, which RUSAGE_CHILDREN sees only when the server ends), and its
+start and end on the machine's monotonic clock. Off by default. Each check fails if its part of the record is lost."""
 
 from __future__ import annotations
 
@@ -64,8 +64,13 @@ def test_each_test_gets_one_line_with_its_own_and_its_childrens_cpu(tmp_path: Pa
     assert len(lines) == 3 and set(by_name) == {
         "test_spins_here", "test_spins_in_a_child", "test_runs_gw_through_the_fork_server"}
     for line in lines:
-        assert {"setup", "call", "teardown", "cpu", "worker"} <= set(line), line
+        assert {"setup", "call", "teardown", "cpu", "worker", "start", "end"} <= set(line), line
         assert abs(line["cpu"] - (line["setup"] + line["call"] + line["teardown"])) < 0.01, line
+        # start and end on one clock (bench_suite's idle tail): they span the three phases
+        walls = line["setup_wall"] + line["call_wall"] + line["teardown_wall"]
+        assert line["end"] - line["start"] >= walls - 0.01, line
+    ordered = sorted(lines, key=lambda line: line["start"])  # one process: one test after the other
+    assert all(a["end"] <= b["start"] + 0.001 for a, b in zip(ordered, ordered[1:], strict=False)), ordered
     assert by_name["test_spins_here"]["call"] >= 0.2  # this process's own CPU
     assert by_name["test_spins_in_a_child"]["call"] >= 0.2  # a child it reaped
     forked = float((tmp_path / "forked.txt").read_text())
