@@ -406,6 +406,63 @@ def pytest_unconfigure() -> None:
     gwfork.SERVER_OF_THIS_PROCESS.stop()  # waited for: its children's CPU is counted as this process's
 
 
+# On a fresh clone nothing is compiled yet, and each of `-n auto`'s workers rewrote the asserts of every
+# test module (pytest's rewrite: ~8 s of CPU for ~140 modules) and compiled gitwork, all four at once
+# and each for itself: ~35 s of CPU, ~16 s of wall on 2 cores, before the first test (2026-12-02). The
+# controller now does it once, in two forked processes, before xdist starts its workers (they start at
+# session start, after this hook), and the workers find pytest's cached modules (tests/__pycache__/
+# *-pytest-*.pyc) and gitwork's bytecode. Only a speed-up: anything it cannot do, a worker does as before.
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.environ.get("GW_TEST_NO_WARM"):
+        return
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]
+    except (ImportError, AttributeError, KeyError):
+        return  # another pytest, or asserts not rewritten (--assert=plain): the workers do what they do
+
+    here = Path(__file__).parent
+
+    def stale(source: Path, cached: Path) -> bool:
+        try:
+            return cached.stat().st_mtime < source.stat().st_mtime
+        except OSError:
+            return True
+
+    modules = [fn for fn in sorted(here.glob("test_*.py"))
+               if stale(fn, rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL))]
+    if not modules:
+        return  # a warm tree: nothing to do (the usual case after the first run)
+    import compileall
+
+    helpers = [here / "harness", *(fn for fn in here.glob("*.py") if not fn.name.startswith("test_")),
+               ROOT / "gitwork"]
+    halves = [modules[0::2], modules[1::2]]
+    children = []
+    for n, half in enumerate(halves):
+        pid = os.fork()
+        if pid == 0:  # a child: rewrite its half, compile its share of the rest, and leave without cleanup
+            code = 1
+            try:
+                for fn in half:
+                    source_hash, co = rewrite._rewrite_test(fn, config)
+                    cache = rewrite.get_cache_dir(fn)
+                    cache.mkdir(exist_ok=True)
+                    rewrite._write_pyc(state, co, source_hash, cache / (fn.name[:-3] + rewrite.PYC_TAIL))
+                for target in helpers[n::2]:
+                    if target.is_dir():
+                        compileall.compile_dir(str(target), quiet=2)
+                    else:
+                        compileall.compile_file(str(target), quiet=2)
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+
+
 # Workers per core for `pytest -n auto` (.ci/run, the README): a third of two cores idled with one worker
 # per core (2026-12-02: 292 s of CPU in 226 s of wall on 2 idle cores, 128 %), as the tests wait on
 # subprocesses, servers and polls. The bound keeps a many-core machine from starting a worker per thread
