@@ -53,6 +53,23 @@ BULK_FOLDERS = 256  # fewer changed folders than this are read one by one (no pr
 HELPER_FOLDERS = 20_000  # a rebuild of fewer folders is not worth a second interpreter (~0.1 s)
 HELPER_CHUNKS = 64  # chunks the work is cut into when a helper shares it (at most one is done twice, where they meet)
 
+# ``GW_CACHE_TRACE=FILE``: each process of a rebuild appends ``<monotonic s> <process CPU s> <pid> <event>`` lines to FILE
+# (the rebuild's timeline: benchmarks/bench_cache.py --timeline reads it). Unset: one test of a constant.
+_TRACE = os.environ.get("GW_CACHE_TRACE") or None
+
+
+def trace(event: str) -> None:
+    if _TRACE is None:
+        return
+    import time
+
+    line = f"{time.monotonic():.4f} {time.process_time():.4f} {os.getpid()} {event}\n".encode()
+    fd = os.open(_TRACE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
 
 def pack(value: Any) -> bytes | None:
     # Empty stays NULL: most items have no labels or dependencies, and a listing then unpacks nothing.
@@ -119,6 +136,7 @@ def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict
     """The member folders of each shard in ``part`` (``(name, tree entry)``), and a view of the
     snapshot that answers the changed folders and their item and lease files: read in bulk when
     they are many and packed, else the snapshot itself (its store reads loose objects directly)."""
+    trace(f"part-trees {part[0][0]}")
     members = {name: _placed(name, snapshot.store.read_tree(entry.oid)) for name, entry in part}
     folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
                if before.get(name, {}).get(item_id) != folder.oid]
@@ -171,12 +189,15 @@ class _Prefetched:
         self._snapshot = snapshot
         self._real = snapshot.store
         hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
+        trace("batch-trees")
         self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
                        _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
         files = [e.oid for tree in self._trees.values() for n, e in tree.items()
                  if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
+        trace("batch-blobs")
         self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
                        if kind == "blob"}
+        trace("batch-end")
 
     @property
     def store(self) -> _Prefetched:
@@ -254,6 +275,7 @@ class Helper:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         code = (f"import sys\nif {here!r} not in sys.path: sys.path.insert(0, {here!r})\n"
                 "from gitwork.cachefill import main\nmain()\n")
+        trace("helper-spawn")
         try:
             proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL)
@@ -279,6 +301,7 @@ class Helper:
                     break
                 body = out.read(int.from_bytes(head, "big"))
                 frame = marshal.loads(body)
+                trace(f"frame-in {frame[1]}")
                 if frame[0] == "chunk":
                     self.started.add(frame[1])
                 else:
@@ -329,6 +352,7 @@ def main() -> None:
     import gc
     import importlib
 
+    trace("helper-main")
     from .config import Settings
 
     gc.disable()  # as the rebuilding process does while it fills (cache.update): the rows hold no cycles
@@ -347,6 +371,7 @@ def main() -> None:
         for index, part in chunks:
             if _stopped():
                 break
+            trace(f"helper-chunk {index}")
             _frame(out, ("chunk", index))
             shards = [(name, _Entry(oid)) for name, oid in part]
             members, view = read_part(snapshot, shards, {})
@@ -354,11 +379,13 @@ def main() -> None:
                 filled = shard_rows(view, name, members[name], {}, summarise, thread_entry)
                 _frame(out, ("shard", name, entry.oid, *filled))
             out.flush()
+            trace(f"helper-chunk-end {index}")
             del view
             store.forget()
     finally:
         out.flush()
         store.close()
+        trace("helper-end")
 
 
 class _Entry:
