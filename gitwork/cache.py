@@ -286,6 +286,9 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     from .store import crash_point
 
     forget = getattr(snapshot.store, "forget", None)
+    from .gitcmd import Batch
+
+    batch = Batch(snapshot.store.repo.git_dir)  # one git for every chunk's bulk reads
     taken: set[str] = set()  # shards in
     seen: set[str] = set()  # ids in
     done: set[str] = set()  # sound items whose status is done: every other dependency counts as waiting
@@ -311,7 +314,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
         crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
 
     def compute(part: list[tuple[str, Any]]) -> None:
-        members, view = read_part(snapshot, part, {})
+        members, view = read_part(snapshot, part, {}, batch)
         for name, entry in part:
             cachefill.trace(f"rows {name}")
             take(name, entry.oid, *shard_rows(view, name, members[name], {}, summarise, thread_entry))
@@ -322,23 +325,26 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             forget()
 
     try:
-        for index, part in enumerate(parts):
+        try:
+            for index, part in enumerate(parts):
+                if helper is not None:
+                    for frame in helper.ready():
+                        take(*frame[1:])
+                    if index in helper.started:
+                        break  # the helper reached this chunk from the other end: the rest is its
+                compute(part)
+        finally:
+            cachefill.trace("finish")
             if helper is not None:
-                for frame in helper.ready():
+                for frame in helper.finish():
                     take(*frame[1:])
-                if index in helper.started:
-                    break  # the helper reached this chunk from the other end: the rest is its
-            compute(part)
+        cachefill.trace("finished")
+        for part in parts:  # whatever the helper did not deliver (it died, or never started)
+            missing = [(name, entry) for name, entry in part if name not in taken]
+            if missing:
+                compute(missing)
     finally:
-        cachefill.trace("finish")
-        if helper is not None:
-            for frame in helper.finish():
-                take(*frame[1:])
-    cachefill.trace("finished")
-    for part in parts:  # whatever the helper did not deliver (it died, or never started)
-        missing = [(name, entry) for name, entry in part if name not in taken]
-        if missing:
-            compute(missing)
+        batch.close()
     fixed = []
     for r, on in unsure:
         count = len(on - done)

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from .gitcmd import Batch
+
     # A shard's rows as ``shard_rows`` computes them: item rows (lists, in ``ITEM_COLUMNS`` order),
     # the values of the dep and label tables by item (``{item: [value, ...]}``, each item's list as
     # its file has it), and the (name, item) pairs of the alias table.
@@ -131,17 +133,18 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
     return rows, deps, labels, aliases
 
 
-def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict[str, str]]) -> tuple[
-        dict[str, dict[str, Any]], Any]:
+def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict[str, str]],
+              batch: Batch | None = None) -> tuple[dict[str, dict[str, Any]], Any]:
     """The member folders of each shard in ``part`` (``(name, tree entry)``), and a view of the
     snapshot that answers the changed folders and their item and lease files: read in bulk when
-    they are many and packed, else the snapshot itself (its store reads loose objects directly)."""
+    they are many and packed (through ``batch``, a reader kept for every chunk of a rebuild, else
+    one ``git cat-file`` each), else the snapshot itself (its store reads loose objects directly)."""
     trace(f"part-trees {part[0][0]}")
     members = {name: _placed(name, snapshot.store.read_tree(entry.oid)) for name, entry in part}
     folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
                if before.get(name, {}).get(item_id) != folder.oid]
     bulk = len(folders) >= BULK_FOLDERS and not _loose(snapshot.store, folders)
-    return members, (_Prefetched(snapshot, folders) if bulk else snapshot)
+    return members, (_Prefetched(snapshot, folders, batch) if bulk else snapshot)
 
 
 def _placed(name: str, folders: dict[str, Any]) -> dict[str, Any]:
@@ -183,7 +186,7 @@ class _Prefetched:
     """A snapshot whose store answers the given item folders, and the item and lease files in them,
     from one ``git cat-file --batch`` each; anything else from the snapshot's own store."""
 
-    def __init__(self, snapshot: Any, folders: list[str]) -> None:
+    def __init__(self, snapshot: Any, folders: list[str], batch: Batch | None = None) -> None:
         from .objects import parse_tree
 
         self._snapshot = snapshot
@@ -191,11 +194,11 @@ class _Prefetched:
         hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
         trace("batch-trees")
         self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
-                       _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
+                       _read_batch(self._real.repo.git_dir, folders, batch).items() if kind == "tree"}
         files = [e.oid for tree in self._trees.values() for n, e in tree.items()
                  if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
         trace("batch-blobs")
-        self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
+        self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files, batch).items()
                        if kind == "blob"}
         trace("batch-end")
 
@@ -220,12 +223,18 @@ class _Prefetched:
         return found if found is not None else self._real.read_blob(oid)
 
 
-def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
-    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch`` (a chunk's folders
-    or files: a few MB). A missing object is left out: the store's own read then names it."""
+def _read_batch(git_dir: str, oids: list[str], batch: Batch | None = None) -> dict[str, tuple[str, bytes]]:
+    """``{oid: (type, content)}`` of ``oids`` (a chunk's folders or files: a few MB) through ``batch``
+    (``gitcmd.Batch``, one git for every chunk) or one ``git cat-file --batch``. A missing object is
+    left out: the store's own read then names it."""
     from .errors import GitFailed
     from .gitcmd import read_batch
 
+    if batch is not None and (batch.answered or not batch.failed):
+        try:
+            return {oid: (kind, data) for oid, (_, kind, data) in batch.read(oids).items()}
+        except GitFailed:
+            batch.failed = True  # (a git without --batch-command never answers: not tried again)
     try:
         return {oid: (kind, data) for oid, (_, kind, data) in read_batch(git_dir, oids).items()}
     except GitFailed:
@@ -366,6 +375,9 @@ def main() -> None:
                       core=core)
     store = Store(repo)
     out = os.fdopen(1, "wb", closefd=False)
+    from .gitcmd import Batch
+
+    batch = Batch(repo.git_dir)
     try:
         snapshot = store.snapshot(commit)
         for index, part in chunks:
@@ -374,7 +386,7 @@ def main() -> None:
             trace(f"helper-chunk {index}")
             _frame(out, ("chunk", index))
             shards = [(name, _Entry(oid)) for name, oid in part]
-            members, view = read_part(snapshot, shards, {})
+            members, view = read_part(snapshot, shards, {}, batch)
             for name, entry in shards:
                 filled = shard_rows(view, name, members[name], {}, summarise, thread_entry)
                 _frame(out, ("shard", name, entry.oid, *filled))
@@ -384,6 +396,7 @@ def main() -> None:
             store.forget()
     finally:
         out.flush()
+        batch.close()
         store.close()
         trace("helper-end")
 
