@@ -138,10 +138,10 @@ def timeline(repo: Path) -> dict[str, object]:
         role = "writer" if writer else "helper"
         wall: dict[str, float] = {}
         spent: dict[str, float] = {}
-        for (at, c, event), (nxt, c2, _e) in zip(own, [*own[1:], (t1, own[-1][1], "exit")], strict=False):
+        for (at, c1, event), (nxt, c2, _e) in zip(own, [*own[1:], (t1, own[-1][1], "exit")], strict=False):
             doing = _DOING.get(event.split(" ")[0], event)
             wall[doing] = wall.get(doing, 0.0) + nxt - at
-            spent[doing] = spent.get(doing, 0.0) + c2 - c
+            spent[doing] = spent.get(doing, 0.0) + c2 - c1
         chunks = [round(at, 3) for at, _c, e in own if e.startswith("part-trees")]
         frames = [at for at, _c, e in seen if e.startswith("frame-in shard")]
         marks = {e: round(at, 3) for at, _c, e in own if not e.startswith(("rows", "take", "part", "batch"))

@@ -288,9 +288,6 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     from .store import crash_point
 
     forget = getattr(snapshot.store, "forget", None)
-    from .gitcmd import Batch
-
-    batch = Batch(snapshot.store.repo.git_dir)  # one git for every chunk's bulk reads
     taken: set[str] = set()  # shards in
     seen: set[str] = set()  # ids in
     done: set[str] = set()  # sound items whose status is done: every other dependency counts as waiting
@@ -315,7 +312,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
                 r[R_WAITING] = len(on - done)  # (set operations in C: a rebuild counts 75,000 of them)
                 unread = on - seen
                 if unread:  # (a dependency not read yet may turn out done)
-                    entry = [r, on, len(unread)]
+                    entry: list[Any] = [r, on, len(unread)]
                     for item_id in unread:
                         awaited.setdefault(item_id, []).append(entry)
         _insert(db, "INSERT", rows, deps, labels, aliases)
@@ -337,7 +334,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
         crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
 
     def compute(part: list[tuple[str, Any]]) -> None:
-        members, view = read_part(snapshot, part, {}, batch)
+        members, view = read_part(snapshot, part, {})
         for name, entry in part:
             cachefill.trace(f"rows {name}")
             take(name, entry.oid, *shard_rows(view, name, members[name], {}, summarise, thread_entry))
@@ -347,7 +344,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             # the repository in memory for the collector to walk over and over.
             forget()
 
-    try:
+    with cachefill.bulk_reads(snapshot.store.repo.git_dir):  # one git for every chunk's bulk reads
         try:
             for index, part in enumerate(parts):
                 if helper is not None:
@@ -366,8 +363,6 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             missing = [(name, entry) for name, entry in part if name not in taken]
             if missing:
                 compute(missing)
-    finally:
-        batch.close()
     # (A row still awaiting a dependency waits on an item no shard holds: counted as not done already.)
     cachefill.trace(f"fixed {fixed}")
 

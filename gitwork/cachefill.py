@@ -20,6 +20,7 @@ from __future__ import annotations
 import marshal
 import os
 import sys
+from contextlib import contextmanager
 
 from . import layout
 from .errors import Corrupt
@@ -27,7 +28,7 @@ from .errors import Corrupt
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from typing import Any
 
     from .gitcmd import Batch
@@ -133,18 +134,18 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
     return rows, deps, labels, aliases
 
 
-def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict[str, str]],
-              batch: Batch | None = None) -> tuple[dict[str, dict[str, Any]], Any]:
+def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict[str, str]]) -> tuple[
+        dict[str, dict[str, Any]], Any]:
     """The member folders of each shard in ``part`` (``(name, tree entry)``), and a view of the
     snapshot that answers the changed folders and their item and lease files: read in bulk when
-    they are many and packed (through ``batch``, a reader kept for every chunk of a rebuild, else
-    one ``git cat-file`` each), else the snapshot itself (its store reads loose objects directly)."""
+    they are many and packed (inside :func:`bulk_reads`, through its one git; else one ``git
+    cat-file`` each), else the snapshot itself (its store reads loose objects directly)."""
     trace(f"part-trees {part[0][0]}")
     members = {name: _placed(name, snapshot.store.read_tree(entry.oid)) for name, entry in part}
     folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
                if before.get(name, {}).get(item_id) != folder.oid]
     bulk = len(folders) >= BULK_FOLDERS and not _loose(snapshot.store, folders)
-    return members, (_Prefetched(snapshot, folders, batch) if bulk else snapshot)
+    return members, (_Prefetched(snapshot, folders) if bulk else snapshot)
 
 
 def _placed(name: str, folders: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +187,7 @@ class _Prefetched:
     """A snapshot whose store answers the given item folders, and the item and lease files in them,
     from one ``git cat-file --batch`` each; anything else from the snapshot's own store."""
 
-    def __init__(self, snapshot: Any, folders: list[str], batch: Batch | None = None) -> None:
+    def __init__(self, snapshot: Any, folders: list[str]) -> None:
         from .objects import parse_tree
 
         self._snapshot = snapshot
@@ -194,11 +195,11 @@ class _Prefetched:
         hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
         trace("batch-trees")
         self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
-                       _read_batch(self._real.repo.git_dir, folders, batch).items() if kind == "tree"}
+                       _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
         files = [e.oid for tree in self._trees.values() for n, e in tree.items()
                  if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
         trace("batch-blobs")
-        self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files, batch).items()
+        self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
                        if kind == "blob"}
         trace("batch-end")
 
@@ -223,13 +224,39 @@ class _Prefetched:
         return found if found is not None else self._real.read_blob(oid)
 
 
-def _read_batch(git_dir: str, oids: list[str], batch: Batch | None = None) -> dict[str, tuple[str, bytes]]:
-    """``{oid: (type, content)}`` of ``oids`` (a chunk's folders or files: a few MB) through ``batch``
-    (``gitcmd.Batch``, one git for every chunk) or one ``git cat-file --batch``. A missing object is
-    left out: the store's own read then names it."""
+# The git each thread's rebuild reads its bulk chunks through, by git dir (see bulk_reads).
+_BATCHES: dict[tuple[int, str], Batch] = {}
+
+
+@contextmanager
+def bulk_reads(git_dir: str) -> Iterator[None]:
+    """Meanwhile, this thread's bulk reads of ``git_dir`` (:func:`read_part`) go through one long-lived
+    ``git cat-file --batch-command`` (``gitcmd.Batch``), not one git for each chunk's folders and one
+    for its files: a rebuild reads 128 such batches, and starting a git for each cost ~0.5 s of CPU
+    at 100,000 packed items (its start, and its cache of delta bases lost every time)."""
+    import threading
+
+    from .gitcmd import Batch
+
+    key = (threading.get_ident(), git_dir)
+    batch = _BATCHES[key] = Batch(git_dir)  # (its git starts at the first bulk read: none if all is loose)
+    try:
+        yield
+    finally:
+        del _BATCHES[key]
+        batch.close()
+
+
+def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
+    """``{oid: (type, content)}`` of ``oids`` (a chunk's folders or files: a few MB) through the git
+    of :func:`bulk_reads`, or one ``git cat-file --batch``. A missing object is left out: the store's
+    own read then names it."""
+    import threading
+
     from .errors import GitFailed
     from .gitcmd import read_batch
 
+    batch = _BATCHES.get((threading.get_ident(), git_dir)) if _BATCHES else None
     if batch is not None and (batch.answered or not batch.failed):
         try:
             return {oid: (kind, data) for oid, (_, kind, data) in batch.read(oids).items()}
@@ -375,30 +402,33 @@ def main() -> None:
                       core=core)
     store = Store(repo)
     out = os.fdopen(1, "wb", closefd=False)
-    from .gitcmd import Batch
-
-    batch = Batch(repo.git_dir)
     try:
         snapshot = store.snapshot(commit)
-        for index, part in chunks:
-            if _stopped():
-                break
-            trace(f"helper-chunk {index}")
-            _frame(out, ("chunk", index))
-            shards = [(name, _Entry(oid)) for name, oid in part]
-            members, view = read_part(snapshot, shards, {}, batch)
-            for name, entry in shards:
-                filled = shard_rows(view, name, members[name], {}, summarise, thread_entry)
-                _frame(out, ("shard", name, entry.oid, *filled))
-            out.flush()
-            trace(f"helper-chunk-end {index}")
-            del view
-            store.forget()
+        with bulk_reads(repo.git_dir):
+            _help(out, store, snapshot, chunks, summarise, thread_entry)
     finally:
         out.flush()
-        batch.close()
         store.close()
         trace("helper-end")
+
+
+def _help(out: Any, store: Any, snapshot: Any, chunks: list[tuple[int, list[tuple[str, str]]]], summarise: Any,
+          thread_entry: Any) -> None:
+    """The helper's chunks, in their order, until stdin ends (the writer's stop)."""
+    for index, part in chunks:
+        if _stopped():
+            break
+        trace(f"helper-chunk {index}")
+        _frame(out, ("chunk", index))
+        shards = [(name, _Entry(oid)) for name, oid in part]
+        members, view = read_part(snapshot, shards, {})
+        for name, entry in shards:
+            filled = shard_rows(view, name, members[name], {}, summarise, thread_entry)
+            _frame(out, ("shard", name, entry.oid, *filled))
+        out.flush()
+        trace(f"helper-chunk-end {index}")
+        del view
+        store.forget()
 
 
 class _Entry:

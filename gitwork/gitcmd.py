@@ -451,8 +451,6 @@ class Batch:
                     if not data:
                         raise _died(names[count], self._said())
                     buf += data
-                    if len(data) < 1 << 18 and _PAUSE:
-                        _sleep(_PAUSE)  # git writes 4 KiB at a time: let a few hundred KiB gather (see _PAUSE)
                     while count < len(names):  # every answer complete so far
                         end = buf.find(b"\n", at)
                         if end < 0:
@@ -475,6 +473,8 @@ class Batch:
                             raise _died(name, self._said())
                         spans.append((name, header[0], header[1], end + 1, body_end))
                         at, count = body_end + 1, count + 1
+                    if count < len(names) and len(data) < 1 << 18 and _PAUSE:
+                        _sleep(_PAUSE)  # git writes 4 KiB at a time: let a few hundred KiB gather (see _PAUSE)
             if at != len(buf):
                 raise GitFailed("git cat-file --batch-command answered more than was asked")
             if request:  # (the last answers came out with a full buffer, before git read ``flush``)
