@@ -213,11 +213,10 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
         # lock, and readers see the commit before it. (No shard row means no item row; cleared to be sure.)
         for table in ("dep", "label", "item"):
             db.execute(f"DELETE FROM {table}")
-        _keep = set(os.environ.get("GW_KEEP_INDEXES", "").split(","))
         indexes = [sql for name, sql in db.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL") if name not in _keep]
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]
         for name in [name for name, _sql in db.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL") if name not in _keep]:
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")]:
             db.execute(f"DROP INDEX {name}")
     for name in known.keys() - tip.keys():  # (no shortest form outside a shard depends on its ids)
         for table in ("dep", "label", "alias"):
