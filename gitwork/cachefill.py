@@ -20,7 +20,6 @@ from __future__ import annotations
 import marshal
 import os
 import sys
-from contextlib import contextmanager
 
 from . import layout
 from .errors import Corrupt
@@ -28,7 +27,7 @@ from .errors import Corrupt
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
     import subprocess
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from typing import Any
 
     from .gitcmd import Batch
@@ -228,23 +227,27 @@ class _Prefetched:
 _BATCHES: dict[tuple[int, str], Batch] = {}
 
 
-@contextmanager
-def bulk_reads(git_dir: str) -> Iterator[None]:
-    """Meanwhile, this thread's bulk reads of ``git_dir`` (:func:`read_part`) go through one long-lived
-    ``git cat-file --batch-command`` (``gitcmd.Batch``), not one git for each chunk's folders and one
-    for its files: a rebuild reads 128 such batches, and starting a git for each cost ~0.5 s of CPU
-    at 100,000 packed items (its start, and its cache of delta bases lost every time)."""
-    import threading
+class bulk_reads:  # noqa: N801  (a context manager, named as one; contextlib is not on the fast path)
+    """``with bulk_reads(git_dir):`` meanwhile, this thread's bulk reads of ``git_dir`` (:func:`read_part`)
+    go through one long-lived ``git cat-file --batch-command`` (``gitcmd.Batch``), not one git for each
+    chunk's folders and one for its files: a rebuild reads 128 such batches, and starting a git for
+    each cost ~0.5 s of CPU at 100,000 packed items (its start, and its cache of delta bases lost
+    every time). Its git starts at the first bulk read (none when every object is loose)."""
 
-    from .gitcmd import Batch
+    def __init__(self, git_dir: str) -> None:
+        import threading
 
-    key = (threading.get_ident(), git_dir)
-    batch = _BATCHES[key] = Batch(git_dir)  # (its git starts at the first bulk read: none if all is loose)
-    try:
-        yield
-    finally:
-        del _BATCHES[key]
-        batch.close()
+        from .gitcmd import Batch
+
+        self._key = (threading.get_ident(), git_dir)
+        self._batch = Batch(git_dir)
+
+    def __enter__(self) -> None:
+        _BATCHES[self._key] = self._batch
+
+    def __exit__(self, *_exc: object) -> None:
+        del _BATCHES[self._key]
+        self._batch.close()
 
 
 def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
