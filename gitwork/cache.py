@@ -270,11 +270,11 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     (``cachefill``) summarises chunks from the end of the list while this process summarises from
     the start and writes what both produce; they stop where they meet (on two cores the rebuild then
     takes about the time of the larger half; the CPU is the same plus the helper's start). Each
-    row's ``waiting`` is counted in Python as it is inserted, from the done items read so far; a row
-    whose dependencies were not all read yet is counted again as soon as the last of them is in,
-    and updated if one turned out done (counting every row in SQL after the fact cost 0.4-0.5 s at
-    100,000 items, a fifth of the inserts; counting those rows again only at the end put ~50,000
-    updates, 0.3 s, on the serial tail after the helper had ended)."""
+    row's ``waiting`` is counted in Python as it is inserted, from the done items read so far; the
+    few whose dependencies were not all read yet are counted again at the end and updated if a
+    dependency turned out done (counting every row in SQL after the fact cost 0.4-0.5 s at 100,000
+    items, a fifth of the inserts). (Counting them again as the last dependency comes in, which
+    moves ~50,000 updates off the serial tail, was tried on branch rebuild8: see docs/performance.md.)"""
     # How many folders, judged by the first shard (ids are spread evenly over the shards).
     folders = len(snapshot.store.read_tree(work[0][1].oid)) * len(work) if work else 0
     shared = folders >= cachefill.HELPER_FOLDERS
@@ -290,44 +290,23 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     taken: set[str] = set()  # shards in
     seen: set[str] = set()  # ids in
     done: set[str] = set()  # sound items whose status is done: every other dependency counts as waiting
-    # Rows counted before all their dependencies were in, by each dependency not read yet: [row, its
-    # dependencies, how many of them are not read yet].
-    awaited: dict[str, list[list[Any]]] = {}
-    fixed = 0
+    unsure: list[tuple[list[Any], set[str]]] = []  # rows counted before all their dependencies were in
 
     def take(name: str, tree: str, rows: list[list[Any]], deps: dict[str, list[str]], labels: dict[str, list[str]],
              aliases: list[tuple[str, str]]) -> None:
         if name in taken:
             return  # both processes did this shard (they met in it): the first is kept
         cachefill.trace(f"take {name}")
-        nonlocal fixed
         taken.add(name)
-        ids = list(map(_ID, rows))
-        seen.update(ids)
+        seen.update(map(_ID, rows))
         done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and r[R_PROBLEM] is None])
         for r in rows:
             if r[R_WAITING] is None:  # an item with dependencies: each distinct one not done counts
                 on = set(deps[r[R_ID]])
                 r[R_WAITING] = len(on - done)  # (set operations in C: a rebuild counts 75,000 of them)
-                unread = on - seen
-                if unread:  # (a dependency not read yet may turn out done)
-                    entry: list[Any] = [r, on, len(unread)]
-                    for item_id in unread:
-                        awaited.setdefault(item_id, []).append(entry)
+                if not seen.issuperset(on):
+                    unsure.append((r, on))  # (a dependency not read yet may turn out done)
         _insert(db, "INSERT", rows, deps, labels, aliases)
-        again = []  # rows inserted earlier whose last unread dependency is in this shard
-        for item_id in awaited.keys() & ids:
-            for entry in awaited.pop(item_id):
-                entry[2] -= 1
-                if not entry[2]:
-                    r = entry[0]
-                    count = len(entry[1] - done)
-                    if count != r[R_WAITING]:
-                        r[R_WAITING] = count
-                        again.append((count, r[R_ID]))
-        if again:
-            db.executemany("UPDATE item SET waiting=? WHERE id=?", again)
-            fixed += len(again)
         db.execute("INSERT INTO shard (name, tree) VALUES (?, ?)", (name, tree))
         cachefill.trace(f"taken {name}")
         crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
@@ -362,8 +341,13 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             missing = [(name, entry) for name, entry in part if name not in taken]
             if missing:
                 compute(missing)
-    # (A row still awaiting a dependency waits on an item no shard holds: counted as not done already.)
-    cachefill.trace(f"fixed {fixed}")
+    fixed = []
+    for r, on in unsure:
+        count = len(on - done)
+        if count != r[R_WAITING]:
+            fixed.append((count, r[R_ID]))
+    db.executemany("UPDATE item SET waiting=? WHERE id=?", fixed)
+    cachefill.trace(f"fixed {len(fixed)}")
 
 
 # The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
