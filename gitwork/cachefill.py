@@ -340,7 +340,7 @@ class Helper:
                     break
                 body = out.read(int.from_bytes(head, "big"))
                 frame = marshal.loads(body)
-                trace(f"frame-in {frame[1]}")
+                trace(f"frame-in {frame[0]} {frame[1]}")
                 if frame[0] == "chunk":
                     self.started.add(frame[1])
                 else:
