@@ -19,6 +19,11 @@ floor); ``ratios`` has ``process_cpu_git``, the process's CPU over it. ``--rebui
 ``--repo PATH``: measure the rebuild on a state built earlier (kept; implies ``--rebuild-only``). A
 rebuild of 20,000 folders or more runs a helper process (gitwork/cachefill.py): its CPU is in the
 figures (children, once it has exited). Prints one JSON object per size.
+
+``--timeline --repo PATH``: one ``gw cache rebuild`` with ``GW_CACHE_TRACE`` set (each process of the
+rebuild appends ``<monotonic> <process CPU> <pid> <event>`` lines, gitwork/cachefill.trace): prints,
+for the writer and the helper, the wall and CPU seconds spent on each activity (from each event to
+the next), the chunks each took, and the marks of the serial tail (finish, fixed, indexes, commit).
 """
 
 from __future__ import annotations
