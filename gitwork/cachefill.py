@@ -30,8 +30,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from .gitcmd import Batch
-
     # A shard's rows as ``shard_rows`` computes them: item rows (lists, in ``ITEM_COLUMNS`` order),
     # the values of the dep and label tables by item (``{item: [value, ...]}``, each item's list as
     # its file has it), and the (name, item) pairs of the alias table.
@@ -223,21 +221,144 @@ class _Prefetched:
         return found if found is not None else self._real.read_blob(oid)
 
 
+# Seconds :meth:`Batch.read` waits after a short read while answers are due. git writes its buffered
+# answers 4 KiB at a time; read as they come, a chunk of 1,500 item files woke this process ~100
+# times (0.6 s of CPU more than reading one output whole, at 100,000 items): after this pause a read
+# takes a few hundred KiB (meanwhile git has the core). 0: read as they come.
+_PAUSE = 0.0005
+
+
+class Batch:
+    """``gitcmd.read_batch`` for many calls through one long-lived ``git cat-file --batch-command
+    --buffer`` (``gitcmd.start_batch``): each call writes its names, then ``flush``, and reads the
+    answers from a pipe as git writes them, cut by gitcmd's one parser (``cut_answers``). A rebuild
+    reads 128 batches: a git each cost ~3 ms to start (in git and here) and lost git's cache of delta
+    bases every time. A git that fails or dies part way raises ``GitFailed`` (never a torn object) and
+    is started again by the next call."""
+
+    def __init__(self, git_dir: str) -> None:
+        self._git_dir = git_dir
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._err: int | None = None
+        self.answered = False  # a call was answered (by this git or an earlier one)
+        self.failed = False  # a call failed (_read_batch stops asking one that never answered)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        import fcntl
+
+        from .gitcmd import _memory_file, start_batch
+
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self.close()
+        self._err = _memory_file()
+        proc = start_batch(self._git_dir, self._err)
+        assert proc.stdin is not None and proc.stdout is not None
+        for stream in (proc.stdin, proc.stdout):
+            try:  # a chunk's answers (~1 MB) in few reads, its names written without waiting
+                fcntl.fcntl(stream.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
+            except OSError:
+                pass  # (a smaller pipe: more reads, the same answers)
+        os.set_blocking(proc.stdin.fileno(), False)
+        self._proc = proc
+        return proc
+
+    def read(self, names: list[str]) -> dict[str, tuple[str, str, bytes]]:
+        """``{name: (oid, type, content)}`` of the ``names`` that exist, as ``gitcmd.read_batch``."""
+        import select
+
+        from .errors import GitFailed
+        from .gitcmd import _died, _write_all, cut_answers
+
+        names = [name for name in names if "\n" not in name]
+        if not names:
+            return {}
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        infd, outfd = proc.stdin.fileno(), proc.stdout.fileno()
+        request = memoryview("".join([f"contents {name}\n" for name in names]).encode() + b"flush\n")
+        poller = select.poll()
+        poller.register(outfd, select.POLLIN)
+        poller.register(infd, select.POLLOUT)
+        buf = bytearray()
+        spans: list[tuple[str, str, str, int, int]] = []
+        at = count = 0
+        try:
+            while count < len(names):
+                for fd, _event in poller.poll():
+                    if fd == infd:
+                        try:
+                            request = request[os.write(infd, request):]
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:
+                            request = request[:0]  # git is gone: its output ends, and says why
+                        if not request:
+                            poller.unregister(infd)
+                        continue
+                    data = os.read(outfd, 1 << 20)
+                    if not data:
+                        raise _died(names[count], self._said())
+                    buf += data
+                    at, count = cut_answers(buf, names, at, count, spans)
+                    if count < len(names) and len(data) < 1 << 18 and _PAUSE:
+                        import time
+
+                        time.sleep(_PAUSE)  # git writes 4 KiB at a time: let a few hundred KiB gather
+            if at != len(buf):
+                raise GitFailed("git cat-file --batch-command answered more than was asked")
+            if request:  # (the last answers came out with a full buffer, before git read ``flush``)
+                os.set_blocking(infd, True)
+                _write_all(infd, request.tobytes())
+                os.set_blocking(infd, False)
+        except BaseException:
+            self.close()  # out of step with git now: the next call starts another
+            raise
+        self.answered = True
+        out = bytes(buf)
+        return {name: (oid, kind, out[start:end]) for name, oid, kind, start, end in spans}
+
+    def _said(self) -> bytes:
+        from .gitcmd import _read_all
+
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+        return _read_all(self._err) if self._err is not None else b""
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:
+                    pass
+            if proc.poll() is None:
+                try:
+                    proc.wait(5)
+                except Exception:  # (subprocess.TimeoutExpired: subprocess not imported here)
+                    proc.kill()
+                    proc.wait()
+        if self._err is not None:
+            os.close(self._err)
+            self._err = None
+
+
 # The git each thread's rebuild reads its bulk chunks through, by git dir (see bulk_reads).
 _BATCHES: dict[tuple[int, str], Batch] = {}
 
 
 class bulk_reads:  # noqa: N801  (a context manager, named as one; contextlib is not on the fast path)
     """``with bulk_reads(git_dir):`` meanwhile, this thread's bulk reads of ``git_dir`` (:func:`read_part`)
-    go through one long-lived ``git cat-file --batch-command`` (``gitcmd.Batch``), not one git for each
+    go through one long-lived ``git cat-file --batch-command`` (:class:`Batch`), not one git for each
     chunk's folders and one for its files: a rebuild reads 128 such batches, and starting a git for
     each cost ~0.5 s of CPU at 100,000 packed items (its start, and its cache of delta bases lost
     every time). Its git starts at the first bulk read (none when every object is loose)."""
 
     def __init__(self, git_dir: str) -> None:
         import threading
-
-        from .gitcmd import Batch
 
         self._key = (threading.get_ident(), git_dir)
         self._batch = Batch(git_dir)

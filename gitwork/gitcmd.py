@@ -337,14 +337,26 @@ def read_batch(git_dir: str, names: Sequence[str]) -> dict[str, tuple[str, str, 
         return {}
     done = run_through_files(["--git-dir", git_dir, "cat-file", "--batch", "--buffer"],
                              "".join(f"{name}\n" for name in names).encode())
-    out, at = done.stdout, 0
-    found: dict[str, tuple[str, str, bytes]] = {}
-    for name in names:
+    spans: list[tuple[str, str, str, int, int]] = []
+    count = cut_answers(done.stdout, names, 0, 0, spans, done.stderr)[1]
+    if count < len(names) or done.returncode != 0:
+        raise _died(names[min(count, len(names) - 1)], done.stderr)
+    out = done.stdout
+    return {name: (oid, kind, out[start:end]) for name, oid, kind, start, end in spans}
+
+
+def cut_answers(out: bytes | bytearray, names: Sequence[str], at: int, count: int,
+                spans: list[tuple[str, str, str, int, int]], err: bytes = b"") -> tuple[int, int]:
+    """The one parser of ``cat-file --batch`` answers: from ``at`` in ``out``, the complete answers to
+    ``names[count:]`` appended to ``spans`` as ``(name, oid, type, start, end)`` of their content (a
+    missing object: none); returns the position and count reached (an answer cut short stops there).
+    Content not followed by its LF is not git's answer: :class:`GitFailed` (``err``: git's words)."""
+    while count < len(names):
         end = out.find(b"\n", at)
         if end < 0:
-            raise _died(name, done.stderr)
-        line = out[at:end]
-        at = end + 1
+            break
+        name = names[count]
+        line = bytes(out[at:end])
         # The usual answer to a full object id, ``<that id> <type> <size>``, checked without
         # parse_header's general tests (a rebuild reads 200,000 headers); anything else goes there.
         parts = line.split(b" ")
@@ -354,164 +366,28 @@ def read_batch(git_dir: str, names: Sequence[str]) -> dict[str, tuple[str, str, 
         else:
             header = parse_header(line, name)
         if header is None:
+            at, count = end + 1, count + 1
             continue
-        body_end = at + header[2]
-        if out[body_end:body_end + 1] != b"\n":  # content, then one LF: short means git died inside
-            raise _died(name, done.stderr)
-        found[name] = (header[0], header[1], out[at:body_end])
-        at = body_end + 1
-    if done.returncode != 0:
-        raise _died(names[-1], done.stderr)
-    return found
+        body_end = end + 1 + header[2]
+        if len(out) <= body_end:
+            break
+        if out[body_end] != 10:  # content, then one LF: anything else means git died inside
+            raise _died(name, err)
+        spans.append((name, header[0], header[1], end + 1, body_end))
+        at, count = body_end + 1, count + 1
+    return at, count
 
 
-# Seconds :meth:`Batch.read` waits after a short read while answers are due. git writes its buffered
-# answers 4 KiB at a time; read as they come, a chunk of 1,500 item files woke this process ~100
-# times (0.6 s of CPU more than reading one output whole, at 100,000 items): after this pause a read
-# takes a few hundred KiB (meanwhile git has the core). 0: read as they come.
-_PAUSE = 0.0005
+def start_batch(git_dir: str, err: int) -> subprocess.Popen[bytes]:
+    """A long-lived ``git cat-file --batch-command --buffer`` (git 2.36+), stderr to ``err``: for
+    ``cachefill.Batch``, which reads many batches of objects through one git."""
+    import subprocess
 
-
-def _sleep(seconds: float) -> None:
-    import time
-
-    time.sleep(seconds)
-
-
-class Batch:
-    """:func:`read_batch` for many calls through one long-lived ``git cat-file --batch-command --buffer``
-    (git 2.36 or later): each call writes its names, then ``flush``, and reads the answers from a pipe
-    as git writes them, parsed as :func:`read_batch` parses. A cold rebuild reads 128 batches: one
-    git each cost ~3 ms to start (in git and in this process) and restarted git's cache of delta
-    bases every time, ~0.5 s of CPU at 100,000 packed items. A git that fails or dies part way raises
-    :class:`GitFailed` (never a torn object) and is started again by the next call."""
-
-    def __init__(self, git_dir: str) -> None:
-        self._git_dir = git_dir
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._err: int | None = None
-        self.answered = False  # a call was answered (by this git or an earlier one)
-        self.failed = False  # a call failed (the caller's note: cachefill stops asking one never answered)
-
-    def _start(self) -> subprocess.Popen[bytes]:
-        import subprocess
-
-        if self._proc is not None and self._proc.poll() is None:
-            return self._proc
-        self.close()
-        self._err = _memory_file()
-        try:
-            proc = subprocess.Popen(("git", "--git-dir", self._git_dir, "cat-file", "--batch-command", "--buffer"),
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=git_env())
-        except FileNotFoundError as exc:
-            raise GitFailed("git is not installed or not on PATH") from exc
-        assert proc.stdin is not None and proc.stdout is not None
-        import fcntl
-
-        for stream in (proc.stdin, proc.stdout):
-            try:  # a chunk's answers (~1 MB) in few reads, its names written without waiting
-                fcntl.fcntl(stream.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
-            except OSError:
-                pass  # (a smaller pipe: more reads, the same answers)
-        os.set_blocking(proc.stdin.fileno(), False)
-        self._proc = proc
-        return proc
-
-    def read(self, names: Sequence[str]) -> dict[str, tuple[str, str, bytes]]:
-        """``{name: (oid, type, content)}`` of the ``names`` that exist, as :func:`read_batch`."""
-        import select
-
-        names = [name for name in names if "\n" not in name]
-        if not names:
-            return {}
-        proc = self._start()
-        assert proc.stdin is not None and proc.stdout is not None
-        infd, outfd = proc.stdin.fileno(), proc.stdout.fileno()
-        request = memoryview("".join([f"contents {name}\n" for name in names]).encode() + b"flush\n")
-        poller = select.poll()
-        poller.register(outfd, select.POLLIN)
-        poller.register(infd, select.POLLOUT)
-        buf = bytearray()
-        spans: list[tuple[str, str, str, int, int]] = []  # (name, oid, type, start, end) in buf
-        at = count = 0
-        try:
-            while count < len(names):
-                for fd, _event in poller.poll():
-                    if fd == infd:
-                        try:
-                            request = request[os.write(infd, request):]
-                        except BlockingIOError:
-                            continue
-                        except BrokenPipeError:
-                            request = request[:0]  # git is gone: its output ends, and says why
-                        if not request:
-                            poller.unregister(infd)
-                        continue
-                    data = os.read(outfd, 1 << 20)
-                    if not data:
-                        raise _died(names[count], self._said())
-                    buf += data
-                    while count < len(names):  # every answer complete so far
-                        end = buf.find(b"\n", at)
-                        if end < 0:
-                            break
-                        name = names[count]
-                        line = bytes(buf[at:end])
-                        parts = line.split(b" ")
-                        if (len(parts) == 3 and len(parts[0]) in (40, 64) and parts[0] == name.encode()
-                                and parts[1] in _KINDS and parts[2].isdigit()):
-                            header: tuple[str, str, int] | None = (name, parts[1].decode(), int(parts[2]))
-                        else:
-                            header = parse_header(line, name)
-                        if header is None:
-                            at, count = end + 1, count + 1
-                            continue
-                        body_end = end + 1 + header[2]
-                        if len(buf) <= body_end:
-                            break
-                        if buf[body_end] != 10:  # content, then one LF: anything else is not git's answer
-                            raise _died(name, self._said())
-                        spans.append((name, header[0], header[1], end + 1, body_end))
-                        at, count = body_end + 1, count + 1
-                    if count < len(names) and len(data) < 1 << 18 and _PAUSE:
-                        _sleep(_PAUSE)  # git writes 4 KiB at a time: let a few hundred KiB gather (see _PAUSE)
-            if at != len(buf):
-                raise GitFailed("git cat-file --batch-command answered more than was asked")
-            if request:  # (the last answers came out with a full buffer, before git read ``flush``)
-                os.set_blocking(infd, True)
-                _write_all(infd, request.tobytes())
-                os.set_blocking(infd, False)
-        except BaseException:
-            self.close()  # out of step with git now: the next call starts another
-            raise
-        self.answered = True
-        out = bytes(buf)
-        return {name: (oid, kind, out[start:end]) for name, oid, kind, start, end in spans}
-
-    def _said(self) -> bytes:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-        return _read_all(self._err) if self._err is not None else b""
-
-    def close(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
-            if proc.poll() is None:
-                try:
-                    proc.wait(5)
-                except Exception:  # (subprocess.TimeoutExpired: not imported here)
-                    proc.kill()
-                    proc.wait()
-        if self._err is not None:
-            os.close(self._err)
-            self._err = None
+    try:
+        return subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch-command", "--buffer"),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=git_env())
+    except FileNotFoundError as exc:
+        raise GitFailed("git is not installed or not on PATH") from exc
 
 
 def run_through_files(args: Sequence[str], input: bytes) -> Completed:

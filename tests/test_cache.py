@@ -561,7 +561,7 @@ def test_ready_reads_no_dependency_row_per_item(repo: Path) -> None:
 
 
 def test_one_long_lived_git_answers_every_bulk_read_exactly(repo: Path) -> None:
-    """``gitcmd.Batch`` (one ``git cat-file --batch-command`` for every chunk of a rebuild) answers as
+    """``cachefill.Batch`` (one ``git cat-file --batch-command`` for every chunk of a rebuild) answers as
     ``read_batch`` does, call after call on the same git: empty contents, newlines, bytes that look like
     a header, an object larger than any pipe, missing ones left out. A git that dies mid-object is a
     ``GitFailed``, never a torn object, and the next call starts another git that answers."""
@@ -573,7 +573,7 @@ def test_one_long_lived_git_answers_every_bulk_read_exactly(repo: Path) -> None:
     oids = [git(repo, "hash-object", "-w", "--stdin", input=c) for c in contents]
     git_dir = str(repo / ".git")
     asked = ["0" * 40, *oids, "HEAD:no such file", *oids[:2]]
-    batch = gitcmd.Batch(git_dir)
+    batch = cachefill.Batch(git_dir)
     try:
         first = batch.read(asked)
         pid = batch._proc.pid  # type: ignore[union-attr]
@@ -614,15 +614,15 @@ def test_a_bulk_rebuild_reads_every_chunk_through_one_git(repo: Path, monkeypatc
         monkeypatch.setattr(cachefill, "BULK_SHARDS", 1)  # a chunk a shard
         monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
         started: list[int] = []
-        real_start = gitcmd.Batch._start
+        real_start = cachefill.Batch._start
 
-        def start(self: gitcmd.Batch) -> object:
+        def start(self: cachefill.Batch) -> object:
             proc = real_start(self)
             if proc.pid not in started:
                 started.append(proc.pid)
             return proc
 
-        monkeypatch.setattr(gitcmd.Batch, "_start", start)
+        monkeypatch.setattr(cachefill.Batch, "_start", start)
         monkeypatch.setattr(gitcmd, "read_batch", lambda *a: pytest.fail("a git started for one chunk"))
         cache.drop(str(cache_file(repo)))
         assert rebuild(snapshot)[1] == 3
