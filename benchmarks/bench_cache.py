@@ -19,6 +19,11 @@ floor); ``ratios`` has ``process_cpu_git``, the process's CPU over it. ``--rebui
 ``--repo PATH``: measure the rebuild on a state built earlier (kept; implies ``--rebuild-only``). A
 rebuild of 20,000 folders or more runs a helper process (gitwork/cachefill.py): its CPU is in the
 figures (children, once it has exited). Prints one JSON object per size.
+
+``--timeline --repo PATH``: one ``gw cache rebuild`` with ``GW_CACHE_TRACE`` set (each process of the
+rebuild appends ``<monotonic> <process CPU> <pid> <event>`` lines, gitwork/cachefill.trace): prints,
+for the writer and the helper, the wall and CPU seconds spent on each activity (from each event to
+the next), the chunks each took, and the marks of the serial tail (finish, fixed, indexes, commit).
 """
 
 from __future__ import annotations
@@ -104,6 +109,57 @@ def rebuild_in_process(repo: Path) -> tuple[float, float]:
                 round(_cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - c0, 3))
 
 
+# What a traced process is doing from one event until its next (GW_CACHE_TRACE, gitwork/cachefill.trace).
+_DOING = {"update-start": "start", "part-trees": "shard trees", "batch-trees": "git: folders",
+          "batch-blobs": "git: files", "batch-end": "summarise", "rows": "summarise", "take": "insert",
+          "taken": "between shards", "helper-spawn": "spawn helper", "finish": "wait for helper",
+          "finished": "left-overs, waiting fixes", "fixed": "shown, rewait", "indexes": "indexes",
+          "index": "indexes", "commit": "commit", "committed": "read, exit", "helper-main": "helper start",
+          "helper-chunk": "chunk start", "helper-chunk-end": "between chunks", "helper-end": "exit",
+          "spawn": "interpreter, imports, open"}
+
+
+def timeline(repo: Path) -> dict[str, object]:
+    """One ``gw cache rebuild`` with ``GW_CACHE_TRACE`` set: each process's time by what it was doing
+    (from each traced event to its next: wall and the process's CPU), seconds from the spawn; the
+    chunks each process took, and when the marks of the tail came."""
+    trace = Path(tempfile.mkdtemp(prefix="gw-trace-")) / "trace"
+    env = dict(os.environ, GW_CACHE_TRACE=str(trace))
+    c0, t0 = _cpu(resource.RUSAGE_CHILDREN), time.monotonic()
+    subprocess.run([sys.executable, "-m", "gitwork", "cache", "rebuild", "--json"], cwd=repo, env=env,
+                   check=True, capture_output=True)
+    t1, cpu = time.monotonic() - t0, _cpu(resource.RUSAGE_CHILDREN) - c0
+    events: dict[str, list[tuple[float, float, str]]] = {}
+    for line in trace.read_text().splitlines():
+        when, spent, pid, event = line.split(" ", 3)
+        events.setdefault(pid, []).append((float(when) - t0, float(spent), event))
+    shutil.rmtree(trace.parent, ignore_errors=True)
+    out: dict[str, object] = {"wall_s": round(t1, 3), "cpu_s": round(cpu, 2), "load": os.getloadavg()}
+    for seen in events.values():
+        own = [e for e in seen if not e[2].startswith("frame-in")]
+        writer = any(e[2] == "update-start" for e in seen)
+        if writer:
+            own.insert(0, (0.0, 0.0, "spawn"))
+        role = "writer" if writer else "helper"
+        wall: dict[str, float] = {}
+        spent: dict[str, float] = {}
+        for (at, c1, event), (nxt, c2, _e) in zip(own, [*own[1:], (t1, own[-1][1], "exit")], strict=False):
+            doing = _DOING.get(event.split(" ")[0], event)
+            wall[doing] = wall.get(doing, 0.0) + nxt - at
+            spent[doing] = spent.get(doing, 0.0) + c2 - c1
+        chunks = [round(at, 3) for at, _c, e in own if e.startswith("part-trees")]
+        frames = [at for at, _c, e in seen if e.startswith("frame-in shard")]
+        marks = {e: round(at, 3) for at, _c, e in own if not e.startswith(("rows", "take", "part", "batch"))
+                 and not e.startswith("helper-chunk")}
+        out[role] = {"first": round(own[0][0], 3), "last": round(own[-1][0], 3), "cpu_at_last": own[-1][1],
+                     "chunks": len(chunks), "chunk_starts": chunks, "marks": marks,
+                     "wall_s": {k: round(v, 3) for k, v in sorted(wall.items(), key=lambda kv: -kv[1])},
+                     "cpu_s": {k: round(v, 3) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}}
+        if frames:
+            out[role]["frames_in"] = [round(frames[0], 3), round(frames[-1], 3), len(frames)]  # type: ignore[index]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="10000,100000")
@@ -118,8 +174,13 @@ def main() -> None:
     parser.add_argument("--repo", help="measure the rebuild on this repository's state as it is (built "
                                        "earlier with _common.build_state; kept): --sizes, --shape and "
                                        "--packed then only label the figures")
+    parser.add_argument("--timeline", action="store_true",
+                        help="with --repo: one traced rebuild (GW_CACHE_TRACE), each process's time by activity")
     args = parser.parse_args()
     gw = [sys.executable, "-m", "gitwork"]
+    if args.timeline and args.repo:
+        print(json.dumps(timeline(Path(args.repo))), flush=True)
+        return
     for n in (int(s) for s in args.sizes.split(",")):
         root = Path(tempfile.mkdtemp(prefix=f"gw-cache-{n}-"))
         try:

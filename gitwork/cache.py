@@ -189,6 +189,7 @@ def update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_en
     # same without it, 180 MB). Plain reference counting still frees each chunk as it ends.
     collecting = gc.isenabled()
     gc.disable()
+    cachefill.trace("update-start")
     try:
         _update(db, snapshot, summarise, thread_entry)
     finally:
@@ -237,6 +238,7 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
                 forget()  # (each folder is read once: see _fill)
     _reshorten(db, touched)
     _rewait(db, changed, pending)
+    cachefill.trace("indexes")
     if indexes:
         # The sorts of the index builds may use a second thread: by now the helper has ended, so on two
         # cores one is idle (CPU the same; wall 0.63 -> 0.53 s for the five at 100,000 items, load 16).
@@ -244,6 +246,7 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
         try:
             for sql in indexes:
                 db.execute(sql)
+                cachefill.trace("index")
         finally:
             db.execute("PRAGMA threads=0")
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
@@ -270,7 +273,8 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     row's ``waiting`` is counted in Python as it is inserted, from the done items read so far; the
     few whose dependencies were not all read yet are counted again at the end and updated if a
     dependency turned out done (counting every row in SQL after the fact cost 0.4-0.5 s at 100,000
-    items, a fifth of the inserts)."""
+    items, a fifth of the inserts). (Counting them again as the last dependency comes in, which
+    moves ~50,000 updates off the serial tail, was tried on branch rebuild8: see docs/performance.md.)"""
     # How many folders, judged by the first shard (ids are spread evenly over the shards).
     folders = len(snapshot.store.read_tree(work[0][1].oid)) * len(work) if work else 0
     shared = folders >= cachefill.HELPER_FOLDERS
@@ -292,6 +296,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
              aliases: list[tuple[str, str]]) -> None:
         if name in taken:
             return  # both processes did this shard (they met in it): the first is kept
+        cachefill.trace(f"take {name}")
         taken.add(name)
         seen.update(map(_ID, rows))
         done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and r[R_PROBLEM] is None])
@@ -303,11 +308,13 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
                     unsure.append((r, on))  # (a dependency not read yet may turn out done)
         _insert(db, "INSERT", rows, deps, labels, aliases)
         db.execute("INSERT INTO shard (name, tree) VALUES (?, ?)", (name, tree))
+        cachefill.trace(f"taken {name}")
         crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
 
     def compute(part: list[tuple[str, Any]]) -> None:
         members, view = read_part(snapshot, part, {})
         for name, entry in part:
+            cachefill.trace(f"rows {name}")
             take(name, entry.oid, *shard_rows(view, name, members[name], {}, summarise, thread_entry))
         del view
         if forget is not None:
@@ -315,28 +322,32 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             # the repository in memory for the collector to walk over and over.
             forget()
 
-    try:
-        for index, part in enumerate(parts):
+    with cachefill.bulk_reads(snapshot.store.repo.git_dir):  # one git for every chunk's bulk reads
+        try:
+            for index, part in enumerate(parts):
+                if helper is not None:
+                    for frame in helper.ready():
+                        take(*frame[1:])
+                    if index in helper.started:
+                        break  # the helper reached this chunk from the other end: the rest is its
+                compute(part)
+        finally:
+            cachefill.trace("finish")
             if helper is not None:
-                for frame in helper.ready():
+                for frame in helper.finish():
                     take(*frame[1:])
-                if index in helper.started:
-                    break  # the helper reached this chunk from the other end: the rest is its
-            compute(part)
-    finally:
-        if helper is not None:
-            for frame in helper.finish():
-                take(*frame[1:])
-    for part in parts:  # whatever the helper did not deliver (it died, or never started)
-        missing = [(name, entry) for name, entry in part if name not in taken]
-        if missing:
-            compute(missing)
+        cachefill.trace("finished")
+        for part in parts:  # whatever the helper did not deliver (it died, or never started)
+            missing = [(name, entry) for name, entry in part if name not in taken]
+            if missing:
+                compute(missing)
     fixed = []
     for r, on in unsure:
         count = len(on - done)
         if count != r[R_WAITING]:
             fixed.append((count, r[R_ID]))
     db.executemany("UPDATE item SET waiting=? WHERE id=?", fixed)
+    cachefill.trace(f"fixed {len(fixed)}")
 
 
 # The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
@@ -563,7 +574,9 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
         except BaseException:
             db.execute("ROLLBACK")
             raise
+        cachefill.trace("commit")
         db.execute("COMMIT")
+        cachefill.trace("committed")
         return out
     finally:
         if db.in_transaction:

@@ -53,6 +53,23 @@ BULK_FOLDERS = 256  # fewer changed folders than this are read one by one (no pr
 HELPER_FOLDERS = 20_000  # a rebuild of fewer folders is not worth a second interpreter (~0.1 s)
 HELPER_CHUNKS = 64  # chunks the work is cut into when a helper shares it (at most one is done twice, where they meet)
 
+# ``GW_CACHE_TRACE=FILE``: each process of a rebuild appends ``<monotonic s> <process CPU s> <pid> <event>`` lines to FILE
+# (the rebuild's timeline: benchmarks/bench_cache.py --timeline reads it). Unset: one test of a constant.
+_TRACE = os.environ.get("GW_CACHE_TRACE") or None
+
+
+def trace(event: str) -> None:
+    if _TRACE is None:
+        return
+    import time
+
+    line = f"{time.monotonic():.4f} {time.process_time():.4f} {os.getpid()} {event}\n".encode()
+    fd = os.open(_TRACE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
 
 def pack(value: Any) -> bytes | None:
     # Empty stays NULL: most items have no labels or dependencies, and a listing then unpacks nothing.
@@ -118,7 +135,9 @@ def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict
         dict[str, dict[str, Any]], Any]:
     """The member folders of each shard in ``part`` (``(name, tree entry)``), and a view of the
     snapshot that answers the changed folders and their item and lease files: read in bulk when
-    they are many and packed, else the snapshot itself (its store reads loose objects directly)."""
+    they are many and packed (inside :func:`bulk_reads`, through its one git; else one ``git
+    cat-file`` each), else the snapshot itself (its store reads loose objects directly)."""
+    trace(f"part-trees {part[0][0]}")
     members = {name: _placed(name, snapshot.store.read_tree(entry.oid)) for name, entry in part}
     folders = [folder.oid for name, _e in part for item_id, folder in members[name].items()
                if before.get(name, {}).get(item_id) != folder.oid]
@@ -171,12 +190,15 @@ class _Prefetched:
         self._snapshot = snapshot
         self._real = snapshot.store
         hexlen = 64 if self._real.repo.algorithm == "sha256" else 40
+        trace("batch-trees")
         self._trees = {oid: parse_tree(data, hexlen) for oid, (kind, data) in
                        _read_batch(self._real.repo.git_dir, folders).items() if kind == "tree"}
         files = [e.oid for tree in self._trees.values() for n, e in tree.items()
                  if n in (layout.ITEM_FILE, layout.LEASE_FILE)]
+        trace("batch-blobs")
         self._blobs = {oid: data for oid, (kind, data) in _read_batch(self._real.repo.git_dir, files).items()
                        if kind == "blob"}
+        trace("batch-end")
 
     @property
     def store(self) -> _Prefetched:
@@ -199,12 +221,171 @@ class _Prefetched:
         return found if found is not None else self._real.read_blob(oid)
 
 
+# Seconds :meth:`Batch.read` waits after a short read while answers are due. git writes its buffered
+# answers 4 KiB at a time; read as they come, a chunk of 1,500 item files woke this process ~100
+# times (0.6 s of CPU more than reading one output whole, at 100,000 items): after this pause a read
+# takes a few hundred KiB (meanwhile git has the core). 0: read as they come.
+_PAUSE = 0.0005
+
+
+class Batch:
+    """``gitcmd.read_batch`` for many calls through one long-lived ``git cat-file --batch-command
+    --buffer`` (``gitcmd.start_batch``): each call writes its names, then ``flush``, and reads the
+    answers from a pipe as git writes them, cut by gitcmd's one parser (``cut_answers``). A rebuild
+    reads 128 batches: a git each cost ~3 ms to start (in git and here) and lost git's cache of delta
+    bases every time. A git that fails or dies part way raises ``GitFailed`` (never a torn object) and
+    is started again by the next call."""
+
+    def __init__(self, git_dir: str) -> None:
+        self._git_dir = git_dir
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._err: int | None = None
+        self.answered = False  # a call was answered (by this git or an earlier one)
+        self.failed = False  # a call failed (_read_batch stops asking one that never answered)
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        import fcntl
+
+        from .gitcmd import _memory_file, start_batch
+
+        if self._proc is not None and self._proc.poll() is None:
+            return self._proc
+        self.close()
+        self._err = _memory_file()
+        proc = start_batch(self._git_dir, self._err)
+        assert proc.stdin is not None and proc.stdout is not None
+        for stream in (proc.stdin, proc.stdout):
+            try:  # a chunk's answers (~1 MB) in few reads, its names written without waiting
+                fcntl.fcntl(stream.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
+            except OSError:
+                pass  # (a smaller pipe: more reads, the same answers)
+        os.set_blocking(proc.stdin.fileno(), False)
+        self._proc = proc
+        return proc
+
+    def read(self, names: list[str]) -> dict[str, tuple[str, str, bytes]]:
+        """``{name: (oid, type, content)}`` of the ``names`` that exist, as ``gitcmd.read_batch``."""
+        import select
+
+        from .errors import GitFailed
+        from .gitcmd import _died, _write_all, cut_answers
+
+        names = [name for name in names if "\n" not in name]
+        if not names:
+            return {}
+        proc = self._start()
+        assert proc.stdin is not None and proc.stdout is not None
+        infd, outfd = proc.stdin.fileno(), proc.stdout.fileno()
+        request = memoryview("".join([f"contents {name}\n" for name in names]).encode() + b"flush\n")
+        poller = select.poll()
+        poller.register(outfd, select.POLLIN)
+        poller.register(infd, select.POLLOUT)
+        buf = bytearray()
+        spans: list[tuple[str, str, str, int, int]] = []
+        at = count = 0
+        try:
+            while count < len(names):
+                for fd, _event in poller.poll():
+                    if fd == infd:
+                        try:
+                            request = request[os.write(infd, request):]
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:
+                            request = request[:0]  # git is gone: its output ends, and says why
+                        if not request:
+                            poller.unregister(infd)
+                        continue
+                    data = os.read(outfd, 1 << 20)
+                    if not data:
+                        raise _died(names[count], self._said())
+                    buf += data
+                    at, count = cut_answers(buf, names, at, count, spans)
+                    if count < len(names) and len(data) < 1 << 18 and _PAUSE:
+                        import time
+
+                        time.sleep(_PAUSE)  # git writes 4 KiB at a time: let a few hundred KiB gather
+            if at != len(buf):
+                raise GitFailed("git cat-file --batch-command answered more than was asked")
+            if request:  # (the last answers came out with a full buffer, before git read ``flush``)
+                os.set_blocking(infd, True)
+                _write_all(infd, request.tobytes())
+                os.set_blocking(infd, False)
+        except BaseException:
+            self.close()  # out of step with git now: the next call starts another
+            raise
+        self.answered = True
+        out = bytes(buf)
+        return {name: (oid, kind, out[start:end]) for name, oid, kind, start, end in spans}
+
+    def _said(self) -> bytes:
+        from .gitcmd import _read_all
+
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+        return _read_all(self._err) if self._err is not None else b""
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    if stream is not None:
+                        stream.close()
+                except OSError:
+                    pass
+            if proc.poll() is None:
+                try:
+                    proc.wait(5)
+                except Exception:  # (subprocess.TimeoutExpired: subprocess not imported here)
+                    proc.kill()
+                    proc.wait()
+        if self._err is not None:
+            os.close(self._err)
+            self._err = None
+
+
+# The git each thread's rebuild reads its bulk chunks through, by git dir (see bulk_reads).
+_BATCHES: dict[tuple[int, str], Batch] = {}
+
+
+class bulk_reads:  # noqa: N801  (a context manager, named as one; contextlib is not on the fast path)
+    """``with bulk_reads(git_dir):`` meanwhile, this thread's bulk reads of ``git_dir`` (:func:`read_part`)
+    go through one long-lived ``git cat-file --batch-command`` (:class:`Batch`), not one git for each
+    chunk's folders and one for its files: a rebuild reads 128 such batches, and starting a git for
+    each cost ~0.5 s of CPU at 100,000 packed items (its start, and its cache of delta bases lost
+    every time). Its git starts at the first bulk read (none when every object is loose)."""
+
+    def __init__(self, git_dir: str) -> None:
+        import threading
+
+        self._key = (threading.get_ident(), git_dir)
+        self._batch = Batch(git_dir)
+
+    def __enter__(self) -> None:
+        _BATCHES[self._key] = self._batch
+
+    def __exit__(self, *_exc: object) -> None:
+        del _BATCHES[self._key]
+        self._batch.close()
+
+
 def _read_batch(git_dir: str, oids: list[str]) -> dict[str, tuple[str, bytes]]:
-    """``{oid: (type, content)}`` of ``oids`` through one ``git cat-file --batch`` (a chunk's folders
-    or files: a few MB). A missing object is left out: the store's own read then names it."""
+    """``{oid: (type, content)}`` of ``oids`` (a chunk's folders or files: a few MB) through the git
+    of :func:`bulk_reads`, or one ``git cat-file --batch``. A missing object is left out: the store's
+    own read then names it."""
+    import threading
+
     from .errors import GitFailed
     from .gitcmd import read_batch
 
+    batch = _BATCHES.get((threading.get_ident(), git_dir)) if _BATCHES else None
+    if batch is not None and (batch.answered or not batch.failed):
+        try:
+            return {oid: (kind, data) for oid, (_, kind, data) in batch.read(oids).items()}
+        except GitFailed:
+            batch.failed = True  # (a git without --batch-command never answers: not tried again)
     try:
         return {oid: (kind, data) for oid, (_, kind, data) in read_batch(git_dir, oids).items()}
     except GitFailed:
@@ -254,6 +435,7 @@ class Helper:
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         code = (f"import sys\nif {here!r} not in sys.path: sys.path.insert(0, {here!r})\n"
                 "from gitwork.cachefill import main\nmain()\n")
+        trace("helper-spawn")
         try:
             proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL)
@@ -279,6 +461,7 @@ class Helper:
                     break
                 body = out.read(int.from_bytes(head, "big"))
                 frame = marshal.loads(body)
+                trace(f"frame-in {frame[0]} {frame[1]}")
                 if frame[0] == "chunk":
                     self.started.add(frame[1])
                 else:
@@ -329,6 +512,7 @@ def main() -> None:
     import gc
     import importlib
 
+    trace("helper-main")
     from .config import Settings
 
     gc.disable()  # as the rebuilding process does while it fills (cache.update): the rows hold no cycles
@@ -344,21 +528,31 @@ def main() -> None:
     out = os.fdopen(1, "wb", closefd=False)
     try:
         snapshot = store.snapshot(commit)
-        for index, part in chunks:
-            if _stopped():
-                break
-            _frame(out, ("chunk", index))
-            shards = [(name, _Entry(oid)) for name, oid in part]
-            members, view = read_part(snapshot, shards, {})
-            for name, entry in shards:
-                filled = shard_rows(view, name, members[name], {}, summarise, thread_entry)
-                _frame(out, ("shard", name, entry.oid, *filled))
-            out.flush()
-            del view
-            store.forget()
+        with bulk_reads(repo.git_dir):
+            _help(out, store, snapshot, chunks, summarise, thread_entry)
     finally:
         out.flush()
         store.close()
+        trace("helper-end")
+
+
+def _help(out: Any, store: Any, snapshot: Any, chunks: list[tuple[int, list[tuple[str, str]]]], summarise: Any,
+          thread_entry: Any) -> None:
+    """The helper's chunks, in their order, until stdin ends (the writer's stop)."""
+    for index, part in chunks:
+        if _stopped():
+            break
+        trace(f"helper-chunk {index}")
+        _frame(out, ("chunk", index))
+        shards = [(name, _Entry(oid)) for name, oid in part]
+        members, view = read_part(snapshot, shards, {})
+        for name, entry in shards:
+            filled = shard_rows(view, name, members[name], {}, summarise, thread_entry)
+            _frame(out, ("shard", name, entry.oid, *filled))
+        out.flush()
+        trace(f"helper-chunk-end {index}")
+        del view
+        store.forget()
 
 
 class _Entry:

@@ -337,14 +337,26 @@ def read_batch(git_dir: str, names: Sequence[str]) -> dict[str, tuple[str, str, 
         return {}
     done = run_through_files(["--git-dir", git_dir, "cat-file", "--batch", "--buffer"],
                              "".join(f"{name}\n" for name in names).encode())
-    out, at = done.stdout, 0
-    found: dict[str, tuple[str, str, bytes]] = {}
-    for name in names:
+    spans: list[tuple[str, str, str, int, int]] = []
+    count = cut_answers(done.stdout, names, 0, 0, spans, done.stderr)[1]
+    if count < len(names) or done.returncode != 0:
+        raise _died(names[min(count, len(names) - 1)], done.stderr)
+    out = done.stdout
+    return {name: (oid, kind, out[start:end]) for name, oid, kind, start, end in spans}
+
+
+def cut_answers(out: bytes | bytearray, names: Sequence[str], at: int, count: int,
+                spans: list[tuple[str, str, str, int, int]], err: bytes = b"") -> tuple[int, int]:
+    """The one parser of ``cat-file --batch`` answers: from ``at`` in ``out``, the complete answers to
+    ``names[count:]`` appended to ``spans`` as ``(name, oid, type, start, end)`` of their content (a
+    missing object: none); returns the position and count reached (an answer cut short stops there).
+    Content not followed by its LF is not git's answer: :class:`GitFailed` (``err``: git's words)."""
+    while count < len(names):
         end = out.find(b"\n", at)
         if end < 0:
-            raise _died(name, done.stderr)
-        line = out[at:end]
-        at = end + 1
+            break
+        name = names[count]
+        line = bytes(out[at:end])
         # The usual answer to a full object id, ``<that id> <type> <size>``, checked without
         # parse_header's general tests (a rebuild reads 200,000 headers); anything else goes there.
         parts = line.split(b" ")
@@ -354,15 +366,28 @@ def read_batch(git_dir: str, names: Sequence[str]) -> dict[str, tuple[str, str, 
         else:
             header = parse_header(line, name)
         if header is None:
+            at, count = end + 1, count + 1
             continue
-        body_end = at + header[2]
-        if out[body_end:body_end + 1] != b"\n":  # content, then one LF: short means git died inside
-            raise _died(name, done.stderr)
-        found[name] = (header[0], header[1], out[at:body_end])
-        at = body_end + 1
-    if done.returncode != 0:
-        raise _died(names[-1], done.stderr)
-    return found
+        body_end = end + 1 + header[2]
+        if len(out) <= body_end:
+            break
+        if out[body_end] != 10:  # content, then one LF: anything else means git died inside
+            raise _died(name, err)
+        spans.append((name, header[0], header[1], end + 1, body_end))
+        at, count = body_end + 1, count + 1
+    return at, count
+
+
+def start_batch(git_dir: str, err: int) -> subprocess.Popen[bytes]:
+    """A long-lived ``git cat-file --batch-command --buffer`` (git 2.36+), stderr to ``err``: for
+    ``cachefill.Batch``, which reads many batches of objects through one git."""
+    import subprocess
+
+    try:
+        return subprocess.Popen(("git", "--git-dir", git_dir, "cat-file", "--batch-command", "--buffer"),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=git_env())
+    except FileNotFoundError as exc:
+        raise GitFailed("git is not installed or not on PATH") from exc
 
 
 def run_through_files(args: Sequence[str], input: bytes) -> Completed:
