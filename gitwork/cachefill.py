@@ -329,12 +329,9 @@ class Batch:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
+            from .gitcmd import close_pipes
+
+            close_pipes(proc)
             if proc.poll() is None:
                 try:
                     proc.wait(5)

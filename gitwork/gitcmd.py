@@ -322,6 +322,17 @@ def parse_header(line: bytes, name: str) -> tuple[str, str, int] | None:
     raise GitFailed(f"git cat-file --batch answered {name[:80]!r} with {shown!r}, not an object header")
 
 
+def close_pipes(proc: Any) -> None:
+    """Close a reader's stdin and stdout, whatever state its process is in (a pipe already broken by
+    its end is no error here: the caller reaps the process next)."""
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+
+
 def _died(name: str, err: bytes = b"") -> GitFailed:
     said = one_line(err.decode("utf-8", "replace"))
     return GitFailed(f"git cat-file --batch exited while reading {name[:80]!r}" + (f": {said}" if said else ""))
@@ -657,12 +668,7 @@ class CatFile:
         proc, self._proc = self._proc, None
         if proc is not None:
             proc.kill()
-            for stream in (proc.stdin, proc.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
+            close_pipes(proc)
             proc.wait()
         return _died(name, self._drop_err())
 
