@@ -255,3 +255,21 @@ def test_a_gitwork_id_imports_only_as_itself(repo: Path, wp: Workplane) -> None:
         with pytest.raises(Invalid, match=rf"imports as {made}, not {other}"):
             wp.do("import", item=other, source=source, external=made, title="x")
     assert tip(repo) == before
+
+
+@pytest.mark.parametrize("kind, text, where", [
+    ("beads", '{"id": "bd-1", "title": "t", "comments": [{"id": 1, "text": "kept"}, {"id": 2, "text": 42}]}\n',
+     "bad:1: comments #2 text must be text"),
+    ("github", '[{"number": 1, "title": "t", "comments": [{"body": ["a", "b"]}]}]', "bad: entry 1: comments #1 body must be text"),
+])
+def test_a_comment_whose_text_is_not_text_is_refused_not_dropped(tmp_path: Path, repo: Path, wp: Workplane,
+                                                                 kind: str, text: str, where: str) -> None:
+    """A comment whose text is a number, a list or an object was skipped in silence while the import
+    answered success: a comment of the source lost. It is refused by its line now, nothing written (a
+    comment without text, null or blank, is still skipped: there is nothing to post)."""
+    source = tmp_path / "bad"
+    source.write_text(text)
+    before = tip(repo)
+    with pytest.raises(Invalid, match=rf"/{where}"):
+        importers.run(wp, kind, str(source))
+    assert tip(repo) == before

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .. import ids
 from .fields import criteria_from_text, short_text, take_common
-from .source import Problems, instant, message_id, parse_lines
+from .source import Problems, instant, message_id, odd_text, parse_lines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -77,6 +77,10 @@ def _record(raw: dict[str, Any], line: int, problems: Problems) -> dict[str, Any
     comments = raw.get("comments") or []
     if not isinstance(comments, list) or not all(isinstance(c, dict) for c in comments):
         problems.add(line, "comments must be a list of objects")
+        return None
+    odd = odd_text(comments, "text")
+    if odd is not None:
+        problems.add(line, f"comments #{odd} text must be text")
         return None
     record["comments"] = [
         {"id": message_id("beads", external, c.get("id", n)), "author": str(c.get("author") or "unknown"),

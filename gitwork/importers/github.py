@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..codec import MAX_DEPTH, has_lone_surrogate
 from .fields import take_common
-from .source import LONE_SURROGATE, MAX_DOCUMENT, WRAPPING, Problems, json_value, message_id
+from .source import LONE_SURROGATE, MAX_DOCUMENT, WRAPPING, Problems, json_value, message_id, odd_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -91,6 +91,10 @@ def _record(raw: dict[str, Any], position: int, problems: Problems) -> dict[str,
     comments = raw.get("comments") or []
     if not isinstance(comments, list) or not all(isinstance(c, dict) for c in comments):
         problems.add(position, "comments must be a list of objects")
+        return None
+    odd = odd_text(comments, "body")
+    if odd is not None:
+        problems.add(position, f"comments #{odd} body must be text")
         return None
     record["comments"] = [
         {"id": message_id("github", external, c.get("id") or c.get("url") or n),

@@ -151,6 +151,13 @@ def instant(text: Any) -> str | None:
 item_id = ids.imported
 
 
+def odd_text(comments: list[dict[str, Any]], key: str) -> int | None:
+    """The number (from 1) of the first comment whose ``key`` is neither text nor absent/null, or None.
+    Such a comment cannot be posted, and skipping it would lose it while the import answers success."""
+    return next((n for n, c in enumerate(comments, 1) if c.get(key) is not None and not isinstance(c[key], str)),
+                None)
+
+
 def message_id(kind: str, external: str, comment: Any) -> str:
     return "m-" + hashlib.sha256(f"{kind}:{external}:{comment}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
