@@ -106,16 +106,18 @@ _ANSWERED: set[str] = set()
 _TOOLS: list[tuple[str, str] | None] = []
 
 
+def _which(program: str) -> str | None:
+    """``program`` on this process's PATH (an empty entry as ``.``), for the pane's own tools."""
+    return next((p for p in (os.path.join(d or ".", program) for d in os.get_exec_path())
+                 if os.access(p, os.X_OK) and not os.path.isdir(p)), None)
+
+
 def shell_tools() -> tuple[str, str] | None:
     """The absolute paths of ``env`` (one that knows ``--default-signal``: GNU coreutils 8.31 or later)
     and ``mv`` the shell pane runs, or None (then the Python wrapper): found once a process."""
     if not _TOOLS:
-        def which(program: str) -> str | None:
-            return next((p for p in (os.path.join(d or ".", program) for d in os.get_exec_path())
-                         if os.access(p, os.X_OK) and not os.path.isdir(p)), None)
-
         found = None
-        env, mv = which("env"), which("mv")
+        env, mv = _which("env"), _which("mv")
         if env and mv:
             import subprocess  # once a launcher's life, never on gw run's own way
 
@@ -135,8 +137,7 @@ def gate_tool() -> str | None:
     """The absolute path of util-linux ``flock``, the gated pane's wait (``GATED``), or None (then the
     pane starts after the commit, as before): found once a process."""
     if not _GATE_TOOL:
-        _GATE_TOOL.append(next((p for p in (os.path.join(d or ".", "flock") for d in os.get_exec_path())
-                                if os.access(p, os.X_OK) and not os.path.isdir(p)), None))
+        _GATE_TOOL.append(_which("flock"))
     return _GATE_TOOL[0]
 
 
