@@ -24,6 +24,7 @@ from conftest import (
     load_hypothesis_profile,
     poll,
     pytest_xdist_auto_num_workers,
+    ram_temp_root,
     slow_first,
 )
 from gitwork.cli import app as cli_app
@@ -207,3 +208,25 @@ def test_old_basetemps_are_handed_off_to_a_deleter_the_run_does_not_wait_for(tmp
         "pytest-2", "pytest-4", "pytest-5", "pytest-6", "pytest-current"]
     poll(lambda: not any(path.exists() for path in moved), timeout=30, what="the deleter to finish")
     assert hand_off_old_basetemps(root, keep=3) == []  # nothing left to hand off
+
+
+@pytest.mark.parametrize(("line", "room", "chosen"), [
+    ("tmpfs {path} tmpfs rw,nosuid,nodev 0 0", 1, True),
+    ("tmpfs {path} tmpfs rw,nosuid,nodev,noexec 0 0", 1, False),  # the tests run hooks and agents they write
+    ("/dev/vda {path} ext4 rw,relatime 0 0", 1, False),  # a disk: nothing to gain
+    ("tmpfs /elsewhere tmpfs rw 0 0", 1, False),  # not mounted at the folder asked about
+    ("tmpfs {path} tmpfs rw 0 0", 1 << 62, False),  # no room for a run
+])
+def test_the_basetemp_goes_to_a_tmpfs_only_where_it_can_run_the_suite(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, room: int, chosen: bool) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(f"proc /proc proc rw 0 0\n{line.format(path=tmp_path)}\n")
+    monkeypatch.delenv("PYTEST_DEBUG_TEMPROOT", raising=False)
+    monkeypatch.delenv("GW_TEST_TMPFS", raising=False)
+    assert ram_temp_root(tmp_path, room, str(mounts)) == (str(tmp_path) if chosen else None)
+    if chosen:
+        monkeypatch.setenv("GW_TEST_TMPFS", "0")
+        assert ram_temp_root(tmp_path, room, str(mounts)) is None
+        monkeypatch.delenv("GW_TEST_TMPFS")
+        monkeypatch.setenv("PYTEST_DEBUG_TEMPROOT", "/somewhere")  # the user's own choice wins
+        assert ram_temp_root(tmp_path, room, str(mounts)) is None
