@@ -120,3 +120,66 @@ def test_the_cli_reports_records_and_refuses_unknown_shadows(tracker, repo: Path
     with pytest.raises(NotFound):
         shadow.compare(wp, "nope")
     assert os.path.exists(os.path.join(wp.repo.common_dir, "gitwork", "shadows.json"))
+
+
+@pytest.fixture
+def temp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tempfile's folder for this test alone, to see what a report leaves behind."""
+    import tempfile
+
+    folder = tmp_path / "temp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_a_command_printing_past_the_bound_is_refused_without_holding_its_output(
+        tracker, temp_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shadow's command's output goes to a file as it comes: past the bound (256 MiB; 1 MiB here, so the
+    test does not write 256 MiB) the command is killed and the report refused, with at most a few chunks
+    in memory. It was read whole, then measured: this command's 64 MiB were held."""
+    import tracemalloc
+
+    _beads, wp, _clock = tracker
+    monkeypatch.setattr(shadow, "MAX_FILE", 1 << 20)
+    shadow.add(wp, "big", "beads", f"head -c {64 << 20} /dev/zero")
+    tracemalloc.start()
+    try:
+        with pytest.raises(shadow.Invalid, match="printed more than 1 MiB"):
+            shadow.compare(wp, "big")
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak >> 20} MiB held at the peak"
+    assert list(temp_folder.iterdir()) == []  # the partial copy is removed
+
+
+def test_a_command_past_its_time_is_killed_with_what_it_started(
+        tracker, temp_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import poll
+
+    _beads, wp, _clock = tracker
+    pids = tmp_path / "pids"
+    monkeypatch.setattr(shadow, "COMMAND_TIMEOUT", 0.5)
+    shadow.add(wp, "slow", "beads", f"sleep 60 & echo $! > {pids}; sleep 60")
+    with pytest.raises(shadow.Invalid, match="did not finish in 0.5 s"):
+        shadow.compare(wp, "slow")
+    child = int(pids.read_text())
+
+    def gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    poll(gone, timeout=10, what="the command's own child to be killed")
+    assert list(temp_folder.iterdir()) == []
+
+
+def test_a_failing_command_says_its_last_error_line(tracker, temp_folder: Path) -> None:
+    _beads, wp, _clock = tracker
+    shadow.add(wp, "bad", "beads", "yes noise | head -c 99996 >&2; echo 'gh: not logged in' >&2; exit 4")
+    with pytest.raises(shadow.Invalid, match=r"failed \(exit 4\): gh: not logged in$"):
+        shadow.compare(wp, "bad")
+    assert list(temp_folder.iterdir()) == []

@@ -75,23 +75,70 @@ def _export(entry: dict[str, Any]) -> tuple[str, bool]:
     source = entry["source"]
     if os.path.isfile(source):
         return source, False
+    return _capture(source), True
+
+
+def _capture(source: str) -> str:
+    """Run the shadow's command with its standard output streamed into a temporary file, never held in
+    memory: past ``MAX_FILE`` bytes, or ``COMMAND_TIMEOUT`` seconds, the command and everything it started
+    (its own process group) are killed and the report refused. Of its standard error only the last
+    4 KiB are kept, for the error line."""
+    import selectors
+    import signal
     import subprocess
     import tempfile
+    import time
 
-    try:
-        done = subprocess.run(["sh", "-c", source], stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=COMMAND_TIMEOUT, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise Invalid(f"the shadow's command did not finish in {COMMAND_TIMEOUT} s: {source}") from exc
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise Invalid(f"the shadow's command failed (exit {done.returncode}): {why[-1][:200] if why else source}")
-    if len(done.stdout) > MAX_FILE:
-        raise Invalid(f"the shadow's command printed more than {MAX_FILE // (1024 * 1024)} MiB")
     handle, path = tempfile.mkstemp(prefix="gw-shadow-")
-    with os.fdopen(handle, "wb") as out:
-        out.write(done.stdout)
-    return path, True
+    stderr = b""
+    written = 0
+    try:
+        with os.fdopen(handle, "wb") as out, selectors.DefaultSelector() as selector, subprocess.Popen(
+                ["sh", "-c", source], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            streams = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
+            for stream in (proc.stdout, proc.stderr):
+                selector.register(stream, selectors.EVENT_READ)
+            deadline = time.monotonic() + COMMAND_TIMEOUT
+            why = None
+            while selector.get_map() and why is None:
+                left = deadline - time.monotonic()
+                ready = selector.select(left) if left > 0 else []
+                if not ready:
+                    why = f"the shadow's command did not finish in {COMMAND_TIMEOUT} s: {source}"
+                for key, _events in ready:
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                    elif streams[key.fd] == "err":
+                        stderr = (stderr + chunk)[-4096:]
+                    elif written + len(chunk) > MAX_FILE:
+                        why = f"the shadow's command printed more than {MAX_FILE // (1024 * 1024)} MiB"
+                        break
+                    else:
+                        out.write(chunk)
+                        written += len(chunk)
+            if why is not None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                raise Invalid(why)
+            try:
+                returncode = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise Invalid(f"the shadow's command did not finish in {COMMAND_TIMEOUT} s: {source}") from None
+        if returncode != 0:
+            lines = stderr.decode("utf-8", "replace").strip().splitlines()
+            raise Invalid(f"the shadow's command failed (exit {returncode}): {lines[-1][:200] if lines else source}")
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
 
 
 def _source_side(entry: dict[str, Any]) -> dict[str, dict[str, Any]]:
