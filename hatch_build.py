@@ -10,6 +10,7 @@ stamp is kept. An editable install is not stamped: it runs the checkout itself, 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from typing import Any
@@ -49,8 +50,14 @@ class CustomBuildHook(BuildHookInterface):  # type: ignore[type-arg]
         if commit is None:
             return  # an sdist's build: its own gitwork/_build.py is packaged as it is
         folder = tempfile.mkdtemp(prefix="gitwork-build-")
+        self._stamp_folder = folder  # removed by finalize, once the wheel holds the file
         path = os.path.join(folder, "_build.py")
         with open(path, "w") as out:
             out.write('"""Written at build time by hatch_build.py: the commit this package was built from."""\n\n'
                       f"COMMIT = {commit!r}\n")
         build_data.setdefault("force_include", {})[path] = STAMP
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        folder = getattr(self, "_stamp_folder", None)
+        if folder is not None:  # each build left a temporary folder behind (49 in /tmp after a day of tests)
+            shutil.rmtree(folder, ignore_errors=True)

@@ -27,9 +27,13 @@ pytest.importorskip("hatchling")
 
 def build(src: Path, out: Path) -> Path:
     """A wheel of ``src`` (hatchling's own backend, as pip would call it), unpacked into ``out``."""
+    temp = out / "temp"  # the build's temporary folders, to see that it leaves none behind
+    temp.mkdir(parents=True)
     made = subprocess.run([sys.executable, "-c", "import hatchling.build as b, sys; print(b.build_wheel(sys.argv[1]))",
-                           str(out / "dist")], cwd=src, capture_output=True, text=True, timeout=120)
+                           str(out / "dist")], cwd=src, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(temp)})
     assert made.returncode == 0, made.stderr
+    assert list(temp.iterdir()) == []
     with zipfile.ZipFile(out / "dist" / made.stdout.strip().splitlines()[-1]) as wheel:
         wheel.extractall(out / "site")
     return out / "site"
