@@ -44,37 +44,77 @@ while not os.path.exists(go):
 sys.exit(main(sys.argv[3:]))
 """
 
+# A worker's `gw` calls: each one a new process forked from the worker, which imported what `python -m
+# gitwork` imports once (tests/gwfork.py's way, issue 26: an interpreter start and those imports were ~40 ms
+# of CPU per call, ~130 calls). The child runs gitwork's __main__ as `python -m gitwork` does, in its own
+# process with its own stdout and stderr, and exits with its status: the workers still race as separate
+# processes on the repository. The start of `python -m gitwork` itself races in the sixteen claims' exec-cli.
+FORKED_GW = r"""
+import atexit, os, runpy, sys, tempfile
+import gitwork.cli.main, gitwork.cli.actions, gitwork.workplane, gitwork.ops
+
+def gw_call(*args):
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            sys.argv = ["-m", *args]
+            runpy.run_module("gitwork", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    texts = []
+    for stream in (out, err):
+        stream.seek(0)
+        texts.append(stream.read().decode())
+        stream.close()
+    return os.waitstatus_to_exitcode(status), texts[0], texts[1]
+"""
+
 # A worker loop: `gw claim --next` until there is nothing left (exit 3); one JSON line per call.
-CLAIM_LOOP = r"""
-import json, os, subprocess, sys, time
+CLAIM_LOOP = FORKED_GW + r"""
+import json, os, sys, time
 ready, go, out, name = sys.argv[1:5]
 open(ready, "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
 with open(out, "w") as log:
     for _ in range(1000):
-        done = subprocess.run([sys.executable, "-m", "gitwork", "claim", "--next", "--as", name, "--json"],
-                              capture_output=True, text=True)
-        log.write(json.dumps({"code": done.returncode, "out": done.stdout, "err": done.stderr}) + "\n")
+        code, stdout, stderr = gw_call("claim", "--next", "--as", name, "--json")
+        log.write(json.dumps({"code": code, "out": stdout, "err": stderr}) + "\n")
         log.flush()
-        if done.returncode != 0:
+        if code != 0:
             break
 """
 
 # A worker doing its own items: new, claim, renew, release, several rounds; every result recorded.
-OWN_ITEMS_LOOP = r"""
-import json, os, subprocess, sys, time
+OWN_ITEMS_LOOP = FORKED_GW + r"""
+import json, os, sys, time
 ready, go, out, name, rounds = sys.argv[1:6]
 open(ready, "w").close()
 while not os.path.exists(go):
     time.sleep(0.001)
 
 def gw(*args):
-    done = subprocess.run([sys.executable, "-m", "gitwork", *args, "--as", name, "--json"],
-                          capture_output=True, text=True)
-    log.write(json.dumps({"args": args, "code": done.returncode, "out": done.stdout, "err": done.stderr}) + "\n")
+    code, stdout, stderr = gw_call(*args, "--as", name, "--json")
+    log.write(json.dumps({"args": args, "code": code, "out": stdout, "err": stderr}) + "\n")
     log.flush()
-    return json.loads(done.stdout) if done.returncode == 0 else None
+    return json.loads(stdout) if code == 0 else None
 
 with open(out, "w") as log:
     for n in range(int(rounds)):
