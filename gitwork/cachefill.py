@@ -84,6 +84,7 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
     deps: dict[str, list[str]] = {}
     labels: dict[str, list[str]] = {}
     aliases: list[tuple[str, str]] = []
+    dumps = marshal.dumps
     for item_id, folder in members.items():
         if before.get(item_id) == folder.oid:
             continue
@@ -105,14 +106,16 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
         # ``waiting``: how many dependencies are not done (or missing, or unreadable); NULL until
         # counted once every shard is in, 0 at once for an item with none.
         if row is not None:
-            rows.append([row[0], row[1], row[2], row[3], pack(row[4]), pack(row[5]), row[6], row[13], name, None,
-                         None if row[5] else 0, row[15], ",".join(row[4]) if row[4] else None,
+            listed, on = row[4], row[5]  # (tuples: packed as they are, the same bytes as pack() makes)
+            rows.append([row[0], row[1], row[2], row[3], dumps(listed) if listed else None,
+                         dumps(on) if on else None, row[6], row[13], name, None,
+                         None if on else 0, row[15], ",".join(listed) if listed else None,
                          row[7], row[8], row[9], row[10], row[11], row[12], None,
-                         marshal.dumps(thread) if kept else None, thread_problem, has_thread, row[14]])
-            if row[5]:
-                deps[item_id] = list(row[5])
-            if row[4]:
-                labels[item_id] = list(row[4])
+                         dumps(thread) if kept else None, thread_problem, has_thread, row[14]])
+            if on:
+                deps[item_id] = on  # (a tuple: JSON and marshal write it as the list it was)
+            if listed:
+                labels[item_id] = listed
             if row[16]:
                 aliases.extend([(a, item_id) for a in row[16]])
         else:  # left out as unreadable: its id, folder and why

@@ -327,7 +327,7 @@ def problem(doc: dict[str, Any], shape: dict[str, tuple[Any, str]], required: tu
 # The item fields whose rule every value of exactly this type passes (lists: when empty, or, for the
 # two lists of text, when each value is exactly a str; status and priority: in their range), for
 # item_problem's plain pass.
-_PLAIN_ITEM = {"id": str, "title": str, "status": str, "priority": int, "owner": str, "labels": list,
+_PLAIN_ITEM: dict[str, Any] = {"id": str, "title": str, "status": str, "priority": int, "owner": str, "labels": list,
                "depends_on": list, "description": str, "provenance": dict, "criteria": list, "decisions": list,
                "waiting": dict, "closed_reason": str, "parent": str, "created_at": str, "updated_at": str}
 _TEXT_LISTS = ("labels", "depends_on")

@@ -81,11 +81,13 @@ def item_summary(snapshot: Snapshot, item_id: str, folder: str) -> tuple[tuple[A
             raise Corrupt(f"{layout.item_dir(item_id)} has no {layout.ITEM_FILE}")
         # Checked as strictly as the engine reads them (model.load_item/load_lease), so a bad value is
         # never sorted or compared here: the item is left out and named instead.
-        item_path = layout.item_path(item_id, layout.ITEM_FILE)
-        item_doc = codec.load_yaml(store.read_blob(item_entry.oid), what=item_path)
+        data = store.read_blob(item_entry.oid)
+        item_doc = _canonical(data)
+        if item_doc is None:
+            item_doc = codec.load_yaml(data, what=layout.item_path(item_id, layout.ITEM_FILE))
         found = item_problem(item_doc, item_id)
         if found is not None:
-            raise Corrupt(f"{item_path}: {found}")
+            raise Corrupt(f"{layout.item_path(item_id, layout.ITEM_FILE)}: {found}")
         lease_doc = None
         if lease_entry is not None:
             lease_path = layout.item_path(item_id, layout.LEASE_FILE)
@@ -96,6 +98,19 @@ def item_summary(snapshot: Snapshot, item_id: str, folder: str) -> tuple[tuple[A
     except Corrupt as error:
         return None, error.message
     return summarise(item_doc, lease_doc, folder), None
+
+
+def _canonical(data: bytes) -> dict[str, Any] | None:
+    """What ``codec.load_yaml`` makes of a file in the canonical shape (its fast reader's answer, taken
+    directly: no path to name it by unless it is refused), or None: ``load_yaml`` then reads it whole.
+    A text with a ``\\u`` escape goes there too (it may hold a lone surrogate, which load_yaml refuses)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\\u" in text or "\\U" in text:
+        return None
+    return codec.load_canonical(text)
 
 
 _intern = sys.intern  # names and kinds repeat: marshal then stores each once

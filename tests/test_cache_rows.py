@@ -51,3 +51,35 @@ def test_item_problem_answers_as_the_rules_for_every_field_and_value() -> None:
         assert item_problem(doc, _ID) == _rules(doc, _ID), doc
     assert seen > 2000
     assert model._plainly_sound(_BASE)  # (the plain pass is taken for a plain item)
+
+
+_TEXTS: list[bytes] = [
+    b"id: w-1\ntitle: t\n",
+    'id: w-1\ntitle: "caf\u00e9 \U0001f680"\nlabels:\n  - a\n'.encode(),
+    b'id: w-1\ntitle: "\\u00e9"\n',  # an escape the fast reader reads: still load_yaml's (surrogate check)
+    b'id: w-1\ntitle: "\\ud800"\n',  # a lone surrogate: load_yaml refuses it
+    b'id: w-1\ntitle: "\\U0001F680"\n',
+    b"id: w-1\ntitle: \xff\n",  # not UTF-8: load_yaml refuses it
+    b"id: w-1\ntitle: t",  # no final newline: the general reader's
+    b"# c\nid: w-1\ntitle: t\n",
+    b"id: w-1\ntitle: |\n  two\n  lines\n",
+    b"- a\n- b\n",
+    b"",
+]
+
+
+def test_item_summary_reads_an_item_file_as_load_yaml_does() -> None:
+    from gitwork import codec, rows
+    from gitwork.errors import Corrupt
+
+    for data in _TEXTS:
+        try:
+            want: Any = codec.load_yaml(data, what="x")
+        except Corrupt as error:
+            want = error
+        got = rows._canonical(data)
+        if isinstance(want, Corrupt):
+            assert got is None, data  # refused: left to load_yaml, which names the file
+        elif got is not None:
+            assert got == want and type(got) is dict, data
+    assert rows._canonical(_TEXTS[0]) == {"id": "w-1", "title": "t"}  # (the direct path is taken)
