@@ -33,26 +33,32 @@ LAST: Final = 5
 
 
 def summarise(item_doc: dict[str, Any], lease_doc: dict[str, Any] | None, tree: str) -> tuple[Any, ...]:
-    lease = lease_doc or {}
+    get = item_doc.get
+    lease = lease_doc.get if lease_doc else _NONE.get
+    waits, prov = get("waits"), get("provenance")
     return (
-        item_doc.get("id"),
-        item_doc.get("title"),
-        item_doc.get("status", "open"),
-        item_doc.get("priority", 2),
-        tuple(item_doc.get("labels") or ()),
-        tuple(item_doc.get("depends_on") or ()),
-        item_doc.get("created_at", ""),
-        item_doc.get("owner"),
-        lease.get("holder"),
-        lease.get("state"),
-        lease.get("expires_at"),
-        lease.get("epoch", 0),
-        lease.get("fence"),
+        get("id"),
+        get("title"),
+        get("status", "open"),
+        get("priority", 2),
+        tuple(get("labels") or ()),
+        tuple(get("depends_on") or ()),
+        get("created_at", ""),
+        get("owner"),
+        lease("holder"),
+        lease("state"),
+        lease("expires_at"),
+        lease("epoch", 0),
+        lease("fence"),
         tree,
-        gate_of(item_doc.get("waits")),  # GATE: what the item waits on besides dependencies (model.gate_of)
-        item_doc.get("updated_at") or item_doc.get("created_at", ""),  # not in the listing's row (cache only)
-        aliases(item_doc),
+        gate_of(waits) if waits else None,  # GATE: what the item waits on besides dependencies (model.gate_of)
+        get("updated_at") or get("created_at", ""),  # not in the listing's row (cache only)
+        # (most items come from nowhere else: no call for them)
+        aliases(item_doc) if isinstance(prov, dict) and prov.get("source") is not None else (),
     )
+
+
+_NONE: dict[str, Any] = {}
 
 
 def aliases(item_doc: dict[str, Any]) -> tuple[str, ...]:
