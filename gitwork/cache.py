@@ -30,7 +30,6 @@ from .cachefill import (
     ITEM_COLUMNS,
     QUIET,
     QUIET_VALUES,
-    R_EPOCH,
     R_ID,
     R_PROBLEM,
     R_STATUS,
@@ -299,7 +298,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
         cachefill.trace(f"take {name}")
         taken.add(name)
         seen.update(map(_ID, rows))
-        done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and r[R_PROBLEM] is None])
+        done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and (len(r) == QUIET or r[R_PROBLEM] is None)])
         for r in rows:
             if r[R_WAITING] is None:  # an item with dependencies: each distinct one not done counts
                 on = set(deps[r[R_ID]])
@@ -376,19 +375,17 @@ _INSERT_QUIET = (f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.
 # only ask whether one exists).
 _INSERT_PAIRS = "INSERT OR IGNORE INTO {table} SELECT a.key, b.value FROM json_each(?) a, json_each(a.value) b"
 _ID = itemgetter(R_ID)
-_HEAD = itemgetter(slice(0, QUIET))  # (a row's bound columns, sliced in C)
 
 
 def _insert(db: sqlite3.Connection, verb: str, rows: list[list[Any]], deps: dict[str, list[str]],
             labels: dict[str, list[str]], aliases: list[tuple[str, str]]) -> None:
     """Insert (``verb``: INSERT or INSERT OR REPLACE) one shard's item rows, and add its dep, label and
     alias rows."""
-    quiet = [r for r in rows if r[QUIET:] == QUIET_VALUES and type(r[R_EPOCH]) is int]  # (not a True or 0.0)
+    quiet = [r for r in rows if len(r) == QUIET]  # (cachefill.shard_rows: QUIET_VALUES from QUIET on)
     if quiet:
-        db.executemany(_INSERT_QUIET.format(verb=verb), map(_HEAD, quiet))
+        db.executemany(_INSERT_QUIET.format(verb=verb), quiet)
     if len(quiet) < len(rows):
-        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [
-            r for r in rows if not (r[QUIET:] == QUIET_VALUES and type(r[R_EPOCH]) is int)])
+        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [r for r in rows if len(r) != QUIET])
     for table, values in (("dep", deps), ("label", labels)):
         if not values:
             continue
