@@ -30,7 +30,6 @@ from .cachefill import (
     ITEM_COLUMNS,
     QUIET,
     QUIET_VALUES,
-    R_EPOCH,
     R_ID,
     R_PROBLEM,
     R_STATUS,
@@ -299,7 +298,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
         cachefill.trace(f"take {name}")
         taken.add(name)
         seen.update(map(_ID, rows))
-        done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and r[R_PROBLEM] is None])
+        done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and (len(r) == QUIET or r[R_PROBLEM] is None)])
         for r in rows:
             if r[R_WAITING] is None:  # an item with dependencies: each distinct one not done counts
                 on = set(deps[r[R_ID]])
@@ -341,13 +340,27 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             missing = [(name, entry) for name, entry in part if name not in taken]
             if missing:
                 compute(missing)
-    fixed = []
+    fixed = {}
     for r, on in unsure:
         count = len(on - done)
         if count != r[R_WAITING]:
-            fixed.append((count, r[R_ID]))
-    db.executemany("UPDATE item SET waiting=? WHERE id=?", fixed)
+            fixed[r[R_ID]] = count
+    _set_waiting(db, fixed)
     cachefill.trace(f"fixed {len(fixed)}")
+
+
+def _set_waiting(db: sqlite3.Connection, counts: dict[str, int]) -> None:
+    """``item.waiting`` of each id in ``counts`` set to its count: in id order, in one statement from
+    one JSON text (~50,000 rows at the end of a 100,000-item rebuild: 0.16 against 0.41 s CPU for an
+    UPDATE a row bound from Python in the order they came)."""
+    if not counts:
+        return
+    ordered = {item_id: counts[item_id] for item_id in sorted(counts)}
+    text = json.dumps(ordered, ensure_ascii=False, check_circular=False)
+    if "\\u0000" in text:  # (SQLite's JSON ends a text at an escaped NUL: see _INSERT_PAIRS)
+        db.executemany("UPDATE item SET waiting=? WHERE id=?", [(n, i) for i, n in ordered.items()])
+    else:
+        db.execute("UPDATE item SET waiting = j.value FROM json_each(?) j WHERE item.id = j.key", (text,))
 
 
 # The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
@@ -362,19 +375,17 @@ _INSERT_QUIET = (f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.
 # only ask whether one exists).
 _INSERT_PAIRS = "INSERT OR IGNORE INTO {table} SELECT a.key, b.value FROM json_each(?) a, json_each(a.value) b"
 _ID = itemgetter(R_ID)
-_HEAD = itemgetter(slice(0, QUIET))  # (a row's bound columns, sliced in C)
 
 
 def _insert(db: sqlite3.Connection, verb: str, rows: list[list[Any]], deps: dict[str, list[str]],
             labels: dict[str, list[str]], aliases: list[tuple[str, str]]) -> None:
     """Insert (``verb``: INSERT or INSERT OR REPLACE) one shard's item rows, and add its dep, label and
     alias rows."""
-    quiet = [r for r in rows if r[QUIET:] == QUIET_VALUES and type(r[R_EPOCH]) is int]  # (not a True or 0.0)
+    quiet = [r for r in rows if len(r) == QUIET]  # (cachefill.shard_rows: QUIET_VALUES from QUIET on)
     if quiet:
-        db.executemany(_INSERT_QUIET.format(verb=verb), map(_HEAD, quiet))
+        db.executemany(_INSERT_QUIET.format(verb=verb), quiet)
     if len(quiet) < len(rows):
-        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [
-            r for r in rows if not (r[QUIET:] == QUIET_VALUES and type(r[R_EPOCH]) is int)])
+        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [r for r in rows if len(r) != QUIET])
     for table, values in (("dep", deps), ("label", labels)):
         if not values:
             continue

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 # after ``QUIET`` hold, for most items of a rebuild (no lease, no owner, no gate, no thread, sound),
 # the values ``QUIET_VALUES``: such a row is inserted by a statement that binds only the columns
 # before them and writes those as constants (binding is what an insert from Python costs: 11 fewer
-# parameters of 24 took 0.3 s CPU off 100,000 rows).
+# parameters of 24 took 0.3 s CPU off 100,000 rows). Such a "quiet" row is listed ``QUIET`` long,
+# without them: none to build, send from the helper, test and cut off again.
 ITEM_COLUMNS = ("id", "title", "status", "priority", "labels", "deps", "created", "folder", "shard", "shown",
                 "waiting", "updated", "labels_shown",
                 "owner", "holder", "lease_state", "expires", "epoch", "fence", "problem", "thread", "thread_problem",
@@ -84,6 +85,7 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
     deps: dict[str, list[str]] = {}
     labels: dict[str, list[str]] = {}
     aliases: list[tuple[str, str]] = []
+    dumps = marshal.dumps
     for item_id, folder in members.items():
         if before.get(item_id) == folder.oid:
             continue
@@ -105,14 +107,19 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
         # ``waiting``: how many dependencies are not done (or missing, or unreadable); NULL until
         # counted once every shard is in, 0 at once for an item with none.
         if row is not None:
-            rows.append([row[0], row[1], row[2], row[3], pack(row[4]), pack(row[5]), row[6], row[13], name, None,
-                         None if row[5] else 0, row[15], ",".join(row[4]) if row[4] else None,
-                         row[7], row[8], row[9], row[10], row[11], row[12], None,
-                         marshal.dumps(thread) if kept else None, thread_problem, has_thread, row[14]])
-            if row[5]:
-                deps[item_id] = list(row[5])
-            if row[4]:
-                labels[item_id] = list(row[4])
+            listed, on, epoch = row[4], row[5], row[11]  # (tuples: packed as they are, the bytes pack() makes)
+            head = [row[0], row[1], row[2], row[3], dumps(listed) if listed else None, dumps(on) if on else None,
+                    row[6], row[13], name, None, None if on else 0, row[15], ",".join(listed) if listed else None]
+            if not (row[7] is None and row[8] is None and row[9] is None and row[10] is None and epoch == 0
+                    and type(epoch) is int and row[12] is None and not kept and thread_problem is None
+                    and not has_thread and row[14] is None):  # (else a quiet row: QUIET_VALUES from QUIET on)
+                head += [row[7], row[8], row[9], row[10], epoch, row[12], None, dumps(thread) if kept else None,
+                         thread_problem, has_thread, row[14]]
+            rows.append(head)
+            if on:
+                deps[item_id] = on  # (a tuple: JSON and marshal write it as the list it was)
+            if listed:
+                labels[item_id] = listed
             if row[16]:
                 aliases.extend([(a, item_id) for a in row[16]])
         else:  # left out as unreadable: its id, folder and why
@@ -124,7 +131,7 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
         # their first two digits, fewer than are always shown), so none is left to fix.
         from .ids import shown_lengths
 
-        sound = sorted(r[R_ID] for r in rows if r[R_PROBLEM] is None)
+        sound = sorted(r[R_ID] for r in rows if len(r) == QUIET or r[R_PROBLEM] is None)
         shown = dict(zip(sound, shown_lengths(sound), strict=False))
         for r in rows:
             r[R_SHOWN] = shown.get(r[R_ID])

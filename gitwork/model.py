@@ -324,8 +324,46 @@ def problem(doc: dict[str, Any], shape: dict[str, tuple[Any, str]], required: tu
     return None
 
 
+# The item fields whose rule every value of exactly this type passes (lists: when empty, or, for the
+# two lists of text, when each value is exactly a str; status and priority: in their range), for
+# item_problem's plain pass.
+_PLAIN_ITEM: dict[str, Any] = {"id": str, "title": str, "status": str, "priority": int, "owner": str, "labels": list,
+               "depends_on": list, "description": str, "provenance": dict, "criteria": list, "decisions": list,
+               "waiting": dict, "closed_reason": str, "parent": str, "created_at": str, "updated_at": str}
+_TEXT_LISTS = ("labels", "depends_on")
+
+
+def _plainly_sound(doc: dict[str, Any]) -> bool:
+    """Whether ``problem(doc, ITEM_SHAPE, Item.REQUIRED)`` is surely None, judged by exact types alone
+    (a rebuild checks 100,000 items: this pass costs a third of the rules'). False: ask the rules."""
+    if type(doc.get("id")) is not str or type(doc.get("title")) is not str:
+        return False
+    plain = _PLAIN_ITEM
+    for name, value in doc.items():
+        kind = plain.get(name)
+        if kind is None:
+            if value is not None and name in ITEM_SHAPE:
+                return False  # (paths, budget, type, waits: their own rules)
+            continue
+        if type(value) is not kind:
+            return False
+        if kind is list:
+            if value:
+                if name not in _TEXT_LISTS:
+                    return False
+                for each in value:
+                    if type(each) is not str:
+                        return False
+        elif kind is int:
+            if not 0 <= value <= 4:
+                return False
+        elif name == "status" and value not in STATUSES:
+            return False
+    return True
+
+
 def item_problem(doc: dict[str, Any], item_id: str) -> str | None:
-    found = problem(doc, ITEM_SHAPE, Item.REQUIRED)
+    found = None if _plainly_sound(doc) else problem(doc, ITEM_SHAPE, Item.REQUIRED)
     if found is None and doc["id"] != item_id:
         found = f"id {doc['id']!r} does not match its folder {item_id}"
     return found

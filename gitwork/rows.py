@@ -33,26 +33,32 @@ LAST: Final = 5
 
 
 def summarise(item_doc: dict[str, Any], lease_doc: dict[str, Any] | None, tree: str) -> tuple[Any, ...]:
-    lease = lease_doc or {}
+    get = item_doc.get
+    lease = lease_doc.get if lease_doc else _NONE.get
+    waits, prov = get("waits"), get("provenance")
     return (
-        item_doc.get("id"),
-        item_doc.get("title"),
-        item_doc.get("status", "open"),
-        item_doc.get("priority", 2),
-        tuple(item_doc.get("labels") or ()),
-        tuple(item_doc.get("depends_on") or ()),
-        item_doc.get("created_at", ""),
-        item_doc.get("owner"),
-        lease.get("holder"),
-        lease.get("state"),
-        lease.get("expires_at"),
-        lease.get("epoch", 0),
-        lease.get("fence"),
+        get("id"),
+        get("title"),
+        get("status", "open"),
+        get("priority", 2),
+        tuple(get("labels") or ()),
+        tuple(get("depends_on") or ()),
+        get("created_at", ""),
+        get("owner"),
+        lease("holder"),
+        lease("state"),
+        lease("expires_at"),
+        lease("epoch", 0),
+        lease("fence"),
         tree,
-        gate_of(item_doc.get("waits")),  # GATE: what the item waits on besides dependencies (model.gate_of)
-        item_doc.get("updated_at") or item_doc.get("created_at", ""),  # not in the listing's row (cache only)
-        aliases(item_doc),
+        gate_of(waits) if waits else None,  # GATE: what the item waits on besides dependencies (model.gate_of)
+        get("updated_at") or get("created_at", ""),  # not in the listing's row (cache only)
+        # (most items come from nowhere else: no call for them)
+        aliases(item_doc) if isinstance(prov, dict) and prov.get("source") is not None else (),
     )
+
+
+_NONE: dict[str, Any] = {}
 
 
 def aliases(item_doc: dict[str, Any]) -> tuple[str, ...]:
@@ -81,11 +87,13 @@ def item_summary(snapshot: Snapshot, item_id: str, folder: str) -> tuple[tuple[A
             raise Corrupt(f"{layout.item_dir(item_id)} has no {layout.ITEM_FILE}")
         # Checked as strictly as the engine reads them (model.load_item/load_lease), so a bad value is
         # never sorted or compared here: the item is left out and named instead.
-        item_path = layout.item_path(item_id, layout.ITEM_FILE)
-        item_doc = codec.load_yaml(store.read_blob(item_entry.oid), what=item_path)
+        data = store.read_blob(item_entry.oid)
+        item_doc = _canonical(data)
+        if item_doc is None:
+            item_doc = codec.load_yaml(data, what=layout.item_path(item_id, layout.ITEM_FILE))
         found = item_problem(item_doc, item_id)
         if found is not None:
-            raise Corrupt(f"{item_path}: {found}")
+            raise Corrupt(f"{layout.item_path(item_id, layout.ITEM_FILE)}: {found}")
         lease_doc = None
         if lease_entry is not None:
             lease_path = layout.item_path(item_id, layout.LEASE_FILE)
@@ -96,6 +104,19 @@ def item_summary(snapshot: Snapshot, item_id: str, folder: str) -> tuple[tuple[A
     except Corrupt as error:
         return None, error.message
     return summarise(item_doc, lease_doc, folder), None
+
+
+def _canonical(data: bytes) -> dict[str, Any] | None:
+    """What ``codec.load_yaml`` makes of a file in the canonical shape (its fast reader's answer, taken
+    directly: no path to name it by unless it is refused), or None: ``load_yaml`` then reads it whole.
+    A text with a ``\\u`` escape goes there too (it may hold a lone surrogate, which load_yaml refuses)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if "\\u" in text or "\\U" in text:
+        return None
+    return codec.load_canonical(text)
 
 
 _intern = sys.intern  # names and kinds repeat: marshal then stores each once
