@@ -326,7 +326,8 @@ def problem(doc: dict[str, Any], shape: dict[str, tuple[Any, str]], required: tu
 
 # The item fields whose rule every value of exactly this type passes (lists: when empty, or, for the
 # two lists of text, when each value is exactly a str; status and priority: in their range), for
-# item_problem's plain pass.
+# item_problem's plain pass. Not a second declaration of the fields: one missing here (a new field) only
+# sends its items through the rules (tests/test_cache_rows.py checks the answers against them).
 _PLAIN_ITEM: dict[str, Any] = {"id": str, "title": str, "status": str, "priority": int, "owner": str, "labels": list,
                "depends_on": list, "description": str, "provenance": dict, "criteria": list, "decisions": list,
                "waiting": dict, "closed_reason": str, "parent": str, "created_at": str, "updated_at": str}
