@@ -381,10 +381,15 @@ def test_the_agent_is_given_its_launch_context_and_gw_context_prints_the_same(la
 
 
 def test_the_tmux_socket_is_the_repositorys_own_and_short_enough(tmp_path: Path) -> None:
+    import tempfile
+
     from gitwork.launch.tmux import SOCKET_MAX, socket_path
 
-    short = Repository.discover(str(make_repo(tmp_path / "r")))
-    assert socket_path(short) == os.path.join(short.common_dir, "gitwork", "tmux", "sock")
+    # A repository whose own socket path fits: under a short folder, not the basetemp (whose depth
+    # depends on where pytest puts it: /dev/shm/pytest-of-USER/pytest-N/popen-gwN/TEST/ is past the bound).
+    with tempfile.TemporaryDirectory(prefix="gw-", dir="/tmp") as folder:
+        short = Repository.discover(str(make_repo(Path(folder) / "r")))
+        assert socket_path(short) == os.path.join(short.common_dir, "gitwork", "tmux", "sock")
     deep = Repository.discover(str(make_repo(tmp_path / ("d" * 90))))
     fallback = socket_path(deep)
     assert len(fallback.encode()) <= SOCKET_MAX and fallback.startswith("/tmp/gw-tmux-")
