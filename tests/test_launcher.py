@@ -245,17 +245,20 @@ def test_kill_9_of_the_launcher_at_a_point_of_the_launch_leaves_one_agent(launch
     it dies there with SIGKILL, the caller runs the launch itself (its retry: the crash point kills it
     too), and one more ``gw run`` converges on one agent under the current fence."""
     item = item_of(launched)
+    # one marker per case: the agents of two cases running at once on two workers are not taken for two agents
+    marker = {("after-reserve", "subprocess"): "6041", ("after-reserve", "tmux"): "6042",
+              ("after-start", "subprocess"): "6043", ("after-start", "tmux"): "6044"}[point, backend]
     proc = start_launcher(launched)
-    done, _ = run(launched, item, "--backend", backend, "--", "sleep", "604",
+    done, _ = run(launched, item, "--backend", backend, "--", "sleep", marker,
                   env={"GW_AGENT": "alice", "GW_CRASH_AT": point})
     assert proc.wait(timeout=30) == -signal.SIGKILL
     if point == "after-reserve":  # nothing started: the caller's own launch (its retry) dies at the same point
         assert done.returncode == -signal.SIGKILL, done
     else:  # the agent started: the caller's retry adopts it
         assert done.returncode == 0 and done.stderr.startswith("already running"), done
-    final, _ = run(launched, item, "--json", "--backend", backend, "--", "sleep", "604", env={"GW_AGENT": "alice"})
+    final, _ = run(launched, item, "--json", "--backend", backend, "--", "sleep", marker, env={"GW_AGENT": "alice"})
     assert final.returncode == 0, final.stderr
-    converged(launched, item, json.loads(final.stdout), "604")
+    converged(launched, item, json.loads(final.stdout), marker)
 
 
 def converged(repo: Path, item: str, doc: dict[str, Any], marker: str) -> None:
