@@ -197,6 +197,7 @@ def test_sigkill_at_random_moments_of_a_looping_claimer(tmp_path: Path) -> None:
             daemon.settle()  # the server side of a killed push finishes on its own: check what it leaves
             assert_sound(bare)
             unheard += sum(grants(bare).values()) > told + unheard
+        during = sum(grants(bare).values())
         if not finished:  # the budget spent: the loop claims what is left, unkilled
             slow.unlink()
             proc = subprocess.Popen(["bash", "-c", LOOP], cwd=a, env=env, start_new_session=True)
@@ -207,7 +208,8 @@ def test_sigkill_at_random_moments_of_a_looping_claimer(tmp_path: Path) -> None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         print(f"\n{kills} SIGKILLs ({in_the_hook} inside the server's hook, {unheard} after the arbiter granted a claim"
-              f" the loop had not heard of); {ITEMS} items claimed in {time.monotonic() - started:.1f} s")
+              f" the loop had not heard of); {during} of {ITEMS} items claimed by then; all in"
+              f" {time.monotonic() - started:.1f} s")
         assert kills >= 3
 
         gw_ok(a, "sync")
