@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +32,29 @@ def alive(pid: int) -> bool:
         return False
 
 
+def running(repo: Path) -> tuple[int, list[int]]:
+    """How many wrappers run ``repo``'s agent, and the pids of the agents themselves, from /proc: no wait for
+    an agent to write its pid. ``gw run`` returns once its wrapper has started the agent (launch/process.py,
+    ``wait_started``), and a wrapper forked by a killed ``gw run`` is a process from its fork on, its agent
+    or not: a second launch shows here at once."""
+    script, wrappers, agents = os.fsencode(repo / "agent.py"), 0, []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_bytes().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state in (b"Z", b"X") or script not in argv:
+            continue
+        if argv[1:2] == [script]:
+            agents.append(int(entry.name))
+        else:
+            wrappers += 1
+    return wrappers, sorted(agents)
+
+
 def agent(repo: Path) -> list[str]:
     (repo / "agent.py").write_text(AGENT)
     return ["python3", str(repo / "agent.py"), str(repo / "agents.log")]
@@ -49,8 +71,7 @@ def test_a_run_killed_between_fork_and_handle_leaves_one_agent_that_stop_ends(la
     first = poll(lambda: pids(launched / "agents.log"), "the first agent")[0]
     code, doc = gw_json(launched, "run", item, "--backend", "subprocess", "--as", "alice", "--", *agent(launched))
     assert code == 0, doc
-    time.sleep(0.5)  # a second agent, if one was started, has written its pid by now
-    assert pids(launched / "agents.log") == [first] and alive(first)
+    assert running(launched) == (1, [first]) and pids(launched / "agents.log") == [first]
     assert doc["existing"] is True and doc["state"] == "running", doc
     code, doc = gw_json(launched, "stop", doc["execution"])
     assert code == 0 and doc["state"] == "stopped", doc
@@ -102,8 +123,7 @@ def test_a_retry_by_id_after_a_crash_runs_one_agent_under_that_id(launched: Path
     assert doc["execution"] == execution and doc["state"] == "running", doc
     assert doc["existing"] is (step == "after-fork")  # forked: adopted; else started now, under its own id
     first = poll(lambda: pids(launched / "agents.log"), "the agent")
-    time.sleep(0.5)
-    assert pids(launched / "agents.log") == first and len(first) == 1
+    assert running(launched) == (1, first) and pids(launched / "agents.log") == first and len(first) == 1
     assert [(r["execution"], r["state"]) for r in runs(launched)] == [(execution, "running")]
     assert doc["epoch"] == 1, doc  # nothing was lost under epoch 1: no new epoch was needed
 
@@ -223,8 +243,7 @@ def test_after_another_clone_moved_the_arbiter_sync_keeps_the_running_agent_and_
         assert [r["state"] for r in runs(a)] == ["running"]
         code, again = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
         assert code == 0 and again["existing"] is True and again["execution"] == doc["execution"], again
-        time.sleep(0.5)
-        assert pids(a / "agents.log") == [first]
+        assert running(a) == (1, [first]) and pids(a / "agents.log") == [first]
         assert run_gw(a, "sync").returncode == 0 and run_gw(b, "sync").returncode == 0
         assert [r["state"] for r in runs(b) if r["execution"] == doc["execution"]] == ["running"]
     finally:

@@ -115,9 +115,10 @@ def item_of(repo: Path) -> str:
     return (repo / "ITEM").read_text()
 
 
-def agents(marker: str) -> list[int]:
-    """The live processes started as ``sleep MARKER`` (the agents of these tests)."""
-    found = []
+def _marked(marker: str) -> dict[int, tuple[list[bytes], int]]:
+    """The live processes whose command line holds ``sleep MARKER`` as two arguments: the agent, and whatever
+    is on its way to start one (a wrapper, a pane's shell, ``env``, tmux's server): pid -> (argv, parent)."""
+    found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -125,12 +126,36 @@ def agents(marker: str) -> list[int]:
             with open(f"/proc/{name}/cmdline", "rb") as read:
                 argv = read.read().split(b"\0")
             with open(f"/proc/{name}/stat") as read:
-                zombie = read.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
+                fields = read.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if argv[:2] == [b"sleep", marker.encode()] and not zombie:
-            found.append(int(name))
+        if fields[0] != "Z" and any(argv[i:i + 2] == [b"sleep", marker.encode()] for i in range(len(argv))):
+            found[int(name)] = (argv, int(fields[1]))
     return found
+
+
+def agents(marker: str) -> list[int]:
+    """The live processes started as ``sleep MARKER`` (the agents of these tests)."""
+    return sorted(pid for pid, (argv, _parent) in _marked(marker).items() if argv[:2] == [b"sleep", marker.encode()])
+
+
+def one_agent_alone(marker: str) -> bool:
+    """One agent, and no other process that could still start one: every other process naming ``sleep MARKER``
+    is an ancestor of that agent (its wrapper, tmux's server). A second wrapper or pane left by a killed
+    launcher is neither, until it is gone (then true) or has started a second agent (then never)."""
+    marked = _marked(marker)
+    found = [pid for pid, (argv, _parent) in marked.items() if argv[:2] == [b"sleep", marker.encode()]]
+    if len(found) != 1:
+        return False
+    line, pid = set(), found[0]
+    while pid > 1:
+        line.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as read:
+                pid = int(read.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return set(marked) <= line
 
 
 def test_gw_run_hands_the_launch_to_the_launcher_as_the_caller(launched: Path,
@@ -220,17 +245,20 @@ def test_kill_9_of_the_launcher_at_a_point_of_the_launch_leaves_one_agent(launch
     it dies there with SIGKILL, the caller runs the launch itself (its retry: the crash point kills it
     too), and one more ``gw run`` converges on one agent under the current fence."""
     item = item_of(launched)
+    # one marker per case: the agents of two cases running at once on two workers are not taken for two agents
+    marker = {("after-reserve", "subprocess"): "6041", ("after-reserve", "tmux"): "6042",
+              ("after-start", "subprocess"): "6043", ("after-start", "tmux"): "6044"}[point, backend]
     proc = start_launcher(launched)
-    done, _ = run(launched, item, "--backend", backend, "--", "sleep", "604",
+    done, _ = run(launched, item, "--backend", backend, "--", "sleep", marker,
                   env={"GW_AGENT": "alice", "GW_CRASH_AT": point})
     assert proc.wait(timeout=30) == -signal.SIGKILL
     if point == "after-reserve":  # nothing started: the caller's own launch (its retry) dies at the same point
         assert done.returncode == -signal.SIGKILL, done
     else:  # the agent started: the caller's retry adopts it
         assert done.returncode == 0 and done.stderr.startswith("already running"), done
-    final, _ = run(launched, item, "--json", "--backend", backend, "--", "sleep", "604", env={"GW_AGENT": "alice"})
+    final, _ = run(launched, item, "--json", "--backend", backend, "--", "sleep", marker, env={"GW_AGENT": "alice"})
     assert final.returncode == 0, final.stderr
-    converged(launched, item, json.loads(final.stdout), "604")
+    converged(launched, item, json.loads(final.stdout), marker)
 
 
 def converged(repo: Path, item: str, doc: dict[str, Any], marker: str) -> None:
@@ -244,7 +272,9 @@ def converged(repo: Path, item: str, doc: dict[str, Any], marker: str) -> None:
     live = [r for r in rows if r["state"] in ("reserved", "launching", "running")]
     assert [r["execution"] for r in live] == [doc["execution"]] and live[0]["state"] == "running", rows
     assert lease is not None and lease.state == "active" and live[0]["fence"] == lease.fence, (live, lease)
-    time.sleep(0.3)  # a second agent, had one been started, runs by now
+    # No wait for "long enough": until nothing but the agent and its ancestors names its command, whatever a killed
+    # launcher left on its way (gw run returns once its agent started: launch/process.py, wait_started).
+    poll(lambda: one_agent_alone(marker), f"one agent `sleep {marker}` and nothing else that could start one")
     assert len(agents(marker)) == 1, agents(marker)
 
 

@@ -28,7 +28,7 @@ import pytest
 import test_launch
 from conftest import gw_cmd
 from test_launch import needs_tmux, poll, tmux_sessions
-from test_launcher import agents, converged, new_item, start_launcher
+from test_launcher import _marked, agents, converged, new_item, one_agent_alone, start_launcher
 
 pytestmark = needs_tmux
 launched = test_launch.launched  # the fixture: a repository with its own tmux server
@@ -121,7 +121,10 @@ def test_a_refused_commit_starts_nothing_and_says_what_a_plain_gw_run_says(launc
     assert refused.stderr == plain.stderr and refused.stderr.count("\n") == 1, (refused.stderr, plain.stderr)
     assert missing.returncode == plain_missing.returncode != 0 and missing.stderr == plain_missing.stderr, missing
     assert records(launched) == {}
-    time.sleep(0.2)  # an agent, had the pane been let go, runs by now
+    # Not "an agent would run by now": nothing that could start one lives (no pane's shell, wrapper or env naming
+    # it; tmux's server keeps the command line of the client that started it, and starts nothing by itself).
+    poll(lambda: all(os.path.basename(argv[0]) == b"tmux" for argv, _parent in _marked("651").values()),
+         "no process left that names `sleep 651` but tmux's server")
     assert agents("651") == []
     folders = list((launched / ".git" / "gitwork" / "executions").glob("*"))
     assert not [f for folder in folders for f in folder.iterdir() if f.name.startswith(("gate.", "go.", "env."))]
@@ -145,8 +148,7 @@ def test_two_gw_run_racing_on_one_item_start_one_agent(launched: Path) -> None:
             sound(launched, marker)
             live = [r for r in records(launched).values() if r["item"] == item and r["state"] in ("reserved", "launching", "running")]
             assert len(live) == 1, live
-            poll(lambda m=marker: len(agents(m)) == 1, "the one agent")  # noqa: B023
-            time.sleep(0.2)
+            poll(lambda m=marker: one_agent_alone(m), "the one agent, and nothing else that could start one")  # noqa: B023
             assert len(agents(marker)) == 1
     finally:
         proc.kill()

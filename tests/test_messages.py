@@ -609,6 +609,31 @@ def test_a_number_resolved_offline_still_names_the_same_message_after_sync_renum
         assert T.cursors(there.store.snapshot(), item_id)["cat"]["read"] == 3
 
 
+def test_follow_pulls_from_the_arbiter_once_per_pull_seconds_and_refuses_a_pull_that_is_no_wait(tmp_path: Path):
+    """``--pull SECONDS``: a follow pulls when it starts and then every SECONDS; with an hour, a post that lands
+    on the arbiter after the start is not seen before the follow ends (its --timeout). ``--pull 0`` (or less,
+    or nan) would fetch in a loop: refused, exit 5, one line, nothing followed."""
+    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
+    one = _machine(tmp_path, "one", str(arbiter))
+    item_id = gw_json(one, "new", "watched thread")["item"]
+    gw_json(one, "msg", item_id, "before the follow", "--as", "ann")
+    gw_json(one, "sync")
+    two = _machine(tmp_path, "two", str(arbiter))
+    proc = subprocess.Popen(gw_cmd("thread", item_id, "--follow", "--json", "--timeout", "1", "--poll", "0.05",
+                                   "--pull", "3600"), cwd=two, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    first = json.loads(proc.stdout.readline())  # pulled when the follow started
+    assert first["text"] == "before the follow"
+    gw_json(one, "msg", item_id, "after the start", "--as", "ann")
+    gw_json(one, "sync")
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and rest == "", (rest, err)  # no second pull within the hour
+    for bad in ("0", "-1", "nan"):
+        done = run_gw(two, "thread", item_id, "--follow", "--pull", bad)
+        assert done.returncode == 5 and done.stdout == "", (bad, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1 and "--pull" in done.stderr, done.stderr
+
+
 def test_follow_with_an_arbiter_prints_other_machines_posts_once_even_when_renumbered(tmp_path: Path):
     arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
     one = _machine(tmp_path, "one", str(arbiter))
@@ -617,8 +642,9 @@ def test_follow_with_an_arbiter_prints_other_machines_posts_once_even_when_renum
     gw_json(one, "sync")
     two = _machine(tmp_path, "two", str(arbiter))
     local = gw_json(two, "msg", item_id, "two, not yet synced", "--as", "ben")  # #2 on two only
-    proc = subprocess.Popen(gw_cmd("thread", item_id, "--follow", "--json", "--timeout", "120", "--poll", "0.1"),
-                            cwd=two, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # --pull 0.1: the arbiter's posts come within a tenth of a second, not the default 2 s (each pull is a fetch)
+    proc = subprocess.Popen(gw_cmd("thread", item_id, "--follow", "--json", "--timeout", "120", "--poll", "0.1",
+                                   "--pull", "0.1"), cwd=two, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         seen = [json.loads(proc.stdout.readline()) for _ in range(2)]

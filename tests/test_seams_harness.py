@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,23 @@ def test_a_message_acknowledged_offline_lands_after_a_claim_that_landed_first_on
 # --- one live execution per item, across clones -------------------------------------------------------
 
 
+def agent_processes(script: Path) -> list[int]:
+    """The live processes running ``script`` (the world's agent) as their program, not the wrappers that
+    name it among their arguments: found in /proc, before the agent has written anything."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_bytes().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X") and os.fsencode(script) in argv[:2] and b"wrapper" not in b" ".join(argv[:2]):
+            found.append(int(entry.name))
+    return found
+
+
 def test_gw_run_of_one_item_in_two_clones_by_its_holder_starts_one_agent(two_clones) -> None:
     """The soak's I1 (seed 1242089248: two live agents on one item under one fence, in clone0 and
     clone2): the launcher ``l0`` runs an item in clone0 (it claims it: fence F), then runs the same
@@ -115,7 +133,9 @@ def test_gw_run_of_one_item_in_two_clones_by_its_holder_starts_one_agent(two_clo
         assert len(live_agents(world.agents)) == 1
         second = gw_here(world.clones[1], "run", item, "--backend", "subprocess", "--ttl", "1h", "--as", "l0",
                          "--json", "--", str(world.agent))
-        time.sleep(2.0)  # an agent the second run started would have recorded itself by now
+        # No wait for a record: gw run returns only once the wrapper has started the agent (launch/process.py,
+        # wait_started), so an agent the second run started is a live process now, record or not.
+        assert len(agent_processes(world.agent)) == 1, (second.returncode, second.stdout, second.stderr)
         assert len(live_agents(world.agents)) == 1, (second.returncode, second.stdout, second.stderr)
         assert second.returncode == 75, (second.returncode, second.stdout, second.stderr)
     finally:

@@ -38,12 +38,15 @@ SECRET = "s3cret-for-tests"
 
 class Receiver:
     """A real HTTP server on a free port: records every post (headers, raw body); ``mode`` says how it
-    answers: ``ok`` (200), ``flaky`` (500 to the first post of each commit, then 200), ``hang`` (holds the
-    request until :attr:`release` is set)."""
+    answers: ``ok`` (200), ``flaky`` (500 to the first post of each commit of an ``(item, op)`` in
+    :attr:`refuse`, then 200; 200 to everything else), ``hang`` (holds the request until :attr:`release` is
+    set). ``flaky`` refuses only what a test names: refusing every commit of the module would queue a
+    back-off (0.5 s, doubled per retry) per earlier commit ahead of the one a test waits for."""
 
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.posts: list[tuple[dict[str, str], bytes, int]] = []
+        self.refuse: set[tuple[str, str]] = set()
         self.release = threading.Event()
         self.arrived = threading.Event()
         outer = self
@@ -56,8 +59,10 @@ class Receiver:
                 if outer.mode == "hang":
                     outer.release.wait(60)
                 elif outer.mode == "flaky":
-                    commit = json.loads(body)["commit"]
-                    status = 200 if any(json.loads(b)["commit"] == commit for _h, b, _s in outer.posts) else 500
+                    event = json.loads(body)
+                    refused = (event.get("item"), event.get("op")) in outer.refuse and not any(
+                        json.loads(b)["commit"] == event["commit"] for _h, b, _s in outer.posts)
+                    status = 500 if refused else 200
                 outer.posts.append(({k.lower(): v for k, v in self.headers.items()}, body, status))
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -160,6 +165,7 @@ def test_a_message_is_posted_with_its_text(world: World) -> None:
 
 def test_a_receiver_answering_500_gets_the_move_on_retry(world: World) -> None:
     item = world.new("retried")
+    world.receivers["flaky"].refuse.add((item, "claim"))
     done = run_gw(world.repo, "claim", item, "--as", "bob", "--json")
     commit = json.loads(done.stdout)["commit"]
     world.delivered("flaky", commit)

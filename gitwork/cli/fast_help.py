@@ -1229,6 +1229,8 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
            '  --timeout <float>  With --follow: stop after this many seconds.\n'
            '  --poll <float>     With --follow: seconds between looks at the ref.\n'
            '                     [default: 0.2]\n'
+           '  --pull <float>     With --follow and an arbiter remote: seconds between\n'
+           "                     pulls from it (other machines' posts).  [default: 2.0]\n"
            '  --json             Print JSON on stdout (errors too).\n'
            '  --as <str>         Acting identity.  [env var: GW_AGENT]\n'
            '  -C <str>           Run as if gw was started in this directory.\n'

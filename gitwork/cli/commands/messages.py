@@ -86,7 +86,11 @@ def render(record: dict[str, Any]) -> str:
 
 
 def thread(wp: Workplane, as_json: bool, item: str, since: int, follow: bool, timeout: float | None,
-           poll: float) -> None:
+           poll: float, pull: float = 2.0) -> None:
+    if not pull > 0:  # also NaN: a follow that pulled in a loop would hammer the arbiter
+        from ...errors import Invalid
+
+        raise Invalid(f"--pull must be a number of seconds above 0, not {pull}")
     item_id, records = wp.thread(item, since)
     if not follow:
         if as_json:
@@ -101,7 +105,7 @@ def thread(wp: Workplane, as_json: bool, item: str, since: int, follow: bool, ti
         sys.stdout.write((_json.dumps(output.pick(record), ensure_ascii=False) if as_json else render(record)) + "\n")
         sys.stdout.flush()
 
-    wp.follow(item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp))
+    wp.follow(item_id, since, emit, timeout=timeout, poll=poll, refresh=_puller(wp), refresh_every=pull)
 
 
 def _puller(wp: Workplane) -> Any:

@@ -52,6 +52,9 @@ def thread(
         Optional[float], typer.Option("--timeout", help="With --follow: stop after this many seconds.")
     ] = None,
     poll: Annotated[float, typer.Option("--poll", help="With --follow: seconds between looks at the ref.")] = 0.2,
+    pull: Annotated[float, typer.Option(
+        "--pull", help="With --follow and an arbiter remote: seconds between pulls from it (other machines' posts)."
+    )] = 2.0,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Replay an item's thread in order (JSON lines with --follow --json)."""
