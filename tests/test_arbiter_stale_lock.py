@@ -68,3 +68,58 @@ def test_a_young_lock_or_one_a_housekeeping_process_may_hold_is_left_alone(remot
         ["removed the stale lock refs/gitwork/state.lock"]
     assert not old.exists()
     assert arbiterlock.sweep(str(remote), ["refs/heads/main", "../../etc/passwd"]) == []  # none there, none outside
+
+
+# --- the same rule on a clone: the tracking ref a killed fetch left locked (issue 24's harness) ---------------
+
+
+def tracking_lock(clone: Path, age: float) -> Path:
+    """What ``git fetch`` killed between taking the tracking ref's lock and renaming it leaves: a
+    lock ``age`` seconds old (the system harness's kill -9 of a ``gw sync`` process group, seed 20261202)."""
+    lock = clone / ".git" / "refs" / "remotes" / "origin" / "gitwork" / "state.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
+    then = time.time() - age
+    os.utime(lock, (then, then))
+    return lock
+
+
+def moved_elsewhere(machine_a: Path, remote: Path) -> None:
+    """The arbiter moves on from another clone, so a's next fetch has to move its tracking ref."""
+    b = machine_a.parent / "b"
+    subprocess.run(["git", "clone", "-q", f"file://{remote}", str(b)], check=True, capture_output=True)
+    assert run_gw(b, "init", "--remote", "origin").returncode == 0
+    assert gw_json(b, "new", "moves the arbiter")[0] == 0
+    assert run_gw(b, "sync").returncode == 0
+
+
+def test_a_killed_fetchs_tracking_lock_is_swept_and_the_clone_converges(machine_a: Path, remote: Path) -> None:
+    moved_elsewhere(machine_a, remote)
+    lock = tracking_lock(machine_a, age=arbiterlock.STALE_AFTER + 30)
+    synced = run_gw(machine_a, "sync", "--json", env={"GW_LOCK_TIMEOUT": "5"})
+    assert synced.returncode == 0, synced.stdout + synced.stderr  # before: 11 until a person removed it
+    assert not lock.exists()
+    assert tip(machine_a) == tip(remote)
+    said = [line for line in synced.stderr.splitlines() if line.strip()]
+    assert len(said) == 1 and "removed the stale lock refs/remotes/origin/gitwork/state.lock" in said[0], said
+
+
+def test_a_tracking_lock_a_live_git_of_the_clone_may_hold_is_left_and_reported(machine_a: Path, remote: Path) -> None:
+    moved_elsewhere(machine_a, remote)
+    before = tip(machine_a)
+    lock = tracking_lock(machine_a, age=arbiterlock.STALE_AFTER + 30)
+    # A git of this clone that may hold ref locks, started from a subfolder of the work tree (a person's
+    # own `git fetch` there would be one): its lock may be in use, so the sync waits, then says so.
+    (machine_a / "sub").mkdir()
+    holder = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=machine_a / "sub", stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        synced = run_gw(machine_a, "sync", "--json", env={"GW_LOCK_TIMEOUT": "0.5"})
+    finally:
+        holder.kill()
+        holder.wait()
+    assert synced.returncode == 11, synced.stdout + synced.stderr
+    assert str(lock) in synced.stderr and lock.exists() and tip(machine_a) == before
+    young = tracking_lock(machine_a, age=0)  # a lock younger than STALE_AFTER: a live fetch's, for all we know
+    synced = run_gw(machine_a, "sync", "--json", env={"GW_LOCK_TIMEOUT": "0.5"})
+    assert synced.returncode == 11 and young.exists() and tip(machine_a) == before, synced.stdout + synced.stderr

@@ -22,6 +22,12 @@ ref being pushed when both hold:
 
 Only ``refs/gitwork/*`` locks of the refs this push updates are looked at, by their path under the
 repository (nothing outside it).
+
+A clone applies the same rule to its tracking ref (``refs/remotes/<remote>/gitwork/state``), which
+every fetch and push of gitwork moves (``sync/transport.Remote.fetch``): a ``gw sync`` killed with its
+process group mid-fetch left that lock, and every later fetch of the clone failed (exit 11) until a
+person removed it (the system harness, seed 20261202). There the git processes that count are also
+the ones working anywhere in the clone's work tree (a person's own ``git fetch`` in a subfolder).
 """
 
 from __future__ import annotations
@@ -76,11 +82,15 @@ def _ancestors() -> set[int]:
     return found
 
 
-def lock_holders(git_dir: str) -> list[str]:
-    """The git processes of ``git_dir`` on this host that may hold a ref lock (``pid command``)."""
+def lock_holders(git_dir: str, work_tree: str | None = None) -> list[str]:
+    """The git processes of ``git_dir`` on this host that may hold a ref lock (``pid command``); with
+    ``work_tree``, also those whose working folder is in it."""
     where = os.path.realpath(git_dir)
+    tree = os.path.realpath(work_tree) if work_tree else None
     mine = _ancestors()
     found = []
+    if not os.path.isdir("/proc"):
+        return ["? no /proc here to tell which git processes run"]  # (then no lock is called stale)
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in mine:
             continue
@@ -98,19 +108,20 @@ def lock_holders(git_dir: str) -> list[str]:
                               for v in read.read().split(b"\0") if v.startswith(b"GIT_DIR=/"))
         except OSError:
             continue  # gone, or not ours to read
-        if where in places:  # (a relative GIT_DIR is relative to its cwd: covered by the cwd above)
-            found.append(f"{name} git {command}")
+        if where in places or (tree is not None and any(p == tree or p.startswith(tree + os.sep) for p in places)):
+            found.append(f"{name} git {command}")  # (a relative GIT_DIR is relative to its cwd: the cwd counts)
     return found
 
 
-def sweep(git_dir: str, refs: list[str], now: float | None = None) -> list[str]:
-    """Remove the stale locks of the state refs ``refs`` in ``git_dir`` (see the module docstring);
-    one line per lock removed."""
+def sweep(git_dir: str, refs: list[str], now: float | None = None, *, under: str = "refs/gitwork/",
+          work_tree: str | None = None) -> list[str]:
+    """Remove the stale locks of the refs ``refs`` (those ``under`` a prefix: the state refs unless told)
+    in ``git_dir`` (see the module docstring); one line per lock removed."""
     root = os.path.realpath(git_dir)
     removed: list[str] = []
     holders: list[str] | None = None
     for ref in refs:
-        if not ref.startswith("refs/gitwork/") or ".." in ref.split("/"):
+        if not ref.startswith(under) or ".." in ref.split("/"):
             continue
         path = os.path.join(root, ref + ".lock")
         try:
@@ -120,7 +131,7 @@ def sweep(git_dir: str, refs: list[str], now: float | None = None) -> list[str]:
         if age < STALE_AFTER:
             continue
         if holders is None:
-            holders = lock_holders(root)
+            holders = lock_holders(root, work_tree)
         if holders:
             continue  # it may still be in use: a client reports it (Locked) until that process ends
         try:

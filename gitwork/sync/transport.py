@@ -121,9 +121,13 @@ class Remote:
                 break
             # Another gw process in this clone fetched at the same moment and holds (or just moved)
             # the tracking ref: the remote answered, so fetch again rather than fail. A lock that
-            # stays is a crashed fetch's (kill -9): a local problem, not the remote's (exit 11).
+            # stays is a crashed fetch's (kill -9): removed by the arbiter's own rule when it is old and
+            # no git of this clone could hold it (sync/arbiterlock.py); else a local problem, not the
+            # remote's (exit 11).
             now = time.monotonic()
             locked_since = now if locked_since is None else locked_since
+            if self._swept():
+                continue
             if now - locked_since > self.wp.settings.lock_timeout:
                 path = lock.group(1) if lock else f"{self.tracking}.lock"
                 raise Locked(f"{self.tracking} has been locked for over {self.wp.settings.lock_timeout:g}s: a "
@@ -131,6 +135,18 @@ class Remote:
                              lock=path, remote=self.remote)
             time.sleep(random.uniform(0.01, 0.1))
         raise RemoteError(f"cannot fetch from {self.remote}: {git_reason(done.err)}", remote=self.remote)
+
+    def _swept(self) -> bool:
+        """Whether a stale lock of the tracking ref was removed here (one ``lstat`` while it is young)."""
+        import sys
+
+        from .arbiterlock import sweep
+
+        repo = self.wp.repo
+        removed = sweep(repo.common_dir, [self.tracking], under="refs/remotes/", work_tree=repo.toplevel)
+        for line in removed:  # an action on the clone's files: said, as the arbiter's hook says it to the pusher
+            sys.stderr.write(f"gitwork: {line}\n")
+        return bool(removed)
 
     def _git(self, verb: str, *args: str, config: tuple[str, ...] = ()) -> gitcmd.Completed:
         """Run a git command that talks to the remote, bounded in time and memory.
