@@ -599,7 +599,7 @@ def pre_receive(args: list[str], text: str) -> list[str]:
         for check in list(SERVER_CHECKS):
             problems.extend(check(push))
         if not problems and _has_lock(push):  # git takes the ref locks after this hook: a stale one would refuse the push
-            from .sync.arbiterlock import sweep
+            from .stalelocks import sweep
 
             for line in sweep(push.git_dir, [u.ref for u in push.updates]):
                 sys.stderr.write(f"gitwork: {line}\n")

@@ -379,7 +379,8 @@ class Store:
                                 stderr=err, returncode=done.returncode)
             if ".lock" in err and "File exists" in err:
                 # Another writer holds git's lock: transient, unless it never goes away.
-                time.sleep(jitter(0.01, 0.09))
+                if not self._swept_git_lock():
+                    time.sleep(jitter(0.01, 0.09))
                 continue
             raise GitFailed(f"git update-ref {self.ref} failed: {err}", stderr=err)
         raise Locked(
@@ -421,8 +422,8 @@ class Store:
         (atomic, refused when it exists). Under it the ref is compared (loose, else ``packed-refs``) and
         the lock renamed over it (fsynced first when ``core.fsync`` asks for references). A writer killed
         while it holds the lock leaves a lock the kernel has unlocked, with a second link: the next
-        writer removes it (``_stale``), where a lock left by a killed ``git update-ref`` stays for a person
-        to judge. True: moved; False: another writer moved it first; None: the lock is held (try again);
+        writer removes it (``_stale``); a lock left by a killed ``git update-ref`` goes only by the stale
+        rule (``stalelocks.py``: old, and no git of the repository runs). True: moved; False: another writer moved it first; None: the lock is held (try again);
         ``"git"``: a case left to ``git update-ref`` (nothing was changed)."""
         import fcntl
 
@@ -509,6 +510,7 @@ class Store:
         git's lock, a live writer's. The dead writer's own link (``.reflock-*``) goes with it."""
         removed = _unlink_unheld(lock_path, lambda found: found.st_nlink >= 2)
         if removed is None:
+            self._swept_git_lock()
             return
         for path in self._reflocks():
             try:
@@ -516,6 +518,18 @@ class Store:
                     os.unlink(path)
             except OSError:
                 pass
+
+    def _swept_git_lock(self) -> bool:
+        """Whether ``REF.lock`` was git's, left by a killed git (old, and no git of the repository runs:
+        stalelocks.py), and is removed now; said on stderr. One ``lstat`` while the lock is young."""
+        import sys
+
+        from .stalelocks import sweep
+
+        removed = sweep(self.repo.common_dir, [self.ref], work_tree=self.repo.toplevel)
+        for line in removed:
+            sys.stderr.write(f"gitwork: {line}\n")
+        return bool(removed)
 
     def _reflocks(self) -> list[str]:
         folder = os.path.join(self.repo.common_dir, "gitwork")

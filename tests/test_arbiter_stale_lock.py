@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from conftest import run_gw, tip
-from gitwork.sync import arbiterlock
+from gitwork import stalelocks
 from test_launch import gw_json
 
 
@@ -37,7 +37,7 @@ def stale_lock(remote: Path, age: float) -> Path:
 
 def test_a_stale_lock_on_the_arbiter_no_longer_stops_every_push(machine_a: Path, remote: Path) -> None:
     assert run_gw(remote.parent, "hooks", "install", "--server", str(remote)).returncode == 0
-    lock = stale_lock(remote, age=arbiterlock.STALE_AFTER + 30)
+    lock = stale_lock(remote, age=stalelocks.STALE_AFTER + 30)
     code, made = gw_json(machine_a, "new", "written while the arbiter's ref was locked")
     assert code == 0, made
     synced = run_gw(machine_a, "sync", "--json")
@@ -50,24 +50,24 @@ def test_a_stale_lock_on_the_arbiter_no_longer_stops_every_push(machine_a: Path,
 
 def test_a_young_lock_or_one_a_housekeeping_process_may_hold_is_left_alone(remote: Path) -> None:
     young = stale_lock(remote, age=0.5)
-    assert arbiterlock.sweep(str(remote), ["refs/gitwork/state"]) == []
+    assert stalelocks.sweep(str(remote), ["refs/gitwork/state"]) == []
     assert young.exists()
-    old = stale_lock(remote, age=arbiterlock.STALE_AFTER + 30)
+    old = stale_lock(remote, age=stalelocks.STALE_AFTER + 30)
     # A git process of this repository that may hold ref locks (here one that waits on its stdin,
     # standing for a paused `git pack-refs`): its lock may still be in use.
     holder = subprocess.Popen(["git", "-c", "x.y=1", "update-ref", "--stdin"], cwd=remote, stdin=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.1)
-        assert arbiterlock.sweep(str(remote), ["refs/gitwork/state"]) == []
+        assert stalelocks.sweep(str(remote), ["refs/gitwork/state"]) == []
         assert old.exists()
     finally:
         holder.kill()
         holder.wait()
-    assert [line.split(":")[0] for line in arbiterlock.sweep(str(remote), ["refs/gitwork/state"])] == \
+    assert [line.split(":")[0] for line in stalelocks.sweep(str(remote), ["refs/gitwork/state"])] == \
         ["removed the stale lock refs/gitwork/state.lock"]
     assert not old.exists()
-    assert arbiterlock.sweep(str(remote), ["refs/heads/main", "../../etc/passwd"]) == []  # none there, none outside
+    assert stalelocks.sweep(str(remote), ["refs/heads/main", "../../etc/passwd"]) == []  # none there, none outside
 
 
 # --- the same rule on a clone: the tracking ref a killed fetch left locked (issue 24's harness) ---------------
@@ -95,7 +95,7 @@ def moved_elsewhere(machine_a: Path, remote: Path) -> None:
 
 def test_a_killed_fetchs_tracking_lock_is_swept_and_the_clone_converges(machine_a: Path, remote: Path) -> None:
     moved_elsewhere(machine_a, remote)
-    lock = tracking_lock(machine_a, age=arbiterlock.STALE_AFTER + 30)
+    lock = tracking_lock(machine_a, age=stalelocks.STALE_AFTER + 30)
     synced = run_gw(machine_a, "sync", "--json", env={"GW_LOCK_TIMEOUT": "5"})
     assert synced.returncode == 0, synced.stdout + synced.stderr  # before: 11 until a person removed it
     assert not lock.exists()
@@ -107,7 +107,7 @@ def test_a_killed_fetchs_tracking_lock_is_swept_and_the_clone_converges(machine_
 def test_a_tracking_lock_a_live_git_of_the_clone_may_hold_is_left_and_reported(machine_a: Path, remote: Path) -> None:
     moved_elsewhere(machine_a, remote)
     before = tip(machine_a)
-    lock = tracking_lock(machine_a, age=arbiterlock.STALE_AFTER + 30)
+    lock = tracking_lock(machine_a, age=stalelocks.STALE_AFTER + 30)
     # A git of this clone that may hold ref locks, started from a subfolder of the work tree (a person's
     # own `git fetch` there would be one): its lock may be in use, so the sync waits, then says so.
     (machine_a / "sub").mkdir()

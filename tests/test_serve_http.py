@@ -478,7 +478,7 @@ def test_every_status_docs_serve_md_lists_is_answered_with_its_documented_code(
     monkeypatch.setenv("GW_LOCK_TIMEOUT", "0.3")
     lock = locked / ".git" / "refs" / "gitwork" / "state.lock"
     lock.write_text("")
-    # A lock in use: older than the writer's sweep waits for (sync/arbiterlock.STALE_AFTER), with a git of
+    # A lock in use: older than the writer's sweep waits for (gitwork/stalelocks.STALE_AFTER), with a git of
     # this repository running that may hold it (here one waiting on its stdin), so the sweep leaves it
     # whatever the load. (A bare lock aged past STALE_AFTER while the server started under load: swept,
     # the write landed, and this test failed on the lock it expected to remove.)

@@ -326,7 +326,7 @@ def test_kill_9_at_random_points_of_claim_and_sync_over_http(tmp_path: Path, htt
             os.killpg(worker.pid, signal.SIGKILL)  # the loop and the gw/git it runs right now
             worker.wait()
         # A kill inside git's own ref update leaves its lock. The tracking ref's is left for gw: the next
-        # fetch removes it once it is old and no git of the clone runs (sync/arbiterlock.py). Any other
+        # fetch removes it once it is old and no git of the clone runs (gitwork/stalelocks.py). Any other
         # (documented: exit 11 until a person removes it) goes here, as that person would remove it.
         tracking = a / ".git" / "refs" / "remotes" / "origin" / "gitwork" / "state.lock"
         for stale in (a / ".git").rglob("*.lock"):

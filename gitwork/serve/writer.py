@@ -161,8 +161,8 @@ class Writer:
                 return
             # A ref lock left by a git killed while it moved the ref (this server's own update-ref, when
             # a kill -9 hit the server mid-write) would refuse every write here (exit 11) until a push's
-            # hook swept it: swept here too, by the hook's own rule (sync/arbiterlock.py; one lstat).
-            from ..sync.arbiterlock import sweep
+            # hook swept it: swept here too, by the hook's own rule (stalelocks.py; one lstat).
+            from ..stalelocks import sweep
 
             sweep(wp.repo.common_dir, [base.ref])
             chain = Chain(wp.store)  # on the tip

@@ -122,7 +122,7 @@ class Remote:
             # Another gw process in this clone fetched at the same moment and holds (or just moved)
             # the tracking ref: the remote answered, so fetch again rather than fail. A lock that
             # stays is a crashed fetch's (kill -9): removed by the arbiter's own rule when it is old and
-            # no git of this clone could hold it (sync/arbiterlock.py); else a local problem, not the
+            # no git of this clone could hold it (stalelocks.py); else a local problem, not the
             # remote's (exit 11).
             now = time.monotonic()
             locked_since = now if locked_since is None else locked_since
@@ -140,7 +140,7 @@ class Remote:
         """Whether a stale lock of the tracking ref was removed here (one ``lstat`` while it is young)."""
         import sys
 
-        from .arbiterlock import sweep
+        from ..stalelocks import sweep
 
         repo = self.wp.repo
         removed = sweep(repo.common_dir, [self.tracking], under="refs/remotes/", work_tree=repo.toplevel)

@@ -1,4 +1,7 @@
-"""A ref lock a killed git process left on the arbiter: removed by the arbiter's pre-receive hook.
+"""A ref lock a killed git process left behind: when it is stale, and who removes it.
+
+A leaf module (nothing of gitwork imported): the store, the transport, the arbiter's hook and the
+command service all apply this one rule.
 
 git takes ``<ref>.lock`` for the milliseconds it moves a ref, and removes it even on SIGTERM; a git
 process killed outright (SIGKILL, a crash) while it holds one leaves it, and git never removes it:
@@ -28,6 +31,8 @@ every fetch and push of gitwork moves (``sync/transport.Remote.fetch``): a ``gw 
 process group mid-fetch left that lock, and every later fetch of the clone failed (exit 11) until a
 person removed it (the system harness, seed 20261202). There the git processes that count are also
 the ones working anywhere in the clone's work tree (a person's own ``git fetch`` in a subfolder).
+The store applies it to the state ref's lock a killed ``git update-ref`` left (``Store.swap``: git moves
+the ref where gitwork cannot, e.g. with ``core.logAllRefUpdates=always``).
 """
 
 from __future__ import annotations
