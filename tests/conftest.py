@@ -417,6 +417,25 @@ TMPFS = Path("/dev/shm")
 TMPFS_ROOM = 8 << 30
 
 
+def live_processes() -> Iterator[tuple[int, list[bytes], int]]:
+    """``(pid, argv, parent)`` of every live process on this host, from /proc (zombies and processes gone
+    while reading left out): what the launch tests count agents and their wrappers by, with no wait for an
+    agent to write anything."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as read:
+                argv = read.read().split(b"\0")
+            with open(f"/proc/{name}/stat", "rb") as read:
+                fields = read.read().rpartition(b")")[2].split()
+            state, parent = fields[0], int(fields[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if state not in (b"Z", b"X"):
+            yield int(name), argv, parent
+
+
 def ram_temp_root(path: Path = TMPFS, room: int = TMPFS_ROOM, mounts: str = "/proc/self/mounts") -> str | None:
     if os.environ.get("GW_TEST_TMPFS") == "0" or "PYTEST_DEBUG_TEMPROOT" in os.environ:
         return None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_gw, second_clone, tip
+from conftest import live_processes, run_gw, second_clone, tip
 from test_launch import gw_json, item_of, launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
 
 AGENT = "import os, sys, time\nopen(sys.argv[1], 'a').write(f'{os.getpid()}\\n')\ntime.sleep(600)\n"
@@ -38,18 +38,11 @@ def running(repo: Path) -> tuple[int, list[int]]:
     ``wait_started``), and a wrapper forked by a killed ``gw run`` is a process from its fork on, its agent
     or not: a second launch shows here at once."""
     script, wrappers, agents = os.fsencode(repo / "agent.py"), 0, []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_bytes().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state in (b"Z", b"X") or script not in argv:
+    for pid, argv, _parent in live_processes():
+        if script not in argv:
             continue
         if argv[1:2] == [script]:
-            agents.append(int(entry.name))
+            agents.append(pid)
         else:
             wrappers += 1
     return wrappers, sorted(agents)

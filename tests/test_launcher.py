@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import gw_cmd
+from conftest import gw_cmd, live_processes
 from test_launch import launched, needs_tmux, poll  # noqa: F401  (launched: a fixture)
 
 
@@ -118,20 +118,9 @@ def item_of(repo: Path) -> str:
 def _marked(marker: str) -> dict[int, tuple[list[bytes], int]]:
     """The live processes whose command line holds ``sleep MARKER`` as two arguments: the agent, and whatever
     is on its way to start one (a wrapper, a pane's shell, ``env``, tmux's server): pid -> (argv, parent)."""
-    found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as read:
-                argv = read.read().split(b"\0")
-            with open(f"/proc/{name}/stat") as read:
-                fields = read.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and any(argv[i:i + 2] == [b"sleep", marker.encode()] for i in range(len(argv))):
-            found[int(name)] = (argv, int(fields[1]))
-    return found
+    wanted = [b"sleep", marker.encode()]
+    return {pid: (argv, parent) for pid, argv, parent in live_processes()
+            if any(argv[i:i + 2] == wanted for i in range(len(argv)))}
 
 
 def agents(marker: str) -> list[int]:

@@ -562,13 +562,19 @@ def _machine(tmp: Path, name: str, url: str) -> Path:
     return path
 
 
-def test_messages_posted_on_two_machines_both_land_once_in_arbiter_order(tmp_path: Path):
+def thread_on_two_machines(tmp_path: Path, title: str, first: str) -> tuple[Path, Path, Path, str]:
+    """An arbiter, machine one with an item whose first post (by ann) is synced, and machine two cloned
+    after it: (arbiter, one, two, item id)."""
     arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
     one = _machine(tmp_path, "one", str(arbiter))
-    item_id = gw_json(one, "new", "shared thread")["item"]
-    gw_json(one, "msg", item_id, "first, from one", "--as", "ann")
+    item_id = gw_json(one, "new", title)["item"]
+    gw_json(one, "msg", item_id, first, "--as", "ann")
     gw_json(one, "sync")
-    two = _machine(tmp_path, "two", str(arbiter))
+    return arbiter, one, _machine(tmp_path, "two", str(arbiter)), item_id
+
+
+def test_messages_posted_on_two_machines_both_land_once_in_arbiter_order(tmp_path: Path):
+    arbiter, one, two, item_id = thread_on_two_machines(tmp_path, "shared thread", "first, from one")
     # Both post offline at the same time: each numbers its post #2 on its own tip.
     a = gw_json(one, "msg", item_id, "from one", "--as", "ann")
     b = gw_json(two, "msg", item_id, "from two", "--as", "ben", "--reply-to", "1")
@@ -590,12 +596,7 @@ def test_messages_posted_on_two_machines_both_land_once_in_arbiter_order(tmp_pat
 def test_a_number_resolved_offline_still_names_the_same_message_after_sync_renumbers(tmp_path: Path):
     """The op records the id a number named on its own tip, so ``sync`` replays the reference, not
     the number: here #2 on the offline machine is #3 on the arbiter."""
-    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
-    one = _machine(tmp_path, "one", str(arbiter))
-    item_id = gw_json(one, "new", "renumbered")["item"]
-    gw_json(one, "msg", item_id, "first", "--as", "ann")
-    gw_json(one, "sync")
-    two = _machine(tmp_path, "two", str(arbiter))
+    arbiter, one, two, item_id = thread_on_two_machines(tmp_path, "renumbered", "first")
     ben = gw_json(two, "msg", item_id, "from two", "--as", "ben")  # #2 on two's tip
     gw_json(one, "msg", item_id, "from one", "--as", "ann")
     gw_json(one, "sync")  # one's post is #2 on the arbiter
@@ -613,12 +614,7 @@ def test_follow_pulls_from_the_arbiter_once_per_pull_seconds_and_refuses_a_pull_
     """``--pull SECONDS``: a follow pulls when it starts and then every SECONDS; with an hour, a post that lands
     on the arbiter after the start is not seen before the follow ends (its --timeout). ``--pull 0`` (or less,
     or nan) would fetch in a loop: refused, exit 5, one line, nothing followed."""
-    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
-    one = _machine(tmp_path, "one", str(arbiter))
-    item_id = gw_json(one, "new", "watched thread")["item"]
-    gw_json(one, "msg", item_id, "before the follow", "--as", "ann")
-    gw_json(one, "sync")
-    two = _machine(tmp_path, "two", str(arbiter))
+    arbiter, one, two, item_id = thread_on_two_machines(tmp_path, "watched thread", "before the follow")
     proc = subprocess.Popen(gw_cmd("thread", item_id, "--follow", "--json", "--timeout", "1", "--poll", "0.05",
                                    "--pull", "3600"), cwd=two, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -635,12 +631,7 @@ def test_follow_pulls_from_the_arbiter_once_per_pull_seconds_and_refuses_a_pull_
 
 
 def test_follow_with_an_arbiter_prints_other_machines_posts_once_even_when_renumbered(tmp_path: Path):
-    arbiter = make_repo(tmp_path / "arbiter.git", bare=True)
-    one = _machine(tmp_path, "one", str(arbiter))
-    item_id = gw_json(one, "new", "watched thread")["item"]
-    gw_json(one, "msg", item_id, "hello from one", "--as", "ann")
-    gw_json(one, "sync")
-    two = _machine(tmp_path, "two", str(arbiter))
+    arbiter, one, two, item_id = thread_on_two_machines(tmp_path, "watched thread", "hello from one")
     local = gw_json(two, "msg", item_id, "two, not yet synced", "--as", "ben")  # #2 on two only
     # --pull 0.1: the arbiter's posts come within a tenth of a second, not the default 2 s (each pull is a fetch)
     proc = subprocess.Popen(gw_cmd("thread", item_id, "--follow", "--json", "--timeout", "120", "--poll", "0.1",

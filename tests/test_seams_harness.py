@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gw_here, let_post, make_repo, tip
+from conftest import gw_here, let_post, live_processes, make_repo, tip
 
 
 @pytest.fixture
@@ -91,18 +91,8 @@ def test_a_message_acknowledged_offline_lands_after_a_claim_that_landed_first_on
 def agent_processes(script: Path) -> list[int]:
     """The live processes running ``script`` (the world's agent) as their program, not the wrappers that
     name it among their arguments: found in /proc, before the agent has written anything."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            state = (entry / "stat").read_bytes().rpartition(b")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in (b"Z", b"X") and os.fsencode(script) in argv[:2] and b"wrapper" not in b" ".join(argv[:2]):
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, argv, _parent in live_processes()
+            if os.fsencode(script) in argv[:2] and b"wrapper" not in b" ".join(argv[:2])]
 
 
 def test_gw_run_of_one_item_in_two_clones_by_its_holder_starts_one_agent(two_clones) -> None:
