@@ -110,23 +110,26 @@ def test_a_ref_only_in_packed_refs_is_moved(repo: Path) -> None:
     packed_is_consistent(repo)
 
 
+def killed_update_ref(repo: Path) -> Path:
+    """git's own lock on the state ref, by git: a stdin transaction held open at "prepare", then killed."""
+    proc = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=repo, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(f"start\nupdate {STATE} {tip(repo)} {tip(repo)}\nprepare\n".encode())
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"start: ok\n" and proc.stdout.readline() == b"prepare: ok\n"
+    proc.kill()
+    proc.wait()
+    return repo / ".git" / "refs" / "gitwork" / "state.lock"
+
+
 def test_a_lock_left_by_a_killed_git_update_ref_stays_and_is_reported(repo: Path) -> None:
     """``git update-ref`` killed holding ``state.lock`` (one link, as git makes it): while the lock is
     young (a live git's, for all gw knows) gw leaves it, waits its timeout, exits LOCKED (11) naming the
     lock, and the ref is unchanged (an old one is swept: the next test)."""
     init_state(repo)
     before = tip(repo)
-    lock = repo / ".git" / "refs" / "gitwork" / "state.lock"
-    # git's own lock, by git: a stdin transaction held open at "prepare", then killed.
-    proc = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=repo, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(f"start\nupdate {STATE} {before} {before}\nprepare\n".encode())
-    proc.stdin.flush()
-    assert proc.stdout.readline() == b"start: ok\n"
-    assert proc.stdout.readline() == b"prepare: ok\n"
-    proc.kill()
-    proc.wait()
+    lock = killed_update_ref(repo)
     assert lock.exists() and lock.stat().st_nlink == 1
     done = run_gw(repo, "new", "blocked", "--as", "alice", env={"GW_LOCK_TIMEOUT": "0.3"})
     assert done.returncode == ExitCode.LOCKED, done.stderr
@@ -300,15 +303,7 @@ def test_an_old_lock_of_a_killed_git_update_ref_is_swept_by_the_next_write(repo:
     """The same lock once it is older than the stale rule's age, and no git of the repository could
     hold it (gitwork/stalelocks.py): the next write removes it, says so on stderr, and lands."""
     init_state(repo)
-    lock = repo / ".git" / "refs" / "gitwork" / "state.lock"
-    proc = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=repo, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(f"start\nupdate {STATE} {tip(repo)} {tip(repo)}\nprepare\n".encode())
-    proc.stdin.flush()
-    assert proc.stdout.readline() == b"start: ok\n" and proc.stdout.readline() == b"prepare: ok\n"
-    proc.kill()
-    proc.wait()
+    lock = killed_update_ref(repo)
     then = time.time() - 30
     os.utime(lock, (then, then))
     done = run_gw(repo, "new", "lands", "--as", "alice", env={"GW_LOCK_TIMEOUT": "5"})
