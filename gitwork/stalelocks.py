@@ -90,8 +90,7 @@ def _ancestors() -> set[int]:
 def lock_holders(git_dir: str, work_tree: str | None = None) -> list[str]:
     """The git processes of ``git_dir`` on this host that may hold a ref lock (``pid command``); with
     ``work_tree``, also those whose working folder is in it."""
-    where = os.path.realpath(git_dir)
-    tree = os.path.realpath(work_tree) if work_tree else None
+    roots = [os.path.realpath(git_dir)] + ([os.path.realpath(work_tree)] if work_tree else [])
     mine = _ancestors()
     found = []
     if not os.path.isdir("/proc"):
@@ -113,8 +112,10 @@ def lock_holders(git_dir: str, work_tree: str | None = None) -> list[str]:
                               for v in read.read().split(b"\0") if v.startswith(b"GIT_DIR=/"))
         except OSError:
             continue  # gone, or not ours to read
-        if where in places or (tree is not None and any(p == tree or p.startswith(tree + os.sep) for p in places)):
-            found.append(f"{name} git {command}")  # (a relative GIT_DIR is relative to its cwd: the cwd counts)
+        # The repository or a folder in it (a linked worktree's git dir, .git/worktrees/NAME, is one), or the
+        # work tree: a relative GIT_DIR is relative to its cwd, so the cwd counts.
+        if any(p == root or p.startswith(root + os.sep) for root in roots for p in places):
+            found.append(f"{name} git {command}")
     return found
 
 

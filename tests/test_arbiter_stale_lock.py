@@ -123,3 +123,21 @@ def test_a_tracking_lock_a_live_git_of_the_clone_may_hold_is_left_and_reported(m
     young = tracking_lock(machine_a, age=0)  # a lock younger than STALE_AFTER: a live fetch's, for all we know
     synced = run_gw(machine_a, "sync", "--json", env={"GW_LOCK_TIMEOUT": "0.5"})
     assert synced.returncode == 11 and young.exists() and tip(machine_a) == before, synced.stdout + synced.stderr
+
+
+def test_a_git_working_inside_the_repository_counts_as_a_holder(machine_a: Path, remote: Path) -> None:
+    """A git whose working folder is in the repository, not at its top (a linked worktree's git dir,
+    ``.git/worktrees/NAME``, is such a folder): it may hold the lock, so the lock is left."""
+    lock = tracking_lock(machine_a, age=stalelocks.STALE_AFTER + 30)
+    inside = machine_a / ".git" / "refs"
+    holder = subprocess.Popen(["git", "update-ref", "--stdin"], cwd=inside, stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.1)
+        assert stalelocks.sweep(str(machine_a / ".git"), ["refs/remotes/origin/gitwork/state"], under="refs/remotes/") == []
+        assert lock.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(stalelocks.sweep(str(machine_a / ".git"), ["refs/remotes/origin/gitwork/state"], under="refs/remotes/")) == 1
+    assert not lock.exists()
