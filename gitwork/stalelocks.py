@@ -40,6 +40,10 @@ from __future__ import annotations
 import os
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 # Seconds a ref lock must have existed before the hook may call it stale: a live holder keeps it for
 # milliseconds, and a client gives up on a locked ref after its lock_timeout (5 s by default).
 STALE_AFTER = 2.0
@@ -140,10 +144,36 @@ def sweep(git_dir: str, refs: list[str], now: float | None = None, *, under: str
             holders = lock_holders(root, work_tree)
         if holders:
             continue  # it may still be in use: a client reports it (Locked) until that process ends
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
+        # Nor when a process holds its flock: gitwork's own in-process writer (store._swap_files) holds
+        # its lock so from before it exists until it renames it over the ref. Paused past STALE_AFTER it
+        # is no git process, and once resumed its rename would land on whatever lock is there then.
+        if unlink_unheld(path, lambda _found: True) is None:
             continue
         removed.append(f"removed the stale lock {ref}.lock: {int(age)} s old, and no git process of this "
                        "repository that could hold it runs")
     return removed
+
+
+def unlink_unheld(path: str, wanted: Callable[[os.stat_result], bool]) -> os.stat_result | None:
+    """Remove ``path`` when ``wanted`` says yes of it and no process holds its ``flock`` (taken here,
+    so the file removed is the one judged: held open, its inode is not reused); what was removed."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        found = os.fstat(fd)
+        if not wanted(found):
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError (an OSError): its writer lives
+        now = os.stat(path)
+        if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
+            return None
+        os.unlink(path)
+        return found
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

@@ -34,8 +34,6 @@ from .objects import (
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import on the fast path; annotations are strings anyway
 if TYPE_CHECKING:
-    from typing import Callable
-
     from .gitdir import Location
 
 FORMAT_FILE = "format.yaml"
@@ -499,8 +497,12 @@ class Store:
             ref = os.stat(ref_path)
             return (ref.st_dev, ref.st_ino) == (found.st_dev, found.st_ino)
 
-        for path in self._reflocks():
-            _unlink_unheld(path, dead_writers)
+        reflocks = self._reflocks()
+        if reflocks:
+            from .stalelocks import unlink_unheld
+
+            for path in reflocks:
+                unlink_unheld(path, dead_writers)
 
     def _stale(self, lock_path: str) -> None:
         """Remove ``REF.lock`` when it is one of ours whose writer died: a second link (ours are made by
@@ -508,7 +510,9 @@ class Store:
         Whoever holds the flock of a lock still at the path removes exactly that one (held open, its
         inode is not reused), so two writers never remove each other's. Anything else is left alone:
         git's lock, a live writer's. The dead writer's own link (``.reflock-*``) goes with it."""
-        removed = _unlink_unheld(lock_path, lambda found: found.st_nlink >= 2)
+        from .stalelocks import unlink_unheld
+
+        removed = unlink_unheld(lock_path, lambda found: found.st_nlink >= 2)
         if removed is None:
             self._swept_git_lock()
             return
@@ -537,31 +541,6 @@ class Store:
             return [os.path.join(folder, name) for name in os.listdir(folder) if name.startswith(REFLOCK)]
         except OSError:
             return []
-
-
-def _unlink_unheld(path: str, wanted: Callable[[os.stat_result], bool]) -> os.stat_result | None:
-    """Remove ``path`` when ``wanted`` says yes of it and no process holds its ``flock`` (taken here,
-    so the file removed is the one judged: held open, its inode is not reused); what was removed."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        found = os.fstat(fd)
-        if not wanted(found):
-            return None
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError (an OSError): its writer lives
-        now = os.stat(path)
-        if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
-            return None
-        os.unlink(path)
-        return found
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 REFLOCK = ".reflock-"  # the files the in-process compare-and-swap links to REF.lock (Store._swap_files)

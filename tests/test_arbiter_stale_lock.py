@@ -16,7 +16,9 @@ The arbiter's pre-receive hook now removes a lock on a pushed state ref that is 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -141,3 +143,24 @@ def test_a_git_working_inside_the_repository_counts_as_a_holder(machine_a: Path,
         holder.wait()
     assert len(stalelocks.sweep(str(machine_a / ".git"), ["refs/remotes/origin/gitwork/state"], under="refs/remotes/")) == 1
     assert not lock.exists()
+
+
+def test_a_lock_a_paused_gitwork_writer_holds_is_never_swept(remote: Path) -> None:
+    """gitwork's own in-process writer (store._swap_files) holds its ``REF.lock`` by ``flock`` from before
+    it exists until it renames it over the ref; paused (SIGSTOP) past the stale age, it is no git process,
+    but its lock is in use all the same: removing it would let its rename, once resumed, land on another
+    writer's lock. So a flocked lock is never stale, however old."""
+    lock = stale_lock(remote, age=stalelocks.STALE_AFTER + 30)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               "fd = os.open(sys.argv[1], os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                               "print('held', flush=True); time.sleep(60)", str(lock)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        holder.send_signal(signal.SIGSTOP)
+        assert stalelocks.sweep(str(remote), ["refs/gitwork/state"]) == []
+        assert lock.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(stalelocks.sweep(str(remote), ["refs/gitwork/state"])) == 1 and not lock.exists()
