@@ -50,6 +50,7 @@ def checks(path: str | None = None, agent: str | None = None) -> list[dict[str, 
         out.append(_remote(wp))
         out.append(_hooks(repo.toplevel or repo.git_dir))
         out.append(_cache(wp))
+        out.append(_locks(wp))
     return out + _extras()
 
 
@@ -123,6 +124,35 @@ def _cache(wp: Workplane) -> dict[str, Any]:
                       "run gw doctor again)", "gw cache rebuild")
     behind = "" if found["commit"] == wp.store.tip() else ", behind the tip (the next read catches up)"
     return _check("read cache", True, f"{found['items']} items{behind}")
+
+
+def _locks(wp: Workplane) -> dict[str, Any]:
+    """git's lock files on the state ref and its tracking ref: one a killed git left stops every write
+    (or fetch) until the stale rule removes it (stalelocks.py: the next write or sync does, once it is
+    older than STALE_AFTER and nothing may hold it); named here, never removed."""
+    import time
+
+    from .stalelocks import STALE_AFTER, lock_holders
+    from .sync.transport import tracking_ref
+
+    repo = wp.repo
+    refs = [wp.store.ref] + ([tracking_ref(wp.settings.remote, wp.store.ref)] if wp.settings.remote else [])
+    young: list[str] = []
+    stale: list[str] = []
+    for ref in refs:
+        try:
+            age = time.time() - os.lstat(os.path.join(repo.common_dir, ref + ".lock")).st_mtime
+        except OSError:
+            continue
+        (young if age < STALE_AFTER else stale).append(f"{ref}.lock ({int(age)} s old)")
+    if not stale:
+        return _check("ref locks", True, f"held now by a writer: {', '.join(young)}" if young else "none")
+    holders = lock_holders(repo.common_dir, repo.toplevel)
+    if holders:
+        return _check("ref locks", False, f"{', '.join(stale)}, and git processes that may hold it run: "
+                      f"{'; '.join(holders[:3])}", "wait for them to end (or stop them), then gw sync")
+    return _check("ref locks", False, f"{', '.join(stale)}: left by a killed git",
+                  "gw sync (or any write) removes it, unless a process holds it by flock")
 
 
 def _extras() -> list[dict[str, Any]]:

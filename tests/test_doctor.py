@@ -92,3 +92,26 @@ def test_outside_a_repository_it_reports_rather_than_fails(tmp_path: Path) -> No
     done = run_gw(tmp_path, "doctor", env=ALICE)
     assert done.returncode == 1 and done.stdout.startswith("repository: not a git repository")
     assert "Traceback" not in done.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_a_stale_ref_lock_is_named_with_what_removes_it_and_doctor_removes_nothing(machine_a: Path) -> None:
+    """A lock a killed git left on the tracking ref (a gw sync killed mid-fetch) or the state ref: doctor
+    names it, its age, and that the next sync or write removes it (gitwork/stalelocks.py); it removes
+    nothing itself. A young lock is a writer at work: fine."""
+    code, out, _err = doctor(machine_a, "--json")
+    by_name = {c["check"]: c for c in json.loads(out)}
+    assert by_name["ref locks"]["ok"] is True, by_name["ref locks"]
+    lock = machine_a / ".git" / "refs" / "remotes" / "origin" / "gitwork" / "state.lock"
+    lock.write_text("")
+    os.utime(lock, (os.path.getmtime(lock) - 60,) * 2)
+    before = snapshot(machine_a)
+    code, out, _err = doctor(machine_a, "--json")
+    check = {c["check"]: c for c in json.loads(out)}["ref locks"]
+    assert code == 1 and check["ok"] is False, check
+    assert "refs/remotes/origin/gitwork/state.lock" in check["detail"] and "gw sync" in check["fix"], check
+    assert snapshot(machine_a) == before and lock.exists()
+    code, out, _err = doctor(machine_a)
+    assert any(line.startswith("ref locks: ") and "; fix: " in line for line in out.splitlines()), out
+    os.utime(lock, None)  # young: a fetch at work, for all doctor knows
+    check = {c["check"]: c for c in json.loads(doctor(machine_a, "--json")[1])}["ref locks"]
+    assert check["ok"] is True and "state.lock" in check["detail"], check
