@@ -1,0 +1,120 @@
+"""What a kill -9 of a gitwork process (with its process group, so its git children die too) leaves
+behind, and whether the next ordinary command converges without a person removing files by hand.
+
+Each kill here is real: the command runs in a session of its own (``start_new_session``) and a git hook
+of the repository (``reference-transaction``, ``post-checkout``) sends SIGKILL to that whole process
+group at the chosen step, so gw and the git it runs die mid-step, holding what git holds at that point.
+A lock left behind is then aged past ``stalelocks.STALE_AFTER`` with ``os.utime`` (the test does not
+sleep 2 s): that is the only thing planted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import git, gw_cmd, run_gw
+from gitwork import sessions, stalelocks
+from gitwork.workplane import Workplane
+
+KILL_ON_SESSION_REF = """#!/bin/sh
+# test hook: kill the whole process group of the gw under test while git holds the session ref's locks
+[ -n "$GW_TEST_KILL" ] || exit 0
+[ "$1" = "$GW_TEST_KILL" ] || exit 0
+grep -q ' refs/heads/session/' && kill -KILL 0
+exit 0
+"""
+
+
+def project(tmp_path: Path) -> tuple[Path, str]:
+    """A repository with one commit, an initialised work plane and an item alice holds."""
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("alpha\n")
+    git(repo, "add", "a.txt")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        item = str(wp.do("new", title="Build it").result["item"])
+        wp.do("claim", item=item, ttl="1h")
+    return repo, item
+
+
+def start_session(repo: Path, item: str) -> tuple[str, Path]:
+    with Workplane(str(repo), agent="alice") as wp:
+        started = sessions.start(wp, item)
+    return str(started["session"]), Path(started["worktree"])
+
+
+def killed(repo: Path, *args: str, at: str) -> None:
+    """Run ``gw ARGS`` in its own process group; the repository's hook kills that group at step ``at``."""
+    env = {**os.environ, "GW_TEST_KILL": at, "GW_NO_AUTO_GC": "1"}
+    done = subprocess.run(gw_cmd(*args), cwd=repo, env=env, capture_output=True, text=True, timeout=60,
+                          start_new_session=True)
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr)
+
+
+def hook(repo: Path, name: str, text: str) -> Path:
+    path = repo / ".git" / "hooks" / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def aged(*locks: Path) -> None:
+    """Make the locks a kill left as old as a lock found the next time someone looks (the test's only plant)."""
+    then = time.time() - stalelocks.STALE_AFTER - 30
+    for lock in locks:
+        os.utime(lock, (then, then))
+
+
+def test_a_session_commit_killed_while_git_holds_its_locks_is_committed_by_the_same_command_again(
+        tmp_path: Path) -> None:
+    """``gw session commit`` killed with its group while ``git commit`` holds the worktree's HEAD.lock and the
+    session branch's lock: before, every later ``gw session commit`` of that session failed (exit 5, "cannot
+    lock ref 'HEAD'") until a person removed them. The worktree's ``index.lock`` (what the step's ``git add``
+    killed mid-write leaves: the hook cannot stop it there) is planted beside them: before, exit 1, "Unable
+    to create .../index.lock: File exists"."""
+    repo, item = project(tmp_path)
+    session, source = start_session(repo, item)
+    (source / "a.txt").write_text("beta\n")
+    remove = hook(repo, "reference-transaction", KILL_ON_SESSION_REF)
+    commit = ("session", "commit", session, "--file", "a.txt", "-m", "change a", "--as", "alice")
+    killed(repo, *commit, at="prepared")
+    admin = repo / ".git" / "worktrees" / "source"
+    left = [admin / "index.lock", admin / "HEAD.lock", repo / ".git" / "refs" / "heads" / "session" / f"{session}.lock"]
+    assert [p.exists() for p in left] == [False, True, True]
+    left[0].write_text("")
+    remove.unlink()
+    aged(*left)
+    again = run_gw(repo, *commit, "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not any(p.exists() for p in left)
+    assert "removed the stale lock" in again.stderr
+    assert git(repo, "log", "-1", "--format=%B", f"session/{session}").startswith("change a")
+
+
+def test_a_session_drop_killed_mid_deletion_is_finished_by_the_same_command_again(tmp_path: Path) -> None:
+    """``gw session drop`` killed with its group while ``git update-ref -d`` holds ``packed-refs.lock`` and the
+    branch's lock: the drop is recorded, and the same command again finishes the clean-up. Before, the
+    branch was kept (with a warning) by every later drop, of this session and of every other one, since
+    each deletion needs ``packed-refs.lock``."""
+    repo, item = project(tmp_path)
+    session, source = start_session(repo, item)
+    remove = hook(repo, "reference-transaction", KILL_ON_SESSION_REF)
+    drop = ("session", "drop", session, "--as", "alice", "--json")
+    killed(repo, *drop, at="prepared")
+    left = [repo / ".git" / "packed-refs.lock", repo / ".git" / "refs" / "heads" / "session" / f"{session}.lock"]
+    assert [p.exists() for p in left] == [True, True]
+    remove.unlink()
+    aged(*left)
+    again = run_gw(repo, *drop)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert '"branch": "deleted"' in again.stdout, again.stdout
+    assert git(repo, "branch", "--list", f"session/{session}") == ""
+    assert not any(p.exists() for p in left)
