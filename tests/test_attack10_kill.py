@@ -118,3 +118,35 @@ def test_a_session_drop_killed_mid_deletion_is_finished_by_the_same_command_agai
     assert '"branch": "deleted"' in again.stdout, again.stdout
     assert git(repo, "branch", "--list", f"session/{session}") == ""
     assert not any(p.exists() for p in left)
+
+
+def test_a_session_commit_killed_after_git_moved_the_branch_is_recorded_by_the_same_command_again(
+        tmp_path: Path) -> None:
+    """``gw session commit`` killed with its group just after ``git commit`` moved the session branch, before
+    gw wrote the manifest or the record: before, every later ``gw session commit`` was refused (exit 6, "moved
+    from its base outside gw: its one commit is used up"), so the work could never be recorded or published.
+    The branch's one commit on the base, with this session's trailers, is recognised as the killed command's
+    own and recorded; a commit made outside gw is still refused."""
+    repo, item = project(tmp_path)
+    session, source = start_session(repo, item)
+    (source / "a.txt").write_text("beta\n")
+    remove = hook(repo, "reference-transaction", KILL_ON_SESSION_REF)
+    commit = ("session", "commit", session, "--file", "a.txt", "-m", "change a", "--as", "alice", "--json")
+    killed(repo, *commit, at="committed")
+    remove.unlink()
+    made = git(repo, "rev-parse", f"session/{session}")
+    wrong = run_gw(repo, "session", "commit", session, "--file", "b.txt", "-m", "change a", "--as", "alice")
+    assert wrong.returncode == 5 and "declare exactly those files" in wrong.stderr, wrong.stdout + wrong.stderr
+    again = run_gw(repo, *commit)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f'"commit": "{made}"' in again.stdout
+    listed = run_gw(repo, "session", "list", "--json")
+    assert '"state": "committed"' in listed.stdout, listed.stdout
+    assert run_gw(repo, *commit).returncode == 6  # commit-once still: the second time is refused
+
+    # A commit on the session branch that gw did not make (no session trailers) is still "used up".
+    other, source = start_session(repo, item)
+    (source / "a.txt").write_text("gamma\n")
+    git(source, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "by hand")
+    by_hand = run_gw(repo, "session", "commit", other, "--file", "a.txt", "-m", "x", "--as", "alice")
+    assert by_hand.returncode == 6 and "outside gw" in by_hand.stderr, by_hand.stdout + by_hand.stderr

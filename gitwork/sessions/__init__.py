@@ -437,10 +437,13 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     if not os.path.isdir(record.source):
         raise Invalid(f"the worktree of session {record.id} is gone ({record.source})")
     tip = resolve_commit(record.ref, record.top)
-    if tip != record["base"]:
-        raise Illegal(f"{record.branch} moved from its base {record['base'][:12]} to {tip[:12]} outside gw: "
-                      "its one commit is used up")
     item_id, lease = holder_lease(wp, record["item"], record["fence"])
+    trailers = f"Work-Item: {item_id}\nFence: {lease.fence}\nSession: {record.id}\n"
+    if tip != record["base"]:
+        if not _made_by_a_killed_commit(record, tip, trailers):
+            raise Illegal(f"{record.branch} moved from its base {record['base'][:12]} to {tip[:12]} outside gw: "
+                          "its one commit is used up")
+        return _record_commit(wp, record, tip, _declared(files, record.source, cwd or os.getcwd()), item_id, lease)
     source = record.source
     declared = _declared(files, source, cwd or os.getcwd())
     changed = _changed_paths(source)
@@ -459,7 +462,6 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     before = _blobs(git("ls-tree", "-z", "--full-tree", record["base"], "--", *declared, cwd=source, env=literal).out)
     after = _blobs(git("ls-files", "-s", "-z", "--", *declared, cwd=source, env=literal).out)
     changes: list[dict[str, Any]] = [{"path": p, "before": before.get(p), "after": after.get(p)} for p in declared]
-    trailers = f"Work-Item: {item_id}\nFence: {lease.fence}\nSession: {record.id}\n"
     text = message.rstrip("\n") + "\n\n" + trailers
     env = {**identity_env(source, wp.settings.identity()), **literal}
     done = git("commit", "-q", "--cleanup=whitespace", "-F", "-", cwd=source, input=text.encode(), env=env,
@@ -470,6 +472,41 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     parents = git("rev-list", "--parents", "-n1", new, cwd=source).out.split()
     if parents[1:] != [record["base"]]:
         raise Illegal(f"{record.branch} is at {new[:12]}, not one commit on its base {record['base'][:12]}")
+    return _recorded(wp, record, new, changes, item_id, lease)
+
+
+def _made_by_a_killed_commit(record: Session, tip: str, trailers: str) -> bool:
+    """Whether the session branch's tip is the commit a ``gw session commit`` of this session made and was
+    killed before it recorded (kill -9 after ``git commit`` moved the branch): one commit on the base,
+    ending with this session's trailers (item, fence, session). Before, every later commit of the session
+    was refused (exit 6, "moved outside gw") and the work could never be published."""
+    parents = git("rev-list", "--parents", "-n1", tip, cwd=record.top).out.split()
+    if parents[1:] != [record["base"]]:
+        return False
+    body = git("log", "-1", "--format=%B", tip, cwd=record.top).out
+    return body.rstrip("\n").endswith("\n\n" + trailers.rstrip("\n"))
+
+
+def _record_commit(wp: Workplane, record: Session, new: str, declared: list[str], item_id: str,
+                   lease: Any) -> dict[str, Any]:
+    """Record the commit a killed ``gw session commit`` made (``_made_by_a_killed_commit``): the files it
+    changed must be the ones declared again, as they would have had to be the first time."""
+    literal = {"GIT_LITERAL_PATHSPECS": "1"}
+    made = git("diff-tree", "-r", "-z", "--no-renames", "--name-only", "--no-commit-id", record["base"], new,
+               cwd=record.top).out
+    changed = sorted(p for p in made.split("\0") if p)
+    if sorted(declared) != changed:
+        raise Invalid(f"{record.branch} holds the commit {new[:12]} of an interrupted gw session commit, which "
+                      f"changed {', '.join(changed) or 'nothing'}: declare exactly those files to record it",
+                      changed=changed)
+    before = _blobs(git("ls-tree", "-z", "--full-tree", record["base"], "--", *declared, cwd=record.top, env=literal).out)
+    after = _blobs(git("ls-tree", "-z", "--full-tree", new, "--", *declared, cwd=record.top, env=literal).out)
+    changes = [{"path": p, "before": before.get(p), "after": after.get(p)} for p in declared]
+    return _recorded(wp, record, new, changes, item_id, lease)
+
+
+def _recorded(wp: Workplane, record: Session, new: str, changes: list[dict[str, Any]], item_id: str,
+              lease: Any) -> dict[str, Any]:
     record.doc.update(state="committed", commit=new, committed_at=clock.format_instant(wp.now()), changes=changes)
     record.save()
     from ..records.sessions import format_change
