@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,8 @@ import pytest
 
 from conftest import git, gw_cmd, run_gw
 from gitwork import sessions, stalelocks
+from gitwork.errors import Held
+from gitwork.sessions.plan import _started
 from gitwork.workplane import Workplane
 
 KILL_ON_SESSION_REF = """#!/bin/sh
@@ -150,3 +153,49 @@ def test_a_session_commit_killed_after_git_moved_the_branch_is_recorded_by_the_s
     git(source, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "by hand")
     by_hand = run_gw(repo, "session", "commit", other, "--file", "a.txt", "-m", "x", "--as", "alice")
     assert by_hand.returncode == 6 and "outside gw" in by_hand.stderr, by_hand.stdout + by_hand.stderr
+
+
+KILL_ON_CHECKOUT = """#!/bin/sh
+# test hook: kill the whole process group of the start under test from inside its `git worktree add`
+[ -n "$GW_TEST_KILL" ] && kill -KILL 0
+exit 0
+"""
+
+START_NAMED = """
+import sys
+from gitwork import sessions
+from gitwork.workplane import Workplane
+with Workplane(sys.argv[1], agent="alice") as wp:
+    sessions.start(wp, sys.argv[2], session_id=sys.argv[3])
+"""
+
+
+def test_a_named_session_start_killed_in_git_worktree_add_is_made_again_by_the_next_start(tmp_path: Path) -> None:
+    """A multi-step session's source branch is a named session, started once (``plan._source_for``). A start
+    killed with its group inside ``git worktree add`` (from its ``post-checkout`` hook: the worktree and the
+    branch are made, the manifest is not) left the folder, and every later step waited 30 s and failed (exit
+    75, "a start died half way; remove <folder>") until a person removed it. The next start finds nobody
+    holding the start and a folder older than ``STALE_AFTER`` (aged here), clears it and starts again."""
+    repo, item = project(tmp_path)
+    name = "20261203-010203-proj-alice-s1-p1"
+    remove = hook(repo, "post-checkout", KILL_ON_CHECKOUT)
+    done = subprocess.run([sys.executable, "-c", START_NAMED, str(repo), item, name], cwd=repo,
+                          env={**os.environ, "GW_TEST_KILL": "1", "GW_NO_AUTO_GC": "1"}, capture_output=True,
+                          text=True, timeout=60, start_new_session=True)
+    assert done.returncode == -9, (done.returncode, done.stderr)
+    remove.unlink()
+    folder = Path(sessions.session_dir(str(repo), name))
+    assert (folder / "source").is_dir() and not (folder / sessions.MANIFEST).exists()
+    assert git(repo, "branch", "--list", f"session/{name}") != ""
+    with Workplane(str(repo), agent="alice") as wp:
+        with pytest.raises(Held):  # young: the start that made it may be alive and about to lock it
+            sessions.start(wp, item, session_id=name)
+        aged(folder)
+        # What a step waiting for the source branch does (plan._source_for): it tries the start again.
+        record = _started(str(repo), name, wait=10, start=lambda: sessions.start(wp, item, session_id=name))
+    assert record.id == name and record.get("recorded") and (folder / sessions.MANIFEST).exists()
+    assert sorted(os.listdir(folder)) == [sessions.MANIFEST, "source"]
+    assert git(Path(record.source), "rev-parse", "--abbrev-ref", "HEAD") == f"session/{name}"
+    with Workplane(str(repo), agent="alice") as wp, pytest.raises(Held):  # started: once only
+        sessions.start(wp, item, session_id=name)
+    assert sorted(os.listdir(folder)) == [sessions.MANIFEST, "source"]

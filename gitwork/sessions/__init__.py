@@ -330,25 +330,28 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     ensure_ignored(top)
     now = wp.now()
     project = os.path.basename(top.rstrip(os.sep)) or "repo"
+    starting = None
     for attempt in range(1 if session_id else 50):
         session = session_id or new_session_id(now, project, actor, attempt)
         folder = session_dir(top, session)
-        if os.path.exists(folder):
-            if session_id:  # a named session (a multi-step session's source branch): one start of it only
-                raise Held(f"session {session} is being started already ({folder} exists)", session=session)
-            continue
-        try:
-            os.makedirs(folder)
-        except FileExistsError:
-            if session_id:
-                raise Held(f"session {session} is being started already ({folder} exists)", session=session) from None
-            continue  # another start picked the same id this second
+        if session_id:  # a named session (a multi-step session's source branch): one start of it only
+            starting = _start_named(repo, top, session)
+        else:
+            if os.path.exists(folder):
+                continue
+            try:
+                os.makedirs(folder)
+            except FileExistsError:
+                continue  # another start picked the same id this second
         source = os.path.join(folder, SOURCE)
         added = git("worktree", "add", "-q", "-b", f"{BRANCH_PREFIX}{session}", source, base, cwd=top, check=False)
         if added.returncode == 0:
             break
-        os.rmdir(folder)
-        if "already exists" not in added.err:
+        if starting is not None:
+            _started_named(folder, starting)
+        if not os.listdir(folder):
+            os.rmdir(folder)
+        if "already exists" not in added.err or session_id:
             raise GitFailed(f"git worktree add failed: {added.err}", stderr=added.err)
     else:
         raise GwError("could not find a free session id")
@@ -359,6 +362,8 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     }
     record = Session(top, {k: v for k, v in doc.items() if v is not None})
     record.save()
+    if starting is not None:
+        _started_named(folder, starting)
     try:
         applied = wp.record("session-start", item=item_id, session=session, base=base, branch=record.branch, into=into,
                         fence=lease.fence)
@@ -370,6 +375,88 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     record.doc["recorded"] = applied.commit
     record.save()
     return {**record.view(), "state_commit": applied.commit, "command_id": applied.command["id"]}
+
+
+STARTING = ".starting"  # a named session's start holds its flock from its folder to its manifest
+
+
+def _start_named(repo: Repository, top: str, session: str) -> int:
+    """Take the start of the named session ``session``: its folder, and the ``flock`` of the folder's
+    ``STARTING`` file, held until the manifest is written (``_started_named``); the descriptor.
+
+    ``Held`` when another start holds it, or finished it (the manifest is there), or made the folder
+    under ``STALE_AFTER`` ago (it may not have taken the lock yet). A folder older than that with no
+    manifest and nobody holding the lock is what a start killed half way left (kill -9 during ``git
+    worktree add``, say): its worktree, branch and git's locks are removed, said on stderr, and the
+    start is made again. Before, every later step of the multi-step session waited and then failed
+    (exit 75, "a start died half way; remove <folder>") until a person removed it."""
+    import fcntl
+    import time
+
+    from ..stalelocks import STALE_AFTER
+
+    folder = session_dir(top, session)
+    taken = f"session {session} is being started already ({folder} exists)"
+    try:
+        os.makedirs(folder)
+        age = 0.0
+        made = True
+    except FileExistsError:
+        made = False
+        try:
+            age = time.time() - os.lstat(folder).st_mtime  # (before this start adds its lock file to it)
+        except FileNotFoundError:
+            raise Held(taken, session=session) from None
+    try:
+        fd = os.open(os.path.join(folder, STARTING), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except FileNotFoundError:
+        raise Held(taken, session=session) from None  # (its start failed and removed it meanwhile)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise Held(taken, session=session) from None  # (its start is under way)
+    if os.path.exists(os.path.join(folder, MANIFEST)):
+        _started_named(folder, fd)  # (started: the lock file is nobody's now)
+        raise Held(taken, session=session)
+    if not made and age < STALE_AFTER:
+        os.close(fd)  # (the file stays for the start that made the folder and comes to lock it)
+        raise Held(taken, session=session)
+    if not made:
+        try:
+            _clear_dead_start(repo, top, session)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def _started_named(folder: str, fd: int) -> None:
+    """Let go of a named session's start (``_start_named``): its lock file goes first, while still held."""
+    try:
+        os.unlink(os.path.join(folder, STARTING))
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+def _clear_dead_start(repo: Repository, top: str, session: str) -> None:
+    """Remove what a killed start of ``session`` left in its folder: its worktree (even one git still
+    marks "initializing"), its branch (at its base: no commit is made without a manifest) and any lock
+    its git left on them; said on stderr."""
+    import shutil
+    import sys
+
+    folder = session_dir(top, session)
+    source = os.path.join(folder, SOURCE)
+    ref = f"refs/heads/{BRANCH_PREFIX}{session}"
+    sweep_git_locks(repo, top, source if os.path.isdir(source) else None, ref)
+    git("worktree", "remove", "--force", "--force", source, cwd=top, check=False)
+    shutil.rmtree(source, ignore_errors=True)
+    git("worktree", "prune", cwd=top, check=False)
+    git("update-ref", "-d", ref, cwd=top, check=False)
+    sys.stderr.write(f"gitwork: removed what a killed start of session {session} left ({folder}): nobody "
+                     "holds its start and it has no manifest\n")
 
 
 def discard(record: Session) -> None:
