@@ -199,3 +199,20 @@ def test_a_named_session_start_killed_in_git_worktree_add_is_made_again_by_the_n
     with Workplane(str(repo), agent="alice") as wp, pytest.raises(Held):  # started: once only
         sessions.start(wp, item, session_id=name)
     assert sorted(os.listdir(folder)) == [sessions.MANIFEST, "source"]
+
+
+def test_a_config_lock_a_killed_git_config_left_no_longer_stops_gw_config_set_for_good(tmp_path: Path) -> None:
+    """``gw config set`` writes the clone's git config through ``git config``, which holds ``config.lock`` for
+    the milliseconds it writes; killed with the command's group there, it leaves it (planted here, aged:
+    no hook runs inside ``git config``), and every later ``gw config set`` failed (exit 1, "could not lock
+    config file") until a person removed it. A young lock is still refused."""
+    repo, _item = project(tmp_path)
+    lock = repo / ".git" / "config.lock"
+    lock.write_text("")
+    refused = run_gw(repo, "config", "set", "lock_timeout", "7")
+    assert refused.returncode != 0 and lock.exists(), refused.stdout + refused.stderr
+    aged(lock)
+    done = run_gw(repo, "config", "set", "lock_timeout", "7")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "removed the stale lock config.lock" in done.stderr and not lock.exists()
+    assert git(repo, "config", "gitwork.lockTimeout") == "7"
