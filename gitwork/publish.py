@@ -108,8 +108,12 @@ def _run_gates(record: Session, merged: str, gates: tuple[str, ...], into: str) 
     if not gates:
         return []
     scratch = os.path.join(record.folder, MERGE_DIR)
-    git("worktree", "remove", "--force", scratch, cwd=record.top, check=False)
+    # Twice forced: a publish killed inside its `git worktree add` left the scratch marked "initializing"
+    # (locked), which one --force and prune leave, and every later publish failed on it ("a missing but
+    # locked worktree") until a person unlocked it.
+    git("worktree", "remove", "--force", "--force", scratch, cwd=record.top, check=False)
     shutil.rmtree(scratch, ignore_errors=True)
+    git("worktree", "prune", cwd=record.top, check=False)
     git("worktree", "add", "-q", "--detach", scratch, merged, cwd=record.top)
     results = []
     try:
@@ -127,7 +131,7 @@ def _run_gates(record: Session, merged: str, gates: tuple[str, ...], into: str) 
                     + (f"\n{tail}" if tail else ""),
                     gate=gate, exit=proc.returncode)
     finally:
-        git("worktree", "remove", "--force", scratch, cwd=record.top, check=False)
+        git("worktree", "remove", "--force", "--force", scratch, cwd=record.top, check=False)
         shutil.rmtree(scratch, ignore_errors=True)
         git("worktree", "prune", cwd=record.top, check=False)
     return results

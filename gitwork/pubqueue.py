@@ -371,6 +371,9 @@ def _push(top: str, remote: str, ref: str, new: str, target: str) -> bool:
 
 
 def _remove_worktree(top: str, path: str) -> None:
-    git("worktree", "remove", "--force", path, cwd=top, check=False)
+    """Remove a scratch worktree, even one git still marks "initializing" (locked): a publisher killed
+    inside its ``git worktree add`` left that, and one ``--force`` and ``prune`` leave it, so every later
+    ``git worktree add`` there failed ("a missing but locked worktree") until a person unlocked it."""
+    git("worktree", "remove", "--force", "--force", path, cwd=top, check=False)
     shutil.rmtree(path, ignore_errors=True)
     git("worktree", "prune", cwd=top, check=False)

@@ -216,3 +216,57 @@ def test_a_config_lock_a_killed_git_config_left_no_longer_stops_gw_config_set_fo
     assert done.returncode == 0, done.stdout + done.stderr
     assert "removed the stale lock config.lock" in done.stderr and not lock.exists()
     assert git(repo, "config", "gitwork.lockTimeout") == "7"
+
+
+def checkout_killer(tmp_path: Path) -> dict[str, str]:
+    """An environment whose git runs a smudge filter on every file it checks out, and the filter kills its
+    process group: a ``git worktree add`` dies mid-checkout, while git still marks the new worktree
+    "initializing" (``.git/worktrees/<name>/locked``)."""
+    attributes = tmp_path / "kill-attributes"
+    attributes.write_text("* filter=killer\n")
+    return {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "core.attributesFile", "GIT_CONFIG_VALUE_0": str(attributes),
+            "GIT_CONFIG_KEY_1": "filter.killer.smudge", "GIT_CONFIG_VALUE_1": "kill -KILL 0"}
+
+
+def test_a_publish_killed_in_its_gates_worktree_add_publishes_when_run_again(tmp_path: Path) -> None:
+    """``gw publish`` of a merge with gates runs them in a scratch worktree (``<session>/merge``); killed with
+    its group inside that ``git worktree add`` (mid-checkout: a smudge filter kills the group), it left a
+    worktree git still marks "initializing", which ``git worktree remove --force`` and ``prune`` leave
+    alone, and the next ``gw publish`` failed ("is a missing but locked worktree") until a person ran
+    ``git worktree unlock``."""
+    repo, item = project(tmp_path)
+    git(repo, "config", "gitwork.gates", "true")
+    with Workplane(str(repo), agent="alice") as wp:
+        started = sessions.start(wp, item, from_ref="main")
+        (Path(started["worktree"]) / "a.txt").write_text("alpha v2\n")
+        sessions.commit(wp, ["a.txt"], "session change", session=started["session"])
+    git(repo, "checkout", "-q", "-b", "work")  # main moves while the person works elsewhere: a merge
+    (repo / "b.txt").write_text("beta\n")
+    git(repo, "add", "b.txt")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "b")
+    git(repo, "update-ref", "refs/heads/main", git(repo, "rev-parse", "HEAD"))
+    publish = ("publish", started["session"], "--as", "alice", "--json")
+    done = subprocess.run(gw_cmd(*publish), cwd=repo, env={**os.environ, **checkout_killer(tmp_path),
+                          "GW_NO_AUTO_GC": "1"}, capture_output=True, text=True, timeout=60, start_new_session=True)
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr)
+    assert (repo / ".git" / "worktrees" / "merge" / "locked").exists()
+    again = run_gw(repo, *publish)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert '"mode": "merge"' in again.stdout
+
+
+def test_the_publish_queues_scratch_worktree_killed_mid_add_is_removed_by_the_next_publisher(tmp_path: Path) -> None:
+    """The publish queue's publisher runs gates in ``.worktrees/queue/<seq>`` the same way (``pubqueue``): the
+    ``git worktree add`` it runs, killed mid-checkout with its group, left a locked worktree that
+    ``_remove_worktree`` (one ``--force``, ``prune``) left, and the next publisher's ``git worktree add``
+    of that entry failed until a person unlocked it."""
+    from gitwork import pubqueue
+
+    repo, _item = project(tmp_path)
+    scratch = repo / ".worktrees" / "queue" / "00000001"
+    done = subprocess.run(["git", "worktree", "add", "-q", "--detach", str(scratch), "HEAD"], cwd=repo,
+                          env={**os.environ, **checkout_killer(tmp_path)}, capture_output=True, timeout=60,
+                          start_new_session=True)
+    assert done.returncode == -9 and (repo / ".git" / "worktrees" / "00000001" / "locked").exists()
+    pubqueue._remove_worktree(str(repo), str(scratch))
+    git(repo, "worktree", "add", "-q", "--detach", str(scratch), "HEAD")  # before: "a missing but locked worktree"
