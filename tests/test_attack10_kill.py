@@ -63,7 +63,7 @@ def killed(repo: Path, *args: str, at: str) -> None:
 
 
 def hook(repo: Path, name: str, text: str) -> Path:
-    path = repo / ".git" / "hooks" / name
+    path = (repo / ".git" if (repo / ".git").is_dir() else repo) / "hooks" / name  # (a bare repository: its own)
     path.write_text(text)
     path.chmod(0o755)
     return path
@@ -286,3 +286,47 @@ def test_a_config_lock_a_killed_git_config_left_no_longer_stops_gw_remote_set_fo
     done = run_gw(repo, "remote", "set", "origin")
     assert done.returncode == 0, done.stdout + done.stderr
     assert not lock.exists()
+
+
+KILL_ON_REMOTE_SESSION_REF = """#!/bin/sh
+# test hook of the code remote: over file:// its receive-pack runs in the pusher's process group, with the
+# pusher's environment; kill that group while the session branch's lock is held on the remote
+[ -n "$GW_TEST_KILL" ] || exit 0
+[ "$1" = prepared ] || exit 0
+grep -q ' refs/heads/session/' && kill -KILL 0
+exit 0
+"""
+
+
+def test_a_queue_push_killed_while_the_remote_held_the_session_branchs_lock_is_pushed_again(
+        machine_a: Path, remote: Path) -> None:
+    """``gw publish --queue`` pushes the session branch to the code remote (here the arbiter, with gitwork's
+    server hooks); killed with its group while the remote's ``receive-pack`` (over ``file://``, in the same
+    group) held ``refs/heads/session/<id>.lock``, it left that lock on the remote, and every later push of
+    the branch was refused (exit 13, "cannot lock ref") until a person removed it there. The server hook
+    removes it by the stale-lock rule, as it does for the state refs."""
+    a = machine_a
+    (a / "a.txt").write_text("alpha\n")
+    git(a, "add", "a.txt")
+    git(a, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
+    git(a, "push", "-q", "origin", "HEAD:refs/heads/main")
+    assert run_gw(remote.parent, "hooks", "install", "--server", str(remote)).returncode == 0
+    made = run_gw(a, "new", "queued work", "--json")
+    item = made.stdout.split('"item": "')[1].split('"')[0]
+    assert run_gw(a, "claim", item, "--as", "alice").returncode == 0
+    with Workplane(str(a), agent="alice") as wp:
+        started = sessions.start(wp, item)
+        (Path(started["worktree"]) / "a.txt").write_text("alpha v2\n")
+        sessions.commit(wp, ["a.txt"], "session change", session=started["session"])
+    kill = hook(remote, "reference-transaction", KILL_ON_REMOTE_SESSION_REF)
+    queue = ("publish", "--queue", started["session"], "--as", "alice", "--json")
+    killed(a, *queue, at="prepared")
+    kill.unlink()
+    lock = remote / "refs" / "heads" / "session" / f"{started['session']}.lock"
+    assert lock.exists()
+    aged(lock)
+    again = run_gw(a, *queue)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert not lock.exists()
+    assert git(remote, "rev-parse", f"refs/heads/session/{started['session']}") == \
+        git(a, "rev-parse", f"session/{started['session']}")
