@@ -298,14 +298,10 @@ exit 0
 """
 
 
-def test_a_queue_push_killed_while_the_remote_held_the_session_branchs_lock_is_pushed_again(
-        machine_a: Path, remote: Path) -> None:
-    """``gw publish --queue`` pushes the session branch to the code remote (here the arbiter, with gitwork's
-    server hooks); killed with its group while the remote's ``receive-pack`` (over ``file://``, in the same
-    group) held ``refs/heads/session/<id>.lock``, it left that lock on the remote, and every later push of
-    the branch was refused (exit 13, "cannot lock ref") until a person removed it there. The server hook
-    removes it by the stale-lock rule, as it does for the state refs."""
-    a = machine_a
+def committed_session(a: Path, remote: Path) -> str:
+    """Machine ``a`` (its arbiter ``remote`` with gitwork's server hooks, also its code remote, holding
+    ``main``) with a committed session of alice's: its id."""
+    git(a, "symbolic-ref", "HEAD", "refs/heads/main")
     (a / "a.txt").write_text("alpha\n")
     git(a, "add", "a.txt")
     git(a, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
@@ -318,15 +314,61 @@ def test_a_queue_push_killed_while_the_remote_held_the_session_branchs_lock_is_p
         started = sessions.start(wp, item)
         (Path(started["worktree"]) / "a.txt").write_text("alpha v2\n")
         sessions.commit(wp, ["a.txt"], "session change", session=started["session"])
+    return str(started["session"])
+
+
+def test_a_queue_push_killed_while_the_remote_held_the_session_branchs_lock_is_pushed_again(
+        machine_a: Path, remote: Path) -> None:
+    """``gw publish --queue`` pushes the session branch to the code remote (here the arbiter, with gitwork's
+    server hooks); killed with its group while the remote's ``receive-pack`` (over ``file://``, in the same
+    group) held ``refs/heads/session/<id>.lock``, it left that lock on the remote, and every later push of
+    the branch was refused (exit 13, "cannot lock ref") until a person removed it there. The server hook
+    removes it by the stale-lock rule, as it does for the state refs."""
+    a = machine_a
+    session = committed_session(a, remote)
     kill = hook(remote, "reference-transaction", KILL_ON_REMOTE_SESSION_REF)
-    queue = ("publish", "--queue", started["session"], "--as", "alice", "--json")
+    queue = ("publish", "--queue", session, "--as", "alice", "--json")
     killed(a, *queue, at="prepared")
     kill.unlink()
-    lock = remote / "refs" / "heads" / "session" / f"{started['session']}.lock"
+    lock = remote / "refs" / "heads" / "session" / f"{session}.lock"
     assert lock.exists()
     aged(lock)
     again = run_gw(a, *queue)
     assert again.returncode == 0, again.stdout + again.stderr
     assert not lock.exists()
-    assert git(remote, "rev-parse", f"refs/heads/session/{started['session']}") == \
-        git(a, "rev-parse", f"session/{started['session']}")
+    assert git(remote, "rev-parse", f"refs/heads/session/{session}") == git(a, "rev-parse", f"session/{session}")
+
+
+KILL_ON_QUEUE_FETCH = """#!/bin/sh
+# test hook: kill the publisher's process group while its fetch holds the lock of a publish-queue ref
+[ -n "$GW_TEST_KILL" ] || exit 0
+[ "$1" = prepared ] || exit 0
+grep -q ' refs/gitwork/queue/' && kill -KILL 0
+exit 0
+"""
+
+
+def test_a_publisher_killed_in_its_fetch_of_a_queued_branch_lands_it_on_the_next_pass(
+        machine_a: Path, remote: Path) -> None:
+    """The publisher (``gw queue work``) fetches each queued session branch into ``refs/gitwork/queue/<id>``;
+    killed with its group while that fetch held the ref's lock, it left it, and every later pass read the
+    failed fetch as "the session branch is not on the remote" and sent the entry back, and again after each
+    ``gw publish --queue``: it could never land until a person removed the lock."""
+    a = machine_a
+    session = committed_session(a, remote)
+    queued = run_gw(a, "publish", "--queue", session, "--as", "alice")
+    assert queued.returncode == 0, queued.stdout + queued.stderr
+    kill = hook(a, "reference-transaction", KILL_ON_QUEUE_FETCH)
+    killed(a, "queue", "work", "--once", "--as", "alice", at="prepared")
+    kill.unlink()
+    lock = a / ".git" / "refs" / "gitwork" / "queue" / f"{session}.lock"
+    assert lock.exists()
+    aged(lock)
+    # The killed publisher's lease (its default 120 s) is left to run out: the next pass comes after it.
+    later = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 300))
+    work = run_gw(a, "queue", "work", "--once", "--as", "alice", "--json", env={"GW_NOW": later})
+    assert work.returncode == 0, work.stdout + work.stderr
+    assert '"outcome": "landed"' in work.stdout, work.stdout
+    assert git(remote, "merge-base", "--is-ancestor", git(a, "rev-parse", f"session/{session}"), "main",
+               check=False) == ""
+    assert not lock.exists()
