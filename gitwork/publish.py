@@ -181,15 +181,38 @@ def _move_local(top: str, ref: str, into: str, new: str, target: str) -> tuple[b
     return True, worktree
 
 
-def _remote_tip(top: str, remote: str, into: str) -> str | None:
-    tracking = f"refs/remotes/{remote}/{into}"
-    done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", remote, f"+refs/heads/{into}:{tracking}",
-               cwd=top, check=False)
-    if done.returncode != 0:
+def _remote_tip(wp: Workplane, top: str, remote: str, into: str) -> str | None:
+    return fetch_into(wp.repo.common_dir, top, remote, f"refs/heads/{into}", f"refs/remotes/{remote}/{into}", into)
+
+
+def fetch_into(common_dir: str, top: str, remote: str, ref: str, tracking: str, what: str) -> str | None:
+    """Fetch ``remote``'s ``ref`` into the local ``tracking``: its commit, None when the remote has no ``ref``.
+
+    A lock of ``tracking`` that a fetch killed outright left (kill -9 of a ``gw publish`` or of a publisher
+    with its process group) is removed by the stale-lock rule (``stalelocks.py``: older than
+    ``STALE_AFTER``, no git of the repository or in its work tree running), said on stderr, and the fetch
+    tried again. Before, every later fetch failed: a publish with exit 12 until a person removed it, and
+    the publish queue's publisher read a session branch's as "not on the remote" and sent the entry back,
+    again after each ``gw publish --queue``."""
+    for attempt in (1, 2):
+        done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{tracking}", cwd=top,
+                   check=False)
+        if done.returncode == 0:
+            return resolve_commit(tracking, top)
         if "couldn't find remote ref" in done.err:
             return None
-        raise RemoteError(f"cannot fetch {into} from {remote}: {done.err}", remote=remote)
-    return resolve_commit(tracking, top)
+        if attempt == 1 and ".lock" in done.err:
+            import sys
+
+            from .stalelocks import sweep
+
+            removed = sweep(common_dir, [tracking], under="refs/", work_tree=top)
+            for line in removed:
+                sys.stderr.write(f"gitwork: {line}\n")
+            if removed:
+                continue
+        break
+    raise RemoteError(f"cannot fetch {what} from {remote}: {done.err}", remote=remote)
 
 
 def _push(top: str, remote: str, into: str, new: str, target: str) -> bool:
@@ -269,7 +292,7 @@ def _publish_with_record(wp: Workplane, record: Session, remote: str, into: str,
     top, ref, source, item_id = record.top, f"refs/heads/{into}", record["commit"], record["item"]
     arbiter = Arbiter(wp)
     for _round in range(MAX_ROUNDS):
-        target = _remote_tip(top, remote, into)
+        target = _remote_tip(wp, top, remote, into)
         if target is None:
             raise Invalid(f"{remote} has no branch {into}")
         new, mode, gates = _decide(record, target, into, wp)
@@ -348,7 +371,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     worktree = None
     for _round in range(MAX_ROUNDS):
         if remote:
-            target = _remote_tip(top, remote, into)
+            target = _remote_tip(wp, top, remote, into)
             if target is None:
                 raise Invalid(f"{remote} has no branch {into}")
         else:

@@ -237,32 +237,9 @@ class Publisher:
                                 f"the session branch session/{session}")
 
     def _fetch_into(self, ref: str, tracking: str, what: str) -> str | None:
-        """Fetch the remote's ``ref`` into ``tracking``: its commit, None when the remote has no ``ref``.
+        from .publish import fetch_into
 
-        A lock of ``tracking`` that a fetch killed outright left (kill -9 of a publisher with its process
-        group) is removed by the stale-lock rule (``stalelocks.py``: older than ``STALE_AFTER``, no git of
-        the repository or in its work tree running), said on stderr, and the fetch tried again. Before, it
-        failed every later pass: for ``into``, exit 12; for a session branch, the failed fetch read as "not
-        on the remote" and the entry was sent back, again after each ``gw publish --queue``."""
-        for attempt in (1, 2):
-            done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", self.remote, f"+{ref}:{tracking}",
-                       cwd=self.top, check=False)
-            if done.returncode == 0:
-                return resolve_commit(tracking, self.top)
-            if "couldn't find remote ref" in done.err:
-                return None
-            if attempt == 1 and ".lock" in done.err:
-                import sys
-
-                from .stalelocks import sweep
-
-                removed = sweep(self.wp.repo.common_dir, [tracking], under="refs/", work_tree=self.top)
-                for line in removed:
-                    sys.stderr.write(f"gitwork: {line}\n")
-                if removed:
-                    continue
-            break
-        raise RemoteError(f"cannot fetch {what} from {self.remote}: {done.err}", remote=self.remote)
+        return fetch_into(self.wp.repo.common_dir, self.top, self.remote, ref, tracking, what)
 
     def _merge(self, entry: dict[str, Any], target: str, source: str) -> str | list[str]:
         """The merge commit of ``source`` into ``target`` (no worktree touched), or the conflicting paths."""

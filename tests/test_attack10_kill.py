@@ -372,3 +372,27 @@ def test_a_publisher_killed_in_its_fetch_of_a_queued_branch_lands_it_on_the_next
     assert git(remote, "merge-base", "--is-ancestor", git(a, "rev-parse", f"session/{session}"), "main",
                check=False) == ""
     assert not lock.exists()
+
+
+KILL_ON_TRACKING_FETCH = KILL_ON_QUEUE_FETCH.replace("refs/gitwork/queue/", "refs/remotes/origin/main")
+
+
+def test_a_publish_killed_in_its_fetch_of_the_target_publishes_when_run_again(machine_a: Path, remote: Path) -> None:
+    """``gw publish`` to a code remote fetches the target into ``refs/remotes/<remote>/<into>``; killed with its
+    group while that fetch held the ref's lock, it left it, and every later ``gw publish`` failed (exit 12,
+    "cannot fetch main from origin ... cannot lock ref") until a person removed it."""
+    a = machine_a
+    session = committed_session(a, remote)
+    git(a, "update-ref", "-d", "refs/remotes/origin/main")  # (so that the publish's fetch writes it, under its lock)
+    made = git(a, "rev-parse", f"session/{session}")
+    kill = hook(a, "reference-transaction", KILL_ON_TRACKING_FETCH)
+    publish = ("publish", session, "--remote", "origin", "--as", "alice", "--json")
+    killed(a, *publish, at="prepared")
+    kill.unlink()
+    lock = a / ".git" / "refs" / "remotes" / "origin" / "main.lock"
+    assert lock.exists()
+    aged(lock)
+    again = run_gw(a, *publish)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert git(remote, "rev-parse", "main") == made
+    assert not lock.exists()
