@@ -396,3 +396,21 @@ def test_a_publish_killed_in_its_fetch_of_the_target_publishes_when_run_again(ma
     assert again.returncode == 0, again.stdout + again.stderr
     assert git(remote, "rev-parse", "main") == made
     assert not lock.exists()
+
+
+def test_a_session_start_killed_before_its_record_can_be_dropped(tmp_path: Path) -> None:
+    """``gw session start`` killed (``GW_CRASH_AT=before-cas``) after its worktree, branch and manifest, before
+    its record: the state never knew the session, so ``gw session drop`` was refused (exit 5, "has no
+    session") and so was a publish; its worktree and branch stayed and ``gw session list`` showed it live,
+    for good. The drop now removes it locally and says so; the same start again makes a new session."""
+    repo, item = project(tmp_path)
+    done = subprocess.run(gw_cmd("session", "start", item, "--as", "alice"), cwd=repo, capture_output=True,
+                          env={**os.environ, "GW_CRASH_AT": "before-cas", "GW_NO_AUTO_GC": "1"}, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr
+    [session] = os.listdir(repo / ".worktrees" / "sessions")
+    dropped = run_gw(repo, "session", "drop", session, "--as", "alice", "--json")
+    assert dropped.returncode == 0, dropped.stdout + dropped.stderr
+    assert "never recorded" in dropped.stdout and '"branch": "deleted"' in dropped.stdout, dropped.stdout
+    assert git(repo, "branch", "--list", f"session/{session}") == ""
+    assert not (repo / ".worktrees" / "sessions" / session / "source").exists()
+    assert '"live": true' not in run_gw(repo, "session", "list", "--json").stdout

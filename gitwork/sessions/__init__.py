@@ -665,16 +665,26 @@ def drop(wp: Workplane, session: str, keep_branch: bool = False, reason: str | N
     files = [c["path"] for c in record.get("changes") or []]
     recorded = record.get("dropped", {}).get("recorded")
     command_id = None
+    warnings = []
     if state != "dropped":
         if not _drop_on_record(wp, record):  # else: recorded, then interrupted before the manifest said so
-            applied = wp.record("session-drop", item=record["item"], session=record.id,
-                                keep_branch=keep_branch or None, reason=reason)
-            recorded, command_id = applied.commit, applied.command["id"]
+            try:
+                applied = wp.record("session-drop", item=record["item"], session=record.id,
+                                    keep_branch=keep_branch or None, reason=reason)
+                recorded, command_id = applied.commit, applied.command["id"]
+            except Invalid as refused:
+                # The state (the arbiter's, when there is one) never recorded its start: a `gw session
+                # start` killed after its manifest, before its record. Nothing to end on the record, and
+                # before, the session could be neither dropped nor published: its worktree and branch
+                # stayed, and `gw session list` showed it live, for good.
+                if refused.message != f"{record['item']} has no session {record.id}":
+                    raise
+                warnings.append(f"session {record.id} was never recorded (its start was interrupted): "
+                                "removed here only")
         record.doc.update(state="dropped", dropped={"at": clock.format_instant(wp.now()), "recorded": recorded,
                                                     "branch": "kept" if keep_branch else "deleted",
                                                     "uncommitted": leftovers})
         record.save()
-    warnings = []
     if os.path.isdir(record.source):
         done = git("worktree", "remove", "--force", record.source, cwd=record.top, check=False)
         if done.returncode != 0:
