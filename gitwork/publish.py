@@ -164,6 +164,8 @@ def _move_local(top: str, ref: str, into: str, new: str, target: str) -> tuple[b
     worktree = _refuse_dirty_checkout(top, ref, into)
     if worktree is None:
         done = git("update-ref", "-m", f"gw publish: {new[:12]}", ref, new, target, cwd=top, check=False)
+        if "cannot lock ref" in done.err and _swept(top, ref):
+            done = git("update-ref", "-m", f"gw publish: {new[:12]}", ref, new, target, cwd=top, check=False)
         if done.returncode == 0:
             return True, None
         if "but expected" in done.err or "cannot lock ref" in done.err:
@@ -179,6 +181,22 @@ def _move_local(top: str, ref: str, into: str, new: str, target: str) -> tuple[b
         raise NonFastForward(f"{into} is checked out at {worktree} and git could not fast-forward it: "
                              f"{done.err or done.out.strip()}. Nothing was changed.", worktree=worktree)
     return True, worktree
+
+
+def _swept(top: str, ref: str) -> bool:
+    """Whether a lock of the local branch ``ref`` that a killed git left was removed (the stale-lock rule,
+    ``stalelocks.py``: older than ``STALE_AFTER``, no git of the repository or in its work tree running),
+    said on stderr. A ``gw publish`` killed with its process group while its ``git update-ref`` held the
+    target's lock left it, and every later publish failed (exit 13, "kept moving") until a person removed it."""
+    import sys
+
+    from .stalelocks import sweep
+
+    common = git("rev-parse", "--git-common-dir", cwd=top).out.strip()
+    removed = sweep(os.path.join(top, common), [ref], under="refs/heads/", work_tree=top)
+    for line in removed:
+        sys.stderr.write(f"gitwork: {line}\n")
+    return bool(removed)
 
 
 def _remote_tip(wp: Workplane, top: str, remote: str, into: str) -> str | None:

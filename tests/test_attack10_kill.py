@@ -414,3 +414,28 @@ def test_a_session_start_killed_before_its_record_can_be_dropped(tmp_path: Path)
     assert git(repo, "branch", "--list", f"session/{session}") == ""
     assert not (repo / ".worktrees" / "sessions" / session / "source").exists()
     assert '"live": true' not in run_gw(repo, "session", "list", "--json").stdout
+
+
+KILL_ON_MAIN = KILL_ON_QUEUE_FETCH.replace("refs/gitwork/queue/", "refs/heads/main")
+
+
+def test_a_local_publish_killed_while_git_held_the_targets_lock_publishes_when_run_again(tmp_path: Path) -> None:
+    """``gw publish`` into a local branch nobody has checked out moves it with ``git update-ref``; killed with its
+    group while that held ``refs/heads/main.lock``, it left it, and every later publish failed (exit 13, "main
+    kept moving while publishing ...; try again"), misleadingly and for good, until a person removed it."""
+    repo, item = project(tmp_path)
+    with Workplane(str(repo), agent="alice") as wp:
+        started = sessions.start(wp, item, from_ref="main")
+        (Path(started["worktree"]) / "a.txt").write_text("alpha v2\n")
+        made = sessions.commit(wp, ["a.txt"], "session change", session=started["session"])["commit"]
+    git(repo, "checkout", "-q", "-b", "work")
+    kill = hook(repo, "reference-transaction", KILL_ON_MAIN)
+    publish = ("publish", started["session"], "--as", "alice", "--json")
+    killed(repo, *publish, at="prepared")
+    kill.unlink()
+    lock = repo / ".git" / "refs" / "heads" / "main.lock"
+    assert lock.exists()
+    aged(lock)
+    again = run_gw(repo, *publish)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert git(repo, "rev-parse", "main") == made and not lock.exists()
