@@ -146,11 +146,11 @@ def _decide(record: Session, target: str, into: str, wp: Workplane) -> tuple[str
     return merged, "merge", _run_gates(record, merged, tuple(wp.settings.gates), into)
 
 
-def _refuse_dirty_checkout(top: str, ref: str, into: str) -> str | None:
+def _refuse_dirty_checkout(top: str, ref: str, into: str, new: str | None = None) -> str | None:
     worktree = _checked_out(top, ref)
     if worktree is not None:
         dirty = _dirty(worktree)
-        if dirty:
+        if dirty and not (new is not None and _interrupted_fast_forward(top, worktree, ref, new)):
             raise NonFastForward(
                 f"{into} is checked out at {worktree} with uncommitted changes ({', '.join(dirty[:5])}"
                 f"{'...' if len(dirty) > 5 else ''}); publishing would leave it out of date. Commit or stash them "
@@ -159,9 +159,36 @@ def _refuse_dirty_checkout(top: str, ref: str, into: str) -> str | None:
     return worktree
 
 
+def _interrupted_fast_forward(top: str, worktree: str, ref: str, new: str) -> bool:
+    """Whether the checkout's changes are exactly the fast-forward to ``new`` that a killed ``gw publish``
+    began (kill -9 of its group inside ``git merge --ff-only``, after the index and files were written,
+    before the branch moved): the branch is an ancestor of ``new``, the index holds ``new``'s tree and the
+    files the index. The locks that ``git merge`` left (``HEAD.lock``, the branch's, ``index.lock``) are
+    removed by the stale-lock rule (``stalelocks.py``), said on stderr, so that the publish finishes the
+    move. Before, every later publish refused the checkout as dirty (exit 13), for good. Moving the branch
+    to ``new`` loses nothing there: what is in the index and the files is ``new``'s."""
+    import sys
+
+    from .stalelocks import sweep
+
+    if not _is_ancestor(resolve_commit(ref, top), new, top):
+        return False
+    if git("diff", "--quiet", cwd=worktree, check=False).returncode != 0:
+        return False  # (files that differ from the index: the person's own work)
+    if git("diff-index", "--cached", "--quiet", new, "--", cwd=worktree, check=False).returncode != 0:
+        return False
+    where = git("rev-parse", "--absolute-git-dir", "--git-common-dir", cwd=worktree).out.split("\n")
+    own, common = where[0], os.path.join(worktree, where[1])
+    removed = sweep(own, ["HEAD", "index"], under="", work_tree=worktree) + \
+        sweep(common, [ref], under="refs/heads/", work_tree=top)
+    for line in removed:
+        sys.stderr.write(f"gitwork: {line}\n")
+    return True
+
+
 def _move_local(top: str, ref: str, into: str, new: str, target: str) -> tuple[bool, str | None]:
     """Move the local branch from ``target`` to ``new``; ``(False, _)`` if it moved meanwhile."""
-    worktree = _refuse_dirty_checkout(top, ref, into)
+    worktree = _refuse_dirty_checkout(top, ref, into, new)
     if worktree is None:
         done = git("update-ref", "-m", f"gw publish: {new[:12]}", ref, new, target, cwd=top, check=False)
         if "cannot lock ref" in done.err and _swept(top, ref):
@@ -394,7 +421,7 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
                 raise Invalid(f"{remote} has no branch {into}")
         else:
             target = resolve_commit(ref, top)
-            worktree = _refuse_dirty_checkout(top, ref, into)  # refuse before any work
+            worktree = _refuse_dirty_checkout(top, ref, into, record["commit"])  # refuse before any work
         new, mode, gates = _decide(record, target, into, wp)
         if remote:
             moved = _push(top, remote, into, new, target)

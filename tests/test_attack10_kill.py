@@ -439,3 +439,34 @@ def test_a_local_publish_killed_while_git_held_the_targets_lock_publishes_when_r
     again = run_gw(repo, *publish)
     assert again.returncode == 0, again.stdout + again.stderr
     assert git(repo, "rev-parse", "main") == made and not lock.exists()
+
+
+def test_a_publish_killed_inside_the_fast_forward_of_the_checked_out_branch_finishes_when_run_again(
+        tmp_path: Path) -> None:
+    """``gw publish`` into the branch the person has checked out runs ``git merge --ff-only`` there; killed with
+    its group after git wrote the index and files, while it held ``HEAD.lock`` and the branch's lock, it
+    left the checkout holding the session's change with the branch not moved, and every later publish
+    refused that checkout as dirty (exit 13), for good. The publish now recognises exactly that (the branch
+    an ancestor of the commit, the index holding its tree, the files the index), removes the stale locks
+    and finishes the move; other uncommitted work is still refused."""
+    repo, item = project(tmp_path)
+    with Workplane(str(repo), agent="alice") as wp:
+        started = sessions.start(wp, item, from_ref="main")
+        (Path(started["worktree"]) / "a.txt").write_text("alpha v2\n")
+        made = sessions.commit(wp, ["a.txt"], "session change", session=started["session"])["commit"]
+    kill = hook(repo, "reference-transaction", KILL_ON_MAIN)
+    publish = ("publish", started["session"], "--as", "alice", "--json")
+    killed(repo, *publish, at="prepared")
+    kill.unlink()
+    locks = [repo / ".git" / "HEAD.lock", repo / ".git" / "refs" / "heads" / "main.lock"]
+    assert [p.exists() for p in locks] == [True, True]
+    assert (repo / "a.txt").read_text() == "alpha v2\n" and git(repo, "rev-parse", "main") != made
+    aged(*locks)
+    (repo / "a.txt").write_text("the person's own edit\n")
+    refused = run_gw(repo, *publish)
+    assert refused.returncode == 13 and "uncommitted changes" in refused.stderr, refused.stdout + refused.stderr
+    (repo / "a.txt").write_text("alpha v2\n")
+    again = run_gw(repo, *publish)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert git(repo, "rev-parse", "main") == made and not any(p.exists() for p in locks)
+    assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
