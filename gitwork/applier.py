@@ -254,12 +254,33 @@ def _answer_all(git_dir: str, store: Store, waiting: list[Waiting], answers: dic
         oid = store.writer.write("commit", answer_body(entry.commit, entry.command_id, answer, when, tree))
         lines.append(f"update {entry.ref} {oid} {entry.commit}\n")
     lines += [f"delete {ref} {oid}\n" for ref, oid in prune]
-    if not lines or _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode()).returncode == 0:
+    if not lines:
+        return
+    done = _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode())
+    if done.returncode != 0 and prune and "packed-refs.lock" in done.err and _swept_packed_refs(git_dir):
+        done = _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode())
+    if done.returncode == 0:
         return
     # One transaction failed (a client re-sent a waiting request meanwhile): each ref on its own, so
     # that one moved ref does not keep the others from their answers (the moved one waits for the next batch).
     for line in lines:
         _git(git_dir, "update-ref", "--stdin", input=line.encode())
+
+
+def _swept_packed_refs(git_dir: str) -> bool:
+    """Whether a ``packed-refs.lock`` that a killed git left was removed (``stalelocks.py``'s rule: older than
+    ``STALE_AFTER``, no git of the repository that could hold it running), said on stderr. A deletion takes
+    it: an applier killed while pruning (over file:// it runs in the pusher's process group) left it, and
+    from then on every batch's transaction failed and every prune with it, silently: the inbox grew
+    without end."""
+    import sys
+
+    from .stalelocks import sweep
+
+    removed = sweep(git_dir, ["packed-refs"], under="packed-refs")
+    for line in removed:
+        sys.stderr.write(f"gitwork: {line}\n")
+    return bool(removed)
 
 
 def _locked(path: str) -> int | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, gw_cmd, run_gw
+from conftest import git, gw_cmd, run_gw, tip
 from gitwork import sessions, stalelocks
 from gitwork.errors import Held
 from gitwork.sessions.plan import _started
@@ -470,3 +470,33 @@ def test_a_publish_killed_inside_the_fast_forward_of_the_checked_out_branch_fini
     assert again.returncode == 0, again.stdout + again.stderr
     assert git(repo, "rev-parse", "main") == made and not any(p.exists() for p in locks)
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_a_packed_refs_lock_on_the_batch_arbiter_no_longer_stops_its_inbox_pruning_for_good(
+        machine_a: Path, remote: Path) -> None:
+    """The batch arbiter's applier prunes answered inbox refs older than ``ANSWER_KEPT`` in the transaction that
+    answers a batch; a deletion takes ``packed-refs.lock``. An applier killed there (it runs in the pusher's
+    process group over ``file://``) left that lock (planted here, aged), and from then on every batch's
+    transaction failed and fell back to one ``update-ref`` per ref, whose deletions all failed: the inbox
+    grew without end, silently."""
+    assert run_gw(remote.parent, "hooks", "install", "--server", str(remote)).returncode == 0
+    for where in (remote, machine_a):
+        git(where, "config", "gitwork.arbiter", "batch")
+    assert run_gw(machine_a, "new", "one").returncode == 0
+    assert run_gw(machine_a, "sync").returncode == 0  # (so that the claim below goes through the inbox alone)
+    # An answered request of two hours ago (an answer commit: the request as its parent), due for pruning.
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"@{int(time.time()) - 7200} +0000", "GIT_COMMITTER_NAME": "gitwork",
+           "GIT_COMMITTER_EMAIL": "gitwork@localhost", "GIT_AUTHOR_NAME": "gitwork", "GIT_AUTHOR_EMAIL": "gitwork@localhost"}
+    empty = git(remote, "hash-object", "-t", "tree", "-w", "--stdin", input=b"")
+    answer = subprocess.run(["git", "commit-tree", empty, "-p", tip(remote) or "", "-m", "gitwork answer"], cwd=remote,
+                            env=env, capture_output=True, text=True, check=True).stdout.strip()
+    answered = ["refs/gitwork/inbox/c-0123456789abcdef"]
+    git(remote, "update-ref", answered[0], answer)
+    lock = remote / "packed-refs.lock"
+    lock.write_text("")
+    aged(lock)
+    done = run_gw(machine_a, "claim", "--next", "--as", "bob")
+    assert done.returncode == 0, done.stdout + done.stderr
+    left = git(remote, "for-each-ref", "--format=%(refname)", "refs/gitwork/inbox/").split()
+    assert answered[0] not in left and len(left) == 1, left
+    assert not lock.exists()
