@@ -246,18 +246,20 @@ def _answer_all(git_dir: str, store: Store, waiting: list[Waiting], answers: dic
                 prune: list[tuple[str, str]]) -> None:
     tree = store.writer.write_tree({})
     when = int(clock.now().timestamp())
-    lines = []
+    lines, refs = [], []
     for entry in waiting:
         answer = answers.get(entry.command_id)
         if answer is None:
             continue
         oid = store.writer.write("commit", answer_body(entry.commit, entry.command_id, answer, when, tree))
         lines.append(f"update {entry.ref} {oid} {entry.commit}\n")
+        refs.append(entry.ref)
     lines += [f"delete {ref} {oid}\n" for ref, oid in prune]
     if not lines:
         return
     done = _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode())
-    if done.returncode != 0 and prune and "packed-refs.lock" in done.err and _swept_packed_refs(git_dir):
+    if done.returncode != 0 and ".lock" in done.err and \
+            _swept(git_dir, refs + [ref for ref, _ in prune] + (["packed-refs"] if prune else [])):
         done = _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode())
     if done.returncode == 0:
         return
@@ -267,17 +269,18 @@ def _answer_all(git_dir: str, store: Store, waiting: list[Waiting], answers: dic
         _git(git_dir, "update-ref", "--stdin", input=line.encode())
 
 
-def _swept_packed_refs(git_dir: str) -> bool:
-    """Whether a ``packed-refs.lock`` that a killed git left was removed (``stalelocks.py``'s rule: older than
-    ``STALE_AFTER``, no git of the repository that could hold it running), said on stderr. A deletion takes
-    it: an applier killed while pruning (over file:// it runs in the pusher's process group) left it, and
-    from then on every batch's transaction failed and every prune with it, silently: the inbox grew
-    without end."""
+def _swept(git_dir: str, names: list[str]) -> bool:
+    """Whether a lock that a killed git left on one of ``names`` (inbox refs, ``packed-refs``) was removed
+    (``stalelocks.py``'s rule: older than ``STALE_AFTER``, no git of the repository that could hold it
+    running), said on stderr. An applier killed inside its transaction (over file:// it runs in the
+    pusher's process group) left the locks of the refs it answered and pruned and ``packed-refs.lock`` (a
+    deletion takes it); from then on every batch's transaction failed: the request it was answering was
+    decided again in every batch and never answered, and no answer was pruned again, silently."""
     import sys
 
     from .stalelocks import sweep
 
-    removed = sweep(git_dir, ["packed-refs"], under="packed-refs")
+    removed = sweep(git_dir, names, under="")
     for line in removed:
         sys.stderr.write(f"gitwork: {line}\n")
     return bool(removed)

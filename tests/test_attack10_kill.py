@@ -472,31 +472,49 @@ def test_a_publish_killed_inside_the_fast_forward_of_the_checked_out_branch_fini
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
 
 
-def test_a_packed_refs_lock_on_the_batch_arbiter_no_longer_stops_its_inbox_pruning_for_good(
+KILL_ON_INBOX_PRUNE = """#!/bin/sh
+# test hook of the batch arbiter: kill the pusher's process group (over file://, the applier is in it) while
+# the applier's transaction holds the inbox refs' locks and packed-refs.lock (a deletion: a prune)
+[ -n "$GW_TEST_KILL" ] || exit 0
+[ "$1" = prepared ] || exit 0
+grep -q ' 0000000000000000000000000000000000000000 refs/gitwork/inbox/' && kill -KILL 0
+exit 0
+"""
+
+
+def test_an_applier_killed_inside_its_answers_transaction_leaves_no_lock_that_stops_later_batches(
         machine_a: Path, remote: Path) -> None:
-    """The batch arbiter's applier prunes answered inbox refs older than ``ANSWER_KEPT`` in the transaction that
-    answers a batch; a deletion takes ``packed-refs.lock``. An applier killed there (it runs in the pusher's
-    process group over ``file://``) left that lock (planted here, aged), and from then on every batch's
-    transaction failed and fell back to one ``update-ref`` per ref, whose deletions all failed: the inbox
-    grew without end, silently."""
+    """The batch arbiter's applier answers a batch and prunes answered inbox refs older than ``ANSWER_KEPT`` in
+    one ``update-ref`` transaction. Killed inside it (over ``file://`` it runs in the pusher's process
+    group), it left the locks of the inbox refs it answered and pruned and ``packed-refs.lock``; from then
+    on every batch's transaction failed: the killed request was decided again in every batch and never
+    answered, and no answer was pruned again, silently. The applier now removes those locks by the
+    stale-lock rule and runs the transaction again."""
     assert run_gw(remote.parent, "hooks", "install", "--server", str(remote)).returncode == 0
     for where in (remote, machine_a):
         git(where, "config", "gitwork.arbiter", "batch")
-    assert run_gw(machine_a, "new", "one").returncode == 0
-    assert run_gw(machine_a, "sync").returncode == 0  # (so that the claim below goes through the inbox alone)
+    for title in ("one", "two"):
+        assert run_gw(machine_a, "new", title).returncode == 0
+    assert run_gw(machine_a, "sync").returncode == 0  # (so that each claim below goes through the inbox alone)
     # An answered request of two hours ago (an answer commit: the request as its parent), due for pruning.
     env = {**os.environ, "GIT_COMMITTER_DATE": f"@{int(time.time()) - 7200} +0000", "GIT_COMMITTER_NAME": "gitwork",
            "GIT_COMMITTER_EMAIL": "gitwork@localhost", "GIT_AUTHOR_NAME": "gitwork", "GIT_AUTHOR_EMAIL": "gitwork@localhost"}
     empty = git(remote, "hash-object", "-t", "tree", "-w", "--stdin", input=b"")
     answer = subprocess.run(["git", "commit-tree", empty, "-p", tip(remote) or "", "-m", "gitwork answer"], cwd=remote,
                             env=env, capture_output=True, text=True, check=True).stdout.strip()
-    answered = ["refs/gitwork/inbox/c-0123456789abcdef"]
-    git(remote, "update-ref", answered[0], answer)
-    lock = remote / "packed-refs.lock"
-    lock.write_text("")
-    aged(lock)
-    done = run_gw(machine_a, "claim", "--next", "--as", "bob")
+    old = "refs/gitwork/inbox/c-0123456789abcdef"
+    git(remote, "update-ref", old, answer)
+    kill = hook(remote, "reference-transaction", KILL_ON_INBOX_PRUNE)
+    killed(machine_a, "claim", "--next", "--as", "bob", at="prepared")
+    kill.unlink()
+    inbox = remote / "refs" / "gitwork" / "inbox"
+    locks = [remote / "packed-refs.lock", *inbox.glob("*.lock")]
+    assert len(locks) == 3, locks  # packed-refs, the pruned answer's, the killed request's
+    [request] = [p.name[:-5] for p in locks[1:] if p.name != "c-0123456789abcdef.lock"]
+    aged(*locks)
+    done = run_gw(machine_a, "claim", "--next", "--as", "carol")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert not any(p.exists() for p in locks)
     left = git(remote, "for-each-ref", "--format=%(refname)", "refs/gitwork/inbox/").split()
-    assert answered[0] not in left and len(left) == 1, left
-    assert not lock.exists()
+    assert old not in left, left
+    assert git(remote, "log", "-1", "--format=%s", f"refs/gitwork/inbox/{request}").startswith("gitwork answer")
