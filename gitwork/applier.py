@@ -246,20 +246,44 @@ def _answer_all(git_dir: str, store: Store, waiting: list[Waiting], answers: dic
                 prune: list[tuple[str, str]]) -> None:
     tree = store.writer.write_tree({})
     when = int(clock.now().timestamp())
-    lines = []
+    lines, refs = [], []
     for entry in waiting:
         answer = answers.get(entry.command_id)
         if answer is None:
             continue
         oid = store.writer.write("commit", answer_body(entry.commit, entry.command_id, answer, when, tree))
         lines.append(f"update {entry.ref} {oid} {entry.commit}\n")
+        refs.append(entry.ref)
     lines += [f"delete {ref} {oid}\n" for ref, oid in prune]
-    if not lines or _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode()).returncode == 0:
+    if not lines:
+        return
+    done = _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode())
+    if done.returncode != 0 and ".lock" in done.err and \
+            _swept(git_dir, refs + [ref for ref, _ in prune] + (["packed-refs"] if prune else [])):
+        done = _git(git_dir, "update-ref", "--stdin", input="".join(lines).encode())
+    if done.returncode == 0:
         return
     # One transaction failed (a client re-sent a waiting request meanwhile): each ref on its own, so
     # that one moved ref does not keep the others from their answers (the moved one waits for the next batch).
     for line in lines:
         _git(git_dir, "update-ref", "--stdin", input=line.encode())
+
+
+def _swept(git_dir: str, names: list[str]) -> bool:
+    """Whether a lock that a killed git left on one of ``names`` (inbox refs, ``packed-refs``) was removed
+    (``stalelocks.py``'s rule: older than ``STALE_AFTER``, no git of the repository that could hold it
+    running), said on stderr. An applier killed inside its transaction (over file:// it runs in the
+    pusher's process group) left the locks of the refs it answered and pruned and ``packed-refs.lock`` (a
+    deletion takes it); from then on every batch's transaction failed: the request it was answering was
+    decided again in every batch and never answered, and no answer was pruned again, silently."""
+    import sys
+
+    from .stalelocks import sweep
+
+    removed = sweep(git_dir, names, under="")
+    for line in removed:
+        sys.stderr.write(f"gitwork: {line}\n")
+    return bool(removed)
 
 
 def _locked(path: str) -> int | None:

@@ -585,11 +585,17 @@ def register_server_check(check: ServerCheck) -> ServerCheck:
     return check
 
 
-def _has_lock(push: Push) -> bool:
-    """A ``<ref>.lock`` file exists for a state ref of the push: only then is the sweep imported (its
-    package, ``gitwork.sync``, loads the CAS client and the transport: ~10 ms a push for nothing)."""
-    return any(os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))
-               for u in push.updates if u.ref.startswith(STATE_PREFIX))
+# The refs of a push whose stale locks the hook removes: gitwork's own, and the session branches ``gw publish
+# --queue`` pushes to the code remote (a queue push killed with its group over file://, its receive-pack
+# with it, left ``refs/heads/session/<id>.lock`` there, and every later push of the branch was refused).
+SWEPT = (STATE_PREFIX, "refs/heads/session/")
+
+
+def _swept_refs(push: Push) -> list[str]:
+    """The refs of the push a ``<ref>.lock`` file exists for, among ``SWEPT``: only then is the sweep
+    imported (``stalelocks``)."""
+    return [u.ref for u in push.updates
+            if u.ref.startswith(SWEPT) and os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))]
 
 
 def pre_receive(args: list[str], text: str) -> list[str]:
@@ -598,10 +604,11 @@ def pre_receive(args: list[str], text: str) -> list[str]:
         problems: list[str] = []
         for check in list(SERVER_CHECKS):
             problems.extend(check(push))
-        if not problems and _has_lock(push):  # git takes the ref locks after this hook: a stale one would refuse the push
+        locked = _swept_refs(push) if not problems else []
+        if locked:  # git takes the ref locks after this hook: a stale one would refuse the push
             from .stalelocks import sweep
 
-            for line in sweep(push.git_dir, [u.ref for u in push.updates]):
+            for line in sweep(push.git_dir, locked, under="refs/"):
                 sys.stderr.write(f"gitwork: {line}\n")
         return problems
     finally:

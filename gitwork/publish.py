@@ -108,8 +108,12 @@ def _run_gates(record: Session, merged: str, gates: tuple[str, ...], into: str) 
     if not gates:
         return []
     scratch = os.path.join(record.folder, MERGE_DIR)
-    git("worktree", "remove", "--force", scratch, cwd=record.top, check=False)
+    # Twice forced: a publish killed inside its `git worktree add` left the scratch marked "initializing"
+    # (locked), which one --force and prune leave, and every later publish failed on it ("a missing but
+    # locked worktree") until a person unlocked it.
+    git("worktree", "remove", "--force", "--force", scratch, cwd=record.top, check=False)
     shutil.rmtree(scratch, ignore_errors=True)
+    git("worktree", "prune", cwd=record.top, check=False)
     git("worktree", "add", "-q", "--detach", scratch, merged, cwd=record.top)
     results = []
     try:
@@ -127,7 +131,7 @@ def _run_gates(record: Session, merged: str, gates: tuple[str, ...], into: str) 
                     + (f"\n{tail}" if tail else ""),
                     gate=gate, exit=proc.returncode)
     finally:
-        git("worktree", "remove", "--force", scratch, cwd=record.top, check=False)
+        git("worktree", "remove", "--force", "--force", scratch, cwd=record.top, check=False)
         shutil.rmtree(scratch, ignore_errors=True)
         git("worktree", "prune", cwd=record.top, check=False)
     return results
@@ -142,11 +146,11 @@ def _decide(record: Session, target: str, into: str, wp: Workplane) -> tuple[str
     return merged, "merge", _run_gates(record, merged, tuple(wp.settings.gates), into)
 
 
-def _refuse_dirty_checkout(top: str, ref: str, into: str) -> str | None:
+def _refuse_dirty_checkout(top: str, ref: str, into: str, new: str | None = None) -> str | None:
     worktree = _checked_out(top, ref)
     if worktree is not None:
         dirty = _dirty(worktree)
-        if dirty:
+        if dirty and not (new is not None and _interrupted_fast_forward(top, worktree, ref, new)):
             raise NonFastForward(
                 f"{into} is checked out at {worktree} with uncommitted changes ({', '.join(dirty[:5])}"
                 f"{'...' if len(dirty) > 5 else ''}); publishing would leave it out of date. Commit or stash them "
@@ -155,11 +159,40 @@ def _refuse_dirty_checkout(top: str, ref: str, into: str) -> str | None:
     return worktree
 
 
+def _interrupted_fast_forward(top: str, worktree: str, ref: str, new: str) -> bool:
+    """Whether the checkout's changes are exactly the fast-forward to ``new`` that a killed ``gw publish``
+    began (kill -9 of its group inside ``git merge --ff-only``, after the index and files were written,
+    before the branch moved): the branch is an ancestor of ``new``, the index holds ``new``'s tree and the
+    files the index. The locks that ``git merge`` left (``HEAD.lock``, the branch's, ``index.lock``) are
+    removed by the stale-lock rule (``stalelocks.py``), said on stderr, so that the publish finishes the
+    move. Before, every later publish refused the checkout as dirty (exit 13), for good. Moving the branch
+    to ``new`` loses nothing there: what is in the index and the files is ``new``'s."""
+    import sys
+
+    from .stalelocks import sweep
+
+    if not _is_ancestor(resolve_commit(ref, top), new, top):
+        return False
+    if git("diff", "--quiet", cwd=worktree, check=False).returncode != 0:
+        return False  # (files that differ from the index: the person's own work)
+    if git("diff-index", "--cached", "--quiet", new, "--", cwd=worktree, check=False).returncode != 0:
+        return False
+    where = git("rev-parse", "--absolute-git-dir", "--git-common-dir", cwd=worktree).out.split("\n")
+    own, common = where[0], os.path.join(worktree, where[1])
+    removed = sweep(own, ["HEAD", "index"], under="", work_tree=worktree) + \
+        sweep(common, [ref], under="refs/heads/", work_tree=top)
+    for line in removed:
+        sys.stderr.write(f"gitwork: {line}\n")
+    return True
+
+
 def _move_local(top: str, ref: str, into: str, new: str, target: str) -> tuple[bool, str | None]:
     """Move the local branch from ``target`` to ``new``; ``(False, _)`` if it moved meanwhile."""
-    worktree = _refuse_dirty_checkout(top, ref, into)
+    worktree = _refuse_dirty_checkout(top, ref, into, new)
     if worktree is None:
         done = git("update-ref", "-m", f"gw publish: {new[:12]}", ref, new, target, cwd=top, check=False)
+        if "cannot lock ref" in done.err and _swept(top, ref):
+            done = git("update-ref", "-m", f"gw publish: {new[:12]}", ref, new, target, cwd=top, check=False)
         if done.returncode == 0:
             return True, None
         if "but expected" in done.err or "cannot lock ref" in done.err:
@@ -177,15 +210,54 @@ def _move_local(top: str, ref: str, into: str, new: str, target: str) -> tuple[b
     return True, worktree
 
 
-def _remote_tip(top: str, remote: str, into: str) -> str | None:
-    tracking = f"refs/remotes/{remote}/{into}"
-    done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", remote, f"+refs/heads/{into}:{tracking}",
-               cwd=top, check=False)
-    if done.returncode != 0:
+def _swept(top: str, ref: str) -> bool:
+    """Whether a lock of the local branch ``ref`` that a killed git left was removed (the stale-lock rule,
+    ``stalelocks.py``: older than ``STALE_AFTER``, no git of the repository or in its work tree running),
+    said on stderr. A ``gw publish`` killed with its process group while its ``git update-ref`` held the
+    target's lock left it, and every later publish failed (exit 13, "kept moving") until a person removed it."""
+    import sys
+
+    from .stalelocks import sweep
+
+    common = git("rev-parse", "--git-common-dir", cwd=top).out.strip()
+    removed = sweep(os.path.join(top, common), [ref], under="refs/heads/", work_tree=top)
+    for line in removed:
+        sys.stderr.write(f"gitwork: {line}\n")
+    return bool(removed)
+
+
+def _remote_tip(wp: Workplane, top: str, remote: str, into: str) -> str | None:
+    return fetch_into(wp.repo.common_dir, top, remote, f"refs/heads/{into}", f"refs/remotes/{remote}/{into}", into)
+
+
+def fetch_into(common_dir: str, top: str, remote: str, ref: str, tracking: str, what: str) -> str | None:
+    """Fetch ``remote``'s ``ref`` into the local ``tracking``: its commit, None when the remote has no ``ref``.
+
+    A lock of ``tracking`` that a fetch killed outright left (kill -9 of a ``gw publish`` or of a publisher
+    with its process group) is removed by the stale-lock rule (``stalelocks.py``: older than
+    ``STALE_AFTER``, no git of the repository or in its work tree running), said on stderr, and the fetch
+    tried again. Before, every later fetch failed: a publish with exit 12 until a person removed it, and
+    the publish queue's publisher read a session branch's as "not on the remote" and sent the entry back,
+    again after each ``gw publish --queue``."""
+    for attempt in (1, 2):
+        done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", remote, f"+{ref}:{tracking}", cwd=top,
+                   check=False)
+        if done.returncode == 0:
+            return resolve_commit(tracking, top)
         if "couldn't find remote ref" in done.err:
             return None
-        raise RemoteError(f"cannot fetch {into} from {remote}: {done.err}", remote=remote)
-    return resolve_commit(tracking, top)
+        if attempt == 1 and ".lock" in done.err:
+            import sys
+
+            from .stalelocks import sweep
+
+            removed = sweep(common_dir, [tracking], under="refs/", work_tree=top)
+            for line in removed:
+                sys.stderr.write(f"gitwork: {line}\n")
+            if removed:
+                continue
+        break
+    raise RemoteError(f"cannot fetch {what} from {remote}: {done.err}", remote=remote)
 
 
 def _push(top: str, remote: str, into: str, new: str, target: str) -> bool:
@@ -265,7 +337,7 @@ def _publish_with_record(wp: Workplane, record: Session, remote: str, into: str,
     top, ref, source, item_id = record.top, f"refs/heads/{into}", record["commit"], record["item"]
     arbiter = Arbiter(wp)
     for _round in range(MAX_ROUNDS):
-        target = _remote_tip(top, remote, into)
+        target = _remote_tip(wp, top, remote, into)
         if target is None:
             raise Invalid(f"{remote} has no branch {into}")
         new, mode, gates = _decide(record, target, into, wp)
@@ -344,12 +416,12 @@ def publish(wp: Workplane, session: str | None, into: str | None = None, remote:
     worktree = None
     for _round in range(MAX_ROUNDS):
         if remote:
-            target = _remote_tip(top, remote, into)
+            target = _remote_tip(wp, top, remote, into)
             if target is None:
                 raise Invalid(f"{remote} has no branch {into}")
         else:
             target = resolve_commit(ref, top)
-            worktree = _refuse_dirty_checkout(top, ref, into)  # refuse before any work
+            worktree = _refuse_dirty_checkout(top, ref, into, record["commit"])  # refuse before any work
         new, mode, gates = _decide(record, target, into, wp)
         if remote:
             moved = _push(top, remote, into, new, target)

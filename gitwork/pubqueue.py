@@ -229,22 +229,17 @@ class Publisher:
     # --- git -----------------------------------------------------------------------------------------
 
     def _fetch(self, into: str) -> str | None:
-        tracking = f"refs/remotes/{self.remote}/{into}"
-        done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", self.remote,
-                   f"+refs/heads/{into}:{tracking}", cwd=self.top, check=False)
-        if done.returncode != 0:
-            if "couldn't find remote ref" in done.err:
-                return None
-            raise RemoteError(f"cannot fetch {into} from {self.remote}: {done.err}", remote=self.remote)
-        return resolve_commit(tracking, self.top)
+        return self._fetch_into(f"refs/heads/{into}", f"refs/remotes/{self.remote}/{into}", into)
 
     def _fetch_session(self, session: str) -> str | None:
-        tracking = f"refs/gitwork/queue/{session}"  # not a branch: the local hooks and branch listings ignore it
-        done = git("fetch", "-q", "--no-tags", "--no-write-fetch-head", self.remote,
-                   f"+refs/heads/session/{session}:{tracking}", cwd=self.top, check=False)
-        if done.returncode != 0:
-            return None
-        return resolve_commit(tracking, self.top)
+        # (into a ref that is not a branch: the local hooks and branch listings ignore it)
+        return self._fetch_into(f"refs/heads/session/{session}", f"refs/gitwork/queue/{session}",
+                                f"the session branch session/{session}")
+
+    def _fetch_into(self, ref: str, tracking: str, what: str) -> str | None:
+        from .publish import fetch_into
+
+        return fetch_into(self.wp.repo.common_dir, self.top, self.remote, ref, tracking, what)
 
     def _merge(self, entry: dict[str, Any], target: str, source: str) -> str | list[str]:
         """The merge commit of ``source`` into ``target`` (no worktree touched), or the conflicting paths."""
@@ -371,6 +366,9 @@ def _push(top: str, remote: str, ref: str, new: str, target: str) -> bool:
 
 
 def _remove_worktree(top: str, path: str) -> None:
-    git("worktree", "remove", "--force", path, cwd=top, check=False)
+    """Remove a scratch worktree, even one git still marks "initializing" (locked): a publisher killed
+    inside its ``git worktree add`` left that, and one ``--force`` and ``prune`` leave it, so every later
+    ``git worktree add`` there failed ("a missing but locked worktree") until a person unlocked it."""
+    git("worktree", "remove", "--force", "--force", path, cwd=top, check=False)
     shutil.rmtree(path, ignore_errors=True)
     git("worktree", "prune", cwd=top, check=False)

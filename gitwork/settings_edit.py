@@ -145,14 +145,36 @@ def set_value(path: str | None, key: str, value: str, shared: bool = False) -> d
         trial = {k: v for k, v in config.items() if key_name_or_none(k) != name}
         trial[git_key.lower()] = value
         _usable(load(where.toplevel, trial))  # refused here: nothing written
-        from . import gitcmd
-
         for old in [k for k in config if key_name_or_none(k) == name and k != git_key.lower()]:
-            gitcmd.run(["config", "--unset-all", old], cwd=where.git_dir)  # one spelling in force, not two
-        gitcmd.run(["config", git_key, value], cwd=where.git_dir)
+            write_git_config(where.git_dir, where.common_dir, where.toplevel, "--unset-all", old)  # one spelling, not two
+        write_git_config(where.git_dir, where.common_dir, where.toplevel, git_key, value)
         wrote = f"git config {git_key}"
     now = get(path, name)
     return {**now, "wrote": wrote}
+
+
+def write_git_config(git_dir: str, common_dir: str, toplevel: str | None, *args: str) -> None:
+    """``git config ARGS`` in the repository (``--git-dir GIT_DIR``). A ``config.lock`` that a ``git config`` killed outright left
+    (kill -9 of a ``gw config set`` with its process group) failed every later write until a person
+    removed it: removed by the stale-lock rule (``stalelocks.py``: older than ``STALE_AFTER``, no git of
+    the repository running), said on stderr, and the write tried once more; a young one is refused."""
+    import sys
+
+    from . import gitcmd
+    from .errors import GitFailed
+
+    command = ["--git-dir", git_dir, "config", *args]
+    try:
+        gitcmd.run(command)
+    except GitFailed as failed:
+        from .stalelocks import sweep
+
+        removed = "could not lock config file" in str(failed.details.get("stderr", "")) and \
+            sweep(common_dir, ["config"], under="config", work_tree=toplevel)
+        if not removed:
+            raise
+        sys.stderr.write(f"gitwork: {removed[0]}\n")
+        gitcmd.run(command)
 
 
 def key_name_or_none(git_key: str) -> str | None:

@@ -115,6 +115,44 @@ def identity_env(cwd: str, actor: str) -> dict[str, str]:
     return env
 
 
+# --- locks a killed git left ------------------------------------------------------------------------
+
+
+def sweep_git_locks(repo: Repository, top: str, source: str | None = None, ref: str | None = None) -> None:
+    """Remove the locks a git killed outright (kill -9 of a ``gw session`` step with its process group)
+    left on what a session step writes next, by the one stale-lock rule (``stalelocks.py``: older than
+    ``STALE_AFTER`` and no git of the repository or working in its work trees runs), said on stderr: the
+    session worktree's ``index.lock`` and ``HEAD.lock`` (``source``), the session branch's lock (``ref``)
+    and ``packed-refs.lock`` (a deletion takes it). Left alone, each failed every later commit or drop
+    of the session, or kept the branch, until a person removed it. Otherwise a few ``lstat`` calls."""
+    import sys
+
+    from ..stalelocks import sweep
+
+    common = os.path.realpath(repo.common_dir)
+    names = ["packed-refs"]
+    if ref is not None:
+        names.append(ref)
+    admin = _admin_dir(source) if source is not None else None
+    if admin is not None and admin.startswith(common + os.sep):
+        inside = os.path.relpath(admin, common).replace(os.sep, "/")
+        names += [f"{inside}/index", f"{inside}/HEAD"]
+    for line in sweep(common, names, under="", work_tree=top):
+        sys.stderr.write(f"gitwork: {line}\n")
+
+
+def _admin_dir(source: str) -> str | None:
+    """The git folder of a linked worktree (``.git/worktrees/<name>``), from its ``.git`` file."""
+    try:
+        with open(os.path.join(source, ".git"), encoding="utf-8") as read:
+            text = read.read(4096).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("gitdir: "):
+        return None
+    return os.path.realpath(os.path.join(source, text[len("gitdir: "):]))
+
+
 # --- the manifest ----------------------------------------------------------------------------------
 
 
@@ -292,25 +330,28 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     ensure_ignored(top)
     now = wp.now()
     project = os.path.basename(top.rstrip(os.sep)) or "repo"
+    starting = None
     for attempt in range(1 if session_id else 50):
         session = session_id or new_session_id(now, project, actor, attempt)
         folder = session_dir(top, session)
-        if os.path.exists(folder):
-            if session_id:  # a named session (a multi-step session's source branch): one start of it only
-                raise Held(f"session {session} is being started already ({folder} exists)", session=session)
-            continue
-        try:
-            os.makedirs(folder)
-        except FileExistsError:
-            if session_id:
-                raise Held(f"session {session} is being started already ({folder} exists)", session=session) from None
-            continue  # another start picked the same id this second
+        if session_id:  # a named session (a multi-step session's source branch): one start of it only
+            starting = _start_named(repo, top, session)
+        else:
+            if os.path.exists(folder):
+                continue
+            try:
+                os.makedirs(folder)
+            except FileExistsError:
+                continue  # another start picked the same id this second
         source = os.path.join(folder, SOURCE)
         added = git("worktree", "add", "-q", "-b", f"{BRANCH_PREFIX}{session}", source, base, cwd=top, check=False)
         if added.returncode == 0:
             break
-        os.rmdir(folder)
-        if "already exists" not in added.err:
+        if starting is not None:
+            _started_named(folder, starting)
+        if not os.listdir(folder):
+            os.rmdir(folder)
+        if "already exists" not in added.err or session_id:
             raise GitFailed(f"git worktree add failed: {added.err}", stderr=added.err)
     else:
         raise GwError("could not find a free session id")
@@ -321,6 +362,8 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     }
     record = Session(top, {k: v for k, v in doc.items() if v is not None})
     record.save()
+    if starting is not None:
+        _started_named(folder, starting)
     try:
         applied = wp.record("session-start", item=item_id, session=session, base=base, branch=record.branch, into=into,
                         fence=lease.fence)
@@ -332,6 +375,88 @@ def start(wp: Workplane, item: str, from_ref: str | None = None, fence: int | No
     record.doc["recorded"] = applied.commit
     record.save()
     return {**record.view(), "state_commit": applied.commit, "command_id": applied.command["id"]}
+
+
+STARTING = ".starting"  # a named session's start holds its flock from its folder to its manifest
+
+
+def _start_named(repo: Repository, top: str, session: str) -> int:
+    """Take the start of the named session ``session``: its folder, and the ``flock`` of the folder's
+    ``STARTING`` file, held until the manifest is written (``_started_named``); the descriptor.
+
+    ``Held`` when another start holds it, or finished it (the manifest is there), or made the folder
+    under ``STALE_AFTER`` ago (it may not have taken the lock yet). A folder older than that with no
+    manifest and nobody holding the lock is what a start killed half way left (kill -9 during ``git
+    worktree add``, say): its worktree, branch and git's locks are removed, said on stderr, and the
+    start is made again. Before, every later step of the multi-step session waited and then failed
+    (exit 75, "a start died half way; remove <folder>") until a person removed it."""
+    import fcntl
+    import time
+
+    from ..stalelocks import STALE_AFTER
+
+    folder = session_dir(top, session)
+    taken = f"session {session} is being started already ({folder} exists)"
+    try:
+        os.makedirs(folder)
+        age = 0.0
+        made = True
+    except FileExistsError:
+        made = False
+        try:
+            age = time.time() - os.lstat(folder).st_mtime  # (before this start adds its lock file to it)
+        except FileNotFoundError:
+            raise Held(taken, session=session) from None
+    try:
+        fd = os.open(os.path.join(folder, STARTING), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except FileNotFoundError:
+        raise Held(taken, session=session) from None  # (its start failed and removed it meanwhile)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise Held(taken, session=session) from None  # (its start is under way)
+    if os.path.exists(os.path.join(folder, MANIFEST)):
+        _started_named(folder, fd)  # (started: the lock file is nobody's now)
+        raise Held(taken, session=session)
+    if not made and age < STALE_AFTER:
+        os.close(fd)  # (the file stays for the start that made the folder and comes to lock it)
+        raise Held(taken, session=session)
+    if not made:
+        try:
+            _clear_dead_start(repo, top, session)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def _started_named(folder: str, fd: int) -> None:
+    """Let go of a named session's start (``_start_named``): its lock file goes first, while still held."""
+    try:
+        os.unlink(os.path.join(folder, STARTING))
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+
+
+def _clear_dead_start(repo: Repository, top: str, session: str) -> None:
+    """Remove what a killed start of ``session`` left in its folder: its worktree (even one git still
+    marks "initializing"), its branch (at its base: no commit is made without a manifest) and any lock
+    its git left on them; said on stderr."""
+    import shutil
+    import sys
+
+    folder = session_dir(top, session)
+    source = os.path.join(folder, SOURCE)
+    ref = f"refs/heads/{BRANCH_PREFIX}{session}"
+    sweep_git_locks(repo, top, source if os.path.isdir(source) else None, ref)
+    git("worktree", "remove", "--force", "--force", source, cwd=top, check=False)
+    shutil.rmtree(source, ignore_errors=True)
+    git("worktree", "prune", cwd=top, check=False)
+    git("update-ref", "-d", ref, cwd=top, check=False)
+    sys.stderr.write(f"gitwork: removed what a killed start of session {session} left ({folder}): nobody "
+                     "holds its start and it has no manifest\n")
 
 
 def discard(record: Session) -> None:
@@ -399,10 +524,13 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     if not os.path.isdir(record.source):
         raise Invalid(f"the worktree of session {record.id} is gone ({record.source})")
     tip = resolve_commit(record.ref, record.top)
-    if tip != record["base"]:
-        raise Illegal(f"{record.branch} moved from its base {record['base'][:12]} to {tip[:12]} outside gw: "
-                      "its one commit is used up")
     item_id, lease = holder_lease(wp, record["item"], record["fence"])
+    trailers = f"Work-Item: {item_id}\nFence: {lease.fence}\nSession: {record.id}\n"
+    if tip != record["base"]:
+        if not _made_by_a_killed_commit(record, tip, trailers):
+            raise Illegal(f"{record.branch} moved from its base {record['base'][:12]} to {tip[:12]} outside gw: "
+                          "its one commit is used up")
+        return _record_commit(wp, record, tip, _declared(files, record.source, cwd or os.getcwd()), item_id, lease)
     source = record.source
     declared = _declared(files, source, cwd or os.getcwd())
     changed = _changed_paths(source)
@@ -416,11 +544,11 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     if unchanged:
         raise Invalid(f"declared files did not change: {', '.join(unchanged)}", unchanged=unchanged)
     literal = {"GIT_LITERAL_PATHSPECS": "1"}
+    sweep_git_locks(wp.repo, record.top, source, record.ref)
     git("add", "-A", "--", *declared, cwd=source, env=literal)
     before = _blobs(git("ls-tree", "-z", "--full-tree", record["base"], "--", *declared, cwd=source, env=literal).out)
     after = _blobs(git("ls-files", "-s", "-z", "--", *declared, cwd=source, env=literal).out)
     changes: list[dict[str, Any]] = [{"path": p, "before": before.get(p), "after": after.get(p)} for p in declared]
-    trailers = f"Work-Item: {item_id}\nFence: {lease.fence}\nSession: {record.id}\n"
     text = message.rstrip("\n") + "\n\n" + trailers
     env = {**identity_env(source, wp.settings.identity()), **literal}
     done = git("commit", "-q", "--cleanup=whitespace", "-F", "-", cwd=source, input=text.encode(), env=env,
@@ -431,6 +559,41 @@ def commit(wp: Workplane, files: list[str], message: str, session: str | None = 
     parents = git("rev-list", "--parents", "-n1", new, cwd=source).out.split()
     if parents[1:] != [record["base"]]:
         raise Illegal(f"{record.branch} is at {new[:12]}, not one commit on its base {record['base'][:12]}")
+    return _recorded(wp, record, new, changes, item_id, lease)
+
+
+def _made_by_a_killed_commit(record: Session, tip: str, trailers: str) -> bool:
+    """Whether the session branch's tip is the commit a ``gw session commit`` of this session made and was
+    killed before it recorded (kill -9 after ``git commit`` moved the branch): one commit on the base,
+    ending with this session's trailers (item, fence, session). Before, every later commit of the session
+    was refused (exit 6, "moved outside gw") and the work could never be published."""
+    parents = git("rev-list", "--parents", "-n1", tip, cwd=record.top).out.split()
+    if parents[1:] != [record["base"]]:
+        return False
+    body = git("log", "-1", "--format=%B", tip, cwd=record.top).out
+    return body.rstrip("\n").endswith("\n\n" + trailers.rstrip("\n"))
+
+
+def _record_commit(wp: Workplane, record: Session, new: str, declared: list[str], item_id: str,
+                   lease: Any) -> dict[str, Any]:
+    """Record the commit a killed ``gw session commit`` made (``_made_by_a_killed_commit``): the files it
+    changed must be the ones declared again, as they would have had to be the first time."""
+    literal = {"GIT_LITERAL_PATHSPECS": "1"}
+    made = git("diff-tree", "-r", "-z", "--no-renames", "--name-only", "--no-commit-id", record["base"], new,
+               cwd=record.top).out
+    changed = sorted(p for p in made.split("\0") if p)
+    if sorted(declared) != changed:
+        raise Invalid(f"{record.branch} holds the commit {new[:12]} of an interrupted gw session commit, which "
+                      f"changed {', '.join(changed) or 'nothing'}: declare exactly those files to record it",
+                      changed=changed)
+    before = _blobs(git("ls-tree", "-z", "--full-tree", record["base"], "--", *declared, cwd=record.top, env=literal).out)
+    after = _blobs(git("ls-tree", "-z", "--full-tree", new, "--", *declared, cwd=record.top, env=literal).out)
+    changes = [{"path": p, "before": before.get(p), "after": after.get(p)} for p in declared]
+    return _recorded(wp, record, new, changes, item_id, lease)
+
+
+def _recorded(wp: Workplane, record: Session, new: str, changes: list[dict[str, Any]], item_id: str,
+              lease: Any) -> dict[str, Any]:
     record.doc.update(state="committed", commit=new, committed_at=clock.format_instant(wp.now()), changes=changes)
     record.save()
     from ..records.sessions import format_change
@@ -502,16 +665,26 @@ def drop(wp: Workplane, session: str, keep_branch: bool = False, reason: str | N
     files = [c["path"] for c in record.get("changes") or []]
     recorded = record.get("dropped", {}).get("recorded")
     command_id = None
+    warnings = []
     if state != "dropped":
         if not _drop_on_record(wp, record):  # else: recorded, then interrupted before the manifest said so
-            applied = wp.record("session-drop", item=record["item"], session=record.id,
-                                keep_branch=keep_branch or None, reason=reason)
-            recorded, command_id = applied.commit, applied.command["id"]
+            try:
+                applied = wp.record("session-drop", item=record["item"], session=record.id,
+                                    keep_branch=keep_branch or None, reason=reason)
+                recorded, command_id = applied.commit, applied.command["id"]
+            except Invalid as refused:
+                # The state (the arbiter's, when there is one) never recorded its start: a `gw session
+                # start` killed after its manifest, before its record. Nothing to end on the record, and
+                # before, the session could be neither dropped nor published: its worktree and branch
+                # stayed, and `gw session list` showed it live, for good.
+                if refused.message != f"{record['item']} has no session {record.id}":
+                    raise
+                warnings.append(f"session {record.id} was never recorded (its start was interrupted): "
+                                "removed here only")
         record.doc.update(state="dropped", dropped={"at": clock.format_instant(wp.now()), "recorded": recorded,
                                                     "branch": "kept" if keep_branch else "deleted",
                                                     "uncommitted": leftovers})
         record.save()
-    warnings = []
     if os.path.isdir(record.source):
         done = git("worktree", "remove", "--force", record.source, cwd=record.top, check=False)
         if done.returncode != 0:
@@ -521,6 +694,7 @@ def drop(wp: Workplane, session: str, keep_branch: bool = False, reason: str | N
     if not record.get("dropped", {}).get("branch") == "kept":
         tip = git("rev-parse", "-q", "--verify", record.ref, cwd=record.top, check=False).out.strip()
         if tip:
+            sweep_git_locks(wp.repo, record.top, ref=record.ref)
             done = git("update-ref", "-d", record.ref, tip, cwd=record.top, check=False)
             if done.returncode != 0:
                 warnings.append(f"kept {record.branch}: {done.err}")

@@ -22,7 +22,7 @@ from .manifest import Run, _branch_key, _ordered, _read, _recorded_file, is_exch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
     from ..workplane import Workplane
 
@@ -153,21 +153,29 @@ def _source_base(run: Run, position: int) -> tuple[str | None, list[dict[str, st
     return made["commit"], pins
 
 
-def _started(top: str, session: str, wait: float = 30.0) -> Session:
+def _started(top: str, session: str, wait: float = 30.0, start: Callable[[], object] | None = None) -> Session:
     """The record of a source session, waiting (``wait`` seconds at most) while another process that
-    took its folder first is still starting it; ``Held`` (75) when it never appears (a start that died
-    half way: ``gw session drop`` it)."""
+    took its folder first is still starting it; ``Held`` (75) when it never appears. With ``start``, the
+    start is tried again every half second meanwhile: a start killed half way is cleared and made again
+    once its folder is older than ``STALE_AFTER`` (``sessions._start_named``)."""
     import time
 
     deadline = time.monotonic() + wait
+    again = time.monotonic() + 0.5
     while True:
         try:
             return Session.load(top, session)
         except NotFound:
+            if start is not None and time.monotonic() >= again:
+                again = time.monotonic() + 0.5
+                try:
+                    start()
+                    continue
+                except Held:
+                    pass
             if time.monotonic() >= deadline:
-                raise Held(f"session {session} was started but has no record after {wait:.0f}s: a start died "
-                           f"half way; remove {session_dir(top, session)}",
-                           session=session) from None
+                raise Held(f"session {session} was started but has no record after {wait:.0f}s: another process "
+                           f"still holds its start ({session_dir(top, session)})", session=session) from None
             time.sleep(0.05)
 
 
@@ -179,11 +187,14 @@ def _source_for(run: Run, key: str, position: int) -> dict[str, Any]:
     try:
         record = Session.load(run.where.top, source_id)
     except NotFound:
+        def start() -> object:
+            return start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id, base_commit=base)
+
         try:
-            start_source(run.wp, run.manifest["item"], fence=run.fence, session_id=source_id, base_commit=base)
+            start()
         except Held:
             pass  # another process starts this very source branch: its record is awaited below
-        record = _started(run.where.top, source_id)
+        record = _started(run.where.top, source_id, start=start)
     out = {"session": source_id, "branch": record.branch, "base": record["base"], "worktree": record.source}
     return {**out, "pins": pins} if pins else out
 
