@@ -32,7 +32,12 @@ process group mid-fetch left that lock, and every later fetch of the clone faile
 person removed it (the system harness, seed 20261202). There the git processes that count are also
 the ones working anywhere in the clone's work tree (a person's own ``git fetch`` in a subfolder).
 The store applies it to the state ref's lock a killed ``git update-ref`` left (``Store.swap``: git moves
-the ref where gitwork cannot, e.g. with ``core.logAllRefUpdates=always``).
+the ref where gitwork cannot, e.g. with ``core.logAllRefUpdates=always``). The server hook also sweeps
+the session branches ``gw publish --queue`` pushes (``refs/heads/session/*``, ``hookcheck.SWEPT``); and
+each step that writes with git applies it to the locks its own killed git would leave: a session's
+worktree ``index.lock``/``HEAD.lock``, its branch and ``packed-refs.lock`` (``sessions``), the publish
+target and tracking refs (``publish``, ``pubqueue``), ``config.lock`` (``settings_edit.write_git_config``)
+and the batch applier's inbox refs (``applier``).
 """
 
 from __future__ import annotations

@@ -272,9 +272,6 @@ def test_the_publish_queues_scratch_worktree_killed_mid_add_is_removed_by_the_ne
     git(repo, "worktree", "add", "-q", "--detach", str(scratch), "HEAD")  # before: "a missing but locked worktree"
 
 
-@pytest.mark.xfail(strict=True, reason="gw remote set writes git config in gitwork/sync/transport.py (configure_remote), "
-                   "a file attack10 may not edit: a config.lock a killed git config left still fails it for good "
-                   "(the diff is in notes/s10/attack10-report.md)")
 def test_a_config_lock_a_killed_git_config_left_no_longer_stops_gw_remote_set_for_good(tmp_path: Path) -> None:
     """``gw remote set`` (and ``gw init --remote``) write the clone's git config; a ``config.lock`` a killed
     ``git config`` left (planted, aged) fails every later one (exit 1, "could not lock config file")."""

@@ -82,9 +82,11 @@ def configure_remote(wp: Workplane, name: str) -> dict[str, Any]:
     spec = f"+{wp.store.ref}:{tracking_ref(name, wp.store.ref)}"
     existing = gitcmd.run(["--git-dir", repo.git_dir, "config", "--get-all", f"remote.{name}.fetch"],
                           check=False).out.split()
+    from ..settings_edit import write_git_config  # (a config.lock a killed git config left: removed when stale)
+
     if spec not in existing:
-        gitcmd.run(["--git-dir", repo.git_dir, "config", "--add", f"remote.{name}.fetch", spec])
-    gitcmd.run(["--git-dir", repo.git_dir, "config", "gitwork.remote", name])
+        write_git_config(repo.git_dir, repo.common_dir, repo.toplevel, "--add", f"remote.{name}.fetch", spec)
+    write_git_config(repo.git_dir, repo.common_dir, repo.toplevel, "gitwork.remote", name)
     wp.settings.remote = name
     return {"remote": name, "fetch": spec, "tracking": tracking_ref(name, wp.store.ref)}
 
