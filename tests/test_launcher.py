@@ -549,3 +549,25 @@ def test_kill_9_of_the_pane_shell_at_random_moments_never_leaves_an_agent_behind
         converged(launched, item, json.loads(again.stdout), marker)
         states = sorted(r["state"] for r in all_runs(launched) if r["item"] == item)
         assert states == ["lost", "running"], states  # never "exited" while its agent may run
+
+
+def test_a_pane_tmux_forked_but_not_yet_execd_counts_as_running() -> None:
+    """``gw run`` waits for the pane's shell to write ``child`` while the shell runs. Right after ``tmux
+    new-session`` the pane's process may still be tmux's fork, before its exec of the shell, with the
+    server's command line: the launch took that for a pane gone without a word and answered before the
+    agent started (a fresh-clone run under load: ``child`` missing after ``gw run`` returned). Here a process
+    whose command line is tmux's stands for that fork; one that is neither, and one that ended, do not run."""
+    from gitwork.launch.tmux import _runs
+
+    marker = b"/x/wrapper.py"
+    fork = subprocess.Popen(["bash", "-c", "exec -a tmux sleep 30"])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        poll(lambda: open(f"/proc/{fork.pid}/cmdline", "rb").read().startswith(b"tmux\0"), "the exec -a")
+        assert _runs(fork.pid, marker)
+        assert not _runs(other.pid, marker)
+    finally:
+        for proc in (fork, other):
+            proc.kill()
+            proc.wait()
+    assert not _runs(fork.pid, marker)

@@ -560,12 +560,16 @@ class Tmux:
 
 
 def _runs(pid: int, marker: bytes) -> bool:
-    """Does process ``pid`` still run the shell pane (its command line holds ``marker``)?"""
+    """Does process ``pid`` still run the shell pane (its command line holds ``marker``), or is it about
+    to: tmux's fork of the pane, which has not yet exec'd the shell, still carries the server's command
+    line (``tmux ...``). Under load that gap outlasted the launch's first look, which then took the pane
+    for gone and answered before the agent started (the fresh-clone CI, test_launcher)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as read:
-            return marker in read.read().split(b"\0")
+            argv = read.read().split(b"\0")
     except OSError:
         return False
+    return marker in argv or (os.path.basename(argv[0]).startswith(b"tmux") and _alive(pid))
 
 
 def _alive(pid: int) -> bool:
