@@ -417,6 +417,22 @@ TMPFS = Path("/dev/shm")
 TMPFS_ROOM = 8 << 30
 
 
+def held_project(tmp_path: Path) -> tuple[Path, str]:
+    """``tmp_path/proj``: a repository with one commit on ``main``, an initialised work plane and an item
+    alice holds (the sessions' starting point); (repository, item)."""
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("alpha\n")
+    git(repo, "add", "a.txt")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
+    with Workplane(str(repo), agent="alice") as wp:
+        wp.do("init")
+        item = str(wp.do("new", title="Build it").result["item"])
+        wp.do("claim", item=item, ttl="1h")
+    return repo, item
+
+
 def live_processes() -> Iterator[tuple[int, list[bytes], int]]:
     """``(pid, argv, parent)`` of every live process on this host, from /proc (zombies and processes gone
     while reading left out): what the launch tests count agents and their wrappers by, with no wait for an

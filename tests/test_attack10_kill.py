@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, gw_cmd, run_gw, tip
+from conftest import git, gw_cmd, held_project, run_gw, tip
 from gitwork import sessions, stalelocks
 from gitwork.errors import Held
 from gitwork.sessions.plan import _started
@@ -33,19 +33,7 @@ exit 0
 """
 
 
-def project(tmp_path: Path) -> tuple[Path, str]:
-    """A repository with one commit, an initialised work plane and an item alice holds."""
-    repo = tmp_path / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "a.txt").write_text("alpha\n")
-    git(repo, "add", "a.txt")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
-    with Workplane(str(repo), agent="alice") as wp:
-        wp.do("init")
-        item = str(wp.do("new", title="Build it").result["item"])
-        wp.do("claim", item=item, ttl="1h")
-    return repo, item
+project = held_project  # a repository with one commit, an initialised work plane and an item alice holds
 
 
 def start_session(repo: Path, item: str) -> tuple[str, Path]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git
+from conftest import git, held_project
 from gitwork import sessions
 from gitwork.errors import Held
 from gitwork.fsutil import write_atomic
@@ -22,17 +22,8 @@ from gitwork.workplane import Workplane
 
 @pytest.fixture
 def started(tmp_path: Path) -> tuple[Workplane, str, str]:
-    repo = tmp_path / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "a.txt").write_text("alpha\n")
-    git(repo, "add", "a.txt")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "initial")
-    wp = Workplane(str(repo), agent="alice")
-    wp.do("init")
-    item = str(wp.do("new", title="Build it").result["item"])
-    wp.do("claim", item=item, ttl="1h")
-    return wp, item, str(repo)
+    repo, item = held_project(tmp_path)
+    return Workplane(str(repo), agent="alice"), item, str(repo)
 
 
 def test_a_named_session_whose_folder_is_taken_is_held_not_an_internal_error(started: tuple[Workplane, str, str]) -> None:
