@@ -24,13 +24,16 @@ from gitwork.errors import Held
 from gitwork.sessions.plan import _started
 from gitwork.workplane import Workplane
 
-KILL_ON_SESSION_REF = """#!/bin/sh
-# test hook: kill the whole process group of the gw under test while git holds the session ref's locks
-[ -n "$GW_TEST_KILL" ] || exit 0
-[ "$1" = "$GW_TEST_KILL" ] || exit 0
-grep -q ' refs/heads/session/' && kill -KILL 0
-exit 0
-"""
+
+def kill_hook(why: str, names: str, phase: str = "prepared") -> str:
+    """A ``reference-transaction`` hook for the tests: with ``GW_TEST_KILL`` set, it kills its whole process
+    group (the gw under test, with its git) at ``phase`` of a transaction whose updates name ``names``
+    (``$GW_TEST_KILL``: the phase the test names)."""
+    return (f"#!/bin/sh\n# test hook: {why}\n[ -n \"$GW_TEST_KILL\" ] || exit 0\n[ \"$1\" = {phase} ] || exit 0\n"
+            f"grep -q ' {names}' && kill -KILL 0\nexit 0\n")
+
+
+KILL_ON_SESSION_REF = kill_hook("git holds the session ref's locks", "refs/heads/session/", '"$GW_TEST_KILL"')
 
 
 project = held_project  # a repository with one commit, an initialised work plane and an item alice holds
@@ -273,14 +276,9 @@ def test_a_config_lock_a_killed_git_config_left_no_longer_stops_gw_remote_set_fo
     assert not lock.exists()
 
 
-KILL_ON_REMOTE_SESSION_REF = """#!/bin/sh
-# test hook of the code remote: over file:// its receive-pack runs in the pusher's process group, with the
-# pusher's environment; kill that group while the session branch's lock is held on the remote
-[ -n "$GW_TEST_KILL" ] || exit 0
-[ "$1" = prepared ] || exit 0
-grep -q ' refs/heads/session/' && kill -KILL 0
-exit 0
-"""
+KILL_ON_REMOTE_SESSION_REF = kill_hook("on the code remote (over file:// its receive-pack runs in the pusher's "
+                                       "process group) while the session branch's lock is held there",
+                                       "refs/heads/session/")
 
 
 def committed_session(a: Path, remote: Path) -> str:
@@ -324,13 +322,7 @@ def test_a_queue_push_killed_while_the_remote_held_the_session_branchs_lock_is_p
     assert git(remote, "rev-parse", f"refs/heads/session/{session}") == git(a, "rev-parse", f"session/{session}")
 
 
-KILL_ON_QUEUE_FETCH = """#!/bin/sh
-# test hook: kill the publisher's process group while its fetch holds the lock of a publish-queue ref
-[ -n "$GW_TEST_KILL" ] || exit 0
-[ "$1" = prepared ] || exit 0
-grep -q ' refs/gitwork/queue/' && kill -KILL 0
-exit 0
-"""
+KILL_ON_QUEUE_FETCH = kill_hook("the publisher's fetch holds the lock of a publish-queue ref", "refs/gitwork/queue/")
 
 
 def test_a_publisher_killed_in_its_fetch_of_a_queued_branch_lands_it_on_the_next_pass(
@@ -457,14 +449,9 @@ def test_a_publish_killed_inside_the_fast_forward_of_the_checked_out_branch_fini
     assert git(repo, "status", "--porcelain", "--untracked-files=no") == ""
 
 
-KILL_ON_INBOX_PRUNE = """#!/bin/sh
-# test hook of the batch arbiter: kill the pusher's process group (over file://, the applier is in it) while
-# the applier's transaction holds the inbox refs' locks and packed-refs.lock (a deletion: a prune)
-[ -n "$GW_TEST_KILL" ] || exit 0
-[ "$1" = prepared ] || exit 0
-grep -q ' 0000000000000000000000000000000000000000 refs/gitwork/inbox/' && kill -KILL 0
-exit 0
-"""
+KILL_ON_INBOX_PRUNE = kill_hook("the batch applier (in the pusher's group over file://) holds the inbox refs' "
+                                "locks and packed-refs.lock (a prune)",
+                                "0000000000000000000000000000000000000000 refs/gitwork/inbox/")
 
 
 def test_an_applier_killed_inside_its_answers_transaction_leaves_no_lock_that_stops_later_batches(
