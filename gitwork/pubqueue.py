@@ -262,7 +262,15 @@ class Publisher:
         if not gates:
             return None, []
         ensure_ignored(self.top)
-        scratch = os.path.join(self.top, ".worktrees", "queue", f"{int(entry['seq']):08d}")
+        # One scratch worktree per entry and publisher lease epoch: a publisher paused in its gates, resumed
+        # after another (a later epoch) took over on this clone, removes only its own, never the one the
+        # other's gates run in. Before adding its own, a publisher removes what earlier epochs left (killed,
+        # or taken over): one lease at a time, so none of them is live.
+        queue = os.path.join(self.top, ".worktrees", "queue")
+        scratch = os.path.join(queue, f"{int(entry['seq']):08d}-e{self.epoch}")
+        for name in _listdir(queue):
+            if _scratch_epoch(name) < (self.epoch or 0):
+                _remove_worktree(self.top, os.path.join(queue, name))
         _remove_worktree(self.top, scratch)
         git("worktree", "add", "-q", "--detach", scratch, commit, cwd=self.top)
         ran = []
@@ -363,6 +371,20 @@ def _push(top: str, remote: str, ref: str, new: str, target: str) -> bool:
         return False
     said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
     raise NonFastForward(f"{remote} refused {ref}: {said}", remote=remote)
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def _scratch_epoch(name: str) -> int:
+    """The publisher lease epoch of a scratch worktree's folder name (``<seq>-e<epoch>``); -1 for any other
+    (the ``<seq>`` of a publisher from before epochs were in the name)."""
+    _seq, _sep, epoch = name.partition("-e")
+    return int(epoch) if epoch.isdigit() else -1
 
 
 def _remove_worktree(top: str, path: str) -> None:

@@ -163,3 +163,59 @@ def test_a_push_paused_holding_the_arbiters_lock_is_not_told_it_landed(
     told = [(proc.returncode, *proc.communicate()) for proc in paused]
     granted = [who for who, (code, _out, _err) in zip(("alice", "bob"), told, strict=True) if code == 0]
     assert len(granted) <= 1, (told, git(remote, "log", "--format=%s", "refs/gitwork/state"))
+
+
+# --- the publisher's scratch worktree: a paused publisher resumed while the one that took over gates ----------
+
+GATE = ('if [ -n "$GW_MARK" ]; then touch "$GW_MARK"; fi; if [ -n "$GW_STOP" ]; then kill -STOP $$; fi; '
+        'if [ -n "$GW_WAIT" ]; then while [ ! -f "$GW_WAIT" ]; do sleep 0.02; done; fi; test -f a.txt')
+
+
+def test_a_paused_publisher_resumed_leaves_the_new_publishers_gate_alone(world: World) -> None:  # noqa: F811
+    """Two publishers on one clone. Publisher 1 is paused (SIGSTOP of its group) while its gate runs in
+    its scratch worktree; its lease runs out, publisher 2 takes over and gates the same entry. Publisher
+    1, continued, is refused (its epoch was taken over), but on its way out it removed its scratch
+    worktree, which was also publisher 2's (``.worktrees/queue/<seq>``, one per entry): publisher 2's
+    gate lost its files under it and the session was sent back to its holder for a gate that "failed"
+    (exit 1, no output). Now each lease epoch has its own (``<seq>-e<epoch>``)."""
+    first = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], first)
+    before = world.main()
+    pub = world.base / "pub"
+    git(pub, "config", "gitwork.gates", GATE)
+    mark1, mark2, go = world.base / "gating1", world.base / "gating2", world.base / "go"
+    one = subprocess.Popen([*gw_cmd(), "queue", "work", "--once", "--ttl", "60s", "--json"], cwd=pub,
+                           env={**os.environ, "GW_AGENT": "pub", "GW_NOW": "2030-01-01T12:02:00Z",
+                                "GW_MARK": str(mark1), "GW_STOP": "1"},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    two = None
+    try:
+        deadline = time.monotonic() + 60
+        while not mark1.exists() and time.monotonic() < deadline and one.poll() is None:
+            time.sleep(0.02)
+        assert mark1.exists(), one.communicate()
+        os.killpg(one.pid, signal.SIGSTOP)  # paused inside its gate
+        two = subprocess.Popen([*gw_cmd(), "queue", "work", "--once", "--json"], cwd=pub,
+                               env={**os.environ, "GW_AGENT": "pub2", "GW_NOW": "2030-01-01T12:04:00Z",
+                                    "GW_MARK": str(mark2), "GW_WAIT": str(go)},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        while not mark2.exists() and time.monotonic() < deadline and two.poll() is None:
+            time.sleep(0.02)
+        assert mark2.exists(), two.communicate()
+        # Publisher 2's gate is running (waiting for `go`); publisher 1 is continued and ends.
+        os.killpg(one.pid, signal.SIGCONT)
+        out1, err1 = one.communicate(timeout=60)
+        assert one.returncode == 7, (one.returncode, out1, err1)  # refused: its epoch was taken over
+        go.touch()
+        out2, err2 = two.communicate(timeout=60)
+    finally:
+        go.touch()
+        for proc in (one, two):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+    assert two.returncode == 0, out2 + err2
+    assert [h["outcome"] for h in json.loads(out2)["handled"]] == ["landed"], out2
+    assert world.main() != before
+    assert not list((pub / ".worktrees" / "queue").iterdir())  # each removed its own
