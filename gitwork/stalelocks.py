@@ -19,9 +19,12 @@ ref being pushed when both hold:
   serving and reading commands in :data:`HARMLESS` (``receive-pack``, ``upload-pack``, ``cat-file``...)
   counts, and blocks the removal. That matters: a paused ``pack-refs`` resumed after its lock was
   removed would delete the loose ref written meanwhile and move the ref back to its packed value.
-  Another ``receive-pack`` cannot hold this lock (the lock is one file, and it is the stale one); if
-  it was paused while holding it, its rename either fails or moves a value it checked under a lock,
-  so the ref never moves backwards.
+  A ``receive-pack`` that started before the lock was made counts too: paused while it held the lock
+  (SIGSTOP, or a ``reference-transaction`` hook slower than ``STALE_AFTER``), and resumed after the
+  lock went, it would rename whatever lock is at the path then (the next push's) over the ref and tell
+  its own client that its push landed, and the next push would find its own commit there: both told
+  they won (tests/test_attack10b_paused.py, two claims of one item granted). One started later cannot
+  hold it.
 
 Only ``refs/gitwork/*`` locks of the refs this push updates are looked at, by their path under the
 repository (nothing outside it).
@@ -96,9 +99,24 @@ def _ancestors() -> set[int]:
     return found
 
 
-def lock_holders(git_dir: str, work_tree: str | None = None) -> list[str]:
+def _started_before(pid: str, when: float) -> bool:
+    """Whether process ``pid`` started before ``when`` (give or take the second ``btime`` is rounded to);
+    True when that cannot be told."""
+    try:
+        with open(f"/proc/{pid}/stat") as read:
+            ticks = int(read.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as read:
+            boot = next(int(line.split()[1]) for line in read if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK") < when + 1.0
+    except (OSError, ValueError, IndexError, StopIteration):
+        return True
+
+
+def lock_holders(git_dir: str, work_tree: str | None = None, since: float | None = None) -> list[str]:
     """The git processes of ``git_dir`` on this host that may hold a ref lock (``pid command``); with
-    ``work_tree``, also those whose working folder is in it."""
+    ``work_tree``, also those whose working folder is in it. With ``since`` (the lock's mtime), a
+    ``receive-pack`` started before it counts too: paused while it held the lock, and resumed, it would
+    rename whatever lock is at the path then over the ref (and answer its client that its push landed)."""
     roots = [os.path.realpath(git_dir)] + ([os.path.realpath(work_tree)] if work_tree else [])
     mine = _ancestors()
     found = []
@@ -111,7 +129,9 @@ def lock_holders(git_dir: str, work_tree: str | None = None) -> list[str]:
             with open(f"/proc/{name}/cmdline", "rb") as read:
                 argv = [a.decode(errors="replace") for a in read.read().split(b"\0") if a]
             command = git_command(argv)
-            if command is None or command in HARMLESS:
+            if command is None or (command in HARMLESS
+                                   and not (command == "receive-pack" and since is not None
+                                            and _started_before(name, since))):
                 continue
             places = {os.path.realpath(f"/proc/{name}/cwd")}
             places.update(os.path.realpath(a.removeprefix("--git-dir=")) for a in argv
@@ -140,13 +160,13 @@ def sweep(git_dir: str, refs: list[str], now: float | None = None, *, under: str
             continue
         path = os.path.join(root, ref + ".lock")
         try:
-            age = (time.time() if now is None else now) - os.lstat(path).st_mtime
+            made = os.lstat(path).st_mtime
         except OSError:
             continue
+        age = (time.time() if now is None else now) - made
         if age < STALE_AFTER:
             continue
-        if holders is None:
-            holders = lock_holders(root, work_tree)
+        holders = lock_holders(root, work_tree, since=made)
         if holders:
             continue  # it may still be in use: a client reports it (Locked) until that process ends
         # Nor when a process holds its flock: gitwork's own in-process writer (store._swap_files) holds

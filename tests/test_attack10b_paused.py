@@ -122,10 +122,6 @@ def paused_gw(repo: Path, mark: Path, *args: str, env: dict[str, str] | None = N
     return proc
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "stalelocks.HARMLESS counts receive-pack as never holding a ref lock: the arbiter's hook removes the lock "
-    "of a push paused inside its receive-pack, and that push, resumed, renames the next push's lock over the "
-    "ref and is told it landed; fix in gitwork/stalelocks.py (not this engineer's file): attack10b report"))
 def test_a_push_paused_holding_the_arbiters_lock_is_not_told_it_landed(
         machine_a: Path, remote: Path, tmp_path: Path) -> None:
     """Two clones claim one item; a's push is paused (SIGSTOP of its process group, the arbiter's
