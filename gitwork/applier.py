@@ -276,14 +276,9 @@ def _swept(git_dir: str, names: list[str]) -> bool:
     pusher's process group) left the locks of the refs it answered and pruned and ``packed-refs.lock`` (a
     deletion takes it); from then on every batch's transaction failed: the request it was answering was
     decided again in every batch and never answered, and no answer was pruned again, silently."""
-    import sys
+    from .stalelocks import sweep_and_say
 
-    from .stalelocks import sweep
-
-    removed = sweep(git_dir, names, under="")
-    for line in removed:
-        sys.stderr.write(f"gitwork: {line}\n")
-    return bool(removed)
+    return sweep_and_say(git_dir, names, under="")
 
 
 def _locked(path: str) -> int | None:

@@ -606,10 +606,9 @@ def pre_receive(args: list[str], text: str) -> list[str]:
             problems.extend(check(push))
         locked = _swept_refs(push) if not problems else []
         if locked:  # git takes the ref locks after this hook: a stale one would refuse the push
-            from .stalelocks import sweep
+            from .stalelocks import sweep_and_say
 
-            for line in sweep(push.git_dir, locked, under="refs/"):
-                sys.stderr.write(f"gitwork: {line}\n")
+            sweep_and_say(push.git_dir, locked, under="refs/")
         return problems
     finally:
         push.close()

@@ -167,9 +167,7 @@ def _interrupted_fast_forward(top: str, worktree: str, ref: str, new: str) -> bo
     removed by the stale-lock rule (``stalelocks.py``), said on stderr, so that the publish finishes the
     move. Before, every later publish refused the checkout as dirty (exit 13), for good. Moving the branch
     to ``new`` loses nothing there: what is in the index and the files is ``new``'s."""
-    import sys
-
-    from .stalelocks import sweep
+    from .stalelocks import sweep_and_say
 
     if not _is_ancestor(resolve_commit(ref, top), new, top):
         return False
@@ -179,10 +177,8 @@ def _interrupted_fast_forward(top: str, worktree: str, ref: str, new: str) -> bo
         return False
     where = git("rev-parse", "--absolute-git-dir", "--git-common-dir", cwd=worktree).out.split("\n")
     own, common = where[0], os.path.join(worktree, where[1])
-    removed = sweep(own, ["HEAD", "index"], under="", work_tree=worktree) + \
-        sweep(common, [ref], under="refs/heads/", work_tree=top)
-    for line in removed:
-        sys.stderr.write(f"gitwork: {line}\n")
+    sweep_and_say(own, ["HEAD", "index"], under="", work_tree=worktree)
+    sweep_and_say(common, [ref], under="refs/heads/", work_tree=top)
     return True
 
 
@@ -215,15 +211,10 @@ def _swept(top: str, ref: str) -> bool:
     ``stalelocks.py``: older than ``STALE_AFTER``, no git of the repository or in its work tree running),
     said on stderr. A ``gw publish`` killed with its process group while its ``git update-ref`` held the
     target's lock left it, and every later publish failed (exit 13, "kept moving") until a person removed it."""
-    import sys
-
-    from .stalelocks import sweep
+    from .stalelocks import sweep_and_say
 
     common = git("rev-parse", "--git-common-dir", cwd=top).out.strip()
-    removed = sweep(os.path.join(top, common), [ref], under="refs/heads/", work_tree=top)
-    for line in removed:
-        sys.stderr.write(f"gitwork: {line}\n")
-    return bool(removed)
+    return sweep_and_say(os.path.join(top, common), [ref], under="refs/heads/", work_tree=top)
 
 
 def _remote_tip(wp: Workplane, top: str, remote: str, into: str) -> str | None:
@@ -247,14 +238,9 @@ def fetch_into(common_dir: str, top: str, remote: str, ref: str, tracking: str, 
         if "couldn't find remote ref" in done.err:
             return None
         if attempt == 1 and ".lock" in done.err:
-            import sys
+            from .stalelocks import sweep_and_say
 
-            from .stalelocks import sweep
-
-            removed = sweep(common_dir, [tracking], under="refs/", work_tree=top)
-            for line in removed:
-                sys.stderr.write(f"gitwork: {line}\n")
-            if removed:
+            if sweep_and_say(common_dir, [tracking], under="refs/", work_tree=top):
                 continue
         break
     raise RemoteError(f"cannot fetch {what} from {remote}: {done.err}", remote=remote)

@@ -158,8 +158,6 @@ def write_git_config(git_dir: str, common_dir: str, toplevel: str | None, *args:
     (kill -9 of a ``gw config set`` with its process group) failed every later write until a person
     removed it: removed by the stale-lock rule (``stalelocks.py``: older than ``STALE_AFTER``, no git of
     the repository running), said on stderr, and the write tried once more; a young one is refused."""
-    import sys
-
     from . import gitcmd
     from .errors import GitFailed
 
@@ -167,13 +165,11 @@ def write_git_config(git_dir: str, common_dir: str, toplevel: str | None, *args:
     try:
         gitcmd.run(command)
     except GitFailed as failed:
-        from .stalelocks import sweep
+        from .stalelocks import sweep_and_say
 
-        removed = "could not lock config file" in str(failed.details.get("stderr", "")) and \
-            sweep(common_dir, ["config"], under="config", work_tree=toplevel)
-        if not removed:
+        if "could not lock config file" not in str(failed.details.get("stderr", "")) or \
+                not sweep_and_say(common_dir, ["config"], under="config", work_tree=toplevel):
             raise
-        sys.stderr.write(f"gitwork: {removed[0]}\n")
         gitcmd.run(command)
 
 

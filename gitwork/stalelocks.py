@@ -179,6 +179,18 @@ def sweep(git_dir: str, refs: list[str], now: float | None = None, *, under: str
     return removed
 
 
+def sweep_and_say(git_dir: str, refs: list[str], *, under: str = "refs/gitwork/",
+                  work_tree: str | None = None) -> bool:
+    """``sweep``, each lock removed said on stderr (``gitwork: removed the stale lock ...``), as every step
+    that removes one says it: whether any was removed."""
+    import sys
+
+    removed = sweep(git_dir, refs, under=under, work_tree=work_tree)
+    for line in removed:
+        sys.stderr.write(f"gitwork: {line}\n")
+    return bool(removed)
+
+
 def unlink_unheld(path: str, wanted: Callable[[os.stat_result], bool]) -> os.stat_result | None:
     """Remove ``path`` when ``wanted`` says yes of it and no process holds its ``flock`` (taken here,
     so the file removed is the one judged: held open, its inode is not reused); what was removed."""

@@ -526,14 +526,9 @@ class Store:
     def _swept_git_lock(self) -> bool:
         """Whether ``REF.lock`` was git's, left by a killed git (old, and no git of the repository runs:
         stalelocks.py), and is removed now; said on stderr. One ``lstat`` while the lock is young."""
-        import sys
+        from .stalelocks import sweep_and_say
 
-        from .stalelocks import sweep
-
-        removed = sweep(self.repo.common_dir, [self.ref], work_tree=self.repo.toplevel)
-        for line in removed:
-            sys.stderr.write(f"gitwork: {line}\n")
-        return bool(removed)
+        return sweep_and_say(self.repo.common_dir, [self.ref], work_tree=self.repo.toplevel)
 
     def _reflocks(self) -> list[str]:
         folder = os.path.join(self.repo.common_dir, "gitwork")

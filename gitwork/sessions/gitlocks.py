@@ -17,9 +17,7 @@ def sweep_git_locks(repo: Repository, top: str, source: str | None = None, ref: 
     session worktree's ``index.lock`` and ``HEAD.lock`` (``source``), the session branch's lock (``ref``)
     and ``packed-refs.lock`` (a deletion takes it). Left alone, each failed every later commit or drop
     of the session, or kept the branch, until a person removed it. Otherwise a few ``lstat`` calls."""
-    import sys
-
-    from ..stalelocks import sweep
+    from ..stalelocks import sweep_and_say
 
     common = os.path.realpath(repo.common_dir)
     names = ["packed-refs"]
@@ -29,8 +27,7 @@ def sweep_git_locks(repo: Repository, top: str, source: str | None = None, ref: 
     if admin is not None and admin.startswith(common + os.sep):
         inside = os.path.relpath(admin, common).replace(os.sep, "/")
         names += [f"{inside}/index", f"{inside}/HEAD"]
-    for line in sweep(common, names, under="", work_tree=top):
-        sys.stderr.write(f"gitwork: {line}\n")
+    sweep_and_say(common, names, under="", work_tree=top)
 
 
 def admin_dir(source: str) -> str | None:

@@ -140,15 +140,10 @@ class Remote:
 
     def _swept(self) -> bool:
         """Whether a stale lock of the tracking ref was removed here (one ``lstat`` while it is young)."""
-        import sys
-
-        from ..stalelocks import sweep
+        from ..stalelocks import sweep_and_say
 
         repo = self.wp.repo
-        removed = sweep(repo.common_dir, [self.tracking], under="refs/remotes/", work_tree=repo.toplevel)
-        for line in removed:  # an action on the clone's files: said, as the arbiter's hook says it to the pusher
-            sys.stderr.write(f"gitwork: {line}\n")
-        return bool(removed)
+        return sweep_and_say(repo.common_dir, [self.tracking], under="refs/remotes/", work_tree=repo.toplevel)
 
     def _git(self, verb: str, *args: str, config: tuple[str, ...] = ()) -> gitcmd.Completed:
         """Run a git command that talks to the remote, bounded in time and memory.
