@@ -163,7 +163,9 @@ def _later(wp: Workplane, path: str, state: dict[str, Any], every: int, found: d
 
 
 def _fetched(wp: Workplane, ref: str, target: str, remote: str) -> dict[str, Any]:
-    # Fetched into refs of this run alone (two checkers never share them), deleted afterwards.
+    # Fetched into refs of this run alone (two checkers never share them), deleted afterwards; those of
+    # a checker killed before it could delete them go here.
+    _sweep_dead_checkers(wp)
     base = f"refs/gitwork-waits/{os.getpid()}"
     specs = [f"+{target}:{base}/target"]
     if not _is_hex(ref):
@@ -180,6 +182,17 @@ def _fetched(wp: Workplane, ref: str, target: str, remote: str) -> dict[str, Any
     finally:
         for name in ("ref", "target"):
             _git(wp, "update-ref", "-d", f"{base}/{name}")
+
+
+def _sweep_dead_checkers(wp: Workplane) -> None:
+    from .stalelocks import pid_exists
+
+    listed = _git(wp, "for-each-ref", "--format=%(refname)", "refs/gitwork-waits/")
+    dead = [name for name in listed.out.split()
+            if not (name.split("/")[2].isdigit() and pid_exists(int(name.split("/")[2])))]
+    if dead:
+        gitcmd.run(["-C", wp.repo.common_dir, "update-ref", "--stdin"], check=False, timeout=60,
+                   input="".join(f"delete {name}\n" for name in dead).encode())
 
 
 def _is_hex(text: str) -> bool:

@@ -29,6 +29,7 @@ import re
 import time
 
 from .fsutil import write_atomic
+from .stalelocks import pid_exists
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -290,7 +291,7 @@ class Carry:
             if entry.get("key") != self.key:
                 continue  # another host's or another configuration's: its own kind of holder carries it
             pid = entry.get("pid")
-            if not isinstance(pid, int) or not _alive(pid):
+            if not isinstance(pid, int) or not pid_exists(pid):
                 self._unlink(path)
                 continue
             at = entry.get("at")
@@ -314,13 +315,3 @@ class Carry:
             os.unlink(path)
         except OSError:
             pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: it exists
-    return True

@@ -214,3 +214,19 @@ def unlink_unheld(path: str, wanted: Callable[[os.stat_result], bool]) -> os.sta
         return None
     finally:
         os.close(fd)
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (someone else's counts): what a leftover named by its maker's pid
+    is judged by. A reused pid keeps a leftover until that process ends too, which is only late."""
+    if pid <= 0:
+        return False  # 0 and negatives name process groups, never one maker
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, OverflowError):
+        return False  # no such pid can exist (out of range)
+    return True

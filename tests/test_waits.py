@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -195,9 +196,17 @@ def test_the_coordinator_fetches_both_refs_from_a_remote_and_records_the_merge(t
     git(dev, "push", "-q", "origin", "main")
     # The next pass does not fetch again before the back-off says (a coordinator passes every 5 s).
     assert [a["reason"] for a in coordinate("2030-01-01T12:00:05Z")] == ["next check at 2030-01-01T12:00:30Z"]
+    # What a checker killed during its fetch leaves (its process gone), and a live checker's refs.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    head = git(plane, "rev-parse", "HEAD").strip()
+    for pid in (gone.pid, os.getpid()):
+        git(plane, "update-ref", f"refs/gitwork-waits/{pid}/target", head)
     assert [a["action"] for a in coordinate("2030-01-01T12:00:30Z")] == ["wait-satisfied"]
     assert item in ready(plane)
-    assert git(plane, "for-each-ref", "refs/gitwork-waits") == ""  # the refs of the check are gone
+    # The refs of the check are gone, and the dead checker's too; a live checker's stay.
+    assert git(plane, "for-each-ref", "--format=%(refname)", "refs/gitwork-waits").split() == [
+        f"refs/gitwork-waits/{os.getpid()}/target"]
 
 
 # --- commands ----------------------------------------------------------------------------------------
