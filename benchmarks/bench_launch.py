@@ -255,7 +255,7 @@ def main() -> None:
                        stderr=subprocess.DEVNULL)
         cases = ["gw run (tmux)", "gw run (subprocess)", "gw run (tmux), launcher", "gw run (subprocess), launcher",
                  "tmux new-session", "tmux new-session, python -S in the pane", "gw --version", "python -c pass"]
-        # The console script a user runs (`gw`, beside this interpreter): no runpy, which `python -m` imports.
+        # The script a user runs (`gw`, beside this interpreter): no runpy, which `python -m` imports.
         script = os.path.join(os.path.dirname(sys.executable), "gw")
         if os.access(script, os.X_OK):
             cases.insert(4, "gw run (tmux), launcher, gw script")

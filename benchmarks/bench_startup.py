@@ -3,7 +3,7 @@
     python benchmarks/bench_startup.py [--runs 30] [--quick]
 
 Re-executes itself in the non-editable benchmark venv (``$GW_BENCH_VENV``, default /tmp/benchvenv), as
-a user's ``pip install`` has it: the ``gw`` console script, bytecode compiled (PYTHONDONTWRITEBYTECODE
+a user's ``pip install`` has it: the installed ``gw`` script, bytecode compiled (PYTHONDONTWRITEBYTECODE
 unset, one warm-up round). On a five-item repository, each round runs, interleaved:
 ``python -c pass`` (the interpreter with site), ``python -S -c pass`` (without site),
 ``python -I -S -c pass``, ``gw --version`` (entry point, nothing else),

@@ -66,6 +66,15 @@ def test_wheels_carry_their_commit_and_a_coordinator_and_worker_of_two_commits_r
     git(src, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "one")
     first = git(src, "rev-parse", "HEAD")
     one = build(src, tmp_path / "one")
+    # The wheel's `gw` is gitwork/cli/script.py as a script (the installer writes its interpreter into
+    # `#!python`; pip keeps the mode the wheel gives it, so executable there), and no console-script
+    # wrapper of pip's is asked for beside it.
+    [script] = one.glob("gitwork-*.data/scripts/gw")
+    assert script.read_bytes().startswith(b"#!python\n") and b"from gitwork.cli.main import main" in script.read_bytes()
+    assert not list(one.glob("gitwork-*.dist-info/entry_points.txt"))
+    [wheel] = (tmp_path / "one" / "dist").glob("*.whl")
+    with zipfile.ZipFile(wheel) as read:
+        assert read.getinfo(script.relative_to(one).as_posix()).external_attr >> 16 & 0o111 == 0o111
     (src / "README.md").write_text((src / "README.md").read_text() + "\nA second commit.\n")
     git(src, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-am", "two")
     second = git(src, "rev-parse", "HEAD")

@@ -291,3 +291,17 @@ def test_the_server_hook_derives_a_state_push_without_the_client_modules(tmp_pat
     imported = remote_imports(check.stderr)
     assert "gitwork.derive" in imported
     assert not imported & HOOK_NEVER, f"gitwork.statecheck imports {sorted(imported & HOOK_NEVER)}"
+
+
+def test_the_installed_gw_script_imports_nothing_of_its_own_before_gitwork(repo: Path) -> None:
+    """The ``gw`` a user runs is ``gitwork/cli/script.py`` installed as a script (pyproject.toml's
+    shared-scripts), not pip's console-script wrapper: that one imports ``re`` (with ``enum``,
+    ``functools``, ``collections``) to tidy ``argv[0]`` for Windows, ~7 ms of every ``gw`` call here."""
+    script = Path(sys.executable).parent / "gw"  # where the README's install puts it, beside the interpreter
+    assert script.is_file(), "the README's install puts gw beside its interpreter"
+    done = subprocess.run([str(script), "--version"], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert done.returncode == 0 and done.stdout.startswith("gw "), done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "gitwork.cli.main" in imported
+    assert not imported & {"re", "enum", "functools", "collections"}, sorted(imported & {"re", "enum"})
