@@ -263,8 +263,9 @@ def main() -> None:
         if args.against:
             cases.insert(3, against_case)
         if args.launcher_only:
-            cases = [case for case in cases if case in ("gw run (tmux), launcher", against_case, "tmux new-session",
-                                                        "python -c pass")]
+            # (the `gw` script too: what a user types; `python -m gitwork` adds runpy)
+            cases = [case for case in cases if case in ("gw run (tmux), launcher", "gw run (tmux), launcher, gw script",
+                                                        against_case, "tmux new-session", "python -c pass")]
         os.environ["GW_LAUNCHER"] = "off"  # each launcher case says otherwise
         launcher = subprocess.Popen([*gw, "launcher"], cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         assert launcher.stderr is not None
