@@ -1,0 +1,83 @@
+"""An attacker's pass (session 11) on the places where features meet: offline replay against an arbiter
+whose own settings moved, ...
+
+Each scenario runs real clones, a real bare arbiter under ``gw hooks install --server`` and the real ``gw``
+in child processes; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import git, run_gw, tip
+from test_sync import command_ids, gw_ok
+
+SYNC_REFUSED, REMOTE_REFUSED = 15, 14
+
+
+def gw_json(repo: Path, *args: str) -> tuple[int, dict]:
+    done = run_gw(repo, *args, "--json")
+    return done.returncode, (json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr})
+
+
+# --- offline replay x the arbiter's roles ----------------------------------------------------------------
+
+
+def demoted_admin(a: Path, remote: Path) -> dict[str, str]:
+    """Machine ``a`` and its arbiter ``remote`` (gitwork's server hooks) both listed alice among the admins; the
+    arbiter's admin removed her (``gitwork.admins`` on the arbiter now says ``lead`` only), ``a`` still has the
+    old setting. bob holds ``x`` on the arbiter and asked for a decision (to nobody: for the admins). Offline
+    on ``a``: alice decides it (her clone still thinks her an admin), bob records a new item.
+    Returns the ids: the item, the decide's and the new's command ids, and an unheld item ``y``."""
+    assert run_gw(remote.parent, "hooks", "install", "--server", str(remote)).returncode == 0
+    git(remote, "config", "gitwork.admins", "lead")
+    git(a, "config", "gitwork.admins", "lead,alice")
+    x = gw_ok(a, "new", "X", "--as", "lead")["item"]
+    y = gw_ok(a, "new", "Y", "--as", "lead")["item"]
+    gw_ok(a, "claim", x, "--as", "bob")  # carries both news to the arbiter
+    gw_ok(a, "ask", x, "pg or mysql?", "--as", "bob")
+    gw_ok(a, "sync")
+    assert tip(a) == tip(remote)
+    decided = gw_ok(a, "decide", x, "1", "--choose", "pg", "--why", "fast", "--as", "alice")
+    found = gw_ok(a, "new", "Found offline", "--as", "bob")
+    return {"x": x, "y": y, "decide": decided["command_id"], "new": found["command_id"]}
+
+
+def test_an_offline_command_the_arbiters_roles_refuse_is_reported_and_the_rest_lands(machine_a: Path,
+                                                                                    remote: Path) -> None:
+    """Replay decides with the clone's settings; the arbiter's hook re-applies with its own. A command the
+    clone's roles allow and the arbiter's do not (alice was removed from the admins there) passed the replay
+    and was refused by the hook, which turns the whole push down: ``gw sync`` failed with exit 14 naming it,
+    every later sync the same, forever, and bob's offline work behind it never landed. Now the arbiter's
+    verdict is the command's refusal, as a replay's would be: exit 15 naming it, kept in refused.jsonl, the
+    rest landed, and the next sync is clean."""
+    a = machine_a
+    ids = demoted_admin(a, remote)
+    code, report = gw_json(a, "sync")
+    assert code == SYNC_REFUSED, report
+    assert [(e["command_id"], e["op"]) for e in report["refused"]] == [(ids["decide"], "decide")]
+    assert "admin" in report["refused"][0]["message"]
+    on_remote = command_ids(remote)
+    assert ids["new"] in on_remote and ids["decide"] not in on_remote
+    assert tip(a) == tip(remote)
+    kept = [json.loads(line) for line in (a / ".git" / "gitwork" / "refused.jsonl").read_text().splitlines()]
+    assert [entry["command_id"] for entry in kept] == [ids["decide"]]
+    assert gw_json(a, "sync")[0] == 0
+
+
+def test_a_claim_from_that_clone_is_not_stopped_by_anothers_refused_offline_command(machine_a: Path,
+                                                                                   remote: Path) -> None:
+    """The same wedge through the arbiter's CAS: every lease command of the clone carries its unsynced
+    commands, so carol's claim of an unrelated item was refused (exit 14, "decide by alice refused") and
+    so was every claim, renew and done of every agent on that machine. Now carol's claim lands with bob's
+    offline work, and says which command of the clone the arbiter refused."""
+    a = machine_a
+    ids = demoted_admin(a, remote)
+    code, claimed = gw_json(a, "claim", ids["y"], "--as", "carol")
+    assert code == 0, claimed
+    assert claimed["holder"] == "carol"
+    assert [e["command_id"] for e in claimed.get("refused", [])] == [ids["decide"]]
+    on_remote = command_ids(remote)
+    assert ids["new"] in on_remote and ids["decide"] not in on_remote and claimed["command_id"] in on_remote
+    assert gw_json(a, "sync")[0] == 0
