@@ -8,16 +8,22 @@ in child processes; nothing is mocked.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
-from conftest import git, run_gw, tip
+import pytest
+
+from conftest import git, run_gw, second_clone, tip
+from test_launch import poll, runs
+from test_launch_seams import agent, alive, pids
 from test_sync import command_ids, gw_ok
 
 SYNC_REFUSED, REMOTE_REFUSED = 15, 14
 
 
 def gw_json(repo: Path, *args: str) -> tuple[int, dict]:
-    done = run_gw(repo, *args, "--json")
+    done = run_gw(repo, args[0], "--json", *args[1:])  # before any "--"
     return done.returncode, (json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr})
 
 
@@ -81,3 +87,58 @@ def test_a_claim_from_that_clone_is_not_stopped_by_anothers_refused_offline_comm
     on_remote = command_ids(remote)
     assert ids["new"] in on_remote and ids["decide"] not in on_remote and claimed["command_id"] in on_remote
     assert gw_json(a, "sync")[0] == 0
+
+
+# --- the board's steering x a live launcher on another clone -------------------------------------------
+
+
+def _kill_agents(a: Path) -> None:
+    for handle in (a / ".git" / "gitwork" / "executions").glob("*/handle"):
+        try:
+            os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, ValueError):
+            pass
+    for pid in pids(a / "agents.log"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("steer", ["revoke", "exec-stop"])
+def test_a_steer_made_on_the_arbiter_stops_the_agent_at_the_next_coordinator_pass(
+        tmp_path: Path, machine_a: Path, url: str, steer: str) -> None:
+    """docs/serve.md: the board's Revoke and Stop are one command document each, and "the host's gw coordinate
+    kills it on its next pass". The board serves the arbiter's state (or another clone's), so the document
+    lands on the arbiter; the coordinator of the clone that runs the agent read only its own local ref,
+    which nothing brought up to date (a coordinator pass pushes and fetches nothing while no renewal is
+    due): the revoked or stopped agent ran on, its lease renewed... until half its ttl was gone, and an
+    ``exec-stop`` is no end of the lease, so the renewal succeeded and the stop waited for whatever next
+    made the clone fetch. Now each pass first takes the arbiter's state (a ``gw pull``)."""
+    a, b = machine_a, tmp_path / "b"
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    assert run_gw(a, "sync").returncode == 0
+    second_clone(url, b)
+    try:
+        code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--",
+                            *agent(a))
+        assert code == 0 and doc["state"] == "running", doc
+        first = poll(lambda: pids(a / "agents.log"), "the agent")[0]
+        assert run_gw(a, "sync").returncode == 0  # `running` on the arbiter: all the board knows, as in use
+        assert run_gw(b, "sync").returncode == 0
+        if steer == "revoke":
+            order = {"op": "revoke", "item": made["item"], "reason": "wrong approach", "as": "carol"}
+        else:
+            order = {"op": "exec-stop", "execution": doc["execution"], "reason": "wrong approach", "as": "carol"}
+        steered = run_gw(b, "apply", "-", input=json.dumps(order))
+        assert steered.returncode == 0, steered.stdout + steered.stderr
+        assert run_gw(b, "sync").returncode == 0  # (a no-op for the revoke: it was decided by the arbiter)
+        code, passed = gw_json(a, "coordinate", "--once")
+        assert code == 0, passed
+        assert not alive(first), f"the agent runs on after the {steer} on the arbiter: {passed}"
+        [record] = runs(a)
+        why = "revoked" if steer == "revoke" else "stop asked by carol: wrong approach"
+        assert record["state"] == "stopped" and why in record["reason"], record
+    finally:
+        _kill_agents(a)

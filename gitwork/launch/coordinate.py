@@ -211,7 +211,7 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
     errors reconciling one execution hand its item off with reason ``reconcile-failure``. With
     ``coordinator``, its lease is checked (and renewed) before each execution: Stale once another
     coordinator has it."""
-    done: list[dict[str, Any]] = []
+    done: list[dict[str, Any]] = pull(wp)
     if coordinator is not None:
         coordinator.keep()
     kinds: dict[str, Any] = {}
@@ -276,6 +276,28 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
     done += drive_sessions(wp, coordinator)
     done += check_waits(wp, coordinator)
     return done
+
+
+def pull(wp: Workplane) -> list[dict[str, Any]]:
+    """With an arbiter remote, take its state first (``gw pull``: fetch, replay this clone's unsynced
+    commands on it, adopt): a revoke, a hand-off or an ``exec-stop`` made elsewhere (the board, another
+    clone) is on the arbiter, and a pass that read only the local ref let the agent run on until
+    something else made this clone fetch (a renewal, due only once half the ttl is gone, succeeds
+    after an ``exec-stop``). Unreachable: the pass goes on with what this clone knows (action
+    ``pull-error``); commands the replay refused are reported (``pull-refused``) and kept in
+    ``refused.jsonl``, as ``gw pull`` does."""
+    if not wp.settings.remote:
+        return []
+    from ..errors import RemoteError
+    from ..sync import Arbiter
+
+    try:
+        report = Arbiter(wp).sync(push=False)
+    except RemoteError as error:
+        return [{"action": "pull-error", "error": error.kind, "message": error.message}]
+    return [{"action": "pull-refused", "item": entry.get("item"), "error": entry.get("error"),
+             "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
+            for entry in report["refused"]]
 
 
 def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
