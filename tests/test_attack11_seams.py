@@ -17,6 +17,8 @@ import pytest
 from conftest import git, run_gw, second_clone, tip
 from test_launch import poll, runs
 from test_launch_seams import agent, alive, pids
+from test_path_hook import World, commit, push, template, under, world  # noqa: F401  (fixtures)
+from test_sessions import person_identity  # noqa: F401  (autouse fixture of the path-hook world)
 from test_sync import command_ids, gw_ok
 
 SYNC_REFUSED, REMOTE_REFUSED = 15, 14
@@ -142,3 +144,36 @@ def test_a_steer_made_on_the_arbiter_stops_the_agent_at_the_next_coordinator_pas
         assert record["state"] == "stopped" and why in record["reason"], record
     finally:
         _kill_agents(a)
+
+
+# --- path leases x merges at the code remote -----------------------------------------------------------
+
+
+def merged(cwd: Path, side: str, message: str, extra: dict[str, str] | None = None) -> str:
+    """A merge commit of ``main`` and ``side`` on branch ``merge``; with ``extra``, files the merge itself
+    changes (an "evil merge": its tree is neither parent's nor what git's merge of them gives)."""
+    git(cwd, "checkout", "-q", "-B", "merge", "main")
+    git(cwd, "merge", "-q", "--no-ff", "--no-commit", side)
+    for name, text in (extra or {}).items():
+        (cwd / name).parent.mkdir(parents=True, exist_ok=True)
+        (cwd / name).write_text(text)
+        git(cwd, "add", name)
+    git(cwd, "commit", "-q", "-m", message)
+    return git(cwd, "rev-parse", "HEAD")
+
+
+def test_a_merge_commit_changing_a_leased_path_itself_is_judged(world: World) -> None:  # noqa: F811
+    """docs/leases.md: "a merge's own diff is not listed, its parents are". A merge commit whose parents are
+    harmless (main, and bob's commit under his own ``lib/**`` lease) but whose own tree also changes
+    ``src/api/x.py``, leased to alice, was let through: ``git log --name-only`` lists no path for a merge, so
+    whatever a merge changes by itself was never judged, and any pusher reached any leased path that way.
+    Now a merge is judged on what it changes beyond git's own merge of its parents (``git log
+    --diff-merges=remerge``): nothing for a clean merge, the evil part of an evil one."""
+    commit(world.work, {"lib/q.py": "q\n"}, under(world.lib, world.lib_fence), branch="side")
+    clean = merged(world.work, "side", under(world.lib, world.lib_fence))
+    assert push(world.work, "merge").returncode == 0 and world.branch("merge") == clean  # an honest merge passes
+    evil = merged(world.work, "side", under(world.lib, world.lib_fence), extra={"src/api/x.py": "mine\n"})
+    done = push(world.work, "+merge")
+    assert done.returncode != 0, f"{evil[:12]} changed alice's src/api/x.py and was let through"
+    assert "src/api/x.py" in done.stderr and "leased to alice" in done.stderr
+    assert world.branch("merge") == clean
