@@ -146,6 +146,16 @@ def test_a_steer_made_on_the_arbiter_stops_the_agent_at_the_next_coordinator_pas
         _kill_agents(a)
 
 
+def test_a_coordinator_pass_with_the_arbiter_unreachable_goes_on_with_what_the_clone_knows(
+        tmp_path: Path, machine_a: Path) -> None:
+    """The pull a pass starts with must not make an unreachable arbiter the end of the pass (the executions
+    of this host still need looking after): one ``pull-error`` action, exit 0."""
+    git(machine_a, "remote", "set-url", "origin", f"file://{tmp_path / 'gone.git'}")
+    code, passed = gw_json(machine_a, "coordinate", "--once")
+    assert code == 0, passed
+    assert [a["action"] for a in passed["actions"]] == ["pull-error"], passed
+
+
 # --- path leases x merges at the code remote -----------------------------------------------------------
 
 

@@ -283,17 +283,16 @@ def pull(wp: Workplane) -> list[dict[str, Any]]:
     commands on it, adopt): a revoke, a hand-off or an ``exec-stop`` made elsewhere (the board, another
     clone) is on the arbiter, and a pass that read only the local ref let the agent run on until
     something else made this clone fetch (a renewal, due only once half the ttl is gone, succeeds
-    after an ``exec-stop``). Unreachable: the pass goes on with what this clone knows (action
+    after an ``exec-stop``). Unreachable (or any other error): the pass goes on with what this clone knows (action
     ``pull-error``); commands the replay refused are reported (``pull-refused``) and kept in
     ``refused.jsonl``, as ``gw pull`` does."""
     if not wp.settings.remote:
         return []
-    from ..errors import RemoteError
     from ..sync import Arbiter
 
     try:
         report = Arbiter(wp).sync(push=False)
-    except RemoteError as error:
+    except GwError as error:  # unreachable, a lock held for good, a remote state that does not read
         return [{"action": "pull-error", "error": error.kind, "message": error.message}]
     return [{"action": "pull-refused", "item": entry.get("item"), "error": entry.get("error"),
              "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
