@@ -42,7 +42,7 @@ from . import backend as backends
 from .build import BuildMismatch
 from .build import current as current_build
 from .paths import clone_id, executions_dir
-from .run import _handle_of, _mark, find, host, host_name, launcher_alive, me, ours, probe, runs
+from .run import _handle_of, _kill_survivors, _mark, find, host, host_name, launcher_alive, me, ours, probe, runs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -123,6 +123,9 @@ def _kill(wp: Workplane, record: dict[str, Any], why: str) -> dict[str, Any]:
     handle = record.get("handle") or _handle_of(backend, record["id"])
     if handle:
         backend.kill(record["id"], handle)
+    # What the handle did not reach, by process group, as ``gw stop`` does: tmux's kill-session only hangs
+    # up the pane, and an agent that ignores SIGHUP ran on under a record saying ``stopped``.
+    _kill_survivors(wp, record["id"])
     return _mark(wp, record, "stopped", reason=f"coordinator: {why}"[:200])
 
 
