@@ -85,7 +85,8 @@ def _new_commits(push: Push) -> Iterable[tuple[str, list[str], list[str], list[s
         return
     # A merge is judged on what it changes beyond git's own merge of its parents (``remerge``: nothing for
     # a clean merge; a resolved conflict or an "evil merge" lists its paths), its parents on their own.
-    done = gitcmd.run(["-c", "core.quotePath=false", "log", "-z", "--no-renames", "--name-only", "--diff-merges=remerge",
+    done = gitcmd.run(["-c", "core.quotePath=false", "log", "-z", "--no-renames", "--name-only",
+                       "--diff-merges=remerge",
                        "--format=%x1e%H%x1f%(trailers:key=Work-Item,valueonly,separator=%x1d)%x1f"
                        "%(trailers:key=Fence,valueonly,separator=%x1d)%x1f", *tips, "--not", "--all"], check=False)
     if done.returncode != 0:

@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import git, run_gw, second_clone, tip
-from test_launch import launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
-from test_launcher import agents
+from test_launch import item_of, launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
 from test_launch_seams import agent, alive, pids
-from test_launch import item_of
+from test_launcher import agents
 from test_path_hook import World, commit, push, template, under, world  # noqa: F401  (fixtures)
 from test_sessions import person_identity  # noqa: F401  (autouse fixture of the path-hook world)
 from test_sync import command_ids, gw_ok
@@ -160,10 +159,12 @@ def test_a_coordinator_pass_with_the_arbiter_unreachable_goes_on_with_what_the_c
 
 @needs_tmux
 @pytest.mark.parametrize("steer", ["exec-stop", "revoke"])
-def test_the_coordinators_stop_of_a_tmux_agent_that_ignores_hangups_ends_it(launched: Path, steer: str) -> None:
+def test_the_coordinators_stop_of_a_tmux_agent_that_ignores_hangups_ends_it(
+        launched: Path, steer: str) -> None:  # noqa: F811
     """The coordinator's kill (a stop asked from the board, a revoked lease) of a tmux execution was tmux's
-    ``kill-session`` alone: an agent that ignores SIGHUP (``nohup``, a trap, a runtime that handles it) ran on, recorded ``stopped``, and the next ``gw run`` of the item started a second agent
-    beside it. ``gw stop`` already killed what survived, by process group; the coordinator now does too."""
+    ``kill-session`` alone: an agent that ignores SIGHUP (``nohup``, a trap, a runtime that handles it) ran
+    on, recorded ``stopped``, and the next ``gw run`` of the item started a second agent beside it.
+    ``gw stop`` already killed what survived, by process group; the coordinator now does too."""
     item, marker = item_of(launched), "1741"
     code, doc = gw_json(launched, "run", item, "--as", "alice", "--", "sh", "-c", f"trap '' HUP; exec sleep {marker}")
     assert code == 0 and doc["state"] == "running", doc

@@ -53,7 +53,8 @@ MAX_ROUNDS = 200
 FILLED_IN = ("fence", "lease")
 # The arbiter's own verdict on a command of a pushed chain: its hook re-applied the command with the
 # ARBITER's settings (roles, margins) and refused it (derive.check_commit), one line per commit.
-VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused (by the arbiter's roles|on replay by the arbiter): (.*)")
+VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused "
+               r"(by the arbiter's roles|on replay by the arbiter): (.*)")
 # Where those verdicts are kept, by command id: a later replay refuses the command as the arbiter did.
 VERDICTS = "arbiter-refused.jsonl"
 
