@@ -117,7 +117,7 @@ def test_a_steer_made_on_the_arbiter_stops_the_agent_at_the_next_coordinator_pas
     which nothing brought up to date (a coordinator pass pushes and fetches nothing while no renewal is
     due): the revoked or stopped agent ran on, its lease renewed... until half its ttl was gone, and an
     ``exec-stop`` is no end of the lease, so the renewal succeeded and the stop waited for whatever next
-    made the clone fetch. Now each pass first takes the arbiter's state (a ``gw pull``)."""
+    made the clone fetch. Now each pass also reads the arbiter's state, fetched."""
     a, b = machine_a, tmp_path / "b"
     code, made = gw_json(a, "new", "A's work")
     assert code == 0, made
@@ -149,12 +149,12 @@ def test_a_steer_made_on_the_arbiter_stops_the_agent_at_the_next_coordinator_pas
 
 def test_a_coordinator_pass_with_the_arbiter_unreachable_goes_on_with_what_the_clone_knows(
         tmp_path: Path, machine_a: Path) -> None:
-    """The pull a pass starts with must not make an unreachable arbiter the end of the pass (the executions
-    of this host still need looking after): one ``pull-error`` action, exit 0."""
+    """The fetch a pass starts with must not make an unreachable arbiter the end of the pass (the executions
+    of this host still need looking after): one ``fetch-error`` action, exit 0."""
     git(machine_a, "remote", "set-url", "origin", f"file://{tmp_path / 'gone.git'}")
     code, passed = gw_json(machine_a, "coordinate", "--once")
     assert code == 0, passed
-    assert [a["action"] for a in passed["actions"]] == ["pull-error"], passed
+    assert [a["action"] for a in passed["actions"]] == ["fetch-error"], passed
 
 
 @needs_tmux

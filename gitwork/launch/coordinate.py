@@ -53,7 +53,10 @@ if TYPE_CHECKING:
 
 def _lease_ended(wp: Workplane, record: dict[str, Any]) -> str | None:
     """Why the execution's lease is over, or None while it is live for its holder."""
-    lease = wp.lease(record["item"])
+    return _ended(wp.lease(record["item"]), record, wp)
+
+
+def _ended(lease: Any, record: dict[str, Any], wp: Workplane) -> str | None:
     if lease is None or lease.fence != record.get("fence"):
         return f"its lease (fence {record.get('fence')}) was replaced" + (f" by {lease.holder}'s (fence {lease.fence})"
                                                                          if lease else "")
@@ -214,7 +217,8 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
     errors reconciling one execution hand its item off with reason ``reconcile-failure``. With
     ``coordinator``, its lease is checked (and renewed) before each execution: Stale once another
     coordinator has it."""
-    done: list[dict[str, Any]] = pull(wp)
+    arbiter = ArbiterView(wp)
+    done: list[dict[str, Any]] = [arbiter.problem] if arbiter.problem else []
     if coordinator is not None:
         coordinator.keep()
     kinds: dict[str, Any] = {}
@@ -243,8 +247,8 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
                 done.append({**entry, "action": record["state"] if record["state"] not in LIVE else "waiting",
                              "code": record.get("code")})
                 continue
-            why = (_stop_asked(record) or _lease_ended(wp, record) or checks.item_closed(record)
-                   or checks.session_ended(record))
+            why = (_stop_asked(record) or _lease_ended(wp, record) or arbiter.why(wp, record)
+                   or checks.item_closed(record) or checks.session_ended(record))
             if why:
                 _kill(wp, record, why)
                 done.append({**entry, "action": "stopped", "reason": why})
@@ -281,25 +285,42 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
     return done
 
 
-def pull(wp: Workplane) -> list[dict[str, Any]]:
-    """With an arbiter remote, take its state first (``gw pull``: fetch, replay this clone's unsynced
-    commands on it, adopt): a revoke, a hand-off or an ``exec-stop`` made elsewhere (the board, another
-    clone) is on the arbiter, and a pass that read only the local ref let the agent run on until
-    something else made this clone fetch (a renewal, due only once half the ttl is gone, succeeds
-    after an ``exec-stop``). Unreachable (or any other error): the pass goes on with what this clone knows (action
-    ``pull-error``); commands the replay refused are reported (``pull-refused``) and kept in
-    ``refused.jsonl``, as ``gw pull`` does."""
-    if not wp.settings.remote:
-        return []
-    from ..sync import Arbiter
+class ArbiterView:
+    """What the arbiter holds, fetched once per pass (with an arbiter remote): a revoke, a hand-off or an
+    ``exec-stop`` made elsewhere (the board, another clone) is on the arbiter, and a pass that read only
+    the local ref let the agent run on until something else made this clone fetch (a renewal, due only
+    once half the ttl is gone, and which succeeds after an ``exec-stop``). Read beside the local ref, never
+    adopted into it: a pass replays nothing (an idle coordinator's own records accumulate unpushed)."""
 
-    try:
-        report = Arbiter(wp).sync(push=False)
-    except GwError as error:  # unreachable, a lock held for good, a remote state that does not read
-        return [{"action": "pull-error", "error": error.kind, "message": error.message}]
-    return [{"action": "pull-refused", "item": entry.get("item"), "error": entry.get("error"),
-             "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
-            for entry in report["refused"]]
+    def __init__(self, wp: Workplane) -> None:
+        self.view: Any = None
+        self.problem: dict[str, Any] | None = None
+        if not wp.settings.remote:
+            return
+        from .. import engine
+        from ..sync import Arbiter
+
+        try:
+            tip = Arbiter(wp).fetch()
+            if tip is not None:
+                snapshot = wp.store.snapshot(tip)
+                snapshot.check_format()
+                self.view = engine.View(snapshot, wp.now(), wp.settings)
+        except GwError as error:  # unreachable, a lock held for good, a state that does not read
+            self.problem = {"action": "fetch-error", "error": error.kind, "message": error.message}
+
+    def why(self, wp: Workplane, record: dict[str, Any]) -> str | None:
+        """Why the arbiter says the execution must stop (its stop asked there, or its lease ended there)."""
+        if self.view is None:
+            return None
+        from ..records.executions import load_execution
+
+        try:
+            there = load_execution(self.view, record["id"])
+            lease = self.view.lease(record["item"])
+        except GwError:
+            return None  # the arbiter's copy does not read: the local view decides
+        return (_stop_asked(there) if there else None) or _ended(lease, record, wp)
 
 
 def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
