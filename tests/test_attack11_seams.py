@@ -7,6 +7,7 @@ in child processes; nothing is mocked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import git, run_gw, second_clone, tip
+from daemon import GitDaemon
 from test_launch import item_of, launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
 from test_launch_seams import agent, alive, pids
 from test_launcher import agents
@@ -53,8 +55,9 @@ def demoted_admin(a: Path, remote: Path) -> dict[str, str]:
     return {"x": x, "y": y, "decide": decided["command_id"], "new": found["command_id"]}
 
 
-def test_an_offline_command_the_arbiters_roles_refuse_is_reported_and_the_rest_lands(machine_a: Path,
-                                                                                    remote: Path) -> None:
+@pytest.mark.parametrize("transport", ["file", "git-daemon"])
+def test_an_offline_command_the_arbiters_roles_refuse_is_reported_and_the_rest_lands(machine_a: Path, remote: Path,
+                                                                                    transport: str) -> None:
     """Replay decides with the clone's settings; the arbiter's hook re-applies with its own. A command the
     clone's roles allow and the arbiter's do not (alice was removed from the admins there) passed the replay
     and was refused by the hook, which turns the whole push down: ``gw sync`` failed with exit 14 naming it,
@@ -63,7 +66,12 @@ def test_an_offline_command_the_arbiters_roles_refuse_is_reported_and_the_rest_l
     rest landed, and the next sync is clean."""
     a = machine_a
     ids = demoted_admin(a, remote)
-    code, report = gw_json(a, "sync")
+    with contextlib.ExitStack() as stack:
+        if transport == "git-daemon":  # the hook's words come back through git's side band
+            daemon = stack.enter_context(GitDaemon(remote.parent))
+            git(a, "remote", "set-url", "origin", daemon.url(remote.stem))
+        code, report = gw_json(a, "sync")
+        again = gw_json(a, "sync")[0]
     assert code == SYNC_REFUSED, report
     assert [(e["command_id"], e["op"]) for e in report["refused"]] == [(ids["decide"], "decide")]
     assert "admin" in report["refused"][0]["message"]
@@ -72,7 +80,7 @@ def test_an_offline_command_the_arbiters_roles_refuse_is_reported_and_the_rest_l
     assert tip(a) == tip(remote)
     kept = [json.loads(line) for line in (a / ".git" / "gitwork" / "refused.jsonl").read_text().splitlines()]
     assert [entry["command_id"] for entry in kept] == [ids["decide"]]
-    assert gw_json(a, "sync")[0] == 0
+    assert again == 0
 
 
 def test_a_claim_from_that_clone_is_not_stopped_by_anothers_refused_offline_command(machine_a: Path,
