@@ -155,6 +155,34 @@ def test_a_steer_made_on_the_arbiter_stops_the_agent_at_the_next_coordinator_pas
         _kill_agents(a)
 
 
+def test_after_a_revoke_the_item_can_be_run_on_another_clone_once_the_agent_is_stopped(
+        tmp_path: Path, machine_a: Path, url: str) -> None:
+    """The point of the board's Revoke is to give the item to someone else. The coordinator of the clone
+    that ran the agent recorded its end (``stopped``) in its local ref only, so the arbiter still had the
+    execution ``launching``: every ``gw run`` of the item on any other clone was refused (75, "being launched
+    by another gw run"), for as long as nothing in the first clone pushed. A pass that records an end now
+    pushes it (``gw sync``), so the next launch elsewhere starts, and only after the first agent was killed."""
+    a, b = machine_a, tmp_path / "b"
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    assert run_gw(a, "sync").returncode == 0
+    second_clone(url, b)
+    try:
+        code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
+        assert code == 0 and doc["state"] == "running", doc
+        first = poll(lambda: pids(a / "agents.log"), "the agent")[0]
+        order = {"op": "revoke", "item": made["item"], "reason": "wrong approach", "as": "carol"}
+        steered = run_gw(b, "apply", "-", input=json.dumps(order))
+        assert steered.returncode == 0, steered.stdout + steered.stderr
+        code, passed = gw_json(a, "coordinate", "--once")
+        assert code == 0 and not alive(first), passed
+        code, again = gw_json(b, "run", made["item"], "--backend", "subprocess", "--as", "carol", "--", *agent(b))
+        assert code == 0 and again["state"] == "running", again
+    finally:
+        _kill_agents(a)
+        _kill_agents(b)
+
+
 def test_a_coordinator_pass_with_the_arbiter_unreachable_goes_on_with_what_the_clone_knows(
         tmp_path: Path, machine_a: Path) -> None:
     """The fetch a pass starts with must not make an unreachable arbiter the end of the pass (the executions

@@ -280,6 +280,7 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             done.append({**entry, "action": "error", "error": error.kind, "message": error.message, "streak": streak})
             continue
         _streak(wp, record["id"], False)
+    done += publish_ends(wp, done)
     done += drive_sessions(wp, coordinator)
     done += check_waits(wp, coordinator)
     return done
@@ -321,6 +322,28 @@ class ArbiterView:
         except GwError:
             return None  # the arbiter's copy does not read: the local view decides
         return (_stop_asked(there) if there else None) or _ended(lease, record, wp)
+
+
+ENDS = ("stopped", "exited", "failed", "lost")
+
+
+def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """With an arbiter remote, push the ends this pass recorded (``gw sync``). An execution's end is a
+    local record, and the arbiter decides the next launch of the item on any clone (``exec-reserve``):
+    while it still saw the execution live, every ``gw run`` of the item elsewhere was refused (75), after
+    a revoke from the board too, for as long as nothing in this clone pushed. (Every command the arbiter
+    decides pushes this clone's local commands as well: the coordinator's renewals already did.)"""
+    if not wp.settings.remote or not any(entry.get("action") in ENDS for entry in done):
+        return []
+    from ..sync import Arbiter
+
+    try:
+        report = Arbiter(wp).sync()
+    except GwError as error:
+        return [{"action": "sync-error", "error": error.kind, "message": error.message}]
+    return [{"action": "sync-refused", "item": entry.get("item"), "error": entry.get("error"),
+             "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
+            for entry in report["refused"]]
 
 
 def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
