@@ -52,9 +52,10 @@ MAX_ROUNDS = 200
 # them, so two documents under one id are the same command when everything else is equal.
 FILLED_IN = ("fence", "lease")
 # The arbiter's own verdict on a command of a pushed chain: its hook re-applied the command with the
-# ARBITER's settings (roles, margins) and refused it (derive.check_commit), one line per commit.
-VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused "
-               r"(by the arbiter's roles|on replay by the arbiter): (.*)")
+# ARBITER's roles and refused it (derive.check_commit), one line per commit. Only a refusal by roles: one
+# "on replay" may be a build the arbiter has not caught up with (a field it does not know yet), which is
+# not a verdict on the command (the push fails, as before, until the arbiter is upgraded).
+VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused by the arbiter's roles: (.*)")
 # Where those verdicts are kept, by command id: a later replay refuses the command as the arbiter did.
 VERDICTS = "arbiter-refused.jsonl"
 
@@ -217,7 +218,7 @@ class Replay(Remote):
         the next rebuild refuses it, and the rest of the chain lands. Without this the hook refused the
         whole chain on every push, and the clone's every sync and lease command failed for good.
         Returns whether a verdict was taken (then push again); a refusal of anything else (a forgery,
-        the arbiter's clock, a signature) is left to the caller.
+        the arbiter's clock, a signature, another build's replay) is left to the caller.
         """
         said = error.details.get("said") or []
         named = [m for m in (VERDICT.match(line) for line in said if isinstance(line, str)) if m]
@@ -231,10 +232,9 @@ class Replay(Remote):
             if cmd is None or not isinstance(cmd.get("id"), str) \
                     or (cmd.get("op"), cmd.get("as")) != (match.group(2), match.group(3)):
                 continue
-            kind = "forbidden" if "roles" in match.group(4) else "refused"
-            taken.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": cmd.get("item"), "error": kind,
-                          "code": 77 if kind == "forbidden" else 14,
-                          "message": f"{self.remote} refused it: {match.group(5)}", "by": "arbiter"})
+            taken.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": cmd.get("item"), "error": "forbidden",
+                          "code": 77, "message": f"{self.remote}'s roles refuse it: {match.group(4)}",
+                          "by": "arbiter"})
         if not taken:
             return False
         import fcntl
