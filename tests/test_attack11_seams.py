@@ -247,3 +247,28 @@ def test_a_merge_commit_changing_a_leased_path_itself_is_judged(world: World) ->
     assert done.returncode != 0, f"{evil[:12]} changed alice's src/api/x.py and was let through"
     assert "src/api/x.py" in done.stderr and "leased to alice" in done.stderr
     assert world.branch("merge") == clean
+
+
+def test_an_end_the_coordinator_could_not_push_is_pushed_by_its_next_pass(tmp_path: Path, machine_a: Path,
+                                                                         url: str) -> None:
+    """The push of a recorded end can fail (the arbiter unreachable for a moment); the next pass, with no end
+    of its own to record, pushes it then: the item can be run on another clone without anyone's gw sync."""
+    a, b = machine_a, tmp_path / "b"
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    assert run_gw(a, "sync").returncode == 0
+    second_clone(url, b)
+    code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", "sh", "-c", "exit 3")
+    assert code == 0, doc
+    poll(lambda: (a / ".git" / "gitwork" / "executions" / doc["execution"] / "code").exists(), "the agent's exit")
+    git(a, "remote", "set-url", "origin", f"file://{tmp_path / 'gone.git'}")
+    code, passed = gw_json(a, "coordinate", "--once")
+    assert code == 0 and [x["action"] for x in passed["actions"]] == ["fetch-error", "exited", "sync-error"], passed
+    git(a, "remote", "set-url", "origin", url)
+    code, passed = gw_json(a, "coordinate", "--once")
+    assert code == 0 and passed["actions"] == [], passed
+    try:
+        code, again = gw_json(b, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(b))
+        assert code == 0 and again["state"] == "running", again
+    finally:
+        _kill_agents(b)

@@ -325,6 +325,7 @@ class ArbiterView:
 
 
 ENDS = ("stopped", "exited", "failed", "lost")
+UNPUSHED = "coordinator-ends-unpushed"
 
 
 def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -333,14 +334,21 @@ def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, An
     while it still saw the execution live, every ``gw run`` of the item elsewhere was refused (75), after
     a revoke from the board too, for as long as nothing in this clone pushed. (Every command the arbiter
     decides pushes this clone's local commands as well: the coordinator's renewals already did.)"""
-    if not wp.settings.remote or not any(entry.get("action") in ENDS for entry in done):
+    if not wp.settings.remote:
         return []
+    owed = os.path.join(wp.repo.gitwork_dir(), UNPUSHED)  # an end an earlier pass could not push
+    if not any(entry.get("action") in ENDS for entry in done) and not os.path.exists(owed):
+        return []
+    from ..fsutil import write_atomic
     from ..sync import Arbiter
 
     try:
         report = Arbiter(wp).sync()
     except GwError as error:
+        write_atomic(owed, b"", fsync=False)  # the next pass pushes again, even with no end of its own
         return [{"action": "sync-error", "error": error.kind, "message": error.message}]
+    if os.path.exists(owed):
+        os.unlink(owed)
     return [{"action": "sync-refused", "item": entry.get("item"), "error": entry.get("error"),
              "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
             for entry in report["refused"]]
