@@ -1,5 +1,12 @@
-"""An attacker's pass (session 11) on the places where features meet: offline replay against an arbiter
-whose own settings moved, ...
+"""An attacker's pass (session 11) on the places where features meet:
+
+- offline replay x the arbiter's own roles (an admin removed on the arbiter, a clone still listing her),
+  through a file remote and a real ``git daemon``: one refused command wedged the clone's every sync and
+  lease command;
+- the board's steering (revoke, exec-stop: one command document on the arbiter) x a live agent on another
+  clone: the coordinator never heard of it, killed a tmux agent that ignores SIGHUP only in its records,
+  and its end never reached the arbiter, so the item could not be run elsewhere;
+- path leases x merge commits at the code remote: a merge's own changes were never judged.
 
 Each scenario runs real clones, a real bare arbiter under ``gw hooks install --server`` and the real ``gw``
 in child processes; nothing is mocked.
