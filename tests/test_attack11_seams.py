@@ -22,13 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, run_gw, second_clone, tip
+from conftest import git, make_repo, run_gw, second_clone, tip
 from daemon import GitDaemon
+from gitwork.sessions import steps
+from gitwork.workplane import Workplane
 from test_launch import item_of, launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
 from test_launch_seams import agent, alive, pids
 from test_launcher import agents
 from test_path_hook import World, commit, push, template, under, world  # noqa: F401  (fixtures)
 from test_sessions import person_identity  # noqa: F401  (autouse fixture of the path-hook world)
+from test_sessions_launch import Project, project  # noqa: F401  (project: a fixture)
 from test_sync import command_ids, gw_ok
 
 SYNC_REFUSED, REMOTE_REFUSED = 15, 14
@@ -249,6 +252,35 @@ def test_the_coordinators_stop_of_a_tmux_agent_that_ignores_hangups_ends_it(
     code, passed = gw_json(launched, "coordinate", "--once")
     assert code == 0 and [a["action"] for a in passed["actions"]] == ["stopped"], passed
     poll(lambda: agents(marker) == [], "the end of the agent recorded stopped")
+
+
+def test_a_revoke_on_the_arbiter_is_not_undone_by_the_coordinator_driving_the_session(
+        project: Project, tmp_path: Path) -> None:  # noqa: F811
+    """A multi-step session's lease revoked from the board (on the arbiter): the coordinator of the clone that
+    drives the session still saw the lease live in its own ref and launched the step's operators, and the
+    launch (``exec-reserve``, decided by the arbiter, which claims a lease when its caller holds none) claimed
+    the item again for the revoked holder: the revoke undone, its operators at work. Now a session whose lease
+    ended on the arbiter is left alone (action ``left``)."""
+    p = project
+    bare = make_repo(tmp_path / "remote.git", bare=True)
+    assert run_gw(tmp_path, "hooks", "install", "--server", str(bare)).returncode == 0
+    git(p.root, "remote", "add", "origin", f"file://{bare}")
+    assert run_gw(p.root, "remote", "set", "origin").returncode == 0
+    p.wp.close()
+    p.wp = Workplane(str(p.root), agent="alice")  # (its settings read again: now with the arbiter)
+    session = steps.create(p.wp, p.item, "hang")["session"]
+    assert run_gw(p.root, "sync").returncode == 0
+    b = second_clone(f"file://{bare}", tmp_path / "b")
+    order = {"op": "revoke", "item": p.item, "reason": "wrong approach", "as": "carol"}
+    steered = run_gw(b, "apply", "-", input=json.dumps(order))
+    assert steered.returncode == 0, steered.stdout + steered.stderr
+    code, passed = gw_json(p.root, "coordinate", "--once")
+    assert code == 0, passed
+    assert list(p.marks.glob("*.started")) == [], f"the session's operators started after the revoke: {passed}"
+    assert [(a.get("session"), a["action"]) for a in passed["actions"]] == [(session, "left")], passed
+    assert gw_json(b, "sync")[0] == 0
+    code, shown = gw_json(b, "show", p.item)
+    assert shown["lease"]["state"] == "revoked", shown["lease"]
 
 
 # --- path leases x merges at the code remote -----------------------------------------------------------

@@ -281,7 +281,7 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             continue
         _streak(wp, record["id"], False)
     done += publish_ends(wp, done)
-    done += drive_sessions(wp, coordinator)
+    done += drive_sessions(wp, coordinator, arbiter)
     done += check_waits(wp, coordinator)
     return done
 
@@ -322,6 +322,16 @@ class ArbiterView:
         except GwError:
             return None  # the arbiter's copy does not read: the local view decides
         return (_stop_asked(there) if there else None) or _ended(lease, record, wp)
+
+    def lease_ended(self, wp: Workplane, item: str, fence: int) -> str | None:
+        """Why the arbiter no longer holds the lease under ``fence`` on ``item`` live (a revoke there)."""
+        if self.view is None:
+            return None
+        try:
+            lease = self.view.lease(item)
+        except GwError:
+            return None
+        return _ended(lease, {"fence": fence}, wp)
 
 
 ENDS = ("stopped", "exited", "failed", "lost")
@@ -368,7 +378,8 @@ def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> l
         return [{"action": "wait-error", "error": error.kind, "message": error.message}]
 
 
-def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
+def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None,
+                   arbiter: ArbiterView | None = None) -> list[dict[str, Any]]:
     """One pass over this repository's running (and blocked) multi-step sessions whose folder is here:
     as each one's holder, under the holder's live lease (a session whose lease ended is left alone:
     its executions are stopped by the lease rule above), what ``gw step next --launch`` does. What was
@@ -390,9 +401,15 @@ def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None) -
             if lease is None or not lease.is_active() or lease.holder != row["holder"] \
                     or not lease.live_for_holder(wp.now(), wp.settings.clock_margin):
                 continue
+            entry = {"session": row["session"], "item": row["item"]}
+            # Live here, but ended on the arbiter (a revoke from the board): launching would claim the item
+            # again for the holder there (exec-reserve claims when the caller holds no lease), undoing it.
+            ended = arbiter.lease_ended(wp, row["item"], lease.fence) if arbiter is not None else None
+            if ended:
+                done.append({**entry, "action": "left", "reason": f"on the arbiter, {ended}"})
+                continue
             if coordinator is not None:
                 coordinator.keep()
-            entry = {"session": row["session"], "item": row["item"]}
             if row["holder"] not in planes:  # the session's transitions are its holder's, fenced on its lease
                 planes[row["holder"]] = type(wp)(wp.repo.toplevel, now=wp.now, agent=row["holder"])
             try:
