@@ -2,7 +2,8 @@
 
 A commit is judged when it first reaches the code remote (reachable from the push, from no ref the
 remote already has): publishing a session commit pushed earlier is not judged again. For every path the
-commit changes (``git log --name-only``; a merge's own diff is not listed, its parents are judged), each
+commit changes (``git log --name-only``; a merge by what it changes beyond git's own merge of its
+parents, ``--diff-merges=remerge``, its parents on their own), each
 live path lease on the remote's state ref (``paths.yaml`` and the leases it names) whose glob covers the
 path must be the pusher's: a lease named by the commit's ``Work-Item:`` trailer with its current fence in
 ``Fence:`` (how ``gw session commit`` marks its commits), or another live lease of the same holder.
@@ -82,7 +83,10 @@ def _new_commits(push: Push) -> Iterable[tuple[str, list[str], list[str], list[s
     tips = [u.new for u in push.updates if u.new is not None and not u.ref.startswith(STATE_PREFIX)]
     if not tips:
         return
+    # A merge is judged on what it changes beyond git's own merge of its parents (``remerge``: nothing for
+    # a clean merge; a resolved conflict or an "evil merge" lists its paths), its parents on their own.
     done = gitcmd.run(["-c", "core.quotePath=false", "log", "-z", "--no-renames", "--name-only",
+                       "--diff-merges=remerge",
                        "--format=%x1e%H%x1f%(trailers:key=Work-Item,valueonly,separator=%x1d)%x1f"
                        "%(trailers:key=Fence,valueonly,separator=%x1d)%x1f", *tips, "--not", "--all"], check=False)
     if done.returncode != 0:

@@ -42,7 +42,7 @@ from . import backend as backends
 from .build import BuildMismatch
 from .build import current as current_build
 from .paths import clone_id, executions_dir
-from .run import _handle_of, _mark, find, host, host_name, launcher_alive, me, ours, probe, runs
+from .run import _handle_of, _kill_survivors, _mark, find, host, host_name, launcher_alive, me, ours, probe, runs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,7 +53,10 @@ if TYPE_CHECKING:
 
 def _lease_ended(wp: Workplane, record: dict[str, Any]) -> str | None:
     """Why the execution's lease is over, or None while it is live for its holder."""
-    lease = wp.lease(record["item"])
+    return _ended(wp.lease(record["item"]), record, wp)
+
+
+def _ended(lease: Any, record: dict[str, Any], wp: Workplane) -> str | None:
     if lease is None or lease.fence != record.get("fence"):
         return f"its lease (fence {record.get('fence')}) was replaced" + (f" by {lease.holder}'s (fence {lease.fence})"
                                                                          if lease else "")
@@ -123,6 +126,9 @@ def _kill(wp: Workplane, record: dict[str, Any], why: str) -> dict[str, Any]:
     handle = record.get("handle") or _handle_of(backend, record["id"])
     if handle:
         backend.kill(record["id"], handle)
+    # What the handle did not reach, by process group, as ``gw stop`` does: tmux's kill-session only hangs
+    # up the pane, and an agent that ignores SIGHUP ran on under a record saying ``stopped``.
+    _kill_survivors(wp, record["id"])
     return _mark(wp, record, "stopped", reason=f"coordinator: {why}"[:200])
 
 
@@ -211,7 +217,8 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
     errors reconciling one execution hand its item off with reason ``reconcile-failure``. With
     ``coordinator``, its lease is checked (and renewed) before each execution: Stale once another
     coordinator has it."""
-    done: list[dict[str, Any]] = []
+    arbiter = ArbiterView(wp)
+    done: list[dict[str, Any]] = [arbiter.problem] if arbiter.problem else []
     if coordinator is not None:
         coordinator.keep()
     kinds: dict[str, Any] = {}
@@ -240,8 +247,8 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
                 done.append({**entry, "action": record["state"] if record["state"] not in LIVE else "waiting",
                              "code": record.get("code")})
                 continue
-            why = (_stop_asked(record) or _lease_ended(wp, record) or checks.item_closed(record)
-                   or checks.session_ended(record))
+            why = (_stop_asked(record) or _lease_ended(wp, record) or arbiter.why(wp, record)
+                   or checks.item_closed(record) or checks.session_ended(record))
             if why:
                 _kill(wp, record, why)
                 done.append({**entry, "action": "stopped", "reason": why})
@@ -273,9 +280,88 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             done.append({**entry, "action": "error", "error": error.kind, "message": error.message, "streak": streak})
             continue
         _streak(wp, record["id"], False)
-    done += drive_sessions(wp, coordinator)
+    done += publish_ends(wp, done)
+    done += drive_sessions(wp, coordinator, arbiter)
     done += check_waits(wp, coordinator)
     return done
+
+
+class ArbiterView:
+    """What the arbiter holds, fetched once per pass (with an arbiter remote): a revoke, a hand-off or an
+    ``exec-stop`` made elsewhere (the board, another clone) is on the arbiter, and a pass that read only
+    the local ref let the agent run on until something else made this clone fetch (a renewal, due only
+    once half the ttl is gone, and which succeeds after an ``exec-stop``). Read beside the local ref, never
+    adopted into it: a pass replays nothing (an idle coordinator's own records accumulate unpushed)."""
+
+    def __init__(self, wp: Workplane) -> None:
+        self.view: Any = None
+        self.problem: dict[str, Any] | None = None
+        if not wp.settings.remote:
+            return
+        from .. import engine
+        from ..sync import Arbiter
+
+        try:
+            tip = Arbiter(wp).fetch()
+            if tip is not None:
+                snapshot = wp.store.snapshot(tip)
+                snapshot.check_format()
+                self.view = engine.View(snapshot, wp.now(), wp.settings)
+        except GwError as error:  # unreachable, a lock held for good, a state that does not read
+            self.problem = {"action": "fetch-error", "error": error.kind, "message": error.message}
+
+    def why(self, wp: Workplane, record: dict[str, Any]) -> str | None:
+        """Why the arbiter says the execution must stop (its stop asked there, or its lease ended there)."""
+        if self.view is None:
+            return None
+        from ..records.executions import load_execution
+
+        try:
+            there = load_execution(self.view, record["id"])
+            lease = self.view.lease(record["item"])
+        except GwError:
+            return None  # the arbiter's copy does not read: the local view decides
+        return (_stop_asked(there) if there else None) or _ended(lease, record, wp)
+
+    def lease_ended(self, wp: Workplane, item: str, fence: int) -> str | None:
+        """Why the arbiter no longer holds the lease under ``fence`` on ``item`` live (a revoke there)."""
+        if self.view is None:
+            return None
+        try:
+            lease = self.view.lease(item)
+        except GwError:
+            return None
+        return _ended(lease, {"fence": fence}, wp)
+
+
+ENDS = ("stopped", "exited", "failed", "lost")
+UNPUSHED = "coordinator-ends-unpushed"
+
+
+def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """With an arbiter remote, push the ends this pass recorded (``gw sync``). An execution's end is a
+    local record, and the arbiter decides the next launch of the item on any clone (``exec-reserve``):
+    while it still saw the execution live, every ``gw run`` of the item elsewhere was refused (75), after
+    a revoke from the board too, for as long as nothing in this clone pushed. (Every command the arbiter
+    decides pushes this clone's local commands as well: the coordinator's renewals already did.)"""
+    if not wp.settings.remote:
+        return []
+    owed = os.path.join(wp.repo.gitwork_dir(), UNPUSHED)  # an end an earlier pass could not push
+    if not any(entry.get("action") in ENDS for entry in done) and not os.path.exists(owed):
+        return []
+    from ..fsutil import write_atomic
+    from ..sync import Arbiter
+
+    try:
+        report = Arbiter(wp).sync()
+    except GwError as error:
+        write_atomic(owed, b"", fsync=False)  # the next pass pushes again, even with no end of its own
+        return [{"action": "sync-error", "error": error.kind, "message": error.message}]
+    if os.path.exists(owed):
+        os.unlink(owed)
+    return [{"action": "sync-refused", "item": entry.get("item"), "error": entry.get("error"),
+             "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
+            for entry in report["refused"]]
 
 
 def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
@@ -292,7 +378,8 @@ def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> l
         return [{"action": "wait-error", "error": error.kind, "message": error.message}]
 
 
-def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
+def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None,
+                   arbiter: ArbiterView | None = None) -> list[dict[str, Any]]:
     """One pass over this repository's running (and blocked) multi-step sessions whose folder is here:
     as each one's holder, under the holder's live lease (a session whose lease ended is left alone:
     its executions are stopped by the lease rule above), what ``gw step next --launch`` does. What was
@@ -314,9 +401,15 @@ def drive_sessions(wp: Workplane, coordinator: CoordinatorLease | None = None) -
             if lease is None or not lease.is_active() or lease.holder != row["holder"] \
                     or not lease.live_for_holder(wp.now(), wp.settings.clock_margin):
                 continue
+            entry = {"session": row["session"], "item": row["item"]}
+            # Live here, but ended on the arbiter (a revoke from the board): launching would claim the item
+            # again for the holder there (exec-reserve claims when the caller holds no lease), undoing it.
+            ended = arbiter.lease_ended(wp, row["item"], lease.fence) if arbiter is not None else None
+            if ended:
+                done.append({**entry, "action": "left", "reason": f"on the arbiter, {ended}"})
+                continue
             if coordinator is not None:
                 coordinator.keep()
-            entry = {"session": row["session"], "item": row["item"]}
             if row["holder"] not in planes:  # the session's transitions are its holder's, fenced on its lease
                 planes[row["holder"]] = type(wp)(wp.repo.toplevel, now=wp.now, agent=row["holder"])
             try:

@@ -340,13 +340,22 @@ def _run(wp: Workplane, backend: Any, item: str, command: list[str], cwd: str, e
                 return result(settled, existing=True)  # it ran and ended: that is the answer
             else:
                 execution = None  # lost: a new execution (under a new epoch) takes its place
+    caught_up = not wp.settings.remote
     for _attempt in range(3):
         ctx = wp.context()
-        for other, event in item_executions(ctx, item_id).items():
-            if event["state"] in LIVE and same_lane(mine, lane(event)):
-                answer = _settled(wp, load_execution(ctx, other) or {})
-                if answer is not None:
-                    return answer
+        live = [other for other, event in item_executions(ctx, item_id).items()
+                if event["state"] in LIVE and same_lane(mine, lane(event))]
+        if live and not caught_up and not all(ours(wp, load_execution(ctx, other) or {}) for other in live):
+            # Another clone's execution, live as this clone last heard: its end (a stop after a revoke
+            # from the board, an exit) reaches the arbiter with that clone's push, not this clone's ref.
+            # Ask the arbiter before answering "it runs there" (else refused until this clone fetched).
+            caught_up = _catch_up(wp)
+            if caught_up:
+                continue
+        for other in live:
+            answer = _settled(wp, load_execution(ctx, other) or {})
+            if answer is not None:
+                return answer
         if early_id is not None:  # the first round's id and pane, made when the launch began
             new_id, gate, early_id = early_id, early.pop(), None
         else:
@@ -373,6 +382,17 @@ def _run(wp: Workplane, backend: Any, item: str, command: list[str], cwd: str, e
         crash_point("after-launching")
         return _launch(wp, backend, new_id, item_id, command, cwd, launched.result, extra, gate)
     raise Held(f"{item_id}: executions kept changing under this gw run; try again", item=item_id)
+
+
+def _catch_up(wp: Workplane) -> bool:
+    """This clone's ref brought up to the arbiter's state (``gw pull``); whether it could be."""
+    from ..sync import Arbiter
+
+    try:
+        Arbiter(wp).sync(push=False)
+    except GwError:
+        return False  # unreachable: the launch's own commit will say so
+    return True
 
 
 # The variables gw run sets for its agent (docs/launch.md), beside the caller's environment and its extra.

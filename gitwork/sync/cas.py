@@ -301,14 +301,17 @@ class ArbiterRef(engine.CAS):
         try:
             try:
                 won = self.arbiter.push(old, top, self.riders)
-            except RemoteRefused:
+            except RemoteRefused as error:
                 if top == new:
-                    raise
+                    return self._heard(error, old, new)
                 # The remote turned the chain down, perhaps for a carried command: each carried
                 # command asks for itself, and ours goes alone.
                 self._hand_back()
                 top = new
-                won = self.arbiter.push(old, top, self.riders)
+                try:
+                    won = self.arbiter.push(old, top, self.riders)
+                except RemoteRefused as alone:
+                    return self._heard(alone, old, new)
             except RemoteError:
                 self._hand_back()  # outcome unknown for the chain: each asks (and finds out) itself
                 raise
@@ -318,6 +321,15 @@ class ArbiterRef(engine.CAS):
         if not won:
             r.carried, r.declined = [], []  # still queued: the next holder (maybe us) decides again
         return won
+
+    def _heard(self, error: RemoteRefused, old: str | None, new: str) -> bool:
+        """The arbiter refused our chain: for a local command under ours (one the arbiter's own settings
+        refuse), its verdict is kept and the round is lost (the next chain leaves that command out,
+        :meth:`Replay.heard`); for our own command, the refusal is its answer."""
+        if self.arbiter.heard(error, old, new, own=new):
+            self.round.top = None
+            return False
+        raise error
 
     def _carry_on(self, new: str) -> str:
         """Lay the commands waiting in the clone's queue on top of ``new``, one commit each; the top.

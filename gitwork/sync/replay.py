@@ -35,7 +35,8 @@ import random
 import time
 
 from .. import clock, engine, gitcmd, layout
-from ..errors import Corrupt, GwError, RemoteError, Stale
+from ..errors import Corrupt, GwError, RemoteError, RemoteRefused, Stale
+from ..lazyre import Lazy
 from ..store import Snapshot
 from .transport import Remote
 
@@ -50,6 +51,13 @@ MAX_ROUNDS = 200
 # Fields the engine fills in while applying (the fencing rule); a replay may legitimately change
 # them, so two documents under one id are the same command when everything else is equal.
 FILLED_IN = ("fence", "lease")
+# The arbiter's own verdict on a command of a pushed chain: its hook re-applied the command with the
+# ARBITER's roles and refused it (derive.check_commit), one line per commit. Only a refusal by roles: one
+# "on replay" may be a build the arbiter has not caught up with (a field it does not know yet), which is
+# not a verdict on the command (the push fails, as before, until the arbiter is upgraded).
+VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused by the arbiter's roles: (.*)")
+# Where those verdicts are kept, by command id: a later replay refuses the command as the arbiter did.
+VERDICTS = "arbiter-refused.jsonl"
 
 
 class Replay(Remote):
@@ -131,7 +139,8 @@ class Replay(Remote):
         base = self._merge_base(local, remote)
         if base == local:
             return remote, [], []
-        if base == remote:
+        verdicts = self._verdicts()
+        if base == remote and not (verdicts and self._holds_any(remote, local, verdicts)):
             return local, [], []
         seen: dict[str, dict[str, Any] | None] = {}
         for commit in self._first_parent_range(local, remote):
@@ -157,6 +166,9 @@ class Replay(Remote):
                 if not same_command(cmd, seen[cmd["id"]]):
                     refused.append(_conflict(cmd, seen[cmd["id"]], self.remote))
                 continue  # already on the remote (a push whose reply was lost, or a replayed copy)
+            if cmd.get("id") in verdicts:
+                refused.append(verdicts[cmd["id"]])  # the arbiter refused it already: never pushed again
+                continue
             try:
                 chain.check_format()
                 before = chain.commit
@@ -169,6 +181,69 @@ class Replay(Remote):
                 refused.append({"command_id": cmd.get("id"), "op": cmd.get("op"), "item": cmd.get("item"),
                                 **error.to_json()})
         return chain.commit, replayed, refused
+
+    # --- the arbiter's verdicts on replayed commands ----------------------------------------------
+
+    def _verdicts(self) -> dict[str, dict[str, Any]]:
+        """The refusals the arbiter's hook gave commands of this clone, by command id (:meth:`heard`)."""
+        path = os.path.join(self.wp.repo.gitwork_dir(), VERDICTS)
+        found: dict[str, dict[str, Any]] = {}
+        try:
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    try:
+                        entry = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(entry, dict) and isinstance(entry.get("command_id"), str):
+                        found[entry["command_id"]] = entry
+        except FileNotFoundError:
+            pass
+        return found
+
+    def _holds_any(self, base: str, top: str, verdicts: dict[str, dict[str, Any]]) -> bool:
+        """Whether a command the arbiter refused is among the commits ``base..top``."""
+        for commit in self._first_parent_range(base, top):
+            cmd = self._command_of(commit)[0]
+            if cmd is not None and cmd.get("id") in verdicts:
+                return True
+        return False
+
+    def heard(self, error: RemoteRefused, base: str | None, top: str, own: str | None = None) -> bool:
+        """Take the arbiter's refusal of the pushed chain ``base..top`` as its verdict on the commands it
+        names, when each is one of this clone's replayed commands (never the commit ``own``, the command
+        being decided now: its refusal is its answer). Such a command passed the replay here, decided with this
+        clone's settings, and the arbiter, deciding with its own (an admin removed there, a narrower
+        role), refuses it: the same verdict a replay gives, so it is kept (``arbiter-refused.jsonl``),
+        the next rebuild refuses it, and the rest of the chain lands. Without this the hook refused the
+        whole chain on every push, and the clone's every sync and lease command failed for good.
+        Returns whether a verdict was taken (then push again); a refusal of anything else (a forgery,
+        the arbiter's clock, a signature, another build's replay) is left to the caller.
+        """
+        said = error.details.get("said") or []
+        named = [m for m in (VERDICT.match(line) for line in said if isinstance(line, str)) if m]
+        if not named:
+            return False
+        chain = {c[:12]: c for c in self._first_parent_range(base, top)}
+        taken = []
+        for match in named:
+            commit = chain.get(match.group(1))
+            cmd = self._command_of(commit)[0] if commit and commit != own else None
+            if cmd is None or not isinstance(cmd.get("id"), str) \
+                    or (cmd.get("op"), cmd.get("as")) != (match.group(2), match.group(3)):
+                continue
+            taken.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": cmd.get("item"), "error": "forbidden",
+                          "code": 77, "message": f"{self.remote}'s roles refuse it: {match.group(4)}",
+                          "by": "arbiter"})
+        if not taken:
+            return False
+        import fcntl
+
+        with open(os.path.join(self.wp.repo.gitwork_dir(), VERDICTS), "a", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.write("".join(json.dumps({"at": clock.format_instant(clock.now()), **entry}) + "\n"
+                                 for entry in taken))
+        return True
 
     def adopt(self, local: str | None, new: str | None, *, built_on_local: bool = True) -> list[dict[str, Any]]:
         """Make the local ref hold ``new`` (a chain the arbiter accepted, or will be offered), never
@@ -308,7 +383,13 @@ class Replay(Remote):
             if new is None:
                 break
             if push and new != remote:
-                if not self.push(remote, new):
+                try:
+                    pushed = self.push(remote, new)
+                except RemoteRefused as error:
+                    if not self.heard(error, remote, new):
+                        raise
+                    continue  # the arbiter refused a command of ours: the next chain leaves it out
+                if not pushed:
                     time.sleep(random.uniform(0.005, 0.02))
                     continue
             # Only the round that landed counts: an earlier round's verdicts were made on an old tip.
