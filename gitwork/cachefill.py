@@ -417,6 +417,7 @@ class Helper:
 
         self._proc = proc
         self.started: set[int] = set()  # chunks the helper announced (it is doing or did them)
+        self._times: list[float] = []  # when it announced each (this process's monotonic clock)
         self._frames: queue.SimpleQueue[Any] = queue.SimpleQueue()
         # A thread reads its frames as they come: the helper never waits on a full pipe while this
         # process is busy inserting, and announcements are seen between two chunks here.
@@ -455,7 +456,18 @@ class Helper:
             return None
         return cls(proc)
 
+    def left(self, index: int) -> int:
+        """How many chunks from ``index`` (this process's next) on the helper has not yet started."""
+        return min(self.started, default=1 << 30) - index
+
+    def pace(self) -> float:
+        """The helper's seconds per chunk so far (infinite until it has started two)."""
+        times = self._times
+        return (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else float("inf")
+
     def _read(self) -> None:
+        import time
+
         out = self._proc.stdout
         assert out is not None
         try:
@@ -467,6 +479,7 @@ class Helper:
                 frame = marshal.loads(body)
                 trace(f"frame-in {frame[0]} {frame[1]}")
                 if frame[0] == "chunk":
+                    self._times.append(time.monotonic())
                     self.started.add(frame[1])
                 else:
                     self._frames.put(frame)

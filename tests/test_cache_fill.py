@@ -136,6 +136,51 @@ def test_packed_objects_read_in_bulk_with_the_helper_give_the_same_tables(
     assert with_helper == _rebuilt(repo)
 
 
+def _indexes(repo: Path) -> list[tuple[str, str]]:
+    db = sqlite3.connect(repo / ".git" / "gitwork" / cache.NAME)
+    try:
+        return db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name").fetchall()
+    finally:
+        db.close()
+
+
+def test_the_tail_done_while_the_helper_works_gives_the_same_tables(
+        repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the helper's chunks left take about as long as the serial tail, this process counts the
+    rows whose dependencies are all in and builds the indexes before the helper is done; the rows that
+    come after go into the built indexes and are counted at the end. Forced here as soon as one shard
+    is in: the tables and indexes are the rebuild's alone."""
+    _state(repo)
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    alone, alone_indexes = _rebuilt(repo), _indexes(repo)
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 1)
+    monkeypatch.setattr(cache, "_EARLY", float("inf"))
+    events: list[str] = []
+    real_build, real_insert, real_finish = cache._build, cache._insert, cachefill.Helper.finish
+
+    def build(db: sqlite3.Connection, indexes: list[str]) -> None:
+        events.append(f"build {len(indexes)}")
+        real_build(db, indexes)
+
+    def insert(*args: object) -> None:
+        events.append("insert")
+        real_insert(*args)  # type: ignore[arg-type]
+
+    def finish(self: cachefill.Helper) -> list[tuple[object, ...]]:
+        events.append("finish")
+        return real_finish(self)
+
+    monkeypatch.setattr(cache, "_build", build)
+    monkeypatch.setattr(cache, "_insert", insert)
+    monkeypatch.setattr(cachefill.Helper, "finish", finish)
+    assert _rebuilt(repo) == alone
+    assert _indexes(repo) == alone_indexes and len(alone_indexes) >= 5
+    assert events.index("build 5") < events.index("finish"), events  # built while the helper worked
+    assert "insert" in events[events.index("build 5"):], events  # rows written into the built indexes
+    assert [e for e in events if e.startswith("build")] == ["build 5"]  # (none left for the end)
+    assert shared["frames"]
+
+
 @pytest.mark.parametrize("helper", ["exit 3", "{python} \"$@\" | head -c 1500"])
 def test_what_the_helper_does_not_deliver_is_computed_here(
         repo: Path, tmp_path: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch,
