@@ -357,6 +357,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
                         # (on two cores, one would otherwise idle through them); the rows that come
                         # after are written into the built indexes. Then on as before.
                         cachefill.trace("early")
+                        helper.stop_below(index)  # (else it goes on into the chunks done here)
                         settle(False)
                         _build(db, indexes)
                         for frame in helper.ready():

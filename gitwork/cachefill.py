@@ -12,7 +12,8 @@ from here, as a rebuild without it would raise it. Its protocol, on its stdin an
 (length-prefixed marshal: where the repository's objects are, the commit, the functions' names and
 the chunks of shards, in the order to take them); then frames, each length-prefixed marshal,
 ``("chunk", index)`` before it starts a chunk and ``("shard", name, tree, rows, deps, labels,
-aliases)`` per shard; stdin reaching its end between chunks means stop.
+aliases)`` per shard; stdin reaching its end between chunks means stop, and 8 bytes on it (a chunk
+index, big-endian) mean: start no chunk below that one.
 """
 
 from __future__ import annotations
@@ -503,6 +504,15 @@ class Helper:
                 return out
             out.append(frame)
 
+    def stop_below(self, index: int) -> None:
+        """Tell the helper to start no chunk below ``index`` (this process has done those)."""
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(index.to_bytes(8, "big"))
+            self._proc.stdin.flush()
+        except OSError:
+            pass  # (it has ended: finish() collects what it delivered)
+
     def finish(self) -> list[tuple[Any, ...]]:
         """Tell the helper to stop after its current chunk and return every shard not yet taken."""
         assert self._proc.stdin is not None
@@ -518,10 +528,17 @@ class Helper:
         return out
 
 
-def _stopped() -> bool:
+def _stopped(index: int, floor: list[int]) -> bool:
+    """Whether to stop before chunk ``index``: stdin ended (the writer said stop), or the lowest chunk
+    the writer left to this process (``floor``, read from stdin once sent) is above it."""
     import select
 
-    return bool(select.select([0], [], [], 0)[0])  # stdin readable: its end, the writer said stop
+    if select.select([0], [], [], 0)[0]:  # stdin readable: its end, or a floor
+        said = os.read(0, 8)
+        if len(said) < 8:
+            return True
+        floor[0] = int.from_bytes(said, "big")
+    return index < floor[0]
 
 
 def main() -> None:
@@ -535,9 +552,10 @@ def main() -> None:
     gc.disable()  # as the rebuilding process does while it fills (cache.update): the rows hold no cycles
     from .store import Repository, Store
 
-    stdin = sys.stdin.buffer
-    size = int.from_bytes(stdin.read(8), "big")
-    git_dir, common_dir, objects_dir, algorithm, core, commit, functions, chunks = marshal.loads(stdin.read(size))
+    # (Read from the descriptor exactly: a buffered read could take in a floor sent right after the job,
+    # which _stopped then would not see.)
+    size = int.from_bytes(_exactly(8), "big")
+    git_dir, common_dir, objects_dir, algorithm, core, commit, functions, chunks = marshal.loads(_exactly(size))
     summarise, thread_entry = (getattr(importlib.import_module(m), n) for m, n in functions)
     repo = Repository(git_dir, common_dir, None, False, algorithm, {}, Settings(), objects_dir=objects_dir,
                       core=core)
@@ -553,11 +571,23 @@ def main() -> None:
         trace("helper-end")
 
 
+def _exactly(size: int) -> bytes:
+    """``size`` bytes from stdin's descriptor (fewer only at its end)."""
+    out = b""
+    while len(out) < size:
+        got = os.read(0, size - len(out))
+        if not got:
+            break
+        out += got
+    return out
+
+
 def _help(out: Any, store: Any, snapshot: Any, chunks: list[tuple[int, list[tuple[str, str]]]], summarise: Any,
           thread_entry: Any) -> None:
     """The helper's chunks, in their order, until stdin ends (the writer's stop)."""
+    floor = [0]
     for index, part in chunks:
-        if _stopped():
+        if _stopped(index, floor):
             break
         trace(f"helper-chunk {index}")
         _frame(out, ("chunk", index))

@@ -181,6 +181,29 @@ def test_the_tail_done_while_the_helper_works_gives_the_same_tables(
     assert shared["frames"]
 
 
+def test_the_helper_starts_no_chunk_below_the_one_it_is_told(repo: Path) -> None:
+    """``Helper.stop_below(k)``: the helper (taking chunks from the last down) delivers every shard of
+    the chunks from k up and starts none below, then ends by itself (the writer did those: going on
+    into them would be work done twice while the writer builds the indexes)."""
+    _state(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        snapshot = wp.context().snapshot
+        from gitwork import layout
+        from gitwork.rows import item_summary, thread_entry
+
+        shards = [(name, entry.oid) for name, entry in snapshot.tree(layout.ITEMS).items()]
+        chunks = [(i, [shard]) for i, shard in enumerate(shards)]
+        helper = cachefill.Helper.start(snapshot, chunks[::-1], item_summary, thread_entry)
+        assert helper is not None
+        floor = len(chunks) // 2
+        helper.stop_below(floor)
+        helper._reader.join(60)  # it ends by itself: nothing is left to it above the floor
+        assert not helper._reader.is_alive()
+        delivered = sorted(frame[1] for frame in helper.finish())
+    assert helper.started == set(range(floor, len(chunks)))
+    assert delivered == sorted(name for name, _oid in shards[floor:])
+
+
 @pytest.mark.parametrize("helper", ["exit 3", "{python} \"$@\" | head -c 1500"])
 def test_what_the_helper_does_not_deliver_is_computed_here(
         repo: Path, tmp_path: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch,
