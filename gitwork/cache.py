@@ -18,7 +18,6 @@ in-memory database.
 from __future__ import annotations
 
 import gc
-import json
 import marshal
 import os
 import sqlite3
@@ -27,14 +26,14 @@ from operator import itemgetter
 
 from . import cachefill, layout
 from .cachefill import (
-    ITEM_COLUMNS,
     QUIET,
-    QUIET_VALUES,
     R_ID,
     R_PROBLEM,
     R_STATUS,
     R_WAITING,
     Helper,
+    _insert,
+    _set_waiting,
     read_part,
     shard_rows,
 )
@@ -113,7 +112,9 @@ def _open(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
     try:
         if path != ":memory:":
-            db.execute("PRAGMA journal_mode=WAL")
+            # (Refused while another process fills the file in rollback mode, _at: it turns WAL back
+            # on when done, and meanwhile this connection waits for its locks like any reader.)
+            _journal(db, "wal")
         # Derived data: no fsync (a process crash cannot tear a WAL commit; after a power loss a damaged
         # file is rebuilt, and at worst an old commit is found and brought forward like any other).
         db.execute("PRAGMA synchronous=OFF")
@@ -384,56 +385,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
 _EARLY = 5e-6
 
 
-def _set_waiting(db: sqlite3.Connection, counts: dict[str, int]) -> None:
-    """``item.waiting`` of each id in ``counts`` set to its count: in id order, in one statement from
-    one JSON text (~50,000 rows at the end of a 100,000-item rebuild: 0.16 against 0.41 s CPU for an
-    UPDATE a row bound from Python in the order they came)."""
-    if not counts:
-        return
-    ordered = {item_id: counts[item_id] for item_id in sorted(counts)}
-    text = json.dumps(ordered, ensure_ascii=False, check_circular=False)
-    if "\\u0000" in text:  # (SQLite's JSON ends a text at an escaped NUL: see _INSERT_PAIRS)
-        db.executemany("UPDATE item SET waiting=? WHERE id=?", [(n, i) for i, n in ordered.items()])
-    else:
-        db.execute("UPDATE item SET waiting = j.value FROM json_each(?) j WHERE item.id = j.key", (text,))
-
-
-# The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
-# inserts into empty tables: a folder outside its id's shard has its own key, cachefill._placed), and its twin for a row whose columns from ``QUIET`` on
-# hold ``QUIET_VALUES``.
-_INSERT_ITEM = f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * len(ITEM_COLUMNS))})"
-_INSERT_QUIET = (f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * QUIET)}, "
-                 f"{', '.join('NULL' if v is None else str(int(v)) for v in QUIET_VALUES)})")
-# The dep and label rows of a shard in one statement each, from ``{item: [value, ...]}`` as one JSON text:
-# binding two values a row from Python cost more than SQLite reading them out of the text (0.25 against
-# 0.16 s for 200,000 rows). INSERT OR IGNORE: a value listed twice in one item is one row (the queries
-# only ask whether one exists).
-_INSERT_PAIRS = "INSERT OR IGNORE INTO {table} SELECT a.key, b.value FROM json_each(?) a, json_each(a.value) b"
 _ID = itemgetter(R_ID)
-
-
-def _insert(db: sqlite3.Connection, verb: str, rows: list[list[Any]], deps: dict[str, list[str]],
-            labels: dict[str, list[str]], aliases: list[tuple[str, str]]) -> None:
-    """Insert (``verb``: INSERT or INSERT OR REPLACE) one shard's item rows, and add its dep, label and
-    alias rows."""
-    quiet = [r for r in rows if len(r) == QUIET]  # (cachefill.shard_rows: QUIET_VALUES from QUIET on)
-    if quiet:
-        db.executemany(_INSERT_QUIET.format(verb=verb), quiet)
-    if len(quiet) < len(rows):
-        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [r for r in rows if len(r) != QUIET])
-    for table, values in (("dep", deps), ("label", labels)):
-        if not values:
-            continue
-        text = json.dumps(values, ensure_ascii=False, check_circular=False)
-        if "\\u0000" in text:  # SQLite's JSON ends a string at an escaped NUL: bind such values one by one
-            db.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)",
-                           [(item, value) for item, listed in values.items() for value in listed])
-        else:
-            db.execute(_INSERT_PAIRS.format(table=table), (text,))
-    if aliases:
-        db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
-
-
 _PREV = "SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1"
 _NEXT = "SELECT id FROM item WHERE id > ? AND problem IS NULL ORDER BY id LIMIT 1"
 
@@ -603,6 +555,7 @@ def _forget(path: str) -> None:
 
 def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, thread_entry: Any) -> Any:
     want = snapshot.commit or ""
+    direct = False
     try:
         db.execute("BEGIN")
         try:
@@ -610,8 +563,17 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
                 raise _Foreign()  # another gitwork replaced the schema since this connection opened
             if _commit_of(db) == want:
                 return read(db)
+            empty = db.execute("SELECT 1 FROM shard LIMIT 1").fetchone() is None
         finally:
             db.execute("COMMIT")
+        # An empty cache is about to be filled whole (a rebuild): written through a rollback journal
+        # instead of the WAL, each page goes into the file once; through the WAL it went there and
+        # was copied into the file again at the commit's checkpoint (the commit of a 100,000-item
+        # rebuild: 0.06 against 0.18 s, on the serial tail). Only this connection can switch (with
+        # another open the switch is refused and the fill goes through the WAL as before); WAL is
+        # turned back on after the commit. A kill meanwhile leaves a hot journal: the next opener
+        # rolls the file back to the empty cache.
+        direct = empty and _journal(db, "delete")
         db.execute("BEGIN IMMEDIATE")
         try:
             if _commit_of(db) != want:
@@ -627,6 +589,29 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
     finally:
         if db.in_transaction:
             db.execute("ROLLBACK")
+        if direct:
+            _wal_again(db)
+
+
+def _journal(db: sqlite3.Connection, mode: str) -> bool:
+    """Switch the file's journal mode; whether it is ``mode`` now (a switch out of or into WAL is
+    refused, at once, while another connection has the file open or in a transaction)."""
+    try:
+        return bool(db.execute(f"PRAGMA journal_mode={mode}").fetchone()[0] == mode)
+    except sqlite3.OperationalError:
+        return False
+
+
+def _wal_again(db: sqlite3.Connection) -> None:
+    """WAL again after a fill in rollback mode: a reader that opened meanwhile may hold a read lock
+    for a moment, so a refusal is tried again for up to a second; after that the next connection to
+    open the file (``_open``) turns it on."""
+    import time
+
+    for _attempt in range(100):
+        if _journal(db, "wal"):
+            return
+        time.sleep(0.01)
 
 
 def size(path: str) -> int:
@@ -641,8 +626,11 @@ def status(path: str) -> dict[str, Any]:
                            "schema": None, "ok": None}
     if not out["exists"]:
         return out
+    # Read-only, unless a rebuild killed part way left a journal (``_at`` fills an empty cache in
+    # rollback mode): rolling it back takes write access, and gives the empty cache it started from.
+    mode = "rw" if os.path.exists(path + "-journal") else "ro"
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=30.0)
         try:
             out["schema"] = db.execute("PRAGMA user_version").fetchone()[0]
             if out["schema"] == VERSION:

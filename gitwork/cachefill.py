@@ -18,6 +18,7 @@ index, big-endian) mean: start no chunk below that one.
 
 from __future__ import annotations
 
+import json
 import marshal
 import os
 import sys
@@ -27,6 +28,7 @@ from .errors import Corrupt
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
+    import sqlite3
     import subprocess
     from collections.abc import Callable
     from typing import Any
@@ -137,6 +139,55 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
         for r in rows:
             r[R_SHOWN] = shown.get(r[R_ID])
     return rows, deps, labels, aliases
+
+
+def _set_waiting(db: sqlite3.Connection, counts: dict[str, int]) -> None:
+    """``item.waiting`` of each id in ``counts`` set to its count: in id order, in one statement from
+    one JSON text (~50,000 rows at the end of a 100,000-item rebuild: 0.16 against 0.41 s CPU for an
+    UPDATE a row bound from Python in the order they came)."""
+    if not counts:
+        return
+    ordered = {item_id: counts[item_id] for item_id in sorted(counts)}
+    text = json.dumps(ordered, ensure_ascii=False, check_circular=False)
+    if "\\u0000" in text:  # (SQLite's JSON ends a text at an escaped NUL: see _INSERT_PAIRS)
+        db.executemany("UPDATE item SET waiting=? WHERE id=?", [(n, i) for i, n in ordered.items()])
+    else:
+        db.execute("UPDATE item SET waiting = j.value FROM json_each(?) j WHERE item.id = j.key", (text,))
+
+
+# The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
+# inserts into empty tables: a folder outside its id's shard has its own key, cachefill._placed), and its twin for a row whose columns from ``QUIET`` on
+# hold ``QUIET_VALUES``.
+_INSERT_ITEM = f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * len(ITEM_COLUMNS))})"
+_INSERT_QUIET = (f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * QUIET)}, "
+                 f"{', '.join('NULL' if v is None else str(int(v)) for v in QUIET_VALUES)})")
+# The dep and label rows of a shard in one statement each, from ``{item: [value, ...]}`` as one JSON text:
+# binding two values a row from Python cost more than SQLite reading them out of the text (0.25 against
+# 0.16 s for 200,000 rows). INSERT OR IGNORE: a value listed twice in one item is one row (the queries
+# only ask whether one exists).
+_INSERT_PAIRS = "INSERT OR IGNORE INTO {table} SELECT a.key, b.value FROM json_each(?) a, json_each(a.value) b"
+
+
+def _insert(db: sqlite3.Connection, verb: str, rows: list[list[Any]], deps: dict[str, list[str]],
+            labels: dict[str, list[str]], aliases: list[tuple[str, str]]) -> None:
+    """Insert (``verb``: INSERT or INSERT OR REPLACE) one shard's item rows, and add its dep, label and
+    alias rows."""
+    quiet = [r for r in rows if len(r) == QUIET]  # (cachefill.shard_rows: QUIET_VALUES from QUIET on)
+    if quiet:
+        db.executemany(_INSERT_QUIET.format(verb=verb), quiet)
+    if len(quiet) < len(rows):
+        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [r for r in rows if len(r) != QUIET])
+    for table, values in (("dep", deps), ("label", labels)):
+        if not values:
+            continue
+        text = json.dumps(values, ensure_ascii=False, check_circular=False)
+        if "\\u0000" in text:  # SQLite's JSON ends a string at an escaped NUL: bind such values one by one
+            db.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)",
+                           [(item, value) for item, listed in values.items() for value in listed])
+        else:
+            db.execute(_INSERT_PAIRS.format(table=table), (text,))
+    if aliases:
+        db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
 
 
 def read_part(snapshot: Any, part: list[tuple[str, Any]], before: dict[str, dict[str, str]]) -> tuple[

@@ -248,6 +248,65 @@ def test_a_kill_9_mid_rebuild_leaves_no_half_cache(repo: Path) -> None:
     assert tables(repo) == before
 
 
+def test_a_rebuild_writes_through_a_rollback_journal_and_a_reader_meanwhile_waits_for_it(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty cache is filled in rollback mode (each page written once, not to the WAL and again at
+    its checkpoint): a reader that opens the file meanwhile (its switch to WAL refused) waits for the
+    rebuild and answers from it, not from a rebuild of its own in memory; after the commit the file
+    is in WAL mode again, with no journal left."""
+    _state(repo)
+    path = repo / ".git" / "gitwork" / cache.NAME
+    with Workplane(str(repo), agent="alice") as wp:
+        expected = load_index(wp.context().snapshot, use_cache=False).items()
+    filling, go = threading.Event(), threading.Event()
+    real_insert, real_open = cache._insert, cache._open
+    opened: list[str] = []
+
+    def insert(*args: object) -> None:
+        real_insert(*args)  # type: ignore[arg-type]
+        if not filling.is_set():
+            filling.set()
+            assert go.wait(60)
+
+    def open_(where: str) -> sqlite3.Connection:
+        opened.append(where)
+        return real_open(where)
+
+    monkeypatch.setattr(cache, "_insert", insert)
+    monkeypatch.setattr(cache, "_open", open_)
+    answers: dict[str, object] = {}
+
+    def rebuilding() -> None:
+        with Workplane(str(repo), agent="alice") as mine:
+            snapshot = mine.context().snapshot
+            cache.drop(cache.path_for(snapshot))
+            answers["rebuild"] = rebuild(snapshot)
+
+    def reading() -> None:
+        with Workplane(str(repo), agent="bob") as mine:
+            answers["read"] = load_index(mine.context().snapshot).items()
+
+    writer = threading.Thread(target=rebuilding)
+    writer.start()
+    assert filling.wait(60)
+    assert (repo / ".git" / "gitwork" / (cache.NAME + "-journal")).exists()  # (no WAL for this fill)
+    reader = threading.Thread(target=reading)
+    reader.start()
+    reader.join(0.5)  # (it waits for the rebuild's lock)
+    go.set()
+    writer.join(60)
+    reader.join(60)
+    assert answers["read"] == expected and answers["rebuild"][1] == len(expected)  # type: ignore[index]
+    assert ":memory:" not in opened
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
+    assert not (repo / ".git" / "gitwork" / (cache.NAME + "-journal")).exists()
+    assert tables(repo) == _rebuilt(repo)
+
+
 # Hostile item files beside sound ones: (folder id, file name, content). Every label below is a
 # string YAML can carry: quotes, backslashes, every control character, a NUL (SQLite's JSON would end
 # the string there: such a shard's values are bound one by one), a comma, non-ASCII, 100 kB.
