@@ -426,3 +426,27 @@ def test_a_hostile_tree_is_cached_value_for_value_as_its_files_say(
     monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
     _rebuilt(repo)
     assert _cached(repo) == expected
+
+
+@pytest.mark.parametrize("with_helper", [False, True])
+def test_every_waiting_count_is_the_count_of_its_dependencies_not_done(
+        repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch, with_helper: bool) -> None:
+    """A rebuild counts each row's ``waiting`` before writing it, once all its dependencies are in (a
+    row is held back until then; one that waits on an id no folder has, until the end): every count
+    equals what SQL counts from the written tables (``cache._WAITING``, the incremental update's own
+    count), items depending on done, open, unreadable and missing ones among them."""
+    _state(repo)
+    _hostile(repo)
+    if not with_helper:
+        monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    _rebuilt(repo)
+    db = sqlite3.connect(repo / ".git" / "gitwork" / cache.NAME)
+    try:
+        counts = db.execute(f"SELECT id, waiting, ({cache._WAITING.format(item='item.id')}) FROM item"
+                            " WHERE problem IS NULL").fetchall()
+    finally:
+        db.close()
+    assert [(i, w) for i, w, _n in counts] == [(i, n) for i, _w, n in counts]
+    assert {n for _i, _w, n in counts} >= {0, 1, 2}
+    assert ("w-00000000000000a4", 2) in {(i, n) for i, _w, n in counts}  # (one missing, one unreadable)
+    assert bool(shared["frames"]) == with_helper
