@@ -155,6 +155,7 @@ def test_the_tail_done_while_the_helper_works_gives_the_same_tables(
     alone, alone_indexes = _rebuilt(repo), _indexes(repo)
     monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 1)
     monkeypatch.setattr(cache, "_EARLY", float("inf"))
+    monkeypatch.setattr(cachefill.Helper, "pace", lambda self: 1.0)  # (known at once, not after two chunks)
     events: list[str] = []
     real_build, real_insert, real_finish = cache._build, cache._insert, cachefill.Helper.finish
 
