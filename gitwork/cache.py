@@ -33,6 +33,7 @@ from .cachefill import (
     R_WAITING,
     Helper,
     _insert,
+    _set_waiting,
     read_part,
     shard_rows,
 )
@@ -275,11 +276,11 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     (``cachefill``) summarises chunks from the end of the list while this process summarises from
     the start and writes what both produce; they stop where they meet (on two cores the rebuild then
     takes about the time of the larger half; the CPU is the same plus the helper's start). Each
-    row's ``waiting`` is counted in Python before it is inserted, once every dependency is in (a row
-    is held back until then): counting every row in SQL after the fact cost 0.4-0.5 s at 100,000
-    items, a fifth of the inserts; writing each row at once and updating the ~50,000 whose count
-    changed cost 0.16 s, on the serial tail. (Updating each as its last dependency came in cost
-    1.5 s more, branch rebuild8: see docs/performance.md.)"""
+    row's ``waiting`` is counted in Python as it is inserted, from the done items read so far; the
+    few whose dependencies were not all read yet are counted again at the end and updated if a
+    dependency turned out done (counting every row in SQL after the fact cost 0.4-0.5 s at 100,000
+    items, a fifth of the inserts). (Counting them again as the last dependency comes in, which
+    moves ~50,000 updates off the serial tail, was tried on branch rebuild8: see docs/performance.md.)"""
     # How many folders, judged by the first shard (ids are spread evenly over the shards).
     folders = len(snapshot.store.read_tree(work[0][1].oid)) * len(work) if work else 0
     shared = folders >= cachefill.HELPER_FOLDERS
@@ -295,19 +296,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     taken: set[str] = set()  # shards in
     seen: set[str] = set()  # ids in
     done: set[str] = set()  # sound items whose status is done: every other dependency counts as waiting
-    # Rows whose dependencies are not all in yet are held back, each under one dependency not yet in
-    # (``held``: id -> [row, its dependencies]); taken in again as that id comes in, and written once
-    # all are in, their count then final (writing them at once and updating ~50,000 counts after
-    # cost 0.16 s of SQL more at 100,000 items). What is still held at the end waits on a missing id.
-    held: dict[str, list[tuple[list[Any], set[str]]]] = {}
-
-    def hold(r: list[Any], on: set[str], out: list[list[Any]]) -> None:
-        for dep in on:
-            if dep not in seen:
-                held.setdefault(dep, []).append((r, on))
-                return
-        r[R_WAITING] = len(on - done)  # (set operations in C: a rebuild counts 75,000 of them)
-        out.append(r)
+    unsure: list[tuple[str, int, set[str]]] = []  # (id, count, dependencies) of rows counted before all were in
 
     def take(name: str, tree: str, rows: list[list[Any]], deps: dict[str, list[str]], labels: dict[str, list[str]],
              aliases: list[tuple[str, str]]) -> None:
@@ -315,21 +304,34 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             return  # both processes did this shard (they met in it): the first is kept
         cachefill.trace(f"take {name}")
         taken.add(name)
-        ids = list(map(_ID, rows))
-        seen.update(ids)
+        seen.update(map(_ID, rows))
         done.update([r[R_ID] for r in rows if r[R_STATUS] == "done" and (len(r) == QUIET or r[R_PROBLEM] is None)])
-        out = [r for r in rows if r[R_WAITING] is not None]
         for r in rows:
             if r[R_WAITING] is None:  # an item with dependencies: each distinct one not done counts
-                hold(r, set(deps[r[R_ID]]), out)
-        if held:
-            for item_id in ids:
-                for r, on in held.pop(item_id, ()):
-                    hold(r, on, out)
-        _insert(db, "INSERT", out, deps, labels, aliases)
+                on = set(deps[r[R_ID]])
+                r[R_WAITING] = count = len(on - done)  # (set operations in C: a rebuild counts 75,000 of them)
+                if not seen.issuperset(on):
+                    unsure.append((r[R_ID], count, on))  # (a dependency not read yet may turn out done)
+        _insert(db, "INSERT", rows, deps, labels, aliases)
         db.execute("INSERT INTO shard (name, tree) VALUES (?, ?)", (name, tree))
         cachefill.trace(f"taken {name}")
         crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
+
+    def settle(every: bool) -> None:
+        """Count again the unsure rows whose dependencies are all in now (``every``: all of them) and
+        update the rows whose count changed; the rest stay unsure."""
+        fixed: dict[str, int] = {}
+        left = []
+        for entry in unsure:
+            item_id, count, on = entry
+            if every or seen.issuperset(on):
+                if len(on - done) != count:
+                    fixed[item_id] = len(on - done)
+            else:
+                left.append(entry)
+        unsure[:] = left
+        _set_waiting(db, fixed)
+        cachefill.trace(f"fixed {len(fixed)}")
 
     def compute(part: list[tuple[str, Any]]) -> None:
         members, view = read_part(snapshot, part, {})
@@ -351,12 +353,13 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
                     if index in helper.started:
                         break  # the helper reached this chunk from the other end: the rest is its
                     if indexes and helper.left(index) * helper.pace() <= _EARLY * len(seen):
-                        # The helper has about as much left to do as the index builds take here: build
-                        # them now, on the rows in so far, while it does the rest (on two cores, one
-                        # would otherwise idle through them after it ends); the rows that come after
-                        # are written into the built indexes. Then on as before.
+                        # The helper has about as much left to do as the tail has here: do the tail's
+                        # counts and index builds now, on the rows in so far, while it does the rest
+                        # (on two cores, one would otherwise idle through them); the rows that come
+                        # after are written into the built indexes. Then on as before.
                         cachefill.trace("early")
                         helper.stop_below(index)  # (else it goes on into the chunks done here)
+                        settle(False)
                         _build(db, indexes)
                         for frame in helper.ready():
                             take(*frame[1:])
@@ -373,18 +376,13 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             missing = [(name, entry) for name, entry in part if name not in taken]
             if missing:
                 compute(missing)
-    last = []
-    for waiting in held.values():  # (each waits on an id no shard has)
-        for r, on in waiting:
-            r[R_WAITING] = len(on - done)
-            last.append(r)
-    _insert(db, "INSERT", last, {}, {}, [])
-    cachefill.trace(f"held {len(last)}")
+    settle(True)
 
 
-# The serial tail's work per row in so far (the five index builds: ~0.35 s at 100,000 items): with the
-# helper's chunks left times its time per chunk below this, the indexes are built early (see _fill).
-_EARLY = 3.5e-6
+# The serial tail's work per row in so far (the counts of the unsure rows, the five index builds; ~0.5 s
+# at 100,000 items): with the helper's chunks left times its time per chunk below this, the tail is
+# done early (see _fill).
+_EARLY = 5e-6
 
 
 _ID = itemgetter(R_ID)

@@ -141,6 +141,20 @@ def shard_rows(snapshot: Any, name: str, members: dict[str, Any], before: dict[s
     return rows, deps, labels, aliases
 
 
+def _set_waiting(db: sqlite3.Connection, counts: dict[str, int]) -> None:
+    """``item.waiting`` of each id in ``counts`` set to its count: in id order, in one statement from
+    one JSON text (~50,000 rows at the end of a 100,000-item rebuild: 0.16 against 0.41 s CPU for an
+    UPDATE a row bound from Python in the order they came)."""
+    if not counts:
+        return
+    ordered = {item_id: counts[item_id] for item_id in sorted(counts)}
+    text = json.dumps(ordered, ensure_ascii=False, check_circular=False)
+    if "\\u0000" in text:  # (SQLite's JSON ends a text at an escaped NUL: see _INSERT_PAIRS)
+        db.executemany("UPDATE item SET waiting=? WHERE id=?", [(n, i) for i, n in ordered.items()])
+    else:
+        db.execute("UPDATE item SET waiting = j.value FROM json_each(?) j WHERE item.id = j.key", (text,))
+
+
 # The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
 # inserts into empty tables: a folder outside its id's shard has its own key, cachefill._placed), and its twin for a row whose columns from ``QUIET`` on
 # hold ``QUIET_VALUES``.

@@ -432,10 +432,10 @@ def test_a_hostile_tree_is_cached_value_for_value_as_its_files_say(
 @pytest.mark.parametrize("with_helper", [False, True])
 def test_every_waiting_count_is_the_count_of_its_dependencies_not_done(
         repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch, with_helper: bool) -> None:
-    """A rebuild counts each row's ``waiting`` before writing it, once all its dependencies are in (a
-    row is held back until then; one that waits on an id no folder has, until the end): every count
-    equals what SQL counts from the written tables (``cache._WAITING``, the incremental update's own
-    count), items depending on done, open, unreadable and missing ones among them."""
+    """A rebuild counts each row's ``waiting`` as it writes it and again, for the rows whose
+    dependencies were not all in, once they are (early or at the end): every count equals what SQL
+    counts from the written tables (``cache._WAITING``, the incremental update's own count), items
+    depending on done, open, unreadable and missing ones among them."""
     _state(repo)
     _hostile(repo)
     if not with_helper:
