@@ -352,7 +352,7 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
                         take(*frame[1:])
                     if index in helper.started:
                         break  # the helper reached this chunk from the other end: the rest is its
-                    if indexes and helper.left(index) * helper.pace() <= _EARLY * len(seen):
+                    if indexes and _early(helper, index, len(seen), len(taken) / len(parts[0])):
                         # The helper has about as much left to do as the tail has here: do the tail's
                         # counts and index builds now, on the rows in so far, while it does the rest
                         # (on two cores, one would otherwise idle through them); the rows that come
@@ -379,10 +379,18 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     settle(True)
 
 
-# The serial tail's work per row in so far (the counts of the unsure rows, the five index builds; ~0.5 s
-# at 100,000 items): with the helper's chunks left times its time per chunk below this, the tail is
-# done early (see _fill).
+# The serial tail's work per row in so far (the counts of the unsure rows, the five index builds: ~0.45 s
+# at 100,000 items), and the time to write a row into built indexes (~25 us; ~13 before they are built).
 _EARLY = 5e-6
+_LATE = 2.5e-5
+
+
+def _early(helper: Helper, index: int, rows: int, chunks: float) -> bool:
+    """Whether to do the tail now (see _fill): when what the helper has left to do (its chunks left
+    times its time per chunk) is no more than the tail here plus writing those chunks' rows."""
+    left, pace = helper.left(index), helper.pace()
+    per_chunk = _LATE * rows / chunks if chunks else 0.0  # (writing one chunk's rows, indexes built)
+    return pace > per_chunk and left * (pace - per_chunk) <= _EARLY * rows
 
 
 _ID = itemgetter(R_ID)
