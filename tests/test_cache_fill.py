@@ -154,8 +154,20 @@ def test_the_tail_done_while_the_helper_works_gives_the_same_tables(
     monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
     alone, alone_indexes = _rebuilt(repo), _indexes(repo)
     monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 1)
-    monkeypatch.setattr(cache, "_EARLY", float("inf"))
-    monkeypatch.setattr(cachefill.Helper, "pace", lambda self: 1.0)  # (known at once, not after two chunks)
+    monkeypatch.setattr(cache, "_early", lambda helper, index, rows, chunks: rows > 0)
+    real_ready = cachefill.Helper.ready  # (the fixture's)
+
+    def ready(self: cachefill.Helper) -> list[tuple[object, ...]]:
+        # The first call waits for the helper's first shard: the tail is then done at this process's
+        # first chunk, before it or the helper can have reached the other's chunks.
+        got = real_ready(self)
+        while not got and self._reader.is_alive():  # type: ignore[attr-defined]
+            self._reader.join(0.001)  # type: ignore[attr-defined]
+            got = real_ready(self)
+        monkeypatch.setattr(cachefill.Helper, "ready", real_ready)
+        return got
+
+    monkeypatch.setattr(cachefill.Helper, "ready", ready)
     events: list[str] = []
     real_build, real_insert, real_finish = cache._build, cache._insert, cachefill.Helper.finish
 
