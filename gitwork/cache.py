@@ -277,10 +277,11 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     the start and writes what both produce; they stop where they meet (on two cores the rebuild then
     takes about the time of the larger half; the CPU is the same plus the helper's start). Each
     row's ``waiting`` is counted in Python as it is inserted, from the done items read so far; the
-    ones whose dependencies were not all read yet are counted again once they are (with the early
-    tail, see below) or at the end, and updated if a dependency turned out done (counting every row in SQL after the fact cost 0.4-0.5 s at 100,000
-    items, a fifth of the inserts). (Counting them again as the last dependency comes in, which
-    moves ~50,000 updates off the serial tail, was tried on branch rebuild8: see docs/performance.md.)"""
+    ones whose dependencies were not all read yet are counted again once they are (the early tail,
+    below) or at the end, and updated if a dependency turned out done (counting every row in SQL
+    after the fact cost 0.4-0.5 s at 100,000 items, a fifth of the inserts; updating each as its last
+    dependency comes in, branch rebuild8, and holding rows back until then, rebuild11, cost more:
+    see docs/performance.md)."""
     # How many folders, judged by the first shard (ids are spread evenly over the shards).
     folders = len(snapshot.store.read_tree(work[0][1].oid)) * len(work) if work else 0
     shared = folders >= cachefill.HELPER_FOLDERS
