@@ -18,7 +18,6 @@ in-memory database.
 from __future__ import annotations
 
 import gc
-import json
 import marshal
 import os
 import sqlite3
@@ -26,18 +25,7 @@ import sys
 from operator import itemgetter
 
 from . import cachefill, layout
-from .cachefill import (
-    ITEM_COLUMNS,
-    QUIET,
-    QUIET_VALUES,
-    R_ID,
-    R_PROBLEM,
-    R_STATUS,
-    R_WAITING,
-    Helper,
-    read_part,
-    shard_rows,
-)
+from .cachefill import QUIET, R_ID, R_PROBLEM, R_STATUS, R_WAITING, Helper, _insert, _set_waiting, read_part, shard_rows
 
 TYPE_CHECKING = False  # typing costs ~15 ms to import; annotations are strings anyway
 if TYPE_CHECKING:
@@ -113,7 +101,9 @@ def _open(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
     try:
         if path != ":memory:":
-            db.execute("PRAGMA journal_mode=WAL")
+            # (Refused while another process fills the file in rollback mode, _at: it turns WAL back
+            # on when done, and meanwhile this connection waits for its locks like any reader.)
+            _journal(db, "wal")
         # Derived data: no fsync (a process crash cannot tear a WAL commit; after a power loss a damaged
         # file is rebuilt, and at worst an old commit is found and brought forward like any other).
         db.execute("PRAGMA synchronous=OFF")
@@ -224,7 +214,7 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
         db.execute("DELETE FROM shard WHERE name=?", (name,))
     work = [(name, entry) for name, entry in tip.items() if known.get(name) != entry.oid]
     if rebuild:
-        _fill(db, snapshot, work, summarise, thread_entry)
+        _fill(db, snapshot, work, summarise, thread_entry, indexes)
     else:
         # A pull that moved many shards reads its folders in bulk, a chunk of shards at a time, through
         # one `git cat-file --batch`; a command touches one shard, read as it is.
@@ -243,9 +233,7 @@ def _update(db: sqlite3.Connection, snapshot: Snapshot, summarise: Any, thread_e
         # cores one is idle (CPU the same; wall 0.63 -> 0.53 s for the five at 100,000 items, load 16).
         db.execute("PRAGMA threads=2")
         try:
-            for sql in indexes:
-                db.execute(sql)
-                cachefill.trace("index")
+            _build(db, indexes)
         finally:
             db.execute("PRAGMA threads=0")
     db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('commit', ?)", (snapshot.commit or "",))
@@ -261,8 +249,16 @@ def _chunk(db: sqlite3.Connection, snapshot: Snapshot, part: list[tuple[str, Any
         _shard(db, view, name, entry.oid, members[name], before[name], touched, summarise, thread_entry)
 
 
+def _build(db: sqlite3.Connection, indexes: list[str]) -> None:
+    """Build the dropped ``indexes`` (their CREATE statements), each taken off the list once built."""
+    while indexes:
+        db.execute(indexes[0])
+        del indexes[0]
+        cachefill.trace("index")
+
+
 def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]], summarise: Any,
-          thread_entry: Any) -> None:
+          thread_entry: Any, indexes: list[str]) -> None:
     """Fill the empty tables with every shard in ``work`` (a rebuild).
 
     The folders are read in bulk, a chunk of shards at a time. With many of them, a helper process
@@ -270,10 +266,11 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     the start and writes what both produce; they stop where they meet (on two cores the rebuild then
     takes about the time of the larger half; the CPU is the same plus the helper's start). Each
     row's ``waiting`` is counted in Python as it is inserted, from the done items read so far; the
-    few whose dependencies were not all read yet are counted again at the end and updated if a
-    dependency turned out done (counting every row in SQL after the fact cost 0.4-0.5 s at 100,000
-    items, a fifth of the inserts). (Counting them again as the last dependency comes in, which
-    moves ~50,000 updates off the serial tail, was tried on branch rebuild8: see docs/performance.md.)"""
+    ones whose dependencies were not all read yet are counted again once they are (the early tail,
+    below) or at the end, and updated if a dependency turned out done (counting every row in SQL
+    after the fact cost 0.4-0.5 s at 100,000 items, a fifth of the inserts; updating each as its last
+    dependency comes in, branch rebuild8, and holding rows back until then, rebuild11, cost more:
+    see docs/performance.md)."""
     # How many folders, judged by the first shard (ids are spread evenly over the shards).
     folders = len(snapshot.store.read_tree(work[0][1].oid)) * len(work) if work else 0
     shared = folders >= cachefill.HELPER_FOLDERS
@@ -289,7 +286,8 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
     taken: set[str] = set()  # shards in
     seen: set[str] = set()  # ids in
     done: set[str] = set()  # sound items whose status is done: every other dependency counts as waiting
-    unsure: list[tuple[list[Any], set[str]]] = []  # rows counted before all their dependencies were in
+    unsure: list[tuple[str, int, set[str]]] = []  # (id, count, dependencies) of rows counted before all were in
+    tally = [0, 0]  # dependencies already read when a row came in: how many, how many done
 
     def take(name: str, tree: str, rows: list[list[Any]], deps: dict[str, list[str]], labels: dict[str, list[str]],
              aliases: list[tuple[str, str]]) -> None:
@@ -302,13 +300,36 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
         for r in rows:
             if r[R_WAITING] is None:  # an item with dependencies: each distinct one not done counts
                 on = set(deps[r[R_ID]])
-                r[R_WAITING] = len(on - done)  # (set operations in C: a rebuild counts 75,000 of them)
-                if not seen.issuperset(on):
-                    unsure.append((r, on))  # (a dependency not read yet may turn out done)
+                known = on & seen  # (set operations in C: a rebuild counts 75,000 of them)
+                count = len(known - done)
+                tally[0] += len(known)
+                tally[1] += len(known) - count
+                if len(known) < len(on):  # a dependency not read yet: counted again once it is
+                    # Meanwhile counted as done or not, as most dependencies read so far were: fewer change
+                    # (issue 27's shape, 100,000 items: ~18,000 of ~64,000, not ~50,000; older items are done).
+                    count += 0 if tally[1] * 2 > tally[0] else len(on) - len(known)
+                    unsure.append((r[R_ID], count, on))
+                r[R_WAITING] = count
         _insert(db, "INSERT", rows, deps, labels, aliases)
         db.execute("INSERT INTO shard (name, tree) VALUES (?, ?)", (name, tree))
         cachefill.trace(f"taken {name}")
         crash_point("cache-fill")  # (tests: a kill -9 mid-rebuild leaves the cache as it was)
+
+    def settle(every: bool) -> None:
+        """Count again the unsure rows whose dependencies are all in now (``every``: all of them) and
+        update the rows whose count changed; the rest stay unsure."""
+        fixed: dict[str, int] = {}
+        left = []
+        for entry in unsure:
+            item_id, count, on = entry
+            if every or seen.issuperset(on):
+                if len(on - done) != count:
+                    fixed[item_id] = len(on - done)
+            else:
+                left.append(entry)
+        unsure[:] = left
+        _set_waiting(db, fixed)
+        cachefill.trace(f"fixed {len(fixed)}")
 
     def compute(part: list[tuple[str, Any]]) -> None:
         members, view = read_part(snapshot, part, {})
@@ -329,6 +350,19 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
                         take(*frame[1:])
                     if index in helper.started:
                         break  # the helper reached this chunk from the other end: the rest is its
+                    if indexes and _early(helper, index, len(seen), len(taken) / len(parts[0])):
+                        # The helper has about as much left to do as the tail has here: do the tail's
+                        # counts and index builds now, on the rows in so far, while it does the rest
+                        # (on two cores, one would otherwise idle through them); the rows that come
+                        # after are written into the built indexes. Then on as before.
+                        cachefill.trace("early")
+                        helper.stop_below(index)  # (else it goes on into the chunks done here)
+                        settle(False)
+                        _build(db, indexes)
+                        for frame in helper.ready():
+                            take(*frame[1:])
+                        if index in helper.started:
+                            break
                 compute(part)
         finally:
             cachefill.trace("finish")
@@ -340,65 +374,23 @@ def _fill(db: sqlite3.Connection, snapshot: Snapshot, work: list[tuple[str, Any]
             missing = [(name, entry) for name, entry in part if name not in taken]
             if missing:
                 compute(missing)
-    fixed = {}
-    for r, on in unsure:
-        count = len(on - done)
-        if count != r[R_WAITING]:
-            fixed[r[R_ID]] = count
-    _set_waiting(db, fixed)
-    cachefill.trace(f"fixed {len(fixed)}")
+    settle(True)
 
 
-def _set_waiting(db: sqlite3.Connection, counts: dict[str, int]) -> None:
-    """``item.waiting`` of each id in ``counts`` set to its count: in id order, in one statement from
-    one JSON text (~50,000 rows at the end of a 100,000-item rebuild: 0.16 against 0.41 s CPU for an
-    UPDATE a row bound from Python in the order they came)."""
-    if not counts:
-        return
-    ordered = {item_id: counts[item_id] for item_id in sorted(counts)}
-    text = json.dumps(ordered, ensure_ascii=False, check_circular=False)
-    if "\\u0000" in text:  # (SQLite's JSON ends a text at an escaped NUL: see _INSERT_PAIRS)
-        db.executemany("UPDATE item SET waiting=? WHERE id=?", [(n, i) for i, n in ordered.items()])
-    else:
-        db.execute("UPDATE item SET waiting = j.value FROM json_each(?) j WHERE item.id = j.key", (text,))
+# The tail's work per row in (unsure rows' counts, five index builds: ~0.45 s at 100,000 items), and the
+# time to write a row into built indexes (~25 us; ~13 before): _early's estimates.
+_EARLY, _LATE = 5e-6, 2.5e-5
 
 
-# The item INSERT of a rebuild and an update (``{verb}``: an update replaces re-read rows; a rebuild
-# inserts into empty tables: a folder outside its id's shard has its own key, cachefill._placed), and its twin for a row whose columns from ``QUIET`` on
-# hold ``QUIET_VALUES``.
-_INSERT_ITEM = f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * len(ITEM_COLUMNS))})"
-_INSERT_QUIET = (f"{{verb}} INTO item ({', '.join(ITEM_COLUMNS)}) VALUES ({', '.join('?' * QUIET)}, "
-                 f"{', '.join('NULL' if v is None else str(int(v)) for v in QUIET_VALUES)})")
-# The dep and label rows of a shard in one statement each, from ``{item: [value, ...]}`` as one JSON text:
-# binding two values a row from Python cost more than SQLite reading them out of the text (0.25 against
-# 0.16 s for 200,000 rows). INSERT OR IGNORE: a value listed twice in one item is one row (the queries
-# only ask whether one exists).
-_INSERT_PAIRS = "INSERT OR IGNORE INTO {table} SELECT a.key, b.value FROM json_each(?) a, json_each(a.value) b"
+def _early(helper: Helper, index: int, rows: int, chunks: float) -> bool:
+    """Whether to do the tail now (see _fill): when what the helper has left to do (its chunks left
+    times its time per chunk) is no more than the tail here plus writing those chunks' rows."""
+    left, pace = helper.left(index), helper.pace()
+    per_chunk = _LATE * rows / chunks if chunks else 0.0  # (writing one chunk's rows, indexes built)
+    return pace > per_chunk and left * (pace - per_chunk) <= _EARLY * rows
+
+
 _ID = itemgetter(R_ID)
-
-
-def _insert(db: sqlite3.Connection, verb: str, rows: list[list[Any]], deps: dict[str, list[str]],
-            labels: dict[str, list[str]], aliases: list[tuple[str, str]]) -> None:
-    """Insert (``verb``: INSERT or INSERT OR REPLACE) one shard's item rows, and add its dep, label and
-    alias rows."""
-    quiet = [r for r in rows if len(r) == QUIET]  # (cachefill.shard_rows: QUIET_VALUES from QUIET on)
-    if quiet:
-        db.executemany(_INSERT_QUIET.format(verb=verb), quiet)
-    if len(quiet) < len(rows):
-        db.executemany(_INSERT_ITEM.format(verb=verb), rows if not quiet else [r for r in rows if len(r) != QUIET])
-    for table, values in (("dep", deps), ("label", labels)):
-        if not values:
-            continue
-        text = json.dumps(values, ensure_ascii=False, check_circular=False)
-        if "\\u0000" in text:  # SQLite's JSON ends a string at an escaped NUL: bind such values one by one
-            db.executemany(f"INSERT OR IGNORE INTO {table} VALUES (?, ?)",
-                           [(item, value) for item, listed in values.items() for value in listed])
-        else:
-            db.execute(_INSERT_PAIRS.format(table=table), (text,))
-    if aliases:
-        db.executemany("INSERT OR IGNORE INTO alias (name, item) VALUES (?, ?)", aliases)
-
-
 _PREV = "SELECT id FROM item WHERE id < ? AND problem IS NULL ORDER BY id DESC LIMIT 1"
 _NEXT = "SELECT id FROM item WHERE id > ? AND problem IS NULL ORDER BY id LIMIT 1"
 
@@ -568,6 +560,7 @@ def _forget(path: str) -> None:
 
 def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, thread_entry: Any) -> Any:
     want = snapshot.commit or ""
+    direct = False
     try:
         db.execute("BEGIN")
         try:
@@ -575,8 +568,14 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
                 raise _Foreign()  # another gitwork replaced the schema since this connection opened
             if _commit_of(db) == want:
                 return read(db)
+            empty = db.execute("SELECT 1 FROM shard LIMIT 1").fetchone() is None
         finally:
             db.execute("COMMIT")
+        # An empty cache is filled whole through a rollback journal: each page written once, not to the
+        # WAL and again at its checkpoint (commit at 100,000 items: 0.06 against 0.18 s, on the tail).
+        # Refused with another connection open (then through the WAL as before); WAL again after the
+        # commit. A kill meanwhile leaves a hot journal: the next opener rolls back to the empty cache.
+        direct = empty and _journal(db, "delete")
         db.execute("BEGIN IMMEDIATE")
         try:
             if _commit_of(db) != want:
@@ -592,6 +591,28 @@ def _at(db: sqlite3.Connection, snapshot: Snapshot, read: Any, summarise: Any, t
     finally:
         if db.in_transaction:
             db.execute("ROLLBACK")
+        if direct:
+            _wal_again(db)
+
+
+def _journal(db: sqlite3.Connection, mode: str) -> bool:
+    """Switch the file's journal mode; whether it is ``mode`` now (a switch out of or into WAL is
+    refused, at once, while another connection has the file open or in a transaction)."""
+    try:
+        return bool(db.execute(f"PRAGMA journal_mode={mode}").fetchone()[0] == mode)
+    except sqlite3.OperationalError:
+        return False
+
+
+def _wal_again(db: sqlite3.Connection) -> None:
+    """WAL again after a fill in rollback mode: tried for up to 1 s while a reader holds a read
+    lock; after that the next connection to open the file (``_open``) turns it on."""
+    import time
+
+    for _attempt in range(100):
+        if _journal(db, "wal"):
+            return
+        time.sleep(0.01)
 
 
 def size(path: str) -> int:
@@ -606,8 +627,11 @@ def status(path: str) -> dict[str, Any]:
                            "schema": None, "ok": None}
     if not out["exists"]:
         return out
+    # Read-only, unless a rebuild killed part way left a journal (``_at`` fills an empty cache in
+    # rollback mode): rolling it back takes write access, and gives the empty cache it started from.
+    mode = "rw" if os.path.exists(path + "-journal") else "ro"
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        db = sqlite3.connect(f"file:{path}?mode={mode}", uri=True, timeout=30.0)
         try:
             out["schema"] = db.execute("PRAGMA user_version").fetchone()[0]
             if out["schema"] == VERSION:

@@ -136,6 +136,87 @@ def test_packed_objects_read_in_bulk_with_the_helper_give_the_same_tables(
     assert with_helper == _rebuilt(repo)
 
 
+def _indexes(repo: Path) -> list[tuple[str, str]]:
+    db = sqlite3.connect(repo / ".git" / "gitwork" / cache.NAME)
+    try:
+        return db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name").fetchall()
+    finally:
+        db.close()
+
+
+def test_the_tail_done_while_the_helper_works_gives_the_same_tables(
+        repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the helper's chunks left take about as long as the serial tail, this process counts the
+    rows whose dependencies are all in and builds the indexes before the helper is done; the rows that
+    come after go into the built indexes and are counted at the end. Forced here as soon as one shard
+    is in: the tables and indexes are the rebuild's alone."""
+    _state(repo)
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    alone, alone_indexes = _rebuilt(repo), _indexes(repo)
+    monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 1)
+    monkeypatch.setattr(cache, "_early", lambda helper, index, rows, chunks: rows > 0)
+    real_ready = cachefill.Helper.ready  # (the fixture's)
+
+    def ready(self: cachefill.Helper) -> list[tuple[object, ...]]:
+        # The first call waits for the helper's first shard: the tail is then done at this process's
+        # first chunk, before it or the helper can have reached the other's chunks.
+        got = real_ready(self)
+        while not got and self._reader.is_alive():  # type: ignore[attr-defined]
+            self._reader.join(0.001)  # type: ignore[attr-defined]
+            got = real_ready(self)
+        monkeypatch.setattr(cachefill.Helper, "ready", real_ready)
+        return got
+
+    monkeypatch.setattr(cachefill.Helper, "ready", ready)
+    events: list[str] = []
+    real_build, real_insert, real_finish = cache._build, cache._insert, cachefill.Helper.finish
+
+    def build(db: sqlite3.Connection, indexes: list[str]) -> None:
+        events.append(f"build {len(indexes)}")
+        real_build(db, indexes)
+
+    def insert(*args: object) -> None:
+        events.append("insert")
+        real_insert(*args)  # type: ignore[arg-type]
+
+    def finish(self: cachefill.Helper) -> list[tuple[object, ...]]:
+        events.append("finish")
+        return real_finish(self)
+
+    monkeypatch.setattr(cache, "_build", build)
+    monkeypatch.setattr(cache, "_insert", insert)
+    monkeypatch.setattr(cachefill.Helper, "finish", finish)
+    assert _rebuilt(repo) == alone
+    assert _indexes(repo) == alone_indexes and len(alone_indexes) >= 5
+    assert events.index("build 5") < events.index("finish"), events  # built while the helper worked
+    assert "insert" in events[events.index("build 5"):], events  # rows written into the built indexes
+    assert [e for e in events if e.startswith("build")] == ["build 5"]  # (none left for the end)
+    assert shared["frames"]
+
+
+def test_the_helper_starts_no_chunk_below_the_one_it_is_told(repo: Path) -> None:
+    """``Helper.stop_below(k)``: the helper (taking chunks from the last down) delivers every shard of
+    the chunks from k up and starts none below, then ends by itself (the writer did those: going on
+    into them would be work done twice while the writer builds the indexes)."""
+    _state(repo)
+    with Workplane(str(repo), agent="alice") as wp:
+        snapshot = wp.context().snapshot
+        from gitwork import layout
+        from gitwork.rows import item_summary, thread_entry
+
+        shards = [(name, entry.oid) for name, entry in snapshot.tree(layout.ITEMS).items()]
+        chunks = [(i, [shard]) for i, shard in enumerate(shards)]
+        helper = cachefill.Helper.start(snapshot, chunks[::-1], item_summary, thread_entry)
+        assert helper is not None
+        floor = len(chunks) // 2
+        helper.stop_below(floor)
+        helper._reader.join(60)  # it ends by itself: nothing is left to it above the floor
+        assert not helper._reader.is_alive()
+        delivered = sorted(frame[1] for frame in helper.finish())
+    assert helper.started == set(range(floor, len(chunks)))
+    assert delivered == sorted(name for name, _oid in shards[floor:])
+
+
 @pytest.mark.parametrize("helper", ["exit 3", "{python} \"$@\" | head -c 1500"])
 def test_what_the_helper_does_not_deliver_is_computed_here(
         repo: Path, tmp_path: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch,
@@ -178,6 +259,65 @@ def test_a_kill_9_mid_rebuild_leaves_no_half_cache(repo: Path) -> None:
     with Workplane(str(repo), agent="alice") as wp:
         assert (wp.rows()[1], [r[0] for r in wp.ready()]) == expected
     assert tables(repo) == before
+
+
+def test_a_rebuild_writes_through_a_rollback_journal_and_a_reader_meanwhile_waits_for_it(
+        repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty cache is filled in rollback mode (each page written once, not to the WAL and again at
+    its checkpoint): a reader that opens the file meanwhile (its switch to WAL refused) waits for the
+    rebuild and answers from it, not from a rebuild of its own in memory; after the commit the file
+    is in WAL mode again, with no journal left."""
+    _state(repo)
+    path = repo / ".git" / "gitwork" / cache.NAME
+    with Workplane(str(repo), agent="alice") as wp:
+        expected = load_index(wp.context().snapshot, use_cache=False).items()
+    filling, go = threading.Event(), threading.Event()
+    real_insert, real_open = cache._insert, cache._open
+    opened: list[str] = []
+
+    def insert(*args: object) -> None:
+        real_insert(*args)  # type: ignore[arg-type]
+        if not filling.is_set():
+            filling.set()
+            assert go.wait(60)
+
+    def open_(where: str) -> sqlite3.Connection:
+        opened.append(where)
+        return real_open(where)
+
+    monkeypatch.setattr(cache, "_insert", insert)
+    monkeypatch.setattr(cache, "_open", open_)
+    answers: dict[str, object] = {}
+
+    def rebuilding() -> None:
+        with Workplane(str(repo), agent="alice") as mine:
+            snapshot = mine.context().snapshot
+            cache.drop(cache.path_for(snapshot))
+            answers["rebuild"] = rebuild(snapshot)
+
+    def reading() -> None:
+        with Workplane(str(repo), agent="bob") as mine:
+            answers["read"] = load_index(mine.context().snapshot).items()
+
+    writer = threading.Thread(target=rebuilding)
+    writer.start()
+    assert filling.wait(60)
+    assert (repo / ".git" / "gitwork" / (cache.NAME + "-journal")).exists()  # (no WAL for this fill)
+    reader = threading.Thread(target=reading)
+    reader.start()
+    reader.join(0.5)  # (it waits for the rebuild's lock)
+    go.set()
+    writer.join(60)
+    reader.join(60)
+    assert answers["read"] == expected and answers["rebuild"][1] == len(expected)  # type: ignore[index]
+    assert ":memory:" not in opened
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
+    assert not (repo / ".git" / "gitwork" / (cache.NAME + "-journal")).exists()
+    assert tables(repo) == _rebuilt(repo)
 
 
 # Hostile item files beside sound ones: (folder id, file name, content). Every label below is a
@@ -299,3 +439,27 @@ def test_a_hostile_tree_is_cached_value_for_value_as_its_files_say(
     monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
     _rebuilt(repo)
     assert _cached(repo) == expected
+
+
+@pytest.mark.parametrize("with_helper", [False, True])
+def test_every_waiting_count_is_the_count_of_its_dependencies_not_done(
+        repo: Path, shared: dict[str, list[object]], monkeypatch: pytest.MonkeyPatch, with_helper: bool) -> None:
+    """A rebuild counts each row's ``waiting`` as it writes it and again, for the rows whose
+    dependencies were not all in, once they are (early or at the end): every count equals what SQL
+    counts from the written tables (``cache._WAITING``, the incremental update's own count), items
+    depending on done, open, unreadable and missing ones among them."""
+    _state(repo)
+    _hostile(repo)
+    if not with_helper:
+        monkeypatch.setattr(cachefill, "HELPER_FOLDERS", 10**9)
+    _rebuilt(repo)
+    db = sqlite3.connect(repo / ".git" / "gitwork" / cache.NAME)
+    try:
+        counts = db.execute(f"SELECT id, waiting, ({cache._WAITING.format(item='item.id')}) FROM item"
+                            " WHERE problem IS NULL").fetchall()
+    finally:
+        db.close()
+    assert [(i, w) for i, w, _n in counts] == [(i, n) for i, _w, n in counts]
+    assert {n for _i, _w, n in counts} >= {0, 1, 2}
+    assert ("w-00000000000000a4", 2) in {(i, n) for i, _w, n in counts}  # (one missing, one unreadable)
+    assert bool(shared["frames"]) == with_helper
