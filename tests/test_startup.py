@@ -45,7 +45,7 @@ def wrapper_run(folder: Path, *command: str, code: int = 0) -> set[str]:
     # As the backends start it (wrapper.argv): imported from its folder, so its bytecode is used.
     done = subprocess.run([sys.executable, "-S", "-X", "importtime", "-c", wrapper.BOOT, wrapper.__file__, str(folder),
                            "--", *command],
-                          capture_output=True, text=True, start_new_session=True)
+                          capture_output=True, text=True, start_new_session=True, cwd=folder)
     assert done.returncode == code, done.stderr
     return {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
 
@@ -57,7 +57,8 @@ def test_the_launch_wrapper_reaches_the_agent_without_subprocess(tmp_path: Path)
     command that cannot start reported in ``failed``), and loads no site-packages (``-S``)."""
     ok = tmp_path / "ok"
     ok.mkdir()
-    imported = wrapper_run(ok, "sh", "-c", 'echo "$GW_T_MARK" > out; exit 3')
+    imported = wrapper_run(ok, "sh", "-c", 'echo "$GW_T_MARK" > out; exit 3')  # (out: in its folder, the cwd)
+    assert (ok / "out").is_file()
     # Nor json (re, enum) nor importlib.util on the way to the agent: the env file is NUL-separated text,
     # and the wrapper writes its files itself (issue 27, run5).
     heavy = HEAVY | {"json", "re", "enum", "importlib.util"}
