@@ -193,13 +193,13 @@ def test_after_a_revoke_the_item_can_be_run_on_another_clone_once_the_agent_is_s
         _kill_agents(b)
 
 
-@pytest.mark.xfail(strict=True, reason="an execution the arbiter holds live blocks every launch of its item on "
-                   "every clone until its own host and clone record its end: a host that never comes back (its "
-                   "agent gone with it) blocks the item for good, after a revoke too; exec-reserve would have to "
-                   "judge an execution under an ended lease, which trades the one-agent rule for liveness while "
-                   "the host is only cut off (attack11 report)")
-def test_after_a_revoke_an_item_whose_agents_host_is_gone_can_be_run_elsewhere(
+def test_an_execution_whose_host_is_gone_is_declared_lost_once_its_lease_ended_and_the_item_runs_elsewhere(
         tmp_path: Path, machine_a: Path, url: str) -> None:
+    """An execution the arbiter holds live blocks every launch of its item on every clone until its host
+    records its end: a host that never comes back blocked the item for good, after a revoke too. Not by
+    itself (a host only cut off may still run its agent): an admin declares it lost (``gw stop ID --lost``,
+    op ``exec-lost``), which is refused while its lease is live (revoke it first: then nothing the agent does
+    lands under its fence), and then the item runs elsewhere, one agent at a time."""
     a, b = machine_a, tmp_path / "b"
     code, made = gw_json(a, "new", "A's work")
     assert code == 0, made
@@ -211,14 +211,37 @@ def test_after_a_revoke_an_item_whose_agents_host_is_gone_can_be_run_elsewhere(
         poll(lambda: pids(a / "agents.log"), "the agent")
     finally:
         _kill_agents(a)  # the host is gone, its agent with it; its coordinator never runs again
+    execution = doc["execution"]
+    assert run_gw(b, "pull").returncode == 0
+    before = tip(b)
+    # Under a live lease: refused, nothing written (an agent cut off from the arbiter may still be at work).
+    code, refused = gw_json(b, "stop", execution, "--lost", "--reason", "its host is gone", "--as", "carol")
+    assert code == 6 and "revoke" in refused["message"], refused
+    assert tip(b) == before
     order = {"op": "revoke", "item": made["item"], "reason": "its host is gone", "as": "carol"}
     steered = run_gw(b, "apply", "-", input=json.dumps(order))
     assert steered.returncode == 0, steered.stdout + steered.stderr
+    code, held = gw_json(b, "run", made["item"], "--backend", "subprocess", "--as", "carol", "--", *agent(b))
+    assert code == 75 and "--lost" in held["message"], held  # the revoke alone does not end the execution
+    # An agent may not declare someone else's execution lost (the rule of revoke).
+    git(b, "config", "gitwork.agents", "bot")
+    code, forbidden = gw_json(b, "stop", execution, "--lost", "--reason", "mine now", "--as", "bot")
+    assert code == 77, forbidden
+    code, lost = gw_json(b, "stop", execution, "--lost", "--reason", "its host is gone", "--as", "carol")
+    assert code == 0 and lost["state"] == "lost", lost
+    code, twice = gw_json(b, "stop", execution, "--lost", "--reason", "again", "--as", "carol")
+    assert code == 0 and twice["state"] == "lost", twice  # already ended: its record, nothing written
     try:
         code, again = gw_json(b, "run", made["item"], "--backend", "subprocess", "--as", "carol", "--", *agent(b))
-        assert code == 0 and again["state"] == "running", again
+        assert code == 0 and again["state"] == "running" and again["execution"] != execution, again
     finally:
         _kill_agents(b)
+    # The host back: its own late record of the agent (``running``) is refused on replay, said (15), and its
+    # view of the execution is the arbiter's: lost.
+    pulled = run_gw(a, "pull")
+    assert pulled.returncode == SYNC_REFUSED and "(exec-state)" in pulled.stderr, pulled.stderr
+    code, shown = gw_json(a, "runs", "--item", made["item"])
+    assert code == 0 and [r["state"] for r in shown if r["execution"] == execution] == ["lost"], shown
 
 
 def test_a_coordinator_pass_with_the_arbiter_unreachable_goes_on_with_what_the_clone_knows(

@@ -819,6 +819,8 @@ HELP = {'': 'Usage: gw [OPTIONS] COMMAND [ARGS]...\n'
          '\n'
          'Options:\n'
          '  --reason <str>  Why it is stopped (recorded).\n'
+         "  --lost          Another host's execution, that host gone for good: declare\n"
+         '                  it lost (only once its lease has ended: revoke it first).\n'
          '  --json          Print JSON on stdout (errors too).\n'
          '  --as <str>      Acting identity.  [env var: GW_AGENT]\n'
          '  -C <str>        Run as if gw was started in this directory.\n'

@@ -221,8 +221,9 @@ def _settled(wp: Workplane, record: dict[str, Any]) -> dict[str, Any] | None:
     """An answer for an execution that is live, or None when it is over (a new one may start)."""
     record = probe(wp, record)
     if record["state"] in ("reserved", "launching"):
+        gone = "" if ours(wp, record) else f"; its host gone for good? once its lease ended: gw stop {record['id']} --lost"
         raise Held(f"execution {record['id']} of {record['item']} is being launched by another gw run "
-                   f"(pid {(record.get('launcher') or {}).get('pid')} on {record.get('host')})",
+                   f"(pid {(record.get('launcher') or {}).get('pid')} on {record.get('host')}){gone}",
                    item=record["item"], execution=record["id"], state=record["state"])
     if record["state"] == "running":
         return result(record, existing=True)
@@ -509,15 +510,23 @@ def send(wp: Workplane, execution_id: str, text: str, keys: Sequence[str] = (), 
         backend.send_keys(execution_id, handle, list(keys))
 
 
-def stop(wp: Workplane, execution_id: str, reason: str | None = None) -> dict[str, Any]:
+def stop(wp: Workplane, execution_id: str, reason: str | None = None, lost: bool = False) -> dict[str, Any]:
     """Stop a live execution. One whose agent already ended is recorded as it ended (``exited`` with
     its code, or ``failed``), its pane and output kept for ``gw capture``; a ``lost`` one (of this
-    host) has whatever of it may still run killed, by process group; any other ended one is left."""
+    host) has whatever of it may still run killed, by process group; any other ended one is left.
+    ``lost``: another host's execution, that host gone for good, declared lost (op ``exec-lost``: only
+    once its lease has ended)."""
     record = get_execution(wp, execution_id)
     if record["state"] not in LIVE:
         if record["state"] == "lost" and ours(wp, record):
             return {**result(record, existing=True), "killed": _kill_survivors(wp, execution_id)}
         return result(record, existing=True)
+    if lost:
+        if ours(wp, record):
+            raise Invalid(f"execution {execution_id} runs here: gw stop {execution_id} (without --lost) stops it",
+                          execution=execution_id)
+        wp.do("exec-lost", execution=execution_id, reason=reason or "its host is gone")
+        return result(get_execution(wp, execution_id), existing=True)
     if not ours(wp, record):
         raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)

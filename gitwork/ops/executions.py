@@ -106,7 +106,8 @@ def exec_reserve(ctx: Context) -> None:
     for other, event in item_executions(ctx, item_id).items():
         if event["state"] in LIVE and same_lane(mine, lane(event)):
             raise Held(f"{item_id} already has execution {other} ({event['state']})"
-                       + (f" of {event['session']} {event['branch']}" if lane(event) else ""), item=item_id,
+                       + (f" of {event['session']} {event['branch']}" if lane(event) else "")
+                       + f" (its host gone for good? once its lease ended: gw stop {other} --lost)", item=item_id,
                        execution=other, state=event["state"])
     lease = ctx.lease(item_id)
     if lease is not None and lease.holder != ctx.actor and not lease.takeable(ctx.now, ctx.settings.clock_margin):
@@ -222,6 +223,40 @@ def exec_state(ctx: Context) -> None:
     detail = f" (code {ctx.cmd['code']})" if to == "exited" else (f" ({ctx.cmd['reason']})" if ctx.cmd.get("reason") else "")
     ctx.say(f"exec-state {execution_id} on {item_id}: {now} -> {to}{detail}", item_id, execution=execution_id,
             fence=record.get("fence") if to == "launching" else None)
+
+
+@op("exec-lost", "declare a live execution lost (its host is gone for good), once its lease has ended",
+    who=("whoever started the execution; anyone else: admins (setting `admins`; with no admins "
+         "configured, any person). Agents only their own."),
+    roles=True, execution="short!", reason="short!")
+def exec_lost(ctx: Context) -> None:
+    """An execution the state holds live blocks every launch of its item on every clone until its host
+    records its end; a host that never comes back would block it for good. Only its host can know the
+    agent is gone, so this is a person's declaration, and only once the execution's lease is over (revoked,
+    released, expired, replaced): an agent on a host merely cut off may still run, but nothing it does
+    lands under its fence, and its coordinator stops it once it hears of the end. Then the item can be run
+    again, under a new lease epoch (``exec-state``: an epoch that lost an execution launches nothing more)."""
+    from ..roles import require_steerer
+
+    execution_id = check_execution_id(ctx.cmd["execution"])
+    record = load_execution(ctx, execution_id)
+    if record is None:
+        raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    item_id = record["item"]
+    if record.get("by") != ctx.actor:
+        require_steerer(ctx, item_id, f"declare {record.get('by')}'s execution {execution_id} lost")
+    if record["state"] not in LIVE:
+        raise Illegal(f"execution {execution_id} is {record['state']}: it is no longer live", execution=execution_id,
+                      state=record["state"])
+    lease = ctx.lease(item_id)
+    if record.get("fence") is not None and lease is not None and lease.fence == record.get("fence") \
+            and lease.is_active() and lease.live_for_holder(ctx.now, ctx.settings.clock_margin):
+        raise Illegal(f"execution {execution_id} runs under {lease.holder}'s live lease on {item_id} (fence "
+                      f"{lease.fence}): revoke it first (its agent may still be at work), then declare it lost",
+                      execution=execution_id, item=item_id)
+    _step(ctx, {"op": "exec-state", "execution": execution_id, "to": "lost",
+                "reason": f"declared lost by {ctx.actor}: {ctx.cmd['reason']}"[:200]}, exec_state)
+    ctx.outcome.result = {"execution": execution_id, "item": item_id, "state": "lost"}
 
 
 @op("exec-stop", "ask for a live execution to be stopped: its host's gw coordinate kills it and records it stopped",

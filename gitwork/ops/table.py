@@ -7,6 +7,7 @@ OP_MODULES: dict[str, str] = {
     'delegation-received': 'delegations',
     'exec-reserve': 'executions',
     'exec-state': 'executions',
+    'exec-lost': 'executions',
     'exec-stop': 'executions',
     'coord-lease': 'executions',
     'import': 'imports',

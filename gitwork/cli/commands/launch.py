@@ -110,10 +110,10 @@ def detach(wp: Workplane, as_json: bool, execution: str, reason: str | None) -> 
     output.info(_line(info))
 
 
-def stop(wp: Workplane, as_json: bool, execution: str, reason: str | None) -> None:
+def stop(wp: Workplane, as_json: bool, execution: str, reason: str | None, lost: bool = False) -> None:
     from ...launch.run import stop as stop_
 
-    info = stop_(wp, execution, reason)
+    info = stop_(wp, execution, reason, lost)
     if as_json:
         output.emit_json({"ok": True, **info})
         return

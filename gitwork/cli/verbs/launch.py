@@ -86,6 +86,8 @@ def detach(
 def stop(
     execution: ExecArg,
     reason: Annotated[Optional[str], typer.Option("--reason", help="Why it is stopped (recorded).")] = None,
+    lost: Annotated[bool, typer.Option("--lost", help="Another host's execution, that host gone for good: declare "
+                                                      "it lost (only once its lease has ended: revoke it first).")] = False,
     json: Json = False, agent: As = None, path: Repo = None,
 ) -> None:
     """Stop an execution: kill its process (group or tmux session) and record it stopped."""
