@@ -72,6 +72,13 @@ def _executions(wp: Workplane, items: dict[str, str]) -> None:
     wp.do("exec-stop", execution="x-replay-1", reason="asked from the board")  # public; its starter may ask
     wp.record("exec-state", execution="x-replay-1", to="exited", code=3, handle="x-replay-1",
               report={"tokens_out": 5, "cost": "0.5"})
+    # A second run, whose host is then gone for good: its lease ended, a person declares it lost.
+    wp.record("exec-reserve", item=item, execution="x-replay-2", command=["true"], backend="subprocess",
+              host="h2", launcher={"host": "h2", "pid": "1", "start": "1"}, build={"version": "0", "commit": "c"},
+              offline=True)
+    wp.record("exec-state", execution="x-replay-2", to="launching", launcher={"host": "h2", "pid": "1", "start": "1"})
+    wp.do("release", item=item, offline=True)
+    wp.do("exec-lost", execution="x-replay-2", reason="its host is gone")
 
 
 def _coordinator(wp: Workplane, items: dict[str, str]) -> None:
@@ -215,6 +222,7 @@ CASES: dict[str, Callable[[Workplane, dict[str, str]], None]] = {
     "batch": _batch,
     "import": _imports, "shadow-report": _imports,
     "exec-reserve": _executions, "exec-state": _executions, "exec-stop": _executions, "exec-report": _executions,
+    "exec-lost": _executions,
     "coord-lease": _coordinator,
     "delegation-sent": _delegation("delegation-sent"), "delegation-received": _delegation("delegation-received"),
     "session-start": _session, "session-commit": _session, "session-drop": _session,
