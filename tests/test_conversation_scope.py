@@ -139,7 +139,9 @@ def test_inbox_shows_what_is_addressed_to_me_or_on_items_i_hold_or_own(repo: Pat
 
 def test_the_arbiter_refuses_a_post_by_a_clone_that_lies_about_people(tmp_path: Path) -> None:
     """eve lists herself in ``people`` in her own clone's settings and posts: her clone takes it, the
-    arbiter's derive (its own settings: no eve) refuses the push, and its state does not move."""
+    arbiter's derive (its own settings: no eve) refuses it, and its state does not move. The refusal is
+    that command's (15, kept in refused.jsonl: attack11), so her clone is not wedged: the next sync is clean
+    and still lands nothing of it."""
     bare = make_repo(tmp_path / "arbiter.git", bare=True)
     install_server(str(bare))
     alice = make_repo(tmp_path / "alice")
@@ -158,5 +160,8 @@ def test_the_arbiter_refuses_a_post_by_a_clone_that_lies_about_people(tmp_path: 
     assert run_gw(eve, "msg", item, "trust me", "--epoch", "0").returncode == 0
     assert tip(eve) != before
     done = run_gw(eve, "sync")
-    assert done.returncode == int(ExitCode.REMOTE_REFUSED), done.stderr
+    assert done.returncode == int(ExitCode.SYNC_REFUSED) and "origin's roles refuse it" in done.stderr, done.stderr
+    assert tip(bare) == before
+    again = run_gw(eve, "sync")
+    assert again.returncode == 0, again.stderr
     assert tip(bare) == before
