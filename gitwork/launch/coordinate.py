@@ -321,7 +321,20 @@ class ArbiterView:
             lease = self.view.lease(record["item"])
         except GwError:
             return None  # the arbiter's copy does not read: the local view decides
-        return (_stop_asked(there) if there else None) or _ended(lease, record, wp)
+        if there is None:
+            # Not on the arbiter as fetched: launched after this pass's fetch (its exec-reserve is decided
+            # there), so that state is older than the launch and its lease says nothing of it (it read
+            # "replaced", and the pass killed the agent it had just seen launched).
+            return None
+        return _stop_asked(there) or self._judged(lease, record.get("fence"), record, wp)
+
+    @staticmethod
+    def _judged(lease: Any, fence: Any, record: dict[str, Any], wp: Workplane) -> str | None:
+        """:func:`_ended` by the arbiter's lease, unless the fetched state is older than the local lease
+        (no lease there yet, or an earlier fence): then the local view decides."""
+        if lease is None or (isinstance(fence, int) and isinstance(lease.fence, int) and lease.fence < fence):
+            return None
+        return _ended(lease, record, wp)
 
     def lease_ended(self, wp: Workplane, item: str, fence: int) -> str | None:
         """Why the arbiter no longer holds the lease under ``fence`` on ``item`` live (a revoke there)."""
@@ -331,7 +344,7 @@ class ArbiterView:
             lease = self.view.lease(item)
         except GwError:
             return None
-        return _ended(lease, {"fence": fence}, wp)
+        return self._judged(lease, fence, {"fence": fence}, wp)
 
 
 ENDS = ("stopped", "exited", "failed", "lost")
