@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import run_gw
+from conftest import run_gw, second_clone
 from gitwork.launch import coordinate
 from gitwork.workplane import Workplane
 from test_attack11_seams import _kill_agents, gw_json
@@ -42,3 +42,44 @@ def test_an_agent_launched_after_the_passs_fetch_is_not_killed_as_replaced(machi
         assert record["state"] == "running", (record, done)
     finally:
         _kill_agents(a)
+
+
+class Killed(BaseException):
+    """The coordinator's process killed (kill -9, the host's reboot) at that point of its pass."""
+
+
+def test_an_end_recorded_by_a_pass_killed_before_its_push_is_pushed_by_the_next_pass(
+        tmp_path: Path, machine_a: Path, url: str, monkeypatch) -> None:
+    """A pass records an agent's end in the local ref, then pushes it (``publish_ends``); the
+    ``coordinator-ends-unpushed`` marker, which makes the next pass push again, is written only when that
+    push fails. A coordinator killed between the two (kill -9, a reboot, a service manager's stop
+    timeout) left no marker, and the next pass, finding no end of its own to record (the execution is no
+    longer live here), pushed nothing: the arbiter held the execution live, and every ``gw run`` of the item
+    on another clone was refused (75) until something else in that clone pushed."""
+    a, b = machine_a, tmp_path / "b"
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    assert run_gw(a, "sync").returncode == 0
+    second_clone(url, b)
+    code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", "sh", "-c", "exit 3")
+    assert code == 0, doc
+    poll(lambda: (a / ".git" / "gitwork" / "executions" / doc["execution"] / "code").exists(), "the agent's exit")
+
+    def killed(wp, done, *owing):
+        raise Killed(done)
+
+    monkeypatch.setattr(coordinate, "publish_ends", killed)
+    try:
+        coordinate.tick(Workplane(str(a)))
+    except Killed as death:
+        assert [x["action"] for x in death.args[0]] == ["exited"], death.args
+    else:
+        raise AssertionError("the pass did not record the end")
+    monkeypatch.undo()
+    code, passed = gw_json(a, "coordinate", "--once")
+    assert code == 0, passed
+    try:
+        code, again = gw_json(b, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(b))
+        assert code == 0 and again["state"] == "running", (again, passed)
+    finally:
+        _kill_agents(b)

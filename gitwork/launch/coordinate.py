@@ -33,6 +33,7 @@ its lease taken over (7) and stops before it acts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -234,9 +235,19 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             kinds[kind] = backend
         return kinds[kind]
 
+    owed = os.path.join(wp.repo.gitwork_dir(), UNPUSHED) if wp.settings.remote else None
+    owing = owed is not None and os.path.exists(owed)  # an end an earlier pass (maybe killed) did not push
+    armed = False
     for row in runs(wp):
         if row["state"] not in LIVE or not ours(wp, row):
             continue  # another host's or another clone's: judged only by the gw that started it
+        if owed is not None and not owing and not armed:
+            # This pass may record an end: the marker says so before it does, so a pass killed before its
+            # push (kill -9, a reboot) leaves it for the next pass, which then pushes (publish_ends).
+            from ..fsutil import write_atomic
+
+            write_atomic(owed, b"", fsync=False)
+            armed = True
         record = find(wp, row["execution"]) or {}  # whole (a listed row lacks the launcher probe needs)
         entry = {"execution": record["id"], "item": record["item"]}
         if coordinator is not None:
@@ -280,7 +291,7 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             done.append({**entry, "action": "error", "error": error.kind, "message": error.message, "streak": streak})
             continue
         _streak(wp, record["id"], False)
-    done += publish_ends(wp, done)
+    done += publish_ends(wp, done, owing)
     done += drive_sessions(wp, coordinator, arbiter)
     done += check_waits(wp, coordinator)
     return done
@@ -351,7 +362,7 @@ ENDS = ("stopped", "exited", "failed", "lost")
 UNPUSHED = "coordinator-ends-unpushed"
 
 
-def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None = None) -> list[dict[str, Any]]:
     """With an arbiter remote, push the ends this pass recorded (``gw sync``). An execution's end is a
     local record, and the arbiter decides the next launch of the item on any clone (``exec-reserve``):
     while it still saw the execution live, every ``gw run`` of the item elsewhere was refused (75), after
@@ -360,7 +371,11 @@ def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, An
     if not wp.settings.remote:
         return []
     owed = os.path.join(wp.repo.gitwork_dir(), UNPUSHED)  # an end an earlier pass could not push
-    if not any(entry.get("action") in ENDS for entry in done) and not os.path.exists(owed):
+    if owing is None:
+        owing = os.path.exists(owed)
+    if not any(entry.get("action") in ENDS for entry in done) and not owing:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(owed)  # set by this pass before it looked at its executions: no end recorded
         return []
     from ..fsutil import write_atomic
     from ..sync import Arbiter
