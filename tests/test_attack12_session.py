@@ -6,6 +6,8 @@ Real clones, a real bare arbiter, the real ``gw`` in child processes; nothing of
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from conftest import run_gw, second_clone
@@ -83,3 +85,38 @@ def test_an_end_recorded_by_a_pass_killed_before_its_push_is_pushed_by_the_next_
         assert code == 0 and again["state"] == "running", (again, passed)
     finally:
         _kill_agents(b)
+
+
+def _at(minutes: int) -> dict[str, str]:
+    """A clock pinned ``minutes`` after a start three hours ago (the arbiter takes back-dated commits)."""
+    start = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=3)
+    return {"GW_NOW": (start + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def test_an_execution_is_not_declared_lost_on_a_stale_view_of_its_lease(tmp_path: Path, machine_a: Path,
+                                                                        url: str) -> None:
+    """``gw stop ID --lost`` (op ``exec-lost``) is allowed only once the execution's lease has ended, a fact
+    the arbiter decides (its host's coordinator renews the lease there). The op was decided on the declaring
+    clone's own ref: a clone that had not heard of the renewals saw the lease expired and answered 0,
+    "lost", to a person who then acts on it (tells someone the item is free, stops watching the host),
+    while the arbiter holds the lease live and the agent at work; the declaration was refused only at that
+    clone's next sync. Deciding it on the arbiter answers at once with what holds: refused, revoke first."""
+    a, b = machine_a, tmp_path / "b"
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    assert run_gw(a, "sync").returncode == 0
+    second_clone(url, b)
+    try:
+        done = run_gw(a, "run", "--json", made["item"], "--backend", "subprocess", "--as", "alice", "--",
+                      *agent(a), env=_at(0))
+        assert done.returncode == 0, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        assert run_gw(b, "pull").returncode == 0  # b knows the lease: 15 minutes from minute 0
+        renewed = run_gw(a, "renew", made["item"], "--fence", str(doc["fence"]), "--as", "alice", env=_at(10))
+        assert renewed.returncode == 0, renewed.stderr  # on the arbiter: live until minute 25
+        declared = run_gw(b, "stop", "--json", doc["execution"], "--lost", "--reason", "its host is gone",
+                          "--as", "carol", env=_at(20))
+        answer = json.loads(declared.stdout) if declared.stdout.strip() else {"stderr": declared.stderr}
+        assert declared.returncode == 6 and "revoke" in answer.get("message", ""), answer
+    finally:
+        _kill_agents(a)

@@ -525,6 +525,13 @@ def stop(wp: Workplane, execution_id: str, reason: str | None = None, lost: bool
         if ours(wp, record):
             raise Invalid(f"execution {execution_id} runs here: gw stop {execution_id} (without --lost) stops it",
                           execution=execution_id)
+        # Whether the lease ended is the arbiter's to say (the host's coordinator renews it there): decided on
+        # this clone's own ref, a clone that had not heard of the renewals answered "lost" while the agent was
+        # at work (refused only at its next sync). Pulled first, as gw run does before "it runs there".
+        if wp.settings.remote and _catch_up(wp):
+            record = get_execution(wp, execution_id)
+            if record["state"] not in LIVE:
+                return result(record, existing=True)
         wp.do("exec-lost", execution=execution_id, reason=reason or "its host is gone")
         return result(get_execution(wp, execution_id), existing=True)
     if not ours(wp, record):
