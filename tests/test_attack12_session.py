@@ -120,3 +120,36 @@ def test_an_execution_is_not_declared_lost_on_a_stale_view_of_its_lease(tmp_path
         assert declared.returncode == 6 and "revoke" in answer.get("message", ""), answer
     finally:
         _kill_agents(a)
+
+
+def test_a_host_back_with_its_agent_running_after_it_was_declared_lost_stops_it(tmp_path: Path, machine_a: Path,
+                                                                              url: str) -> None:
+    """exec-lost's promise (docs/launch.md): a host only cut off may still run its agent, but once it hears of
+    the end its coordinator stops it. Here the host comes back with its agent alive, after a revoke, the
+    declaration and a new run of the item on another clone: its first pass kills it (the arbiter's lease,
+    another holder's under a later fence, says so; the host's own ref still shows its lease live), so two
+    agents work on the item only while the host is cut off, never after."""
+    a, b = machine_a, tmp_path / "b"
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    assert run_gw(a, "sync").returncode == 0
+    second_clone(url, b)
+    try:
+        code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
+        assert code == 0 and doc["state"] == "running", doc
+        first = poll(lambda: pids(a / "agents.log"), "the agent")[0]
+        assert run_gw(b, "pull").returncode == 0
+        order = {"op": "revoke", "item": made["item"], "reason": "its host is gone", "as": "carol"}
+        assert run_gw(b, "apply", "-", input=json.dumps(order)).returncode == 0
+        code, lost = gw_json(b, "stop", doc["execution"], "--lost", "--reason", "its host is gone", "--as", "carol")
+        assert code == 0 and lost["state"] == "lost", lost
+        code, again = gw_json(b, "run", made["item"], "--backend", "subprocess", "--as", "carol", "--", *agent(b))
+        assert code == 0 and again["state"] == "running", again
+        second = poll(lambda: pids(b / "agents.log"), "the second agent")[0]
+        code, passed = gw_json(a, "coordinate", "--once")  # the host is back
+        assert code == 0, passed
+        assert not alive(first), f"the host's agent runs on beside the new one: {passed}"
+        assert alive(second)
+    finally:
+        _kill_agents(a)
+        _kill_agents(b)
