@@ -13,9 +13,10 @@ from pathlib import Path
 from conftest import run_gw, second_clone
 from gitwork.launch import coordinate
 from gitwork.workplane import Workplane
-from test_attack11_seams import _kill_agents, gw_json
+from test_attack11_seams import SYNC_REFUSED, _kill_agents, demoted_admin, gw_json
 from test_launch import poll, runs
 from test_launch_seams import agent, alive, pids
+from test_sync import command_ids
 
 # --- the coordinator's view of the arbiter, fetched at the start of its pass -----------------------------
 
@@ -153,3 +154,26 @@ def test_a_host_back_with_its_agent_running_after_it_was_declared_lost_stops_it(
     finally:
         _kill_agents(a)
         _kill_agents(b)
+
+
+# --- the arbiter's verdict by roles, kept by command id ---------------------------------------------------
+
+
+def test_a_verdict_refuses_only_the_command_it_was_given_not_a_later_one_under_its_id(machine_a: Path,
+                                                                                   remote: Path) -> None:
+    """The arbiter's verdict on a replayed command (its roles refuse it) is kept by command id in
+    ``arbiter-refused.jsonl`` and refused by every later rebuild. Once refused, the command is gone from the
+    clone's state, so its id is free again there (and was never recorded on the arbiter): a client choosing
+    its ids (``gw apply``, REST) may use it for another command. That command, bob's new item, which the
+    arbiter accepts, was refused at the next sync as "the arbiter's roles refuse it", without being asked:
+    the verdict is on a command document, and now applies only to that document."""
+    a = machine_a
+    ids = demoted_admin(a, remote)
+    code, report = gw_json(a, "sync")
+    assert code == SYNC_REFUSED and [e["command_id"] for e in report["refused"]] == [ids["decide"]], report
+    later = {"op": "new", "title": "Bob's other work", "id": ids["decide"], "as": "bob"}
+    done = run_gw(a, "apply", "--json", "-", input=json.dumps(later))
+    assert done.returncode == 0, done.stdout + done.stderr
+    code, report = gw_json(a, "sync")
+    assert code == 0, report
+    assert ids["decide"] in command_ids(remote), (done.stdout, report)
