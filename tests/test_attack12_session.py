@@ -10,13 +10,13 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from conftest import run_gw, second_clone
+from conftest import git, run_gw, second_clone
 from gitwork.launch import coordinate
 from gitwork.workplane import Workplane
 from test_attack11_seams import SYNC_REFUSED, _kill_agents, demoted_admin, gw_json
 from test_launch import poll, runs
 from test_launch_seams import agent, alive, pids
-from test_sync import command_ids
+from test_sync import STATE, command_ids
 
 # --- the coordinator's view of the arbiter, fetched at the start of its pass -----------------------------
 
@@ -177,3 +177,25 @@ def test_a_verdict_refuses_only_the_command_it_was_given_not_a_later_one_under_i
     code, report = gw_json(a, "sync")
     assert code == 0, report
     assert ids["decide"] in command_ids(remote), (done.stdout, report)
+
+
+def test_a_command_sent_again_after_its_verdict_is_reported_refused_again(machine_a: Path, remote: Path) -> None:
+    """The same document under the same id, sent again after the arbiter's verdict on it (a client retrying
+    what it was told was refused): ``gw apply`` acknowledges it (its id is free again in the clone), and the
+    next sync refuses it by the same verdict. Refusals were reported once per command id, so this second
+    refusal was not reported: sync said 0 and the acknowledged command was gone without a word. A refusal
+    is now reported once per refused commit."""
+    from gitwork.engine import parse_command_from_message
+
+    a = machine_a
+    ids = demoted_admin(a, remote)
+    message = git(a, "log", "-1", "--format=%B", f"{STATE}~1")
+    sent = parse_command_from_message(message)
+    assert sent is not None and sent["id"] == ids["decide"], message
+    code, report = gw_json(a, "sync")
+    assert code == SYNC_REFUSED and [e["command_id"] for e in report["refused"]] == [ids["decide"]], report
+    done = run_gw(a, "apply", "--json", "-", input=json.dumps(sent))
+    assert done.returncode == 0, done.stdout + done.stderr
+    code, report = gw_json(a, "sync")
+    assert code == SYNC_REFUSED and [e["command_id"] for e in report["refused"]] == [ids["decide"]], report
+    assert ids["decide"] not in command_ids(remote)

@@ -164,11 +164,11 @@ class Replay(Remote):
                 continue
             if cmd.get("id") in seen:
                 if not same_command(cmd, seen[cmd["id"]]):
-                    refused.append(_conflict(cmd, seen[cmd["id"]], self.remote))
+                    refused.append({**_conflict(cmd, seen[cmd["id"]], self.remote), "commit": commit})
                 continue  # already on the remote (a push whose reply was lost, or a replayed copy)
             verdict = _verdict_on(cmd, verdicts)
             if verdict is not None:
-                refused.append(verdict)  # the arbiter refused it already: never pushed again
+                refused.append({**verdict, "commit": commit})  # the arbiter refused it already: never pushed again
                 continue
             try:
                 chain.check_format()
@@ -180,7 +180,7 @@ class Replay(Remote):
                     replayed.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": applied_cmd.get("item")})
             except GwError as error:
                 refused.append({"command_id": cmd.get("id"), "op": cmd.get("op"), "item": cmd.get("item"),
-                                **error.to_json()})
+                                **error.to_json(), "commit": commit})
         return chain.commit, replayed, refused
 
     # --- the arbiter's verdicts on replayed commands ----------------------------------------------
@@ -478,6 +478,12 @@ def _conflict(local: dict[str, Any], theirs: dict[str, Any] | None, remote: str)
 
 
 def _refusal_key(entry: dict[str, Any]) -> str:
+    """A refusal is reported once per refused local commit: the same command id may be sent again once
+    refused (its id is free again in the clone), and that command's refusal must be reported too (by id
+    alone it was not: sync said 0 and the acknowledged command was gone). An entry of an earlier build,
+    without its commit, is keyed by its id."""
+    if entry.get("command_id") and entry.get("commit"):
+        return f"{entry['command_id']}@{entry['commit']}"
     return str(entry.get("command_id") or entry.get("commit"))
 
 
