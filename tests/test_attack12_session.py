@@ -199,3 +199,16 @@ def test_a_command_sent_again_after_its_verdict_is_reported_refused_again(machin
     code, report = gw_json(a, "sync")
     assert code == SYNC_REFUSED and [e["command_id"] for e in report["refused"]] == [ids["decide"]], report
     assert ids["decide"] not in command_ids(remote)
+
+
+def test_a_gw_run_that_carries_a_refused_offline_command_says_so(machine_a: Path, remote: Path) -> None:
+    """``gw run``'s launch (``exec-reserve``, decided by the arbiter) carries the clone's local commands, and
+    its catch-up (``_catch_up``, a pull) replays them; a command refused there (here by the arbiter's roles)
+    is recorded in ``refused.jsonl`` as reported, so the next ``gw sync`` exits 0 about it. A claim lists
+    such refusals in its answer (``refused``); ``gw run`` dropped the list: the acknowledged command was
+    refused without any command saying so."""
+    a = machine_a
+    ids = demoted_admin(a, remote)
+    code, doc = gw_json(a, "run", ids["y"], "--backend", "subprocess", "--as", "bob", "--", "sh", "-c", "exit 0")
+    assert code == 0, doc
+    assert [e["command_id"] for e in doc.get("refused", [])] == [ids["decide"]], doc

@@ -462,7 +462,8 @@ def _verdict_on(cmd: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> dic
     again in the clone's state (and was never recorded on the arbiter): a client choosing its ids may
     use it for another command, which the verdict must not refuse (it did, and, the id already reported,
     silently: sync said 0 and the command was gone)."""
-    verdict = verdicts.get(cmd.get("id")) if isinstance(cmd.get("id"), str) else None
+    command_id = cmd.get("id")
+    verdict = verdicts.get(command_id) if isinstance(command_id, str) else None
     if verdict is None or verdict.get("command") not in (None, _digest(cmd)):
         return None
     return {k: v for k, v in verdict.items() if k != "command"}
