@@ -7,6 +7,7 @@ Real clones, a real bare arbiter, the real ``gw`` in child processes; nothing of
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -212,3 +213,33 @@ def test_a_gw_run_that_carries_a_refused_offline_command_says_so(machine_a: Path
     code, doc = gw_json(a, "run", ids["y"], "--backend", "subprocess", "--as", "bob", "--", "sh", "-c", "exit 0")
     assert code == 0, doc
     assert [e["command_id"] for e in doc.get("refused", [])] == [ids["decide"]], doc
+
+
+def test_a_coordinator_renewal_that_carries_a_refused_offline_command_says_so(machine_a: Path, remote: Path) -> None:
+    """The coordinator's renewal of an agent's lease (decided by the arbiter) carries the clone's local
+    commands; one the arbiter refuses there (its roles) was recorded as reported, so the next ``gw sync``
+    exits 0 about it, and the pass's actions did not name it: nobody was told. Now a ``sync-refused`` action,
+    as for the pass's own push of ends."""
+    a = machine_a
+    for where in (a, remote):
+        git(where, "config", "gitwork.clock-margin", "1s")
+    code, made = gw_json(a, "new", "Z")
+    assert code == 0, made
+    try:
+        code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "carol", "--ttl", "10s", "--",
+                            *agent(a))
+        launched = time.monotonic()
+        assert code == 0 and doc["state"] == "running", doc
+        ids = demoted_admin(a, remote)  # leaves alice's decide (refused by the arbiter's roles) local
+        time.sleep(max(0.0, 4.5 - (time.monotonic() - launched)))  # (wall) near half the 10 s lease
+
+        def renewing() -> dict | None:
+            code, passed = gw_json(a, "coordinate", "--once")
+            assert code == 0, passed
+            return passed if any(x["action"] == "renewed" for x in passed["actions"]) else None
+
+        passed = poll(renewing, "a pass that renews the lease")
+        said = [x for x in passed["actions"] if x["action"] == "sync-refused"]
+        assert [ids["decide"] in x["message"] for x in said] == [True], passed
+    finally:
+        _kill_agents(a)

@@ -269,8 +269,11 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             assert lease is not None  # _lease_ended above: the lease is there and live
             left = (lease.expires() - wp.now()).total_seconds()
             if left < lease.ttl / 2:
-                wp.do("renew", item=record["item"], fence=record["fence"], **{"as": record["holder"]})
+                renewal = wp.do("renew", item=record["item"], fence=record["fence"], **{"as": record["holder"]})
                 done.append({**entry, "action": "renewed"})
+                # The renewal carried this clone's local commands; what the arbiter refused of them is recorded
+                # as reported (the next gw sync exits 0 about it): the pass says it, as for its push of ends.
+                done += _said((renewal.result or {}).get("refused") or [])
             else:
                 done.append({**entry, "action": "running"})
         except BuildMismatch as error:  # not ours to judge: the build that launched it must
@@ -387,9 +390,14 @@ def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None =
         return [{"action": "sync-error", "error": error.kind, "message": error.message}]
     if os.path.exists(owed):
         os.unlink(owed)
+    return _said(report["refused"])
+
+
+def _said(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``sync-refused`` action per local command the arbiter refused under this pass's push or renewal."""
     return [{"action": "sync-refused", "item": entry.get("item"), "error": entry.get("error"),
              "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
-            for entry in report["refused"]]
+            for entry in refused]
 
 
 def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:
