@@ -33,6 +33,7 @@ its lease taken over (7) and stops before it acts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 
@@ -234,9 +235,19 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             kinds[kind] = backend
         return kinds[kind]
 
+    owed = os.path.join(wp.repo.gitwork_dir(), UNPUSHED) if wp.settings.remote else None
+    owing = owed is not None and os.path.exists(owed)  # an end an earlier pass (maybe killed) did not push
+    armed = False
     for row in runs(wp):
         if row["state"] not in LIVE or not ours(wp, row):
             continue  # another host's or another clone's: judged only by the gw that started it
+        if owed is not None and not owing and not armed:
+            # This pass may record an end: the marker says so before it does, so a pass killed before its
+            # push (kill -9, a reboot) leaves it for the next pass, which then pushes (publish_ends).
+            from ..fsutil import write_atomic
+
+            write_atomic(owed, b"", fsync=False)
+            armed = True
         record = find(wp, row["execution"]) or {}  # whole (a listed row lacks the launcher probe needs)
         entry = {"execution": record["id"], "item": record["item"]}
         if coordinator is not None:
@@ -258,8 +269,11 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             assert lease is not None  # _lease_ended above: the lease is there and live
             left = (lease.expires() - wp.now()).total_seconds()
             if left < lease.ttl / 2:
-                wp.do("renew", item=record["item"], fence=record["fence"], **{"as": record["holder"]})
+                renewal = wp.do("renew", item=record["item"], fence=record["fence"], **{"as": record["holder"]})
                 done.append({**entry, "action": "renewed"})
+                # The renewal carried this clone's local commands; what the arbiter refused of them is recorded
+                # as reported (the next gw sync exits 0 about it): the pass says it, as for its push of ends.
+                done += _said((renewal.result or {}).get("refused") or [])
             else:
                 done.append({**entry, "action": "running"})
         except BuildMismatch as error:  # not ours to judge: the build that launched it must
@@ -280,7 +294,7 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             done.append({**entry, "action": "error", "error": error.kind, "message": error.message, "streak": streak})
             continue
         _streak(wp, record["id"], False)
-    done += publish_ends(wp, done)
+    done += publish_ends(wp, done, owing)
     done += drive_sessions(wp, coordinator, arbiter)
     done += check_waits(wp, coordinator)
     return done
@@ -321,7 +335,20 @@ class ArbiterView:
             lease = self.view.lease(record["item"])
         except GwError:
             return None  # the arbiter's copy does not read: the local view decides
-        return (_stop_asked(there) if there else None) or _ended(lease, record, wp)
+        if there is None:
+            # Not on the arbiter as fetched: launched after this pass's fetch (its exec-reserve is decided
+            # there), so that state is older than the launch and its lease says nothing of it (it read
+            # "replaced", and the pass killed the agent it had just seen launched).
+            return None
+        return _stop_asked(there) or self._judged(lease, record.get("fence"), record, wp)
+
+    @staticmethod
+    def _judged(lease: Any, fence: Any, record: dict[str, Any], wp: Workplane) -> str | None:
+        """:func:`_ended` by the arbiter's lease, unless the fetched state is older than the local lease
+        (no lease there yet, or an earlier fence): then the local view decides."""
+        if lease is None or (isinstance(fence, int) and isinstance(lease.fence, int) and lease.fence < fence):
+            return None
+        return _ended(lease, record, wp)
 
     def lease_ended(self, wp: Workplane, item: str, fence: int) -> str | None:
         """Why the arbiter no longer holds the lease under ``fence`` on ``item`` live (a revoke there)."""
@@ -331,14 +358,14 @@ class ArbiterView:
             lease = self.view.lease(item)
         except GwError:
             return None
-        return _ended(lease, {"fence": fence}, wp)
+        return self._judged(lease, fence, {"fence": fence}, wp)
 
 
 ENDS = ("stopped", "exited", "failed", "lost")
 UNPUSHED = "coordinator-ends-unpushed"
 
 
-def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None = None) -> list[dict[str, Any]]:
     """With an arbiter remote, push the ends this pass recorded (``gw sync``). An execution's end is a
     local record, and the arbiter decides the next launch of the item on any clone (``exec-reserve``):
     while it still saw the execution live, every ``gw run`` of the item elsewhere was refused (75), after
@@ -347,7 +374,11 @@ def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, An
     if not wp.settings.remote:
         return []
     owed = os.path.join(wp.repo.gitwork_dir(), UNPUSHED)  # an end an earlier pass could not push
-    if not any(entry.get("action") in ENDS for entry in done) and not os.path.exists(owed):
+    if owing is None:
+        owing = os.path.exists(owed)
+    if not any(entry.get("action") in ENDS for entry in done) and not owing:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(owed)  # set by this pass before it looked at its executions: no end recorded
         return []
     from ..fsutil import write_atomic
     from ..sync import Arbiter
@@ -359,9 +390,14 @@ def publish_ends(wp: Workplane, done: list[dict[str, Any]]) -> list[dict[str, An
         return [{"action": "sync-error", "error": error.kind, "message": error.message}]
     if os.path.exists(owed):
         os.unlink(owed)
+    return _said(report["refused"])
+
+
+def _said(refused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ``sync-refused`` action per local command the arbiter refused under this pass's push or renewal."""
     return [{"action": "sync-refused", "item": entry.get("item"), "error": entry.get("error"),
              "message": f"{entry.get('command_id')} ({entry.get('op')}): {entry.get('message')}"}
-            for entry in report["refused"]]
+            for entry in refused]
 
 
 def check_waits(wp: Workplane, coordinator: CoordinatorLease | None = None) -> list[dict[str, Any]]:

@@ -342,6 +342,7 @@ def _run(wp: Workplane, backend: Any, item: str, command: list[str], cwd: str, e
             else:
                 execution = None  # lost: a new execution (under a new epoch) takes its place
     caught_up = not wp.settings.remote
+    refused: list[dict[str, Any]] = []  # local commands the catch-up or the launch refused: said in the answer
     for _attempt in range(3):
         ctx = wp.context()
         live = [other for other, event in item_executions(ctx, item_id).items()
@@ -350,7 +351,7 @@ def _run(wp: Workplane, backend: Any, item: str, command: list[str], cwd: str, e
             # Another clone's execution, live as this clone last heard: its end (a stop after a revoke
             # from the board, an exit) reaches the arbiter with that clone's push, not this clone's ref.
             # Ask the arbiter before answering "it runs there" (else refused until this clone fetched).
-            caught_up = _catch_up(wp)
+            caught_up = _catch_up(wp, refused)
             if caught_up:
                 continue
         for other in live:
@@ -381,18 +382,25 @@ def _run(wp: Workplane, backend: Any, item: str, command: list[str], cwd: str, e
         crash_point("after-reserve")
         crash_point("after-claim")
         crash_point("after-launching")
-        return _launch(wp, backend, new_id, item_id, command, cwd, launched.result, extra, gate)
+        refused += launched.result.get("refused") or []
+        answer = _launch(wp, backend, new_id, item_id, command, cwd, launched.result, extra, gate)
+        # A local command the launch carried and the arbiter refused was recorded as reported (the next gw
+        # sync exits 0 about it): like a claim, gw run lists it, or no command ever said so.
+        return {**answer, "refused": refused} if refused else answer
     raise Held(f"{item_id}: executions kept changing under this gw run; try again", item=item_id)
 
 
-def _catch_up(wp: Workplane) -> bool:
-    """This clone's ref brought up to the arbiter's state (``gw pull``); whether it could be."""
+def _catch_up(wp: Workplane, refused: list[dict[str, Any]] | None = None) -> bool:
+    """This clone's ref brought up to the arbiter's state (``gw pull``); whether it could be. What the pull
+    refused of this clone's local commands is added to ``refused`` (the caller's answer says it)."""
     from ..sync import Arbiter
 
     try:
-        Arbiter(wp).sync(push=False)
+        report = Arbiter(wp).sync(push=False)
     except GwError:
         return False  # unreachable: the launch's own commit will say so
+    if refused is not None:
+        refused += report.get("refused") or []
     return True
 
 
@@ -525,8 +533,18 @@ def stop(wp: Workplane, execution_id: str, reason: str | None = None, lost: bool
         if ours(wp, record):
             raise Invalid(f"execution {execution_id} runs here: gw stop {execution_id} (without --lost) stops it",
                           execution=execution_id)
-        wp.do("exec-lost", execution=execution_id, reason=reason or "its host is gone")
-        return result(get_execution(wp, execution_id), existing=True)
+        # Whether the lease ended is the arbiter's to say (the host's coordinator renews it there): decided on
+        # this clone's own ref, a clone that had not heard of the renewals answered "lost" while the agent was
+        # at work (refused only at its next sync). Pulled first, as gw run does before "it runs there".
+        refused: list[dict[str, Any]] = []
+        said = {"refused": refused}
+        if wp.settings.remote and _catch_up(wp, refused):
+            record = get_execution(wp, execution_id)
+            if record["state"] not in LIVE:
+                return {**result(record, existing=True), **(said if refused else {})}
+        done = wp.do("exec-lost", execution=execution_id, reason=reason or "its host is gone")
+        refused += (done.result or {}).get("refused") or []
+        return {**result(get_execution(wp, execution_id), existing=True), **(said if refused else {})}
     if not ours(wp, record):
         raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)

@@ -164,10 +164,11 @@ class Replay(Remote):
                 continue
             if cmd.get("id") in seen:
                 if not same_command(cmd, seen[cmd["id"]]):
-                    refused.append(_conflict(cmd, seen[cmd["id"]], self.remote))
+                    refused.append({**_conflict(cmd, seen[cmd["id"]], self.remote), "commit": commit})
                 continue  # already on the remote (a push whose reply was lost, or a replayed copy)
-            if cmd.get("id") in verdicts:
-                refused.append(verdicts[cmd["id"]])  # the arbiter refused it already: never pushed again
+            verdict = _verdict_on(cmd, verdicts)
+            if verdict is not None:
+                refused.append({**verdict, "commit": commit})  # the arbiter refused it already: never pushed again
                 continue
             try:
                 chain.check_format()
@@ -179,7 +180,7 @@ class Replay(Remote):
                     replayed.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": applied_cmd.get("item")})
             except GwError as error:
                 refused.append({"command_id": cmd.get("id"), "op": cmd.get("op"), "item": cmd.get("item"),
-                                **error.to_json()})
+                                **error.to_json(), "commit": commit})
         return chain.commit, replayed, refused
 
     # --- the arbiter's verdicts on replayed commands ----------------------------------------------
@@ -205,7 +206,7 @@ class Replay(Remote):
         """Whether a command the arbiter refused is among the commits ``base..top``."""
         for commit in self._first_parent_range(base, top):
             cmd = self._command_of(commit)[0]
-            if cmd is not None and cmd.get("id") in verdicts:
+            if cmd is not None and _verdict_on(cmd, verdicts) is not None:
                 return True
         return False
 
@@ -234,7 +235,7 @@ class Replay(Remote):
                 continue
             taken.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": cmd.get("item"), "error": "forbidden",
                           "code": 77, "message": f"{self.remote}'s roles refuse it: {match.group(4)}",
-                          "by": "arbiter"})
+                          "by": "arbiter", "command": _digest(cmd)})
         if not taken:
             return False
         import fcntl
@@ -435,17 +436,37 @@ class Replay(Remote):
 # --- comparing command documents ------------------------------------------------------------------
 
 
+def _canonical(doc: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in doc.items() if k not in FILLED_IN}, sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"))
+
+
 def same_command(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
     """Whether two command documents under one id are the same command (canonical JSON, less the
     fields the fencing rule fills in, which a replay may change)."""
     if b is None:
         return False
+    return _canonical(a) == _canonical(b)
 
-    def canonical(doc: dict[str, Any]) -> str:
-        return json.dumps({k: v for k, v in doc.items() if k not in FILLED_IN}, sort_keys=True, ensure_ascii=False,
-                          separators=(",", ":"))
 
-    return canonical(a) == canonical(b)
+def _digest(cmd: dict[str, Any]) -> str:
+    """The command document a verdict was given on (:func:`_canonical`, hashed)."""
+    import hashlib
+
+    return hashlib.sha256(_canonical(cmd).encode()).hexdigest()[:32]
+
+
+def _verdict_on(cmd: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The arbiter's verdict on this very command, as a refusal; None for any other (a verdict kept by an
+    earlier build, without the document's digest, is on the id). Once refused, a command's id is free
+    again in the clone's state (and was never recorded on the arbiter): a client choosing its ids may
+    use it for another command, which the verdict must not refuse (it did, and, the id already reported,
+    silently: sync said 0 and the command was gone)."""
+    command_id = cmd.get("id")
+    verdict = verdicts.get(command_id) if isinstance(command_id, str) else None
+    if verdict is None or verdict.get("command") not in (None, _digest(cmd)):
+        return None
+    return {k: v for k, v in verdict.items() if k != "command"}
 
 
 def _conflict(local: dict[str, Any], theirs: dict[str, Any] | None, remote: str) -> dict[str, Any]:
@@ -458,6 +479,12 @@ def _conflict(local: dict[str, Any], theirs: dict[str, Any] | None, remote: str)
 
 
 def _refusal_key(entry: dict[str, Any]) -> str:
+    """A refusal is reported once per refused local commit: the same command id may be sent again once
+    refused (its id is free again in the clone), and that command's refusal must be reported too (by id
+    alone it was not: sync said 0 and the acknowledged command was gone). An entry of an earlier build,
+    without its commit, is keyed by its id."""
+    if entry.get("command_id") and entry.get("commit"):
+        return f"{entry['command_id']}@{entry['commit']}"
     return str(entry.get("command_id") or entry.get("commit"))
 
 

@@ -30,11 +30,19 @@ def run(wp: Workplane, as_json: bool, item: str, command: list[str] | None, back
     from ...launch.run import run as run_
 
     info = run_(wp, item, command or [], backend, ttl=ttl, execution=execution, env=_environment(env))
+    _refused(info)
     if as_json:
         output.emit_json({"ok": True, **info})
         return
     output.line(info["execution"])
     output.info(("already running: " if info["existing"] else "started ") + _line(info))
+
+
+def _refused(info: dict[str, Any]) -> None:
+    """Local commands the launch (or its pull) carried and the arbiter refused, one line each, as a claim's."""
+    for entry in info.get("refused") or ():
+        output.info(f"gw: refused on replay: {entry.get('command_id') or entry.get('commit')} "
+                    f"({entry.get('op')} {entry.get('item') or ''}): {entry.get('error')}: {entry.get('message')}")
 
 
 def _environment(pairs: list[str] | None) -> dict[str, str] | None:
@@ -114,6 +122,7 @@ def stop(wp: Workplane, as_json: bool, execution: str, reason: str | None, lost:
     from ...launch.run import stop as stop_
 
     info = stop_(wp, execution, reason, lost)
+    _refused(info)
     if as_json:
         output.emit_json({"ok": True, **info})
         return
