@@ -35,6 +35,7 @@ from gitwork.workplane import LocalRef, Workplane
 STATE = "refs/gitwork/state"
 ARBITER_DECIDES = {"claim", "renew", "release", "takeover", "revoke", "handoff", "done", "cancel", "publish",
                    "exec-reserve",  # exec-reserve: two clones of one holder must not each launch
+                   "exec-lost",  # judged on the arbiter's lease: a stale clone must not declare a live run lost
                    # the publish queue: one order and one publisher across clones (docs/sessions.md)
                    "queue-add", "queue-remove", "queue-lease", "queue-land", "queue-return"}
 # The role rules an op may call (roles.py, and asking the settings for a role itself).

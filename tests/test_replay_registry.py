@@ -78,7 +78,7 @@ def _executions(wp: Workplane, items: dict[str, str]) -> None:
               offline=True)
     wp.record("exec-state", execution="x-replay-2", to="launching", launcher={"host": "h2", "pid": "1", "start": "1"})
     wp.do("release", item=item, offline=True)
-    wp.do("exec-lost", execution="x-replay-2", reason="its host is gone")
+    wp.do("exec-lost", execution="x-replay-2", reason="its host is gone", offline=True)  # (decided by the arbiter)
 
 
 def _coordinator(wp: Workplane, items: dict[str, str]) -> None:

@@ -228,7 +228,7 @@ def exec_state(ctx: Context) -> None:
 @op("exec-lost", "declare a live execution lost (its host is gone for good), once its lease has ended",
     who=("whoever started the execution; anyone else: admins (setting `admins`; with no admins "
          "configured, any person). Agents only their own."),
-    roles=True, execution="short!", reason="short!")
+    roles=True, arbiter=True, execution="short!", reason="short!")
 def exec_lost(ctx: Context) -> None:
     """An execution the state holds live blocks every launch of its item on every clone until its host
     records its end; a host that never comes back would block it for good. Only its host can know the
