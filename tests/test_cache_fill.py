@@ -463,3 +463,38 @@ def test_every_waiting_count_is_the_count_of_its_dependencies_not_done(
     assert {n for _i, _w, n in counts} >= {0, 1, 2}
     assert ("w-00000000000000a4", 2) in {(i, n) for i, _w, n in counts}  # (one missing, one unreadable)
     assert bool(shared["frames"]) == with_helper
+
+
+def test_a_new_cache_file_is_made_of_large_pages_and_a_rebuild_gives_the_same_tables(repo: Path) -> None:
+    """16 KiB pages (SQLite's default is 4 KiB): a cold rebuild's commit writes a quarter as many
+    pages and its B-trees are shallower (docs/performance.md, session 11, rebuild12). Set before the
+    file has any content; the rows are the same as in a file of small pages."""
+    _state(repo, count=12)
+    big = _rebuilt(repo)
+    path = repo / ".git" / "gitwork" / cache.NAME
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA page_size").fetchone()[0] == cache.PAGE_SIZE == 16384
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
+    # A file of small pages (one made before this change) is read and updated as it is.
+    cache.drop(str(path))
+    small = sqlite3.connect(path)
+    small.execute("PRAGMA page_size=4096")
+    small.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")  # (_DDL's: the file has content)
+    small.close()
+    assert _rebuilt_in_place(repo) == big
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA page_size").fetchone()[0] == 4096
+    finally:
+        db.close()
+
+
+def _rebuilt_in_place(repo: Path) -> dict[str, list[tuple[object, ...]]]:
+    """The cache brought to the tip in the file as it is (not dropped first)."""
+    with Workplane(str(repo), agent="alice") as wp:
+        rebuild(wp.context().snapshot)
+    cache._forget(str(repo / ".git" / "gitwork" / cache.NAME))
+    return tables(repo)
