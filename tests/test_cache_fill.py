@@ -498,3 +498,21 @@ def _rebuilt_in_place(repo: Path) -> dict[str, list[tuple[object, ...]]]:
         rebuild(wp.context().snapshot)
     cache._forget(str(repo / ".git" / "gitwork" / cache.NAME))
     return tables(repo)
+
+
+def test_the_wal_of_a_file_of_large_pages_is_checkpointed_at_the_same_size_as_before(repo: Path) -> None:
+    """SQLite checkpoints the WAL every 1,000 pages: 4 MiB of 4 KiB pages, 16 MiB of 16 KiB ones. The
+    cache keeps the old bound (the WAL is reused from its start after a checkpoint, never shrunk)."""
+    _state(repo, count=12)
+    _rebuilt(repo)
+    path = str(repo / ".git" / "gitwork" / cache.NAME)
+    db = cache._open(path)
+    try:
+        ids = [r[0] for r in db.execute("SELECT id FROM item")]
+        for n in range(400):  # each commit writes the row's page and its indexes' (~5 pages of 16 KiB)
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("UPDATE item SET priority = ?, status = ? WHERE id = ?", (n % 4, f"s{n}", ids[n % len(ids)]))
+            db.execute("COMMIT")
+        assert os.path.getsize(path + "-wal") <= (4 << 20) + 16 * cache.PAGE_SIZE
+    finally:
+        db.close()
