@@ -47,6 +47,7 @@ SCHEMA = 9  # 2: item_rank, so a listing cut by --limit walks the order and stop
 VERSION = SCHEMA * 1000 + sys.version_info[0] * 100 + sys.version_info[1]
 NAME = "cache.sqlite"
 BUSY_TIMEOUT = 30.0  # seconds a reader waits for another process's update (a cold rebuild) to end
+PAGE_SIZE = 16384  # a new file's (SQLite's default: 4096); a file made with other pages keeps them
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -100,6 +101,10 @@ def drop(path: str) -> bool:
 def _open(path: str) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
     try:
+        # Pages of 16 KiB in a new file (set before it has content; no effect on an existing one): a
+        # cold rebuild at 100,000 items writes ~4,300 pages, not ~17,000, at its commit (0.03 against
+        # 0.065 s CPU, on the serial tail) and inserts into shallower B-trees (docs/performance.md).
+        db.execute(f"PRAGMA page_size={PAGE_SIZE}")
         if path != ":memory:":
             # (Refused while another process fills the file in rollback mode, _at: it turns WAL back
             # on when done, and meanwhile this connection waits for its locks like any reader.)
@@ -107,6 +112,8 @@ def _open(path: str) -> sqlite3.Connection:
         # Derived data: no fsync (a process crash cannot tear a WAL commit; after a power loss a damaged
         # file is rebuilt, and at worst an old commit is found and brought forward like any other).
         db.execute("PRAGMA synchronous=OFF")
+        # The WAL checkpointed at 4 MiB, as with 4 KiB pages (SQLite's rule is 1,000 pages: 16 MiB of 16 KiB).
+        db.execute(f"PRAGMA wal_autocheckpoint={(4 << 20) // db.execute('PRAGMA page_size').fetchone()[0]}")
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version != VERSION:
             if version != 0:

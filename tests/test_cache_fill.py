@@ -463,3 +463,56 @@ def test_every_waiting_count_is_the_count_of_its_dependencies_not_done(
     assert {n for _i, _w, n in counts} >= {0, 1, 2}
     assert ("w-00000000000000a4", 2) in {(i, n) for i, _w, n in counts}  # (one missing, one unreadable)
     assert bool(shared["frames"]) == with_helper
+
+
+def test_a_new_cache_file_is_made_of_large_pages_and_a_rebuild_gives_the_same_tables(repo: Path) -> None:
+    """16 KiB pages (SQLite's default is 4 KiB): a cold rebuild's commit writes a quarter as many
+    pages and its B-trees are shallower (docs/performance.md, session 11, rebuild12). Set before the
+    file has any content; the rows are the same as in a file of small pages."""
+    _state(repo, count=12)
+    big = _rebuilt(repo)
+    path = repo / ".git" / "gitwork" / cache.NAME
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA page_size").fetchone()[0] == cache.PAGE_SIZE == 16384
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        db.close()
+    # A file of small pages (one made before this change) is read and updated as it is.
+    cache.drop(str(path))
+    small = sqlite3.connect(path)
+    small.execute("PRAGMA page_size=4096")
+    small.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")  # (_DDL's: the file has content)
+    small.close()
+    assert _rebuilt_in_place(repo) == big
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA page_size").fetchone()[0] == 4096
+    finally:
+        db.close()
+
+
+def _rebuilt_in_place(repo: Path) -> dict[str, list[tuple[object, ...]]]:
+    """The cache brought to the tip in the file as it is (not dropped first)."""
+    with Workplane(str(repo), agent="alice") as wp:
+        rebuild(wp.context().snapshot)
+    cache._forget(str(repo / ".git" / "gitwork" / cache.NAME))
+    return tables(repo)
+
+
+def test_the_wal_of_a_file_of_large_pages_is_checkpointed_at_the_same_size_as_before(repo: Path) -> None:
+    """SQLite checkpoints the WAL every 1,000 pages: 4 MiB of 4 KiB pages, 16 MiB of 16 KiB ones. The
+    cache keeps the old bound (the WAL is reused from its start after a checkpoint, never shrunk)."""
+    _state(repo, count=12)
+    _rebuilt(repo)
+    path = str(repo / ".git" / "gitwork" / cache.NAME)
+    db = cache._open(path)
+    try:
+        ids = [r[0] for r in db.execute("SELECT id FROM item")]
+        for n in range(400):  # each commit writes the row's page and its indexes' (~5 pages of 16 KiB)
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("UPDATE item SET priority = ?, status = ? WHERE id = ?", (n % 4, f"s{n}", ids[n % len(ids)]))
+            db.execute("COMMIT")
+        assert os.path.getsize(path + "-wal") <= (4 << 20) + 16 * cache.PAGE_SIZE
+    finally:
+        db.close()
