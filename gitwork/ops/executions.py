@@ -225,6 +225,24 @@ def exec_state(ctx: Context) -> None:
             fence=record.get("fence") if to == "launching" else None)
 
 
+def _steered(ctx: Context, what: str, ended: str) -> tuple[str, dict[str, Any]]:
+    """The live execution ``ctx.cmd["execution"]`` names, for steering it: whoever started it may, anyone
+    else under the rule of ``revoke`` (``what``: the deed, with ``{by}`` and ``{id}``); ``ended``: why an
+    execution no longer live is refused (6)."""
+    from ..roles import require_steerer
+
+    execution_id = check_execution_id(ctx.cmd["execution"])
+    record = load_execution(ctx, execution_id)
+    if record is None:
+        raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    if record.get("by") != ctx.actor:
+        require_steerer(ctx, record["item"], what.format(by=record.get("by"), id=execution_id))
+    if record["state"] not in LIVE:
+        raise Illegal(f"execution {execution_id} is {record['state']}: {ended}", execution=execution_id,
+                      state=record["state"])
+    return execution_id, record
+
+
 @op("exec-lost", "declare a live execution lost (its host is gone for good), once its lease has ended",
     who=("whoever started the execution; anyone else: admins (setting `admins`; with no admins "
          "configured, any person). Agents only their own."),
@@ -236,18 +254,8 @@ def exec_lost(ctx: Context) -> None:
     released, expired, replaced): an agent on a host merely cut off may still run, but nothing it does
     lands under its fence, and its coordinator stops it once it hears of the end. Then the item can be run
     again, under a new lease epoch (``exec-state``: an epoch that lost an execution launches nothing more)."""
-    from ..roles import require_steerer
-
-    execution_id = check_execution_id(ctx.cmd["execution"])
-    record = load_execution(ctx, execution_id)
-    if record is None:
-        raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    execution_id, record = _steered(ctx, "declare {by}'s execution {id} lost", "it is no longer live")
     item_id = record["item"]
-    if record.get("by") != ctx.actor:
-        require_steerer(ctx, item_id, f"declare {record.get('by')}'s execution {execution_id} lost")
-    if record["state"] not in LIVE:
-        raise Illegal(f"execution {execution_id} is {record['state']}: it is no longer live", execution=execution_id,
-                      state=record["state"])
     lease = ctx.lease(item_id)
     if record.get("fence") is not None and lease is not None and lease.fence == record.get("fence") \
             and lease.is_active() and lease.live_for_holder(ctx.now, ctx.settings.clock_margin):
@@ -268,18 +276,8 @@ def exec_stop(ctx: Context) -> None:
     coordinator of the execution's host (the only process that can reach it) kills it on its next pass
     and records ``stopped`` with this reason. Whoever started the execution may ask; anyone else only
     under the rule of ``revoke`` (an admin; with no admins configured, a person)."""
-    from ..roles import require_steerer
-
-    execution_id = check_execution_id(ctx.cmd["execution"])
-    record = load_execution(ctx, execution_id)
-    if record is None:
-        raise NotFound(f"no execution {execution_id}", execution=execution_id)
+    execution_id, record = _steered(ctx, "stop {by}'s execution {id}", "nothing to stop")
     item_id = record["item"]
-    if record.get("by") != ctx.actor:
-        require_steerer(ctx, item_id, f"stop {record.get('by')}'s execution {execution_id}")
-    if record["state"] not in LIVE:
-        raise Illegal(f"execution {execution_id} is {record['state']}: nothing to stop", execution=execution_id,
-                      state=record["state"])
     asked = record.get("stop_requested")
     if asked:
         raise Illegal(f"execution {execution_id} was already asked to stop by {asked.get('by')} ({asked.get('reason')})",
