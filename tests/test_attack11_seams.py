@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from daemon import GitDaemon
 from gitwork.sessions import steps
 from gitwork.workplane import Workplane
 from test_launch import item_of, launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
+from test_launch_refused import kill_agents
 from test_launch_seams import agent, alive, pids
 from test_launcher import agents
 from test_path_hook import World, commit, push, template, under, world  # noqa: F401  (fixtures)
@@ -40,6 +39,16 @@ SYNC_REFUSED, REMOTE_REFUSED = 15, 14
 def gw_json(repo: Path, *args: str) -> tuple[int, dict]:
     done = run_gw(repo, args[0], "--json", *args[1:])  # before any "--"
     return done.returncode, (json.loads(done.stdout) if done.stdout.strip() else {"stderr": done.stderr})
+
+
+def two_clones(tmp_path: Path, machine_a: Path, url: str) -> tuple[Path, Path, dict]:
+    """Machine ``a`` with a new item on the arbiter (``made``, its answer), and a second clone ``b`` of it."""
+    a, b = machine_a, tmp_path / "b"
+    code, made = gw_json(a, "new", "A's work")
+    assert code == 0, made
+    assert run_gw(a, "sync").returncode == 0
+    second_clone(url, b)
+    return a, b, made
 
 
 # --- offline replay x the arbiter's roles ----------------------------------------------------------------
@@ -113,17 +122,7 @@ def test_a_claim_from_that_clone_is_not_stopped_by_anothers_refused_offline_comm
 # --- the board's steering x a live launcher on another clone -------------------------------------------
 
 
-def _kill_agents(a: Path) -> None:
-    for handle in (a / ".git" / "gitwork" / "executions").glob("*/handle"):
-        try:
-            os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
-    for pid in pids(a / "agents.log"):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+_kill_agents = kill_agents
 
 
 @pytest.mark.parametrize("steer", ["revoke", "exec-stop"])
@@ -136,11 +135,7 @@ def test_a_steer_made_on_the_arbiter_stops_the_agent_at_the_next_coordinator_pas
     due): the revoked or stopped agent ran on, its lease renewed... until half its ttl was gone, and an
     ``exec-stop`` is no end of the lease, so the renewal succeeded and the stop waited for whatever next
     made the clone fetch. Now each pass also reads the arbiter's state, fetched."""
-    a, b = machine_a, tmp_path / "b"
-    code, made = gw_json(a, "new", "A's work")
-    assert code == 0, made
-    assert run_gw(a, "sync").returncode == 0
-    second_clone(url, b)
+    a, b, made = two_clones(tmp_path, machine_a, url)
     try:
         code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--",
                             *agent(a))
@@ -172,11 +167,7 @@ def test_after_a_revoke_the_item_can_be_run_on_another_clone_once_the_agent_is_s
     execution ``launching``: every ``gw run`` of the item on any other clone was refused (75, "being launched
     by another gw run"), for as long as nothing in the first clone pushed. A pass that records an end now
     pushes it (``gw sync``), so the next launch elsewhere starts, and only after the first agent was killed."""
-    a, b = machine_a, tmp_path / "b"
-    code, made = gw_json(a, "new", "A's work")
-    assert code == 0, made
-    assert run_gw(a, "sync").returncode == 0
-    second_clone(url, b)
+    a, b, made = two_clones(tmp_path, machine_a, url)
     try:
         code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
         assert code == 0 and doc["state"] == "running", doc
@@ -200,11 +191,7 @@ def test_an_execution_whose_host_is_gone_is_declared_lost_once_its_lease_ended_a
     itself (a host only cut off may still run its agent): an admin declares it lost (``gw stop ID --lost``,
     op ``exec-lost``), which is refused while its lease is live (revoke it first: then nothing the agent does
     lands under its fence), and then the item runs elsewhere, one agent at a time."""
-    a, b = machine_a, tmp_path / "b"
-    code, made = gw_json(a, "new", "A's work")
-    assert code == 0, made
-    assert run_gw(a, "sync").returncode == 0
-    second_clone(url, b)
+    a, b, made = two_clones(tmp_path, machine_a, url)
     try:
         code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
         assert code == 0 and doc["state"] == "running", doc
@@ -343,11 +330,7 @@ def test_an_end_the_coordinator_could_not_push_is_pushed_by_its_next_pass(tmp_pa
                                                                          url: str) -> None:
     """The push of a recorded end can fail (the arbiter unreachable for a moment); the next pass, with no end
     of its own to record, pushes it then: the item can be run on another clone without anyone's gw sync."""
-    a, b = machine_a, tmp_path / "b"
-    code, made = gw_json(a, "new", "A's work")
-    assert code == 0, made
-    assert run_gw(a, "sync").returncode == 0
-    second_clone(url, b)
+    a, b, made = two_clones(tmp_path, machine_a, url)
     code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", "sh", "-c", "exit 3")
     assert code == 0, doc
     poll(lambda: (a / ".git" / "gitwork" / "executions" / doc["execution"] / "code").exists(), "the agent's exit")

@@ -11,10 +11,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from conftest import git, run_gw, second_clone
+from conftest import git, run_gw
 from gitwork.launch import coordinate
 from gitwork.workplane import Workplane
-from test_attack11_seams import SYNC_REFUSED, _kill_agents, demoted_admin, gw_json
+from test_attack11_seams import SYNC_REFUSED, _kill_agents, demoted_admin, gw_json, two_clones
 from test_launch import poll, runs
 from test_launch_seams import agent, alive, pids
 from test_sync import STATE, command_ids
@@ -60,11 +60,7 @@ def test_an_end_recorded_by_a_pass_killed_before_its_push_is_pushed_by_the_next_
     timeout) left no marker, and the next pass, finding no end of its own to record (the execution is no
     longer live here), pushed nothing: the arbiter held the execution live, and every ``gw run`` of the item
     on another clone was refused (75) until something else in that clone pushed."""
-    a, b = machine_a, tmp_path / "b"
-    code, made = gw_json(a, "new", "A's work")
-    assert code == 0, made
-    assert run_gw(a, "sync").returncode == 0
-    second_clone(url, b)
+    a, b, made = two_clones(tmp_path, machine_a, url)
     code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", "sh", "-c", "exit 3")
     assert code == 0, doc
     poll(lambda: (a / ".git" / "gitwork" / "executions" / doc["execution"] / "code").exists(), "the agent's exit")
@@ -103,11 +99,7 @@ def test_an_execution_is_not_declared_lost_on_a_stale_view_of_its_lease(tmp_path
     "lost", to a person who then acts on it (tells someone the item is free, stops watching the host),
     while the arbiter holds the lease live and the agent at work; the declaration was refused only at that
     clone's next sync. Deciding it on the arbiter answers at once with what holds: refused, revoke first."""
-    a, b = machine_a, tmp_path / "b"
-    code, made = gw_json(a, "new", "A's work")
-    assert code == 0, made
-    assert run_gw(a, "sync").returncode == 0
-    second_clone(url, b)
+    a, b, made = two_clones(tmp_path, machine_a, url)
     try:
         done = run_gw(a, "run", "--json", made["item"], "--backend", "subprocess", "--as", "alice", "--",
                       *agent(a), env=_at(0))
@@ -131,11 +123,7 @@ def test_a_host_back_with_its_agent_running_after_it_was_declared_lost_stops_it(
     declaration and a new run of the item on another clone: its first pass kills it (the arbiter's lease,
     another holder's under a later fence, says so; the host's own ref still shows its lease live), so two
     agents work on the item only while the host is cut off, never after."""
-    a, b = machine_a, tmp_path / "b"
-    code, made = gw_json(a, "new", "A's work")
-    assert code == 0, made
-    assert run_gw(a, "sync").returncode == 0
-    second_clone(url, b)
+    a, b, made = two_clones(tmp_path, machine_a, url)
     try:
         code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
         assert code == 0 and doc["state"] == "running", doc

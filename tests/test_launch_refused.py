@@ -53,13 +53,18 @@ def test_an_agent_whose_launch_records_the_arbiter_refused_is_killed_before_it_i
         [record] = runs(a)
         assert record["state"] == "stopped" and "revoked" in record["reason"], record
     finally:
-        for handle in (a / ".git" / "gitwork" / "executions").glob("*/handle"):
-            try:
-                os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, ValueError):
-                pass
-        for pid in pids(a / "agents.log"):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_agents(a)
+
+
+def kill_agents(a: Path) -> None:
+    """Kill every agent clone ``a`` started (each execution's process group, each pid in agents.log)."""
+    for handle in (a / ".git" / "gitwork" / "executions").glob("*/handle"):
+        try:
+            os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, ValueError):
+            pass
+    for pid in pids(a / "agents.log"):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
