@@ -533,18 +533,11 @@ def stop(wp: Workplane, execution_id: str, reason: str | None = None, lost: bool
         if ours(wp, record):
             raise Invalid(f"execution {execution_id} runs here: gw stop {execution_id} (without --lost) stops it",
                           execution=execution_id)
-        # Whether the lease ended is the arbiter's to say (the host's coordinator renews it there): decided on
-        # this clone's own ref, a clone that had not heard of the renewals answered "lost" while the agent was
-        # at work (refused only at its next sync). Pulled first, as gw run does before "it runs there".
-        refused: list[dict[str, Any]] = []
-        said = {"refused": refused}
-        if wp.settings.remote and _catch_up(wp, refused):
-            record = get_execution(wp, execution_id)
-            if record["state"] not in LIVE:
-                return {**result(record, existing=True), **(said if refused else {})}
+        # Whether the lease ended is the arbiter's to say (the host's coordinator renews it there): exec-lost
+        # is decided there (arbiter=True), never on this clone's own, perhaps stale, ref.
         done = wp.do("exec-lost", execution=execution_id, reason=reason or "its host is gone")
-        refused += (done.result or {}).get("refused") or []
-        return {**result(get_execution(wp, execution_id), existing=True), **(said if refused else {})}
+        refused = (done.result or {}).get("refused") or []
+        return {**result(get_execution(wp, execution_id), existing=True), **({"refused": refused} if refused else {})}
     if not ours(wp, record):
         raise Invalid(f"execution {execution_id} runs on {elsewhere(wp, record)}, not here", execution=execution_id)
     backend = backends.get(record["backend"], wp.repo, wp.settings)
