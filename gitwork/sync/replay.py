@@ -451,9 +451,9 @@ def same_command(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
 
 def _digest(cmd: dict[str, Any]) -> str:
     """The command document a verdict was given on (:func:`_canonical`, hashed)."""
-    import hashlib
+    from ..hashing import sha256_hex
 
-    return hashlib.sha256(_canonical(cmd).encode()).hexdigest()[:32]
+    return sha256_hex(_canonical(cmd).encode())[:32]
 
 
 def _verdict_on(cmd: dict[str, Any], verdicts: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
