@@ -433,6 +433,33 @@ def held_project(tmp_path: Path) -> tuple[Path, str]:
     return repo, item
 
 
+def end_executions(repo: Path | str) -> None:
+    """SIGKILL what the executions of ``repo`` started on this host: each one's recorded process group
+    (its ``handle``, ``pid@start``) while that pid still is the process it names, and the groups the
+    product's own ``survivors`` finds by their marks (an agent whose pane shell is gone). Never a bare
+    pid read from a file: pid_max is 32768 on the test machines, the suite starts hundreds of processes
+    a second, and a pid whose process ended may be another test's tmux pane (a session leader: pgid =
+    pid) by the time a teardown reads it."""
+    import signal
+
+    from gitwork.launch.process import alive
+    from gitwork.launch.wrapper import survivors
+
+    for folder in sorted(Path(repo, ".git", "gitwork", "executions").glob("*")):
+        groups = set(survivors(str(folder)))
+        try:
+            pid, _at, start = (folder / "handle").read_text().strip().partition("@")
+            if pid.isdigit() and alive(int(pid), start):
+                groups.add(int(pid))
+        except OSError:
+            pass
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 def live_processes() -> Iterator[tuple[int, list[bytes], int]]:
     """``(pid, argv, parent)`` of every live process on this host, from /proc (zombies and processes gone
     while reading left out): what the launch tests count agents and their wrappers by, with no wait for an

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import git, make_repo, run_gw, scrubbed, tip
+from conftest import end_executions, git, make_repo, run_gw, scrubbed, tip
 from gitwork.cli.main import main
 from gitwork.delegation import client, peers, signing
 from gitwork.errors import Forbidden, Invalid, NotFound, RemoteError
@@ -116,11 +116,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         finally:
             stop(proc)
             stop(back)
-            for handle in (w.peer / ".git" / "gitwork" / "executions").glob("*/handle"):
-                try:
-                    os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError, ValueError):
-                    pass
+            end_executions(w.peer)
 
 
 def gw_in(repo: Path, *args: str) -> tuple[int, str, str]:

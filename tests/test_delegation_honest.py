@@ -17,7 +17,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -30,7 +29,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import git, gw_here, make_repo, scrubbed, tip
+from conftest import end_executions, git, gw_here, make_repo, scrubbed, tip
 from gitwork import codec
 from gitwork.delegation import client, peers, signing
 from gitwork.launch.run import runs
@@ -113,11 +112,7 @@ def build_world(root: Path, items: tuple[str, ...]) -> tuple[World, subprocess.P
 
 
 def kill_executions(w: World) -> None:
-    for handle in (w.peer / ".git" / "gitwork" / "executions").glob("*/handle"):
-        try:
-            os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
+    end_executions(w.peer)
 
 
 class Servers:

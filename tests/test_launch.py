@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import gw_cmd, let_post, make_repo, run_gw, tip
+from conftest import end_executions, gw_cmd, let_post, make_repo, run_gw, tip
 from conftest import poll as wait_until
 from gitwork.store import Repository
 from gitwork.workplane import Workplane
@@ -56,13 +56,7 @@ def launched(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     yield repo
     if shutil.which("tmux"):
         subprocess.run(["tmux", "-S", socket_of(repo), "kill-server"], capture_output=True)
-    folders = repo / ".git" / "gitwork" / "executions"
-    for handle in folders.glob("*/handle"):
-        pid = int(handle.read_text().partition("@")[0])
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    end_executions(repo)
 
 
 def item_of(repo: Path) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_gw, second_clone
+from conftest import end_executions, run_gw, second_clone
 from test_launch import gw_json, poll, runs
 from test_launch_seams import agent, alive, pids
 
@@ -58,11 +58,7 @@ def test_an_agent_whose_launch_records_the_arbiter_refused_is_killed_before_it_i
 
 def kill_agents(a: Path) -> None:
     """Kill every agent clone ``a`` started (each execution's process group, each pid in agents.log)."""
-    for handle in (a / ".git" / "gitwork" / "executions").glob("*/handle"):
-        try:
-            os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
+    end_executions(a)
     for pid in pids(a / "agents.log"):
         try:
             os.kill(pid, signal.SIGKILL)

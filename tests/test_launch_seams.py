@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import live_processes, run_gw, second_clone, tip
+from conftest import end_executions, live_processes, run_gw, second_clone, tip
 from test_launch import gw_json, item_of, launched, needs_tmux, poll, runs  # noqa: F401  (launched: a fixture)
 
 AGENT = "import os, sys, time\nopen(sys.argv[1], 'a').write(f'{os.getpid()}\\n')\ntime.sleep(600)\n"
@@ -240,8 +240,4 @@ def test_after_another_clone_moved_the_arbiter_sync_keeps_the_running_agent_and_
         assert run_gw(a, "sync").returncode == 0 and run_gw(b, "sync").returncode == 0
         assert [r["state"] for r in runs(b) if r["execution"] == doc["execution"]] == ["running"]
     finally:
-        for handle in (a / ".git" / "gitwork" / "executions").glob("*/handle"):
-            try:
-                os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, ValueError):
-                pass
+        end_executions(a)

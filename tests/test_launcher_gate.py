@@ -235,3 +235,26 @@ def test_the_pane_waits_on_its_gate_unless_told_otherwise(launched: Path) -> Non
         command = pane_command(launched, json.loads(done.stdout)["execution"])
         assert command.startswith("/bin/sh -c ") and ('-s 4; } 4<' in command) is (gate == "1"), command
         poll(lambda m=marker: len(agents(m)) == 1, "its agent")  # (env's exec of it may come a moment later)
+
+
+def test_a_pane_caught_inside_its_exec_is_starting_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fresh-clone CI once failed a gated launch with "its pane's shell did not start": the wait saw
+    tmux's fork of the pane (its ``tmux`` command line: about to start), then a second read caught it
+    inside ``execve``, where /proc/PID/cmdline reads empty. That second read is gone (one look decides)
+    and an empty command line of a live process is a pane still starting."""
+    from gitwork.launch import tmux
+
+    marker = b"/x/wrapper.py"
+    assert tmux._pane_stage([b""], marker) == "starting"  # inside execve
+    assert tmux._pane_stage([b"tmux", b"-S", b"s", b"new-session", b""], marker) == "starting"  # the fork
+    assert tmux._pane_stage([b"/bin/sh", b"-c", b"...", marker, b"/d", b""], marker) == "shell"
+    assert tmux._pane_stage([b"sleep", b"5", b""], marker) == "other"
+    # One look decides: a pane seen starting is not looked at again (the look that once said "gone").
+    looks = iter([True, False])
+    monkeypatch.setattr(tmux, "_runs", lambda pid, mark: next(looks))
+    assert tmux._shell_seen(os.getpid(), marker) is True
+    # A pane that died before it was seen is refused at once, not after the 10 s wait.
+    monkeypatch.setattr(tmux, "_runs", lambda pid, mark: False)
+    monkeypatch.setattr(tmux, "_alive", lambda pid: False)
+    started = time.monotonic()
+    assert tmux._shell_seen(os.getpid(), marker) is False and time.monotonic() - started < 1

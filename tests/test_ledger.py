@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import gw_here, make_repo, run_gw, tip
+from conftest import end_executions, gw_here, make_repo, run_gw, tip
 from conftest import poll as wait_until
 from gitwork.errors import Illegal
 from gitwork.launch.build import current
@@ -36,16 +36,7 @@ def plane(repo: Path) -> Iterator[Path]:
         (repo / "ITEM").write_text(wp.do("new", title="metered").result["item"])
     subprocess.run(["git", "config", "gitwork.agents", "bot"], cwd=repo, check=True)
     yield repo
-    for handle in (repo / ".git" / "gitwork" / "executions").glob("*/handle"):
-        try:
-            os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
-    for child in (repo / ".git" / "gitwork" / "executions").glob("*/child"):
-        try:
-            os.kill(int(child.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
+    end_executions(repo)  # (the agents too: survivors finds them by their GW_CONTEXT)
 
 
 def item_of(repo: Path) -> str:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from pathlib import Path
 
-from conftest import make_repo
+from conftest import end_executions, make_repo
 from test_readme import gw_on_path, shell_block
 
 
@@ -21,11 +19,7 @@ def test_the_cost_and_budgets_example_runs_as_written(tmp_path: Path) -> None:
     try:
         done = subprocess.run(["bash", "-c", script], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
     finally:
-        for handle in (repo / ".git" / "gitwork" / "executions").glob("*/handle"):
-            try:  # the last agent ends by itself; this only guards a failing run
-                os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, ValueError):
-                pass
+        end_executions(repo)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     total = next(line for line in done.stdout.splitlines() if line.startswith("total\t"))

@@ -14,15 +14,13 @@ conflict, the publisher lands bob's session on ``origin``'s ``main``, a real age
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import git, make_repo
+from conftest import end_executions, git, make_repo
 from test_readme import console_block, gw_on_path, shlex_quote
 from test_readme import mask as mask_common
 
@@ -75,11 +73,7 @@ def test_what_no_tracker_has_runs_as_the_readme_shows(tmp_path: Path) -> None:
         done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=repo, env=env, capture_output=True, text=True,
                               timeout=180)
     finally:
-        for handle in (repo / ".git" / "gitwork" / "executions").glob("*/handle"):
-            try:  # the agent (gw report) ends by itself; this only guards a failing run
-                os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, ValueError):
-                pass
+        end_executions(repo)
     assert done.returncode == 0, done.stdout
     assert mask(done.stdout).splitlines() == mask(transcript).splitlines(), done.stdout
     # What the transcript claims, on the remote itself: bob's session landed, alice's refused push did not.

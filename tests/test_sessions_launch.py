@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from conftest import git, run_gw, tip
+from conftest import end_executions, git, run_gw, tip
 from gitwork.launch.coordinate import once
 from gitwork.launch.process import alive
 from gitwork.launch.run import run as launch_run
@@ -96,11 +96,7 @@ def project(tmp_path: Path) -> Iterator[Project]:
         yield Project(root, wp, item, marks)
     finally:
         wp.close()
-        for handle in (root / ".git" / "gitwork" / "executions").glob("*/handle"):
-            try:
-                os.killpg(int(handle.read_text().partition("@")[0]), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, ValueError):
-                pass
+        end_executions(root)
 
 
 def manifest(p: Project, session: str) -> dict[str, Any]:

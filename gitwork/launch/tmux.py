@@ -357,12 +357,7 @@ class Tmux:
         marker = os.path.abspath(wrapper.__file__).encode()
         # The pane's shell must be one that ``survivors`` finds (its command line: the marker and the folder)
         # before go exists: a launcher that dies after go leaves a pane a retry kills, never one it misses.
-        deadline = time.monotonic() + 10.0
-        delay = 0.0002  # (it has mostly started while the commit was written: then no wait at all)
-        while pid and not _runs(pid, marker) and _alive(pid) and time.monotonic() < deadline:
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.002)  # a loaded machine: fewer looks, not a busier launcher
-        if not pid or not _runs(pid, marker):
+        if not _shell_seen(pid, marker):
             raise Invalid(f"tmux could not start {gate.argv[0]}: "
                           + (one_line(out) if code != 0 else "its pane's shell did not start"))
         with open(gate.go, "x"):
@@ -559,17 +554,47 @@ class Tmux:
             raise Invalid(f"tmux session {handle} is not there: {one_line(done.err)}")
 
 
+def _shell_seen(pid: int, marker: bytes, wait: float = 10.0) -> bool:
+    """Wait (``wait`` seconds at most) until the gated pane ``pid`` is seen running its shell, or about
+    to (``_runs``); False when it died first or was never seen. The answer is the last look itself:
+    a second read after the loop once caught the pane inside its ``execve`` (the fork's ``tmux`` command
+    line seen, then the empty one between the two programs) and failed a launch whose shell was
+    starting (the fresh-clone CI, test_launcher_gate, under load)."""
+    deadline = time.monotonic() + wait
+    delay = 0.0002  # (it has mostly started while the commit was written: then no wait at all)
+    while pid:
+        if _runs(pid, marker):
+            return True
+        if not _alive(pid) or time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.002)  # a loaded machine: fewer looks, not a busier launcher
+    return False
+
+
 def _runs(pid: int, marker: bytes) -> bool:
     """Does process ``pid`` still run the shell pane (its command line holds ``marker``), or is it about
     to: tmux's fork of the pane, which has not yet exec'd the shell, still carries the server's command
-    line (``tmux ...``). Under load that gap outlasted the launch's first look, which then took the pane
-    for gone and answered before the agent started (the fresh-clone CI, test_launcher)."""
+    line (``tmux ...``), and inside ``execve`` the command line reads empty (the new program's is not
+    set up yet). Under load the first gap outlasted the launch's first look, which then took the pane
+    for gone and answered before the agent started (the fresh-clone CI, test_launcher); the second
+    failed a gated launch (test_launcher_gate)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as read:
             argv = read.read().split(b"\0")
     except OSError:
         return False
-    return marker in argv or (os.path.basename(argv[0]).startswith(b"tmux") and _alive(pid))
+    seen = _pane_stage(argv, marker)
+    return seen == "shell" or (seen == "starting" and _alive(pid))
+
+
+def _pane_stage(argv: list[bytes], marker: bytes) -> str:
+    """What a pane's command line (``/proc/PID/cmdline`` split on NUL) says of its shell: ``shell``
+    (it runs, with ``marker``), ``starting`` (tmux's fork before its ``execve``, or inside it, where
+    the command line reads empty), or ``other``."""
+    if marker in argv:
+        return "shell"
+    return "starting" if argv == [b""] or os.path.basename(argv[0]).startswith(b"tmux") else "other"
 
 
 def _alive(pid: int) -> bool:
