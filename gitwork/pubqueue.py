@@ -22,6 +22,13 @@ epoch refused), takes the head entry and:
    publisher killed mid-push leaves either the landing with its record or nothing. If the target moved,
    the decision is made again on the new tip.
 
+A code remote apart from the arbiter cannot check the publisher lease's epoch, so it carries a fence of
+its own (``FENCE_REF``, a chain of empty commits each saying ``Epoch: N``): a publisher moves it to its
+epoch before it decides anything (``_fence``: a compare-and-swap, never backwards while the arbiter says
+its lease holds), and every landing moves the target and the fence in one atomic push whose lease is the
+fence this publisher set. A publisher paused anywhere, resumed after another took over, finds the fence
+moved: its landing is refused whole and it stops (exit 7), having moved nothing.
+
 Sending back is ``queue-return``: the entry leaves the queue and the holder gets a message in the item's
 thread; the item and its lease stay the holder's.
 """
@@ -50,6 +57,10 @@ if TYPE_CHECKING:
     from .workplane import Workplane
 
 MAX_ROUNDS = 5  # the target moved under the publisher this many times in a row: try again on the next pass
+# On a code remote apart from the arbiter: the publisher lease's fence there (not under refs/gitwork/, which
+# a code remote's server hook keeps for state; not a branch, which people and listings would see).
+FENCE_REF = "refs/gitwork-queue/fence"
+FENCE_SEEN = "refs/gitwork/queue-fence"  # this clone's fetch of it
 DEFAULT_TTL = 120  # seconds of the publisher lease; renewed before each entry and each landing
 
 
@@ -126,6 +137,8 @@ class Publisher:
         self.ttl = ttl
         self.epoch: int | None = None
         self.until: _dt.datetime | None = None
+        self.fence: str | None = None  # the fence commit this publisher set on a code remote apart (FENCE_REF)
+        self.fenced: int | None = None  # the epoch it was set for
 
     @functools.cached_property
     def remote(self) -> str:
@@ -169,6 +182,7 @@ class Publisher:
             if not queued:
                 return done
             self.renew()
+            self._fence()
             done.append(self.handle(queued[0]))
 
     def handle(self, entry: dict[str, Any]) -> dict[str, Any]:
@@ -225,6 +239,68 @@ class Publisher:
             if landed is not None:
                 return landed
         raise NonFastForward(f"{into} kept moving while landing session {session}; the next pass tries again")
+
+    # --- the code remote's fence ---------------------------------------------------------------------
+
+    def _fence(self) -> None:
+        """On a code remote apart from the arbiter, move its fence (``FENCE_REF``) to this publisher's epoch
+        before anything of the queue is decided there; once an epoch. A fence at a later epoch means this
+        publisher was taken over, unless the arbiter still renews its lease (then the fence was moved by
+        hand and is overwritten): the arbiter decides, never the code remote."""
+        if self.with_record or self.epoch is None or self.fenced == self.epoch:
+            return
+        for _round in range(MAX_ROUNDS):
+            current = self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence")
+            held = _fence_epoch(self.top, current)
+            if held == self.epoch and current is not None:
+                self.fence, self.fenced = current, self.epoch  # (set by this epoch before: a retried pass)
+                return
+            if held > self.epoch:
+                self._lease("renew")  # Stale (exit 7) when taken over: the later fence is the successor's
+            new = self._fence_commit(current, f"publisher lease epoch {self.epoch}")
+            # (--atomic for one ref: a code remote that does not take atomic pushes, which the landing needs,
+            # refuses here, before anything of it moved)
+            done = git("push", "--atomic", "--porcelain", f"--force-with-lease={FENCE_REF}:{current or ''}",
+                       self.remote, f"{new}:{FENCE_REF}", cwd=self.top, check=False)
+            if done.returncode == 0:
+                self.fence, self.fenced = new, self.epoch
+                return
+            _no_atomic(self.remote, done.err)
+            if not any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
+                said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
+                raise RemoteError(f"{self.remote} refused the publisher fence {FENCE_REF}: {said}", remote=self.remote)
+        raise NonFastForward(f"the publisher fence {FENCE_REF} on {self.remote} kept moving; the next pass tries again")
+
+    def _fence_commit(self, parent: str | None, why: str) -> str:
+        """A fence commit: the empty tree, ``Epoch: N``, on top of ``parent`` (a fast-forward, for a code
+        remote that refuses any other)."""
+        empty = git("hash-object", "-t", "tree", "-w", "--stdin", cwd=self.top, input=b"").out.strip()
+        message = f"gitwork publish queue fence: {why}\n\nEpoch: {self.epoch}\n"
+        env = identity_env(self.top, self.wp.settings.identity())
+        return git("commit-tree", empty, *(("-p", parent) if parent else ()), "-F", "-", cwd=self.top,
+                   input=message.encode(), env=env).out.strip()
+
+    def _fenced_push(self, ref: str, new: str, target: str) -> bool:
+        """The landing on a code remote apart from the arbiter: the target and the fence in one atomic
+        push, each under its lease; ``False`` when the target moved. A fence moved since this publisher set
+        it (a takeover) refuses the whole push: Stale (exit 7), nothing moved."""
+        fence = self._fence_commit(self.fence, f"landing {new}")
+        done = git("push", "--atomic", "--porcelain", f"--force-with-lease={ref}:{target}",
+                   f"--force-with-lease={FENCE_REF}:{self.fence or ''}", self.remote, f"{new}:{ref}",
+                   f"{fence}:{FENCE_REF}", cwd=self.top, check=False)
+        if done.returncode == 0:
+            self.fence = fence
+            return True
+        now = self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence")
+        if now != self.fence:
+            raise Stale(f"the publisher lease was taken over: {self.remote}'s {FENCE_REF} is at epoch "
+                        f"{_fence_epoch(self.top, now)}, not this publisher's {self.epoch}; nothing was landed",
+                        epoch=self.epoch)
+        if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
+            return False
+        _no_atomic(self.remote, done.err)
+        said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
+        raise NonFastForward(f"{self.remote} refused {ref}: {said}", remote=self.remote)
 
     # --- git -----------------------------------------------------------------------------------------
 
@@ -306,7 +382,7 @@ class Publisher:
             except RiderMoved:
                 return None
         else:
-            if ref is not None and not _push(self.top, self.remote, ref, new, target):
+            if ref is not None and not self._fenced_push(ref, new, target):
                 return None
             applied = self.wp.submit_record(cmd)
         self._forget(entry, new)
@@ -361,16 +437,21 @@ def _is_ancestor(older: str, newer: str, cwd: str) -> bool:
     return git("merge-base", "--is-ancestor", older, newer, cwd=cwd, check=False).returncode == 0
 
 
-def _push(top: str, remote: str, ref: str, new: str, target: str) -> bool:
-    """CAS push of the code remote's branch; ``False`` when it is no longer at ``target``."""
-    done = git("push", "--porcelain", f"--force-with-lease={ref}:{target}", remote, f"{new}:{ref}", cwd=top,
-               check=False)
-    if done.returncode == 0:
-        return True
-    if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
-        return False
-    said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
-    raise NonFastForward(f"{remote} refused {ref}: {said}", remote=remote)
+def _no_atomic(remote: str, err: str) -> None:
+    if "does not support --atomic" in err:
+        raise Invalid(f"the code remote {remote} does not take atomic pushes, which the publish queue needs on a code "
+                      "remote apart from the arbiter (git config receive.advertiseAtomic true there)", remote=remote)
+
+
+def _fence_epoch(top: str, fence: str | None) -> int:
+    """The epoch a fence commit says (its ``Epoch:`` line); -1 for none, or for one that says no epoch."""
+    if fence is None:
+        return -1
+    text = git("cat-file", "commit", fence, cwd=top, check=False).out
+    for line in reversed(text.splitlines()):
+        if line.startswith("Epoch: ") and line[7:].isdigit() and len(line) < 40:
+            return int(line[7:])
+    return -1
 
 
 def _listdir(path: str) -> list[str]:

@@ -34,19 +34,15 @@ exit 0
 """
 
 
-APART = pytest.mark.xfail(strict=True, reason=(
-    "with a code remote apart from the arbiter the publisher's push of the target is not fenced by its lease "
-    "epoch: a publisher paused between its last lease check and its push, resumed after another publisher took "
-    "over and sent the entry back, still lands it (only its queue-land record is refused); attack10b report"))
-
-
-@pytest.mark.parametrize("where", ["arbiter", pytest.param("apart", marks=APART)])
+@pytest.mark.parametrize("where", ["arbiter", "apart"])
 def test_a_paused_publisher_resumed_after_a_takeover_lands_nothing(world: World, where: str) -> None:  # noqa: F811
     """docs/sessions.md: "a paused publisher that wakes up lands nothing". With the arbiter as the code
-    remote that holds (the branch and the record are one atomic push, refused under a taken-over epoch).
-    With a code remote apart from the arbiter, the branch moves first by a compare-and-swap on the
-    target's tip only: a publisher paused at its push, past its lease, while another takes over and
-    sends the entry back (its gate fails there), lands the session on main when it is continued."""
+    remote, the branch and the record are one atomic push, refused under a taken-over epoch. With a code
+    remote apart from the arbiter, the branch once moved by a compare-and-swap on the target's tip only: a
+    publisher paused at its push, past its lease, while another took over and sent the entry back (its
+    gate failed there), landed the session on main when it was continued (a strict xfail until session
+    12). Now the successor moved the code remote's publisher fence first, and the landing's atomic push
+    carries the fence's lease: refused whole, exit 7."""
     code, remote = world.bare, "origin"
     if where == "apart":
         code, remote = make_repo(world.base / "code.git", bare=True), "code"
@@ -91,6 +87,9 @@ def test_a_paused_publisher_resumed_after_a_takeover_lands_nothing(world: World,
     out, err = paused.communicate(timeout=60)
     # Resumed: refused (its epoch was taken over, or its entry is gone) is fine; landing is not.
     assert git(code, "rev-parse", "refs/heads/main") == before, (paused.returncode, out, err)
+    if where == "apart":  # refused by the fence its successor set, and told so
+        assert paused.returncode == 7 and "taken over" in err, (paused.returncode, out, err)
+        assert git(code, "log", "-1", "--format=%B", pubqueue.FENCE_REF).strip().endswith("Epoch: 2")
 
 
 # --- the arbiter: a push paused while its receive-pack holds the state ref's lock ----------------------------
