@@ -39,7 +39,7 @@ def test_an_agent_launched_after_the_passs_fetch_is_not_killed_as_replaced(machi
         code, doc = gw_json(a, "run", made["item"], "--backend", "subprocess", "--as", "alice", "--", *agent(a))
         assert code == 0 and doc["state"] == "running", doc
         first = poll(lambda: pids(a / "agents.log"), "the agent")[0]
-        monkeypatch.setattr(coordinate, "ArbiterView", lambda wp: early)
+        monkeypatch.setattr(coordinate, "ArbiterView", lambda wp, timeout=None: early)
         done = coordinate.tick(Workplane(str(a)))
         assert alive(first), f"the agent launched after the pass's fetch was killed: {done}"
         [record] = runs(a)

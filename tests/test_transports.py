@@ -541,6 +541,30 @@ def test_a_paused_server_is_outcome_unknown_not_an_internal_error(
     assert again["holder"] == "alice" and tip(a) == tip(http.bare)
 
 
+@pytest.mark.slow
+def test_a_paused_arbiter_stalls_a_coordinator_pass_a_quarter_of_its_ttl_not_two_minutes(
+        tmp_path: Path, http: Served) -> None:
+    """attack12: each coordinator pass read the arbiter (and pushed its ends) with the 120 s a command
+    waits, before it checked its own lease: a paused arbiter stalled every pass long enough to lose the
+    coordinator's lease and its agents'. The pass's own read now waits a quarter of the coordinator's
+    ttl, then goes on with the local view and says so (``fetch-error``)."""
+    from gitwork.launch.coordinate import CoordinatorLease, tick
+    from gitwork.workplane import Workplane
+
+    a = machine(tmp_path, "a", http.url, publish=True)
+    assert http.server is not None and http.server.proc is not None
+    with Workplane(str(a), agent="alice") as plane:
+        lease = CoordinatorLease(plane, ttl=8)
+        lease.take()
+        os.killpg(http.server.proc.pid, signal.SIGSTOP)
+        try:
+            done = tick(plane, coordinator=lease)
+        finally:
+            os.killpg(http.server.proc.pid, signal.SIGCONT)
+    assert done[0]["action"] == "fetch-error" and done[0]["error"] == "remote-unreachable", done
+    assert "did not answer within 2s" in done[0]["message"], done
+
+
 # What a hostile or misconfigured HTTP server answers, and the exit code it must give.
 CANNED = {
     "401-authentication": (b"401 text/plain", b"who are you?", REMOTE_REFUSED),

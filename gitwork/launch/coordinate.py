@@ -218,7 +218,12 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
     errors reconciling one execution hand its item off with reason ``reconcile-failure``. With
     ``coordinator``, its lease is checked (and renewed) before each execution: Stale once another
     coordinator has it."""
-    arbiter = ArbiterView(wp)
+    # The pass's own read and push of the arbiter wait a quarter of the coordinator's ttl at most, not the
+    # 120 s a command waits: a silent arbiter (paused, a half-open connection) stalled each pass twice that
+    # long before it checked its lease, long enough to lose it and its agents' leases (attack12). The pass
+    # then goes on with the local view (``fetch-error``) and pushes its ends on a later pass.
+    bound = max(1.0, coordinator.ttl / 4) if coordinator is not None else None
+    arbiter = ArbiterView(wp, bound)
     done: list[dict[str, Any]] = [arbiter.problem] if arbiter.problem else []
     if coordinator is not None:
         coordinator.keep()
@@ -294,7 +299,7 @@ def tick(wp: Workplane, failures: int = 3, coordinator: CoordinatorLease | None 
             done.append({**entry, "action": "error", "error": error.kind, "message": error.message, "streak": streak})
             continue
         _streak(wp, record["id"], False)
-    done += publish_ends(wp, done, owing)
+    done += publish_ends(wp, done, owing, bound)
     done += drive_sessions(wp, coordinator, arbiter)
     done += check_waits(wp, coordinator)
     return done
@@ -307,7 +312,7 @@ class ArbiterView:
     once half the ttl is gone, and which succeeds after an ``exec-stop``). Read beside the local ref, never
     adopted into it: a pass replays nothing (an idle coordinator's own records accumulate unpushed)."""
 
-    def __init__(self, wp: Workplane) -> None:
+    def __init__(self, wp: Workplane, timeout: float | None = None) -> None:
         self.view: Any = None
         self.problem: dict[str, Any] | None = None
         if not wp.settings.remote:
@@ -316,7 +321,10 @@ class ArbiterView:
         from ..sync import Arbiter
 
         try:
-            tip = Arbiter(wp).fetch()
+            arbiter = Arbiter(wp)
+            if timeout is not None:
+                arbiter.timeout = timeout
+            tip = arbiter.fetch()
             if tip is not None:
                 snapshot = wp.store.snapshot(tip)
                 snapshot.check_format()
@@ -365,7 +373,8 @@ ENDS = ("stopped", "exited", "failed", "lost")
 UNPUSHED = "coordinator-ends-unpushed"
 
 
-def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None = None) -> list[dict[str, Any]]:
+def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None = None,
+                 timeout: float | None = None) -> list[dict[str, Any]]:
     """With an arbiter remote, push the ends this pass recorded (``gw sync``). An execution's end is a
     local record, and the arbiter decides the next launch of the item on any clone (``exec-reserve``):
     while it still saw the execution live, every ``gw run`` of the item elsewhere was refused (75), after
@@ -384,7 +393,10 @@ def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None =
     from ..sync import Arbiter
 
     try:
-        report = Arbiter(wp).sync()
+        arbiter = Arbiter(wp)
+        if timeout is not None:
+            arbiter.timeout = timeout
+        report = arbiter.sync()
     except GwError as error:
         write_atomic(owed, b"", fsync=False)  # the next pass pushes again, even with no end of its own
         return [{"action": "sync-error", "error": error.kind, "message": error.message}]

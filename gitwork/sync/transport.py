@@ -104,6 +104,9 @@ class Remote:
         self.tracking = tracking_ref(self.remote, self.store.ref)
         self.git_dir = wp.repo.git_dir
         self._locked_since: float | None = None  # since when every push found the remote's ref locked
+        # How long a silent remote is waited for (``_git``); shorter for a caller that must not stall on it:
+        # the coordinator's pass, which would otherwise outwait its own lease and its agents' renewals.
+        self.timeout: float = REMOTE_TIMEOUT
 
     # --- talking to the remote ------------------------------------------------------------------
 
@@ -154,10 +157,10 @@ class Remote:
         ``OUTPUT_KEPT`` bytes from each end: a hook printing without end must not fill our memory.
         """
         try:
-            return gitcmd.run([*config, "--git-dir", self.git_dir, verb, *args], check=False, timeout=REMOTE_TIMEOUT,
-                              keep=OUTPUT_KEPT)
+            return gitcmd.run([*config, "--git-dir", self.git_dir, verb, *args], check=False,
+                              timeout=min(self.timeout, REMOTE_TIMEOUT), keep=OUTPUT_KEPT)
         except gitcmd.TimedOut as error:
-            raise RemoteError(f"{self.remote} did not answer within {REMOTE_TIMEOUT:g}s (git {verb})",
+            raise RemoteError(f"{self.remote} did not answer within {min(self.timeout, REMOTE_TIMEOUT):g}s (git {verb})",
                               remote=self.remote) from error
 
     def known_remote_tip(self) -> str | None:
