@@ -200,6 +200,7 @@ class Publisher:
     def _handle(self, entry: dict[str, Any]) -> dict[str, Any]:
         session, into = str(entry["session"]), str(entry["into"])
         ref = f"refs/heads/{into}"
+        self._fence()  # (done by pass_once already; a caller of handle alone is fenced here)
         for _round in range(MAX_ROUNDS):
             target = self._fetch(into)
             if target is None:
