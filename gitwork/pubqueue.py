@@ -293,6 +293,9 @@ class Publisher:
             self.fence = fence
             return True
         now = self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence")
+        if now == fence:  # the push landed, and only its answer was lost (both refs moved: it was atomic)
+            self.fence = fence
+            return True
         if now != self.fence:
             raise Stale(f"the publisher lease was taken over: {self.remote}'s {FENCE_REF} is at epoch "
                         f"{_fence_epoch(self.top, now)}, not this publisher's {self.epoch}; nothing was landed",
