@@ -263,8 +263,8 @@ class Publisher:
             # refuses here, before anything of it moved)
             done = git("push", "--atomic", "--porcelain", f"--force-with-lease={FENCE_REF}:{current or ''}",
                        self.remote, f"{new}:{FENCE_REF}", cwd=self.top, check=False)
-            if done.returncode == 0:
-                self.fence, self.fenced = new, self.epoch
+            if done.returncode == 0 or self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence") == new:
+                self.fence, self.fenced = new, self.epoch  # (or its answer was lost: the fence is ours there)
                 return
             _no_atomic(self.remote, done.err)
             if not any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):

@@ -88,3 +88,35 @@ def test_a_code_remote_without_atomic_pushes_is_refused_before_anything_moves(wo
         pubqueue.work(world.planes["pub"], "code", once=True)
     assert git(code, "for-each-ref", "--format=%(objectname) %(refname)") == refs  # no fence, no main
     assert pubqueue.listing(world.planes["pub"]) == queued  # the entry was not sent back for it
+
+
+# A code remote's post-receive hook that kills its receive-pack once, after the refs moved: the publisher's
+# push fails with the remote's end hung up, though the landing is there.
+LOSE_THE_ANSWER = """#!/bin/sh
+input=$(cat)
+case "$input" in *{pattern}*) ;; *) exit 0 ;; esac
+if [ -f "$GIT_DIR/lose-answer" ]; then rm -f "$GIT_DIR/lose-answer"; kill -9 $PPID; fi
+exit 0
+"""
+
+
+@pytest.mark.parametrize("push", ["fence", "landing"])
+def test_a_push_whose_answer_was_lost_landed_not_a_takeover(world: World, push: str) -> None:  # noqa: F811
+    """The push moved the fence (the publisher's first push of its epoch) or, atomically, the target and
+    the fence (the landing), and then the connection died: the publisher reads the fence back, finds its
+    own, and goes on (it once took a lost landing for a takeover, exit 7, and a lost fence for a refusal)."""
+    code = make_repo(world.base / "code.git", bare=True)  # (a plain code remote: no gitwork hook)
+    git(world.base / "alice", "push", "-q", str(code), "main")
+    for name in ("alice", "bob", "pub"):
+        git(world.base / name, "remote", "add", "code", str(code))
+    hook = code / "hooks" / "post-receive"
+    hook.write_text(LOSE_THE_ANSWER.replace("{pattern}", "refs/heads/main" if push == "landing" else "refs/"))
+    hook.chmod(0o755)
+    session = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], session, remote="code")
+    (code / "lose-answer").touch()  # (after the enqueue's push of the session branch)
+    result = pubqueue.work(world.planes["pub"], "code", once=True)
+    assert not (code / "lose-answer").exists()  # the answer was lost
+    assert [h["outcome"] for h in result["handled"]] == ["landed"]
+    assert git(code, "show", "main:x.txt") == "x"
+    assert pubqueue.listing(world.planes["pub"]) == []
