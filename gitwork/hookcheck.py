@@ -418,6 +418,8 @@ def check_server_state(push: Push) -> Iterable[str]:
 # replay under the arbiter's settings (``derive.py``: the roles follow), and with ``signing: ssh`` signed.
 
 ZERO = ("0" * 40, "0" * 64)
+# The bytes of a refused commit's changed state files the structural checks read to say what it broke.
+EXPLAIN_MOST = 4 << 20
 
 
 def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -> list[str]:
@@ -439,7 +441,17 @@ def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -
             meta, _, path = line.partition("\t")
             fields = meta.split()
             changes.append((fields[4], path, fields[2], fields[3]))
+    # Only a commit the replay refused is explained here, so reading is bounded, not needed: a pushed blob
+    # compresses a thousandfold and a YAML parse takes some 25 times its size (a 1 MB push of a list took
+    # gigabytes). What is larger, alone or together, is left to the replay's own words ("tree differs at").
+    sizes = gitcmd.read_sizes(git_dir, [new for _, path, _, new in changes if new and new not in ZERO
+                                        and path.endswith((APPEND_ONLY_SUFFIX, ".yaml"))])
+    budget = EXPLAIN_MOST
     for status, path, old, new in changes:
+        if new in sizes:
+            budget -= sizes[new][1]
+            if budget < 0:
+                break
         if path.endswith(APPEND_ONLY_SUFFIX) and status in ("M", "D", "T"):
             # A type change (to a symlink, a folder) is a rewrite whatever the new object holds.
             assert old is not None  # M, D and T come from diff-tree, which names the old object

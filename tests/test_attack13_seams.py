@@ -13,6 +13,8 @@ Each scenario runs real clones, a real bare arbiter under ``gw hooks install --s
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from conftest import git, run_gw, tip
 from test_sync import STATE, gw_ok
 
 CORRUPT = 8
+CRAFTER = {"GIT_AUTHOR_NAME": "m", "GIT_AUTHOR_EMAIL": "m@x", "GIT_COMMITTER_NAME": "m", "GIT_COMMITTER_EMAIL": "m@x"}
 
 
 def hooked(remote: Path) -> None:
@@ -31,6 +34,34 @@ def hooked(remote: Path) -> None:
 
 def plain_push(repo: Path, url: str, *refspecs: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", "push", "--porcelain", url, *refspecs], cwd=repo, capture_output=True, text=True)
+
+
+def forge(repo: Path, files: dict[str, bytes], honest: str = STATE) -> str:
+    """The commit ``honest`` (its parent, command and message) with ``files`` added to its tree, made with
+    plain git plumbing: the replay of its command gets as far as comparing trees."""
+    env = {**os.environ, **CRAFTER, "GIT_INDEX_FILE": str(repo / ".git" / "forged-index")}
+
+    def plumb(*args: str, data: bytes | None = None) -> str:
+        done = subprocess.run(["git", *args], cwd=repo, env=env, input=data, capture_output=True)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode().strip()
+
+    plumb("read-tree", honest)
+    for path, content in files.items():
+        oid = plumb("hash-object", "-w", "--stdin", data=content)
+        plumb("update-index", "--add", "--cacheinfo", f"100644,{oid},{path}")
+    message = plumb("log", "-1", "--format=%B", honest)
+    return plumb("commit-tree", plumb("write-tree"), "-p", f"{honest}^", "-m", message)
+
+
+def push_within(repo: Path, url: str, refspec: str, limit: int) -> subprocess.CompletedProcess[str]:
+    """``git push`` with every process it starts (receive-pack, the arbiter's hook) held to ``limit`` bytes
+    of address space."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run(["git", "push", "--porcelain", url, refspec], cwd=repo, capture_output=True, text=True,
+                          preexec_fn=cap)
 
 
 # --- forged objects x the state hook: what the state ref may point at -------------------------------------------
@@ -58,3 +89,25 @@ def test_the_state_ref_is_moved_only_to_a_commit(machine_a: Path, remote: Path, 
     assert tip(remote) == before and git(remote, "cat-file", "-t", STATE) == "commit"
     claimed = gw_ok(a, "claim", item, "--as", "bob")  # the clone goes on: its news and claim land
     assert tip(remote) == claimed["commit"]
+
+
+# --- forged objects x the state hook: what the hook reads of a refused commit --------------------------------------
+
+
+def test_a_huge_state_file_in_a_forged_commit_is_refused_without_parsing_it(machine_a: Path, remote: Path,
+                                                                          url: str) -> None:
+    """A refused commit is explained by the structural checks (``hookcheck._check_commit``), which parsed every
+    changed ``.yaml`` of the pushed tree in full: a YAML list compresses a thousandfold in the push and takes
+    some 25 times its size to parse, so 1 MB pushed made the arbiter's hook take gigabytes and minutes (5 MB of
+    ``- 1`` lines: 2 s CPU, 125 MB). 16 MB here (16 kB in the push), the push's processes held to 400 MB: the
+    hook died of a MemoryError ("hook failed"). Now a changed file larger than any state file is not parsed to
+    explain the refusal: the push is refused as the replay's difference, within the bound."""
+    a = machine_a
+    hooked(remote)
+    before = tip(remote)
+    gw_ok(a, "new", "work")  # local only: the honest commit the forged one copies
+    forged = forge(a, {"format.yaml": b"- 1\n" * (4 << 20)})
+    done = push_within(a, url, f"{forged}:{STATE}", 400 << 20)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "hook failed" not in done.stderr and "format.yaml" in done.stderr, done.stderr
+    assert tip(remote) == before
