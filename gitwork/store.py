@@ -227,6 +227,15 @@ class Store:
             raise Corrupt(f"object {name} is a {got[1]}, expected a {kind}")
         return got[2]
 
+    def object_size(self, oid: str) -> tuple[str, int] | None:
+        """``(kind, size)`` of object ``oid`` without reading its content (``None``: missing): what a reader
+        of hostile objects (the arbiter's hook) asks before reading one whole."""
+        if len(oid) == self._hexlen and self._reads_loose():
+            head = self.objects.header(oid)
+            if head is not None:
+                return head
+        return gitcmd.read_sizes(self.repo.git_dir, [oid]).get(oid)
+
     def read_object(self, oid: str, kind: str) -> bytes:
         """The raw content of object ``oid``, which must be a ``kind`` (``Corrupt`` otherwise)."""
         return self._object(oid, kind)

@@ -14,7 +14,6 @@ Each scenario runs real clones, a real bare arbiter under ``gw hooks install --s
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 from pathlib import Path
 
@@ -55,13 +54,11 @@ def forge(repo: Path, files: dict[str, bytes], honest: str = STATE) -> str:
 
 
 def push_within(repo: Path, url: str, refspec: str, limit: int) -> subprocess.CompletedProcess[str]:
-    """``git push`` with every process it starts (receive-pack, the arbiter's hook) held to ``limit`` bytes
-    of address space."""
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return subprocess.run(["git", "push", "--porcelain", url, refspec], cwd=repo, capture_output=True, text=True,
-                          preexec_fn=cap)
+    """``git push`` to a receiving side (receive-pack, the arbiter's hook) held to ``limit`` bytes of address
+    space: git runs a ``--receive-pack`` with shell words through the shell, the path of the repository
+    appended."""
+    return subprocess.run(["git", "push", "--porcelain", f"--receive-pack=ulimit -v {limit >> 10}; git-receive-pack",
+                           url, refspec], cwd=repo, capture_output=True, text=True)
 
 
 # --- forged objects x the state hook: what the state ref may point at -------------------------------------------
@@ -99,7 +96,7 @@ def test_a_huge_state_file_in_a_forged_commit_is_refused_without_parsing_it(mach
     """A refused commit is explained by the structural checks (``hookcheck._check_commit``), which parsed every
     changed ``.yaml`` of the pushed tree in full: a YAML list compresses a thousandfold in the push and takes
     some 25 times its size to parse, so 1 MB pushed made the arbiter's hook take gigabytes and minutes (5 MB of
-    ``- 1`` lines: 2 s CPU, 125 MB). 16 MB here (16 kB in the push), the push's processes held to 400 MB: the
+    ``- 1`` lines: 2 s CPU, 125 MB). 16 MB here (16 kB in the push), the arbiter's side held to 400 MB: the
     hook died of a MemoryError ("hook failed"). Now a changed file larger than any state file is not parsed to
     explain the refusal: the push is refused as the replay's difference, within the bound."""
     a = machine_a
@@ -109,5 +106,31 @@ def test_a_huge_state_file_in_a_forged_commit_is_refused_without_parsing_it(mach
     forged = forge(a, {"format.yaml": b"- 1\n" * (4 << 20)})
     done = push_within(a, url, f"{forged}:{STATE}", 400 << 20)
     assert done.returncode != 0, done.stdout + done.stderr
-    assert "hook failed" not in done.stderr and "format.yaml" in done.stderr, done.stderr
+    assert "Memory" not in done.stderr and "hook failed" not in done.stderr, done.stderr
+    assert "tree differs from the command's replay at format.yaml" in done.stderr, done.stderr
+    assert tip(remote) == before
+
+
+@pytest.mark.parametrize("commits", [1, 4])  # four or more: the records of a push are read at once (_prefetch)
+def test_a_huge_command_record_in_a_forged_commit_is_not_read_whole(machine_a: Path, remote: Path, url: str,
+                                                                    commits: int) -> None:
+    """The one part of a pushed commit the replay takes from the push is its command record's first digest
+    (``derive._requested``), and it read that blob whole, whatever its size, for every pushed commit (the
+    sound ones too: before any comparison), then decoded it as JSON: some three times its size in memory.
+    48 MB of zeros (48 kB in the push), the arbiter's side held to 100 MB (an honest push needs under
+    60): the replay died of a MemoryError. Now a record larger than any command's record is not read: the
+    commit is refused as the replay's difference, within the bound."""
+    a = machine_a
+    hooked(remote)
+    git(remote, "config", "core.bigFileThreshold", "1m")  # git streams the blob: only the hook could hold it
+    before = tip(remote)
+    for n in range(commits):
+        gw_ok(a, "new", f"work {n}")
+    record = next(p for p in git(a, "diff-tree", "-r", "--name-only", f"{STATE}^", STATE).splitlines()
+                  if p.startswith("commands/"))
+    forged = forge(a, {record: b"\0" * (48 << 20)})
+    done = push_within(a, url, f"{forged}:{STATE}", 100 << 20)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "Memory" not in done.stderr and "hook failed" not in done.stderr, done.stderr
+    assert f"tree differs from the command's replay at {record}" in done.stderr, done.stderr
     assert tip(remote) == before
