@@ -262,6 +262,7 @@ class Push:
         self.updates = updates
         self._cat: gitcmd.CatFile | None = None
         self._state_ref: str | None = None
+        self._configured_ref: str | None = None
         self._git_dir: str | None = None
         self._repository: Repository | None = None
 
@@ -283,6 +284,18 @@ class Push:
         extra = [u.new for u in self.updates
                  if u.new and u.ref.startswith(("refs/heads/", "refs/tags/")) and not u.ref.startswith(SESSION_PREFIX)]
         return not _unreached(commit, SERVER_PUBLISHED, extra)[:1]
+
+    def is_state(self, ref: str) -> bool:
+        """``ref`` is a state ref of this arbiter: ``refs/gitwork/*`` (the batch inbox aside), or the one its
+        setting ``ref`` names (``gitwork.ref``: any name under ``refs/``, docs/format.md), which the state
+        rules guard like the default; the code checks (fences, paths) leave it alone."""
+        if ref.startswith(STATE_PREFIX):
+            return not ref.startswith(INBOX_PREFIX)
+        if not ref.startswith("refs/") or ref.startswith(SESSION_PREFIX):
+            return False
+        if self._configured_ref is None:  # the hook's discovery read the config already: no git process
+            self._configured_ref = self.repository.settings.ref
+        return ref == self._configured_ref
 
     @property
     def state_ref(self) -> str:
@@ -370,7 +383,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
     """
     seen: set[str] = set()
     for update in push.updates:
-        if update.new is None or update.ref.startswith(STATE_PREFIX):
+        if update.new is None or update.ref.startswith(STATE_PREFIX) or push.is_state(update.ref):
             continue
         # Commits not yet on a published branch or tag: a stale commit parked on a session branch
         # earlier is checked again when it is pushed into a real branch.
@@ -404,9 +417,9 @@ def check_server_fences(push: Push) -> Iterable[str]:
 def check_server_state(push: Push) -> Iterable[str]:
     """``refs/gitwork/*`` stays append-only, and each new commit is exactly its command's replay (``derive.py``)."""
     for update in push.updates:
-        if update.ref.startswith(STATE_PREFIX) and not update.ref.startswith(INBOX_PREFIX):
+        if push.is_state(update.ref):
             zero = "0" * len(update.new or update.old or "0" * 40)
-            yield from check_update(push.git_dir, update.ref, update.old or zero, update.new or zero)
+            yield from check_update(push.git_dir, update.ref, update.old or zero, update.new or zero, state=True)
 
 
 # --- server: the state ref -----------------------------------------------------------------------
@@ -477,9 +490,10 @@ def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -
     return problems
 
 
-def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
-    """Reasons to refuse moving the state ref ``ref`` from ``old`` to ``new`` (empty: accept)."""
-    if not ref.startswith(STATE_PREFIX):
+def check_update(git_dir: str, ref: str, old: str, new: str, *, state: bool = False) -> list[str]:
+    """Reasons to refuse moving the state ref ``ref`` from ``old`` to ``new`` (empty: accept); ``state``: the
+    caller knows ``ref`` is one (:meth:`Push.is_state`), else only ``refs/gitwork/*`` is judged."""
+    if not state and not ref.startswith(STATE_PREFIX):
         return []
     if new in ZERO:
         return [f"{ref}: deleting the work-plane state is not allowed"]
@@ -593,7 +607,8 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
 def check_server_paths(push: Push) -> Iterable[str]:
     """Path leases: a new commit touching a path another live holder leased (or, with ``paths: strict``,
     one no live lease of the pusher covers) is refused (``pathcheck.py``)."""
-    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) for u in push.updates):
+    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) and not push.is_state(u.ref)
+               for u in push.updates):
         return  # only state refs move: no code to judge (pathcheck's own first test; its import is saved)
     from .pathcheck import refusals
 

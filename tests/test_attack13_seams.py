@@ -7,6 +7,13 @@
   ("object ... is a tag, expected a commit"), and the arbiter's next honest push too: one plain ``git push``
   stopped every machine until someone moved the arbiter's ref by hand.
 
+- forged git objects x what the hook reads to judge them: a changed ``.yaml`` of a refused commit was parsed
+  whole to say what it broke, and every pushed command record was read whole for its digest; a blob of zeros
+  or a YAML list compresses a thousandfold, so a push of a megabyte took the arbiter gigabytes (a MemoryError
+  under a bound);
+- the setting ``ref`` x the state hook: a state ref named by the arbiter's ``gitwork.ref`` outside
+  ``refs/gitwork/`` was not guarded at all (forged commits and rewinds accepted).
+
 Each scenario runs real clones, a real bare arbiter under ``gw hooks install --server`` and the real ``gw``
 (or plain ``git``) in child processes; nothing is mocked.
 """
@@ -134,3 +141,35 @@ def test_a_huge_command_record_in_a_forged_commit_is_not_read_whole(machine_a: P
     assert "Memory" not in done.stderr and "hook failed" not in done.stderr, done.stderr
     assert f"tree differs from the command's replay at {record}" in done.stderr, done.stderr
     assert tip(remote) == before
+
+
+# --- the setting `ref` x the state hook -------------------------------------------------------------------------
+
+
+def test_a_state_ref_named_by_the_setting_ref_is_guarded_like_the_default(tmp_path: Path, remote: Path,
+                                                                          url: str) -> None:
+    """The setting ``ref`` takes any name under ``refs/`` (docs/format.md), and the arbiter's hook reads its own
+    ``gitwork.ref`` to judge fences, but guarded only ``refs/gitwork/*``: with ``refs/work/state`` on the
+    arbiter and its clones, a plain push of a commit no command made, and a forced rewind that took bob's
+    acknowledged claim off the arbiter, were both accepted. Now the ref the arbiter's setting names is held
+    to every state rule, and honest commands still land."""
+    hooked(remote)
+    git(remote, "config", "gitwork.ref", "refs/work/state")
+    a = tmp_path / "a"
+    git(tmp_path, "init", "-q", str(a))
+    git(a, "config", "gitwork.ref", "refs/work/state")
+    git(a, "remote", "add", "origin", url)
+    gw_ok(a, "init", "--remote", "origin")
+    item = gw_ok(a, "new", "work")["item"]
+    claimed = gw_ok(a, "claim", item, "--as", "bob")
+    ref = "refs/work/state"
+    assert tip(remote, ref) == claimed["commit"] == tip(a, ref)
+    gw_ok(a, "new", "local")  # not yet on the arbiter: the honest commit the forged one copies
+    forged = forge(a, {"items/forged.yaml": b"title: nobody made me\n"}, honest=ref)
+    refused = plain_push(a, url, f"{forged}:{ref}")
+    rewind = plain_push(a, url, f"+{claimed['commit']}~1:{ref}")
+    assert refused.returncode != 0 and "tree differs from the command's replay" in refused.stderr, refused.stderr
+    assert rewind.returncode != 0 and "non-fast-forward" in rewind.stderr, rewind.stderr
+    assert tip(remote, ref) == claimed["commit"]
+    gw_ok(a, "release", item, "--as", "bob", "--fence", str(claimed["fence"]))  # carries "local" with it
+    assert tip(remote, ref) == tip(a, ref) != claimed["commit"]
