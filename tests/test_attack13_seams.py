@@ -173,3 +173,29 @@ def test_a_state_ref_named_by_the_setting_ref_is_guarded_like_the_default(tmp_pa
     assert tip(remote, ref) == claimed["commit"]
     gw_ok(a, "release", item, "--as", "bob", "--fence", str(claimed["fence"]))  # carries "local" with it
     assert tip(remote, ref) == tip(a, ref) != claimed["commit"]
+
+
+# --- offline replay x the arbiter's clock ------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="design decision: the arbiter's clock refusal is not taken as a verdict on the "
+                   "command (docs/leases.md lists 'a commit dated past the arbiter's clock' among refusals that still "
+                   "refuse the push): one command made under a clock ahead wedges every lease command of the clone "
+                   "until the arbiter's clock passes its date")
+def test_a_command_dated_past_the_arbiters_clock_does_not_stop_the_clones_other_commands(machine_a: Path,
+                                                                                        remote: Path) -> None:
+    """A machine whose clock ran months ahead (a VM restored with a bad clock, a wrong RTC until NTP caught up)
+    recorded one local command then. Its clock is right again, but the arbiter refuses that commit ("commit
+    time ... is later than the arbiter's clock plus clock_margin") on every push, and every lease command of
+    the clone carries it: bob's claim of another item, every renew and done of every agent there, and every
+    ``gw sync`` are exit 14 until the arbiter's clock passes the date. docs/leases.md says a bad clock can only
+    make a party try too early or too late. Expected (as for the arbiter's roles, attack11): that command
+    refused and reported (kept in refused.jsonl), the claim landed."""
+    a = machine_a
+    hooked(remote)
+    item = gw_ok(a, "new", "work")["item"]
+    gw_ok(a, "sync")
+    ahead = gw_ok(a, "new", "made with a clock months ahead", env={"GW_NOW": "2099-06-01T00:00:00Z"})
+    done = run_gw(a, "claim", item, "--as", "bob", "--json")
+    assert done.returncode == 0, done.stderr
+    assert tip(remote) == tip(a) and ahead["command_id"] not in git(remote, "log", "--format=%B", STATE)
