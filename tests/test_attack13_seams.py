@@ -118,9 +118,11 @@ def test_a_huge_state_file_in_a_forged_commit_is_refused_without_parsing_it(mach
     assert tip(remote) == before
 
 
-@pytest.mark.parametrize("commits", [1, 4])  # four or more: the records of a push are read at once (_prefetch)
+# Four commits or more: the records of a push are read at once (derive._prefetch). Packed: the arbiter keeps the
+# push's pack as it came (receive.unpackLimit), so the record is no loose object and git is asked its size.
+@pytest.mark.parametrize(("commits", "packed"), [(1, False), (4, False), (1, True)])
 def test_a_huge_command_record_in_a_forged_commit_is_not_read_whole(machine_a: Path, remote: Path, url: str,
-                                                                    commits: int) -> None:
+                                                                    commits: int, packed: bool) -> None:
     """The one part of a pushed commit the replay takes from the push is its command record's first digest
     (``derive._requested``), and it read that blob whole, whatever its size, for every pushed commit (the
     sound ones too: before any comparison), then decoded it as JSON: some three times its size in memory.
@@ -130,6 +132,8 @@ def test_a_huge_command_record_in_a_forged_commit_is_not_read_whole(machine_a: P
     a = machine_a
     hooked(remote)
     git(remote, "config", "core.bigFileThreshold", "1m")  # git streams the blob: only the hook could hold it
+    if packed:
+        git(remote, "config", "receive.unpackLimit", "1")
     before = tip(remote)
     for n in range(commits):
         gw_ok(a, "new", f"work {n}")
