@@ -642,10 +642,11 @@ SWEPT = (STATE_PREFIX, "refs/heads/session/")
 
 
 def _swept_refs(push: Push) -> list[str]:
-    """The refs of the push a ``<ref>.lock`` file exists for, among ``SWEPT``: only then is the sweep
-    imported (``stalelocks``)."""
+    """The refs of the push a ``<ref>.lock`` file exists for, among ``SWEPT`` and the state ref the arbiter's
+    setting ``ref`` names: only then is the sweep imported (``stalelocks``)."""
     return [u.ref for u in push.updates
-            if u.ref.startswith(SWEPT) and os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))]
+            if os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))
+            and (u.ref.startswith(SWEPT) or push.is_state(u.ref))]
 
 
 def pre_receive(args: list[str], text: str) -> list[str]:

@@ -12,7 +12,10 @@
   or a YAML list compresses a thousandfold, so a push of a megabyte took the arbiter gigabytes (a MemoryError
   under a bound);
 - the setting ``ref`` x the state hook: a state ref named by the arbiter's ``gitwork.ref`` outside
-  ``refs/gitwork/`` was not guarded at all (forged commits and rewinds accepted).
+  ``refs/gitwork/`` was not guarded at all (forged commits and rewinds accepted), nor was a stale lock of it
+  swept (every push refused until a person removed it);
+- offline replay x the arbiter's clock: one command made under a clock months ahead wedges every lease
+  command of the clone (strict xfail: a design decision).
 
 Each scenario runs real clones, a real bare arbiter under ``gw hooks install --server`` and the real ``gw``
 (or plain ``git``) in child processes; nothing is mocked.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -150,6 +154,21 @@ def test_a_huge_command_record_in_a_forged_commit_is_not_read_whole(machine_a: P
 # --- the setting `ref` x the state hook -------------------------------------------------------------------------
 
 
+WORK_REF = "refs/work/state"
+
+
+def custom_ref_clone(tmp_path: Path, remote: Path, url: str) -> Path:
+    """The arbiter (gitwork's server hooks) and a clone ``a`` whose setting ``ref`` is ``refs/work/state``."""
+    hooked(remote)
+    git(remote, "config", "gitwork.ref", WORK_REF)
+    a = tmp_path / "a"
+    git(tmp_path, "init", "-q", str(a))
+    git(a, "config", "gitwork.ref", WORK_REF)
+    git(a, "remote", "add", "origin", url)
+    gw_ok(a, "init", "--remote", "origin")
+    return a
+
+
 def test_a_state_ref_named_by_the_setting_ref_is_guarded_like_the_default(tmp_path: Path, remote: Path,
                                                                           url: str) -> None:
     """The setting ``ref`` takes any name under ``refs/`` (docs/format.md), and the arbiter's hook reads its own
@@ -157,16 +176,10 @@ def test_a_state_ref_named_by_the_setting_ref_is_guarded_like_the_default(tmp_pa
     arbiter and its clones, a plain push of a commit no command made, and a forced rewind that took bob's
     acknowledged claim off the arbiter, were both accepted. Now the ref the arbiter's setting names is held
     to every state rule, and honest commands still land."""
-    hooked(remote)
-    git(remote, "config", "gitwork.ref", "refs/work/state")
-    a = tmp_path / "a"
-    git(tmp_path, "init", "-q", str(a))
-    git(a, "config", "gitwork.ref", "refs/work/state")
-    git(a, "remote", "add", "origin", url)
-    gw_ok(a, "init", "--remote", "origin")
+    a = custom_ref_clone(tmp_path, remote, url)
     item = gw_ok(a, "new", "work")["item"]
     claimed = gw_ok(a, "claim", item, "--as", "bob")
-    ref = "refs/work/state"
+    ref = WORK_REF
     assert tip(remote, ref) == claimed["commit"] == tip(a, ref)
     gw_ok(a, "new", "local")  # not yet on the arbiter: the honest commit the forged one copies
     forged = forge(a, {"items/forged.yaml": b"title: nobody made me\n"}, honest=ref)
@@ -177,6 +190,27 @@ def test_a_state_ref_named_by_the_setting_ref_is_guarded_like_the_default(tmp_pa
     assert tip(remote, ref) == claimed["commit"]
     gw_ok(a, "release", item, "--as", "bob", "--fence", str(claimed["fence"]))  # carries "local" with it
     assert tip(remote, ref) == tip(a, ref) != claimed["commit"]
+
+
+def test_a_stale_lock_of_the_state_ref_the_setting_ref_names_is_swept_by_the_next_push(tmp_path: Path, remote: Path,
+                                                                                      url: str) -> None:
+    """A git killed while it held the arbiter's state ref lock leaves ``<ref>.lock``, and every later push of
+    the ref fails; the hook removes such a lock once it is stale (docs/security.md, "A stale ref lock on the
+    arbiter"), but only for ``refs/gitwork/*``: with ``ref: refs/work/state`` every claim, from every clone,
+    was refused (14, "cannot lock ref") until someone removed the file by hand. Now the lock of the state
+    ref the arbiter's setting names is swept like the default's (aged here past the stale age with
+    ``os.utime``; nothing else is planted)."""
+    a = custom_ref_clone(tmp_path, remote, url)
+    item = gw_ok(a, "new", "work")["item"]
+    gw_ok(a, "sync")
+    lock = remote / (WORK_REF + ".lock")
+    lock.write_text(tip(remote, WORK_REF) + "\n")
+    then = time.time() - 60
+    os.utime(lock, (then, then))
+    done = run_gw(a, "claim", item, "--as", "bob", "--json")
+    assert done.returncode == 0, done.stderr
+    assert not lock.exists()
+    assert tip(remote, WORK_REF) == tip(a, WORK_REF)
 
 
 # --- offline replay x the arbiter's clock ------------------------------------------------------------------------
