@@ -537,7 +537,8 @@ class Store:
         stalelocks.py), and is removed now; said on stderr. One ``lstat`` while the lock is young."""
         from .stalelocks import sweep_and_say
 
-        return sweep_and_say(self.repo.common_dir, [self.ref], work_tree=self.repo.toplevel)
+        # under "refs/": the state ref is the setting's (refs/gitwork/state by default, any name under refs/).
+        return sweep_and_say(self.repo.common_dir, [self.ref], under="refs/", work_tree=self.repo.toplevel)
 
     def _reflocks(self) -> list[str]:
         folder = os.path.join(self.repo.common_dir, "gitwork")

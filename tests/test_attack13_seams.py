@@ -13,7 +13,8 @@
   under a bound);
 - the setting ``ref`` x the state hook: a state ref named by the arbiter's ``gitwork.ref`` outside
   ``refs/gitwork/`` was not guarded at all (forged commits and rewinds accepted), nor was a stale lock of it
-  swept (every push refused until a person removed it);
+  swept, on the arbiter (every push refused until a person removed it), on a clone or in the command
+  service (every command exit 11);
 - offline replay x the arbiter's clock: one command made under a clock months ahead wedges every lease
   command of the clone (strict xfail: a design decision).
 
@@ -211,6 +212,46 @@ def test_a_stale_lock_of_the_state_ref_the_setting_ref_names_is_swept_by_the_nex
     assert done.returncode == 0, done.stderr
     assert not lock.exists()
     assert tip(remote, WORK_REF) == tip(a, WORK_REF)
+
+
+def test_a_stale_lock_of_a_clones_state_ref_the_setting_ref_names_is_swept_by_the_next_command(repo: Path) -> None:
+    """The same on a clone: the store removes the ``<ref>.lock`` a killed ``git update-ref`` left on the state
+    ref once it is stale (``Store._swept_git_lock``), but its sweep looked only under ``refs/gitwork/``: with
+    ``ref: refs/work/state`` every command of the clone was exit 11 ("locked for over 5s") for good."""
+    git(repo, "config", "gitwork.ref", WORK_REF)
+    gw_ok(repo, "init")
+    lock = repo / ".git" / (WORK_REF + ".lock")
+    lock.write_text(tip(repo, WORK_REF) + "\n")
+    then = time.time() - 60
+    os.utime(lock, (then, then))
+    before = tip(repo, WORK_REF)
+    done = run_gw(repo, "new", "after the kill", "--json")
+    assert done.returncode == 0, done.stderr
+    assert not lock.exists() and tip(repo, WORK_REF) != before
+
+
+def test_the_command_service_moves_a_state_ref_the_setting_names_past_a_stale_lock(tmp_path: Path) -> None:
+    """The command service (``gw serve`` on the arbiter's bare repository: ``serve/writer.py``) writes through
+    the same store: with ``ref: refs/work/state`` a lock a killed git left refused every REST write (11)."""
+    from gitwork import clock
+    from gitwork.serve.writer import Writer
+    from gitwork.workplane import Workplane
+
+    bare = tmp_path / "plane.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(bare, "config", "gitwork.ref", WORK_REF)
+    with Workplane(str(bare)) as plane:
+        plane.do("init")
+    lock = bare / (WORK_REF + ".lock")
+    lock.write_text(tip(bare, WORK_REF) + "\n")
+    then = time.time() - 60
+    os.utime(lock, (then, then))
+    serving = Writer(str(bare), now=clock.now)
+    try:
+        landed = serving.submit("alice", "person", {"op": "new", "title": "after the kill"})
+    finally:
+        serving.close()
+    assert landed is not None and tip(bare, WORK_REF) == landed.commit and not lock.exists()
 
 
 # --- offline replay x the arbiter's clock ------------------------------------------------------------------------
