@@ -62,6 +62,10 @@ def forge(repo: Path, files: dict[str, bytes], honest: str = STATE) -> str:
         oid = plumb("hash-object", "-w", "--stdin", data=content)
         plumb("update-index", "--add", "--cacheinfo", f"100644,{oid},{path}")
     message = plumb("log", "-1", "--format=%B", honest)
+    # The honest commit's author, committer and times too: the replay then differs from it only in the tree.
+    names = plumb("log", "-1", "--date=raw", "--format=%an%n%ae%n%ad%n%cn%n%ce%n%cd", honest).split("\n")
+    env.update(zip(("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
+                    "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"), names, strict=True))
     return plumb("commit-tree", plumb("write-tree"), "-p", f"{honest}^", "-m", message)
 
 
