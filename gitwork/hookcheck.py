@@ -383,7 +383,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
     """
     seen: set[str] = set()
     for update in push.updates:
-        if update.new is None or update.ref.startswith(STATE_PREFIX) or push.is_state(update.ref):
+        if update.new is None or push.is_state(update.ref) or update.ref.startswith(STATE_PREFIX):
             continue
         # Commits not yet on a published branch or tag: a stale commit parked on a session branch
         # earlier is checked again when it is pushed into a real branch.
@@ -525,41 +525,31 @@ def _repository(git_dir: str) -> Repository:
 
 
 def _not_a_commit(git_dir: str, ref: str, new: str, commits: list[str]) -> str | None:
-    """Why ``ref`` may not be moved to ``new`` when that is no commit. rev-list peels an annotated tag to
-    its commit and judges the commits behind it, so a tag of the arbiter's own tip (nothing new to judge)
-    or of an honest next commit passed, and every reader of the state, which takes the ref for a commit,
-    was exit 8 on every clone from then on. The newest listed commit is ``new`` itself for every honest
-    push (rev-list shows its starting commit first): only otherwise is git asked what ``new`` is."""
+    """Why ``ref`` may not move to ``new``, no commit: rev-list peels a tag and judges the commits behind it,
+    so a tag of the arbiter's own tip passed, and every clone's every command was exit 8 from then on. The
+    newest listed commit is ``new`` for every honest push: only otherwise is git asked what ``new`` is."""
     if commits and commits[-1].split()[0] == new:
         return None
     kind = gitcmd.read_sizes(git_dir, [new]).get(new, ("missing object", 0))[0]
-    if kind == "commit":
-        return None
-    return f"{ref}: the state ref points only at a commit; this push moves it to a {kind}"
+    return None if kind == "commit" else f"{ref}: the state ref points only at a commit; this push moves it to a {kind}"
 
 
 def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> list[str]:
     git = functools.partial(_git, "--git-dir", git_dir)
+    listed = git("rev-list", "--reverse", "--parents", new, *([f"^{old}"] if old not in ZERO else []))
+    commits = listed.out.splitlines() if listed.returncode == 0 else []
+    wrong = _not_a_commit(git_dir, ref, new, commits)
+    if wrong:
+        return [wrong]
     if old not in ZERO:
-        listed = git("rev-list", "--reverse", "--parents", new, f"^{old}")
-        commits = listed.out.splitlines() if listed.returncode == 0 else []
-        wrong = _not_a_commit(git_dir, ref, new, commits)
-        if wrong:
-            return [wrong]
         # A listed commit whose parent is ``old`` shows ``old`` an ancestor of ``new``: one git process
         # decides both for every ordinary push. Otherwise git's own answer, then the list, as before.
         if not any(old in line.split()[1:] for line in commits):
             if git("merge-base", "--is-ancestor", old, new).returncode != 0:
                 return [f"{ref}: non-fast-forward update refused (the state history is append-only)"]
             commits = git("rev-list", "--reverse", "--parents", new, f"^{old}", check=True).out.splitlines()
-    else:
-        listed = git("rev-list", "--reverse", "--parents", new)
-        commits = listed.out.splitlines() if listed.returncode == 0 else []
-        wrong = _not_a_commit(git_dir, ref, new, commits)
-        if wrong:
-            return [wrong]
-        if listed.returncode != 0:
-            return [f"{ref}: git cannot list the history of {new[:12]} ({(listed.err.splitlines() or ['?'])[0][:200]})"]
+    elif listed.returncode != 0:
+        return [f"{ref}: git cannot list the history of {new[:12]} ({(listed.err.splitlines() or ['?'])[0][:200]})"]
     parents = {parts[0]: (parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)}
     from .derive import refusals
 
