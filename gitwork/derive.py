@@ -47,6 +47,12 @@ if TYPE_CHECKING:
 
 # At most this many refusals are reported for one push (the push is refused at the first anyway).
 MOST = 20
+# The largest command record read from a pushed tree (its JSON holds the command's result: a batch of
+# 1,000 members is well under this). A larger one is not read (a gigabyte of zeros is a kilobyte pushed):
+# the replay then differs from it and the commit is refused as any other difference.
+RECORD_MOST = 16 << 20
+# What the records of one push, read at once (``_prefetch``), may add up to; past it they are read one by one.
+RECORDS_MOST = 64 << 20
 
 
 class HashOnly:
@@ -104,10 +110,15 @@ def _requested(store: Store, commit: str, info: Commit, command_id: str,
     a small push), so no ``git cat-file`` process is started for them (a push's one or two commands)."""
     path = layout.command_path(command_id)
     try:
-        if records is not None:
+        if records is not None and f"{commit}:{path}" in records:
             data = records.get(f"{commit}:{path}")
         else:
-            data = Snapshot(store, commit, info).blob(path)
+            entry = Snapshot(store, commit, info).entry(path)
+            data = None
+            if entry is not None and not entry.is_tree:
+                size = store.object_size(entry.oid)  # a pushed record is hostile: its size before its content
+                if size is not None and size[0] == "blob" and size[1] <= RECORD_MOST:
+                    data = store.read_blob(entry.oid)
         digests = json.loads(data).get("digests") if data else None
     except (GwError, ValueError, AttributeError, RecursionError):
         return None
@@ -230,7 +241,12 @@ def _prefetch(store: Store, commits: list[str]) -> dict[str, bytes] | None:
         item = statecommit.trailers_of(info.message).get("Work-Item", "")
         if item.startswith("w-") and "/" not in item and ".." not in item:
             paths.add(layout.item_dir(item) + "/")
-    raw.update(read_many(git_dir, names))
+    from . import gitcmd
+
+    sizes = gitcmd.read_sizes(git_dir, names)  # a pushed record is hostile: its size before its content
+    small = [name for name in names if name in sizes and sizes[name][1] <= RECORD_MOST]
+    if sum(sizes[name][1] for name in small) <= RECORDS_MOST:
+        raw.update(read_many(git_dir, small))  # the others are read one by one, bounded (``_requested``)
     if before is not None:
         _prime(store, git_dir, before, sorted(paths))
     return raw

@@ -262,6 +262,7 @@ class Push:
         self.updates = updates
         self._cat: gitcmd.CatFile | None = None
         self._state_ref: str | None = None
+        self._configured_ref: str | None = None
         self._git_dir: str | None = None
         self._repository: Repository | None = None
 
@@ -283,6 +284,18 @@ class Push:
         extra = [u.new for u in self.updates
                  if u.new and u.ref.startswith(("refs/heads/", "refs/tags/")) and not u.ref.startswith(SESSION_PREFIX)]
         return not _unreached(commit, SERVER_PUBLISHED, extra)[:1]
+
+    def is_state(self, ref: str) -> bool:
+        """``ref`` is a state ref of this arbiter: ``refs/gitwork/*`` (the batch inbox aside), or the one its
+        setting ``ref`` names (``gitwork.ref``: any name under ``refs/``, docs/format.md), which the state
+        rules guard like the default; the code checks (fences, paths) leave it alone."""
+        if ref.startswith(STATE_PREFIX):
+            return not ref.startswith(INBOX_PREFIX)
+        if not ref.startswith("refs/") or ref.startswith(SESSION_PREFIX):
+            return False
+        if self._configured_ref is None:  # the hook's discovery read the config already: no git process
+            self._configured_ref = self.repository.settings.ref
+        return ref == self._configured_ref
 
     @property
     def state_ref(self) -> str:
@@ -370,7 +383,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
     """
     seen: set[str] = set()
     for update in push.updates:
-        if update.new is None or update.ref.startswith(STATE_PREFIX):
+        if update.new is None or push.is_state(update.ref) or update.ref.startswith(STATE_PREFIX):
             continue
         # Commits not yet on a published branch or tag: a stale commit parked on a session branch
         # earlier is checked again when it is pushed into a real branch.
@@ -404,9 +417,9 @@ def check_server_fences(push: Push) -> Iterable[str]:
 def check_server_state(push: Push) -> Iterable[str]:
     """``refs/gitwork/*`` stays append-only, and each new commit is exactly its command's replay (``derive.py``)."""
     for update in push.updates:
-        if update.ref.startswith(STATE_PREFIX) and not update.ref.startswith(INBOX_PREFIX):
+        if push.is_state(update.ref):
             zero = "0" * len(update.new or update.old or "0" * 40)
-            yield from check_update(push.git_dir, update.ref, update.old or zero, update.new or zero)
+            yield from check_update(push.git_dir, update.ref, update.old or zero, update.new or zero, state=True)
 
 
 # --- server: the state ref -----------------------------------------------------------------------
@@ -418,6 +431,8 @@ def check_server_state(push: Push) -> Iterable[str]:
 # replay under the arbiter's settings (``derive.py``: the roles follow), and with ``signing: ssh`` signed.
 
 ZERO = ("0" * 40, "0" * 64)
+# The bytes of a refused commit's changed state files the structural checks read to say what it broke.
+EXPLAIN_MOST = 4 << 20
 
 
 def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -> list[str]:
@@ -439,7 +454,17 @@ def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -
             meta, _, path = line.partition("\t")
             fields = meta.split()
             changes.append((fields[4], path, fields[2], fields[3]))
+    # Only a commit the replay refused is explained here, so reading is bounded, not needed: a pushed blob
+    # compresses a thousandfold and a YAML parse takes some 25 times its size (a 1 MB push of a list took
+    # gigabytes). What is larger, alone or together, is left to the replay's own words ("tree differs at").
+    sizes = gitcmd.read_sizes(git_dir, [new for _, path, _, new in changes if new and new not in ZERO
+                                        and path.endswith((APPEND_ONLY_SUFFIX, ".yaml"))])
+    budget = EXPLAIN_MOST
     for status, path, old, new in changes:
+        if new in sizes:
+            budget -= sizes[new][1]
+            if budget < 0:
+                break
         if path.endswith(APPEND_ONLY_SUFFIX) and status in ("M", "D", "T"):
             # A type change (to a symlink, a folder) is a rewrite whatever the new object holds.
             assert old is not None  # M, D and T come from diff-tree, which names the old object
@@ -465,9 +490,10 @@ def _check_commit(git_dir: str, store: Store, commit: str, parent: str | None) -
     return problems
 
 
-def check_update(git_dir: str, ref: str, old: str, new: str) -> list[str]:
-    """Reasons to refuse moving the state ref ``ref`` from ``old`` to ``new`` (empty: accept)."""
-    if not ref.startswith(STATE_PREFIX):
+def check_update(git_dir: str, ref: str, old: str, new: str, *, state: bool = False) -> list[str]:
+    """Reasons to refuse moving the state ref ``ref`` from ``old`` to ``new`` (empty: accept); ``state``: the
+    caller knows ``ref`` is one (:meth:`Push.is_state`), else only ``refs/gitwork/*`` is judged."""
+    if not state and not ref.startswith(STATE_PREFIX):
         return []
     if new in ZERO:
         return [f"{ref}: deleting the work-plane state is not allowed"]
@@ -498,19 +524,32 @@ def _repository(git_dir: str) -> Repository:
     return Repository.from_location(where)
 
 
+def _not_a_commit(git_dir: str, ref: str, new: str, commits: list[str]) -> str | None:
+    """Why ``ref`` may not move to ``new``, no commit: rev-list peels a tag and judges the commits behind it,
+    so a tag of the arbiter's own tip passed, and every clone's every command was exit 8 from then on. The
+    newest listed commit is ``new`` for every honest push: only otherwise is git asked what ``new`` is."""
+    if commits and commits[-1].split()[0] == new:
+        return None
+    kind = gitcmd.read_sizes(git_dir, [new]).get(new, ("missing object", 0))[0]
+    return None if kind == "commit" else f"{ref}: the state ref points only at a commit; this push moves it to a {kind}"
+
+
 def _check_range(git_dir: str, store: Store, ref: str, old: str, new: str) -> list[str]:
     git = functools.partial(_git, "--git-dir", git_dir)
+    listed = git("rev-list", "--reverse", "--parents", new, *([f"^{old}"] if old not in ZERO else []))
+    commits = listed.out.splitlines() if listed.returncode == 0 else []
+    wrong = _not_a_commit(git_dir, ref, new, commits)
+    if wrong:
+        return [wrong]
     if old not in ZERO:
-        listed = git("rev-list", "--reverse", "--parents", new, f"^{old}")
-        commits = listed.out.splitlines() if listed.returncode == 0 else []
         # A listed commit whose parent is ``old`` shows ``old`` an ancestor of ``new``: one git process
         # decides both for every ordinary push. Otherwise git's own answer, then the list, as before.
         if not any(old in line.split()[1:] for line in commits):
             if git("merge-base", "--is-ancestor", old, new).returncode != 0:
                 return [f"{ref}: non-fast-forward update refused (the state history is append-only)"]
             commits = git("rev-list", "--reverse", "--parents", new, f"^{old}", check=True).out.splitlines()
-    else:
-        commits = git("rev-list", "--reverse", "--parents", new, check=True).out.splitlines()
+    elif listed.returncode != 0:
+        return [f"{ref}: git cannot list the history of {new[:12]} ({(listed.err.splitlines() or ['?'])[0][:200]})"]
     parents = {parts[0]: (parts[1] if len(parts) > 1 else None) for parts in map(str.split, commits)}
     from .derive import refusals
 
@@ -558,7 +597,8 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
 def check_server_paths(push: Push) -> Iterable[str]:
     """Path leases: a new commit touching a path another live holder leased (or, with ``paths: strict``,
     one no live lease of the pusher covers) is refused (``pathcheck.py``)."""
-    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) for u in push.updates):
+    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) and not push.is_state(u.ref)
+               for u in push.updates):
         return  # only state refs move: no code to judge (pathcheck's own first test; its import is saved)
     from .pathcheck import refusals
 
@@ -592,10 +632,11 @@ SWEPT = (STATE_PREFIX, "refs/heads/session/")
 
 
 def _swept_refs(push: Push) -> list[str]:
-    """The refs of the push a ``<ref>.lock`` file exists for, among ``SWEPT``: only then is the sweep
-    imported (``stalelocks``)."""
+    """The refs of the push a ``<ref>.lock`` file exists for, among ``SWEPT`` and the state ref the arbiter's
+    setting ``ref`` names: only then is the sweep imported (``stalelocks``)."""
     return [u.ref for u in push.updates
-            if u.ref.startswith(SWEPT) and os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))]
+            if os.path.lexists(os.path.join(push.git_dir, u.ref + ".lock"))
+            and (u.ref.startswith(SWEPT) or push.is_state(u.ref))]
 
 
 def pre_receive(args: list[str], text: str) -> list[str]:

@@ -270,6 +270,24 @@ class LooseObjects:
 
     # --- reading ------------------------------------------------------------------------------
 
+    def header(self, oid: str) -> tuple[str, int] | None:
+        """``(kind, size)`` of a loose object from its first bytes, inflating no more than its header (a
+        blob of a gigabyte of zeros is a kilobyte on disk); ``None`` when it is not loose here (ask git)."""
+        try:
+            fd = os.open(os.path.join(self.objects_dir, oid[:2], oid[2:]), os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            head = zlib.decompressobj().decompress(os.read(fd, 512), 64)
+        except (OSError, zlib.error):
+            return None
+        finally:
+            os.close(fd)
+        kind, _, size = head.partition(b"\0")[0].partition(b" ")
+        if b"\0" not in head or not size.isdigit():
+            return None
+        return kind.decode("ascii", "replace"), int(size)
+
     def read(self, oid: str) -> tuple[str, bytes] | None:
         """``(kind, content)`` of a loose object, or ``None`` when it is not loose here (ask git)."""
         # os.read, not open(): no buffered file object per object, which halves the cost of reading one

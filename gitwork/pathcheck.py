@@ -80,7 +80,8 @@ def strict(push: Push) -> bool:
 
 def _new_commits(push: Push) -> Iterable[tuple[str, list[str], list[str], list[str]]]:
     """(commit, Work-Item values, Fence values, changed paths) of every commit new to the remote."""
-    tips = [u.new for u in push.updates if u.new is not None and not u.ref.startswith(STATE_PREFIX)]
+    tips = [u.new for u in push.updates if u.new is not None and not u.ref.startswith(STATE_PREFIX)
+            and not push.is_state(u.ref)]
     if not tips:
         return
     # A merge is judged on what it changes beyond git's own merge of its parents (``remerge``: nothing for
@@ -120,7 +121,8 @@ def _pusher(push: Push, items: list[str], fences: list[str]) -> set[str]:
 def refusals(push: Push) -> Iterable[str]:
     from .paths import matches
 
-    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) for u in push.updates):
+    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) and not push.is_state(u.ref)
+               for u in push.updates):
         return  # only the state ref moves: no code to judge
     live = _live_path_leases(push)
     is_strict: bool | None = None

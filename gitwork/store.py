@@ -227,6 +227,15 @@ class Store:
             raise Corrupt(f"object {name} is a {got[1]}, expected a {kind}")
         return got[2]
 
+    def object_size(self, oid: str) -> tuple[str, int] | None:
+        """``(kind, size)`` of object ``oid`` without reading its content (``None``: missing): what a reader
+        of hostile objects (the arbiter's hook) asks before reading one whole."""
+        if len(oid) == self._hexlen and self._reads_loose():
+            head = self.objects.header(oid)
+            if head is not None:
+                return head
+        return gitcmd.read_sizes(self.repo.git_dir, [oid]).get(oid)
+
     def read_object(self, oid: str, kind: str) -> bytes:
         """The raw content of object ``oid``, which must be a ``kind`` (``Corrupt`` otherwise)."""
         return self._object(oid, kind)
@@ -528,7 +537,8 @@ class Store:
         stalelocks.py), and is removed now; said on stderr. One ``lstat`` while the lock is young."""
         from .stalelocks import sweep_and_say
 
-        return sweep_and_say(self.repo.common_dir, [self.ref], work_tree=self.repo.toplevel)
+        # under "refs/": the state ref is the setting's (refs/gitwork/state by default, any name under refs/).
+        return sweep_and_say(self.repo.common_dir, [self.ref], under="refs/", work_tree=self.repo.toplevel)
 
     def _reflocks(self) -> list[str]:
         folder = os.path.join(self.repo.common_dir, "gitwork")
