@@ -60,7 +60,7 @@ MAX_ROUNDS = 5  # the target moved under the publisher this many times in a row:
 # On a code remote apart from the arbiter: the publisher lease's fence there (not under refs/gitwork/, which
 # a code remote's server hook keeps for state; not a branch, which people and listings would see).
 FENCE_REF = "refs/gitwork-queue/fence"
-FENCE_SEEN = "refs/gitwork/queue-fence"  # this clone's fetch of it
+FENCE_SEEN = "refs/gitwork-queue/seen"  # this clone's fetch of it (outside refs/gitwork/: no state ref)
 DEFAULT_TTL = 120  # seconds of the publisher lease; renewed before each entry and each landing
 
 
