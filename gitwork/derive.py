@@ -96,8 +96,10 @@ def time_refusal(when: int, now: _dt.datetime, margin: int) -> str | None:
     """
     limit = int(now.timestamp()) + margin
     if when > limit:
+        # (the arbiter's own time is said: a clone reads how far ahead its command was, sync/replay.py CLOCK)
         return (f"commit time {clock.format_instant(clock.parse_instant_epoch(when))} is later than the arbiter's "
-                f"clock plus clock_margin ({margin}s) allows")
+                f"clock ({clock.format_instant(clock.parse_instant_epoch(int(now.timestamp())))}) plus clock_margin "
+                f"({margin}s) allows")
     return None
 
 
@@ -192,11 +194,11 @@ def check_commit(store: Store, commit: str, now: _dt.datetime, seen: dict[str, C
     else:
         base = store.snapshot(parent, at_tip=False)
     settings = store.repo.settings
+    who = f"{cmd['op']} by {cmd['as']}"
     late = time_refusal(state.time, now, settings.clock_margin)
     if late:
-        return late
+        return f"{who} refused by the arbiter's clock: {late}"
     at = clock.parse_instant_epoch(state.time)
-    who = f"{cmd['op']} by {cmd['as']}"
     try:
         base.check_format()
         clean = engine.validate_command(dict(cmd))

@@ -55,7 +55,14 @@ FILLED_IN = ("fence", "lease")
 # ARBITER's roles and refused it (derive.check_commit), one line per commit. Only a refusal by roles: one
 # "on replay" may be a build the arbiter has not caught up with (a field it does not know yet), which is
 # not a verdict on the command (the push fails, as before, until the arbiter is upgraded).
-VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused by the arbiter's roles: (.*)")
+VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused by the arbiter's (roles|clock): (.*)")
+# The arbiter's clock refuses a commit dated past it (derive.time_refusal). A command made while this machine's
+# clock ran far ahead (a VM restored with a bad clock, local time taken for UTC) would be refused on every push
+# until the arbiter's clock reached its date, and every lease command of the clone carries it: more than
+# FAR_AHEAD seconds ahead, that refusal is the command's verdict, as the roles' is. Less, it is a skew that
+# heals by itself within minutes, and the command is not given up for it (the push fails, as before).
+CLOCK = Lazy(r"commit time (\S+) is later than the arbiter's clock \((\S+)\)")
+FAR_AHEAD = 600
 # Where those verdicts are kept, by command id: a later replay refuses the command as the arbiter did.
 VERDICTS = "arbiter-refused.jsonl"
 
@@ -233,8 +240,16 @@ class Replay(Remote):
             if cmd is None or not isinstance(cmd.get("id"), str) \
                     or (cmd.get("op"), cmd.get("as")) != (match.group(2), match.group(3)):
                 continue
-            taken.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": cmd.get("item"), "error": "forbidden",
-                          "code": 77, "message": f"{self.remote}'s roles refuse it: {match.group(4)}",
+            if match.group(4) == "roles":
+                refusal = {"error": "forbidden", "code": 77, "message": f"{self.remote}'s roles refuse it: {match.group(5)}"}
+            else:
+                ahead = _seconds_ahead(match.group(5))
+                if ahead is None or ahead <= FAR_AHEAD:
+                    continue
+                refusal = {"error": "invalid", "code": 5,
+                           "message": f"{self.remote}'s clock refuses it: recorded {ahead // 60} minutes past the "
+                                      f"arbiter's clock (made while this machine's clock ran ahead): {match.group(5)}"}
+            taken.append({"command_id": cmd["id"], "op": cmd.get("op"), "item": cmd.get("item"), **refusal,
                           "by": "arbiter", "command": _digest(cmd)})
         if not taken:
             return False
@@ -447,6 +462,17 @@ def same_command(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
     if b is None:
         return False
     return _canonical(a) == _canonical(b)
+
+
+def _seconds_ahead(said: str) -> int | None:
+    """How far past the arbiter's clock a commit was dated, from the clock refusal's words; None if unsaid."""
+    found = CLOCK.search(said)
+    if found is None:
+        return None
+    try:
+        return int((clock.parse_instant(found.group(1)) - clock.parse_instant(found.group(2))).total_seconds())
+    except (ValueError, GwError):
+        return None
 
 
 def _digest(cmd: dict[str, Any]) -> str:
