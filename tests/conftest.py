@@ -12,7 +12,6 @@ import contextlib
 import datetime as dt
 import functools
 import io
-import itertools
 import json
 import os
 import resource
@@ -135,21 +134,9 @@ def scrub_env(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
 
 
-@pytest.fixture(scope="session")
-def homes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Iterator[int]]:
-    """One folder per test process for the tests' empty HOMEs, and a counter naming them."""
-    return tmp_path_factory.mktemp("homes"), itertools.count()
-
-
 @pytest.fixture(autouse=True)
-def clean_env(homes: tuple[Path, Iterator[int]], monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new, empty HOME for every test, in ``homes``' folder. Not ``tmp_path_factory.mktemp("home")``: each
-    numbered folder pytest makes lists the whole basetemp to find the next number, so a HOME per test beside
-    every test's own folder cost each worker quadratic time (~3,000 entries listed ~3,000 times a run)."""
-    folder, counter = homes
-    home = folder / str(next(counter))
-    home.mkdir()
-    scrub_env(home, monkeypatch)
+def clean_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    scrub_env(tmp_path_factory.mktemp("home"), monkeypatch)
 
 
 @contextlib.contextmanager
