@@ -57,7 +57,7 @@ def ruamel_load(data: bytes) -> Any:
 
 
 @pytest.mark.slow
-@settings(max_examples=examples(quick=60, thorough=200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(quick=30, thorough=200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents(reserved_ok=False))
 @example({"a": ["x: y", {"b": "c\nd"}], "t": "line\n", "u": " lead\ntrail ", "e": "", "z": "\u2028\x85\r"})
 @example({"n": "null", "b": "True", "i": "007", "f": "1.5", "d": "2024-01-01", "y": "y", "s": "~"})
@@ -81,7 +81,7 @@ def test_reserved_word_keys_read_back_as_strings_by_other_yaml_readers(key: str)
     assert ruamel_load(dumped) == {key: 1}
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(quick=25, thorough=100), deadline=None)
 @given(documents(reserved_ok=False))
 def test_fallback_reads_ruamel_block_output(doc: dict[str, Any]) -> None:
     # Another tool's rendering of the same data (ruamel's own style) must load to the same value.
@@ -136,7 +136,7 @@ def test_dump_refuses_what_the_format_cannot_hold() -> None:
             codec.dump_yaml(bad)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(quick=40, thorough=200), deadline=None)
 @given(st.lists(st.dictionaries(keys(False), scalars, max_size=4), max_size=6))
 def test_records_round_trip_one_line_each(records: list[dict[str, Any]]) -> None:
     data = b"".join(codec.encode_record({"seq": n, **r}) for n, r in enumerate(records, start=1))

@@ -88,7 +88,7 @@ def test_the_fast_reader_declines_or_agrees_on_odd_texts(text_: str) -> None:
     agrees(text_.encode())
 
 
-@settings(max_examples=examples(quick=150, thorough=1500), deadline=None,
+@settings(max_examples=examples(quick=75, thorough=1500), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(documents(), st.data())
 @example({"a": ["x: y", {"b": "c\nd"}], "t": "line\n", "u": " lead\ntrail ", "e": "", "z": "\u2028\x85\r"}, None)

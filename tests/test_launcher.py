@@ -564,6 +564,9 @@ def test_a_pane_tmux_forked_but_not_yet_execd_counts_as_running() -> None:
     other = subprocess.Popen(["sleep", "30"])
     try:
         poll(lambda: open(f"/proc/{fork.pid}/cmdline", "rb").read().startswith(b"tmux\0"), "the exec -a")
+        # Popen returns once the child is inside execve, where its command line still reads empty (a pane
+        # starting, to _runs): the other process is judged once it is sleep (a load-dependent failure, 09:29).
+        poll(lambda: open(f"/proc/{other.pid}/cmdline", "rb").read().startswith(b"sleep\0"), "the sleep's exec")
         assert _runs(fork.pid, marker)
         assert not _runs(other.pid, marker)
     finally:

@@ -268,7 +268,11 @@ class World:
         Also the ones no record or handle names yet: a ``gw run`` killed by the teardown between its
         fork and its handle leaves an agent that writes its record a moment later (gw's coordinator
         would stop it; ours is gone by now). So /proc is scanned for this world's agent script (its
-        full path: another harness run on the machine is left alone) until it is quiet twice."""
+        full path: another harness run on the machine is left alone) until it is quiet twice. A world where
+        no execution was ever recorded is done after one quiet look: ``gw run`` writes an execution's folder
+        before its backend starts anything (gitwork/launch/run.py), and ``close`` has killed and reaped every
+        process the harness started, so nothing is left that could still start an agent (the checker
+        tests' worlds: 0.6 s of waiting each)."""
         mine = str(self.agent).encode()
         quiet = 0
         deadline = time.monotonic() + 10.0
@@ -289,7 +293,15 @@ class World:
                         if is_agent_group(group):
                             os.killpg(group, signal.SIGKILL)
             quiet = quiet + 1 if not found else 0
+            if quiet and not self.executions_recorded():
+                return
             time.sleep(0.3)
+
+    def executions_recorded(self) -> bool:
+        """Some clone (or the arbiter) has an execution's folder: a ``gw run`` got as far as its launch."""
+        places = [clone / ".git" / "gitwork" / "executions" for clone in self.clones]
+        places.append(self.arbiter / "gitwork" / "executions")
+        return any(place.is_dir() and any(place.iterdir()) for place in places)
 
     def close(self) -> None:
         self.procs.kill_all()
