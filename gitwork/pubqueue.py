@@ -302,27 +302,37 @@ class Publisher:
     def _fenced_push(self, ref: str, new: str, target: str) -> bool:
         """The landing on a code remote apart from the arbiter: the target and the fence in one atomic
         push, each under its lease; ``False`` when the target moved. A fence moved since this publisher set
-        it (a takeover) refuses the whole push: Stale (exit 7), nothing moved."""
-        fence = self._fence_commit(self.fence, f"landing {new}")
-        done = git("push", "--atomic", "--porcelain", f"--force-with-lease={ref}:{target}",
-                   f"--force-with-lease={FENCE_REF}:{self.fence or ''}", self.remote, f"{new}:{ref}",
-                   f"{fence}:{FENCE_REF}", cwd=self.top, check=False)
-        if done.returncode == 0:
-            self.fence = fence
-            return True
-        now, readable = self._read_fence()
-        if now == fence:  # the push landed, and only its answer was lost (both refs moved: it was atomic)
-            self.fence = fence
-            return True
-        if now != self.fence:
-            raise Stale(f"the publisher lease was taken over: {self.remote}'s {FENCE_REF} is at epoch "
-                        f"{_fence_epoch(self.top, now) if readable else -1}, not this publisher's {self.epoch}; nothing was landed",
-                        epoch=self.epoch)
-        if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
-            return False
-        _no_atomic(self.remote, done.err)
-        said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
-        raise NonFastForward(f"{self.remote} refused {ref}: {said}", remote=self.remote)
+        it refuses the whole push, and the arbiter decides what that was: a takeover (Stale, exit 7, nothing
+        moved), or, while it still renews this publisher's lease, a move by hand (the fence is set again
+        and the landing tried again: a push to the fence while the gates ran no longer stops the queue)."""
+        for _round in range(MAX_ROUNDS):
+            fence = self._fence_commit(self.fence, f"landing {new}")
+            done = git("push", "--atomic", "--porcelain", f"--force-with-lease={ref}:{target}",
+                       f"--force-with-lease={FENCE_REF}:{self.fence or ''}", self.remote, f"{new}:{ref}",
+                       f"{fence}:{FENCE_REF}", cwd=self.top, check=False)
+            if done.returncode == 0:
+                self.fence = fence
+                return True
+            now, readable = self._read_fence()
+            if now == fence:  # the push landed, and only its answer was lost (both refs moved: it was atomic)
+                self.fence = fence
+                return True
+            if now != self.fence:
+                try:
+                    self._lease("renew")
+                except Stale:
+                    raise Stale(f"the publisher lease was taken over: {self.remote}'s {FENCE_REF} is at epoch "
+                                f"{_fence_epoch(self.top, now) if readable else -1}, not this publisher's "
+                                f"{self.epoch}; nothing was landed", epoch=self.epoch) from None
+                self.fenced = None  # still ours: moved by hand, set again
+                self._fence()
+                continue
+            if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
+                return False
+            _no_atomic(self.remote, done.err)
+            said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
+            raise NonFastForward(f"{self.remote} refused {ref}: {said}", remote=self.remote)
+        raise NonFastForward(f"the publisher fence {FENCE_REF} on {self.remote} kept moving; the next pass tries again")
 
     # --- git -----------------------------------------------------------------------------------------
 

@@ -48,3 +48,27 @@ def test_a_hostile_fence_ref_does_not_wedge_the_publisher(world: World, kind: st
     assert [h["outcome"] for h in result["handled"]] == ["landed"]
     assert git(code, "show", "main:x.txt") == "x"
     assert fence_epochs(code)[0] != "Epoch: 99999999999999999999"
+
+
+# A gate that moves the code remote's fence by hand while the publisher's gates run (anyone who can push
+# there can), to a commit saying an epoch the arbiter never granted. (The scratch worktree is
+# <base>/pub/.worktrees/queue/<entry>: the code remote is four folders up.)
+HAND_MOVE = ("d=../../../../code.git; g='git -c user.name=h -c user.email=h@x --git-dir='$d; "
+             "t=$($g hash-object -t tree -w --stdin </dev/null); "
+             "c=$(printf 'by hand\\n\\nEpoch: 999\\n' | $g commit-tree $t); $g update-ref refs/gitwork-queue/fence $c")
+
+
+@pytest.mark.parametrize("world", [(HAND_MOVE,)], indirect=True)
+def test_a_fence_moved_by_hand_during_the_gates_does_not_stop_a_publisher_the_arbiter_still_renews(
+        world: World) -> None:  # noqa: F811
+    """docs/sessions.md: a fence moved by hand is overwritten while the arbiter renews the lease. That held
+    only for the move before the pass (``_fence``); moved while the gates ran, the landing took it for a
+    takeover ("the publisher lease was taken over", exit 7) though nobody else held the lease, and stopped
+    ``gw queue work``: anyone who can push to the code remote could stop the queue at every pass."""
+    code = apart_remote(world)
+    session = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], session, remote="code")
+    result = pubqueue.work(world.planes["pub"], "code", once=True)
+    assert [h["outcome"] for h in result["handled"]] == ["landed"]
+    assert git(code, "show", "main:x.txt") == "x"
+    assert fence_epochs(code)[0] != "Epoch: 999"
