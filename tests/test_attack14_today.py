@@ -72,3 +72,32 @@ def test_a_fence_moved_by_hand_during_the_gates_does_not_stop_a_publisher_the_ar
     assert [h["outcome"] for h in result["handled"]] == ["landed"]
     assert git(code, "show", "main:x.txt") == "x"
     assert fence_epochs(code)[0] != "Epoch: 999"
+
+
+# --- the arbiter's clock as a verdict ----------------------------------------------------------------------------
+
+
+def test_an_arbiter_whose_clock_lags_does_not_make_a_clone_give_up_its_commands(machine_a: Path,
+                                                                                  remote: Path) -> None:
+    """The arbiter's clock stopped or lags by an hour (a restored VM, NTP down), the clone's is right. Every
+    command the clone made is "more than 10 minutes past the arbiter's clock", and the clock refusal was taken
+    as its verdict: the clone gave up every local command it had (written off in arbiter-refused.jsonl, the
+    items it created gone), though nothing was wrong with them and the arbiter would take them once its clock
+    is fixed. A clock verdict is right only when the clone's own clock agrees with the arbiter's now (its
+    clock ran ahead *then*); clocks that still disagree fail the push and keep the commands (as before)."""
+    import datetime as dt
+
+    from conftest import pin_arbiter_clock
+    from test_attack13_seams import hooked
+    from test_sync import STATE, gw_ok
+
+    a = machine_a
+    hooked(remote)
+    lag = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pin_arbiter_clock(remote, lag)
+    made = gw_ok(a, "new", "made while the arbiter's clock lags")
+    done = run_gw(a, "sync", "--json")
+    assert done.returncode != 0, done.stdout  # refused until the arbiter's clock is right
+    assert not (a / ".git" / "gitwork" / "arbiter-refused.jsonl").exists(), done.stdout
+    assert made["command_id"] in git(a, "log", "--format=%B", STATE)  # still the clone's, to push later
+    assert tip(remote) != tip(a)
