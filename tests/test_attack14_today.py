@@ -101,3 +101,54 @@ def test_an_arbiter_whose_clock_lags_does_not_make_a_clone_give_up_its_commands(
     assert not (a / ".git" / "gitwork" / "arbiter-refused.jsonl").exists(), done.stdout
     assert made["command_id"] in git(a, "log", "--format=%B", STATE)  # still the clone's, to push later
     assert tip(remote) != tip(a)
+
+
+# The code remote's post-receive.legacy (run by gitwork's post-receive, first): kills the receive-pack once,
+# after the refs moved, when the push moved main: the landing's answer is lost.
+LOSE_LANDING = """#!/bin/sh
+input=$(cat)
+case "$input" in *refs/heads/main*) ;; *) exit 0 ;; esac
+if [ -f "$GIT_DIR/lose-answer" ]; then rm -f "$GIT_DIR/lose-answer"; kill -9 $(cut -d' ' -f4 /proc/$PPID/stat); fi
+exit 0
+"""
+
+
+@pytest.mark.parametrize("transport", ["daemon", "http"])
+def test_a_code_remote_over_the_network_under_gitworks_hook_takes_the_fence_and_a_lost_landing_is_read_back(
+        world: World, transport: str, request: pytest.FixtureRequest) -> None:  # noqa: F811
+    """The code remote served by ``git daemon`` or smart HTTP, under gitwork's server hook (which must not
+    refuse the fence's empty commits on ``refs/gitwork-queue/fence``), with a fence a person left on a blob,
+    and the landing's answer lost (its receive-pack killed after the refs moved): the publisher leases over
+    the blob, lands once, and reads the lost answer back."""
+    import subprocess
+
+    from daemon import GitDaemon
+    from httpd import GitHTTPServer
+
+    served = world.base / "served"
+    served.mkdir()
+    code = make_repo(served / "code.git", bare=True)
+    git(code, "config", "http.receivepack", "true")
+    assert run_gw(world.base, "hooks", "install", "--server", str(code)).returncode == 0
+    (code / "hooks" / "post-receive.legacy").write_text(LOSE_LANDING)
+    (code / "hooks" / "post-receive.legacy").chmod(0o755)
+    server = GitDaemon(served) if transport == "daemon" else GitHTTPServer(served)
+    server.start()
+    request.addfinalizer(server.stop)
+    url = server.url("code")
+    git(world.base / "alice", "push", "-q", url, "main")
+    blob = git(world.base / "alice", "hash-object", "-w", "--stdin", input=b"left here\n")
+    pushed = subprocess.run(["git", "push", url, f"{blob}:{pubqueue.FENCE_REF}"], cwd=world.base / "alice",
+                            capture_output=True, text=True)
+    for name in ("alice", "pub"):
+        git(world.base / name, "remote", "add", "code", url)
+    session = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], session, remote="code")
+    (code / "lose-answer").touch()
+    result = pubqueue.work(world.planes["pub"], "code", once=True)
+    assert not (code / "lose-answer").exists()  # the answer was lost
+    assert [h["outcome"] for h in result["handled"]] == ["landed"], result
+    assert git(code, "show", "main:x.txt") == "x"
+    assert git(code, "cat-file", "-t", pubqueue.FENCE_REF) == "commit"
+    if pushed.returncode == 0:  # (the hook let a person put a blob there: the publisher leased over it)
+        assert git(code, "rev-list", "--count", pubqueue.FENCE_REF) == "2"
