@@ -152,3 +152,53 @@ def test_a_code_remote_over_the_network_under_gitworks_hook_takes_the_fence_and_
     assert git(code, "cat-file", "-t", pubqueue.FENCE_REF) == "commit"
     if pushed.returncode == 0:  # (the hook let a person put a blob there: the publisher leased over it)
         assert git(code, "rev-list", "--count", pubqueue.FENCE_REF) == "2"
+
+
+# --- the coordinator's bounded push of its ends ------------------------------------------------------------------
+
+# The arbiter's pre-receive.legacy (run first by gitwork's): once, it stops itself (SIGSTOP), its pid said.
+PAUSE_ONCE = """#!/bin/sh
+cat >/dev/null
+if [ -f "$GIT_DIR/pause" ]; then rm -f "$GIT_DIR/pause"; echo $$ >"$GIT_DIR/paused.tmp"; mv "$GIT_DIR/paused.tmp" "$GIT_DIR/paused"; kill -STOP $$; fi
+exit 0
+"""
+
+
+def test_a_push_of_ends_cut_by_the_coordinators_bound_lands_once_when_the_arbiter_resumes(machine_a: Path,
+                                                                                         remote: Path) -> None:
+    """The arbiter goes silent while a coordinator pass pushes its ends (its hook stopped): the pass gives up
+    after its bound (a quarter of its ttl), keeps the marker that it owes a push, and the receive-pack it
+    left behind may still land once resumed. The next pass pushes again: every command is on the arbiter
+    exactly once and the clone's ref is the arbiter's (nothing lost, nothing twice)."""
+    import os
+    import signal
+    import time
+
+    from conftest import poll
+    from gitwork.launch.coordinate import UNPUSHED, publish_ends
+    from gitwork.workplane import Workplane
+    from test_attack13_seams import hooked
+    from test_sync import STATE, gw_ok
+
+    a = machine_a
+    hooked(remote)
+    legacy = remote / "hooks" / "pre-receive.legacy"
+    legacy.write_text(PAUSE_ONCE)
+    legacy.chmod(0o755)
+    made = [gw_ok(a, "new", f"offline {n}")["command_id"] for n in range(3)]
+    (remote / "pause").touch()
+    with Workplane(str(a)) as plane:
+        first = publish_ends(plane, [], owing=True, timeout=1.0)
+        assert [d["action"] for d in first] == ["sync-error"], first
+        owed = Path(plane.repo.gitwork_dir()) / UNPUSHED
+        assert owed.exists()
+        paused = int((remote / "paused").read_text())
+        os.kill(paused, signal.SIGCONT)  # the arbiter resumes: the push left behind may land now
+        poll(lambda: not os.path.exists(f"/proc/{paused}"), 30, what="the resumed hook to end")
+        time.sleep(0.2)
+        second = publish_ends(plane, [], owing=True, timeout=10.0)
+        assert not any(d["action"] == "sync-error" for d in second), second
+        assert not owed.exists()
+    log = git(remote, "log", "--format=%B", STATE)
+    assert [log.count(f"Command-Id: {c}") for c in made] == [1, 1, 1], log
+    assert tip(remote) == tip(a)
