@@ -101,6 +101,9 @@ def test_an_arbiter_whose_clock_lags_does_not_make_a_clone_give_up_its_commands(
     assert not (a / ".git" / "gitwork" / "arbiter-refused.jsonl").exists(), done.stdout
     assert made["command_id"] in git(a, "log", "--format=%B", STATE)  # still the clone's, to push later
     assert tip(remote) != tip(a)
+    hooked(remote)  # the arbiter's clock put right (the hook installed again: no pinned clock)
+    assert run_gw(a, "sync").returncode == 0
+    assert made["command_id"] in git(remote, "log", "--format=%B", STATE) and tip(remote) == tip(a)
 
 
 # The code remote's post-receive.legacy (run by gitwork's post-receive, first): kills the receive-pack once,

@@ -477,7 +477,7 @@ def _seconds_ahead(said: str) -> int | None:
 
 
 def _clocks_agree(said: str) -> bool:
-    """Whether this machine's clock is within ``FAR_AHEAD`` of the arbiter's, as the clock refusal says it.
+    """Whether this machine's clock is at most ``FAR_AHEAD`` past the arbiter's, as the clock refusal says it.
     Only then is a command dated far past the arbiter's clock one made while this clock ran ahead, and the
     refusal its verdict. An arbiter whose clock lags (stopped, a restored VM) refuses every command of every
     clone as far ahead: taken as verdicts, every clone gave up every local command it had; and while this
@@ -486,7 +486,8 @@ def _clocks_agree(said: str) -> bool:
     if found is None:
         return False
     try:
-        return abs((clock.now() - clock.parse_instant(found.group(2))).total_seconds()) <= FAR_AHEAD
+        # (one-sided: a clock behind the arbiter's dates its new commands in the past, which the arbiter takes)
+        return (clock.now() - clock.parse_instant(found.group(2))).total_seconds() <= FAR_AHEAD
     except (ValueError, GwError):
         return False
 
