@@ -5,7 +5,6 @@ Real clones, real bare remotes, real git; nothing mocked.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
