@@ -454,7 +454,13 @@ def work(wp: Workplane, remote: str | None = None, *, once: bool = False, ttl: i
             time.sleep(poll)
     try:
         while True:
-            handled.extend(publisher.pass_once())
+            try:
+                handled.extend(publisher.pass_once())
+            except NonFastForward:
+                if once:
+                    raise
+                # (the target or the fence kept moving under this pass: "the next pass tries again", and a
+                # running publisher does; it once ended gw queue work, and the queue stood still)
             if once:
                 break
             time.sleep(poll)
