@@ -301,10 +301,11 @@ class Publisher:
 
     def _fenced_push(self, ref: str, new: str, target: str) -> bool:
         """The landing on a code remote apart from the arbiter: the target and the fence in one atomic
-        push, each under its lease; ``False`` when the target moved. A fence moved since this publisher set
-        it refuses the whole push, and the arbiter decides what that was: a takeover (Stale, exit 7, nothing
-        moved), or, while it still renews this publisher's lease, a move by hand (the fence is set again
-        and the landing tried again: a push to the fence while the gates ran no longer stops the queue)."""
+        push, each under its lease; ``False`` when the target (or the fence, again and again) moved. A
+        fence moved since this publisher set it refuses the whole push, and the arbiter decides what that
+        was: a takeover (Stale, exit 7, nothing moved), or, while it still renews this publisher's lease,
+        a move by hand (the fence is set again and the landing tried again: a push to the fence while the
+        gates ran no longer stops the queue, nor sends the entry back)."""
         for _round in range(MAX_ROUNDS):
             fence = self._fence_commit(self.fence, f"landing {new}")
             done = git("push", "--atomic", "--porcelain", f"--force-with-lease={ref}:{target}",
@@ -325,14 +326,17 @@ class Publisher:
                                 f"{_fence_epoch(self.top, now) if readable else -1}, not this publisher's "
                                 f"{self.epoch}; nothing was landed", epoch=self.epoch) from None
                 self.fenced = None  # still ours: moved by hand, set again
-                self._fence()
+                try:
+                    self._fence()
+                except NonFastForward:
+                    return False  # (the round is tried again: never a refusal that sends the entry back)
                 continue
             if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
                 return False
             _no_atomic(self.remote, done.err)
             said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
             raise NonFastForward(f"{self.remote} refused {ref}: {said}", remote=self.remote)
-        raise NonFastForward(f"the publisher fence {FENCE_REF} on {self.remote} kept moving; the next pass tries again")
+        return False  # the fence kept moving: the round is tried again, then the next pass
 
     # --- git -----------------------------------------------------------------------------------------
 
