@@ -1,6 +1,15 @@
 """An outsider's pass (session 12, attack14) on what was added today (``git log 8f96889..main``).
 
-Real clones, real bare remotes, real git; nothing mocked.
+- the publish queue's fence on a code remote apart: a fence ref pointed by hand (a plain push, which
+  gitwork's hook on the code remote lets through) at a blob, an annotated tag or a commit saying a
+  non-ASCII digit stopped every publisher for good; a fence moved by hand while the gates ran was taken
+  for a takeover (exit 7); a running ``gw queue work`` ended when the target kept moving (exit 13);
+  over git daemon and smart HTTP the fence and a lost landing's read-back hold;
+- the arbiter's clock as a verdict: an arbiter whose clock lags made every clone give up every local
+  command;
+- the coordinator's bounded push of ends: cut by the bound, landed on resume, nothing twice (held).
+
+Real clones, real bare remotes (file://, ``git daemon``, smart HTTP), real git; nothing mocked.
 """
 
 from __future__ import annotations
