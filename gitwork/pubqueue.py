@@ -44,7 +44,7 @@ import subprocess
 import time
 
 from .clock import parse_instant
-from .errors import GwError, Held, Invalid, NonFastForward, RemoteError, RemoteRefused, Stale
+from .errors import GwError, Held, Invalid, NonFastForward, NotFound, RemoteError, RemoteRefused, Stale
 from .publish import code_remote_is_arbiter  # the one rule: same remote, or the same push URL
 from .records.queue import bounded, entries
 from .sessions import ensure_ignored, find, git, identity_env, main_worktree, resolve_commit
@@ -61,6 +61,7 @@ MAX_ROUNDS = 5  # the target moved under the publisher this many times in a row:
 # a code remote's server hook keeps for state; not a branch, which people and listings would see).
 FENCE_REF = "refs/gitwork-queue/fence"
 FENCE_SEEN = "refs/gitwork-queue/seen"  # this clone's fetch of it (outside refs/gitwork/: no state ref)
+FENCE_MOST = 64 << 10  # a fence commit larger than this (a message of a gigabyte, pushed by hand) is not read
 DEFAULT_TTL = 120  # seconds of the publisher lease; renewed before each entry and each landing
 
 
@@ -251,19 +252,20 @@ class Publisher:
         if self.with_record or self.epoch is None or self.fenced == self.epoch:
             return
         for _round in range(MAX_ROUNDS):
-            current = self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence")
-            held = _fence_epoch(self.top, current)
+            current, readable = self._read_fence()
+            held = _fence_epoch(self.top, current) if readable else -1
             if held == self.epoch and current is not None:
                 self.fence, self.fenced = current, self.epoch  # (set by this epoch before: a retried pass)
                 return
             if held > self.epoch:
                 self._lease("renew")  # Stale (exit 7) when taken over: the later fence is the successor's
-            new = self._fence_commit(current, f"publisher lease epoch {self.epoch}")
+            # (a fence ref put by hand on a blob, a tag or a huge commit is leased over, not built on)
+            new = self._fence_commit(current if readable else None, f"publisher lease epoch {self.epoch}")
             # (--atomic for one ref: a code remote that does not take atomic pushes, which the landing needs,
             # refuses here, before anything of it moved)
             done = git("push", "--atomic", "--porcelain", f"--force-with-lease={FENCE_REF}:{current or ''}",
                        self.remote, f"{new}:{FENCE_REF}", cwd=self.top, check=False)
-            if done.returncode == 0 or self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence") == new:
+            if done.returncode == 0 or self._read_fence()[0] == new:
                 self.fence, self.fenced = new, self.epoch  # (or its answer was lost: the fence is ours there)
                 return
             _no_atomic(self.remote, done.err)
@@ -271,6 +273,22 @@ class Publisher:
                 said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
                 raise RemoteError(f"{self.remote} refused the publisher fence {FENCE_REF}: {said}", remote=self.remote)
         raise NonFastForward(f"the publisher fence {FENCE_REF} on {self.remote} kept moving; the next pass tries again")
+
+    def _read_fence(self) -> tuple[str | None, bool]:
+        """Fetch the code remote's fence: the object its ref names (a push over it leases exactly that;
+        None: no fence there), and whether it is a commit of at most ``FENCE_MOST`` bytes, whose epoch may
+        be read and which the next fence is built on. Anyone who can push there can point the ref at a
+        blob, an annotated tag or a commit of a gigabyte's message: such a fence says no epoch and is only
+        leased over (before, a blob or a tag there stopped every pass of every publisher for good)."""
+        try:
+            if self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence") is None:
+                return None, False
+        except NotFound:
+            pass  # (fetched, but not a commit)
+        said = git("cat-file", "--batch-check", cwd=self.top, input=f"{FENCE_SEEN}\n".encode()).out.split()
+        if len(said) != 3:
+            return None, False
+        return said[0], said[1] == "commit" and said[2].isdigit() and int(said[2]) <= FENCE_MOST
 
     def _fence_commit(self, parent: str | None, why: str) -> str:
         """A fence commit: the empty tree, ``Epoch: N``, on top of ``parent`` (a fast-forward, for a code
@@ -283,28 +301,42 @@ class Publisher:
 
     def _fenced_push(self, ref: str, new: str, target: str) -> bool:
         """The landing on a code remote apart from the arbiter: the target and the fence in one atomic
-        push, each under its lease; ``False`` when the target moved. A fence moved since this publisher set
-        it (a takeover) refuses the whole push: Stale (exit 7), nothing moved."""
-        fence = self._fence_commit(self.fence, f"landing {new}")
-        done = git("push", "--atomic", "--porcelain", f"--force-with-lease={ref}:{target}",
-                   f"--force-with-lease={FENCE_REF}:{self.fence or ''}", self.remote, f"{new}:{ref}",
-                   f"{fence}:{FENCE_REF}", cwd=self.top, check=False)
-        if done.returncode == 0:
-            self.fence = fence
-            return True
-        now = self._fetch_into(FENCE_REF, FENCE_SEEN, "the publisher fence")
-        if now == fence:  # the push landed, and only its answer was lost (both refs moved: it was atomic)
-            self.fence = fence
-            return True
-        if now != self.fence:
-            raise Stale(f"the publisher lease was taken over: {self.remote}'s {FENCE_REF} is at epoch "
-                        f"{_fence_epoch(self.top, now)}, not this publisher's {self.epoch}; nothing was landed",
-                        epoch=self.epoch)
-        if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
-            return False
-        _no_atomic(self.remote, done.err)
-        said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
-        raise NonFastForward(f"{self.remote} refused {ref}: {said}", remote=self.remote)
+        push, each under its lease; ``False`` when the target (or the fence, again and again) moved. A
+        fence moved since this publisher set it refuses the whole push, and the arbiter decides what that
+        was: a takeover (Stale, exit 7, nothing moved), or, while it still renews this publisher's lease,
+        a move by hand (the fence is set again and the landing tried again: a push to the fence while the
+        gates ran no longer stops the queue, nor sends the entry back)."""
+        for _round in range(MAX_ROUNDS):
+            fence = self._fence_commit(self.fence, f"landing {new}")
+            done = git("push", "--atomic", "--porcelain", f"--force-with-lease={ref}:{target}",
+                       f"--force-with-lease={FENCE_REF}:{self.fence or ''}", self.remote, f"{new}:{ref}",
+                       f"{fence}:{FENCE_REF}", cwd=self.top, check=False)
+            if done.returncode == 0:
+                self.fence = fence
+                return True
+            now, readable = self._read_fence()
+            if now == fence:  # the push landed, and only its answer was lost (both refs moved: it was atomic)
+                self.fence = fence
+                return True
+            if now != self.fence:
+                try:
+                    self._lease("renew")
+                except Stale:
+                    raise Stale(f"the publisher lease was taken over: {self.remote}'s {FENCE_REF} is at epoch "
+                                f"{_fence_epoch(self.top, now) if readable else -1}, not this publisher's "
+                                f"{self.epoch}; nothing was landed", epoch=self.epoch) from None
+                self.fenced = None  # still ours: moved by hand, set again
+                try:
+                    self._fence()
+                except NonFastForward:
+                    return False  # (the round is tried again: never a refusal that sends the entry back)
+                continue
+            if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
+                return False
+            _no_atomic(self.remote, done.err)
+            said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
+            raise NonFastForward(f"{self.remote} refused {ref}: {said}", remote=self.remote)
+        return False  # the fence kept moving: the round is tried again, then the next pass
 
     # --- git -----------------------------------------------------------------------------------------
 
@@ -426,7 +458,13 @@ def work(wp: Workplane, remote: str | None = None, *, once: bool = False, ttl: i
             time.sleep(poll)
     try:
         while True:
-            handled.extend(publisher.pass_once())
+            try:
+                handled.extend(publisher.pass_once())
+            except NonFastForward:
+                if once:
+                    raise
+                # (the target or the fence kept moving under this pass: "the next pass tries again", and a
+                # running publisher does; it once ended gw queue work, and the queue stood still)
             if once:
                 break
             time.sleep(poll)
@@ -453,7 +491,7 @@ def _fence_epoch(top: str, fence: str | None) -> int:
         return -1
     text = git("cat-file", "commit", fence, cwd=top, check=False).out
     for line in reversed(text.splitlines()):
-        if line.startswith("Epoch: ") and line[7:].isdigit() and len(line) < 40:
+        if line.startswith("Epoch: ") and line[7:].isascii() and line[7:].isdigit() and len(line) < 40:
             return int(line[7:])
     return -1
 
