@@ -42,6 +42,15 @@ def _hostile_fence(code: Path, kind: str) -> str:
     return oid
 
 
+def lands_one(world: World, code: Path) -> None:  # noqa: F811
+    """alice's session, queued for the code remote, lands in one pass of pub's publisher."""
+    session = world.session("alice", {"x.txt": "x\n"})
+    pubqueue.enqueue(world.planes["alice"], session, remote="code")
+    result = pubqueue.work(world.planes["pub"], "code", once=True)
+    assert [h["outcome"] for h in result["handled"]] == ["landed"]
+    assert git(code, "show", "main:x.txt") == "x"
+
+
 @pytest.mark.parametrize("kind", ["blob", "tag", "superscript"])
 def test_a_hostile_fence_ref_does_not_wedge_the_publisher(world: World, kind: str) -> None:  # noqa: F811
     """Anyone who can push to the code remote can point the fence ref at anything: a blob, an annotated tag,
@@ -50,11 +59,7 @@ def test_a_hostile_fence_ref_does_not_wedge_the_publisher(world: World, kind: st
     must not stop every pass of every publisher for good (a traceback, or git's own error)."""
     code = apart_remote(world)
     _hostile_fence(code, kind)
-    session = world.session("alice", {"x.txt": "x\n"})
-    pubqueue.enqueue(world.planes["alice"], session, remote="code")
-    result = pubqueue.work(world.planes["pub"], "code", once=True)
-    assert [h["outcome"] for h in result["handled"]] == ["landed"]
-    assert git(code, "show", "main:x.txt") == "x"
+    lands_one(world, code)
     assert fence_epochs(code)[0] != "Epoch: 99999999999999999999"
 
 
@@ -74,11 +79,7 @@ def test_a_fence_moved_by_hand_during_the_gates_does_not_stop_a_publisher_the_ar
     takeover ("the publisher lease was taken over", exit 7) though nobody else held the lease, and stopped
     ``gw queue work``: anyone who can push to the code remote could stop the queue at every pass."""
     code = apart_remote(world)
-    session = world.session("alice", {"x.txt": "x\n"})
-    pubqueue.enqueue(world.planes["alice"], session, remote="code")
-    result = pubqueue.work(world.planes["pub"], "code", once=True)
-    assert [h["outcome"] for h in result["handled"]] == ["landed"]
-    assert git(code, "show", "main:x.txt") == "x"
+    lands_one(world, code)
     assert fence_epochs(code)[0] != "Epoch: 999"
 
 
