@@ -285,10 +285,13 @@ class Publisher:
                 return None, False
         except NotFound:
             pass  # (fetched, but not a commit)
-        said = git("cat-file", "--batch-check", cwd=self.top, input=f"{FENCE_SEEN}\n".encode()).out.split()
-        if len(said) != 3:
+        from .gitcmd import read_sizes
+
+        oid = git("rev-parse", "--verify", "-q", FENCE_SEEN, cwd=self.top, check=False).out.strip()
+        said = read_sizes(self.wp.repo.git_dir, [oid]).get(oid) if oid else None
+        if said is None:
             return None, False
-        return said[0], said[1] == "commit" and said[2].isdigit() and int(said[2]) <= FENCE_MOST
+        return oid, said[0] == "commit" and said[1] <= FENCE_MOST
 
     def _fence_commit(self, parent: str | None, why: str) -> str:
         """A fence commit: the empty tree, ``Epoch: N``, on top of ``parent`` (a fast-forward, for a code
