@@ -297,6 +297,11 @@ class Push:
             self._configured_ref = self.repository.settings.ref
         return ref == self._configured_ref
 
+    def is_code(self, ref: str) -> bool:
+        """``ref``'s new commits are code, for the fence and path checks: not gitwork's (``refs/gitwork/*``,
+        the inbox included) nor the state ref the setting ``ref`` names."""
+        return not ref.startswith(STATE_PREFIX) and not self.is_state(ref)
+
     @property
     def state_ref(self) -> str:
         if self._state_ref is None:
@@ -383,7 +388,7 @@ def check_server_fences(push: Push) -> Iterable[str]:
     """
     seen: set[str] = set()
     for update in push.updates:
-        if update.new is None or push.is_state(update.ref) or update.ref.startswith(STATE_PREFIX):
+        if update.new is None or not push.is_code(update.ref):
             continue
         # Commits not yet on a published branch or tag: a stale commit parked on a session branch
         # earlier is checked again when it is pushed into a real branch.
@@ -597,8 +602,7 @@ def check_signatures(git_dir: str, store: Store, commits: list[str]) -> list[str
 def check_server_paths(push: Push) -> Iterable[str]:
     """Path leases: a new commit touching a path another live holder leased (or, with ``paths: strict``,
     one no live lease of the pusher covers) is refused (``pathcheck.py``)."""
-    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) and not push.is_state(u.ref)
-               for u in push.updates):
+    if not any(u.new is not None and push.is_code(u.ref) for u in push.updates):
         return  # only state refs move: no code to judge (pathcheck's own first test; its import is saved)
     from .pathcheck import refusals
 

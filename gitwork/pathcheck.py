@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     Push = Any  # hookcheck.Push (not imported: hookcheck imports this module)
 
 LIMIT = 20  # refusal lines per push: enough to act on, never a flood
-STATE_PREFIX = "refs/gitwork/"
 
 
 def _lease_of(push: Push, item: str) -> Lease | None:
@@ -80,8 +79,7 @@ def strict(push: Push) -> bool:
 
 def _new_commits(push: Push) -> Iterable[tuple[str, list[str], list[str], list[str]]]:
     """(commit, Work-Item values, Fence values, changed paths) of every commit new to the remote."""
-    tips = [u.new for u in push.updates if u.new is not None and not u.ref.startswith(STATE_PREFIX)
-            and not push.is_state(u.ref)]
+    tips = [u.new for u in push.updates if u.new is not None and push.is_code(u.ref)]
     if not tips:
         return
     # A merge is judged on what it changes beyond git's own merge of its parents (``remerge``: nothing for
@@ -121,8 +119,7 @@ def _pusher(push: Push, items: list[str], fences: list[str]) -> set[str]:
 def refusals(push: Push) -> Iterable[str]:
     from .paths import matches
 
-    if not any(u.new is not None and not u.ref.startswith(STATE_PREFIX) and not push.is_state(u.ref)
-               for u in push.updates):
+    if not any(u.new is not None and push.is_code(u.ref) for u in push.updates):
         return  # only the state ref moves: no code to judge
     live = _live_path_leases(push)
     is_strict: bool | None = None

@@ -183,7 +183,6 @@ class Publisher:
             if not queued:
                 return done
             self.renew()
-            self._fence()
             done.append(self.handle(queued[0]))
 
     def handle(self, entry: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +200,7 @@ class Publisher:
     def _handle(self, entry: dict[str, Any]) -> dict[str, Any]:
         session, into = str(entry["session"]), str(entry["into"])
         ref = f"refs/heads/{into}"
-        self._fence()  # (done by pass_once already; a caller of handle alone is fenced here)
+        self._fence()  # (once an epoch: before anything of the queue is decided on the code remote)
         for _round in range(MAX_ROUNDS):
             target = self._fetch(into)
             if target is None:
@@ -269,9 +268,9 @@ class Publisher:
                 self.fence, self.fenced = new, self.epoch  # (or its answer was lost: the fence is ours there)
                 return
             _no_atomic(self.remote, done.err)
-            if not any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
-                said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
-                raise RemoteError(f"{self.remote} refused the publisher fence {FENCE_REF}: {said}", remote=self.remote)
+            if not _moved(done.out):
+                raise RemoteError(f"{self.remote} refused the publisher fence {FENCE_REF}: {_said(done.err)}",
+                                  remote=self.remote)
         raise NonFastForward(f"the publisher fence {FENCE_REF} on {self.remote} kept moving; the next pass tries again")
 
     def _read_fence(self) -> tuple[str | None, bool]:
@@ -293,13 +292,17 @@ class Publisher:
             return None, False
         return oid, said[0] == "commit" and said[1] <= FENCE_MOST
 
+    @functools.cached_property
+    def _empty_tree(self) -> str:
+        """The empty tree, written once a publisher (every fence commit is made of it)."""
+        return git("hash-object", "-t", "tree", "-w", "--stdin", cwd=self.top, input=b"").out.strip()
+
     def _fence_commit(self, parent: str | None, why: str) -> str:
         """A fence commit: the empty tree, ``Epoch: N``, on top of ``parent`` (a fast-forward, for a code
         remote that refuses any other)."""
-        empty = git("hash-object", "-t", "tree", "-w", "--stdin", cwd=self.top, input=b"").out.strip()
         message = f"gitwork publish queue fence: {why}\n\nEpoch: {self.epoch}\n"
         env = identity_env(self.top, self.wp.settings.identity())
-        return git("commit-tree", empty, *(("-p", parent) if parent else ()), "-F", "-", cwd=self.top,
+        return git("commit-tree", self._empty_tree, *(("-p", parent) if parent else ()), "-F", "-", cwd=self.top,
                    input=message.encode(), env=env).out.strip()
 
     def _fenced_push(self, ref: str, new: str, target: str) -> bool:
@@ -334,11 +337,10 @@ class Publisher:
                 except NonFastForward:
                     return False  # (the round is tried again: never a refusal that sends the entry back)
                 continue
-            if any(reason in done.out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)")):
+            if _moved(done.out):
                 return False
             _no_atomic(self.remote, done.err)
-            said = "\n".join(x for x in done.err.splitlines() if x.startswith("remote:")) or done.err.strip()
-            raise NonFastForward(f"{self.remote} refused {ref}: {said}", remote=self.remote)
+            raise NonFastForward(f"{self.remote} refused {ref}: {_said(done.err)}", remote=self.remote)
         return False  # the fence kept moving: the round is tried again, then the next pass
 
     # --- git -----------------------------------------------------------------------------------------
@@ -480,6 +482,16 @@ def work(wp: Workplane, remote: str | None = None, *, once: bool = False, ttl: i
 
 def _is_ancestor(older: str, newer: str, cwd: str) -> bool:
     return git("merge-base", "--is-ancestor", older, newer, cwd=cwd, check=False).returncode == 0
+
+
+def _moved(out: str) -> bool:
+    """Whether ``git push --porcelain`` says a lease lost its race (the ref was no longer where expected)."""
+    return any(reason in out for reason in ("(stale info)", "(fetch first)", "(non-fast-forward)"))
+
+
+def _said(err: str) -> str:
+    """What the remote said of a refused push (its ``remote:`` lines), else git's own words."""
+    return "\n".join(x for x in err.splitlines() if x.startswith("remote:")) or err.strip()
 
 
 def _no_atomic(remote: str, err: str) -> None:

@@ -321,10 +321,7 @@ class ArbiterView:
         from ..sync import Arbiter
 
         try:
-            arbiter = Arbiter(wp)
-            if timeout is not None:
-                arbiter.timeout = timeout
-            tip = arbiter.fetch()
+            tip = _bounded(Arbiter(wp), timeout).fetch()
             if tip is not None:
                 snapshot = wp.store.snapshot(tip)
                 snapshot.check_format()
@@ -373,6 +370,13 @@ ENDS = ("stopped", "exited", "failed", "lost")
 UNPUSHED = "coordinator-ends-unpushed"
 
 
+def _bounded(arbiter: Any, timeout: float | None) -> Any:
+    """``arbiter`` waiting ``timeout`` seconds at most for a silent remote (None: a command's wait)."""
+    if timeout is not None:
+        arbiter.timeout = timeout
+    return arbiter
+
+
 def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None = None,
                  timeout: float | None = None) -> list[dict[str, Any]]:
     """With an arbiter remote, push the ends this pass recorded (``gw sync``). An execution's end is a
@@ -393,10 +397,7 @@ def publish_ends(wp: Workplane, done: list[dict[str, Any]], owing: bool | None =
     from ..sync import Arbiter
 
     try:
-        arbiter = Arbiter(wp)
-        if timeout is not None:
-            arbiter.timeout = timeout
-        report = arbiter.sync()
+        report = _bounded(Arbiter(wp), timeout).sync()
     except GwError as error:
         write_atomic(owed, b"", fsync=False)  # the next pass pushes again, even with no end of its own
         return [{"action": "sync-error", "error": error.kind, "message": error.message}]

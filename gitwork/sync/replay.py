@@ -59,7 +59,7 @@ VERDICT = Lazy(r"gitwork: ([0-9a-f]{12}): (\S+) by (\S+) refused by the arbiter'
 # The arbiter's clock refuses a commit dated past it (derive.time_refusal). A command made while this machine's
 # clock ran far ahead (a VM restored with a bad clock, local time taken for UTC) would be refused on every push
 # until the arbiter's clock reached its date, and every lease command of the clone carries it: more than
-# FAR_AHEAD seconds ahead, while this machine's clock agrees with the arbiter's now (``_clocks_agree``), that
+# FAR_AHEAD seconds ahead, while this machine's clock agrees with the arbiter's now (``_far_ahead``), that
 # refusal is the command's verdict, as the roles' is. Less, it is a skew that
 # heals by itself within minutes, and the command is not given up for it (the push fails, as before).
 CLOCK = Lazy(r"commit time (\S+) is later than the arbiter's clock \((\S+)\)")
@@ -244,9 +244,9 @@ class Replay(Remote):
             if match.group(4) == "roles":
                 refusal = {"error": "forbidden", "code": 77, "message": f"{self.remote}'s roles refuse it: {match.group(5)}"}
             else:
-                ahead = _seconds_ahead(match.group(5))
-                if ahead is None or ahead <= FAR_AHEAD or not _clocks_agree(match.group(5)):
-                    continue  # (clocks that disagree now: the arbiter's lags, or ours still runs ahead)
+                ahead = _far_ahead(match.group(5))
+                if ahead is None:
+                    continue  # a skew that heals, or clocks that disagree now (the arbiter's lags, or ours runs ahead)
                 refusal = {"error": "invalid", "code": 5,
                            "message": f"{self.remote}'s clock refuses it: recorded {ahead // 60} minutes past the "
                                       f"arbiter's clock (made while this machine's clock ran ahead): {match.group(5)}"}
@@ -465,31 +465,24 @@ def same_command(a: dict[str, Any], b: dict[str, Any] | None) -> bool:
     return _canonical(a) == _canonical(b)
 
 
-def _seconds_ahead(said: str) -> int | None:
-    """How far past the arbiter's clock a commit was dated, from the clock refusal's words; None if unsaid."""
+def _far_ahead(said: str) -> int | None:
+    """How many seconds past the arbiter's clock a commit was dated, from the clock refusal's words, when
+    that refusal is a verdict on its command: more than ``FAR_AHEAD``, while this machine's clock is at
+    most ``FAR_AHEAD`` past the arbiter's. Only then was the command made while this clock ran ahead. An
+    arbiter whose clock lags (stopped, a restored VM) refuses every command of every clone as far ahead:
+    taken as verdicts, every clone gave up every local command it had; and while this clock still runs
+    ahead, every new command is as far ahead (giving up the old ones saves nothing). One-sided: a clock
+    behind the arbiter's dates its new commands in the past, which the arbiter takes. None otherwise."""
     found = CLOCK.search(said)
     if found is None:
         return None
     try:
-        return int((clock.parse_instant(found.group(1)) - clock.parse_instant(found.group(2))).total_seconds())
+        there = clock.parse_instant(found.group(2))
+        ahead = int((clock.parse_instant(found.group(1)) - there).total_seconds())
+        lag = (clock.now() - there).total_seconds()
     except (ValueError, GwError):
         return None
-
-
-def _clocks_agree(said: str) -> bool:
-    """Whether this machine's clock is at most ``FAR_AHEAD`` past the arbiter's, as the clock refusal says it.
-    Only then is a command dated far past the arbiter's clock one made while this clock ran ahead, and the
-    refusal its verdict. An arbiter whose clock lags (stopped, a restored VM) refuses every command of every
-    clone as far ahead: taken as verdicts, every clone gave up every local command it had; and while this
-    clock still runs ahead, every new command is as far ahead (giving up the old ones saves nothing)."""
-    found = CLOCK.search(said)
-    if found is None:
-        return False
-    try:
-        # (one-sided: a clock behind the arbiter's dates its new commands in the past, which the arbiter takes)
-        return (clock.now() - clock.parse_instant(found.group(2))).total_seconds() <= FAR_AHEAD
-    except (ValueError, GwError):
-        return False
+    return ahead if ahead > FAR_AHEAD and lag <= FAR_AHEAD else None
 
 
 def _digest(cmd: dict[str, Any]) -> str:

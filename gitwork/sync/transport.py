@@ -156,11 +156,12 @@ class Remote:
         internal error. What the server prints (a hook's stderr, relayed by git) is kept only up to
         ``OUTPUT_KEPT`` bytes from each end: a hook printing without end must not fill our memory.
         """
+        bound = min(self.timeout, REMOTE_TIMEOUT)
         try:
-            return gitcmd.run([*config, "--git-dir", self.git_dir, verb, *args], check=False,
-                              timeout=min(self.timeout, REMOTE_TIMEOUT), keep=OUTPUT_KEPT)
+            return gitcmd.run([*config, "--git-dir", self.git_dir, verb, *args], check=False, timeout=bound,
+                              keep=OUTPUT_KEPT)
         except gitcmd.TimedOut as error:
-            raise RemoteError(f"{self.remote} did not answer within {min(self.timeout, REMOTE_TIMEOUT):g}s (git {verb})",
+            raise RemoteError(f"{self.remote} did not answer within {bound:g}s (git {verb})",
                               remote=self.remote) from error
 
     def known_remote_tip(self) -> str | None:
