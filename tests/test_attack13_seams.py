@@ -33,10 +33,11 @@ from pathlib import Path
 import pytest
 
 from conftest import git, run_gw, tip
+from test_arbiter_derive import forge as copy_commit
+from test_arbiter_derive import tree_with
 from test_sync import STATE, gw_ok
 
 CORRUPT = 8
-CRAFTER = {"GIT_AUTHOR_NAME": "m", "GIT_AUTHOR_EMAIL": "m@x", "GIT_COMMITTER_NAME": "m", "GIT_COMMITTER_EMAIL": "m@x"}
 
 
 def hooked(remote: Path) -> None:
@@ -49,25 +50,10 @@ def plain_push(repo: Path, url: str, *refspecs: str) -> subprocess.CompletedProc
 
 
 def forge(repo: Path, files: dict[str, bytes], honest: str = STATE) -> str:
-    """The commit ``honest`` (its parent, command and message) with ``files`` added to its tree, made with
-    plain git plumbing: the replay of its command gets as far as comparing trees."""
-    env = {**os.environ, **CRAFTER, "GIT_INDEX_FILE": str(repo / ".git" / "forged-index")}
-
-    def plumb(*args: str, data: bytes | None = None) -> str:
-        done = subprocess.run(["git", *args], cwd=repo, env=env, input=data, capture_output=True)
-        assert done.returncode == 0, done.stderr.decode()
-        return done.stdout.decode().strip()
-
-    plumb("read-tree", honest)
-    for path, content in files.items():
-        oid = plumb("hash-object", "-w", "--stdin", data=content)
-        plumb("update-index", "--add", "--cacheinfo", f"100644,{oid},{path}")
-    message = plumb("log", "-1", "--format=%B", honest)
-    # The honest commit's author, committer and times too: the replay then differs from it only in the tree.
-    names = plumb("log", "-1", "--date=raw", "--format=%an%n%ae%n%ad%n%cn%n%ce%n%cd", honest).split("\n")
-    env.update(zip(("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
-                    "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"), names, strict=True))
-    return plumb("commit-tree", plumb("write-tree"), "-p", f"{honest}^", "-m", message)
+    """The commit ``honest`` (its parent, command, message, author, committer and times) with ``files`` added
+    to its tree, made with plain git: the replay of its command then differs from it only in the tree."""
+    commit = git(repo, "rev-parse", honest)
+    return copy_commit(repo, commit, tree=tree_with(repo, commit, dict(files)))
 
 
 def push_within(repo: Path, url: str, refspec: str, limit: int) -> subprocess.CompletedProcess[str]:
